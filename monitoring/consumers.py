@@ -1,0 +1,90 @@
+"""The one websocket consumer: authenticated on connect, checked on subscribe, read-only."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from portal.realtime import group_name
+from portal.roles import is_oncall_or_admin
+
+PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
+ONCALL_TOPICS = {"alerts"}
+JOB_TOPIC = re.compile(r"^job\.(\d{1,18})$")
+MAX_MESSAGE_BYTES = 4096
+MAX_SUBSCRIPTIONS = 50
+
+
+@database_sync_to_async
+def _may_subscribe(user: Any, topic: str) -> str | None:
+    """None when allowed, else the error to send back."""
+    if topic in PUBLIC_TOPICS:
+        return None
+    if topic in ONCALL_TOPICS:
+        return None if is_oncall_or_admin(user) else f"no permission for topic {topic!r}"
+    match = JOB_TOPIC.match(topic)
+    if match:
+        from scheduling.selectors import get_job_for_user
+
+        return None if get_job_for_user(user, int(match.group(1))) else "no such job"
+    return f"unknown topic {topic[:80]!r}"
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    """Pushes ``{"type", "topic", "data"}`` events for the topics a client subscribed to."""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        self.topics: set[str] = set()
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        for topic in getattr(self, "topics", set()):
+            await self.channel_layer.group_discard(group_name(topic), self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        error = None
+        topic = None
+        if text_data is None or len(text_data) > MAX_MESSAGE_BYTES:
+            error = "send one JSON text message of at most 4 KiB"
+        else:
+            try:
+                message = json.loads(text_data)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                error = 'expected a JSON object like {"subscribe": "queues"}'
+            elif "unsubscribe" in message and isinstance(message["unsubscribe"], str):
+                topic = message["unsubscribe"]
+                if topic in self.topics:
+                    self.topics.discard(topic)
+                    await self.channel_layer.group_discard(group_name(topic), self.channel_name)
+                await self.send(json.dumps({"unsubscribed": topic[:80]}))
+                return
+            elif not isinstance(message.get("subscribe"), str):
+                error = 'expected {"subscribe": "<topic>"}'
+            else:
+                topic = message["subscribe"]
+                if len(self.topics) >= MAX_SUBSCRIPTIONS:
+                    error = "too many subscriptions"
+                else:
+                    error = await _may_subscribe(self.scope["user"], topic)
+        if error:
+            await self.send(json.dumps({"error": error}))
+            return
+        assert topic is not None
+        self.topics.add(topic)
+        await self.channel_layer.group_add(group_name(topic), self.channel_name)
+        await self.send(json.dumps({"subscribed": topic}))
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        await self.send(
+            json.dumps({"type": event["kind"], "topic": event["topic"], "data": event["data"]})
+        )

@@ -1,0 +1,59 @@
+"""Alerts for on-call (V4)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Alert(models.Model):
+    """An alert raised by the loop or the health sweep.
+
+    ``dedupe_key`` keeps one open alert per symptom and subject: raising the
+    same alert again while it is open bumps ``count`` instead of adding a row.
+    """
+
+    class Kind(models.TextChoices):
+        RESIDUAL_PROCESS = "residual_process"
+        NODE_UNHEALTHY = "node_unhealthy"
+        EVICTION_RATIO = "eviction_ratio"
+        PENDING_TOO_LONG = "pending_too_long"
+        QUOTA_NEAR_LIMIT = "quota_near_limit"
+        BACKEND_ERROR = "backend_error"
+
+    class Severity(models.TextChoices):
+        INFO = "info"
+        WARNING = "warning"
+        CRITICAL = "critical"
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    severity = models.CharField(max_length=10, choices=Severity.choices)
+    status = models.CharField(max_length=14, choices=Status.choices, default=Status.OPEN)
+    subject = models.CharField(max_length=200)
+    message = models.TextField()
+    dedupe_key = models.CharField(max_length=250, db_index=True)
+    count = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedupe_key"],
+                condition=~models.Q(status="resolved"),
+                name="one_unresolved_alert_per_key",
+            )
+        ]

@@ -1,0 +1,32 @@
+from django.contrib import admin
+
+from portal.models import AuditRecord, LineMembership, Profile
+
+
+@admin.register(Profile)
+class ProfileAdmin(admin.ModelAdmin):
+    list_display = ["user", "role"]
+    list_filter = ["role"]
+
+
+@admin.register(LineMembership)
+class LineMembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "business_line", "is_lead"]
+
+
+@admin.register(AuditRecord)
+class AuditRecordAdmin(admin.ModelAdmin):
+    """Read-only: the audit log is append-only."""
+
+    list_display = ["at", "actor_name", "action", "target_type", "target_id", "source_ip"]
+    list_filter = ["action"]
+    search_fields = ["actor_name", "target_id", "reason"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

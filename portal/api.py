@@ -1,0 +1,58 @@
+"""Shared API plumbing: one error shape and role permissions for DRF views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, permissions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.roles import is_admin, is_oncall_or_admin
+
+
+def _as_field_errors(detail: Any) -> dict[str, Any]:
+    if isinstance(detail, dict):
+        return detail
+    if isinstance(detail, list):
+        return {"non_field_errors": detail}
+    return {"non_field_errors": [detail]}
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    """Bad input -> 400 ``{"errors": {field: [msg]}}``; Django errors mapped like DRF's."""
+    if isinstance(exc, DjangoValidationError):
+        errors = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+        return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    response = drf_exception_handler(exc, context)
+    if response is not None and response.status_code == 400:
+        response.data = {"errors": _as_field_errors(response.data)}
+    return response
+
+
+class IsAdmin(permissions.BasePermission):
+    message = "cluster admins only"
+
+    def has_permission(self, request, view) -> bool:
+        return is_admin(request.user)
+
+
+class IsOncallOrAdmin(permissions.BasePermission):
+    message = "on-call engineers and admins only"
+
+    def has_permission(self, request, view) -> bool:
+        return is_oncall_or_admin(request.user)
+
+
+def client_ip(request) -> str | None:
+    """The caller's address for audit records (REMOTE_ADDR; proxies are not trusted)."""
+    return request.META.get("REMOTE_ADDR") or None

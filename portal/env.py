@@ -1,0 +1,101 @@
+"""Typed, strict parsing of environment variables for settings.
+
+Every parser raises ``ImproperlyConfigured`` with the variable's name and the
+offending value, so a bad deployment fails loudly at start-up instead of
+running with a silently wrong default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+BACKENDS = ("simulator", "slurm", "kubernetes")
+
+
+def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    return None if value is None else value.strip()
+
+
+def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    """Parse a boolean: 1/true/yes/on or 0/false/no/off (case-insensitive)."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return default
+    low = raw.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false, yes/no), got {raw!r}")
+
+
+def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    raw = _raw(name, environ)
+    return default if raw is None or raw == "" else raw
+
+
+def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """Parse a comma-separated list, dropping empty items."""
+    raw = _raw(name, environ)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_float(
+    name: str,
+    default: float,
+    environ: Mapping[str, str] | None = None,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> float:
+    raw = _raw(name, environ)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum}, got {raw!r}")
+    return value
+
+
+def env_choice(
+    name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None
+) -> str:
+    raw = env_str(name, default, environ)
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
+    return raw
+
+
+def env_url(
+    name: str, schemes: tuple[str, ...], environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Parse an optional URL and check its scheme; None when unset."""
+    raw = _raw(name, environ)
+    if raw is None or raw == "":
+        return None
+    parsed = urlparse(raw)
+    if parsed.scheme not in schemes:
+        raise ImproperlyConfigured(
+            f"{name} must be a URL with scheme {' or '.join(schemes)}, got {raw!r}"
+        )
+    if not parsed.hostname and not parsed.path and parsed.scheme != "sqlite":
+        raise ImproperlyConfigured(f"{name} has no host: {raw!r}")
+    return raw

@@ -1,0 +1,19 @@
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from rest_framework.authtoken.models import Token
+
+
+class Command(BaseCommand):
+    help = "Print the API token of USER (created on first use)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("username")
+
+    def handle(self, username: str, **options) -> None:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user named {username!r}")
+        if not user.is_active:
+            raise CommandError(f"user {username!r} is inactive")
+        token, _ = Token.objects.get_or_create(user=user)
+        self.stdout.write(token.key)

@@ -1,0 +1,155 @@
+"""Seed demo business lines, queues, users and a simulated cluster (idempotent)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from portal.models import LineMembership, Profile, Role
+from quotas.models import BusinessLine, Queue, Tier
+from scheduling.models import Allocation, ClusterSettings, Node
+from scheduling.simcore.cluster import build_demo_cluster
+
+# (name, display name, share of the cluster's GPUs as quota, guarantee share of the quota)
+LINES = (
+    ("search-rec", "Search & Recommendation", 0.25, 0.40),
+    ("llm", "Large language models", 0.45, 0.40),
+    ("multimodal", "Multimodal", 0.25, 0.40),
+)
+# (suffix, nature, tier, queue quota share of the line's quota or None, share of line guarantee)
+QUEUES = (
+    ("urgent", Queue.Nature.URGENT_FIX, Tier.URGENT, None, 0.0),
+    ("core", Queue.Nature.CORE_TRAINING, Tier.CORE, None, 0.50),
+    ("finetune", Queue.Nature.FINE_TUNING, Tier.FINETUNE, 0.40, 0.25),
+    ("experiment", Queue.Nature.EXPERIMENTS, Tier.EXPERIMENT, 0.30, 0.0),
+)
+# (username, role, line, is_lead)
+USERS = (
+    ("admin", Role.ADMIN, None, False),
+    ("oncall", Role.ONCALL, None, False),
+    ("lead", Role.TEAM_LEAD, "llm", True),
+    ("researcher", Role.RESEARCHER, "llm", False),
+    ("researcher2", Role.RESEARCHER, "search-rec", False),
+)
+
+
+class Command(BaseCommand):
+    help = (
+        "Create demo business lines, queues, quotas, users and a simulated cluster "
+        "(default 1,250 nodes x 8 GPUs). Safe to run again."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--nodes", type=int, default=1250, help="number of 8-GPU nodes")
+        parser.add_argument("--nodes-per-rack", type=int, default=32)
+        parser.add_argument("--no-workload", action="store_true", help="no demo job generator")
+        parser.add_argument(
+            "--uniform", action="store_true", help="one GPU model and memory, RDMA everywhere"
+        )
+        parser.add_argument("--seed", type=int, default=0)
+
+    def handle(self, *args, **opts) -> None:
+        if not 1 <= opts["nodes"] <= 5000:
+            raise CommandError("--nodes must be between 1 and 5000")
+        if not 1 <= opts["nodes_per_rack"] <= 256:
+            raise CommandError("--nodes-per-rack must be between 1 and 256")
+        with transaction.atomic():
+            gpus = self._seed_nodes(opts)
+            self._seed_lines(gpus)
+            created = self._seed_users()
+            settings = ClusterSettings.load()
+            settings.workload_enabled = not opts["no_workload"]
+            settings.seed = opts["seed"]
+            settings.save()
+        self.stdout.write(
+            f"demo ready: {Node.objects.count()} nodes, {gpus} GPUs, "
+            f"{BusinessLine.objects.count()} lines, {Queue.objects.count()} queues, "
+            f"workload {'on' if not opts['no_workload'] else 'off'}"
+        )
+        for username, password in created:
+            self.stdout.write(f"created user {username} with password {password}")
+
+    def _seed_nodes(self, opts: dict) -> int:
+        layout = build_demo_cluster(
+            nodes=opts["nodes"],
+            nodes_per_rack=opts["nodes_per_rack"],
+            uniform=opts["uniform"],
+            seed=opts["seed"],
+        )
+        wanted = {n.name for n in layout}
+        stale = Node.objects.exclude(name__in=wanted)
+        if Allocation.objects.filter(node__in=stale).exists():
+            raise CommandError("cannot reshape the cluster while jobs run on nodes it would remove")
+        stale.delete()
+        existing = {n.name: n for n in Node.objects.all()}
+        fields = ["rack", "block", "gpu_model", "gpu_memory_gb", "gpus_total", "rdma", "inference"]
+        to_create, to_update = [], []
+        for sim in layout:
+            values = {f: getattr(sim, f) for f in fields}
+            node = existing.get(sim.name)
+            if node is None:
+                to_create.append(Node(name=sim.name, **values))
+            elif any(getattr(node, f) != v for f, v in values.items()):
+                for f, v in values.items():
+                    setattr(node, f, v)
+                to_update.append(node)
+        Node.objects.bulk_create(to_create, batch_size=500)
+        Node.objects.bulk_update(to_update, fields, batch_size=500)
+        return sum(n.gpus_total for n in layout)
+
+    def _seed_lines(self, cluster_gpus: int) -> None:
+        for name, display, share, guarantee_share in LINES:
+            quota = max(1, int(cluster_gpus * share))
+            guarantee = int(quota * guarantee_share)
+            line, _ = BusinessLine.objects.get_or_create(
+                name=name,
+                defaults={
+                    "display_name": display,
+                    "quota_gpus": quota,
+                    "guarantee_gpus": guarantee,
+                },
+            )
+            if (line.quota_gpus, line.guarantee_gpus) != (quota, guarantee):
+                # The demo contract follows the demo cluster's size.
+                line.quota_gpus, line.guarantee_gpus = quota, guarantee
+                line.save(update_fields=["quota_gpus", "guarantee_gpus"])
+            for suffix, nature, tier, q_share, g_share in QUEUES:
+                values = {
+                    "business_line": line,
+                    "nature": nature,
+                    "tier": tier,
+                    "quota_gpus": None if q_share is None else int(quota * q_share),
+                    "guarantee_gpus": int(guarantee * g_share),
+                    "preempts_tiers": [],
+                }
+                Queue.objects.update_or_create(name=f"{name}-{suffix}", defaults=values)
+
+    def _seed_users(self) -> list[tuple[str, str]]:
+        user_model = get_user_model()
+        env_password = os.environ.get("DEMO_PASSWORD", "")
+        generated = secrets.token_urlsafe(12)
+        created: list[tuple[str, str]] = []
+        for username, role, line_name, is_lead in USERS:
+            user = user_model.objects.filter(username=username).first()
+            if user is None:
+                user = user_model(username=username, email=f"{username}@example.org")
+                user.set_password(env_password or generated)
+                created.append((username, env_password or generated))
+            elif env_password and not user.check_password(env_password):
+                user.set_password(env_password)
+            user.is_staff = user.is_superuser = role == Role.ADMIN
+            user.save()
+            Profile.objects.update_or_create(user=user, defaults={"role": role})
+            if line_name:
+                LineMembership.objects.update_or_create(
+                    user=user,
+                    business_line=BusinessLine.objects.get(name=line_name),
+                    defaults={"is_lead": is_lead},
+                )
+        if env_password:
+            return [(u, "(DEMO_PASSWORD)") for u, _ in created]
+        return created

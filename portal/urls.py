@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from portal import views
+from quotas.api import BusinessLineViewSet, QueueViewSet
+from scheduling.api import JobViewSet, NodeViewSet
+
+router = DefaultRouter()
+router.register("business-lines", BusinessLineViewSet, basename="business-line")
+router.register("queues", QueueViewSet, basename="queue")
+router.register("jobs", JobViewSet, basename="job")
+router.register("nodes", NodeViewSet, basename="node")
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+]

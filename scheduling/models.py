@@ -1,0 +1,214 @@
+"""Cluster nodes, jobs, GPU allocations and job timelines.
+
+Invariants held by the database itself:
+- an ``Allocation`` is one GPU of one node, unique per (node, gpu_index): no GPU
+  is ever given to two jobs, whatever the writers do;
+- GPU indices are within 0..7 (nodes have at most 8 GPUs) and counts are positive.
+State changes go through ``scheduling.services`` only.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from quotas.models import Queue, Tier
+
+MAX_GPUS_PER_NODE = 8
+
+
+class Node(models.Model):
+    """A GPU node as the portal knows it (discovered from or pushed to the backend).
+
+    ``state`` is the scheduling state (may jobs land here); ``health`` is what the
+    last observation or health sweep saw. ``residual_gpus`` counts GPUs held by
+    stale processes of finished jobs (R6): busy, but by nobody.
+    """
+
+    class State(models.TextChoices):
+        READY = "ready"
+        CORDONED = "cordoned"
+        DRAINING = "draining"
+        DOWN = "down"
+        UNHEALTHY = "unhealthy"
+
+    class Health(models.TextChoices):
+        OK = "ok"
+        GPU_FAILURE = "gpu_failure"
+        RDMA_DEGRADED = "rdma_degraded"
+        DOWN = "down"
+
+    name = models.CharField(max_length=64, unique=True)
+    rack = models.CharField(max_length=32, db_index=True)
+    block = models.CharField(max_length=32)
+    gpu_model = models.CharField(max_length=32)
+    gpu_memory_gb = models.PositiveSmallIntegerField()
+    gpus_total = models.PositiveSmallIntegerField()
+    rdma = models.BooleanField(default=True)
+    inference = models.BooleanField(default=False, help_text="serves online inference")
+    state = models.CharField(max_length=12, choices=State.choices, default=State.READY)
+    state_reason = models.CharField(max_length=300, blank=True)
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
+    health_detail = models.CharField(max_length=300, blank=True)
+    residual_gpus = models.PositiveSmallIntegerField(default=0)
+    recent_models = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpus_total__gte=1) & Q(gpus_total__lte=MAX_GPUS_PER_NODE),
+                name="node_gpus_total_1_to_8",
+            ),
+            models.CheckConstraint(
+                condition=Q(residual_gpus__lte=models.F("gpus_total")),
+                name="node_residual_within_total",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    """A training job: its submitted spec, where it stands, and why.
+
+    States follow API.md: pending -> running -> succeeded | failed | cancelled, and
+    running -> preempting -> pending on graceful preemption (progress kept,
+    ``preemption_count`` + 1). ``pending_*`` hold the engine's latest verdict.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        PREEMPTING = "preempting"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE_STATES = (State.PENDING, State.RUNNING, State.PREEMPTING)
+    TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+
+    name = models.CharField(max_length=100)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="jobs")
+    tier = models.CharField(max_length=12, choices=Tier.choices)
+    gpus = models.PositiveIntegerField()
+    gpus_per_node = models.PositiveSmallIntegerField(null=True, blank=True)
+    gpu_memory_gb = models.PositiveSmallIntegerField(null=True, blank=True)
+    rdma = models.BooleanField(default=False)
+    exclusive_node = models.BooleanField(default=False)
+    avoid_inference = models.BooleanField(default=False)
+    preemptible = models.BooleanField(default=True)
+    borrowed = models.BooleanField(default=False, help_text="started beyond quota on idle capacity")
+    max_retries = models.PositiveSmallIntegerField(default=3)
+    checkpoint_path = models.CharField(max_length=500, blank=True)
+    checkpoint_interval_minutes = models.PositiveIntegerField(default=60)
+    estimated_runtime_minutes = models.PositiveIntegerField(null=True, blank=True)
+    model_name = models.CharField(max_length=100, blank=True)
+    sim_duration_minutes = models.PositiveIntegerField(null=True, blank=True)
+
+    state = models.CharField(
+        max_length=12, choices=State.choices, default=State.PENDING, db_index=True
+    )
+    pending_code = models.CharField(max_length=24, blank=True)
+    pending_message = models.TextField(blank=True)
+    pending_details = models.JSONField(default=dict, blank=True)
+    pending_remedy = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+
+    preemption_count = models.PositiveSmallIntegerField(default=0)
+    retry_count = models.PositiveSmallIntegerField(default=0)
+    progress_seconds = models.FloatField(default=0)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    preempt_deadline = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    backend_ref = models.CharField(max_length=100, blank=True)
+    failure_reason = models.TextField(blank=True)
+
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [models.Index(fields=["state", "queue"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(
+                condition=Q(gpus_per_node__isnull=True)
+                | (Q(gpus_per_node__gte=1) & Q(gpus_per_node__lte=MAX_GPUS_PER_NODE)),
+                name="job_gpus_per_node_1_to_8",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_retries__lte=10), name="job_max_retries_at_most_10"
+            ),
+            models.CheckConstraint(
+                condition=Q(checkpoint_interval_minutes__gte=1),
+                name="job_checkpoint_interval_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(progress_seconds__gte=0), name="job_progress_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE_STATES
+
+
+class Allocation(models.Model):
+    """One GPU of one node held by one job. Unique per (node, gpu_index)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    gpu_index = models.PositiveSmallIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "gpu_index"], name="one_job_per_gpu"),
+            models.CheckConstraint(
+                condition=Q(gpu_index__lt=MAX_GPUS_PER_NODE), name="allocation_gpu_index_0_to_7"
+            ),
+        ]
+
+
+class JobEvent(models.Model):
+    """One line of a job's timeline (submitted, started, preempted, checkpointed, retried...)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    kind = models.CharField(max_length=32)
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"])]
+
+
+class ClusterSettings(models.Model):
+    """The one row of cluster-wide settings the demo and the loop read.
+
+    ``workload_enabled`` turns the simulator's demo workload generator on;
+    ``seed`` makes the simulated cluster and its workload reproducible.
+    """
+
+    singleton = models.BooleanField(default=True, unique=True, editable=False)
+    workload_enabled = models.BooleanField(default=True)
+    seed = models.IntegerField(default=0)
+
+    @classmethod
+    def load(cls) -> ClusterSettings:
+        obj, _ = cls.objects.get_or_create(singleton=True)
+        return obj

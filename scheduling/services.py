@@ -1,0 +1,188 @@
+"""Writers of jobs: submission and cancellation (the loop's writers live in ``scheduling.loop``).
+
+Every function here validates the business rules (who may use which queue,
+tier ceilings, sizes the cluster can hold), writes in one transaction, appends
+to the job's timeline and publishes live events after commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Max, Sum
+
+from portal import audit
+from portal.realtime import publish_on_commit
+from portal.roles import is_admin, led_line_ids, role_of
+from quotas.models import Queue, Tier
+from scheduling import limits
+from scheduling.models import Job, JobEvent, Node
+from scheduling.selectors import list_queues_for_submit
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A validated-for-types submission (the adapters build it; the service checks the rules)."""
+
+    name: str
+    queue: str | int
+    gpus: int
+    tier: str | None = None
+    gpus_per_node: int | None = None
+    gpu_memory_gb: int | None = None
+    rdma: bool | None = None
+    exclusive_node: bool = False
+    avoid_inference: bool = False
+    preemptible: bool | None = None
+    max_retries: int = 3
+    checkpoint_path: str = ""
+    checkpoint_interval_minutes: int = 60
+    estimated_runtime_minutes: int | None = None
+    model_name: str = ""
+    sim_duration_minutes: int | None = None
+
+
+def _resolve_queue(user: Any, ref: str | int) -> Queue:
+    allowed = list_queues_for_submit(user)
+    queue = None
+    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
+        queue = allowed.filter(pk=int(ref)).first()
+    if queue is None and isinstance(ref, str):
+        queue = allowed.filter(name=ref).first()
+    if queue is None:
+        exists = Queue.objects.filter(name=str(ref)).exists() or (
+            str(ref).isdigit() and Queue.objects.filter(pk=int(ref)).exists()
+        )
+        msg = "you may not submit to this queue" if exists else f"unknown queue {str(ref)[:80]!r}"
+        raise ValidationError({"queue": [msg]})
+    return queue
+
+
+def _check_checkpoint_path(path: str) -> None:
+    if not path:
+        return
+    scheme = urlparse(path).scheme.lower()
+    if scheme not in limits.SHARED_STORAGE_SCHEMES:
+        raise ValidationError(
+            {
+                "checkpoint_path": [
+                    "checkpoints must live on shared storage, never node-local disk: use one of "
+                    + ", ".join(f"{s}://" for s in limits.SHARED_STORAGE_SCHEMES)
+                ]
+            }
+        )
+
+
+def resolve_job_request(user: Any, req: JobRequest) -> dict[str, Any]:
+    """Apply the business rules and defaults; return the Job fields or raise ValidationError."""
+    errors: dict[str, list[str]] = {}
+    queue = _resolve_queue(user, req.queue)
+    tier = req.tier or queue.tier
+    if tier not in Tier.values:
+        errors["tier"] = [f"unknown tier {tier!r}; one of {', '.join(Tier.values)}"]
+    elif Tier.rank(tier) > Tier.rank(queue.tier):
+        errors["tier"] = [f"queue {queue.name} allows tiers up to {queue.tier!r}, not {tier!r}"]
+
+    node_size = Node.objects.aggregate(m=Max("gpus_total"))["m"] or limits.GPUS_PER_NODE_MAX
+    cluster_gpus = Node.objects.aggregate(s=Sum("gpus_total"))["s"] or 0
+    if req.gpus > cluster_gpus:
+        errors["gpus"] = [f"the cluster has {cluster_gpus} GPUs in all; this job asks {req.gpus}"]
+    per_node = req.gpus_per_node
+    if per_node is None:
+        per_node = req.gpus if req.gpus <= node_size else node_size
+    if per_node > node_size:
+        errors["gpus_per_node"] = [f"nodes have at most {node_size} GPUs"]
+    elif req.gpus % per_node:
+        errors["gpus_per_node"] = [
+            f"{req.gpus} GPUs cannot be split evenly into nodes of {per_node} GPUs"
+        ]
+    try:
+        _check_checkpoint_path(req.checkpoint_path)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+
+    multi_node = req.gpus > per_node
+    return {
+        "name": req.name,
+        "queue": queue,
+        "tier": tier,
+        "gpus": req.gpus,
+        "gpus_per_node": per_node,
+        "gpu_memory_gb": req.gpu_memory_gb,
+        "rdma": multi_node if req.rdma is None else req.rdma,
+        "exclusive_node": req.exclusive_node,
+        "avoid_inference": req.avoid_inference,
+        "preemptible": (Tier.rank(tier) < Tier.rank(Tier.CORE))
+        if req.preemptible is None
+        else req.preemptible,
+        "max_retries": req.max_retries,
+        "checkpoint_path": req.checkpoint_path,
+        "checkpoint_interval_minutes": req.checkpoint_interval_minutes,
+        "estimated_runtime_minutes": req.estimated_runtime_minutes,
+        "model_name": req.model_name,
+        "sim_duration_minutes": req.sim_duration_minutes,
+    }
+
+
+def add_event(job: Job, kind: str, message: str) -> JobEvent:
+    """Append to a job's timeline and tell its watchers (after commit)."""
+    event = JobEvent.objects.create(job=job, kind=kind, message=message)
+    publish_on_commit(
+        f"job.{job.pk}",
+        "job.updated",
+        {"id": job.pk, "state": job.state, "event": {"kind": kind, "message": message}},
+    )
+    return event
+
+
+def submit_job(user: Any, req: JobRequest) -> Job:
+    """Create a pending job after checking the rules; the next cycle will place or explain it."""
+    if role_of(user) is None:
+        raise PermissionDenied("log in to submit jobs")
+    fields = resolve_job_request(user, req)
+    with transaction.atomic():
+        job = Job.objects.create(owner=user, state=Job.State.PENDING, **fields)
+        add_event(
+            job,
+            "submitted",
+            f"submitted by {user.username} to {job.queue.name}: {job.gpus} GPUs, tier {job.tier}",
+        )
+    publish_on_commit("queues", "queues.updated", {"queue": job.queue.name})
+    return job
+
+
+def may_cancel(user: Any, job: Job) -> bool:
+    """Owner, the team lead of the job's line, or an admin."""
+    if job.owner_id == getattr(user, "pk", None) or is_admin(user):
+        return True
+    return job.queue.business_line_id in led_line_ids(user)
+
+
+def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
+    """Mark an active job cancelled; the loop releases its GPUs on the backend.
+
+    Compare-and-set: a job already finished is refused with a clear error.
+    """
+    with transaction.atomic():
+        job = Job.objects.select_for_update().select_related("queue").get(pk=job_id)
+        if not may_cancel(user, job):
+            raise PermissionDenied("only the owner, their team lead or an admin may cancel")
+        if not job.is_active:
+            raise ValidationError({"state": [f"job is already {job.state}"]})
+        before = {"state": job.state}
+        job.state = Job.State.CANCELLED
+        job.save(update_fields=["state", "updated_at"])
+        add_event(job, "cancelled", f"cancelled by {user.username}")
+        if job.owner_id != user.pk:
+            audit.record(
+                user, "job.cancel", job, before=before, after={"state": job.state},
+                source_ip=source_ip,
+            )  # fmt: skip
+    publish_on_commit("queues", "queues.updated", {"queue": job.queue.name})
+    return job

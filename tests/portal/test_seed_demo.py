@@ -1,0 +1,77 @@
+"""seed_demo builds the demo and is idempotent."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from portal.models import LineMembership
+from quotas.models import BusinessLine, Queue
+from scheduling.models import Node
+
+pytestmark = pytest.mark.django_db
+
+
+def _counts() -> tuple:
+    return (
+        Node.objects.count(),
+        BusinessLine.objects.count(),
+        Queue.objects.count(),
+        get_user_model().objects.count(),
+        LineMembership.objects.count(),
+    )
+
+
+def test_full_demo_is_1250_nodes_and_10000_gpus_with_every_role(monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", stdout=None)
+    assert Node.objects.count() == 1250
+    assert sum(Node.objects.values_list("gpus_total", flat=True)) == 10_000
+    assert Node.objects.filter(rdma=False).exists(), "a minority of nodes lacks RDMA"
+    assert Node.objects.values("gpu_model").distinct().count() > 1
+    assert set(BusinessLine.objects.values_list("name", flat=True)) >= {
+        "llm",
+        "search-rec",
+        "multimodal",
+    }
+    assert set(Queue.objects.values_list("tier", flat=True)) == {
+        "urgent",
+        "core",
+        "finetune",
+        "experiment",
+    }
+    names = set(get_user_model().objects.values_list("username", flat=True))
+    assert names >= {"admin", "oncall", "lead", "researcher", "researcher2"}
+    assert LineMembership.objects.get(user__username="lead").is_lead
+
+
+def test_running_the_seed_twice_changes_nothing(monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", nodes=16, nodes_per_rack=8, stdout=None)
+    first = _counts()
+    line_ids = list(BusinessLine.objects.order_by("id").values_list("id", flat=True))
+    call_command("seed_demo", nodes=16, nodes_per_rack=8, stdout=None)
+    assert _counts() == first
+    assert list(BusinessLine.objects.order_by("id").values_list("id", flat=True)) == line_ids
+
+
+def test_guarantees_stay_within_quotas_and_capacity(monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", nodes=8, nodes_per_rack=4, uniform=True, stdout=None)
+    capacity = sum(Node.objects.values_list("gpus_total", flat=True))
+    assert sum(BusinessLine.objects.values_list("guarantee_gpus", flat=True)) <= capacity
+    for line in BusinessLine.objects.all():
+        assert line.guarantee_gpus <= line.quota_gpus
+        assert sum(q.guarantee_gpus for q in line.queues.all()) <= line.guarantee_gpus
+    assert set(Node.objects.values_list("rdma", flat=True)) == {True}
+
+
+def test_uniform_small_cluster_is_deterministic_for_a_seed(monkeypatch):
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", nodes=12, nodes_per_rack=4, seed=7, stdout=None)
+    first = list(Node.objects.order_by("name").values_list("name", "rack", "gpu_model", "rdma"))
+    Node.objects.all().delete()
+    call_command("seed_demo", nodes=12, nodes_per_rack=4, seed=7, stdout=None)
+    assert (
+        list(Node.objects.order_by("name").values_list("name", "rack", "gpu_model", "rdma"))
+        == first
+    )

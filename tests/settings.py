@@ -1,0 +1,34 @@
+"""Test settings: real PostgreSQL and Redis, started here when not given.
+
+When ``DATABASE_URL`` / ``REDIS_URL`` are unset, throw-away servers are started
+in a temporary folder (system binaries when present, else the pip-shipped
+ones) and stopped when the test process exits.
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from portal.devservices import Postgres, Redis, free_port
+
+_scratch = Path(tempfile.mkdtemp(prefix="portal-tests-"))
+os.chmod(_scratch, 0o755)
+atexit.register(shutil.rmtree, _scratch, True)
+
+if not os.environ.get("DATABASE_URL"):
+    _pg = Postgres(_scratch / "pg", free_port()).start()
+    atexit.register(_pg.stop)
+    os.environ["DATABASE_URL"] = _pg.url
+if not os.environ.get("REDIS_URL"):
+    _redis = Redis(_scratch / "redis", free_port()).start()
+    atexit.register(_redis.stop)
+    os.environ["REDIS_URL"] = _redis.url
+
+os.environ.setdefault("DEBUG", "1")
+os.environ.setdefault("SECRET_KEY", "test-secret-key-" + "x" * 50)
+
+from portal.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

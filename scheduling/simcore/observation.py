@@ -49,7 +49,8 @@ class SimEvent:
       ``killed``: ``Simulator.kill``), progress_s (kept progress).
     - ``residual.left``: job_id (the stale job), node, gpus ((gpu, ...)).
     - ``residual.cleaned``: node, gpus.
-    - ``node.fault``: node, reason (fault kind), jobs (jobs that failed).
+    - ``node.fault``: node, reason (fault kind), jobs (jobs that failed); for
+      ``residual_process``, gpus (the GPUs now held, also told by ``residual.left``).
     - ``node.repaired`` / ``node.cordoned`` / ``node.uncordoned``: node.
     - ``inference.pressure``: node, gpus_needed (GPUs inference wants but cannot
       get), jobs (running training jobs on the node that should yield).

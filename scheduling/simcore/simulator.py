@@ -174,7 +174,8 @@ class SimJob:
 
     def progress(self, now: float) -> float:
         if self.state == RUNNING:
-            return min(self.true_duration_s, self.start_progress_s + (now - self.started_at))
+            done = max(self.true_duration_s, self.start_progress_s)
+            return min(done, self.start_progress_s + (now - self.started_at))
         if self.state == STOPPING:
             return self.stop_progress_s  # type: ignore[return-value]
         return self.final_progress_s  # type: ignore[return-value]
@@ -448,10 +449,15 @@ class Simulator:
             )
         if not (true_duration_s > 0 and math.isfinite(true_duration_s)):
             raise PermanentError("invalid_argument", "true_duration_s must be a positive number")
-        if not (progress_s >= 0 and checkpoint_interval_s > 0 and checkpoint_cost_s >= 0):
+        if not (
+            0 <= progress_s < math.inf
+            and 0 < checkpoint_interval_s < math.inf
+            and 0 <= checkpoint_cost_s < math.inf
+        ):
             raise PermanentError(
                 "invalid_argument",
-                "progress_s and checkpoint_cost_s must be >= 0, checkpoint_interval_s > 0",
+                "progress_s and checkpoint_cost_s must be finite and >= 0, "
+                "checkpoint_interval_s finite and > 0",
             )
         if not place or any(not g for _, g in place):
             raise PermanentError("invalid_placement", "placement needs at least one GPU per node")
@@ -534,8 +540,8 @@ class Simulator:
         """
         self._api_call("request_checkpoint_stop")
         job = self._job(job_id)
-        if not grace_s >= 0:
-            raise PermanentError("invalid_argument", "grace_s must be >= 0")
+        if not 0 <= grace_s < math.inf:
+            raise PermanentError("invalid_argument", "grace_s must be finite and >= 0")
         if job.state == RUNNING:
             self._stop(job, grace_s)
 
@@ -604,8 +610,8 @@ class Simulator:
         """
         self._api_call("drain")
         n = self._node(node)
-        if not grace_s >= 0:
-            raise PermanentError("invalid_argument", "grace_s must be >= 0")
+        if not 0 <= grace_s < math.inf:
+            raise PermanentError("invalid_argument", "grace_s must be finite and >= 0")
         if not n.cordoned:
             n.cordoned = True
             self._events.append(SimEvent(self.now, NODE_CORDONED, node=n.name))
@@ -771,7 +777,8 @@ class Simulator:
                 continue  # stale entry: the job's plans changed since it was pushed
             self.now = t
             if rank == _R_FINISH:
-                self._end(job, SUCCEEDED, "completed", job.true_duration_s)
+                done = max(job.true_duration_s, job.start_progress_s)
+                self._end(job, SUCCEEDED, "completed", done)
             elif rank == _R_CKPT:
                 self._checkpoint(job)
             elif rank == _R_STOP:

@@ -260,3 +260,31 @@ def test_ended_jobs_are_forgotten_after_the_retention():
     assert "j" in sim.observe().jobs_by_id
     sim.advance(20)
     assert "j" not in sim.observe().jobs_by_id
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"true_duration_s": 0},
+        {"true_duration_s": float("inf")},
+        {"progress_s": -1},
+        {"progress_s": float("nan")},
+        {"checkpoint_interval_s": 0},
+        {"checkpoint_interval_s": float("inf")},
+        {"checkpoint_cost_s": -5},
+    ],
+)
+def test_launch_refuses_arguments_that_are_not_finite_sensible_numbers(kwargs):
+    sim = quiet_sim()
+    with pytest.raises(PermanentError) as err:
+        sim.launch("j", [("r000-n00", (0,))], **{"true_duration_s": 100, **kwargs})
+    assert err.value.code == "invalid_argument" and sim.jobs == {}
+
+
+@pytest.mark.parametrize("grace", [-1, float("nan"), float("inf")])
+def test_stop_refuses_a_grace_that_is_not_a_finite_non_negative_number(grace):
+    sim = quiet_sim()
+    sim.launch("j", [("r000-n00", (0,))], 100)
+    with pytest.raises(PermanentError):
+        sim.request_checkpoint_stop("j", grace)
+    assert sim.observe().job("j").state == "running"

@@ -1,0 +1,48 @@
+"""The scheduling engine: a pure functional core (no Django, no clock, no I/O).
+
+``plan(snapshot, now)`` decides who starts where, who is preempted, which nodes
+are reserved, and why every other job waits; ``check_plan(snapshot, plan)``
+lists any rule the plan breaks (empty = OK). See docs/engine.md.
+"""
+
+from .invariants import check_plan
+from .planner import plan
+from .types import (
+    VERDICT_CODES,
+    Code,
+    LineView,
+    NodeView,
+    PendingJob,
+    Plan,
+    PolicyConfig,
+    Preemption,
+    QueueView,
+    Reservation,
+    RunningJob,
+    Slot,
+    Snapshot,
+    Start,
+    Tier,
+    Verdict,
+)
+
+__all__ = [
+    "VERDICT_CODES",
+    "Code",
+    "LineView",
+    "NodeView",
+    "PendingJob",
+    "Plan",
+    "PolicyConfig",
+    "Preemption",
+    "QueueView",
+    "Reservation",
+    "RunningJob",
+    "Slot",
+    "Snapshot",
+    "Start",
+    "Tier",
+    "Verdict",
+    "check_plan",
+    "plan",
+]

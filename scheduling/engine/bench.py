@@ -1,0 +1,286 @@
+"""Benchmark of one scheduling decision at cluster scale: ``plan()`` + ``check_plan()``.
+
+    python -m scheduling.engine.bench --gpus 10000 --pending 5000 --running 2000 --json
+
+builds a random but realistic snapshot (8-GPU nodes in racks of 32, 4 racks per
+network block, a few non-RDMA / 40 GB / inference racks, ~2% of nodes out of
+service, four business lines with quotas and guarantees, the four tiers, sizes
+from 1 to 256 GPUs, a fragmented and nearly full cluster, some borrowed and
+some preempting work) and times the engine over several runs.
+``run_bench(...)`` returns the same figures as a dict for the
+``bench_cycle`` management command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+from .invariants import check_plan
+from .planner import plan
+from .types import (
+    PREEMPTING,
+    LineView,
+    NodeView,
+    PendingJob,
+    PolicyConfig,
+    QueueView,
+    RunningJob,
+    Slot,
+    Snapshot,
+    Tier,
+)
+
+NODE_GPUS = 8
+RACK_NODES = 32
+BLOCK_RACKS = 4
+MODELS = ("llama-70b", "llama-8b", "qwen-14b", "mixtral", "vit-g", "bert-l", "sd-xl", "t5-xxl")
+LINES = (("llm", 0.40), ("search", 0.25), ("multimodal", 0.25), ("ads", 0.15))
+TIER_MIX = ((Tier.URGENT, 0.02), (Tier.CORE, 0.18), (Tier.FINETUNE, 0.30), (Tier.EXPERIMENT, 0.50))
+PENDING_SIZES = ((1, 20), (2, 10), (4, 20), (8, 25), (16, 10), (32, 7), (64, 4), (128, 3), (256, 1))
+RUNNING_SIZES = ((1, 30), (2, 15), (4, 25), (8, 22), (16, 5), (32, 2), (64, 0.7), (128, 0.3))
+
+
+def _pick(rng: random.Random, table: tuple[tuple[Any, float], ...]) -> Any:
+    values = [v for v, _ in table]
+    weights = [w for _, w in table]
+    return rng.choices(values, weights)[0]
+
+
+def build_snapshot(gpus: int, pending: int, running: int, seed: int = 0) -> Snapshot:
+    """A deterministic random snapshot of the given size."""
+    rng = random.Random(seed)
+    n_nodes = max(1, gpus // NODE_GPUS)
+    n_racks = (n_nodes + RACK_NODES - 1) // RACK_NODES
+    special = {r: "" for r in range(n_racks)}
+    if n_racks >= 8:
+        special[n_racks - 1] = "nordma"
+        special[n_racks - 2] = "nordma"
+        special[n_racks - 3] = "a100"
+        special[n_racks - 4] = "a100"
+        special[n_racks - 5] = "inference"
+    states = ("cordoned", "draining", "down", "unhealthy")
+    free: list[list[int]] = []
+    meta = []
+    for i in range(n_nodes):
+        r = i // RACK_NODES
+        kind = special[r]
+        state = "ready" if rng.random() > 0.02 else rng.choice(states)
+        models = tuple(sorted(set(rng.sample(MODELS, rng.randint(0, 2)))))
+        meta.append((i, r, kind, state, models))
+        free.append(list(range(NODE_GPUS)))
+
+    lines = tuple(
+        LineView(name, int(gpus * share), int(gpus * share * 0.2)) for name, share in LINES
+    )
+    queues: list[QueueView] = []
+    for name, share in LINES:
+        quota = int(gpus * share)
+        queues.append(QueueView(f"{name}-urgent", name, Tier.URGENT, quota // 4, 0))
+        queues.append(QueueView(f"{name}-core", name, Tier.CORE, None, quota // 5))
+        queues.append(QueueView(f"{name}-finetune", name, Tier.FINETUNE, None, 0))
+        queues.append(QueueView(f"{name}-experiment", name, Tier.EXPERIMENT, quota // 2, 0))
+    line_names = [name for name, _ in LINES]
+    line_weights = [share for _, share in LINES]
+
+    def queue_of(tier: Tier, line: str) -> str:
+        return f"{line}-{tier.label}"
+
+    now = 1_700_000_000.0
+    ready_nodes = [m[0] for m in meta if m[3] == "ready"]
+    run_jobs: list[RunningJob] = []
+    jid = 1
+    attempts = 0
+    while len(run_jobs) < running and attempts < running * 5:
+        attempts += 1
+        size = _pick(rng, RUNNING_SIZES)
+        tier = _pick(rng, TIER_MIX)
+        line = rng.choices(line_names, line_weights)[0]
+        placement: list[Slot] = []
+        if size <= NODE_GPUS:
+            # Random (not best-fit) placement fragments the cluster like real history.
+            for _ in range(8):
+                n = rng.choice(ready_nodes)
+                if len(free[n]) >= size:
+                    got = rng.sample(free[n], size)
+                    for g in got:
+                        free[n].remove(g)
+                    placement.append(Slot(f"n{n:05d}", tuple(sorted(got))))
+                    break
+        else:
+            k = size // NODE_GPUS
+            whole = [n for n in ready_nodes if len(free[n]) == NODE_GPUS]
+            if len(whole) >= k:
+                start = rng.randrange(len(whole))
+                chosen = (whole[start:] + whole[:start])[:k]
+                for n in chosen:
+                    placement.append(Slot(f"n{n:05d}", tuple(free[n])))
+                    free[n] = []
+        if not placement:
+            continue
+        started = now - rng.uniform(60, 3 * 86400)
+        runtime = rng.lognormvariate(9.5, 1.2)
+        preemptible = tier < Tier.CORE or (tier == Tier.CORE and rng.random() < 0.3)
+        state = "running"
+        preempted_for = None
+        if tier < Tier.CORE and rng.random() < 0.01:
+            state = PREEMPTING
+            preempted_for = 10_000_000 + rng.randrange(max(1, pending))
+        run_jobs.append(
+            RunningJob(
+                id=jid,
+                queue=queue_of(tier, line),
+                line=line,
+                tier=tier,
+                gpus=size,
+                placement=tuple(placement),
+                preemptible=preemptible,
+                preemption_count=rng.choice((0, 0, 0, 1, 2, 4)),
+                started_at=started,
+                last_checkpoint_at=started + rng.uniform(0, max(1.0, now - started)),
+                predicted_end=started + runtime,
+                state=state,
+                model_name=rng.choice(MODELS),
+                preempted_for=preempted_for,
+                preempt_deadline=now + 120 if state == PREEMPTING else None,
+                borrowed=rng.random() < 0.05,
+            )
+        )
+        jid += 1
+
+    nodes = []
+    for i, r, kind, state, models in meta:
+        nodes.append(
+            NodeView(
+                name=f"n{i:05d}",
+                rack=f"r{r:03d}",
+                block=f"b{r // BLOCK_RACKS:02d}",
+                gpu_model="A100" if kind == "a100" else "H100",
+                gpu_memory_gb=40 if kind == "a100" else 80,
+                gpus_total=NODE_GPUS,
+                free_gpus=tuple(free[i]),
+                rdma=kind != "nordma",
+                state=state,
+                recent_models=models,
+                inference=kind == "inference",
+            )
+        )
+
+    pend: list[PendingJob] = []
+    for j in range(pending):
+        size = _pick(rng, PENDING_SIZES)
+        tier = _pick(rng, TIER_MIX)
+        line = rng.choices(line_names, line_weights)[0]
+        pend.append(
+            PendingJob(
+                id=10_000_000 + j,
+                queue=queue_of(tier, line),
+                line=line,
+                tier=tier,
+                gpus=size,
+                gpus_per_node=4 if size > 8 and rng.random() < 0.05 else None,
+                gpu_memory_gb=80 if rng.random() < 0.1 else None,
+                rdma=size > NODE_GPUS,
+                exclusive_node=rng.random() < 0.03,
+                avoid_inference=rng.random() < 0.1,
+                submitted_at=now - rng.uniform(0, 2 * 86400),
+                preemption_count=4 if rng.random() < 0.02 else rng.choice((0, 0, 0, 1)),
+                model_name=rng.choice(MODELS) if rng.random() < 0.8 else None,
+                predicted_runtime_s=rng.lognormvariate(8.5, 1.3) if rng.random() < 0.9 else None,
+                owner=f"user{rng.randrange(300)}",
+            )
+        )
+    return Snapshot(
+        nodes=tuple(nodes),
+        lines=lines,
+        queues=tuple(queues),
+        running=tuple(run_jobs),
+        pending=tuple(pend),
+        policy=PolicyConfig(),
+    )
+
+
+BENCH_NOW = 1_700_000_000.0
+
+
+def run_bench(
+    gpus: int = 10_000, pending: int = 5_000, running: int = 2_000, runs: int = 7, seed: int = 0
+) -> dict[str, Any]:
+    """Time plan()+check_plan() on one snapshot; returns the figures as a dict."""
+    snapshot = build_snapshot(gpus, pending, running, seed)
+    runs = max(1, runs)
+    totals: list[float] = []
+    plan_ms: list[float] = []
+    check_ms: list[float] = []
+    result = None
+    violations: list[str] = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        result = plan(snapshot, BENCH_NOW)
+        t1 = time.perf_counter()
+        violations = check_plan(snapshot, result)
+        t2 = time.perf_counter()
+        plan_ms.append((t1 - t0) * 1000)
+        check_ms.append((t2 - t1) * 1000)
+        totals.append((t2 - t0) * 1000)
+    assert result is not None
+    ordered = sorted(totals)
+    p95 = ordered[min(len(ordered) - 1, max(0, int(round(0.95 * len(ordered) + 0.5)) - 1))]
+    median = statistics.median(totals)
+    free = sum(len(n.free_gpus) for n in snapshot.nodes if n.state == "ready")
+    return {
+        "gpus": sum(n.gpus_total for n in snapshot.nodes),
+        "nodes": len(snapshot.nodes),
+        "pending": len(snapshot.pending),
+        "running": len(snapshot.running),
+        "free_gpus_before": free,
+        "seed": seed,
+        "runs": runs,
+        "median_ms": round(median, 2),
+        "p95_ms": round(p95, 2),
+        "min_ms": round(ordered[0], 2),
+        "plan_median_ms": round(statistics.median(plan_ms), 2),
+        "check_median_ms": round(statistics.median(check_ms), 2),
+        "starts": len(result.starts),
+        "started_gpus": sum(len(s.gpus) for st in result.starts for s in st.placement),
+        "preemptions": len(result.preemptions),
+        "reservations": len(result.reservations),
+        "jobs_placed_per_s": round(len(result.starts) / (median / 1000), 1) if median else 0.0,
+        "verdicts": result.counts_by_code(),
+        "violations": len(violations),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", type=int, default=10_000)
+    parser.add_argument("--pending", type=int, default=5_000)
+    parser.add_argument("--running", type=int, default=2_000)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed)
+    if args.json:
+        print(json.dumps(res, sort_keys=True))
+    else:
+        print(
+            f"{res['gpus']} GPUs / {res['pending']} pending / {res['running']} running "
+            f"({res['free_gpus_before']} GPUs free), {res['runs']} runs: "
+            f"median {res['median_ms']} ms, p95 {res['p95_ms']} ms "
+            f"(plan {res['plan_median_ms']} ms + check {res['check_median_ms']} ms); "
+            f"{res['starts']} starts ({res['jobs_placed_per_s']} jobs placed/s), "
+            f"{res['preemptions']} preemptions, {res['reservations']} reservations, "
+            f"{res['violations']} violations"
+        )
+        print("verdicts: " + ", ".join(f"{k}={v}" for k, v in res["verdicts"].items()))
+    return 0 if res["violations"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,787 @@
+"""``plan(snapshot, now)``: who starts, where, who is preempted, who waits and why.
+
+One pass over the pending jobs in policy order (``_order_key``):
+
+1. ``NEVER_FITS`` / ``QUOTA_EXCEEDED`` / ``NODES_UNAVAILABLE`` gates (static,
+   cached per job shape). A job over quota that may borrow is deferred to a
+   second pass, so borrowers only get capacity nobody entitled wanted.
+2. Without backfill, the first job blocked for capacity blocks everything after
+   it (head-of-line), per pool.
+3. Place on free capacity (best fit / rack / block, see ``placement``); with
+   backfill, also on reserved nodes when the job is predicted to end before the
+   reservation starts.
+4. Otherwise: keep holding for victims already checkpointing for it; else look
+   for victims (``preemption``); else reserve the earliest nodes it could get
+   (up to ``max_reservations``) and explain.
+
+Failed placements are cached per shape: within one plan capacity only shrinks,
+so a shape that failed stays failed (for backfill, for every job predicted to
+end no earlier).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import compress
+from typing import Any
+
+from . import explain
+from .accounting import derive_usage, preemption_budgets
+from .backfill import Timeline
+from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
+from .policy import (
+    inference_ok,
+    is_demoted,
+    job_runtime,
+    queue_preempts,
+    running_end,
+    shape_counts,
+)
+from .preemption import VictimIndex, select_victims
+from .types import (
+    COLD,
+    PREEMPTING,
+    RUNNING,
+    Code,
+    PendingJob,
+    Plan,
+    Preemption,
+    Reservation,
+    RunningJob,
+    Slot,
+    Snapshot,
+    Start,
+    Verdict,
+)
+
+ShapeT = tuple[ClassKey, int, int, int, bool]
+Record = tuple[explain.Reason, float | None]
+
+_INF = math.inf
+
+
+class Planner:
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.s = snapshot
+        self.now = float(now)
+        self.policy = snapshot.policy
+        self.topo = Topology(snapshot.nodes)
+        self.live = Cluster(self.topo)
+        self._initial: Cluster | None = self.live.copy()
+        self.queues = {q.name: q for q in snapshot.queues}
+        self.lines = {line.name: line for line in snapshot.lines}
+        self.usage = derive_usage(snapshot.running, self.queues, self.lines)
+        self.nb_queue = dict(self.usage.nb_queue)
+        self.nb_line = dict(self.usage.nb_line)
+        self.budget_q, self.budget_l = preemption_budgets(self.usage, self.queues, self.lines)
+        n = self.topo.n
+        index = self.topo.index
+        self.on_node: list[list[tuple[RunningJob, int]]] = [[] for _ in range(n)]
+        self.leaving_for: dict[int, list[RunningJob]] = {}
+        pool: list[RunningJob] = []
+        for r in snapshot.running:
+            for slot in r.placement:
+                i = index.get(slot.node)
+                if i is not None:
+                    self.on_node[i].append((r, len(slot.gpus)))
+            if r.state == PREEMPTING and r.preempted_for is not None:
+                self.leaving_for.setdefault(r.preempted_for, []).append(r)
+            elif (
+                r.state == RUNNING
+                and r.preemptible
+                and not is_demoted(r.preemption_count, self.policy)
+            ):
+                pool.append(r)
+        pool.sort(key=lambda r: r.id)
+        self.victim_pool = pool
+        self._victim_index: VictimIndex | None = None
+        self.victim_ids: set[int] = set()
+        self.excl_held: set[int] = {i for i, node in enumerate(snapshot.nodes) if node.exclusive}
+        self.started_on = [0] * n
+        self.plan_excl: set[int] = set()
+        self.reserved: dict[int, float] = {}
+        self.max_res_start = -_INF
+        self._timeline: Timeline | None = None
+        self._start_events: list[tuple[float, int, int]] = []
+        self._end_override: dict[int, float] = {}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.reservations: list[Reservation] = []
+        self.n_backfill_res = 0
+        self.n_preemptors = 0
+        self.n_searches = 0
+        self.records: dict[int, Record] = {}
+        # caches (valid for this plan only)
+        self._shape_cache: dict[tuple[Any, ...], ShapeT] = {}
+        self._never: dict[ShapeT, explain.Reason | None] = {}
+        self._unavail: dict[ShapeT, dict[str, Any] | None] = {}
+        self._elig_ready: dict[ClassKey, bytearray] = {}
+        self._block_hist: dict[tuple[ClassKey, bool], list[list[int]]] = {}
+        self._live_failed: set[ShapeT] = set()
+        self._fail_end: dict[ShapeT, float] = {}
+        self._preempt_failed: set[tuple[Any, ...]] = set()
+        self._diag: dict[ShapeT, tuple[str, dict[str, Any]]] = {}
+        # aggregates for verdicts ("N jobs ahead need G GPUs")
+        self.ahead_jobs = 0
+        self.ahead_gpus = 0
+        self.started_jobs = 0
+        self.started_gpus = 0
+        self.hol: set[Any] = set()
+
+    # -- helpers -------------------------------------------------------------------
+    @property
+    def initial(self) -> Cluster:
+        """Free capacity as it was before this plan (for explaining PRIORITY)."""
+        assert self._initial is not None
+        return self._initial
+
+    def shape(self, job: PendingJob) -> ShapeT:
+        infer = inference_ok(job)
+        ck = (
+            job.gpus,
+            job.gpus_per_node,
+            job.gpu_memory_gb,
+            job.rdma,
+            infer,
+            job.pool,
+            job.gpu_model,
+            job.exclusive_node,
+        )
+        sh = self._shape_cache.get(ck)
+        if sh is None:
+            k, c, last = shape_counts(job.gpus, job.gpus_per_node, self.topo.max_gpus)
+            key = class_key(job.gpu_memory_gb, job.rdma, infer, job.pool, job.gpu_model)
+            sh = (key, k, c, last, bool(job.exclusive_node))
+            self._shape_cache[ck] = sh
+        return sh
+
+    def victim_index(self) -> VictimIndex:
+        if self._victim_index is None:
+            self._victim_index = VictimIndex(
+                self.victim_pool, self.usage.borrowed_ids, self.topo.index, self.now
+            )
+        return self._victim_index
+
+    def elig_ready(self, key: ClassKey) -> bytearray:
+        """Matching ready nodes, including ones held exclusively for now."""
+        e = self._elig_ready.get(key)
+        if e is None:
+            static = self.topo.static_elig(key)
+            ready = self.topo.ready
+            e = bytearray(a & b for a, b in zip(static, ready, strict=True))
+            self._elig_ready[key] = e
+        return e
+
+    def timeline(self) -> Timeline:
+        tl = self._timeline
+        if tl is None:
+            tl = Timeline()
+            topo = self.topo
+            index = topo.index
+            for r in self.s.running:
+                t = self._end_override.get(r.id)
+                if t is None:
+                    t = running_end(r, self.now, self.policy)
+                for slot in r.placement:
+                    n = index.get(slot.node)
+                    if n is None:
+                        continue
+                    g = topo.total[n] if n in self.excl_held else len(slot.gpus)
+                    tl.add(t, n, g, r.id)
+            for t, n, g in self._start_events:
+                tl.add(t, n, g)
+            self._timeline = tl
+        return tl
+
+    def record(self, job: PendingJob, reason: explain.Reason, est: float | None = None) -> None:
+        self.records[job.id] = (reason, est)
+
+    def describe(self, job: PendingJob, sh: ShapeT) -> str:
+        return explain.describe_shape(job, sh[1], sh[2], sh[4], self.topo.max_gpus)
+
+    # -- static gates --------------------------------------------------------------
+    def never_fits(self, job: PendingJob, sh: ShapeT) -> explain.Reason | None:
+        if sh in self._never:
+            return self._never[sh]
+        key, k, c, _last, _excl = sh
+        elig = self.topo.static_elig(key)
+        res = None
+        if not self._static_feasible(key, False, k, c):
+            res = self._why_never(job, sh, elig)
+        self._never[sh] = res
+        return res
+
+    def _static_feasible(self, key: ClassKey, ready_only: bool, k: int, c: int) -> bool:
+        """Could the shape fit on an empty cluster (of ready nodes only)?
+
+        With every node empty a node qualifies iff it matches and has >= c GPUs
+        (exclusivity is then free), and a placement exists iff some block holds
+        k qualifying nodes (see ``placement.choose_racks``).
+        """
+        ck = (key, ready_only)
+        hist = self._block_hist.get(ck)
+        topo = self.topo
+        if hist is None:
+            elig = self.elig_ready(key) if ready_only else topo.static_elig(key)
+            m = topo.max_gpus
+            hist = [[0] * (m + 1) for _ in topo.block_racks]
+            block_of = topo.block_of
+            total = topo.total
+            for n in compress(range(topo.n), elig):
+                hist[block_of[n]][total[n]] += 1
+            self._block_hist[ck] = hist
+        return any(sum(h[c:]) >= k for h in hist)
+
+    def _why_never(self, job: PendingJob, sh: ShapeT, elig: bytearray) -> explain.Reason:
+        key, k, c, _last, excl = sh
+        topo = self.topo
+        nodes = topo.nodes
+        mem, rdma, infer, pool, model = key
+        details: dict[str, Any] = {
+            "nodes_needed": k,
+            "gpus_per_node": c,
+            "largest_node_gpus": topo.max_gpus,
+            "max_gpu_memory_gb": max((nd.gpu_memory_gb for nd in nodes), default=0),
+            "matching_nodes": sum(elig),
+        }
+        if c > topo.max_gpus:
+            why = f"it asks for {c} GPUs on one node but the largest node has {topo.max_gpus}"
+        elif not nodes:
+            why = "the cluster has no nodes"
+        elif mem and not any(nd.gpu_memory_gb >= mem for nd in nodes):
+            why = f"it asks for {mem} GB per GPU but the largest GPUs have {details['max_gpu_memory_gb']} GB"
+        elif rdma and not any(nd.rdma for nd in nodes):
+            why = "it needs RDMA but no node has RDMA"
+        elif model is not None and not any(nd.gpu_model == model for nd in nodes):
+            why = f"no node has {model} GPUs"
+        elif pool is not None and not any(nd.pool == pool for nd in nodes):
+            why = f"no node belongs to pool {pool}"
+        elif not any(elig):
+            why = "no node matches all of its requirements together"
+        else:
+            total = topo.total
+            big = [n for n in range(topo.n) if elig[n] and total[n] >= c]
+            per_block: dict[int, int] = {}
+            for n in big:
+                b = topo.rack_block[topo.rack_of[n]]
+                per_block[b] = per_block.get(b, 0) + 1
+            details["max_block_nodes"] = max(per_block.values(), default=0)
+            if len(big) < k:
+                why = (
+                    f"it needs {k} matching nodes with {c} GPUs each but the cluster has {len(big)}"
+                )
+            else:
+                why = (
+                    f"it needs {k} matching nodes inside one network block but the largest "
+                    f"block has {details['max_block_nodes']}"
+                )
+        return explain.never_fits(job, why, details)
+
+    def unavailable(self, job: PendingJob, sh: ShapeT) -> dict[str, Any] | None:
+        if sh in self._unavail:
+            return self._unavail[sh]
+        key, k, c, _last, _excl = sh
+        topo = self.topo
+        elig = self.elig_ready(key)
+        res = None
+        if not self._static_feasible(key, True, k, c):
+            static = topo.static_elig(key)
+            res = {
+                "nodes_needed": k,
+                "gpus_per_node": c,
+                "healthy_matching_nodes": sum(elig),
+                "unavailable_nodes": sum(static) - sum(elig),
+            }
+        self._unavail[sh] = res
+        return res
+
+    # -- quota ---------------------------------------------------------------------
+    def quota_short(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> tuple[int, int]:
+        borrowed = self.usage.borrowed_ids
+        q = self.queues.get(job.queue)
+        line = self.lines.get(job.line)
+        short_q = short_l = 0
+        if q is not None and q.quota_gpus is not None:
+            gone = sum(v.gpus for v in leaving if v.queue == job.queue and v.id not in borrowed)
+            short_q = max(0, self.nb_queue.get(job.queue, 0) - gone + job.gpus - q.quota_gpus)
+        if line is not None and line.quota_gpus is not None:
+            gone = sum(v.gpus for v in leaving if v.line == job.line and v.id not in borrowed)
+            short_l = max(0, self.nb_line.get(job.line, 0) - gone + job.gpus - line.quota_gpus)
+        return short_q, short_l
+
+    def quota_reason(self, job: PendingJob, short_q: int, note: str) -> explain.Reason:
+        if short_q > 0:
+            q = self.queues[job.queue]
+            assert q.quota_gpus is not None
+            reason = explain.quota_exceeded(
+                job, "queue", job.queue, self.nb_queue.get(job.queue, 0), q.quota_gpus, note
+            )
+        else:
+            line = self.lines[job.line]
+            assert line.quota_gpus is not None
+            reason = explain.quota_exceeded(
+                job, "line", job.line, self.nb_line.get(job.line, 0), line.quota_gpus, note
+            )
+        return reason
+
+    def can_borrow(self, job: PendingJob) -> bool:
+        return (
+            self.policy.borrowing
+            and bool(job.preemptible)
+            and not is_demoted(job.preemption_count, self.policy)
+        )
+
+    # -- head-of-line blocking (no backfill) -------------------------------------------
+    def hol_blocked(self, job: PendingJob) -> bool:
+        if not self.hol:
+            return False
+        return None in self.hol or job.pool is None or job.pool in self.hol
+
+    # -- placement -----------------------------------------------------------------
+    def try_place(self, job: PendingJob, sh: ShapeT, end: float) -> list[int] | None:
+        fail = self._fail_end.get(sh)
+        if fail is not None and end >= fail:
+            return None
+        key, k, c, _last, excl = sh
+        live = self.live
+        cls = live.node_class(key)
+        if sh not in self._live_failed:
+            nodes = live.find(cls, k, c, excl, job.model_name)
+            if nodes is not None:
+                return nodes
+            self._live_failed.add(sh)
+        if self.policy.backfill and self.reserved and self.max_res_start >= end:
+            nodes = self._place_backfill(job, sh, cls.elig, end)
+            if nodes is not None:
+                return nodes
+        self._fail_end[sh] = end if fail is None else min(fail, end)
+        return None
+
+    def _place_backfill(
+        self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float
+    ) -> list[int] | None:
+        """Use reserved nodes whose reservation starts after the job's predicted end."""
+        _key, k, c, _last, excl = sh
+        live = self.live
+        nfree = live.nfree
+        total = self.topo.total
+        open_nodes = [
+            n
+            for n, st in self.reserved.items()
+            if st >= end and elig[n] and n not in self.excl_held
+        ]
+        if not open_nodes:
+            return None
+        if k == 1:
+            best = None
+            model = job.model_name
+            for n in open_nodes:
+                f = nfree[n]
+                if f < c or (excl and f != total[n]):
+                    continue
+                kk = (f, 0 if model and model in self.topo.node_models[n] else 1, n)
+                if best is None or kk < best:
+                    best = kk
+            return None if best is None else [best[2]]
+        counts = live.usable_counts()
+        for n in open_nodes:
+            counts[n] = nfree[n]
+        return place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
+
+    def start(self, job: PendingJob, sh: ShapeT, nodes: list[int], borrowed: bool) -> None:
+        _key, k, c, last, excl = sh
+        live = self.live
+        topo = self.topo
+        slots = []
+        end = self.now + job_runtime(job, self.policy)
+        for i, n in enumerate(nodes):
+            cnt = c if i < k - 1 else last
+            gpus = live.take(n, cnt, excl)
+            self.started_on[n] += 1
+            if excl:
+                self.excl_held.add(n)
+                self.plan_excl.add(n)
+            slots.append(Slot(topo.nodes[n].name, gpus))
+            g = topo.total[n] if excl else cnt
+            self._start_events.append((end, n, g))
+            if self._timeline is not None:
+                self._timeline.add(end, n, g)
+        self.starts.append(Start(job.id, tuple(slots), borrowed))
+        if not borrowed:
+            self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + job.gpus
+            self.nb_line[job.line] = self.nb_line.get(job.line, 0) + job.gpus
+        self.started_jobs += 1
+        self.started_gpus += job.gpus
+
+    def hold(self, job: PendingJob, nodes: list[int], t: float | None) -> None:
+        st = _INF if t is None else t
+        for n in nodes:
+            self.live.block(n)
+            self.reserved[n] = st
+        if st > self.max_res_start:
+            self.max_res_start = st
+        names = tuple(self.topo.nodes[n].name for n in nodes)
+        self.reservations.append(Reservation(job.id, names, t))
+
+    # -- blocked jobs --------------------------------------------------------------
+    def counts_with(self, freed: dict[int, int], gone: set[int]) -> list[int]:
+        """Free GPUs per node if ``freed`` GPUs were released (jobs ``gone``)."""
+        counts = self.live.usable_counts()
+        total = self.topo.total
+        nfree = self.live.nfree
+        for n, g in freed.items():
+            if n in self.reserved:
+                continue
+            if n in self.excl_held:
+                if n not in self.plan_excl and all(r.id in gone for r, _ in self.on_node[n]):
+                    counts[n] = total[n]
+                continue
+            counts[n] = min(total[n], nfree[n] + g)
+        return counts
+
+    def hold_for_leaving(
+        self, job: PendingJob, sh: ShapeT, leaving: tuple[RunningJob, ...]
+    ) -> bool:
+        """Victims already checkpoint for this job: keep its nodes if they suffice."""
+        key, k, c, _last, excl = sh
+        index = self.topo.index
+        freed: dict[int, int] = {}
+        for v in leaving:
+            for slot in v.placement:
+                n = index.get(slot.node)
+                if n is not None:
+                    freed[n] = freed.get(n, 0) + len(slot.gpus)
+        counts = self.counts_with(freed, {v.id for v in leaving})
+        elig = bytearray(self.elig_ready(key))
+        for n in self.reserved:
+            elig[n] = 0
+        nodes = place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
+        if nodes is None:
+            return False
+        deadline = max(running_end(v, self.now, self.policy) for v in leaving)
+        self.hold(job, nodes, deadline)
+        gpus = sum(v.gpus for v in leaving)
+        self.record(job, explain.preempting(job, len(leaving), gpus, deadline), deadline)
+        return True
+
+    def try_preempt(
+        self,
+        job: PendingJob,
+        sh: ShapeT,
+        short_q: int,
+        short_l: int,
+        leaving: tuple[RunningJob, ...],
+    ) -> bool:
+        policy = self.policy
+        if not policy.preemption:
+            return False
+        if self.n_preemptors >= policy.max_preemptors:
+            return False
+        if self.n_searches >= policy.max_preemption_searches:
+            return False
+        allowed = queue_preempts(self.queues.get(job.queue), job.tier)
+        within = short_q == 0 and short_l == 0
+        if not allowed and not (within and self.usage.borrowed_ids):
+            return False
+        if (short_q or short_l) and not allowed:
+            return False
+        ck: tuple[Any, ...] = (
+            sh,
+            job.tier,
+            allowed,
+            within,
+            None if within else (job.queue, job.line, short_q, short_l),
+        )
+        if not leaving and ck in self._preempt_failed:
+            return False
+        self.n_searches += 1
+        res = select_victims(self, job, sh, allowed, within, short_q, short_l, leaving)
+        if res is None:
+            if not leaving:
+                self._preempt_failed.add(ck)
+            return False
+        victims, nodes = res
+        cold = policy.preemption_mode == COLD
+        deadline = self.now if cold else self.now + policy.grace_seconds
+        index = self.topo.index
+        for v in victims:
+            self.preemptions.append(
+                Preemption(v.id, job.id, COLD if cold else "graceful", deadline)
+            )
+            self.victim_ids.add(v.id)
+            self.budget_q[v.queue] = self.budget_q.get(v.queue, 0) - v.gpus
+            self.budget_l[v.line] = self.budget_l.get(v.line, 0) - v.gpus
+            self._end_override[v.id] = deadline
+            if self._timeline is not None:
+                slots = [
+                    (
+                        index[s.node],
+                        self.topo.total[index[s.node]]
+                        if index[s.node] in self.excl_held
+                        else len(s.gpus),
+                    )
+                    for s in v.placement
+                    if s.node in index
+                ]
+                self._timeline.move(v.id, deadline, slots)
+        until = deadline
+        if leaving:
+            until = max(until, max(running_end(v, self.now, self.policy) for v in leaving))
+        self.hold(job, nodes, until)
+        n_v = len(victims) + len(leaving)
+        gpus = sum(v.gpus for v in victims) + sum(v.gpus for v in leaving)
+        self.record(job, explain.preempting(job, n_v, gpus, until), until)
+        self.n_preemptors += 1
+        return True
+
+    def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
+        key, k, c, _last, excl = sh
+        elig = bytearray(self.elig_ready(key))
+        for n in self.reserved:
+            elig[n] = 0
+        counts0 = self.live.usable_counts()
+        res = self.timeline().earliest_start(
+            self.topo, elig, counts0, k, c, excl, job.model_name, self.now
+        )
+        if res is None:
+            return None
+        t, nodes = res
+        self.hold(job, nodes, t)
+        self.n_backfill_res += 1
+        return t
+
+    def diagnose(self, job: PendingJob, sh: ShapeT) -> tuple[str, dict[str, Any]]:
+        """Why a job cannot be placed, from the capacity free before this plan."""
+        got = self._diag.get(sh)
+        if got is not None:
+            return got
+        key, k, c, _last, excl = sh
+        init = self.initial
+        cls = init.node_class(key)
+        if init.find(cls, k, c, excl, None) is not None:
+            got = (Code.PRIORITY, {})
+        else:
+            topo = self.topo
+            free = init.free_gpus_of(cls)
+            diag: dict[str, Any] = {"free_gpus": free, "nodes_needed": k, "gpus_per_node": c}
+            best_node = 0
+            per_rack: dict[int, int] = {}
+            rack_qual: dict[int, int] = {}
+            for r, nodes in cls.rack_nodes.items():
+                for n in nodes:
+                    if not init.usable[n]:
+                        continue
+                    f = init.nfree[n]
+                    if f > best_node:
+                        best_node = f
+                    if f:
+                        per_rack[r] = per_rack.get(r, 0) + f
+                    if f >= c and (not excl or f == topo.total[n]):
+                        rack_qual[r] = rack_qual.get(r, 0) + 1
+            diag["best_node_free"] = best_node
+            if rack_qual:
+                br = min(rack_qual, key=lambda r: (-rack_qual[r], r))
+                diag["best_rack"] = topo.rack_label[br]
+                diag["best_rack_nodes"] = rack_qual[br]
+            else:
+                diag["best_rack"] = ""
+                diag["best_rack_nodes"] = 0
+            per_block: dict[int, int] = {}
+            for r, q in rack_qual.items():
+                b = topo.rack_block[r]
+                per_block[b] = per_block.get(b, 0) + q
+            diag["best_block_nodes"] = max(per_block.values(), default=0)
+            top = sorted(per_rack, key=lambda r: (-per_rack[r], r))[:3]
+            diag["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]}" for r in top)
+            code = Code.TOPOLOGY if free >= job.gpus else Code.INSUFFICIENT_GPUS
+            got = (code, diag)
+        self._diag[sh] = got
+        return got
+
+    def blocked_reason(self, job: PendingJob, sh: ShapeT) -> explain.Reason:
+        code, diag = self.diagnose(job, sh)
+        shape = self.describe(job, sh)
+        if code == Code.PRIORITY:
+            reason = explain.priority(
+                job,
+                shape,
+                self.ahead_jobs,
+                self.ahead_gpus,
+                self.started_jobs,
+                self.started_gpus,
+                len(self.reservations),
+                False,
+            )
+        elif code == Code.TOPOLOGY:
+            reason = explain.topology(job, shape, dict(diag))
+        else:
+            reason = explain.insufficient(job, shape, dict(diag))
+        return self.maybe_demoted(job, reason)
+
+    def maybe_demoted(self, job: PendingJob, reason: explain.Reason) -> explain.Reason:
+        if is_demoted(job.preemption_count, self.policy):
+            return explain.demoted(job, reason, self.policy.demote_after)
+        return reason
+
+    # -- the pass ------------------------------------------------------------------
+    def consider(self, job: PendingJob, deferred: list[PendingJob]) -> None:
+        if job.gpus < 1:
+            self.record(
+                job,
+                explain.never_fits(job, "it asks for no GPUs", {"requested_gpus": job.gpus}),
+            )
+            return
+        sh = self.shape(job)
+        nf = self.never_fits(job, sh)
+        if nf is not None:
+            self.record(job, nf)
+            return
+        leaving = tuple(self.leaving_for.get(job.id, ()))
+        short_q, short_l = self.quota_short(job, ())
+        waits_for_quota = False
+        if (short_q or short_l) and leaving:
+            # Its victims still hold GPUs (and quota); once gone, does it fit?
+            lq, ll = self.quota_short(job, leaving)
+            if not lq and not ll:
+                waits_for_quota = True
+            else:
+                short_q, short_l = lq, ll
+        if (short_q or short_l) and not waits_for_quota:
+            if self.can_borrow(job):
+                deferred.append(job)
+                return
+            if (
+                self.unavailable(job, sh) is None
+                and not self.hol_blocked(job)
+                and self.try_preempt(job, sh, short_q, short_l, leaving)
+            ):
+                self.ahead_jobs += 1
+                self.ahead_gpus += job.gpus
+                return
+            self.record(job, self.quota_reason(job, short_q, ""))
+            return
+        un = self.unavailable(job, sh)
+        if un is not None:
+            self.record(job, explain.nodes_unavailable(job, self.describe(job, sh), un))
+            return
+        if self.hol_blocked(job):
+            reason = explain.priority(
+                job,
+                self.describe(job, sh),
+                self.ahead_jobs,
+                self.ahead_gpus,
+                self.started_jobs,
+                self.started_gpus,
+                len(self.reservations),
+                True,
+            )
+            self.record(job, self.maybe_demoted(job, reason))
+            self.ahead_jobs += 1
+            self.ahead_gpus += job.gpus
+            return
+        if not waits_for_quota:
+            end = self.now + job_runtime(job, self.policy)
+            nodes = self.try_place(job, sh, end)
+            if nodes is not None:
+                self.start(job, sh, nodes, borrowed=False)
+                return
+        if (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
+            job, sh, 0, 0, leaving
+        ):
+            pass
+        elif waits_for_quota:
+            q_short, _ = self.quota_short(job, ())
+            self.record(job, self.quota_reason(job, q_short, ""))
+        else:
+            est = None
+            if self.n_backfill_res < self.policy.max_reservations:
+                est = self.reserve(job, sh)
+            self.record(job, self.blocked_reason(job, sh), est)
+        self.ahead_jobs += 1
+        self.ahead_gpus += job.gpus
+        if not self.policy.backfill:
+            self.hol.add(job.pool)
+
+    def consider_borrower(self, job: PendingJob) -> None:
+        sh = self.shape(job)
+        short_q, _short_l = self.quota_short(job, ())
+        if self.unavailable(job, sh) is not None:
+            note = "It could borrow idle capacity, but the nodes it needs are unavailable."
+        elif self.hol_blocked(job):
+            note = "It may borrow idle capacity once the jobs ahead of it start."
+        else:
+            end = self.now + job_runtime(job, self.policy)
+            nodes = self.try_place(job, sh, end)
+            if nodes is not None:
+                self.start(job, sh, nodes, borrowed=True)
+                return
+            note = "It may borrow idle capacity, but none fits it now."
+        self.record(job, self.quota_reason(job, short_q, note))
+
+    def run(self) -> Plan:
+        policy = self.policy
+        pending = self.s.pending
+        if policy.strict_fifo:
+            order = sorted(pending, key=lambda j: (j.submitted_at, j.id))
+        else:
+            share = self._line_shares()
+            demote_after = policy.demote_after
+            order = sorted(
+                pending,
+                key=lambda j: (
+                    -j.tier,
+                    j.preemption_count > demote_after,
+                    share.get(j.line, 0.0),
+                    j.submitted_at,
+                    j.id,
+                ),
+            )
+        deferred: list[PendingJob] = []
+        for job in order:
+            self.consider(job, deferred)
+        for job in deferred:
+            self.consider_borrower(job)
+        return self.assemble(order)
+
+    def _line_shares(self) -> dict[str, float]:
+        cluster = sum(self.topo.total) or 1
+        out: dict[str, float] = {}
+        names = set(self.lines) | set(self.usage.held_line)
+        for name in names:
+            held = self.usage.held_line.get(name, 0)
+            line = self.lines.get(name)
+            quota = line.quota_gpus if line is not None else None
+            if quota is None:
+                out[name] = held / cluster
+            elif quota <= 0:
+                out[name] = _INF if held else 0.0
+            else:
+                out[name] = held / quota
+        return out
+
+    def assemble(self, order: list[PendingJob]) -> Plan:
+        verdicts: dict[int, Verdict] = {}
+        records = self.records
+        pos = 0
+        for job in order:
+            rec = records.get(job.id)
+            if rec is None:
+                continue
+            pos += 1
+            (code, message, details, remedy), est = rec
+            verdicts[job.id] = Verdict(code, message, details, remedy, est, pos)
+        return Plan(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preemptions),
+            reservations=tuple(self.reservations),
+            verdicts=verdicts,
+            now=self.now,
+        )
+
+
+def plan(snapshot: Snapshot, now: float) -> Plan:
+    """Decide starts, preemptions, reservations and a verdict for every waiting job.
+
+    Pure and deterministic: the same snapshot and ``now`` give the same plan.
+    """
+    return Planner(snapshot, now).run()

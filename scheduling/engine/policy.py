@@ -1,0 +1,91 @@
+"""Policy rules shared by the planner and the invariant checker.
+
+Ordering, who may preempt whom, the job-shape arithmetic and the time model
+(when running work is expected to free its GPUs) live here so that ``plan()``
+and ``check_plan()`` apply one definition of each.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .types import (
+    PREEMPTING,
+    PendingJob,
+    PolicyConfig,
+    QueueView,
+    RunningJob,
+    Tier,
+    default_preempts,
+)
+
+
+def is_demoted(preemption_count: int, policy: PolicyConfig) -> bool:
+    """R3: a job preempted more than ``demote_after`` times is demoted."""
+    return preemption_count > policy.demote_after
+
+
+def queue_preempts(queue: QueueView | None, tier: Tier) -> frozenset[Tier]:
+    """Tiers a job of ``tier`` in ``queue`` may preempt (strictly lower only)."""
+    allowed = queue.preempts_tiers if queue is not None else default_preempts(tier)
+    return frozenset(t for t in allowed if t < tier)
+
+
+def tier_rule_allows(allowed: frozenset[Tier], victim_tier: Tier) -> bool:
+    return victim_tier in allowed
+
+
+def job_runtime(job: PendingJob, policy: PolicyConfig) -> float:
+    """Predicted runtime used for backfill; conservative default when unknown."""
+    rt = job.predicted_runtime_s
+    if rt is None or rt <= 0:
+        return policy.default_runtime_s
+    return float(rt)
+
+
+def running_end(job: RunningJob, now: float, policy: PolicyConfig) -> float:
+    """When a running job is expected to free its GPUs.
+
+    A preempting job is gone by its deadline (now if unknown or past). A running
+    job past its predicted end is assumed to need ``overrun_s`` more.
+    """
+    if job.state == PREEMPTING:
+        deadline = job.preempt_deadline
+        return now if deadline is None or deadline < now else float(deadline)
+    end = job.predicted_end
+    if end is None:
+        end = job.started_at + policy.default_runtime_s
+    return max(float(end), now + policy.overrun_s) if end <= now else float(end)
+
+
+def shape_counts(gpus: int, gpus_per_node: int | None, node_gpus: int) -> tuple[int, int, int]:
+    """(nodes k, GPUs per node c, GPUs on the last node).
+
+    Up to ``node_gpus`` GPUs (and no smaller ``gpus_per_node``) go on one node.
+    Larger jobs spread evenly over the fewest nodes (whole nodes when the size
+    is a multiple of the node size), or use ``gpus_per_node`` per node.
+    """
+    gpus = max(1, int(gpus))
+    node_gpus = max(1, int(node_gpus))
+    if gpus_per_node is not None and gpus_per_node >= 1:
+        c = int(gpus_per_node)
+        if gpus <= c:
+            return 1, gpus, gpus
+        k = math.ceil(gpus / c)
+        return k, c, gpus - c * (k - 1)
+    if gpus <= node_gpus:
+        return 1, gpus, gpus
+    k = math.ceil(gpus / node_gpus)
+    c = math.ceil(gpus / k)
+    return k, c, gpus - c * (k - 1)
+
+
+def loss_gpu_hours(job: RunningJob, now: float) -> float:
+    """Progress lost if the job stopped now: GPUs x hours since its last checkpoint."""
+    since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
+    return job.gpus * max(0.0, now - since) / 3600.0
+
+
+def inference_ok(job: PendingJob) -> bool:
+    """Training may share an inference node only if preemptible and willing."""
+    return bool(job.preemptible) and not job.avoid_inference

@@ -1,0 +1,291 @@
+"""Victim selection (R1-R3, Q5, Q7).
+
+A victim must be running (not already preempting), preemptible, not demoted,
+and allowed either by the tier rule (its tier is in the preemptor queue's
+``preempts_tiers`` and strictly lower) or by reclaiming (it runs on borrowed
+capacity and the preemptor would start within its own quota). Victims from a
+queue or line may total at most its active use above its guarantee.
+
+The search is greedy and cheap rather than globally optimal:
+
+1. per node, the cheapest victims (least lost progress in GPU-hours since the
+   last checkpoint, then bigger first so fewer jobs) that bring it to ``c`` free
+   GPUs (or wholly free for exclusive jobs);
+2. one node: the cheapest such node; several: the cheapest ``k`` nodes of one
+   rack, else of one block;
+3. extra victims from the preemptor's own queue/line when the preemptor also
+   needs quota room;
+4. pruning: any victim whose removal still leaves the chosen nodes and the quota
+   room sufficient is dropped, so the set is minimal for that placement.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .policy import loss_gpu_hours
+from .types import PendingJob, RunningJob, Tier
+
+if TYPE_CHECKING:
+    from .planner import Planner, ShapeT
+
+
+class VictimIndex:
+    """Statically eligible victims of one plan, indexed once (cost, tier, node)."""
+
+    __slots__ = ("cost", "by_tier", "borrowed", "on_node")
+
+    def __init__(
+        self, pool: list[RunningJob], borrowed: frozenset[int], index: dict[str, int], now: float
+    ) -> None:
+        self.cost = {v.id: loss_gpu_hours(v, now) for v in pool}
+        self.by_tier: dict[Tier, list[RunningJob]] = {}
+        self.borrowed = [v for v in pool if v.id in borrowed]
+        self.on_node: dict[int, list[tuple[float, int, int, int]]] = {}
+        for v in pool:
+            self.by_tier.setdefault(v.tier, []).append(v)
+            for slot in v.placement:
+                n = index.get(slot.node)
+                if n is None:
+                    continue
+                g = len(slot.gpus)
+                self.on_node.setdefault(n, []).append((self.cost[v.id], -g, v.id, g))
+        for lst in self.on_node.values():
+            lst.sort()
+
+
+def select_victims(
+    p: Planner,
+    job: PendingJob,
+    sh: ShapeT,
+    allowed: frozenset[Tier],
+    within_quota: bool,
+    short_q: int,
+    short_l: int,
+    leaving: tuple[RunningJob, ...],
+) -> tuple[list[RunningJob], list[int]] | None:
+    key, k, c, _last, excl = sh
+    topo = p.topo
+    live = p.live
+    borrowed = p.usage.borrowed_ids
+    bq, bl = p.budget_q, p.budget_l
+    chosen = p.victim_ids
+
+    vi = p.victim_index()
+    cands: list[RunningJob] = []
+    groups = [vi.by_tier.get(t, ()) for t in sorted(allowed)]
+    if within_quota:
+        groups.append(vi.borrowed)
+    seen: set[int] = set()
+    for group in groups:
+        for v in group:
+            if v.id in chosen or v.id in seen:
+                continue
+            if v.gpus > bq.get(v.queue, 0) or v.gpus > bl.get(v.line, 0):
+                continue
+            seen.add(v.id)
+            cands.append(v)
+    if not cands and not leaving:
+        return None
+    cand_ids = seen
+    cost = vi.cost
+    by_id = {v.id: v for v in cands}
+    leaving_ids = {v.id for v in leaving}
+
+    index = topo.index
+    leaving_on: dict[int, int] = {}
+    for v in leaving:
+        for slot in v.placement:
+            n = index.get(slot.node)
+            if n is not None:
+                leaving_on[n] = leaving_on.get(n, 0) + len(slot.gpus)
+
+    elig = p.elig_ready(key)
+    reserved = p.reserved
+    excl_held = p.excl_held
+    total = topo.total
+    nfree = live.nfree
+    on_node = p.on_node
+    # Nodes worth looking at: already free enough, or holding candidates/leavers.
+    look: set[int] = set(leaving_on)
+    for v in cands:
+        for slot in v.placement:
+            n = index.get(slot.node)
+            if n is not None:
+                look.add(n)
+    if k > 1:
+        for f in range(min(c, len(live.buckets)), len(live.buckets)):
+            look.update(live.buckets[f])
+    # node -> (cost, njobs, victim ids, GPUs free after)
+    options: dict[int, tuple[float, int, tuple[int, ...], int]] = {}
+    for n in sorted(look):
+        if not elig[n] or n in reserved:
+            continue
+        tot = total[n]
+        if n in excl_held or excl:
+            # The node must end up wholly free: every job on it must go.
+            holders = on_node[n]
+            if p.started_on[n]:
+                continue
+            if any(r.id not in cand_ids and r.id not in leaving_ids for r, _ in holders):
+                continue
+            if not holders and nfree[n] != tot:
+                continue
+            vids = tuple(sorted({r.id for r, _ in holders if r.id in cand_ids}))
+            after = tot
+            if after < c:
+                continue
+            options[n] = (sum(cost[i] for i in vids), len(vids), vids, after)
+            continue
+        base = nfree[n] + leaving_on.get(n, 0)
+        if base > tot:
+            base = tot
+        need = c - base
+        if need <= 0:
+            options[n] = (0.0, 0, (), base)
+            continue
+        picked: list[tuple[float, int, int, int]] = []
+        freed = 0
+        for item in vi.on_node.get(n, ()):
+            if item[2] not in cand_ids:
+                continue
+            picked.append(item)
+            freed += item[3]
+            if freed >= need:
+                break
+        if freed < need:
+            continue
+        for item in sorted(picked, reverse=True):
+            if freed - item[3] >= need:
+                picked.remove(item)
+                freed -= item[3]
+        vids = tuple(sorted(i[2] for i in picked))
+        options[n] = (sum(i[0] for i in picked), len(picked), vids, min(tot, base + freed))
+
+    if not options:
+        return None
+    if k == 1:
+        n = min(options, key=lambda m: (options[m][0], options[m][1], options[m][3] - c, m))
+        nodes = [n]
+    else:
+        rack_of = topo.rack_of
+        per_rack: dict[int, list[tuple[float, int, int]]] = {}
+        for n, (cst, nj, _v, _a) in options.items():
+            per_rack.setdefault(rack_of[n], []).append((cst, nj, n))
+        best: tuple[float, int, int, list[int]] | None = None
+        for r, lst in per_rack.items():
+            if len(lst) >= k:
+                lst.sort()
+                top = lst[:k]
+                cand = (sum(x[0] for x in top), sum(x[1] for x in top), r, [x[2] for x in top])
+                if best is None or cand[:3] < best[:3]:
+                    best = cand
+        if best is None:
+            for b, racks in enumerate(topo.block_racks):
+                lst = [x for r in racks for x in per_rack.get(r, ())]
+                if len(lst) >= k:
+                    lst.sort()
+                    top = lst[:k]
+                    cand = (
+                        sum(x[0] for x in top),
+                        sum(x[1] for x in top),
+                        b,
+                        [x[2] for x in top],
+                    )
+                    if best is None or cand[:3] < best[:3]:
+                        best = cand
+        if best is None:
+            return None
+        nodes = best[3]
+
+    victims: set[int] = set()
+    for n in nodes:
+        victims.update(options[n][2])
+
+    # Quota room inside the preemptor's own queue / line.
+    def nb_freed(scope: str) -> int:
+        if scope == "queue":
+            return sum(
+                by_id[i].gpus for i in victims if by_id[i].queue == job.queue and i not in borrowed
+            )
+        return sum(
+            by_id[i].gpus for i in victims if by_id[i].line == job.line and i not in borrowed
+        )
+
+    for scope, short in (("queue", short_q), ("line", short_l)):
+        if short <= 0:
+            continue
+        rem = short - nb_freed(scope)
+        if rem <= 0:
+            continue
+        extra = sorted(
+            (
+                v
+                for v in cands
+                if v.id not in victims
+                and v.tier in allowed
+                and v.id not in borrowed
+                and (v.queue == job.queue if scope == "queue" else v.line == job.line)
+            ),
+            key=lambda v: (cost[v.id], -v.gpus, v.id),
+        )
+        for v in extra:
+            if rem <= 0:
+                break
+            victims.add(v.id)
+            rem -= v.gpus
+        if rem > 0:
+            return None
+
+    # Drop victims that are not needed for the chosen nodes or the quota room.
+    node_set = set(nodes)
+    freed_on: dict[int, int] = {}
+    for i in victims:
+        for slot in by_id[i].placement:
+            n = index.get(slot.node)
+            if n in node_set:
+                freed_on[n] = freed_on.get(n, 0) + len(slot.gpus)
+
+    def node_ok(n: int, freed: int) -> bool:
+        if n in excl_held or excl:
+            return all(r.id in victims or r.id in leaving_ids for r, _ in on_node[n])
+        base = min(total[n], nfree[n] + leaving_on.get(n, 0) + freed)
+        return base >= c
+
+    for i in sorted(victims, key=lambda i: (-cost[i], -by_id[i].gpus, i)):
+        v = by_id[i]
+        victims.discard(i)
+        ok = True
+        delta: dict[int, int] = {}
+        for slot in v.placement:
+            n = index.get(slot.node)
+            if n in node_set:
+                delta[n] = delta.get(n, 0) + len(slot.gpus)
+        for n, g in delta.items():
+            if not node_ok(n, freed_on.get(n, 0) - g):
+                ok = False
+                break
+        if ok and short_q > 0 and nb_freed("queue") < short_q:
+            ok = False
+        if ok and short_l > 0 and nb_freed("line") < short_l:
+            ok = False
+        if ok:
+            for n, g in delta.items():
+                freed_on[n] = freed_on.get(n, 0) - g
+        else:
+            victims.add(i)
+
+    # Guarantees: victims of one queue/line may not eat into its guarantee.
+    per_q: dict[str, int] = {}
+    per_l: dict[str, int] = {}
+    for i in victims:
+        v = by_id[i]
+        per_q[v.queue] = per_q.get(v.queue, 0) + v.gpus
+        per_l[v.line] = per_l.get(v.line, 0) + v.gpus
+    if any(g > bq.get(q, 0) for q, g in per_q.items()):
+        return None
+    if any(g > bl.get(line, 0) for line, g in per_l.items()):
+        return None
+    if not victims and not leaving:
+        return None
+    return [by_id[i] for i in sorted(victims)], nodes

@@ -1,0 +1,377 @@
+"""Engine value types: what goes into ``plan()`` and what comes out.
+
+Everything here is a frozen, slotted dataclass (or an enum) so a snapshot can be
+shared freely and a plan compared for equality. Times are float epoch seconds;
+GPU counts are ints; a node's GPUs are addressed by index (0..gpus_total-1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Tier(enum.IntEnum):
+    """The four priority tiers (Q2). A bigger value is a higher priority."""
+
+    EXPERIMENT = 0
+    FINETUNE = 1
+    CORE = 2
+    URGENT = 3
+
+    @classmethod
+    def parse(cls, value: str | int | Tier) -> Tier:
+        """``Tier.parse("core")`` -> ``Tier.CORE``; accepts a Tier or its int too."""
+        if isinstance(value, Tier):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls(value)
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                pass
+        raise ValueError(
+            f"unknown tier {value!r}; expected one of urgent, core, finetune, experiment"
+        )
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+# Node states (only READY nodes take new work).
+READY = "ready"
+CORDONED = "cordoned"
+DRAINING = "draining"
+DOWN = "down"
+UNHEALTHY = "unhealthy"
+NODE_STATES = frozenset({READY, CORDONED, DRAINING, DOWN, UNHEALTHY})
+
+# Running job states.
+RUNNING = "running"
+PREEMPTING = "preempting"
+
+# Preemption modes.
+GRACEFUL = "graceful"
+COLD = "cold"
+
+
+class Code:
+    """Pending reason codes, exactly as in API.md (and in its precedence order)."""
+
+    NEVER_FITS = "NEVER_FITS"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    NODES_UNAVAILABLE = "NODES_UNAVAILABLE"
+    PRIORITY = "PRIORITY"
+    PREEMPTING = "PREEMPTING"
+    TOPOLOGY = "TOPOLOGY"
+    INSUFFICIENT_GPUS = "INSUFFICIENT_GPUS"
+    DEMOTED = "DEMOTED"
+
+
+VERDICT_CODES: tuple[str, ...] = (
+    Code.NEVER_FITS,
+    Code.QUOTA_EXCEEDED,
+    Code.NODES_UNAVAILABLE,
+    Code.PRIORITY,
+    Code.PREEMPTING,
+    Code.TOPOLOGY,
+    Code.INSUFFICIENT_GPUS,
+    Code.DEMOTED,
+)
+
+
+def _tier(value: Any) -> Tier:
+    return value if isinstance(value, Tier) else Tier.parse(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Part of a placement: these GPU indices on this node."""
+
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node as the engine sees it.
+
+    ``free_gpus`` are the indices not held by any running job. ``inference``: the
+    node serves online inference; training lands there only if the job is
+    preemptible and does not ``avoid_inference``. ``exclusive``: a running job
+    holds the node exclusively, so nothing else may land. ``pool`` (optional)
+    partitions the cluster, e.g. one pool per virtual cluster in a trace replay.
+    """
+
+    name: str
+    rack: str
+    block: str
+    gpu_model: str
+    gpu_memory_gb: int
+    gpus_total: int
+    free_gpus: tuple[int, ...]
+    rdma: bool = True
+    state: str = READY
+    recent_models: tuple[str, ...] = ()
+    inference: bool = False
+    exclusive: bool = False
+    pool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LineView:
+    """A business line's contract. ``quota_gpus=None`` means no line quota."""
+
+    name: str
+    quota_gpus: int | None
+    guarantee_gpus: int = 0
+
+
+def default_preempts(tier: Tier) -> frozenset[Tier]:
+    """By default only urgent queues preempt, and only strictly lower tiers."""
+    if tier == Tier.URGENT:
+        return frozenset({Tier.EXPERIMENT, Tier.FINETUNE, Tier.CORE})
+    return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """A queue inside a line. ``quota_gpus=None``: only the line quota applies.
+
+    ``preempts_tiers``: tiers whose running (preemptible) work this queue's jobs
+    may preempt; only tiers strictly below the preemptor's are ever used. Left as
+    None it defaults to {experiment, finetune, core} for urgent queues and to
+    nothing otherwise.
+    """
+
+    name: str
+    line: str
+    tier: Tier
+    quota_gpus: int | None = None
+    guarantee_gpus: int = 0
+    preempts_tiers: frozenset[Tier] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        tier = _tier(self.tier)
+        object.__setattr__(self, "tier", tier)
+        if self.preempts_tiers is None:
+            object.__setattr__(self, "preempts_tiers", default_preempts(tier))
+        else:
+            object.__setattr__(
+                self, "preempts_tiers", frozenset(_tier(t) for t in self.preempts_tiers)
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A job waiting to start.
+
+    ``preemptible`` defaults to True below ``core`` (API.md). ``predicted_runtime_s``
+    is filled by the caller from ``predict.py``; None means "unknown" and the
+    policy's conservative ``default_runtime_s`` is used. ``gpu_model``/``pool``
+    optionally restrict the nodes it may use.
+    """
+
+    id: int
+    queue: str
+    line: str
+    tier: Tier
+    gpus: int
+    gpus_per_node: int | None = None
+    gpu_memory_gb: int | None = None
+    rdma: bool = False
+    exclusive_node: bool = False
+    avoid_inference: bool = False
+    preemptible: bool = None  # type: ignore[assignment]
+    submitted_at: float = 0.0
+    preemption_count: int = 0
+    model_name: str | None = None
+    predicted_runtime_s: float | None = None
+    owner: str = ""
+    estimated_runtime_s: float | None = None
+    gpu_model: str | None = None
+    pool: str | None = None
+
+    def __post_init__(self) -> None:
+        tier = _tier(self.tier)
+        object.__setattr__(self, "tier", tier)
+        if self.preemptible is None:
+            object.__setattr__(self, "preemptible", tier < Tier.CORE)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job holding GPUs: ``running``, or ``preempting`` (checkpointing before it
+    stops). ``preempted_for`` names the pending job it is making room for, and
+    ``preempt_deadline`` when it will be gone at the latest. ``borrowed``: it was
+    started on borrowed idle capacity (the engine re-derives this every plan).
+    """
+
+    id: int
+    queue: str
+    line: str
+    tier: Tier
+    gpus: int
+    placement: tuple[Slot, ...]
+    preemptible: bool = False
+    preemption_count: int = 0
+    started_at: float = 0.0
+    last_checkpoint_at: float | None = None
+    predicted_end: float | None = None
+    state: str = RUNNING
+    exclusive_node: bool = False
+    model_name: str | None = None
+    preempted_for: int | None = None
+    preempt_deadline: float | None = None
+    borrowed: bool = False
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tier", _tier(self.tier))
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Policy switches. Presets for trace replays: ``PolicyConfig.preset(name)``.
+
+    - ``backfill``: lower jobs may start past a blocked one if they cannot delay
+      any reservation; off means head-of-line blocking behind the first job
+      that is blocked for capacity.
+    - ``borrowing``: preemptible work may exceed quota on idle capacity (Q7).
+    - ``preemption``: allow preemption at all (tier rules and reclaiming).
+    - ``strict_fifo``: order by submit time only, ignoring tiers and fair share.
+    - ``demote_after``: a job preempted more than this many times is demoted.
+    - ``max_reservations``: how many blocked jobs get a backfill reservation.
+    - ``default_runtime_s``: runtime assumed when nothing is known (long, so
+      backfill stays safe).
+    - ``overrun_s``: a running job past its predicted end is assumed to need this
+      much longer.
+    - ``max_preemptors``/``max_preemption_searches``: bound eviction churn and
+      work per plan.
+    - ``preemption_mode``: ``graceful`` (checkpoint, then stop) or ``cold``.
+    """
+
+    backfill: bool = True
+    borrowing: bool = True
+    preemption: bool = True
+    strict_fifo: bool = False
+    grace_seconds: float = 300.0
+    demote_after: int = 3
+    max_reservations: int = 4
+    default_runtime_s: float = 12 * 3600.0
+    overrun_s: float = 1800.0
+    max_preemptors: int = 16
+    max_preemption_searches: int = 64
+    preemption_mode: str = GRACEFUL
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> PolicyConfig:
+        """``fifo``, ``priority``, ``backfill`` or ``full`` (the production default)."""
+        presets: dict[str, dict[str, Any]] = {
+            "fifo": dict(strict_fifo=True, backfill=False, borrowing=False, preemption=False),
+            "priority": dict(backfill=False, borrowing=False, preemption=False),
+            "backfill": dict(backfill=True, borrowing=False, preemption=False),
+            "full": dict(backfill=True, borrowing=True, preemption=True),
+        }
+        try:
+            values = presets[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown policy preset {name!r}; expected one of {sorted(presets)}"
+            ) from None
+        return cls(**{**values, **overrides})
+
+
+def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
+    return items if isinstance(items, tuple) else tuple(items)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything ``plan()`` needs, at one instant."""
+
+    nodes: tuple[NodeView, ...]
+    lines: tuple[LineView, ...]
+    queues: tuple[QueueView, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "lines", "queues", "running", "pending"):
+            object.__setattr__(self, name, _tuple(getattr(self, name)))
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start this job now on exactly these GPUs. ``borrowed``: beyond its quota,
+    on idle capacity, and first to be reclaimed."""
+
+    job_id: int
+    placement: tuple[Slot, ...]
+    borrowed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop ``victim_id`` to make room for ``for_job_id``. Graceful: checkpoint,
+    then stop by ``grace_deadline``; cold: kill now (deadline = now)."""
+
+    victim_id: int
+    for_job_id: int
+    mode: str
+    grace_deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held for a blocked job (or one whose victims are checkpointing);
+    other jobs may use them only if predicted to finish by ``expected_start``."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    expected_start: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a pending job does not start now, in words and numbers."""
+
+    code: str
+    message: str
+    details: dict[str, Any]
+    remedy: str
+    estimated_start: float | None = None
+    position: int | None = None
+
+    def as_reason(self) -> dict[str, Any]:
+        """The API's ``pending_reason`` object (plus remedy and position)."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "details": dict(self.details),
+            "remedy": self.remedy,
+            "estimated_start": self.estimated_start,
+            "position": self.position,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The engine's decisions for one cycle. ``now`` is the time it was made for."""
+
+    starts: tuple[Start, ...]
+    preemptions: tuple[Preemption, ...]
+    reservations: tuple[Reservation, ...]
+    verdicts: dict[int, Verdict]
+    now: float | None = None
+
+    def counts_by_code(self) -> dict[str, int]:
+        counts = dict.fromkeys(VERDICT_CODES, 0)
+        for verdict in self.verdicts.values():
+            counts[verdict.code] = counts.get(verdict.code, 0) + 1
+        return counts

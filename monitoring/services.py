@@ -40,3 +40,42 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
         },
     )
     return alert
+
+
+def _transition(user, alert_id: int, to: str, allowed_from: tuple[str, ...]) -> Alert:
+    from django.core.exceptions import PermissionDenied, ValidationError
+    from django.utils import timezone
+
+    from portal import audit
+    from portal.roles import is_oncall_or_admin
+
+    if not is_oncall_or_admin(user):
+        raise PermissionDenied("on-call engineers and admins only")
+    with transaction.atomic():
+        alert = Alert.objects.select_for_update().get(pk=alert_id)
+        if alert.status not in allowed_from:
+            raise ValidationError({"status": [f"alert is already {alert.status}"]})
+        before = {"status": alert.status}
+        alert.status = to
+        if to == Alert.Status.ACKNOWLEDGED:
+            alert.acknowledged_by = user
+        else:
+            alert.resolved_by = user
+            alert.resolved_at = timezone.now()
+        alert.save()
+        audit.record(user, f"alert.{'ack' if to == 'acknowledged' else 'resolve'}", alert,
+                     before=before, after={"status": to})  # fmt: skip
+        publish_on_commit("alerts", "alert.updated", {"id": alert.pk, "status": to})
+    return alert
+
+
+def acknowledge_alert(user, alert_id: int) -> Alert:
+    """Someone is on it: the alert stays visible but stops paging."""
+    return _transition(user, alert_id, Alert.Status.ACKNOWLEDGED, (Alert.Status.OPEN,))
+
+
+def resolve_alert(user, alert_id: int) -> Alert:
+    """Close the alert; the same symptom later opens a new one."""
+    return _transition(
+        user, alert_id, Alert.Status.RESOLVED, (Alert.Status.OPEN, Alert.Status.ACKNOWLEDGED)
+    )

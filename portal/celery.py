@@ -20,6 +20,19 @@ app.autodiscover_tasks()
 def beat_schedule(cycle_seconds: float) -> dict:
     """The beat schedule; ``cycle_seconds`` comes from SCHEDULER_CYCLE_SECONDS."""
     return {
+        # The scheduling cycle: observe, reconcile, plan, apply. A few seconds keeps
+        # waits short; single-flight, so a slow cycle is skipped rather than stacked.
+        "scheduling-cycle": {
+            "task": "scheduling.tasks.scheduling_cycle",
+            "schedule": cycle_seconds,
+            "options": {"expires": cycle_seconds},
+        },
+        # Demo workload (simulator only, when enabled): new arrivals every few seconds.
+        "demo-workload": {
+            "task": "scheduling.tasks.demo_workload",
+            "schedule": 5.0,
+            "options": {"expires": 5.0},
+        },
         # Health sweep: residual processes and sick nodes must leave the pool
         # within a minute (R6, R7) without costing a DB scan every cycle.
         "health-sweep": {

@@ -46,6 +46,7 @@ SCHEDULING_BACKEND = env_choice("SCHEDULING_BACKEND", "simulator", BACKENDS)
 SCHEDULER_CYCLE_SECONDS = env_float("SCHEDULER_CYCLE_SECONDS", 5.0, minimum=0.5, maximum=3600)
 # Virtual seconds the simulator advances per real second (demo: minutes per second).
 SIMULATOR_SPEED = env_float("SIMULATOR_SPEED", 60.0, minimum=0.0, maximum=86400)
+PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
 
 INSTALLED_APPS = [
     "daphne",

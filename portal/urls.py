@@ -4,21 +4,32 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from monitoring.api import AlertViewSet
 from portal import views
 from quotas.api import BusinessLineViewSet, QueueViewSet
-from scheduling.api import JobViewSet, NodeViewSet
+from scheduling.api import (
+    JobViewSet,
+    NodeViewSetWithActions,
+    SchedulerCycleView,
+    SimulatorAdvanceView,
+    SimulatorFaultView,
+)
 
 router = DefaultRouter()
 router.register("business-lines", BusinessLineViewSet, basename="business-line")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("jobs", JobViewSet, basename="job")
-router.register("nodes", NodeViewSet, basename="node")
+router.register("nodes", NodeViewSetWithActions, basename="node")
+router.register("alerts", AlertViewSet, basename="alert")
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
+    path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),
+    path("api/v1/scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
 ]

@@ -6,6 +6,7 @@ import django_filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -194,3 +195,140 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         return list_nodes_with_usage().order_by("name")
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=300)
+
+
+class NodeActionsMixin:
+    """cordon / drain / uncordon for on-call and admins (POST {"reason": "..."})."""
+
+    def _act(self, request: Request, name: str, fn) -> Response:
+        from portal.api import client_ip
+
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        fn(request.user, name, body.validated_data["reason"], client_ip(request))
+        node = list_nodes_with_usage().get(name=name)
+        return Response(NodeSerializer(node).data)
+
+
+class NodeViewSetWithActions(NodeActionsMixin, NodeViewSet):
+    def get_permissions(self):
+        from portal.api import IsOncallOrAdmin
+
+        if self.action in ("cordon", "drain", "uncordon", "blast_radius"):
+            return [*super().get_permissions(), IsOncallOrAdmin()]
+        return super().get_permissions()
+
+    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def cordon(self, request: Request, name: str | None = None) -> Response:
+        from scheduling.node_services import cordon_node
+
+        return self._act(request, self.get_object().name, cordon_node)
+
+    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def drain(self, request: Request, name: str | None = None) -> Response:
+        from scheduling.node_services import drain_node
+
+        return self._act(request, self.get_object().name, drain_node)
+
+    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request: Request, name: str | None = None) -> Response:
+        from scheduling.node_services import uncordon_node
+
+        return self._act(request, self.get_object().name, uncordon_node)
+
+    @extend_schema(responses={200: dict})
+    @action(detail=True, methods=["get"], url_path="blast-radius")
+    def blast_radius(self, request: Request, name: str | None = None) -> Response:
+        from scheduling.node_services import build_blast_radius
+
+        return Response(build_blast_radius(self.get_object().name))
+
+
+class FaultSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=["residual_process", "gpu_failure", "rdma_degraded", "node_down"]
+    )
+    node = serializers.CharField(max_length=64)
+
+
+class AdvanceSerializer(serializers.Serializer):
+    seconds = serializers.FloatField(min_value=1, max_value=7 * 86400)
+
+
+class CycleSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    cluster_time = serializers.CharField()
+    duration_ms = serializers.FloatField()
+    starts = serializers.IntegerField()
+    preemptions = serializers.IntegerField()
+    finished = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    requeued = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    pending_by_reason = serializers.DictField(child=serializers.IntegerField())
+
+
+def _busy_response(exc: Exception) -> Response:
+    return Response({"errors": {"non_field_errors": [str(exc)]}}, status=status.HTTP_409_CONFLICT)
+
+
+class SimulatorFaultView(GenericAPIView):
+    """Inject a fault on a simulated node (on-call, admin; simulator backend only)."""
+
+    serializer_class = FaultSerializer
+
+    @extend_schema(request=FaultSerializer, responses={200: FaultSerializer})
+    def post(self, request: Request) -> Response:
+        from scheduling.sim_services import ClusterBusy, inject_fault
+
+        body = FaultSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = inject_fault(request.user, body.validated_data["kind"],
+                                  body.validated_data["node"], client_ip(request))  # fmt: skip
+        except ClusterBusy as exc:
+            return _busy_response(exc)
+        return Response(result)
+
+
+class SimulatorAdvanceView(GenericAPIView):
+    """Move the simulated clock forward (admin; simulator backend only)."""
+
+    serializer_class = AdvanceSerializer
+
+    @extend_schema(request=AdvanceSerializer, responses={200: dict})
+    def post(self, request: Request) -> Response:
+        from scheduling.sim_services import ClusterBusy, advance_clock
+
+        body = AdvanceSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = advance_clock(request.user, body.validated_data["seconds"], client_ip(request))
+        except ClusterBusy as exc:
+            return _busy_response(exc)
+        return Response(result)
+
+
+class SchedulerCycleView(GenericAPIView):
+    """Run one full loop iteration now and return its summary (admin)."""
+
+    serializer_class = CycleSerializer
+
+    @extend_schema(request=None, responses={200: CycleSerializer})
+    def post(self, request: Request) -> Response:
+        from scheduling.loop import cycle_payload
+        from scheduling.sim_services import ClusterBusy, run_cycle_now
+
+        try:
+            record = run_cycle_now(request.user, client_ip(request))
+        except ClusterBusy as exc:
+            return _busy_response(exc)
+        return Response(cycle_payload(record))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from quotas.models import Queue, Tier
 
@@ -52,6 +53,9 @@ class Node(models.Model):
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
     health_detail = models.CharField(max_length=300, blank=True)
     residual_gpus = models.PositiveSmallIntegerField(default=0)
+    uncordon_requested = models.BooleanField(
+        default=False, help_text="the portal uncordoned it; the loop tells the backend"
+    )
     recent_models = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -130,10 +134,14 @@ class Job(models.Model):
     preempted_for = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    backend_ref = models.CharField(max_length=100, blank=True)
+    attempt = models.PositiveIntegerField(default=0, help_text="runs launched so far")
+    backend_ref = models.CharField(max_length=100, blank=True, db_index=True)
+    stop_reason = models.CharField(
+        max_length=16, blank=True, help_text="why a requested stop happened: preemption, drain..."
+    )
     failure_reason = models.TextField(blank=True)
 
-    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    submitted_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -188,7 +196,7 @@ class JobEvent(models.Model):
     """One line of a job's timeline (submitted, started, preempted, checkpointed, retried...)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(auto_now_add=True)
+    at = models.DateTimeField(default=timezone.now, help_text="cluster time")
     kind = models.CharField(max_length=32)
     message = models.TextField()
 
@@ -207,8 +215,71 @@ class ClusterSettings(models.Model):
     singleton = models.BooleanField(default=True, unique=True, editable=False)
     workload_enabled = models.BooleanField(default=True)
     seed = models.IntegerField(default=0)
+    workload_minute = models.BigIntegerField(
+        null=True, blank=True, help_text="last cluster-time minute the demo workload generated"
+    )
 
     @classmethod
     def load(cls) -> ClusterSettings:
         obj, _ = cls.objects.get_or_create(singleton=True)
         return obj
+
+
+class SimulatorState(models.Model):
+    """The simulated cluster's whole state (``Simulator.to_dict``), so it survives restarts.
+
+    The virtual clock runs ``speed`` times faster than the wall clock: at wall
+    time ``saved_wall`` it read ``virtual_now``. Locked (``select_for_update``)
+    by the one cycle that advances it.
+    """
+
+    singleton = models.BooleanField(default=True, unique=True, editable=False)
+    state = models.JSONField()
+    virtual_now = models.FloatField()
+    saved_wall = models.FloatField()
+    speed = models.FloatField(default=60.0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class SchedulingCycle(models.Model):
+    """One iteration of the loop: what it did, how long it took, what went wrong."""
+
+    kind = models.CharField(max_length=16, default="cycle", help_text="cycle or sweep")
+    started_at = models.DateTimeField(default=timezone.now, db_index=True)
+    cluster_time = models.DateTimeField()
+    duration_ms = models.FloatField()
+    observe_ms = models.FloatField(default=0)
+    plan_ms = models.FloatField(default=0)
+    apply_ms = models.FloatField(default=0)
+    starts = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    finished = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    requeued = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    pending_by_reason = models.JSONField(default=dict)
+    violations = models.JSONField(default=list)
+    errors = models.JSONField(default=list)
+    drift = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+
+class Eviction(models.Model):
+    """A running job stopped to make room (preemption, inference yield) for R4's ratio.
+
+    ``gpu_seconds`` is the GPU time the evicted run had been given; ``lost_gpu_seconds``
+    the part of it not saved by a checkpoint.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="evictions")
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="evictions")
+    at = models.DateTimeField(db_index=True)
+    reason = models.CharField(max_length=16)
+    gpus = models.PositiveIntegerField()
+    gpu_seconds = models.FloatField()
+    lost_gpu_seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["-at"]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
-from rest_framework.test import APIClient
 
 DEMO_PASSWORD = "demo-pass-123"
 
@@ -24,6 +23,8 @@ def demo(db, monkeypatch):
 @pytest.fixture
 def api(demo):
     """An API client factory: ``api("researcher")`` is authenticated as that demo user."""
+
+    from rest_framework.test import APIClient
 
     def make(username: str | None) -> APIClient:
         client = APIClient()

@@ -27,6 +27,7 @@ if not os.environ.get("REDIS_URL"):
     os.environ["REDIS_URL"] = _redis.url
 
 os.environ.setdefault("DEBUG", "1")
+os.environ.setdefault("SIMULATOR_SPEED", "0")  # virtual time moves only when a test advances it
 os.environ.setdefault("SECRET_KEY", "test-secret-key-" + "x" * 50)
 
 from portal.settings import *  # noqa: E402,F403

@@ -35,6 +35,8 @@ USERS = (
     ("researcher", Role.RESEARCHER, "llm", False),
     ("researcher2", Role.RESEARCHER, "search-rec", False),
 )
+# The demo workload generator submits as this user, a member of every line.
+WORKLOAD_USER = "workload"
 
 
 class Command(BaseCommand):
@@ -150,6 +152,14 @@ class Command(BaseCommand):
                     business_line=BusinessLine.objects.get(name=line_name),
                     defaults={"is_lead": is_lead},
                 )
+        bot = user_model.objects.filter(username=WORKLOAD_USER).first()
+        if bot is None:
+            bot = user_model(username=WORKLOAD_USER, email="workload@example.org")
+            bot.set_unusable_password()
+            bot.save()
+        Profile.objects.update_or_create(user=bot, defaults={"role": Role.RESEARCHER})
+        for line in BusinessLine.objects.all():
+            LineMembership.objects.get_or_create(user=bot, business_line=line)
         if env_password:
             return [(u, "(DEMO_PASSWORD)") for u, _ in created]
         return created

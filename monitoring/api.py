@@ -1,0 +1,39 @@
+"""REST: alerts for on-call (list, ack, resolve)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from monitoring.models import Alert
+from monitoring.services import acknowledge_alert, resolve_alert
+from portal.api import IsOncallOrAdmin
+
+
+class AlertSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Alert
+        fields = ["id", "kind", "severity", "status", "subject", "message", "count",
+                  "created_at", "updated_at", "resolved_at"]  # fmt: skip
+
+
+class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+    """Alerts (on-call engineers and admins)."""
+
+    queryset = Alert.objects.all()
+    serializer_class = AlertSerializer
+    permission_classes = [IsOncallOrAdmin]
+    filterset_fields = ["status", "kind", "severity"]
+
+    @extend_schema(request=None, responses={200: AlertSerializer})
+    @action(detail=True, methods=["post"])
+    def ack(self, request: Request, pk: str | None = None) -> Response:
+        return Response(AlertSerializer(acknowledge_alert(request.user, self.get_object().pk)).data)
+
+    @extend_schema(request=None, responses={200: AlertSerializer})
+    @action(detail=True, methods=["post"])
+    def resolve(self, request: Request, pk: str | None = None) -> Response:
+        return Response(AlertSerializer(resolve_alert(request.user, self.get_object().pk)).data)

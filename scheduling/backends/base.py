@@ -1,0 +1,144 @@
+"""The one small interface every cluster backend implements, in engine types.
+
+The portal decides; a backend executes what it is told and reports what it
+sees. ``observe`` is the truth the loop reconciles against: what the backend
+reports wins over what the database remembers.
+
+Errors say whether retrying can help: ``TransientBackendError`` (try again
+later, with backoff) or ``PermanentBackendError`` (the request itself is wrong;
+the job fails with the message as its reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from scheduling.engine.types import Slot
+
+# Job states a backend reports.
+RUNNING = "running"
+STOPPING = "stopping"  # checkpointing before a requested stop
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+STOPPED = "stopped"  # stopped on request (checkpoint-and-stop, deadline or kill)
+ENDED = (SUCCEEDED, FAILED, STOPPED)
+
+# Node health a backend reports.
+HEALTH_OK = "ok"
+
+
+class BackendError(Exception):
+    """A backend call failed. ``permanent`` tells whether a retry can help."""
+
+    permanent = False
+
+    def __init__(self, message: str, *, code: str = "backend_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TransientBackendError(BackendError):
+    permanent = False
+
+
+class PermanentBackendError(BackendError):
+    permanent = True
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedNode:
+    """A node as the backend sees it. ``busy_gpus``: held by jobs or anything else."""
+
+    name: str
+    rack: str
+    block: str
+    gpu_model: str
+    gpu_memory_gb: int
+    gpus_total: int
+    rdma: bool
+    inference: bool
+    health: str
+    health_detail: str
+    cordoned: bool
+    free_gpus: tuple[int, ...]
+    residual_gpus: tuple[int, ...] = ()
+    inference_shortfall: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedJob:
+    """A job run as the backend sees it. ``ref`` is the backend's name for this run;
+    ``job_id`` the portal job it belongs to (None: started outside the portal)."""
+
+    ref: str
+    job_id: int | None
+    state: str
+    placement: tuple[Slot, ...]
+    progress_s: float = 0.0
+    last_checkpoint_at: float | None = None
+    end_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the backend reports at cluster time ``now`` (epoch seconds)."""
+
+    now: float
+    nodes: tuple[ObservedNode, ...]
+    jobs: tuple[ObservedJob, ...]
+    # nodes where online inference wants GPUs back: node -> running job refs there
+    inference_pressure: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Start run ``ref`` of portal job ``job_id`` on exactly ``placement``."""
+
+    ref: str
+    job_id: int
+    name: str
+    placement: tuple[Slot, ...]
+    progress_s: float
+    checkpoint_interval_s: float
+    checkpoint_path: str
+    exclusive_node: bool = False
+    sim_duration_s: float | None = None  # simulator only: the hidden true run time
+
+
+def run_ref(job_id: int, attempt: int) -> str:
+    """The backend name of a job's run: deterministic, so a lost launch is adopted, never duplicated."""
+    return f"portal-{job_id}-{attempt}"
+
+
+def parse_run_ref(ref: str) -> tuple[int, int] | None:
+    """(job_id, attempt) from a run ref, or None for work started outside the portal."""
+    parts = ref.split("-")
+    if len(parts) == 3 and parts[0] == "portal" and parts[1].isdigit() and parts[2].isdigit():
+        return int(parts[1]), int(parts[2])
+    return None
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """What the scheduling loop needs from a cluster."""
+
+    name: str
+
+    def observe(self) -> Observation: ...
+
+    def launch(self, request: LaunchRequest) -> None: ...
+
+    def checkpoint_and_stop(self, ref: str, grace_s: float) -> None: ...
+
+    def kill(self, ref: str) -> None: ...
+
+    def cordon(self, node: str, reason: str) -> None: ...
+
+    def uncordon(self, node: str) -> None: ...
+
+    def clean_residual(self, node: str) -> int: ...
+
+    def close(self) -> None:
+        """Persist and release whatever the backend holds for this cycle."""
+        ...

@@ -1,0 +1,569 @@
+"""The scheduling loop: observe -> reconcile -> snapshot -> plan -> apply, in one transaction.
+
+``run_cycle`` is the one writer of job placement. It runs under a single-flight
+lock (``scheduling.tasks``) and inside one database transaction: a worker that
+dies part-way rolls everything back, and the next cycle repairs from the
+backend's truth. Runs are named deterministically (``portal-<job>-<attempt>``)
+so a launch whose commit was lost is adopted, never launched twice; the
+``Allocation`` table's unique (node, GPU) constraint makes a GPU counted twice
+impossible.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+
+from monitoring.models import Alert
+from monitoring.services import raise_alert
+from portal.realtime import publish_on_commit
+from scheduling import engine
+from scheduling.backends import open_backend
+from scheduling.backends.base import (
+    ENDED,
+    FAILED,
+    STOPPED,
+    SUCCEEDED,
+    BackendError,
+    ClusterBackend,
+    LaunchRequest,
+    Observation,
+    ObservedJob,
+    run_ref,
+)
+from scheduling.clock import to_datetime, to_epoch
+from scheduling.engine import types as et
+from scheduling.models import Allocation, Eviction, Job, JobEvent, Node, SchedulingCycle
+from scheduling.prediction import RuntimePredictor
+from scheduling.snapshot import build_snapshot
+
+log = logging.getLogger(__name__)
+
+RECENT_MODELS_KEPT = 3
+
+
+def production_policy() -> et.PolicyConfig:
+    """The policy the live loop runs (the ``full`` preset)."""
+    return et.PolicyConfig.preset(
+        "full", grace_seconds=float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300))
+    )
+
+
+@dataclass
+class CycleReport:
+    counts: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    touched_backend: bool = False
+
+
+def _event(job_id: int, at: float, kind: str, message: str, state: str) -> JobEvent:
+    publish_on_commit(
+        f"job.{job_id}", "job.updated",
+        {"id": job_id, "state": state, "event": {"kind": kind, "message": message}},
+    )  # fmt: skip
+    return JobEvent(job_id=job_id, at=to_datetime(at), kind=kind, message=message)
+
+
+def _fmt_placement(slots: tuple[et.Slot, ...] | list[et.Slot]) -> str:
+    return ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+
+
+class Cycle:
+    """One iteration against one opened backend. Use ``run_cycle``."""
+
+    def __init__(self, backend: ClusterBackend, obs: Observation, kind: str) -> None:
+        self.backend = backend
+        self.obs = obs
+        self.now = obs.now
+        self.kind = kind
+        self.report = CycleReport()
+        self.events: list[JobEvent] = []
+
+    # -- helpers -------------------------------------------------------------
+    def event(self, job: Job | int, kind: str, message: str, state: str = "") -> None:
+        job_id = job if isinstance(job, int) else job.pk
+        st = state or (job.state if isinstance(job, Job) else "")
+        self.events.append(_event(job_id, self.now, kind, message, st))
+
+    def call(self, what: str, fn, *args) -> bool:
+        """Call the backend; record and swallow its error (False) so one node or job can't stop the cycle."""
+        self.report.touched_backend = True
+        try:
+            fn(*args)
+            return True
+        except BackendError as err:
+            kind = "permanent" if err.permanent else "transient"
+            self.report.errors.append(f"{what}: {kind}: {err}")
+            return False
+
+    # -- reconcile: the backend's truth wins ---------------------------------
+    def reconcile(self) -> None:
+        self._sync_nodes()
+        self._sync_jobs()
+
+    def _sync_nodes(self) -> None:
+        db_nodes = {n.name: n for n in Node.objects.all()}
+        created = []
+        changed: list[Node] = []
+        for o in self.obs.nodes:
+            node = db_nodes.get(o.name)
+            if node is None:  # discovered on the backend
+                created.append(
+                    Node(name=o.name, rack=o.rack, block=o.block, gpu_model=o.gpu_model,
+                         gpu_memory_gb=o.gpu_memory_gb, gpus_total=o.gpus_total, rdma=o.rdma,
+                         inference=o.inference, health=o.health, health_detail=o.health_detail)
+                )  # fmt: skip
+                self.report.drift.append(f"node {o.name} discovered on the backend")
+                continue
+            dirty = False
+            residual = len(o.residual_gpus)
+            for attr, value in (("health", o.health), ("health_detail", o.health_detail),
+                                ("residual_gpus", residual)):  # fmt: skip
+                if getattr(node, attr) != value:
+                    setattr(node, attr, value)
+                    dirty = True
+            if node.uncordon_requested:
+                if self.call(f"uncordon {node.name}", self.backend.uncordon, node.name):
+                    node.uncordon_requested = False
+                    dirty = True
+            elif node.state == Node.State.READY and o.health != "ok":
+                self._isolate(node, o.health_detail or o.health)
+                dirty = True
+            elif node.state == Node.State.READY and o.cordoned:
+                node.state = Node.State.CORDONED
+                node.state_reason = "cordoned outside the portal (seen on the backend)"
+                self.report.drift.append(f"node {node.name} cordoned outside the portal")
+                dirty = True
+            elif node.state != Node.State.READY and not o.cordoned:
+                self.call(f"cordon {node.name}", self.backend.cordon, node.name, node.state_reason)
+            if o.residual_gpus:
+                self._clean_residual(node, len(o.residual_gpus))
+            if dirty:
+                changed.append(node)
+        if created:
+            Node.objects.bulk_create(created)
+        if changed:
+            Node.objects.bulk_update(
+                changed,
+                ["health", "health_detail", "residual_gpus", "state", "state_reason",
+                 "uncordon_requested"],
+            )  # fmt: skip
+            for node in changed:
+                publish_on_commit("nodes", "node.updated", _node_payload(node))
+
+    def _isolate(self, node: Node, why: str) -> None:
+        """R7: a sick node leaves the pool at once; its jobs move (from checkpoint)."""
+        from portal import audit
+
+        before = {"state": node.state}
+        node.state = Node.State.UNHEALTHY
+        node.state_reason = f"isolated automatically: {why}"
+        self.call(f"cordon {node.name}", self.backend.cordon, node.name, node.state_reason)
+        audit.record(None, "node.isolate", node, reason=node.state_reason, before=before,
+                     after={"state": node.state})  # fmt: skip
+        raise_alert(
+            Alert.Kind.NODE_UNHEALTHY, Alert.Severity.CRITICAL, node.name,
+            f"{node.name} reports {node.health} ({why}); isolated, its jobs move elsewhere "
+            "from their last checkpoint.",
+        )  # fmt: skip
+        self.report.counts["isolated"] += 1
+
+    def _clean_residual(self, node: Node, gpus: int) -> None:
+        """R6: stale processes hold GPU memory: kill them and give the GPUs back."""
+        if self.call(f"clean {node.name}", self.backend.clean_residual, node.name):
+            node.residual_gpus = 0
+            raise_alert(
+                Alert.Kind.RESIDUAL_PROCESS, Alert.Severity.WARNING, node.name,
+                f"{gpus} GPU(s) on {node.name} were held by processes of finished jobs; "
+                "they were killed and the GPUs returned to the pool.",
+            )  # fmt: skip
+            self.report.counts["residual_cleaned"] += gpus
+
+    def _sync_jobs(self) -> None:
+        observed = {j.ref: j for j in self.obs.jobs}
+        active = list(
+            Job.objects.select_for_update()
+            .filter(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
+            .select_related("queue")
+        )
+        known_refs = {j.backend_ref for j in active}
+        for job in active:
+            o = observed.get(job.backend_ref)
+            if o is None:
+                self._run_ended(job, FAILED, job.progress_seconds, "vanished from the backend")
+            elif o.state in ENDED:
+                self._run_ended(job, o.state, o.progress_s, o.end_reason)
+            else:
+                self._still_running(job, o)
+        self.release_cancelled()
+        # Runs the database does not know: adopt lost launches, report foreign work.
+        for ref, o in observed.items():
+            if ref in known_refs or o.state in ENDED:
+                continue
+            if o.job_id is not None:
+                self._adopt(o)
+            else:
+                self.report.drift.append(f"run {ref} was started outside the portal")
+
+    def release_cancelled(self) -> None:
+        """Cancelled jobs: stop a run that is still alive; free the GPUs once it has ended."""
+        observed = {j.ref: j for j in self.obs.jobs}
+        for job in Job.objects.filter(
+            state=Job.State.CANCELLED, allocations__isnull=False
+        ).distinct():
+            o = observed.get(job.backend_ref)
+            if o is not None and o.state not in ENDED:
+                self.call(f"kill {job.backend_ref}", self.backend.kill, job.backend_ref)
+            else:
+                job.allocations.all().delete()
+                Job.objects.filter(pk=job.pk).update(finished_at=to_datetime(self.now))
+
+    def _still_running(self, job: Job, o: ObservedJob) -> None:
+        updates = {}
+        if abs(o.progress_s - job.progress_seconds) > 1:
+            updates["progress_seconds"] = o.progress_s
+        ckpt = to_datetime(o.last_checkpoint_at)
+        if ckpt and ckpt != job.last_checkpoint_at:
+            updates["last_checkpoint_at"] = ckpt
+        if updates:
+            Job.objects.filter(pk=job.pk).update(**updates)
+        if (
+            job.state == Job.State.PREEMPTING
+            and job.preempt_deadline
+            and to_epoch(job.preempt_deadline) <= self.now
+            and o.state != "stopping"
+        ):
+            self.call(f"kill {job.backend_ref}", self.backend.kill, job.backend_ref)
+            self.event(job, "killed", "grace period over: stopped cold at the deadline")
+
+    def _run_ended(self, job: Job, state: str, progress: float, reason: str) -> None:
+        job.allocations.all().delete()
+        now_dt = to_datetime(self.now)
+        lost_s = max(0.0, job.progress_seconds - progress)
+        job.progress_seconds = max(0.0, progress)
+        fields = ["state", "progress_seconds", "updated_at"]
+        if state == SUCCEEDED:
+            job.state = Job.State.SUCCEEDED
+            job.finished_at = now_dt
+            fields.append("finished_at")
+            self.event(job, "succeeded", "finished successfully")
+            self.report.counts["finished"] += 1
+            self._remember_model(job)
+        elif state == STOPPED and job.state == Job.State.PREEMPTING:
+            self._requeue_after_stop(job, progress, reason, lost_s)
+            fields += ["preemption_count", "preempt_deadline", "preempted_for", "stop_reason",
+                       "borrowed"]  # fmt: skip
+        else:  # failed, vanished, or stopped by someone else
+            why = reason or "the run stopped"
+            if job.retry_count < job.max_retries:
+                job.state = Job.State.PENDING
+                job.retry_count += 1
+                self.event(
+                    job, "retried",
+                    f"run failed ({why}); automatic retry {job.retry_count} of {job.max_retries} "
+                    f"resumes from the last checkpoint at {progress / 60:.0f} min of progress",
+                )  # fmt: skip
+                self.report.counts["retried"] += 1
+            else:
+                job.state = Job.State.FAILED
+                job.finished_at = now_dt
+                job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
+                fields += ["finished_at", "failure_reason"]
+                self.event(job, "failed", job.failure_reason)
+                self.report.counts["failed"] += 1
+            job.borrowed = False
+            fields += ["retry_count", "borrowed"]
+        job.save(update_fields=fields)
+
+    def _requeue_after_stop(self, job: Job, progress: float, reason: str, lost_s: float) -> None:
+        cause = job.stop_reason or "preemption"
+        counts_as_eviction = cause in ("preemption", "inference")
+        if counts_as_eviction:
+            job.preemption_count += 1
+            started = to_epoch(job.started_at) or self.now
+            Eviction.objects.create(
+                job=job, queue=job.queue, at=to_datetime(self.now), reason=cause, gpus=job.gpus,
+                gpu_seconds=job.gpus * max(0.0, self.now - started),
+                lost_gpu_seconds=job.gpus * lost_s,
+            )  # fmt: skip
+        job.state = Job.State.PENDING
+        saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
+        self.event(
+            job, "requeued",
+            f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress kept"
+            + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
+        )  # fmt: skip
+        job.preempt_deadline = None
+        job.preempted_for = None
+        job.stop_reason = ""
+        job.borrowed = False
+        self.report.counts["requeued"] += 1
+
+    def _remember_model(self, job: Job) -> None:
+        if not job.model_name:
+            return
+        names = set(job.allocations.values_list("node__name", flat=True))
+        for node in Node.objects.filter(name__in=names):
+            models = [m for m in node.recent_models if m != job.model_name]
+            node.recent_models = [job.model_name, *models][:RECENT_MODELS_KEPT]
+            node.save(update_fields=["recent_models"])
+
+    def _adopt(self, o: ObservedJob) -> None:
+        job = Job.objects.select_for_update().filter(pk=o.job_id).first()
+        if job is None or job.state != Job.State.PENDING:
+            self.call(f"kill orphan {o.ref}", self.backend.kill, o.ref)
+            self.report.drift.append(f"run {o.ref} had no waiting job: killed")
+            return
+        if not self._allocate(job, o.placement):
+            self.call(f"kill {o.ref}", self.backend.kill, o.ref)
+            return
+        job.state = Job.State.RUNNING
+        job.backend_ref = o.ref
+        job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
+        job.started_at = job.started_at or to_datetime(self.now)
+        job.save(update_fields=["state", "backend_ref", "attempt", "started_at", "updated_at"])
+        self.event(job, "adopted", f"found running on the backend as {o.ref}: adopted")
+        self.report.drift.append(f"run {o.ref} adopted for job {job.pk}")
+
+    def _allocate(self, job: Job, slots: tuple[et.Slot, ...]) -> bool:
+        names = {s.node for s in slots}
+        node_ids = dict(Node.objects.filter(name__in=names).values_list("name", "id"))
+        rows = [Allocation(job=job, node_id=node_ids[s.node], gpu_index=g)
+                for s in slots if s.node in node_ids for g in s.gpus]  # fmt: skip
+        try:
+            with transaction.atomic():
+                Allocation.objects.filter(job=job).delete()
+                Allocation.objects.bulk_create(rows)
+        except IntegrityError:
+            self.report.errors.append(f"job {job.pk}: GPUs already allocated; not placed")
+            return False
+        return True
+
+    # -- inference yields, drains and health moves ----------------------------
+    def request_stops(self) -> None:
+        """Ask running jobs to move off draining/unhealthy nodes and off inference peaks."""
+        grace = production_policy().grace_seconds
+        leaving = set(
+            Node.objects.filter(state__in=[Node.State.DRAINING, Node.State.UNHEALTHY])
+            .values_list("name", flat=True)
+        )  # fmt: skip
+        stops: dict[int, str] = {}
+        if leaving:
+            for job_id, node in Allocation.objects.filter(
+                node__name__in=leaving, job__state=Job.State.RUNNING
+            ).values_list("job_id", "node__state"):
+                stops[job_id] = "drain" if node == Node.State.DRAINING else "health"
+        pressured = {ref for refs in self.obs.inference_pressure.values() for ref in refs}
+        if pressured:
+            for job_id in Job.objects.filter(
+                backend_ref__in=pressured, state=Job.State.RUNNING, preemptible=True
+            ).values_list("id", flat=True):
+                stops.setdefault(job_id, "inference")
+        for job in Job.objects.select_for_update().filter(pk__in=stops, state=Job.State.RUNNING):
+            cause = stops[job.pk]
+            if not self.call(f"stop {job.backend_ref}", self.backend.checkpoint_and_stop,
+                             job.backend_ref, grace):  # fmt: skip
+                continue
+            job.state = Job.State.PREEMPTING
+            job.stop_reason = cause
+            job.preempt_deadline = to_datetime(self.now + grace)
+            job.save(update_fields=["state", "stop_reason", "preempt_deadline", "updated_at"])
+            words = {"drain": "its node is being drained", "health": "its node is unhealthy",
+                     "inference": "online inference needs the GPUs back"}  # fmt: skip
+            self.event(job, "checkpointing", f"asked to checkpoint and move: {words[cause]}")
+            self.report.counts["moved"] += 1
+
+    # -- apply the engine's plan ------------------------------------------------
+    def apply(self, plan: et.Plan, rows: dict[int, dict]) -> None:
+        for p in plan.preemptions:
+            victim = Job.objects.select_for_update().filter(pk=p.victim_id).first()
+            if victim is None or victim.state != Job.State.RUNNING:
+                continue  # compare-and-set: it moved on since the snapshot
+            grace = max(0.0, p.grace_deadline - self.now) if p.mode == et.GRACEFUL else 0.0
+            call = self.backend.checkpoint_and_stop if grace > 0 else self.backend.kill
+            args = (victim.backend_ref, grace) if grace > 0 else (victim.backend_ref,)
+            if not self.call(f"preempt {victim.backend_ref}", call, *args):
+                continue
+            victim.state = Job.State.PREEMPTING
+            victim.stop_reason = "preemption"
+            victim.preempted_for_id = p.for_job_id
+            victim.preempt_deadline = to_datetime(p.grace_deadline)
+            victim.save(update_fields=["state", "stop_reason", "preempted_for",
+                                       "preempt_deadline", "updated_at"])  # fmt: skip
+            mode = "gracefully: checkpoint, then stop" if grace > 0 else "cold (killed)"
+            self.event(victim, "preempted",
+                       f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
+            self.report.counts["preemptions"] += 1
+        for start in plan.starts:
+            self._start(start, rows.get(start.job_id))
+        self._write_verdicts(plan, rows)
+
+    def _start(self, start: et.Start, row: dict | None) -> None:
+        if row is None:
+            return
+        job = Job.objects.select_for_update().filter(pk=start.job_id).first()
+        if job is None or job.state != Job.State.PENDING:
+            return  # cancelled (or adopted) since the snapshot
+        ref = run_ref(job.pk, job.attempt + 1)
+        try:
+            with transaction.atomic():
+                if not self._allocate(job, start.placement):
+                    return
+                request = LaunchRequest(
+                    ref=ref, job_id=job.pk, name=job.name, placement=start.placement,
+                    progress_s=job.progress_seconds,
+                    checkpoint_interval_s=job.checkpoint_interval_minutes * 60.0,
+                    checkpoint_path=job.checkpoint_path, exclusive_node=job.exclusive_node,
+                    sim_duration_s=(job.sim_duration_minutes or 0) * 60.0 or None,
+                )  # fmt: skip
+                self.report.touched_backend = True
+                self.backend.launch(request)
+        except BackendError as err:
+            if err.permanent:
+                job.state = Job.State.FAILED
+                job.failure_reason = f"the cluster refused to start it: {err}"
+                job.finished_at = to_datetime(self.now)
+                job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
+                self.event(job, "failed", job.failure_reason)
+                self.report.counts["failed"] += 1
+            self.report.errors.append(f"launch {ref}: {err}")
+            return
+        job.state = Job.State.RUNNING
+        job.attempt += 1
+        job.backend_ref = ref
+        job.started_at = to_datetime(self.now)
+        job.borrowed = start.borrowed
+        job.pending_code = ""
+        job.queue_position = None
+        job.estimated_start = None
+        job.save(update_fields=["state", "attempt", "backend_ref", "started_at", "borrowed",
+                                "pending_code", "queue_position", "estimated_start",
+                                "updated_at"])  # fmt: skip
+        borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
+        self.event(job, "started", f"started on {_fmt_placement(start.placement)}{borrowed}")
+        self.report.counts["starts"] += 1
+
+    def _write_verdicts(self, plan: et.Plan, rows: dict[int, dict]) -> None:
+        """Store each waiting job's verdict, only where it changed, in one statement per batch."""
+        changed = []
+        for job_id, v in plan.verdicts.items():
+            row = rows.get(job_id)
+            if row is None or row["state"] != Job.State.PENDING:
+                continue
+            est = to_datetime(v.estimated_start)
+            new = (v.code, v.message, v.details, v.remedy, v.position, est)
+            old = (row["pending_code"], row["pending_message"], row["pending_details"],
+                   row["pending_remedy"], row["queue_position"], row["estimated_start"])  # fmt: skip
+            if new != old:
+                changed.append((job_id, *new))
+        if changed:
+            _bulk_write_verdicts(changed)
+        publish_on_commit("pending", "pending.updated", {"by_reason": plan.counts_by_code()})
+
+    def flush_events(self) -> None:
+        JobEvent.objects.bulk_create(self.events, batch_size=1000)
+        self.events.clear()
+
+
+def _bulk_write_verdicts(changed: list[tuple]) -> None:
+    import json
+
+    table = Job._meta.db_table
+    with connection.cursor() as cur:
+        for i in range(0, len(changed), 1000):
+            batch = changed[i : i + 1000]
+            values = ", ".join(
+                ["(%s, %s, %s, %s::jsonb, %s, %s::integer, %s::timestamptz)"] * len(batch)
+            )
+            params: list = []
+            for job_id, code, message, details, remedy, position, est in batch:
+                params += [job_id, code, message, json.dumps(details), remedy, position, est]
+            cur.execute(
+                f"UPDATE {table} AS j SET pending_code = v.code, pending_message = v.message, "
+                "pending_details = v.details, pending_remedy = v.remedy, "
+                "queue_position = v.position, estimated_start = v.est "
+                f"FROM (VALUES {values}) AS v(id, code, message, details, remedy, position, est) "
+                "WHERE j.id = v.id AND j.state = 'pending'",
+                params,
+            )
+
+
+def _node_payload(node: Node) -> dict:
+    return {"name": node.name, "state": node.state, "health": node.health,
+            "residual_gpus": node.residual_gpus, "state_reason": node.state_reason}  # fmt: skip
+
+
+def run_cycle(kind: str = "cycle", wall_now: float | None = None) -> SchedulingCycle:
+    """One loop iteration (``kind="sweep"``: observe and reconcile only, no planning).
+
+    Call under the single-flight lock (``scheduling.tasks``); everything happens in
+    one transaction and the summary row is written with it.
+    """
+    t0 = time.perf_counter()
+    timings = {"observe_ms": 0.0, "plan_ms": 0.0, "apply_ms": 0.0}
+    violations: list[str] = []
+    by_reason: dict[str, int] = {}
+    with transaction.atomic():
+        backend = open_backend(wall_now)
+        obs = backend.observe()
+        cycle = Cycle(backend, obs, kind)
+        cycle.reconcile()
+        cycle.request_stops()
+        if cycle.report.touched_backend:
+            cycle.obs = obs = backend.observe()
+            cycle.release_cancelled()  # runs killed just now may already be gone
+        timings["observe_ms"] = (time.perf_counter() - t0) * 1000
+        if kind == "cycle":
+            t1 = time.perf_counter()
+            ctx = build_snapshot(obs, production_policy(), RuntimePredictor.from_history())
+            plan = engine.plan(ctx.snapshot, obs.now)
+            violations = engine.check_plan(ctx.snapshot, plan)
+            timings["plan_ms"] = (time.perf_counter() - t1) * 1000
+            t2 = time.perf_counter()
+            if violations:
+                # Never apply a plan that breaks an invariant; explain and wait.
+                log.error("plan violates invariants, not applied: %s", violations[:5])
+                cycle._write_verdicts(plan, ctx.jobs)
+            else:
+                cycle.apply(plan, ctx.jobs)
+            by_reason = {k: v for k, v in plan.counts_by_code().items() if v}
+            timings["apply_ms"] = (time.perf_counter() - t2) * 1000
+        cycle.flush_events()
+        backend.close()
+        counts = cycle.report.counts
+        record = SchedulingCycle.objects.create(
+            kind=kind,
+            cluster_time=to_datetime(obs.now),
+            duration_ms=(time.perf_counter() - t0) * 1000,
+            starts=counts["starts"],
+            preemptions=counts["preemptions"],
+            finished=counts["finished"],
+            failed=counts["failed"],
+            requeued=counts["requeued"] + counts["retried"],
+            pending=sum(by_reason.values()),
+            pending_by_reason=by_reason,
+            violations=violations[:50],
+            errors=cycle.report.errors[:50],
+            drift=cycle.report.drift[:50],
+            **timings,
+        )
+        publish_on_commit("cycles", "cycle.completed", cycle_payload(record))
+        publish_on_commit("queues", "queues.updated", {"cycle": record.pk})
+    return record
+
+
+def cycle_payload(record: SchedulingCycle) -> dict:
+    return {
+        "id": record.pk, "kind": record.kind, "cluster_time": record.cluster_time.isoformat(),
+        "duration_ms": round(record.duration_ms, 1), "starts": record.starts,
+        "preemptions": record.preemptions, "finished": record.finished, "failed": record.failed,
+        "requeued": record.requeued, "pending": record.pending,
+        "pending_by_reason": record.pending_by_reason, "errors": record.errors[:5],
+        "violations": record.violations[:5], "drift": record.drift[:5],
+    }  # fmt: skip

@@ -1,0 +1,106 @@
+"""Drills on the simulator and one-shot loop runs (API.md: simulator/*, scheduler/cycle)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from portal import audit
+from portal.locks import redis_client
+from portal.roles import is_admin, is_oncall_or_admin
+from scheduling.backends.base import BackendError
+from scheduling.loop import run_cycle
+from scheduling.models import Node, SchedulingCycle
+from scheduling.simcore.simulator import FAULT_KINDS
+from scheduling.tasks import CLUSTER_LOCK, lock_ttl
+
+MAX_ADVANCE_S = 7 * 86400
+LOCK_WAIT_S = 20.0
+
+
+class ClusterBusy(Exception):
+    """Another loop iteration holds the cluster for longer than we wait."""
+
+
+def _with_cluster_lock(fn):
+    lock = redis_client().lock(f"lock:{CLUSTER_LOCK}", timeout=lock_ttl(), blocking=True,
+                               blocking_timeout=LOCK_WAIT_S)  # fmt: skip
+    if not lock.acquire():
+        raise ClusterBusy("the scheduling loop is busy; try again in a few seconds")
+    try:
+        return fn()
+    finally:
+        with contextlib.suppress(Exception):  # expired: nothing to release
+            lock.release()
+
+
+def _require_simulator() -> None:
+    if settings.SCHEDULING_BACKEND != "simulator":
+        raise ValidationError({"backend": ["only available with the simulator backend"]})
+
+
+def inject_fault(user: Any, kind: Any, node: Any, source_ip: str | None = None) -> dict:
+    """Break a simulated node on purpose (on-call drills); the next cycle reacts."""
+    if not is_oncall_or_admin(user):
+        raise PermissionDenied("on-call engineers and admins only")
+    _require_simulator()
+    if kind not in FAULT_KINDS:
+        raise ValidationError({"kind": [f"one of {', '.join(FAULT_KINDS)}"]})
+    if not isinstance(node, str) or not Node.objects.filter(name=node).exists():
+        raise ValidationError({"node": [f"unknown node {str(node)[:80]!r}"]})
+
+    def act() -> dict:
+        from scheduling.backends.simulator import SimulatorBackend
+
+        with transaction.atomic():
+            backend = SimulatorBackend()
+            try:
+                backend.inject_fault(kind, node)
+            except BackendError as err:
+                raise ValidationError({"node": [str(err)]}) from err
+            backend.close()
+            target = Node.objects.get(name=node)
+            audit.record(user, "simulator.fault", target, reason=kind, after={"fault": kind},
+                         source_ip=source_ip)  # fmt: skip
+        return {"kind": kind, "node": node}
+
+    return _with_cluster_lock(act)
+
+
+def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict:
+    """Move the simulated cluster's clock forward (admins; drills and demos)."""
+    if not is_admin(user):
+        raise PermissionDenied("cluster admins only")
+    _require_simulator()
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not (0 < seconds <= MAX_ADVANCE_S)
+    ):
+        raise ValidationError({"seconds": [f"a number of seconds from 1 to {MAX_ADVANCE_S}"]})
+
+    def act() -> dict:
+        from scheduling.backends.simulator import SimulatorBackend
+
+        with transaction.atomic():
+            backend = SimulatorBackend()
+            backend.advance(float(seconds))
+            backend.close()
+            audit.record(user, "simulator.advance", backend.row, after={"seconds": seconds},
+                         source_ip=source_ip)  # fmt: skip
+        return {"cluster_time": backend.now(), "advanced_s": float(seconds)}
+
+    return _with_cluster_lock(act)
+
+
+def run_cycle_now(user: Any, source_ip: str | None = None) -> SchedulingCycle:
+    """One full loop iteration now (admins)."""
+    if not is_admin(user):
+        raise PermissionDenied("cluster admins only")
+    record = _with_cluster_lock(lambda: run_cycle(kind="cycle"))
+    audit.record(user, "scheduler.cycle", record, source_ip=source_ip)
+    return record

@@ -1,0 +1,152 @@
+"""Build the engine's snapshot from the database and the backend's observation."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from quotas.models import BusinessLine, Queue
+from scheduling.backends.base import Observation
+from scheduling.clock import to_epoch
+from scheduling.engine import types as et
+from scheduling.models import Allocation, Job, Node
+from scheduling.prediction import RuntimePredictor
+
+
+@dataclass
+class SnapshotContext:
+    """The snapshot plus the rows it came from, for applying the plan."""
+
+    snapshot: et.Snapshot
+    jobs: dict[int, dict]  # active job rows by id (values() dicts)
+    nodes: dict[str, Node]
+
+
+JOB_FIELDS = (
+    "id", "name", "state", "queue_id", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma",
+    "exclusive_node", "avoid_inference", "preemptible", "submitted_at", "preemption_count",
+    "model_name", "estimated_runtime_minutes", "owner__username", "started_at",
+    "last_checkpoint_at", "preempted_for_id", "preempt_deadline", "borrowed", "backend_ref",
+    "pending_code", "pending_message", "pending_details", "pending_remedy", "queue_position",
+    "estimated_start", "progress_seconds", "attempt", "checkpoint_interval_minutes",
+    "checkpoint_path", "max_retries", "retry_count", "sim_duration_minutes", "stop_reason",
+)  # fmt: skip
+
+
+def build_snapshot(
+    obs: Observation, policy: et.PolicyConfig, predictor: RuntimePredictor
+) -> SnapshotContext:
+    """Nodes and free GPUs from the observation (the truth); contracts and jobs from the DB."""
+    now = obs.now
+    db_nodes = {n.name: n for n in Node.objects.all()}
+    lines = tuple(
+        et.LineView(name=ln.name, quota_gpus=ln.quota_gpus, guarantee_gpus=ln.guarantee_gpus)
+        for ln in BusinessLine.objects.all()
+    )
+    queue_rows = list(Queue.objects.select_related("business_line"))
+    queue_of = {q.pk: q for q in queue_rows}
+    queues = tuple(
+        et.QueueView(
+            name=q.name,
+            line=q.business_line.name,
+            tier=et.Tier.parse(q.tier),
+            quota_gpus=q.quota_gpus,
+            guarantee_gpus=q.guarantee_gpus,
+            preempts_tiers=frozenset(et.Tier.parse(t) for t in q.preempts_tiers)
+            if q.preempts_tiers
+            else None,
+        )  # fmt: skip
+        for q in queue_rows
+    )
+    rows = {r["id"]: r for r in Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS)}
+    placements: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for job_id, node, gpu in Allocation.objects.values_list("job_id", "node__name", "gpu_index"):
+        placements[job_id][node].append(gpu)
+
+    exclusive_nodes: set[str] = set()
+    running, pending = [], []
+    for r in rows.values():
+        queue = queue_of[r["queue_id"]]
+        if r["state"] == Job.State.PENDING:
+            pending.append(
+                et.PendingJob(
+                    id=r["id"],
+                    queue=queue.name,
+                    line=queue.business_line.name,
+                    tier=et.Tier.parse(r["tier"]),
+                    gpus=r["gpus"],
+                    gpus_per_node=r["gpus_per_node"],
+                    gpu_memory_gb=r["gpu_memory_gb"],
+                    rdma=r["rdma"],
+                    exclusive_node=r["exclusive_node"],
+                    avoid_inference=r["avoid_inference"],
+                    preemptible=r["preemptible"],
+                    submitted_at=to_epoch(r["submitted_at"]) or now,
+                    preemption_count=r["preemption_count"],
+                    model_name=r["model_name"] or None,
+                    predicted_runtime_s=predictor.predict_row(r, queue.name),
+                    owner=r["owner__username"],
+                    estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
+                )  # fmt: skip
+            )
+            continue
+        slots = tuple(
+            et.Slot(node, tuple(sorted(g))) for node, g in sorted(placements[r["id"]].items())
+        )
+        if r["exclusive_node"]:
+            exclusive_nodes.update(s.node for s in slots)
+        started = to_epoch(r["started_at"]) or now
+        predicted = predictor.predict_row(r, queue.name)
+        remaining = None if predicted is None else max(0.0, predicted - r["progress_seconds"])
+        running.append(
+            et.RunningJob(
+                id=r["id"],
+                queue=queue.name,
+                line=queue.business_line.name,
+                tier=et.Tier.parse(r["tier"]),
+                gpus=r["gpus"],
+                placement=slots,
+                preemptible=r["preemptible"],
+                preemption_count=r["preemption_count"],
+                started_at=started,
+                last_checkpoint_at=to_epoch(r["last_checkpoint_at"]),
+                predicted_end=None if remaining is None else started + remaining,
+                state=et.PREEMPTING if r["state"] == Job.State.PREEMPTING else et.RUNNING,
+                exclusive_node=r["exclusive_node"],
+                model_name=r["model_name"] or None,
+                preempted_for=r["preempted_for_id"],
+                preempt_deadline=to_epoch(r["preempt_deadline"]),
+                borrowed=r["borrowed"],
+                owner=r["owner__username"],
+            )  # fmt: skip
+        )
+
+    nodes = []
+    for o in obs.nodes:
+        db = db_nodes.get(o.name)
+        if db is None:
+            continue  # discovered but not registered yet: the reconcile step adds it
+        state = db.state
+        if state == Node.State.READY and (o.cordoned or o.health != "ok"):
+            state = Node.State.CORDONED if o.health == "ok" else Node.State.UNHEALTHY
+        nodes.append(
+            et.NodeView(
+                name=o.name,
+                rack=o.rack,
+                block=o.block,
+                gpu_model=o.gpu_model,
+                gpu_memory_gb=o.gpu_memory_gb,
+                gpus_total=o.gpus_total,
+                free_gpus=tuple(o.free_gpus),
+                rdma=o.rdma,
+                state=state,
+                recent_models=tuple(db.recent_models),
+                inference=o.inference,
+                exclusive=o.name in exclusive_nodes,
+            )  # fmt: skip
+        )
+    snapshot = et.Snapshot(
+        nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
+        pending=tuple(pending), policy=policy,
+    )  # fmt: skip
+    return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes)

@@ -1,0 +1,180 @@
+"""The loop end to end on a small simulated cluster (4 uniform nodes x 8 GPUs), through the API."""
+
+import pytest
+
+from monitoring.models import Alert
+from scheduling.models import Allocation, Job, Node, SchedulingCycle
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def roomy_quotas(demo):
+    """Quotas far above the 32-GPU test cluster, so placement, not quota, is under test."""
+    from quotas.models import BusinessLine, Queue
+
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+
+
+def submit(client, **body) -> int:
+    payload = {"name": "job", "queue": "llm-experiment", "gpus": 8, "sim_duration_minutes": 600}
+    payload.update(body)
+    response = client.post("/api/v1/jobs/", payload, format="json")
+    assert response.status_code == 201, response.data
+    return response.data["id"]
+
+
+def cycle(admin) -> dict:
+    response = admin.post("/api/v1/scheduler/cycle/")
+    assert response.status_code == 200, response.data
+    return response.data
+
+
+def advance(admin, seconds: float) -> None:
+    response = admin.post("/api/v1/simulator/advance/", {"seconds": seconds}, format="json")
+    assert response.status_code == 200, response.data
+
+
+def job(client, job_id: int) -> dict:
+    return client.get(f"/api/v1/jobs/{job_id}/").data
+
+
+def test_a_job_starts_runs_and_finishes_and_its_gpus_come_back(api):
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    summary = cycle(admin)
+    assert summary["starts"] == 1
+    detail = job(me, job_id)
+    assert detail["state"] == "running"
+    assert sum(len(p["gpus"]) for p in detail["placement"]) == 4
+    assert len(detail["placement"]) == 1, "a 4-GPU job lands on one node"
+    advance(admin, 31 * 60)
+    cycle(admin)
+    detail = job(me, job_id)
+    assert detail["state"] == "succeeded"
+    assert detail["placement"] == [] and Allocation.objects.count() == 0
+    kinds = [e["kind"] for e in detail["events"]]
+    assert kinds == ["submitted", "started", "succeeded"]
+    assert SchedulingCycle.objects.filter(kind="cycle").count() == 2
+
+
+def test_a_job_that_cannot_fit_waits_with_a_verdict(api):
+    admin, me = api("admin"), api("researcher")
+    running = [submit(me, name=f"fill{i}", queue="llm-core", gpus=8) for i in range(4)]
+    waiting = submit(me, name="late", queue="llm-core", gpus=8)
+    cycle(admin)
+    assert all(job(me, j)["state"] == "running" for j in running)
+    assert job(me, waiting)["pending_reason"]["code"] == "PRIORITY", "work ahead took the GPUs"
+    cycle(admin)
+    late = job(me, waiting)
+    assert late["state"] == "pending"
+    assert late["pending_reason"]["code"] == "INSUFFICIENT_GPUS"
+    assert late["estimated_start"] is not None, "a reservation gives an estimated start"
+    assert "8" in late["pending_reason"]["message"]
+
+
+def test_a_line_at_its_quota_waits_with_quota_exceeded(api):
+    from quotas.models import BusinessLine
+
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=16)
+    admin, me = api("admin"), api("researcher")
+    first = [submit(me, name=f"q{i}", queue="llm-core", gpus=8) for i in range(2)]
+    third = submit(me, name="over", queue="llm-core", gpus=8)
+    cycle(admin)
+    assert all(job(me, j)["state"] == "running" for j in first)
+    reason = job(me, third)["pending_reason"]
+    assert reason["code"] == "QUOTA_EXCEEDED"
+    assert "16" in reason["message"]
+
+
+def test_urgent_work_preempts_an_experiment_gracefully_and_starts_after_its_checkpoint(api):
+    admin, me, lead = api("admin"), api("researcher"), api("lead")
+    experiments = [submit(me, name=f"exp{i}", gpus=8) for i in range(4)]
+    cycle(admin)
+    assert Job.objects.filter(state="running").count() == 4
+    advance(admin, 600)
+    urgent = submit(lead, name="hotfix", queue="llm-urgent", gpus=8, sim_duration_minutes=60)
+    cycle(admin)
+    victims = [j for j in experiments if job(me, j)["state"] == "preempting"]
+    assert len(victims) == 1, "exactly one 8-GPU experiment makes room"
+    waiting = job(lead, urgent)
+    assert waiting["state"] == "pending" and waiting["pending_reason"]["code"] == "PREEMPTING"
+    advance(admin, 120)  # the checkpoint takes 60 s of cluster time
+    cycle(admin)
+    victim = job(me, victims[0])
+    assert victim["state"] in ("pending", "running")
+    assert victim["preemption_count"] == 1
+    assert victim["progress_seconds"] >= 590, "progress up to the checkpoint is kept"
+    assert job(lead, urgent)["state"] == "running"
+    assert "preempted" in [e["kind"] for e in victim["events"]]
+
+
+def test_a_residual_process_is_cleaned_alerted_and_the_node_reused(api):
+    admin, oncall, me = api("admin"), api("oncall"), api("researcher")
+    node = Node.objects.order_by("name").first().name
+    response = oncall.post("/api/v1/simulator/faults/",
+                           {"kind": "residual_process", "node": node}, format="json")  # fmt: skip
+    assert response.status_code == 200, response.data
+    cycle(admin)
+    alert = Alert.objects.get(kind="residual_process", subject=node)
+    assert "returned to the pool" in alert.message
+    jobs = [submit(me, name=f"j{i}", queue="llm-core", gpus=8) for i in range(4)]
+    cycle(admin)
+    nodes_used = {p["node"] for j in jobs for p in job(me, j)["placement"]}
+    assert node in nodes_used, "the cleaned node takes the next waiting job"
+
+
+def test_an_unhealthy_node_is_isolated_and_its_job_resumes_elsewhere_from_checkpoint(api):
+    admin, oncall, me = api("admin"), api("oncall"), api("researcher")
+    job_id = submit(me, name="victim", queue="llm-core", gpus=8, checkpoint_interval_minutes=10)
+    cycle(admin)
+    node = job(me, job_id)["placement"][0]["node"]
+    advance(admin, 25 * 60)  # two checkpoints (10 and 20 min of progress)
+    oncall.post("/api/v1/simulator/faults/", {"kind": "gpu_failure", "node": node}, format="json")
+    cycle(admin)
+    isolated = Node.objects.get(name=node)
+    assert isolated.state == "unhealthy" and "isolated" in isolated.state_reason
+    assert Alert.objects.filter(kind="node_unhealthy", subject=node).exists()
+    detail = job(me, job_id)
+    assert detail["retry_count"] == 1
+    if detail["state"] == "pending":
+        cycle(admin)
+        detail = job(me, job_id)
+    assert detail["state"] == "running"
+    assert node not in {p["node"] for p in detail["placement"]}
+    assert detail["progress_seconds"] >= 10 * 60, "resumed from its last checkpoint"
+
+
+def test_cancelling_a_running_job_frees_its_gpus(api):
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=8, queue="llm-core")
+    cycle(admin)
+    assert Allocation.objects.filter(job_id=job_id).count() == 8
+    assert me.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
+    cycle(admin)
+    assert Allocation.objects.filter(job_id=job_id).count() == 0
+    assert job(me, job_id)["state"] == "cancelled"
+
+
+def test_only_admins_run_cycles_and_move_the_clock(api):
+    for who in ("researcher", "lead", "oncall"):
+        assert api(who).post("/api/v1/scheduler/cycle/").status_code == 403
+        assert (
+            api(who).post("/api/v1/simulator/advance/", {"seconds": 5}, format="json").status_code
+            == 403
+        )
+    assert (
+        api("researcher")
+        .post("/api/v1/simulator/faults/", {"kind": "node_down", "node": "x"}, format="json")
+        .status_code
+        == 403
+    )
+    assert SchedulingCycle.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body", [{"kind": "meteor", "node": "r000-n00"}, {"kind": "node_down", "node": "nope"}, {}]
+)
+def test_bad_fault_requests_are_refused(api, body):
+    assert api("oncall").post("/api/v1/simulator/faults/", body, format="json").status_code == 400

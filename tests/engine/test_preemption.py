@@ -1,0 +1,210 @@
+"""Preemption (R1-R3, Q5): who may be stopped, which victims, and how."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine import Code, LineView, PolicyConfig, QueueView, Tier
+
+from .helpers import HOUR, NOW, code, node, pjob, rack, rjob, run, snap, started, victims
+
+
+def full(nodes=2):
+    return [node(f"n{i}") for i in range(nodes)]
+
+
+def test_urgent_preempts_a_lower_tier_experiment_gracefully():
+    running = [rjob(1, {"n0": range(8)}, tier="experiment")]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent")], running))
+    assert victims(plan) == {1: 9}
+    (p,) = plan.preemptions
+    assert p.mode == "graceful" and p.grace_deadline == NOW + 300
+    assert code(plan, 9) == Code.PREEMPTING
+    assert plan.verdicts[9].estimated_start == NOW + 300
+    assert [r.job_id for r in plan.reservations] == [9]
+    assert plan.reservations[0].nodes == ("n0",)
+
+
+def test_cold_mode_is_available_but_not_the_default():
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(
+        snap(
+            full(1),
+            [pjob(9, 8, tier="urgent")],
+            running,
+            policy=PolicyConfig(preemption_mode="cold"),
+        )
+    )
+    assert plan.preemptions[0].mode == "cold" and plan.preemptions[0].grace_deadline == NOW
+
+
+@pytest.mark.parametrize(
+    "victim_tier, preemptor_tier, preempted",
+    [
+        ("experiment", "urgent", True),
+        ("finetune", "urgent", True),
+        ("core", "urgent", True),  # core marked preemptible below
+        ("urgent", "urgent", False),  # equal tier
+        ("experiment", "core", False),  # by default only urgent preempts
+        ("experiment", "experiment", False),
+    ],
+)
+def test_tier_rules(victim_tier, preemptor_tier, preempted):
+    running = [rjob(1, {"n0": range(8)}, tier=victim_tier, preemptible=True)]
+    plan = run(snap(full(1), [pjob(9, 8, tier=preemptor_tier)], running))
+    assert bool(plan.preemptions) is preempted
+
+
+def test_queue_policy_can_let_core_preempt_experiments():
+    queues = [
+        QueueView("llm-core", "llm", Tier.CORE, preempts_tiers=frozenset({Tier.EXPERIMENT})),
+        QueueView("llm-experiment", "llm", Tier.EXPERIMENT),
+        QueueView("llm-finetune", "llm", Tier.FINETUNE),
+    ]
+    running = [rjob(1, {"n0": range(8)}), rjob(2, {"n1": range(8)}, tier="finetune")]
+    plan = run(snap(full(2), [pjob(9, 8, tier="core")], running, queues=queues))
+    assert victims(plan) == {1: 9}
+
+
+def test_queue_policy_can_forbid_urgent_preemption():
+    queues = [
+        QueueView("llm-urgent", "llm", Tier.URGENT, preempts_tiers=frozenset()),
+        QueueView("llm-experiment", "llm", Tier.EXPERIMENT),
+    ]
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent")], running, queues=queues))
+    assert plan.preemptions == ()
+
+
+def test_non_preemptible_jobs_are_never_victims():
+    running = [rjob(1, {"n0": range(8)}, tier="core", preemptible=False)]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent")], running))
+    assert plan.preemptions == ()
+    assert code(plan, 9) == Code.INSUFFICIENT_GPUS
+
+
+def test_demoted_jobs_are_never_victims():
+    running = [
+        rjob(1, {"n0": range(8)}, preemption_count=4, last_checkpoint_at=NOW),
+        rjob(2, {"n1": range(8)}, preemption_count=3, last_checkpoint_at=NOW - 5 * HOUR),
+    ]
+    plan = run(snap(full(2), [pjob(9, 8, tier="urgent")], running))
+    assert victims(plan) == {2: 9}  # the demoted one is cheaper but protected
+
+
+def test_guaranteed_capacity_is_never_preempted():
+    queues = [
+        QueueView("llm-urgent", "llm", Tier.URGENT),
+        QueueView("llm-experiment", "llm", Tier.EXPERIMENT, guarantee_gpus=8),
+        QueueView("llm-finetune", "llm", Tier.FINETUNE),
+    ]
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent")], running, queues=queues))
+    assert plan.preemptions == ()
+
+
+def test_only_the_part_above_a_guarantee_can_be_preempted():
+    queues = [
+        QueueView("llm-urgent", "llm", Tier.URGENT),
+        QueueView("llm-experiment", "llm", Tier.EXPERIMENT, guarantee_gpus=8),
+    ]
+    running = [rjob(1, {"n0": range(8)}), rjob(2, {"n1": range(8)}), rjob(3, {"n2": range(8)})]
+    pending = [pjob(8, 8, tier="urgent"), pjob(9, 8, tier="urgent"), pjob(10, 8, tier="urgent")]
+    plan = run(snap(full(3), pending, running, queues=queues))
+    assert len(plan.preemptions) == 2  # 24 held, 8 guaranteed
+    assert code(plan, 10) == Code.INSUFFICIENT_GPUS
+
+
+def test_line_guarantee_protects_too():
+    lines = [LineView("llm", None, guarantee_gpus=8)]
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent", line="llm")], running, lines=lines))
+    assert plan.preemptions == ()
+
+
+def test_cheapest_victim_is_the_one_with_the_most_recent_checkpoint():
+    running = [
+        rjob(1, {"n0": range(8)}, last_checkpoint_at=NOW - 3 * HOUR),
+        rjob(2, {"n1": range(8)}, last_checkpoint_at=NOW - 600),
+        rjob(3, {"n2": range(8)}, last_checkpoint_at=NOW - 2 * HOUR),
+    ]
+    plan = run(snap(full(3), [pjob(9, 8, tier="urgent")], running))
+    assert victims(plan) == {2: 9}
+
+
+def test_fewest_victims_at_equal_cost():
+    # n0: two 4-GPU jobs (2 x 4 GPU-h lost); n1: one 8-GPU job (8 GPU-h): equal cost.
+    running = [
+        rjob(1, {"n0": range(4)}),
+        rjob(2, {"n0": range(4, 8)}),
+        rjob(3, {"n1": range(8)}),
+    ]
+    plan = run(snap(full(2), [pjob(9, 8, tier="urgent")], running))
+    assert victims(plan) == {3: 9}
+
+
+def test_victims_are_minimal_for_a_small_job():
+    # 2 GPUs needed on a full node with 1-GPU jobs: exactly two victims.
+    running = [rjob(i + 1, {"n0": [i]}, last_checkpoint_at=NOW - i * 60) for i in range(8)]
+    plan = run(snap(full(1), [pjob(9, 2, tier="urgent")], running))
+    assert sorted(victims(plan)) == [1, 2]  # the two with the freshest checkpoints
+
+
+def test_multi_node_urgent_job_preempts_whole_nodes_in_one_rack():
+    nodes = rack("a", 2, "r0") + rack("b", 2, "r1")
+    running = [
+        rjob(1, {"a00": range(8)}),
+        rjob(2, {"a01": range(8)}),
+        rjob(3, {"b00": range(8)}, tier="core", preemptible=False),
+        rjob(4, {"b01": range(8)}),
+    ]
+    plan = run(snap(nodes, [pjob(9, 16, tier="urgent")], running))
+    assert sorted(victims(plan)) == [1, 2]
+    assert sorted(plan.reservations[0].nodes) == ["a00", "a01"]
+
+
+def test_no_preemption_when_free_capacity_suffices():
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(snap(full(2), [pjob(9, 8, tier="urgent")], running))
+    assert plan.preemptions == () and 9 in started(plan)
+
+
+def test_preemption_switched_off_by_policy():
+    running = [rjob(1, {"n0": range(8)})]
+    plan = run(
+        snap(full(1), [pjob(9, 8, tier="urgent")], running, policy=PolicyConfig(preemption=False))
+    )
+    assert plan.preemptions == ()
+
+
+def test_preemptor_waits_with_preempting_while_victims_checkpoint():
+    running = [
+        rjob(1, {"n0": range(8)}, state="preempting", preempted_for=9, preempt_deadline=NOW + 120),
+    ]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent")], running))
+    assert plan.preemptions == ()  # nothing new
+    v = plan.verdicts[9]
+    assert v.code == Code.PREEMPTING and v.estimated_start == NOW + 120
+    assert plan.reservations[0].nodes == ("n0",)
+
+
+def test_nodes_held_for_a_preemptor_are_not_given_to_others():
+    # Victim frees 4 GPUs of n0 whose other 4 are free: they are held for job 9.
+    running = [
+        rjob(1, {"n0": range(4)}, state="preempting", preempted_for=9, preempt_deadline=NOW + 120),
+    ]
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent"), pjob(10, 4)], running))
+    assert 10 not in started(plan)
+    assert code(plan, 10) == Code.PRIORITY
+
+
+def test_preemptor_starts_once_victims_are_gone():
+    plan = run(snap(full(1), [pjob(9, 8, tier="urgent", preemption_count=0)]))
+    assert 9 in started(plan)
+
+
+def test_preemptor_count_is_bounded_per_plan():
+    running = [rjob(i, {f"n{i}": range(8)}) for i in range(4)]
+    pending = [pjob(10 + i, 8, tier="urgent") for i in range(4)]
+    plan = run(snap(full(4), pending, running, policy=PolicyConfig(max_preemptors=2)))
+    assert len(plan.preemptions) == 2

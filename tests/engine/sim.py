@@ -1,0 +1,227 @@
+"""A tiny virtual-time stepper for engine tests: applies plans to a cluster.
+
+Jobs have a true duration hidden from the engine; running jobs checkpoint every
+``ckpt_interval`` seconds; a graceful preemption stops the victim at its grace
+deadline with its progress kept (it checkpoints on the way out) and requeues it
+with ``preemption_count + 1``; a cold one requeues it at once, losing progress
+since the last checkpoint. Every plan is checked with ``check_plan`` and with
+the stepper's own bookkeeping (a GPU can only be allocated if it is free).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from scheduling.engine import (
+    LineView,
+    NodeView,
+    PendingJob,
+    Plan,
+    PolicyConfig,
+    QueueView,
+    RunningJob,
+    Slot,
+    Snapshot,
+    check_plan,
+    plan,
+)
+
+
+@dataclass
+class Truth:
+    duration: float  # true total runtime
+    done: float = 0.0  # progress kept so far (seconds)
+    ckpt_interval: float = 3600.0
+
+
+class Stepper:
+    def __init__(
+        self,
+        nodes: Sequence[NodeView],
+        lines: Sequence[LineView],
+        queues: Sequence[QueueView],
+        policy: PolicyConfig | None = None,
+        now: float = 0.0,
+    ) -> None:
+        self.nodes = {n.name: n for n in nodes}
+        self.free = {n.name: set(n.free_gpus) for n in nodes}
+        self.lines = tuple(lines)
+        self.queues = tuple(queues)
+        self.policy = policy or PolicyConfig()
+        self.now = float(now)
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.truth: dict[int, Truth] = {}
+        self.specs: dict[int, PendingJob] = {}
+        self.finished: dict[int, float] = {}
+        self.plans: list[tuple[float, Snapshot, Plan]] = []
+        self.preempted: list[tuple[float, int, int]] = []  # (time, victim, for)
+
+    # -- setup -------------------------------------------------------------------
+    def submit(self, job: PendingJob, duration: float, ckpt_interval: float = 3600.0) -> None:
+        self.pending[job.id] = job
+        self.specs[job.id] = job
+        self.truth[job.id] = Truth(duration, 0.0, ckpt_interval)
+
+    def place(
+        self,
+        job: PendingJob,
+        slots: dict[str, Iterable[int]],
+        duration: float,
+        started_at: float,
+        ckpt_interval: float = 3600.0,
+        predicted_end: float | None = None,
+    ) -> None:
+        """Put a job directly into the running state (history before the test)."""
+        self.specs[job.id] = job
+        self.truth[job.id] = Truth(duration, 0.0, ckpt_interval)
+        placement = tuple(Slot(n, tuple(sorted(g))) for n, g in slots.items())
+        self._run(job, placement, started_at, predicted_end or started_at + duration, False)
+
+    def set_node(self, name: str, **changes: object) -> None:
+        self.nodes[name] = dataclasses.replace(self.nodes[name], **changes)
+
+    # -- time ----------------------------------------------------------------------
+    def _run(
+        self,
+        job: PendingJob,
+        placement: tuple[Slot, ...],
+        started_at: float,
+        predicted_end: float,
+        borrowed: bool,
+    ) -> None:
+        for slot in placement:
+            free = self.free[slot.node]
+            assert set(slot.gpus) <= free, f"GPUs {slot.gpus} of {slot.node} are not free"
+            free.difference_update(slot.gpus)
+        self.running[job.id] = RunningJob(
+            id=job.id,
+            queue=job.queue,
+            line=job.line,
+            tier=job.tier,
+            gpus=job.gpus,
+            placement=placement,
+            preemptible=job.preemptible,
+            preemption_count=job.preemption_count,
+            started_at=started_at,
+            last_checkpoint_at=started_at,
+            predicted_end=predicted_end,
+            exclusive_node=job.exclusive_node,
+            model_name=job.model_name,
+            borrowed=borrowed,
+            owner=job.owner,
+        )
+
+    def _release(self, r: RunningJob) -> None:
+        for slot in r.placement:
+            self.free[slot.node].update(slot.gpus)
+        del self.running[r.id]
+
+    def _requeue(self, r: RunningJob, progress: float) -> None:
+        self._release(r)
+        t = self.truth[r.id]
+        t.done += progress
+        spec = self.specs[r.id]
+        self.pending[r.id] = dataclasses.replace(spec, preemption_count=r.preemption_count + 1)
+        self.specs[r.id] = self.pending[r.id]
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock; finish jobs and complete preemptions that are due."""
+        target = self.now + seconds
+        # process due events in time order
+        while True:
+            due: list[tuple[float, int, str]] = []
+            for r in self.running.values():
+                t = self.truth[r.id]
+                if r.state == "preempting":
+                    end = r.preempt_deadline or self.now
+                    finish = r.started_at + (t.duration - t.done)
+                    if finish <= end and finish <= target:
+                        due.append((finish, r.id, "finish"))
+                    elif end <= target:
+                        due.append((end, r.id, "stop"))
+                else:
+                    finish = r.started_at + (t.duration - t.done)
+                    if finish <= target:
+                        due.append((finish, r.id, "finish"))
+            if not due:
+                break
+            when, jid, kind = min(due)
+            self.now = max(self.now, when)
+            r = self.running[jid]
+            if kind == "finish":
+                self._release(r)
+                self.finished[jid] = when
+            else:
+                self._requeue(r, when - r.started_at)
+        self.now = target
+        # checkpoints
+        for jid, r in list(self.running.items()):
+            interval = self.truth[jid].ckpt_interval
+            n = int((self.now - r.started_at) // interval)
+            ckpt = r.started_at + n * interval
+            if ckpt != r.last_checkpoint_at:
+                self.running[jid] = dataclasses.replace(r, last_checkpoint_at=ckpt)
+
+    # -- the loop --------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        excl = {s.node for r in self.running.values() if r.exclusive_node for s in r.placement}
+        nodes = tuple(
+            dataclasses.replace(n, free_gpus=tuple(sorted(self.free[name])), exclusive=name in excl)
+            for name, n in self.nodes.items()
+        )
+        return Snapshot(
+            nodes=nodes,
+            lines=self.lines,
+            queues=self.queues,
+            running=tuple(self.running[k] for k in sorted(self.running)),
+            pending=tuple(self.pending[k] for k in sorted(self.pending)),
+            policy=self.policy,
+        )
+
+    def step(self, seconds: float = 0.0) -> Plan:
+        if seconds:
+            self.advance(seconds)
+        snap = self.snapshot()
+        result = plan(snap, self.now)
+        violations = check_plan(snap, result)
+        assert violations == [], (self.now, violations)
+        self.apply(result)
+        self.plans.append((self.now, snap, result))
+        return result
+
+    def apply(self, result: Plan) -> None:
+        for st in result.starts:
+            job = self.pending.pop(st.job_id)
+            rt = job.predicted_runtime_s or self.policy.default_runtime_s
+            self._run(job, st.placement, self.now, self.now + rt, st.borrowed)
+        for p in result.preemptions:
+            r = self.running[p.victim_id]
+            self.preempted.append((self.now, p.victim_id, p.for_job_id))
+            if p.mode == "cold":
+                lost_since = r.last_checkpoint_at or r.started_at
+                self._requeue(r, lost_since - r.started_at)
+            else:
+                self.running[r.id] = dataclasses.replace(
+                    r,
+                    state="preempting",
+                    preempted_for=p.for_job_id,
+                    preempt_deadline=p.grace_deadline,
+                )
+
+    def run_until(self, t: float, every: float = 300.0) -> list[Plan]:
+        out = []
+        while self.now + every <= t + 1e-9:
+            out.append(self.step(every))
+        return out
+
+    # -- observations ----------------------------------------------------------------
+    def active_gpus(self, queue: str) -> int:
+        return sum(
+            r.gpus for r in self.running.values() if r.queue == queue and r.state == "running"
+        )
+
+    def is_running(self, job_id: int) -> bool:
+        return job_id in self.running and self.running[job_id].state == "running"

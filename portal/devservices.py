@@ -66,6 +66,7 @@ class Postgres:
         return f"postgres://postgres@127.0.0.1:{self.port}/{self.database}"
 
     def start(self) -> Postgres:
+        self.data_dir = self.data_dir.resolve()
         if _port_open(self.port):
             self._create_database()
             return self  # already running (e.g. a previous `make run` left it up)

@@ -287,7 +287,8 @@ class SimulatorFaultView(GenericAPIView):
 
     @extend_schema(request=FaultSerializer, responses={200: FaultSerializer})
     def post(self, request: Request) -> Response:
-        from scheduling.sim_services import ClusterBusy, inject_fault
+        from scheduling.cluster_lock import ClusterBusy
+        from scheduling.sim_services import inject_fault
 
         body = FaultSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -306,7 +307,8 @@ class SimulatorAdvanceView(GenericAPIView):
 
     @extend_schema(request=AdvanceSerializer, responses={200: dict})
     def post(self, request: Request) -> Response:
-        from scheduling.sim_services import ClusterBusy, advance_clock
+        from scheduling.cluster_lock import ClusterBusy
+        from scheduling.sim_services import advance_clock
 
         body = AdvanceSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -324,8 +326,9 @@ class SchedulerCycleView(GenericAPIView):
 
     @extend_schema(request=None, responses={200: CycleSerializer})
     def post(self, request: Request) -> Response:
+        from scheduling.cluster_lock import ClusterBusy
         from scheduling.loop import cycle_payload
-        from scheduling.sim_services import ClusterBusy, run_cycle_now
+        from scheduling.sim_services import run_cycle_now
 
         try:
             record = run_cycle_now(request.user, client_ip(request))

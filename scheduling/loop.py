@@ -37,6 +37,7 @@ from scheduling.backends.base import (
     run_ref,
 )
 from scheduling.clock import to_datetime, to_epoch
+from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Eviction, Job, JobEvent, Node, SchedulingCycle
 from scheduling.prediction import RuntimePredictor
@@ -499,17 +500,24 @@ def _node_payload(node: Node) -> dict:
             "residual_gpus": node.residual_gpus, "state_reason": node.state_reason}  # fmt: skip
 
 
-def run_cycle(kind: str = "cycle", wall_now: float | None = None) -> SchedulingCycle:
+def run_cycle(
+    kind: str = "cycle", wall_now: float | None = None, wait_s: float | None = None
+) -> SchedulingCycle | None:
     """One loop iteration (``kind="sweep"``: observe and reconcile only, no planning).
 
-    Call under the single-flight lock (``scheduling.tasks``); everything happens in
-    one transaction and the summary row is written with it.
+    Everything happens in one transaction holding the cluster lock, and the summary
+    row is written with it. Returns None (skipped) when another iteration holds the
+    lock, or waits up to ``wait_s`` seconds for it (then raises ``ClusterBusy``).
     """
     t0 = time.perf_counter()
     timings = {"observe_ms": 0.0, "plan_ms": 0.0, "apply_ms": 0.0}
     violations: list[str] = []
     by_reason: dict[str, int] = {}
     with transaction.atomic():
+        if wait_s is not None:
+            wait_cluster_lock(wait_s)
+        elif not try_cluster_lock():
+            return None
         backend = open_backend(wall_now)
         obs = backend.observe()
         cycle = Cycle(backend, obs, kind)

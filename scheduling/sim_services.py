@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from django.conf import settings
@@ -10,32 +9,21 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from portal import audit
-from portal.locks import redis_client
 from portal.roles import is_admin, is_oncall_or_admin
 from scheduling.backends.base import BackendError
+from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.loop import run_cycle
 from scheduling.models import Node, SchedulingCycle
 from scheduling.simcore.simulator import FAULT_KINDS
-from scheduling.tasks import CLUSTER_LOCK, lock_ttl
 
 MAX_ADVANCE_S = 7 * 86400
 LOCK_WAIT_S = 20.0
 
 
-class ClusterBusy(Exception):
-    """Another loop iteration holds the cluster for longer than we wait."""
-
-
 def _with_cluster_lock(fn):
-    lock = redis_client().lock(f"lock:{CLUSTER_LOCK}", timeout=lock_ttl(), blocking=True,
-                               blocking_timeout=LOCK_WAIT_S)  # fmt: skip
-    if not lock.acquire():
-        raise ClusterBusy("the scheduling loop is busy; try again in a few seconds")
-    try:
+    with transaction.atomic():
+        wait_cluster_lock(LOCK_WAIT_S)
         return fn()
-    finally:
-        with contextlib.suppress(Exception):  # expired: nothing to release
-            lock.release()
 
 
 def _require_simulator() -> None:
@@ -101,6 +89,6 @@ def run_cycle_now(user: Any, source_ip: str | None = None) -> SchedulingCycle:
     """One full loop iteration now (admins)."""
     if not is_admin(user):
         raise PermissionDenied("cluster admins only")
-    record = _with_cluster_lock(lambda: run_cycle(kind="cycle"))
+    record = run_cycle(kind="cycle", wait_s=LOCK_WAIT_S)
     audit.record(user, "scheduler.cycle", record, source_ip=source_ip)
     return record

@@ -7,26 +7,17 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from portal.locks import single_flight
 from scheduling.loop import run_cycle
 
 log = logging.getLogger(__name__)
 
-# Every task that touches the backend shares one lock: one writer of the cluster at a time.
-CLUSTER_LOCK = "cluster"
-
-
-def lock_ttl() -> float:
-    """Shorter than a few periods so a dead worker blocks the loop only briefly."""
-    return max(10.0, settings.SCHEDULER_CYCLE_SECONDS * 6)
-
 
 def run_locked(kind: str) -> dict:
-    with single_flight(CLUSTER_LOCK, ttl_seconds=lock_ttl()) as held:
-        if not held:
-            log.info("%s skipped: another loop iteration holds the cluster", kind)
-            return {"skipped": True}
-        record = run_cycle(kind=kind)
+    """Run one iteration if the cluster lock is free (see ``scheduling.cluster_lock``)."""
+    record = run_cycle(kind=kind)
+    if record is None:
+        log.info("%s skipped: another loop iteration holds the cluster", kind)
+        return {"skipped": True}
     log.info(
         "%s %s: %.0f ms, %d starts, %d preemptions, %d finished, %d pending, %d errors",
         kind, record.pk, record.duration_ms, record.starts, record.preemptions, record.finished,

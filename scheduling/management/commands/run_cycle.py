@@ -1,21 +1,17 @@
 import json
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.loop import cycle_payload
-from scheduling.tasks import CLUSTER_LOCK, lock_ttl
+from scheduling.cluster_lock import ClusterBusy
+from scheduling.loop import cycle_payload, run_cycle
 
 
 class Command(BaseCommand):
     help = "Run one scheduling cycle now (observe, reconcile, plan, apply) and print its summary."
 
     def handle(self, *args, **options) -> None:
-        from portal.locks import single_flight
-        from scheduling.loop import run_cycle
-
-        with single_flight(CLUSTER_LOCK, lock_ttl()) as held:
-            if not held:
-                self.stderr.write("another cycle is running; try again in a few seconds")
-                raise SystemExit(1)
-            record = run_cycle()
+        try:
+            record = run_cycle(wait_s=30)
+        except ClusterBusy as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps(cycle_payload(record), indent=2))

@@ -1,0 +1,147 @@
+"""``bench_cycle --with-db``: time full loop cycles through PostgreSQL at scale.
+
+Builds the engine benchmark's random cluster and workload as real rows (nodes,
+lines, queues, running jobs with GPU allocations and a matching simulator
+state, pending jobs) inside one transaction, times ``run_cycle`` several times,
+then rolls everything back: the database is left as it was. Stop the portal's
+loop first (the bench holds the cluster lock while it runs).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import UTC, datetime
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from monitoring.models import Alert
+from quotas.models import BusinessLine, Queue
+from scheduling.backends.base import run_ref
+from scheduling.cluster_lock import try_cluster_lock
+from scheduling.engine.bench import build_snapshot
+from scheduling.loop import run_cycle
+from scheduling.models import (
+    Allocation,
+    ClusterSettings,
+    Eviction,
+    Job,
+    JobEvent,
+    Node,
+    SchedulingCycle,
+    SimulatorState,
+)  # fmt: skip
+from scheduling.simcore.cluster import SimNode
+from scheduling.simcore.simulator import Simulator
+
+NATURE = {"urgent": "urgent_fix", "core": "core_training", "finetune": "fine_tuning",
+          "experiment": "experiments"}  # fmt: skip
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+def _load(gpus: int, pending: int, running: int, seed: int) -> float:
+    snap = build_snapshot(gpus, pending, running, seed)
+    now = max([j.submitted_at for j in snap.pending] + [j.started_at for j in snap.running]) + 60
+    for model in (Allocation, JobEvent, Eviction, Job, Queue, BusinessLine, Node,
+                  SimulatorState, SchedulingCycle, Alert):  # fmt: skip
+        model.objects.all().delete()
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    lines = {ln.name: BusinessLine.objects.create(
+        name=ln.name, display_name=ln.name, quota_gpus=ln.quota_gpus or 10**6,
+        guarantee_gpus=ln.guarantee_gpus) for ln in snap.lines}  # fmt: skip
+    queues = {q.name: Queue.objects.create(
+        name=q.name, business_line=lines[q.line], tier=q.tier.label, nature=NATURE[q.tier.label],
+        quota_gpus=q.quota_gpus, guarantee_gpus=q.guarantee_gpus) for q in snap.queues}  # fmt: skip
+    state_map = {"draining": "cordoned"}
+    Node.objects.bulk_create([
+        Node(name=n.name, rack=n.rack, block=n.block, gpu_model=n.gpu_model,
+             gpu_memory_gb=n.gpu_memory_gb, gpus_total=n.gpus_total, rdma=n.rdma,
+             inference=False, state=state_map.get(n.state, n.state),
+             recent_models=list(n.recent_models))
+        for n in snap.nodes
+    ], batch_size=1000)  # fmt: skip
+    node_ids = dict(Node.objects.values_list("name", "id"))
+    sim = Simulator(
+        [SimNode(name=n.name, rack=n.rack, block=n.block, gpu_model=n.gpu_model,
+                 gpu_memory_gb=n.gpu_memory_gb, gpus_total=n.gpus_total, rdma=n.rdma,
+                 cordoned=n.state != "ready") for n in snap.nodes],
+        seed=seed, now=now,
+    )  # fmt: skip
+    sim.set_rates(job_failure_rate_per_gpu_hour=0.0, node_fault_rate_per_node_hour=0.0)
+
+    def job_row(j, state: str) -> Job:
+        return Job(name=f"bench-{j.id}", owner=user, queue=queues[j.queue], tier=j.tier.label,
+                   gpus=j.gpus, state=state, preemptible=j.preemptible,
+                   preemption_count=j.preemption_count, model_name=j.model_name or "")  # fmt: skip
+
+    run_rows = Job.objects.bulk_create(
+        [job_row(j, "running") for j in snap.running], batch_size=1000
+    )
+    allocations = []
+    for row, j in zip(run_rows, snap.running, strict=True):
+        row.attempt = 1
+        row.backend_ref = run_ref(row.pk, 1)
+        row.started_at = _dt(j.started_at)
+        row.exclusive_node = j.exclusive_node
+        sim.launch(row.backend_ref, [(s.node, s.gpus) for s in j.placement], 10**7)
+        allocations += [Allocation(job_id=row.pk, node_id=node_ids[s.node], gpu_index=g)
+                        for s in j.placement for g in s.gpus]  # fmt: skip
+    Job.objects.bulk_update(run_rows, ["attempt", "backend_ref", "started_at", "exclusive_node"],
+                            batch_size=1000)  # fmt: skip
+    Allocation.objects.bulk_create(allocations, batch_size=2000)
+    pend_rows = []
+    for j in snap.pending:
+        row = job_row(j, "pending")
+        row.gpus_per_node = j.gpus_per_node
+        row.gpu_memory_gb = j.gpu_memory_gb
+        row.rdma = j.rdma
+        row.exclusive_node = j.exclusive_node
+        row.submitted_at = _dt(j.submitted_at)
+        pend_rows.append(row)
+    Job.objects.bulk_create(pend_rows, batch_size=1000)
+    sim.advance(1)
+    SimulatorState.objects.create(state=sim.to_dict(), virtual_now=sim.now,
+                                  saved_wall=time.time(), speed=0.0)  # fmt: skip
+    ClusterSettings.objects.update_or_create(singleton=True, defaults={"workload_enabled": False})
+    return now
+
+
+def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0) -> dict:
+    """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards."""
+    result: dict = {}
+    try:
+        with transaction.atomic():
+            if not try_cluster_lock():
+                raise RuntimeError("the scheduling loop is running; stop the portal first")
+            t0 = time.perf_counter()
+            _load(gpus, pending, running, seed)
+            load_s = time.perf_counter() - t0
+            cycles = []
+            for _ in range(runs):
+                cycles.append(run_cycle())
+            times = [c.duration_ms for c in cycles]
+            steady = times[1:] or times
+            result = {
+                "gpus": gpus, "pending": pending, "running": running, "runs": runs,
+                "seed": seed, "load_s": round(load_s, 2),
+                "first_ms": round(times[0], 1),
+                "median_ms": round(statistics.median(steady), 1),
+                "p95_ms": round(sorted(steady)[max(0, round(0.95 * len(steady)) - 1)], 1),
+                "plan_median_ms": round(statistics.median(c.plan_ms for c in cycles[1:] or cycles), 1),
+                "starts_first": cycles[0].starts,
+                "pending_by_reason_last": cycles[-1].pending_by_reason,
+                "errors": sum(len(c.errors) for c in cycles),
+                "violations": sum(len(c.violations) for c in cycles),
+            }  # fmt: skip
+            raise _Rollback
+    except _Rollback:
+        pass
+    return result

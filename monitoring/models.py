@@ -57,3 +57,26 @@ class Alert(models.Model):
                 name="one_unresolved_alert_per_key",
             )
         ]
+
+
+class MetricSample(models.Model):
+    """One point of the live time series (written by the metrics rollup beat entry).
+
+    ``per_line``: {line: {used, borrowed, pending_gpus, quota, guarantee}};
+    ``per_queue``: {queue_id: {name, used, pending_jobs, evicted_gpu_s, eviction_ratio}};
+    ``pending_by_reason``: {code: jobs}. ``at`` is cluster time.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    gpus_total = models.PositiveIntegerField()
+    gpus_healthy = models.PositiveIntegerField()
+    gpus_allocated = models.PositiveIntegerField()
+    utilization = models.FloatField()
+    fragmentation_gpus = models.PositiveIntegerField()
+    pending_jobs = models.PositiveIntegerField()
+    pending_by_reason = models.JSONField(default=dict)
+    per_line = models.JSONField(default=dict)
+    per_queue = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-at"]

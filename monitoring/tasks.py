@@ -11,3 +11,12 @@ from scheduling.tasks import run_locked
 def health_sweep() -> dict:
     """Observe and reconcile without planning: isolate sick nodes, clean residual processes (R6, R7)."""
     return run_locked("sweep")
+
+
+@shared_task(name="monitoring.tasks.metrics_rollup", ignore_result=True)
+def metrics_rollup() -> dict:
+    """One metrics sample and the windowed alerts (idempotent: a duplicate adds a sample)."""
+    from monitoring.rollup import rollup
+
+    sample = rollup()
+    return {"id": sample.pk, "utilization": sample.utilization}

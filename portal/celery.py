@@ -33,6 +33,13 @@ def beat_schedule(cycle_seconds: float) -> dict:
             "schedule": 5.0,
             "options": {"expires": 5.0},
         },
+        # Metrics rollup: one sample a minute feeds the charts, the eviction ratio (R4)
+        # and the windowed alerts; finer would only grow the table.
+        "metrics-rollup": {
+            "task": "monitoring.tasks.metrics_rollup",
+            "schedule": 60.0,
+            "options": {"expires": 55.0},
+        },
         # Health sweep: residual processes and sick nodes must leave the pool
         # within a minute (R6, R7) without costing a DB scan every cycle.
         "health-sweep": {

@@ -78,4 +78,10 @@ class QueueViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["tier", "business_line__name", "name"]
 
     def get_serializer_context(self) -> dict:
-        return {**super().get_serializer_context(), "usage": build_queue_usage()}
+        from monitoring.rollup import get_eviction_ratios
+
+        return {
+            **super().get_serializer_context(),
+            "usage": build_queue_usage(),
+            "eviction": get_eviction_ratios(),
+        }

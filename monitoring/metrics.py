@@ -1,0 +1,31 @@
+"""Pure arithmetic of the cluster's health numbers (no Django): utilization,
+fragmentation, eviction ratio (R4)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+WHOLE_NODE = 8
+
+
+def utilization(allocated: int, healthy: int) -> float:
+    """Allocated GPUs over healthy (schedulable) GPUs, 0..1."""
+    return 0.0 if healthy <= 0 else min(1.0, allocated / healthy)
+
+
+def fragmentation(free_per_node: Iterable[int], whole: int = WHOLE_NODE) -> int:
+    """Free GPUs that an ``whole``-GPU job cannot use: free GPUs on nodes that are not fully free."""
+    return sum(free for free in free_per_node if 0 < free < whole)
+
+
+def delivered_gpu_seconds(samples: Sequence[tuple[float, int]], until: float) -> float:
+    """Integrate a step series of (time, GPUs in use) up to ``until``."""
+    total = 0.0
+    for (t, used), nxt in zip(samples, [*samples[1:], (until, 0)], strict=True):
+        total += used * max(0.0, min(nxt[0], until) - t)
+    return total
+
+
+def eviction_ratio(evicted_gpu_seconds: float, delivered: float) -> float:
+    """Evicted GPU time over delivered GPU time (0 when nothing was delivered)."""
+    return 0.0 if delivered <= 0 else evicted_gpu_seconds / delivered

@@ -1,0 +1,80 @@
+"""The metrics rollup: samples, eviction ratio and windowed alerts."""
+
+from datetime import timedelta
+
+import pytest
+
+from monitoring import metrics
+from monitoring.models import Alert, MetricSample
+from monitoring.rollup import get_eviction_ratios, rollup
+from quotas.models import BusinessLine, Queue
+from scheduling.clock import cluster_now
+from scheduling.models import Eviction, Job
+from tests.scheduling.test_loop import advance, cycle, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_pure_arithmetic():
+    assert metrics.utilization(50, 100) == 0.5 and metrics.utilization(5, 0) == 0.0
+    assert metrics.fragmentation([8, 0, 3, 7, 1]) == 11  # full and empty nodes don't count
+    # 4 GPUs for 100 s then 8 GPUs for 50 s
+    assert metrics.delivered_gpu_seconds([(0, 4), (100, 8)], 150) == 4 * 100 + 8 * 50
+    assert metrics.eviction_ratio(30, 120) == 0.25 and metrics.eviction_ratio(5, 0) == 0.0
+
+
+def test_a_sample_counts_gpus_and_pending_reasons(api):
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    admin, me = api("admin"), api("researcher")
+    for i in range(5):
+        submit(me, name=f"s{i}", queue="llm-core", gpus=8)
+    cycle(admin)
+    cycle(admin)
+    sample = rollup()
+    assert sample.gpus_total == 32 and sample.gpus_allocated == 32 and sample.utilization == 1.0
+    assert sample.pending_jobs == 1 and sum(sample.pending_by_reason.values()) == 1
+    assert sample.per_line["llm"]["used"] == 32
+    assert MetricSample.objects.count() == 1
+
+
+def test_evictions_raise_the_ratio_and_an_alert(api, monkeypatch):
+    monkeypatch.setattr("monitoring.rollup.EVICTION_ALERT_RATIO", 0.10)
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    admin, me, lead = api("admin"), api("researcher"), api("lead")
+    for i in range(4):
+        submit(me, name=f"e{i}", gpus=8)
+    cycle(admin)
+    rollup()
+    advance(admin, 3600)
+    rollup()
+    for i in range(3):  # three urgent waves, each evicting an experiment
+        submit(lead, name=f"u{i}", queue="llm-urgent", gpus=8, sim_duration_minutes=10)
+        cycle(admin)
+        advance(admin, 120)
+        cycle(admin)
+        advance(admin, 900)
+        cycle(admin)
+    assert Eviction.objects.count() >= 3
+    rollup()
+    experiment = Queue.objects.get(name="llm-experiment")
+    ratio = get_eviction_ratios()[experiment.pk]
+    assert ratio > 0.10
+    alert = Alert.objects.get(kind="eviction_ratio", subject="llm-experiment")
+    assert "guarantee" in alert.message
+    queues = {q["name"]: q for q in api("researcher").get("/api/v1/queues/").data["results"]}
+    assert queues["llm-experiment"]["eviction_ratio"] == ratio
+
+
+def test_long_waits_and_full_quotas_raise_alerts(api):
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=8)
+    admin, me = api("admin"), api("researcher")
+    submit(me, name="fits", queue="llm-core", gpus=8)
+    submit(me, name="stuck", queue="llm-core", gpus=8)
+    cycle(admin)
+    Job.objects.filter(state="pending").update(submitted_at=cluster_now() - timedelta(hours=7))
+    rollup()
+    assert Alert.objects.filter(kind="pending_too_long", subject="llm-core").exists()
+    assert Alert.objects.filter(kind="quota_near_limit", subject="llm").exists()
+    rollup()
+    assert Alert.objects.filter(kind="quota_near_limit").get().count == 2, "deduplicated"

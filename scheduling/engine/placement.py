@@ -66,9 +66,9 @@ class NodeClass:
         self.elig = bytearray()
         self.rack_nodes: dict[int, list[int]] = {}
         self.hist: dict[int, list[int]] = {}
-        self.whole: dict[int, int] = {}
+        self.whole: dict[int, list[int]] = {}
         self.tot_hist: list[int] = []
-        self.tot_whole = 0
+        self.tot_whole: list[int] = []
 
 
 class Topology:
@@ -260,6 +260,7 @@ class Cluster:
                 elig[n] = 0
         m = topo.max_gpus
         tot_hist = [0] * (m + 1)
+        cls.tot_whole = [0] * (m + 1)
         rack_of = topo.rack_of
         total = topo.total
         usable = self.usable
@@ -271,15 +272,15 @@ class Cluster:
             if lst is None:
                 lst = cls.rack_nodes[r] = []
                 cls.hist[r] = [0] * (m + 1)
-                cls.whole[r] = 0
+                cls.whole[r] = [0] * (m + 1)
             lst.append(n)
             if usable[n]:
                 f = nfree[n]
                 cls.hist[r][f] += 1
                 tot_hist[f] += 1
                 if f == total[n]:
-                    cls.whole[r] += 1
-                    cls.tot_whole += 1
+                    cls.whole[r][f] += 1
+                    cls.tot_whole[f] += 1
             node_classes[n].append(cls)
         cls.elig = elig
         cls.tot_hist = tot_hist
@@ -297,8 +298,8 @@ class Cluster:
             cls.hist[r][f] -= 1
             cls.tot_hist[f] -= 1
             if whole:
-                cls.whole[r] -= 1
-                cls.tot_whole -= 1
+                cls.whole[r][f] -= 1
+                cls.tot_whole[f] -= 1
 
     def _index(self, n: int) -> None:
         f = self.nfree[n]
@@ -309,8 +310,8 @@ class Cluster:
             cls.hist[r][f] += 1
             cls.tot_hist[f] += 1
             if whole:
-                cls.whole[r] += 1
-                cls.tot_whole += 1
+                cls.whole[r][f] += 1
+                cls.tot_whole[f] += 1
 
     def take(self, n: int, count: int, exclusive: bool) -> tuple[int, ...]:
         """Allocate ``count`` GPUs on node ``n`` (lowest indices first)."""
@@ -395,18 +396,14 @@ class Cluster:
         topo = self.topo
         if c > topo.max_gpus:
             return None
-        if exclusive:
-            if cls.tot_whole < k:
-                return None
-            counts = {r: w for r, w in cls.whole.items() if w}
-        else:
-            if sum(cls.tot_hist[c:]) < k:
-                return None
-            counts = {}
-            for r, h in cls.hist.items():
-                cnt = sum(h[c:])
-                if cnt:
-                    counts[r] = cnt
+        per_rack = cls.whole if exclusive else cls.hist
+        if sum((cls.tot_whole if exclusive else cls.tot_hist)[c:]) < k:
+            return None
+        counts = {}
+        for r, h in per_rack.items():
+            cnt = sum(h[c:])
+            if cnt:
+                counts[r] = cnt
         racks = choose_racks(topo, k, counts, topo.rack_affinity(model))
         if racks is None:
             return None

@@ -1,0 +1,107 @@
+"""The runtime predictor: learned history first, then the user's estimate, then a default."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine import LineView, PolicyConfig
+from scheduling.engine.predict import (
+    DEFAULT_RUNTIME_S,
+    FinishedJob,
+    HistoryPredictor,
+    fill_predictions,
+    size_bucket,
+)
+
+from .helpers import NOW, node, pjob, rjob, snap
+
+
+def runs(owner, model, queue, gpus, *seconds):
+    return [FinishedJob(owner, model, queue, gpus, s, finished_at=i) for i, s in enumerate(seconds)]
+
+
+@pytest.mark.parametrize("gpus, bucket", [(1, 1), (2, 2), (3, 4), (8, 8), (9, 16), (256, 256)])
+def test_size_buckets_are_powers_of_two(gpus, bucket):
+    assert size_bucket(gpus) == bucket
+
+
+def test_most_specific_history_wins():
+    history = runs("ann", "llama", "q", 8, 100, 100, 100) + runs(
+        "bob", "llama", "q", 8, 900, 900, 900
+    )
+    p = HistoryPredictor(history)
+    got = p.predict(owner="ann", model_name="llama", queue="q", gpus=8)
+    assert got.seconds == 100 and got.source == "history:owner+model+queue+size"
+
+
+def test_falls_back_to_the_model_across_owners():
+    history = runs("bob", "llama", "q", 8, 500, 600, 700)
+    got = HistoryPredictor(history).predict(owner="ann", model_name="llama", queue="q", gpus=8)
+    assert got.source == "history:model+queue+size" and 600 <= got.seconds <= 700
+
+
+def test_uses_a_high_quantile_so_backfill_rarely_overruns():
+    history = runs("ann", "m", "q", 4, *range(100, 1100, 100))  # 100..1000
+    got = HistoryPredictor(history, quantile=0.8).predict(
+        owner="ann", model_name="m", queue="q", gpus=4
+    )
+    assert got.seconds == pytest.approx(820)
+
+
+def test_too_little_history_falls_back_to_the_users_estimate():
+    history = runs("ann", "m", "q", 4, 100)
+    got = HistoryPredictor(history, min_samples=3).predict(
+        owner="ann", model_name="m", queue="q", gpus=4, estimate_s=5000
+    )
+    assert (got.seconds, got.source) == (5000, "estimate")
+
+
+def test_nothing_known_gives_the_conservative_default():
+    got = HistoryPredictor().predict(owner="x", model_name=None, queue="q", gpus=1)
+    assert (got.seconds, got.source) == (DEFAULT_RUNTIME_S, "default")
+
+
+def test_only_recent_samples_count():
+    old = [FinishedJob("a", "m", "q", 1, 10_000, finished_at=i) for i in range(50)]
+    new = [FinishedJob("a", "m", "q", 1, 100, finished_at=100 + i) for i in range(5)]
+    got = HistoryPredictor(old + new, max_samples=5).predict(
+        owner="a", model_name="m", queue="q", gpus=1
+    )
+    assert got.seconds == 100
+
+
+def test_queue_and_size_history_serves_jobs_without_a_model():
+    history = [FinishedJob("z", None, "q", 8, 300, 0) for _ in range(3)]
+    got = HistoryPredictor(history).predict(owner="a", model_name=None, queue="q", gpus=8)
+    assert got.seconds == 300 and got.source == "history:queue+size"
+
+
+def test_fill_predictions_fills_only_what_is_missing():
+    history = runs("ann", "m", "llm-experiment", 4, 600, 600, 600)
+    s = snap(
+        [node("a")],
+        [
+            pjob(1, 4, owner="ann", model_name="m"),
+            pjob(2, 4, predicted_runtime_s=42.0),
+            pjob(3, 4, tier="finetune", estimated_runtime_s=7200.0),
+        ],
+        [
+            rjob(
+                9,
+                {"a": range(4)},
+                predicted_end=None,
+                started_at=NOW - 100,
+                owner="ann",
+                model_name="m",
+                queue="llm-experiment",
+            )
+        ],
+        lines=[LineView("llm", None)],
+        policy=PolicyConfig(),
+    )
+    filled = fill_predictions(s, HistoryPredictor(history))
+    by_id = {j.id: j for j in filled.pending}
+    assert by_id[1].predicted_runtime_s == 600
+    assert by_id[2].predicted_runtime_s == 42.0
+    assert by_id[3].predicted_runtime_s == 7200.0
+    assert filled.running[0].predicted_end == NOW - 100 + 600

@@ -1,0 +1,105 @@
+"""Browser tests: Debian's Chromium driven by Playwright against the real ASGI server.
+
+``portal_server`` runs daphne (HTTP + websockets) in a subprocess on the test
+database and the test Redis, so pages, websockets and the loop (run in the test
+process, publishing through the Redis channel layer) are all real. Tests using it
+need committed data: mark them ``django_db(transaction=True)``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+]  # fmt: skip
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+pytestmark = pytest.mark.browser
+
+# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+# around it are still synchronous and safe (TESTBEDS.md).
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: apt-get install -y chromium (.ci/run does it)")
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def portal_server(transactional_db) -> Iterator[str]:
+    """Base URL of a daphne serving the portal on the test database."""
+    db = settings.DATABASES["default"]
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",  # same hashers as the test process
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        REDIS_URL=settings.REDIS_URL,
+        DEBUG="1",
+        SIMULATOR_SPEED="0",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "portal.asgi:application"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("daphne did not start")
+    yield f"http://127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def login(page, portal_server):
+    """``login("researcher")`` signs the page in (demo password) and returns the base URL."""
+    from tests.conftest import DEMO_PASSWORD
+
+    def sign_in(username: str, target=None) -> str:
+        target = target or page
+        target.goto(f"{portal_server}/accounts/login/")
+        target.get_by_label("Username").fill(username)
+        target.get_by_label("Password").fill(DEMO_PASSWORD)
+        target.get_by_role("button", name="Log in").click()
+        target.wait_for_url(f"{portal_server}/")
+        return portal_server
+
+    return sign_in
+
+
+def screenshot(page, name: str) -> None:
+    """Save a screenshot for docs/ (docs/screenshots/<name>.png)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -11,6 +11,7 @@ The search is greedy and cheap rather than globally optimal:
 1. per node, the cheapest victims (least lost progress in GPU-hours since the
    last checkpoint, then bigger first so fewer jobs) that bring it to ``c`` free
    GPUs (or wholly free for exclusive jobs);
+   Borrowed work always goes before entitled work (reclaimed first, Q7);
 2. one node: the cheapest such node; several: the cheapest ``k`` nodes of one
    rack, else of one block;
 3. extra victims from the preemptor's own queue/line when the preemptor also
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .planner import Planner, ShapeT
 
 
+ENTITLED = 1e12
+
+
 class VictimIndex:
     """Statically eligible victims of one plan, indexed once (cost, tier, node)."""
 
@@ -38,7 +42,12 @@ class VictimIndex:
     def __init__(
         self, pool: list[RunningJob], borrowed: frozenset[int], index: dict[str, int], now: float
     ) -> None:
-        self.cost = {v.id: loss_gpu_hours(v, now) for v in pool}
+        # Borrowed work is reclaimed first (Q7): any entitled victim weighs more
+        # than every borrowed one; then lost GPU-hours decide.
+        self.cost = {
+            v.id: loss_gpu_hours(v, now) + (0.0 if v.id in borrowed else ENTITLED)
+            for v in pool
+        }
         self.by_tier: dict[Tier, list[RunningJob]] = {}
         self.borrowed = [v for v in pool if v.id in borrowed]
         self.on_node: dict[int, list[tuple[float, int, int, int]]] = {}

@@ -208,3 +208,15 @@ def test_preemptor_count_is_bounded_per_plan():
     pending = [pjob(10 + i, 8, tier="urgent") for i in range(4)]
     plan = run(snap(full(4), pending, running, policy=PolicyConfig(max_preemptors=2)))
     assert len(plan.preemptions) == 2
+
+
+def test_borrowed_work_is_reclaimed_before_entitled_work():
+    # Job 2 runs beyond the llm quota (borrowed) and has lost more progress than
+    # job 1; it still goes first.
+    lines = [LineView("llm", 8)]
+    running = [
+        rjob(1, {"n0": range(8)}, started_at=NOW - 8 * HOUR, last_checkpoint_at=NOW - 600),
+        rjob(2, {"n1": range(8)}, started_at=NOW - 6 * HOUR, last_checkpoint_at=NOW - 5 * HOUR),
+    ]
+    plan = run(snap(full(2), [pjob(9, 8, tier="urgent", line="search")], running, lines=lines))
+    assert victims(plan) == {2: 9}

@@ -1,6 +1,8 @@
 """``plan(snapshot, now)``: who starts, where, who is preempted, who waits and why.
 
-One pass over the pending jobs in policy order (``_order_key``):
+One pass over the pending jobs in policy order (``Planner.run``: tier, then
+demoted last, then the line's share of its quota in use, then submit time;
+or submit time only under ``strict_fifo``):
 
 1. ``NEVER_FITS`` / ``QUOTA_EXCEEDED`` / ``NODES_UNAVAILABLE`` gates (static,
    cached per job shape). A job over quota that may borrow is deferred to a
@@ -67,7 +69,7 @@ class Planner:
         self.policy = snapshot.policy
         self.topo = Topology(snapshot.nodes)
         self.live = Cluster(self.topo)
-        self._initial: Cluster | None = self.live.copy()
+        self._initial = self.live.copy()
         self.queues = {q.name: q for q in snapshot.queues}
         self.lines = {line.name: line for line in snapshot.lines}
         self.usage = derive_usage(snapshot.running, self.queues, self.lines)
@@ -121,6 +123,7 @@ class Planner:
         self._fail_end: dict[ShapeT, float] = {}
         self._preempt_failed: set[tuple[Any, ...]] = set()
         self._diag: dict[ShapeT, tuple[str, dict[str, Any]]] = {}
+        self._describe: dict[ShapeT, str] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
@@ -132,7 +135,6 @@ class Planner:
     @property
     def initial(self) -> Cluster:
         """Free capacity as it was before this plan (for explaining PRIORITY)."""
-        assert self._initial is not None
         return self._initial
 
     def shape(self, job: PendingJob) -> ShapeT:
@@ -197,7 +199,11 @@ class Planner:
         self.records[job.id] = (reason, est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:
-        return explain.describe_shape(job, sh[1], sh[2], sh[4], self.topo.max_gpus)
+        text = self._describe.get(sh)
+        if text is None:
+            text = explain.describe_shape(job, sh[1], sh[2], sh[4], self.topo.max_gpus)
+            self._describe[sh] = text
+        return text
 
     # -- static gates --------------------------------------------------------------
     def never_fits(self, job: PendingJob, sh: ShapeT) -> explain.Reason | None:
@@ -297,16 +303,25 @@ class Planner:
 
     # -- quota ---------------------------------------------------------------------
     def quota_short(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> tuple[int, int]:
-        borrowed = self.usage.borrowed_ids
+        """GPUs over the queue / line quota if the job started now without borrowing
+        (``leaving``: victims of this job that will have released their share)."""
         q = self.queues.get(job.queue)
         line = self.lines.get(job.line)
         short_q = short_l = 0
         if q is not None and q.quota_gpus is not None:
-            gone = sum(v.gpus for v in leaving if v.queue == job.queue and v.id not in borrowed)
-            short_q = max(0, self.nb_queue.get(job.queue, 0) - gone + job.gpus - q.quota_gpus)
+            held = self.nb_queue.get(job.queue, 0)
+            if leaving:
+                borrowed = self.usage.borrowed_ids
+                held -= sum(
+                    v.gpus for v in leaving if v.queue == job.queue and v.id not in borrowed
+                )
+            short_q = max(0, held + job.gpus - q.quota_gpus)
         if line is not None and line.quota_gpus is not None:
-            gone = sum(v.gpus for v in leaving if v.line == job.line and v.id not in borrowed)
-            short_l = max(0, self.nb_line.get(job.line, 0) - gone + job.gpus - line.quota_gpus)
+            held = self.nb_line.get(job.line, 0)
+            if leaving:
+                borrowed = self.usage.borrowed_ids
+                held -= sum(v.gpus for v in leaving if v.line == job.line and v.id not in borrowed)
+            short_l = max(0, held + job.gpus - line.quota_gpus)
         return short_q, short_l
 
     def quota_reason(self, job: PendingJob, short_q: int, note: str) -> explain.Reason:
@@ -636,7 +651,8 @@ class Planner:
         if nf is not None:
             self.record(job, nf)
             return
-        leaving = tuple(self.leaving_for.get(job.id, ()))
+        got = self.leaving_for.get(job.id)
+        leaving: tuple[RunningJob, ...] = tuple(got) if got else ()
         short_q, short_l = self.quota_short(job, ())
         waits_for_quota = False
         if (short_q or short_l) and leaving:

@@ -45,8 +45,7 @@ class VictimIndex:
         # Borrowed work is reclaimed first (Q7): any entitled victim weighs more
         # than every borrowed one; then lost GPU-hours decide.
         self.cost = {
-            v.id: loss_gpu_hours(v, now) + (0.0 if v.id in borrowed else ENTITLED)
-            for v in pool
+            v.id: loss_gpu_hours(v, now) + (0.0 if v.id in borrowed else ENTITLED) for v in pool
         }
         self.by_tier: dict[Tier, list[RunningJob]] = {}
         self.borrowed = [v for v in pool if v.id in borrowed]

@@ -196,6 +196,14 @@ class Planner:
         return tl
 
     def record(self, job: PendingJob, reason: explain.Reason, est: float | None = None) -> None:
+        if reason[0] != Code.DEMOTED and is_demoted(job.preemption_count, self.policy):
+            code, msg, details, remedy = reason
+            reason = (
+                code,
+                msg + f" It is also demoted (preempted {job.preemption_count} times).",
+                dict(details, demoted=1, preemption_count=job.preemption_count),
+                remedy,
+            )
         self.records[job.id] = (reason, est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:

@@ -155,3 +155,18 @@ def test_verdict_details_are_numbers_and_strings_only():
     for v in plan.verdicts.values():
         for value in v.details.values():
             assert isinstance(value, (int, float, str)), (v.code, value)
+
+
+def test_a_demoted_job_blocked_by_quota_still_says_it_is_demoted():
+    running = [rjob(1, {"a": range(8)}, tier="core")]
+    plan = run(
+        snap(
+            [node("a"), node("b")],
+            [pjob(2, 8, preemption_count=4, preemptible=False)],
+            running,
+            lines=[LineView("llm", 8)],
+        )
+    )
+    v = plan.verdicts[2]
+    assert v.code == Code.QUOTA_EXCEEDED
+    assert v.details["demoted"] == 1 and "demoted" in v.message

@@ -1,9 +1,11 @@
 """The websocket consumer: auth on connect, permission on subscribe, read-only, events pushed."""
 
+import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
@@ -13,6 +15,16 @@ from portal.asgi import application
 from portal.realtime import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def async_to_sync(fn):
+    """Run ``fn()`` on a fresh event loop in its own thread (Playwright may own this thread's loop)."""
+
+    def call():
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, fn()).result()
+
+    return call
 
 
 def as_user(user):

@@ -1,6 +1,4 @@
 import json
-import statistics
-import time
 
 import pytest
 
@@ -119,22 +117,12 @@ def test_unknown_state_versions_are_refused():
         Simulator.from_dict(data)
 
 
-def _median_ms(fn, runs):
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+def test_demo_scale_state_round_trips_exactly():
+    """At demo scale (1,250 nodes, 3,000 jobs) the state survives JSON unchanged.
 
-
-def test_demo_scale_persistence_and_advance_are_fast():
+    Speed is measured by ``python -m scheduling.simcore.bench``, not asserted here.
+    """
     sim = build_loaded_simulator(running=2000, ended=1000)
     assert len(sim.nodes) == 1250 and len(sim.jobs) == 3000
-
-    def round_trip():
-        Simulator.from_dict(json.loads(json.dumps(sim.to_dict())))
-
-    # Targets are ~100 ms and a few ms; bounds are loose so slow CI machines do not flake.
-    assert _median_ms(round_trip, 5) < 300
-    assert _median_ms(lambda: sim.advance(5), 200) < 10
+    data = sim.to_dict()
+    assert Simulator.from_dict(json.loads(json.dumps(data))).to_dict() == data

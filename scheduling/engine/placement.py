@@ -103,12 +103,27 @@ class Topology:
                 racks = self.model_racks.setdefault(m, {})
                 racks[self.rack_of[i]] = racks.get(self.rack_of[i], 0) + 1
         self._static: dict[ClassKey, bytearray] = {}
+        self._attrs = [
+            (nd.gpu_memory_gb, nd.rdma, nd.inference, nd.pool, nd.gpu_model) for nd in self.nodes
+        ]
 
     def static_elig(self, key: ClassKey) -> bytearray:
         """Nodes matching a class regardless of state (for NEVER_FITS checks)."""
         elig = self._static.get(key)
         if elig is None:
-            elig = bytearray(1 if node_matches(node, key) else 0 for node in self.nodes)
+            mem, rdma, infer_ok, pool, model = key
+            elig = bytearray(
+                1
+                if (
+                    m >= mem
+                    and (rd or not rdma)
+                    and (infer_ok or not inf)
+                    and (pool is None or pl == pool)
+                    and (model is None or gm == model)
+                )
+                else 0
+                for m, rd, inf, pl, gm in self._attrs
+            )
             self._static[key] = elig
         return elig
 

@@ -124,6 +124,7 @@ class Planner:
         self._preempt_failed: set[tuple[Any, ...]] = set()
         self._diag: dict[ShapeT, tuple[str, dict[str, Any]]] = {}
         self._describe: dict[ShapeT, str] = {}
+        self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
@@ -584,41 +585,55 @@ class Planner:
         if init.find(cls, k, c, excl, None) is not None:
             got = (Code.PRIORITY, {})
         else:
-            topo = self.topo
-            free = init.free_gpus_of(cls)
-            diag: dict[str, Any] = {"free_gpus": free, "nodes_needed": k, "gpus_per_node": c}
-            best_node = 0
-            per_rack: dict[int, int] = {}
-            rack_qual: dict[int, int] = {}
-            for r, nodes in cls.rack_nodes.items():
-                for n in nodes:
-                    if not init.usable[n]:
-                        continue
-                    f = init.nfree[n]
-                    if f > best_node:
-                        best_node = f
-                    if f:
-                        per_rack[r] = per_rack.get(r, 0) + f
-                    if f >= c and (not excl or f == topo.total[n]):
-                        rack_qual[r] = rack_qual.get(r, 0) + 1
-            diag["best_node_free"] = best_node
-            if rack_qual:
-                br = min(rack_qual, key=lambda r: (-rack_qual[r], r))
-                diag["best_rack"] = topo.rack_label[br]
-                diag["best_rack_nodes"] = rack_qual[br]
-            else:
-                diag["best_rack"] = ""
-                diag["best_rack_nodes"] = 0
-            per_block: dict[int, int] = {}
-            for r, q in rack_qual.items():
-                b = topo.rack_block[r]
-                per_block[b] = per_block.get(b, 0) + q
-            diag["best_block_nodes"] = max(per_block.values(), default=0)
-            top = sorted(per_rack, key=lambda r: (-per_rack[r], r))[:3]
-            diag["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]}" for r in top)
-            code = Code.TOPOLOGY if free >= job.gpus else Code.INSUFFICIENT_GPUS
+            base = self._where(key, c, excl)
+            diag = dict(base, nodes_needed=k, gpus_per_node=c)
+            code = Code.TOPOLOGY if base["free_gpus"] >= job.gpus else Code.INSUFFICIENT_GPUS
             got = (code, diag)
         self._diag[sh] = got
+        return got
+
+    def _where(self, key: ClassKey, c: int, excl: bool) -> dict[str, Any]:
+        """Where the matching free GPUs were before this plan (one scan per class)."""
+        ck = (key, c, excl)
+        got = self._where_cache.get(ck)
+        if got is not None:
+            return got
+        topo = self.topo
+        init = self.initial
+        cls = init.node_class(key)
+        best_node = 0
+        per_rack: dict[int, int] = {}
+        rack_qual: dict[int, int] = {}
+        usable = init.usable
+        nfree = init.nfree
+        total = topo.total
+        for r, nodes in cls.rack_nodes.items():
+            for n in nodes:
+                if not usable[n]:
+                    continue
+                f = nfree[n]
+                if f > best_node:
+                    best_node = f
+                if f:
+                    per_rack[r] = per_rack.get(r, 0) + f
+                if f >= c and (not excl or f == total[n]):
+                    rack_qual[r] = rack_qual.get(r, 0) + 1
+        got = {"free_gpus": init.free_gpus_of(cls), "best_node_free": best_node}
+        if rack_qual:
+            br = min(rack_qual, key=lambda r: (-rack_qual[r], r))
+            got["best_rack"] = topo.rack_label[br]
+            got["best_rack_nodes"] = rack_qual[br]
+        else:
+            got["best_rack"] = ""
+            got["best_rack_nodes"] = 0
+        per_block: dict[int, int] = {}
+        for r, q in rack_qual.items():
+            b = topo.rack_block[r]
+            per_block[b] = per_block.get(b, 0) + q
+        got["best_block_nodes"] = max(per_block.values(), default=0)
+        top = sorted(per_rack, key=lambda r: (-per_rack[r], r))[:3]
+        got["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]}" for r in top)
+        self._where_cache[ck] = got
         return got
 
     def blocked_reason(self, job: PendingJob, sh: ShapeT) -> explain.Reason:

@@ -37,7 +37,7 @@ ENTITLED = 1e12
 class VictimIndex:
     """Statically eligible victims of one plan, indexed once (cost, tier, node)."""
 
-    __slots__ = ("cost", "by_tier", "borrowed", "on_node")
+    __slots__ = ("cost", "by_tier", "borrowed", "on_node", "ordered")
 
     def __init__(
         self, pool: list[RunningJob], borrowed: frozenset[int], index: dict[str, int], now: float
@@ -60,6 +60,7 @@ class VictimIndex:
                 self.on_node.setdefault(n, []).append((self.cost[v.id], -g, v.id, g))
         for lst in self.on_node.values():
             lst.sort()
+        self.ordered = sorted(pool, key=lambda v: (self.cost[v.id], -v.gpus, v.id))
 
 
 def select_victims(
@@ -114,47 +115,39 @@ def select_victims(
     total = topo.total
     nfree = live.nfree
     on_node = p.on_node
-    # Nodes worth looking at: already free enough, or holding candidates/leavers.
-    look: set[int] = set(leaving_on)
-    for v in cands:
-        for slot in v.placement:
-            n = index.get(slot.node)
-            if n is not None:
-                look.add(n)
-    if k > 1:
-        for f in range(min(c, len(live.buckets)), len(live.buckets)):
-            look.update(live.buckets[f])
     # node -> (cost, njobs, victim ids, GPUs free after)
     options: dict[int, tuple[float, int, tuple[int, ...], int]] = {}
-    for n in sorted(look):
+    started_on = p.started_on
+    vi_on_node = vi.on_node
+
+    def evaluate(n: int) -> None:
         if not elig[n] or n in reserved:
-            continue
+            return
         tot = total[n]
         if n in excl_held or excl:
             # The node must end up wholly free: every job on it must go.
             holders = on_node[n]
-            if p.started_on[n]:
-                continue
+            if started_on[n]:
+                return
             if any(r.id not in cand_ids and r.id not in leaving_ids for r, _ in holders):
-                continue
+                return
             if not holders and nfree[n] != tot:
-                continue
+                return
+            if tot < c:
+                return
             vids = tuple(sorted({r.id for r, _ in holders if r.id in cand_ids}))
-            after = tot
-            if after < c:
-                continue
-            options[n] = (sum(cost[i] for i in vids), len(vids), vids, after)
-            continue
+            options[n] = (sum(cost[i] for i in vids), len(vids), vids, tot)
+            return
         base = nfree[n] + leaving_on.get(n, 0)
         if base > tot:
             base = tot
         need = c - base
         if need <= 0:
             options[n] = (0.0, 0, (), base)
-            continue
+            return
         picked: list[tuple[float, int, int, int]] = []
         freed = 0
-        for item in vi.on_node.get(n, ()):
+        for item in vi_on_node.get(n, ()):
             if item[2] not in cand_ids:
                 continue
             picked.append(item)
@@ -162,13 +155,48 @@ def select_victims(
             if freed >= need:
                 break
         if freed < need:
-            continue
-        for item in sorted(picked, reverse=True):
-            if freed - item[3] >= need:
-                picked.remove(item)
-                freed -= item[3]
+            return
+        if len(picked) > 1:
+            for item in sorted(picked, reverse=True):
+                if freed - item[3] >= need:
+                    picked.remove(item)
+                    freed -= item[3]
         vids = tuple(sorted(i[2] for i in picked))
         options[n] = (sum(i[0] for i in picked), len(picked), vids, min(tot, base + freed))
+
+    if k == 1:
+        # A node costs at least its cheapest candidate: visit candidates from the
+        # cheapest up and stop once they cost more than the best node found.
+        for n in sorted(leaving_on):
+            evaluate(n)
+        best = min((o[0] for o in options.values()), default=None)
+        done: set[int] = set(leaving_on)
+        for v in vi.ordered:
+            if v.id not in cand_ids:
+                continue
+            if best is not None and cost[v.id] > best:
+                break
+            for slot in v.placement:
+                n = index.get(slot.node)
+                if n is None or n in done:
+                    continue
+                done.add(n)
+                evaluate(n)
+                o = options.get(n)
+                if o is not None and (best is None or o[0] < best):
+                    best = o[0]
+    else:
+        # Nodes worth looking at: already free enough, or holding candidates/leavers.
+        look: set[int] = set(leaving_on)
+        for v in cands:
+            for slot in v.placement:
+                n = index.get(slot.node)
+                if n is not None:
+                    look.add(n)
+        for f in range(min(c, len(live.buckets)), len(live.buckets)):
+            look.update(live.buckets[f])
+        for n in sorted(look):
+            evaluate(n)
 
     if not options:
         return None

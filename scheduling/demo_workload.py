@@ -20,6 +20,8 @@ from scheduling.traces.workload import WorkloadGenerator
 WORKLOAD_USER = "workload"
 MAX_PENDING = 3000  # stop adding while this many jobs already wait
 MAX_MINUTES_PER_CALL = 30  # after downtime, catch up at most this much
+# Offered load above capacity, so queues, pending reasons and preemptions show up.
+DEMO_LOAD = 1.3
 
 
 def _job(owner, queue_ids: dict[str, int], g, at: float) -> Job:
@@ -56,12 +58,12 @@ def generate(now_ts: float | None = None) -> int:
         row = ClusterSettings.objects.select_for_update().get(pk=settings_row.pk)
         last = row.workload_minute
         if last is None:  # first call: fill the empty cluster at once
-            gen = WorkloadGenerator(seed=row.seed, cluster_gpus=gpus)
+            gen = WorkloadGenerator(seed=row.seed, cluster_gpus=gpus, load=DEMO_LOAD)
             jobs = [_job(owner, queue_ids, g, now_ts) for g in gen.backlog(pairs, int(gpus * 1.1))]
             last = minute
         elif Job.objects.filter(state=Job.State.PENDING).count() < MAX_PENDING:
             for m in range(max(last + 1, minute - MAX_MINUTES_PER_CALL), minute + 1):
-                gen = WorkloadGenerator(seed=row.seed * 1_000_003 + m, cluster_gpus=gpus)
+                gen = WorkloadGenerator(seed=row.seed * 1_000_003 + m, cluster_gpus=gpus, load=DEMO_LOAD)
                 jobs += [
                     _job(owner, queue_ids, g, m * 60.0) for g in gen.next_jobs(m * 60.0, 60, pairs)
                 ]

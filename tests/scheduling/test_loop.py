@@ -178,3 +178,16 @@ def test_only_admins_run_cycles_and_move_the_clock(api):
 )
 def test_bad_fault_requests_are_refused(api, body):
     assert api("oncall").post("/api/v1/simulator/faults/", body, format="json").status_code == 400
+
+
+def test_the_consistency_check_finds_a_gpu_the_database_lost(api):
+    from scheduling.consistency import find_inconsistencies
+
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=8, queue="llm-core")
+    cycle(admin)
+    assert find_inconsistencies() == []
+    Allocation.objects.filter(job_id=job_id).first().delete()
+    problems = find_inconsistencies()
+    assert any("allocated only in the backend" in p for p in problems)
+    assert any(f"job {job_id} holds 7 of its 8 GPUs" in p for p in problems)

@@ -283,3 +283,34 @@ def test_the_random_workloads_exercise_every_decision():
         Code.DEMOTED,
     ):
         assert seen[c] >= 3, (c, seen)
+
+
+@settings(FAST, max_examples=600)
+@given(snapshots(), st.data())
+def test_capacity_verdicts_are_honest(s: Snapshot, data) -> None:
+    """PRIORITY means the job alone would start; TOPOLOGY / INSUFFICIENT_GPUS mean
+    it would not even alone, with the free-GPU numbers on the right side."""
+    p = plan(s, NOW)
+    waiting = [j for j in s.pending if j.id in p.verdicts]
+    if not waiting:
+        return
+    job = data.draw(st.sampled_from(waiting))
+    v = p.verdicts[job.id]
+    underlying = v.details.get("underlying_code", v.code) if v.code == Code.DEMOTED else v.code
+    if underlying not in (Code.PRIORITY, Code.TOPOLOGY, Code.INSUFFICIENT_GPUS):
+        return
+    if v.details.get("strict_order"):
+        return
+    if any(r.preempted_for == job.id and r.state == "preempting" for r in s.running):
+        return
+    alone = dataclasses.replace(
+        s, pending=(job,), policy=dataclasses.replace(s.policy, preemption=False)
+    )
+    q = plan(alone, NOW)
+    assert check_plan(alone, q) == []
+    if underlying == Code.PRIORITY:
+        assert [x.job_id for x in q.starts] == [job.id]
+    else:
+        assert q.starts == ()
+        enough = v.details["free_gpus"] >= job.gpus
+        assert enough == (underlying == Code.TOPOLOGY)

@@ -63,6 +63,7 @@ def quota_exceeded(
     held: int,
     quota: int,
     borrow_note: str,
+    room_at: float | None = None,
 ) -> Reason:
     room = max(0, quota - held)
     details: dict[str, Any] = {
@@ -78,12 +79,18 @@ def quota_exceeded(
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
     else:
         remedy = (
-            f"Starts once {job.gpus - room} GPUs of {scope} {name} are released, "
-            "or after a quota increase."
+            f"Starts once {job.gpus - room} GPUs of {scope} {name} are released"
+            + (f" (predicted by {when(room_at)})" if room_at is not None else "")
+            + ", or after a quota increase."
         )
+        if room_at is not None:
+            details["quota_room_at"] = room_at
         if not job.preemptible:
             remedy += " A preemptible job could borrow idle capacity meanwhile."
-    msg = f"{scope.capitalize()} {name} holds {held} of its {quota} GPU quota; this job needs {job.gpus}."
+    msg = (
+        f"{scope.capitalize()} {name} holds {held} of its {quota} GPU quota; "
+        f"this job needs {job.gpus}."
+    )
     if borrow_note:
         msg += " " + borrow_note
     return Code.QUOTA_EXCEEDED, msg, details, remedy

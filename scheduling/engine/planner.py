@@ -24,6 +24,7 @@ end no earlier).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from itertools import compress
 from typing import Any
 
@@ -125,6 +126,7 @@ class Planner:
         self._diag: dict[ShapeT, tuple[str, dict[str, Any]]] = {}
         self._describe: dict[ShapeT, str] = {}
         self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
+        self._release_curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
@@ -335,18 +337,38 @@ class Planner:
 
     def quota_reason(self, job: PendingJob, short_q: int, note: str) -> explain.Reason:
         if short_q > 0:
-            q = self.queues[job.queue]
-            assert q.quota_gpus is not None
-            reason = explain.quota_exceeded(
-                job, "queue", job.queue, self.nb_queue.get(job.queue, 0), q.quota_gpus, note
-            )
+            scope, name = "queue", job.queue
+            quota = self.queues[job.queue].quota_gpus
+            held = self.nb_queue.get(job.queue, 0)
         else:
-            line = self.lines[job.line]
-            assert line.quota_gpus is not None
-            reason = explain.quota_exceeded(
-                job, "line", job.line, self.nb_line.get(job.line, 0), line.quota_gpus, note
+            scope, name = "line", job.line
+            quota = self.lines[job.line].quota_gpus
+            held = self.nb_line.get(job.line, 0)
+        assert quota is not None
+        room_at = None
+        if job.gpus <= quota:
+            room_at = self._quota_room_at(scope, name, held + job.gpus - quota)
+        return explain.quota_exceeded(job, scope, name, held, quota, note, room_at)
+
+    def _quota_room_at(self, scope: str, name: str, need: int) -> float | None:
+        """When running work of this queue/line is predicted to release ``need`` GPUs."""
+        ck = (scope, name)
+        curve = self._release_curves.get(ck)
+        if curve is None:
+            borrowed = self.usage.borrowed_ids
+            ends = sorted(
+                (running_end(r, self.now, self.policy), r.gpus)
+                for r in self.s.running
+                if r.id not in borrowed and (r.queue if scope == "queue" else r.line) == name
             )
-        return reason
+            cum = 0
+            curve = []
+            for t, g in ends:
+                cum += g
+                curve.append((cum, t))
+            self._release_curves[ck] = curve
+        i = bisect_left(curve, (need, -_INF))
+        return curve[i][1] if i < len(curve) else None
 
     def can_borrow(self, job: PendingJob) -> bool:
         return (

@@ -170,3 +170,18 @@ def test_a_demoted_job_blocked_by_quota_still_says_it_is_demoted():
     v = plan.verdicts[2]
     assert v.code == Code.QUOTA_EXCEEDED
     assert v.details["demoted"] == 1 and "demoted" in v.message
+
+
+def test_quota_verdict_predicts_when_the_line_frees_enough():
+    lines = [LineView("llm", 16)]
+    running = [
+        rjob(1, {"a": range(8)}, tier="core", predicted_end=NOW + 3 * HOUR),
+        rjob(2, {"b": range(8)}, tier="core", predicted_end=NOW + 1 * HOUR),
+    ]
+    nodes = [node("a"), node("b"), node("c"), node("d")]
+    plan = run(
+        snap(nodes, [pjob(3, 8, tier="core"), pjob(4, 16, tier="core")], running, lines=lines)
+    )
+    assert plan.verdicts[3].details["quota_room_at"] == NOW + 1 * HOUR
+    assert plan.verdicts[4].details["quota_room_at"] == NOW + 3 * HOUR
+    assert "predicted by" in plan.verdicts[3].remedy

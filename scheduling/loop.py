@@ -401,54 +401,93 @@ class Cycle:
             self.event(victim, "preempted",
                        f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
             self.report.counts["preemptions"] += 1
-        for start in plan.starts:
-            self._start(start, rows.get(start.job_id))
+        self._start_all(plan.starts)
         self._write_verdicts(plan, rows)
 
-    def _start(self, start: et.Start, row: dict | None) -> None:
-        if row is None:
+    def _start_all(self, starts: tuple[et.Start, ...]) -> None:
+        """Launch the plan's starts, then record them in a few statements.
+
+        Compare-and-set: only jobs still pending are started. Each launch is told to
+        the backend first; the GPU allocations of all successful launches are written
+        in one statement (the unique (node, GPU) constraint guards it), falling back to
+        one job at a time if it is refused, so one bad row cannot block the others.
+        """
+        if not starts:
             return
-        job = Job.objects.select_for_update().filter(pk=start.job_id).first()
-        if job is None or job.state != Job.State.PENDING:
-            return  # cancelled (or adopted) since the snapshot
-        ref = run_ref(job.pk, job.attempt + 1)
+        jobs = {
+            j.pk: j
+            for j in Job.objects.select_for_update().filter(
+                pk__in=[s.job_id for s in starts], state=Job.State.PENDING
+            )
+        }
+        launched: list[tuple[Job, et.Start]] = []
+        for start in starts:
+            job = jobs.get(start.job_id)
+            if job is None:
+                continue  # cancelled (or adopted) since the snapshot
+            ref = run_ref(job.pk, job.attempt + 1)
+            request = LaunchRequest(
+                ref=ref, job_id=job.pk, name=job.name, placement=start.placement,
+                progress_s=job.progress_seconds,
+                checkpoint_interval_s=job.checkpoint_interval_minutes * 60.0,
+                checkpoint_path=job.checkpoint_path, exclusive_node=job.exclusive_node,
+                sim_duration_s=(job.sim_duration_minutes or 0) * 60.0 or None,
+            )  # fmt: skip
+            self.report.touched_backend = True
+            try:
+                self.backend.launch(request)
+            except BackendError as err:
+                self.report.errors.append(f"launch {ref}: {err}")
+                if err.permanent:
+                    job.state = Job.State.FAILED
+                    job.failure_reason = f"the cluster refused to start it: {err}"
+                    job.finished_at = to_datetime(self.now)
+                    job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
+                    self.event(job, "failed", job.failure_reason)
+                    self.report.counts["failed"] += 1
+                continue
+            job.backend_ref = ref
+            launched.append((job, start))
+        placed = self._allocate_many(launched)
+        now_dt = to_datetime(self.now)
+        for job, start in placed:
+            job.state = Job.State.RUNNING
+            job.attempt += 1
+            job.started_at = now_dt
+            job.borrowed = start.borrowed
+            job.pending_code = ""
+            job.queue_position = None
+            job.estimated_start = None
+            borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
+            self.event(job, "started", f"started on {_fmt_placement(start.placement)}{borrowed}")
+        Job.objects.bulk_update(
+            [job for job, _ in placed],
+            ["state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
+             "queue_position", "estimated_start"],
+            batch_size=500,
+        )  # fmt: skip
+        self.report.counts["starts"] += len(placed)
+
+    def _allocate_many(self, launched: list[tuple[Job, et.Start]]) -> list[tuple[Job, et.Start]]:
+        """Write the allocations of launched runs; a run whose GPUs are refused is killed."""
+        node_ids = dict(Node.objects.values_list("name", "id"))
+        rows = [
+            Allocation(job_id=job.pk, node_id=node_ids[s.node], gpu_index=g)
+            for job, start in launched for s in start.placement for g in s.gpus
+        ]  # fmt: skip
         try:
             with transaction.atomic():
-                if not self._allocate(job, start.placement):
-                    return
-                request = LaunchRequest(
-                    ref=ref, job_id=job.pk, name=job.name, placement=start.placement,
-                    progress_s=job.progress_seconds,
-                    checkpoint_interval_s=job.checkpoint_interval_minutes * 60.0,
-                    checkpoint_path=job.checkpoint_path, exclusive_node=job.exclusive_node,
-                    sim_duration_s=(job.sim_duration_minutes or 0) * 60.0 or None,
-                )  # fmt: skip
-                self.report.touched_backend = True
-                self.backend.launch(request)
-        except BackendError as err:
-            if err.permanent:
-                job.state = Job.State.FAILED
-                job.failure_reason = f"the cluster refused to start it: {err}"
-                job.finished_at = to_datetime(self.now)
-                job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
-                self.event(job, "failed", job.failure_reason)
-                self.report.counts["failed"] += 1
-            self.report.errors.append(f"launch {ref}: {err}")
-            return
-        job.state = Job.State.RUNNING
-        job.attempt += 1
-        job.backend_ref = ref
-        job.started_at = to_datetime(self.now)
-        job.borrowed = start.borrowed
-        job.pending_code = ""
-        job.queue_position = None
-        job.estimated_start = None
-        job.save(update_fields=["state", "attempt", "backend_ref", "started_at", "borrowed",
-                                "pending_code", "queue_position", "estimated_start",
-                                "updated_at"])  # fmt: skip
-        borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
-        self.event(job, "started", f"started on {_fmt_placement(start.placement)}{borrowed}")
-        self.report.counts["starts"] += 1
+                Allocation.objects.bulk_create(rows, batch_size=2000)
+            return launched
+        except IntegrityError:
+            pass
+        placed = []
+        for job, start in launched:
+            if self._allocate(job, start.placement):
+                placed.append((job, start))
+            else:
+                self.call(f"kill {job.backend_ref}", self.backend.kill, job.backend_ref)
+        return placed
 
     def _write_verdicts(self, plan: et.Plan, rows: dict[int, dict]) -> None:
         """Store each waiting job's verdict, only where it changed, in one statement per batch."""

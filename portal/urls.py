@@ -5,7 +5,9 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from monitoring.api import AlertViewSet
+from monitoring.metrics_api import MetricsSummaryView
 from portal import views
+from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from scheduling.api import (
     JobViewSet,
@@ -30,6 +32,8 @@ urlpatterns = [
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),
     path("api/v1/scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),
+    path("api/v1/metrics/summary/", MetricsSummaryView.as_view(), name="metrics-summary"),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("metrics", metrics_view, name="metrics"),
 ]

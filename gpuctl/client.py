@@ -1,0 +1,207 @@
+"""Configuration and the HTTP client: one session, token auth, errors turned into one line.
+
+Configuration, highest precedence first: ``--url`` on the command line, the
+environment (``GPUCTL_URL``, ``GPUCTL_TOKEN``), then a YAML file
+(``$GPUCTL_CONFIG``, else ``$XDG_CONFIG_HOME/gpuctl.yaml``, else
+``~/.config/gpuctl.yaml``) with ``url:`` and ``token:`` keys.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from gpuctl import __version__
+
+# Exit codes (documented in docs/cli.md and `gpuctl --help`).
+EXIT_OK = 0
+EXIT_REFUSED = (
+    1  # the portal said no: bad input (400), not allowed (403), unknown (404), busy (409)
+)
+EXIT_USAGE = 2  # bad command line (argparse) or unreadable job file
+EXIT_AUTH = 3  # no token, or the portal did not accept it (401)
+EXIT_UNREACHABLE = 4  # no URL configured, or the portal cannot be reached
+EXIT_SERVER = 5  # the portal failed (5xx) or answered something that is not its API
+
+
+PAGE_MAX = 500  # rows per request when listing
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr, with an exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def config_path() -> Path:
+    if os.environ.get("GPUCTL_CONFIG"):
+        return Path(os.environ["GPUCTL_CONFIG"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path("~/.config").expanduser())
+    return Path(base) / "gpuctl.yaml"
+
+
+@dataclass(frozen=True)
+class Config:
+    url: str
+    token: str
+    timeout: float = 30.0
+
+    @classmethod
+    def load(cls, url: str | None = None, timeout: float = 30.0) -> Config:
+        path = config_path()
+        file_values: dict[str, Any] = {}
+        if path.exists():
+            try:
+                loaded = yaml.safe_load(path.read_text()) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise CliError(f"cannot read {path}: {exc}", EXIT_USAGE) from exc
+            if not isinstance(loaded, dict):
+                raise CliError(f"{path} must be a mapping with url: and token:", EXIT_USAGE)
+            file_values = loaded
+        url = url or os.environ.get("GPUCTL_URL") or file_values.get("url") or ""
+        token = os.environ.get("GPUCTL_TOKEN") or file_values.get("token") or ""
+        if not url:
+            raise CliError(f"no portal URL: set GPUCTL_URL or put url: in {path}", EXIT_UNREACHABLE)
+        if not str(url).startswith(("http://", "https://")):
+            raise CliError(
+                f"portal URL must start with http:// or https://, not {url!r}", EXIT_USAGE
+            )
+        if not token:
+            raise CliError(
+                "no API token: set GPUCTL_TOKEN or put token: in "
+                f"{path} (get one with `python manage.py issue_token USER`)",
+                EXIT_AUTH,
+            )
+        return cls(url=str(url).rstrip("/"), token=str(token), timeout=timeout)
+
+
+def _flatten_errors(errors: Any, prefix: str = "") -> list[str]:
+    """``{"gpus": ["too many"], "x": {"y": ["bad"]}}`` -> ``["gpus: too many", "x.y: bad"]``."""
+    if isinstance(errors, dict):
+        out: list[str] = []
+        for key, value in errors.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            if name in ("non_field_errors", "detail"):
+                name = prefix
+            out += _flatten_errors(value, name)
+        return out
+    if isinstance(errors, list):
+        return [m for item in errors for m in _flatten_errors(item, prefix)]
+    text = " ".join(str(errors).split())
+    return [f"{prefix}: {text}" if prefix else text]
+
+
+def error_message(response: requests.Response) -> str:
+    """One line out of the portal's error body (``{"errors": ...}`` or ``{"detail": ...}``)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        parts = _flatten_errors(body.get("errors", body))
+        if parts:
+            return "; ".join(parts)
+    return f"HTTP {response.status_code} {response.reason}"
+
+
+class Portal:
+    """The REST API of one portal, as the CLI uses it."""
+
+    def __init__(self, config: Config, session: requests.Session | None = None) -> None:
+        self.config = config
+        self.session = session or requests.Session()
+        self.session.headers.update(
+            {
+                "Authorization": f"Token {config.token}",
+                "Accept": "application/json",
+                "User-Agent": f"gpuctl/{__version__}",
+            }
+        )
+
+    def url(self, path: str) -> str:
+        return f"{self.config.url}/api/v1/{path.lstrip('/')}"
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        url = path if path.startswith("http") else self.url(path)
+        try:
+            response = self.session.request(method, url, timeout=self.config.timeout, **kwargs)
+        except requests.Timeout as exc:
+            raise CliError(
+                f"the portal at {self.config.url} did not answer within {self.config.timeout:g}s",
+                EXIT_UNREACHABLE,
+            ) from exc
+        except requests.RequestException as exc:
+            raise CliError(
+                f"cannot reach the portal at {self.config.url}: {type(exc).__name__}",
+                EXIT_UNREACHABLE,
+            ) from exc
+        return self._decode(response, method, path)
+
+    def _decode(self, response: requests.Response, method: str, path: str) -> Any:
+        is_json = response.headers.get("Content-Type", "").startswith("application/json")
+        status = response.status_code
+        if status == 401:
+            raise CliError(f"not authenticated: {error_message(response)} (check GPUCTL_TOKEN)",
+                           EXIT_AUTH)  # fmt: skip
+        if status == 404 and not is_json:
+            # Django's own 404 (an HTML page), not the API's: the path itself is unknown here.
+            route = (
+                "/api/v1/" + path.split("?")[0].lstrip("/") if not path.startswith("http") else path
+            )
+            raise CliError(
+                f"this portal has no {method.upper()} {route} (an older portal version?)",
+                EXIT_REFUSED,
+            )
+        if status >= 500:
+            raise CliError(f"the portal failed: HTTP {status} on {method.upper()} {path}",
+                           EXIT_SERVER)  # fmt: skip
+        if status >= 400:
+            what = {403: "not allowed", 404: "not found", 409: "busy"}.get(status, "refused")
+            raise CliError(f"{what}: {error_message(response)}", EXIT_REFUSED)
+        if status == 204:
+            return None
+        if not is_json:
+            raise CliError(
+                f"unexpected answer from {response.url} (HTTP {status}, not JSON): is GPUCTL_URL "
+                "the portal's base URL?",
+                EXIT_SERVER,
+            )
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        clean = {k: v for k, v in params.items() if v is not None and v is not False}
+        return self.request("get", path, params=clean)
+
+    def post(self, path: str, body: dict | None = None) -> Any:
+        return self.request("post", path, json=body or {})
+
+    def fetch_list(
+        self, path: str, limit: int | None = None, **params: Any
+    ) -> tuple[list[dict], int]:
+        """Rows of a paginated list (``limit`` rows at most; None: all) and the total count.
+
+        Pages by ``limit``/``offset`` itself rather than following ``next``, whose host
+        may not be the one this client reaches the portal by (proxies).
+        """
+        rows: list[dict] = []
+        total = 0
+        while True:
+            want = PAGE_MAX if limit is None else max(1, min(limit - len(rows), PAGE_MAX))
+            page = self.get(path, limit=want, offset=len(rows) or None, **params)
+            if not isinstance(page, dict) or "results" not in page:
+                items = page if isinstance(page, list) else []
+                return items[:limit] if limit is not None else items, len(items)
+            rows += page["results"]
+            total = page.get("count", len(rows))
+            if not page["results"] or not page.get("next") or len(rows) >= total:
+                break
+            if limit is not None and len(rows) >= limit:
+                break
+        return rows, total

@@ -1,0 +1,711 @@
+"""gpuctl: submit, list, explain and cancel jobs; watch queues, nodes and alerts; request quota.
+
+Every command is one or a few REST calls (API.md); nothing here knows the
+portal's internals. ``main(argv)`` returns the exit code, so tests and scripts
+can run it in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpuctl import __version__
+from gpuctl.client import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CliError,
+    Config,
+    Portal,
+    config_path,
+)
+from gpuctl.output import fields, fmt_cell, fmt_time, print_json, table
+
+TOP_HELP = """\
+Command-line client of the GPU portal. It speaks only the portal's REST API.
+
+configuration (first found wins):
+  --url, then GPUCTL_URL and GPUCTL_TOKEN in the environment,
+  then ~/.config/gpuctl.yaml (or $GPUCTL_CONFIG) with `url:` and `token:`.
+  Get a token with: python manage.py issue_token USER
+
+examples:
+  export GPUCTL_URL=http://127.0.0.1:8000 GPUCTL_TOKEN=<key>
+  gpuctl submit llama-ft --queue llm-finetune --gpus 8 --checkpoint-path nfs://ckpt/llama
+  gpuctl submit -f job.yaml                 # fields as in API.md, flags override the file
+  gpuctl jobs --mine --state pending        # what am I waiting for?
+  gpuctl explain 42                         # why job 42 waits, and what would start it
+  gpuctl cancel 42
+  gpuctl queues                             # quota, guarantee, used, pending, eviction
+  gpuctl nodes --state cordoned
+  gpuctl nodes drain r001-n03 --reason "XID 79 on GPU 3"
+  gpuctl alerts                             # open and acknowledged alerts
+  gpuctl quota request --line llm --quota 600 --guarantee 240 --reason "Q3 pretraining"
+  gpuctl jobs --json | jq '.[].id'          # --json on any command, for scripts
+
+exit codes:
+  0 ok   1 refused by the portal (bad input, not allowed, not found, busy)
+  2 bad command line or job file   3 no or rejected token   4 portal unreachable or no URL
+  5 portal error
+"""
+
+SUBMIT_HELP = """\
+Submit a training job. Give the fields as flags, or in a YAML file (-f) whose keys are
+the API fields (name, queue, gpus, tier, gpus_per_node, rdma, checkpoint_path, ...);
+flags given on the command line override the file.
+
+examples:
+  gpuctl submit llama-ft -q llm-finetune -g 8
+  gpuctl submit pretrain -q llm-core -g 64 --checkpoint-path s3://ckpt/pretrain \\
+      --checkpoint-interval-minutes 30 --estimated-runtime-minutes 720 --model-name llama-70b
+  gpuctl submit -f job.yaml --gpus 16       # the file, with 16 GPUs instead
+  cat job.yaml | gpuctl submit -f -
+
+  job.yaml:
+    name: llama-ft
+    queue: llm-finetune
+    gpus: 8
+    checkpoint_path: nfs://ckpt/llama
+    preemptible: true
+"""
+
+EXPLAIN_HELP = """\
+Show one job: its state, and when pending the verdict of the last scheduling cycle
+(the reason code, its numbers, what would make it start, the estimated start), then
+its timeline. Reason codes: NEVER_FITS, QUOTA_EXCEEDED, NODES_UNAVAILABLE, PRIORITY,
+PREEMPTING, TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md).
+
+examples:
+  gpuctl explain 42
+  gpuctl explain 42 --events 0              # the whole timeline
+  gpuctl explain 42 --json | jq .pending_reason.details
+"""
+
+NODES_HELP = """\
+List nodes, or take them out of service and back (on-call engineers and admins).
+cordon: no new work lands there, running jobs stay. drain: cordon, and move its jobs
+off gracefully (checkpoint, requeue). uncordon: back into the pool. A reason is
+required: it is shown to users and kept in the audit log.
+
+examples:
+  gpuctl nodes                              # every node, with free GPUs and health
+  gpuctl nodes --state ready --gpu-model H100
+  gpuctl nodes cordon r001-n03 --reason "fan alarm, waiting for DC ops"
+  gpuctl nodes drain r001-n03 r001-n04 --reason "rack maintenance 14:00"
+  gpuctl nodes uncordon r001-n03 --reason "fan replaced"
+"""
+
+ALERTS_HELP = """\
+List alerts (open and acknowledged by default), acknowledge or resolve them
+(on-call engineers and admins).
+
+examples:
+  gpuctl alerts
+  gpuctl alerts --all --kind residual_process
+  gpuctl alerts ack 17
+  gpuctl alerts resolve 17 18
+"""
+
+QUOTA_HELP = """\
+Quota requests: a team lead asks for a new quota/guarantee for their line (or one of
+its queues), an admin looks at the impact and approves or rejects; the requester may
+withdraw a request still open.
+
+examples:
+  gpuctl quota list --state pending
+  gpuctl quota request --line llm --queue llm-core --quota 400 --guarantee 200 \\
+      --reason "pretraining run in October" --starts-at 2026-10-01 --ends-at 2026-11-01
+  gpuctl quota impact 7                     # does it fit? whose headroom shrinks?
+  gpuctl quota approve 7
+  gpuctl quota approve 7 --note "ok for Q4" --override-reserve
+  gpuctl quota reject 7 --note "no capacity until the new racks arrive"
+  gpuctl quota withdraw 7
+"""
+
+JOB_FIELDS_INT = (
+    "gpus", "gpus_per_node", "gpu_memory_gb", "max_retries", "checkpoint_interval_minutes",
+    "estimated_runtime_minutes", "sim_duration_minutes",
+)  # fmt: skip
+JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
+JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible")
+
+
+# -- commands -----------------------------------------------------------------------------
+
+
+def _job_body(args: argparse.Namespace) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if args.file:
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            loaded = yaml.safe_load(text)
+        except (OSError, yaml.YAMLError) as exc:
+            message = f"cannot read job file {args.file}: {exc}".splitlines()[0]
+            raise CliError(message, EXIT_USAGE) from exc
+        if not isinstance(loaded, dict):
+            raise CliError(f"job file {args.file} must be a mapping of API fields", EXIT_USAGE)
+        body.update(loaded)
+    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL):
+        value = getattr(args, name, None)
+        if value is not None:
+            body[name] = value
+    missing = [f for f in ("name", "queue", "gpus") if f not in body]
+    if missing:
+        flags = ", ".join("NAME" if f == "name" else f"--{f}" for f in missing)
+        raise CliError(f"missing {flags} (give them as flags or in -f job.yaml)", EXIT_USAGE)
+    return body
+
+
+def cmd_submit(portal: Portal, args: argparse.Namespace) -> int:
+    job = portal.post("jobs/", _job_body(args))
+    if args.json:
+        print_json(job)
+    else:
+        print(
+            f"submitted job {job['id']} ({job['name']}) to {job['queue']}: {job['gpus']} GPUs, "
+            f"tier {job['tier']}, {job['state']}. Next: gpuctl explain {job['id']}"
+        )
+    return EXIT_OK
+
+
+def _reason_code(job: dict) -> str:
+    reason = job.get("pending_reason") or {}
+    if job.get("state") != "pending":
+        return ""
+    return reason.get("code") or "NEW"
+
+
+JOB_COLUMNS = [
+    ("ID", lambda j: j["id"]),
+    ("NAME", lambda j: j["name"]),
+    ("OWNER", lambda j: j["owner"]),
+    ("QUEUE", lambda j: j["queue"]),
+    ("TIER", lambda j: j["tier"]),
+    ("GPUS", lambda j: j["gpus"]),
+    ("STATE", lambda j: j["state"]),
+    ("REASON", _reason_code),
+    ("SUBMITTED", lambda j: fmt_time(j.get("submitted_at"))),
+    ("EST.START", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
+]
+
+
+def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
+    limit = None if args.all else args.limit
+    params = {"state": args.state, "queue": args.queue, "owner": args.owner}
+    if args.mine:
+        params["mine"] = 1
+    rows, total = portal.fetch_list("jobs/", limit=limit, **params)
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("no jobs match")
+        return EXIT_OK
+    table(rows, JOB_COLUMNS)
+    if total > len(rows):
+        print(f"({len(rows)} of {total} jobs shown, newest first; --limit N or --all for more)",
+              file=sys.stderr)  # fmt: skip
+    return EXIT_OK
+
+
+def _details_text(details: dict) -> str:
+    parts = []
+    for key, value in details.items():
+        if isinstance(value, dict | list):
+            value = (
+                ",".join(f"{k}:{v}" for k, v in value.items())
+                if isinstance(value, dict)
+                else (",".join(map(str, value)))
+            )
+        parts.append(f"{key}={value}")
+    return "  ".join(parts) or "-"
+
+
+def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
+    job = portal.get(f"jobs/{args.job}/")
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    shape = f"{job['gpus']} GPUs"
+    if job.get("gpus_per_node") and job["gpus_per_node"] != job["gpus"]:
+        shape += f" ({job['gpus_per_node']} per node)"
+    needs = [
+        f"rdma {fmt_cell(job.get('rdma'))}",
+        f"preemptible {fmt_cell(job.get('preemptible'))}",
+    ]
+    if job.get("gpu_memory_gb"):
+        needs.insert(0, f">= {job['gpu_memory_gb']} GB/GPU")
+    if job.get("exclusive_node"):
+        needs.append("exclusive nodes")
+    rows: list[tuple[str, Any]] = [
+        ("job", f"{job['id']} {job['name']!r} by {job['owner']}"),
+        ("queue", f"{job['queue']} (line {job['business_line']}, tier {job['tier']})"),
+        ("asks", f"{shape}; " + ", ".join(needs)),
+    ]
+    state = job["state"]
+    if job.get("preemption_count"):
+        state += f" (preempted {job['preemption_count']} time(s))"
+    if job.get("retry_count"):
+        state += f" (retried {job['retry_count']} time(s))"
+    rows.append(("state", state))
+    if job["state"] == "pending":
+        reason = job.get("pending_reason")
+        if not reason:
+            rows.append(("verdict", "NEW: not seen by a scheduling cycle yet; ask again in a few "
+                         "seconds"))  # fmt: skip
+        else:
+            rows.append(("verdict", f"{reason['code']}: {reason.get('message') or ''}".strip()))
+            rows.append(("numbers", _details_text(reason.get("details") or {})))
+            rows.append(("remedy", reason.get("remedy") or "-"))
+        if job.get("queue_position"):
+            rows.append(("position", f"{job['queue_position']} in the pending order"))
+        rows.append(("estimated start", fmt_time(job.get("estimated_start"))
+                     + (" UTC" if job.get("estimated_start") else " (no estimate yet)")))  # fmt: skip
+    if job.get("placement"):
+        rows.append(("placement", ", ".join(
+            f"{p['node']}[{','.join(map(str, p['gpus']))}]" for p in job["placement"]
+        )))  # fmt: skip
+    if job.get("started_at"):
+        rows.append(("started", fmt_time(job["started_at"]) + " UTC"))
+    if job.get("finished_at"):
+        rows.append(("finished", fmt_time(job["finished_at"]) + " UTC"))
+    if job.get("failure_reason"):
+        rows.append(("failure", job["failure_reason"]))
+    fields(rows)
+    events = job.get("events") or []
+    shown = events if args.events == 0 else events[-args.events :]
+    if shown:
+        title = (
+            "events"
+            if len(shown) == len(events)
+            else f"events (last {len(shown)} of {len(events)})"
+        )
+        print(f"{title}:")
+        width = max(len(e["kind"]) for e in shown)
+        for e in shown:
+            print(f"  {fmt_time(e['at'])}  {e['kind'].ljust(width)}  {e['message']}")
+    return EXIT_OK
+
+
+def _each(ids: Sequence[str], act, args: argparse.Namespace, describe) -> int:
+    """Run ``act`` on every id; report each; the exit code of the worst failure."""
+    results, code = [], EXIT_OK
+    for ident in ids:
+        try:
+            result = act(ident)
+        except CliError as err:
+            print(f"gpuctl: error: {ident}: {err}", file=sys.stderr)
+            code = max(code, err.code)
+            continue
+        results.append(result)
+        if not args.json:
+            print(describe(result))
+    if args.json:
+        print_json(results if len(ids) > 1 else (results[0] if results else None))
+    return code
+
+
+def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
+    return _each(
+        args.jobs, lambda j: portal.post(f"jobs/{j}/cancel/"), args,
+        lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
+    )  # fmt: skip
+
+
+def cmd_queues(portal: Portal, args: argparse.Namespace) -> int:
+    rows, _ = portal.fetch_list("queues/", business_line__name=args.line, tier=args.tier)
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    table(rows, [
+        ("QUEUE", lambda q: q["name"]),
+        ("LINE", lambda q: q["business_line"]),
+        ("TIER", lambda q: q["tier"]),
+        ("QUOTA", lambda q: q["quota_gpus"] if q["quota_gpus"] is not None else "line"),
+        ("GUARANTEE", lambda q: q["guarantee_gpus"]),
+        ("USED", lambda q: q["used_gpus"]),
+        ("RUNNING", lambda q: q["running_jobs"]),
+        ("PENDING", lambda q: q["pending_jobs"]),
+        ("EVICTION", lambda q: f"{q['eviction_ratio']:.1%}"),
+    ])  # fmt: skip
+    return EXIT_OK
+
+
+def cmd_lines(portal: Portal, args: argparse.Namespace) -> int:
+    rows, _ = portal.fetch_list("business-lines/")
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    table(rows, [
+        ("LINE", lambda x: x["name"]),
+        ("QUOTA", lambda x: x["quota_gpus"]),
+        ("GUARANTEE", lambda x: x["guarantee_gpus"]),
+        ("USED", lambda x: x["used_gpus"]),
+        ("BORROWED", lambda x: x["borrowed_gpus"]),
+        ("PENDING.GPUS", lambda x: x["pending_gpus"]),
+    ])  # fmt: skip
+    return EXIT_OK
+
+
+NODE_COLUMNS = [
+    ("NODE", lambda n: n["name"]),
+    ("RACK", lambda n: n["rack"]),
+    ("MODEL", lambda n: n["gpu_model"]),
+    ("GPUS", lambda n: n["gpus_total"]),
+    ("FREE", lambda n: n["gpus_free"]),
+    ("RDMA", lambda n: n["rdma"]),
+    ("STATE", lambda n: n["state"]),
+    ("HEALTH", lambda n: n["health"]),
+    ("REASON", lambda n: n.get("state_reason") or n.get("health_detail") or ""),
+]
+
+
+def cmd_nodes(portal: Portal, args: argparse.Namespace) -> int:
+    if args.action:
+        return _each(
+            args.names,
+            lambda name: portal.post(f"nodes/{name}/{args.action}/", {"reason": args.reason}),
+            args, lambda n: f"{n['name']}: {n['state']} ({n.get('state_reason') or args.reason})",
+        )  # fmt: skip
+    rows, _ = portal.fetch_list(
+        "nodes/", state=args.state, rack=args.rack, health=args.health, gpu_model=args.gpu_model
+    )
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("no nodes match")
+        return EXIT_OK
+    table(rows, NODE_COLUMNS)
+    return EXIT_OK
+
+
+def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
+    if args.action:
+        return _each(
+            args.ids, lambda i: portal.post(f"alerts/{i}/{args.action}/"), args,
+            lambda a: f"alert {a['id']} ({a['kind']} {a['subject']}): {a['status']}",
+        )  # fmt: skip
+    filters = {"kind": args.kind, "severity": args.severity}
+    if args.status or args.all:
+        rows, _ = portal.fetch_list("alerts/", status=args.status, **filters)
+    else:
+        open_rows, _ = portal.fetch_list("alerts/", status="open", **filters)
+        acked, _ = portal.fetch_list("alerts/", status="acknowledged", **filters)
+        rows = sorted(open_rows + acked, key=lambda a: (a["created_at"], a["id"]), reverse=True)
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print("no alerts" if args.all else "no open alerts")
+        return EXIT_OK
+    table(rows, [
+        ("ID", lambda a: a["id"]),
+        ("SEVERITY", lambda a: a["severity"]),
+        ("STATUS", lambda a: a["status"]),
+        ("KIND", lambda a: a["kind"]),
+        ("SUBJECT", lambda a: a["subject"]),
+        ("COUNT", lambda a: a.get("count", 1)),
+        ("CREATED", lambda a: fmt_time(a["created_at"])),
+        ("MESSAGE", lambda a: _clip(a["message"], 70)),
+    ])  # fmt: skip
+    return EXIT_OK
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _id_or_name(value: str | None) -> int | str | None:
+    return int(value) if value is not None and value.isdigit() else value
+
+
+def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
+    action = args.quota_action
+    if action == "list":
+        rows, _ = portal.fetch_list(
+            "quota-requests/", state=args.state, business_line=args.line, mine=args.mine or None
+        )
+        if args.json:
+            print_json(rows)
+            return EXIT_OK
+        if not rows:
+            print("no quota requests")
+            return EXIT_OK
+        table(rows, [
+            ("ID", lambda r: r.get("id")),
+            ("LINE", lambda r: r.get("business_line")),
+            ("QUEUE", lambda r: r.get("queue")),
+            ("QUOTA", lambda r: r.get("quota_gpus")),
+            ("GUARANTEE", lambda r: r.get("guarantee_gpus")),
+            ("STATUS", lambda r: r.get("status") or r.get("state")),
+            ("BY", lambda r: r.get("requester")),
+            ("CREATED", lambda r: fmt_time(r.get("created_at"))),
+            ("REASON", lambda r: _clip(r.get("reason") or "", 50)),
+        ])  # fmt: skip
+        return EXIT_OK
+    if action == "request":
+        body: dict[str, Any] = {
+            "business_line": _id_or_name(args.line),
+            "quota_gpus": args.quota,
+            "guarantee_gpus": args.guarantee,
+            "reason": args.reason,
+        }
+        for key in ("queue", "starts_at", "ends_at"):
+            value = getattr(args, key)
+            if value is not None:
+                body[key] = _id_or_name(value) if key == "queue" else value
+        created = portal.post("quota-requests/", body)
+        if args.json:
+            print_json(created)
+        else:
+            print(f"quota request {created.get('id')} for {args.line}"
+                  f"{'/' + args.queue if args.queue else ''}: quota {args.quota}, guarantee "
+                  f"{args.guarantee} GPUs, {created.get('status') or created.get('state') or 'sent'}"
+                  f". An admin reviews it: gpuctl quota impact {created.get('id')}")  # fmt: skip
+        return EXIT_OK
+    if action == "impact":
+        impact = portal.get(f"quota-requests/{args.id}/impact/")
+        if args.json or not isinstance(impact, dict):
+            print_json(impact)
+        else:
+            print_impact(impact)
+        return EXIT_OK
+    body: dict[str, Any] = {"note": args.note} if getattr(args, "note", None) else {}
+    if getattr(args, "override_reserve", False):
+        body["override_reserve"] = True
+    return _each(
+        args.ids, lambda i: portal.post(f"quota-requests/{i}/{action}/", body), args,
+        lambda r: f"quota request {r.get('id')} ({r.get('business_line')}"
+                  f"{'/' + r['queue'] if r.get('queue') else ''}): "
+                  f"{r.get('status') or r.get('state') or action}",
+    )  # fmt: skip
+
+
+def _impact_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return _details_text(value)
+    if isinstance(value, list):
+        if not value:
+            return "none"
+        if all(isinstance(v, dict) for v in value):
+            names = [str(v.get("name") or v.get("line") or v.get("id")) for v in value]
+            return f"{len(value)}: " + ", ".join(names)
+        return " | ".join(map(str, value))
+    return fmt_cell(value)
+
+
+def print_impact(impact: dict) -> None:
+    """What approving would change: fit first, then before/after, then who is affected."""
+    order = ["fits", "target", "guarantees", "before", "after", "line_before", "line_after",
+             "demand_gpus", "free_gpus", "likely_preempted", "newly_reclaimable",
+             "no_longer_reclaimable", "borrowing_shrinks", "recent_use", "takes_effect"]  # fmt: skip
+    keys = [k for k in order if k in impact] + [
+        k for k in impact if k not in order and k != "notes"
+    ]
+    fields([(k.replace("_", " "), _impact_value(impact[k])) for k in keys])
+    for note in impact.get("notes") or []:
+        print(f"note: {note}")
+
+
+def cmd_summary(portal: Portal, args: argparse.Namespace) -> int:
+    s = portal.get("metrics/summary/")
+    if args.json:
+        print_json(s)
+        return EXIT_OK
+    ratios = s.get("eviction_ratio_by_queue", {})
+    high = sorted(((v, k) for k, v in ratios.items() if v > 0), reverse=True)[:5]
+    fields([
+        ("GPUs", f"{s['gpus_total']} total, {s['gpus_healthy']} healthy, "
+                 f"{s['gpus_allocated']} allocated"),
+        ("utilization", f"{s['utilization']:.1%} of healthy GPUs"),
+        ("pending jobs", ", ".join(f"{k} {v}" for k, v in sorted(s["pending_by_reason"].items()))
+         or "none"),
+        ("nodes", ", ".join(f"{k} {v}" for k, v in sorted(s.get("nodes_by_state", {}).items()))),
+        ("eviction (24 h)", ", ".join(f"{k} {v:.1%}" for v, k in high) or "none"),
+    ])  # fmt: skip
+    return EXIT_OK
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+
+def _common(json_default: Any = argparse.SUPPRESS) -> argparse.ArgumentParser:
+    """--json accepted before or after the subcommand."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--json", action="store_true", default=json_default,
+                        help="print JSON (the API's objects) instead of a table")  # fmt: skip
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="gpuctl", description=TOP_HELP, formatter_class=_Formatter, parents=[_common(False)]
+    )
+    parser.add_argument("--url", help="portal base URL (default: GPUCTL_URL or the config file)")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (30)")
+    parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func, help_: str, description: str | None = None, **kw):
+        p = sub.add_parser(name, help=help_, description=description or help_, parents=[common],
+                           formatter_class=_Formatter, **kw)  # fmt: skip
+        p.set_defaults(func=func)
+        return p
+
+    p = add("submit", cmd_submit, "submit a job (flags or -f job.yaml)", SUBMIT_HELP)
+    p.add_argument("name", nargs="?", help="job name (1-100 characters)")
+    p.add_argument("-f", "--file", help="YAML job file with API fields ('-' for stdin)")
+    p.add_argument("-q", "--queue", help="queue name or id (one of your lines')")
+    p.add_argument("-g", "--gpus", type=int, help="whole GPUs in total")
+    p.add_argument("--tier", choices=["urgent", "core", "finetune", "experiment"],
+                   help="default: the queue's; never above it")  # fmt: skip
+    p.add_argument("--gpus-per-node", type=int, help="1-8; default: whole nodes when multi-node")
+    p.add_argument("--gpu-memory-gb", type=int, help="minimum memory per GPU")
+    p.add_argument("--rdma", action=argparse.BooleanOptionalAction, default=None,
+                   help="needs RDMA between its nodes (default: when multi-node)")  # fmt: skip
+    p.add_argument("--exclusive-node", action=argparse.BooleanOptionalAction, default=None,
+                   help="nothing else may share its nodes")  # fmt: skip
+    p.add_argument("--avoid-inference", action=argparse.BooleanOptionalAction, default=None,
+                   help="no co-location with online inference")  # fmt: skip
+    p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None,
+                   help="may borrow idle capacity and be preempted (default: below core)")  # fmt: skip
+    p.add_argument("--max-retries", type=int, help="automatic restarts on failure, 0-10 (3)")
+    p.add_argument("--checkpoint-path", help="shared storage URI: nfs://, s3://, ...")
+    p.add_argument("--checkpoint-interval-minutes", type=int, help="(60)")
+    p.add_argument("--estimated-runtime-minutes", "--runtime", type=int,
+                   dest="estimated_runtime_minutes", help="your estimate")  # fmt: skip
+    p.add_argument("--model-name", "--model", dest="model_name",
+                   help="for node affinity and runtime prediction")  # fmt: skip
+    p.add_argument("--sim-duration-minutes", type=int, help="simulator only: true run time")
+
+    p = add(
+        "jobs",
+        cmd_jobs,
+        "list jobs (newest first)",
+        epilog="""\
+examples:
+  gpuctl jobs --mine
+  gpuctl jobs --state pending --queue llm-core
+  gpuctl jobs --owner alice --all --json""",
+    )
+    p.add_argument("--state", choices=["pending", "running", "preempting", "succeeded",
+                                        "failed", "cancelled"])  # fmt: skip
+    p.add_argument("--queue", help="queue name or id")
+    p.add_argument("--owner", help="username")
+    p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.add_argument("--limit", type=int, default=100, help="at most N jobs (100)")
+    p.add_argument("--all", action="store_true", help="every matching job")
+
+    p = add("explain", cmd_explain, "why a job waits, what would start it, its timeline",
+            EXPLAIN_HELP)  # fmt: skip
+    p.add_argument("job", type=int, help="job id")
+    p.add_argument("--events", type=int, default=10, help="last N events (10; 0: all)")
+
+    p = add(
+        "cancel",
+        cmd_cancel,
+        "cancel jobs (owner, their team lead, admin)",
+        epilog="""\
+examples:
+  gpuctl cancel 42
+  gpuctl cancel 42 43 44""",
+    )
+    p.add_argument("jobs", nargs="+", type=int, metavar="JOB")
+
+    p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
+            epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip
+    p.add_argument("--line", help="only this business line's queues")
+    p.add_argument("--tier", choices=["urgent", "core", "finetune", "experiment"])
+
+    add("lines", cmd_lines, "business lines: quota, guarantee, used, borrowed, pending GPUs")
+
+    p = add("nodes", cmd_nodes, "list nodes; cordon, drain or uncordon them", NODES_HELP)
+    p.set_defaults(action=None)
+    p.add_argument("--state", choices=["ready", "cordoned", "draining", "down", "unhealthy"])
+    p.add_argument("--rack")
+    p.add_argument("--health", choices=["ok", "gpu_failure", "rdma_degraded", "down"])
+    p.add_argument("--gpu-model")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    for action, text in (("cordon", "no new work lands on the nodes; running jobs stay"),
+                         ("drain", "cordon and move the jobs off (checkpoint, requeue)"),
+                         ("uncordon", "return the nodes to the pool")):  # fmt: skip
+        a = actions.add_parser(action, help=text, description=text, parents=[common])
+        a.add_argument("names", nargs="+", metavar="NODE")
+        a.add_argument("--reason", required=True, help="why (shown to users, audited)")
+
+    p = add("alerts", cmd_alerts, "list, acknowledge or resolve alerts", ALERTS_HELP)
+    p.set_defaults(action=None)
+    p.add_argument("--status", choices=["open", "acknowledged", "resolved"])
+    p.add_argument("--all", action="store_true", help="resolved ones too")
+    p.add_argument("--kind")
+    p.add_argument("--severity", choices=["info", "warning", "critical"])
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    for action, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close it")):
+        a = actions.add_parser(action, help=text, description=text, parents=[common])
+        a.add_argument("ids", nargs="+", type=int, metavar="ALERT")
+
+    p = add("quota", cmd_quota, "quota requests: list, request, impact, approve, reject, withdraw",
+            QUOTA_HELP)  # fmt: skip
+    qsub = p.add_subparsers(dest="quota_action", metavar="ACTION", required=True)
+    q = qsub.add_parser("list", help="quota requests you may see", parents=[common])
+    q.add_argument("--state", help="e.g. pending, approved, rejected, withdrawn")
+    q.add_argument("--line", help="only this business line's requests")
+    q.add_argument("--mine", action="store_true", help="only the ones I made")
+    q = qsub.add_parser("request", help="ask for a new quota/guarantee (team leads)",
+                        parents=[common])  # fmt: skip
+    q.add_argument("--line", required=True, help="business line name or id")
+    q.add_argument("--queue", help="one queue of the line (default: the line itself)")
+    q.add_argument("--quota", type=int, required=True, help="quota asked, in GPUs")
+    q.add_argument("--guarantee", type=int, required=True, help="guarantee asked, in GPUs")
+    q.add_argument("--reason", required=True)
+    q.add_argument("--starts-at", help="ISO date/time (default: on approval)")
+    q.add_argument("--ends-at", help="ISO date/time (default: open-ended)")
+    q = qsub.add_parser("impact", help="what approval would change, and whether it fits",
+                        parents=[common])  # fmt: skip
+    q.add_argument("id", type=int)
+    for action, text in (("approve", "approve (admins)"), ("reject", "reject (admins)"),
+                         ("withdraw", "withdraw a pending request (requester, line lead)")):  # fmt: skip
+        q = qsub.add_parser(action, help=text, parents=[common])
+        q.add_argument("ids", nargs="+", type=int, metavar="ID")
+        q.add_argument("--note", "--reason", dest="note", help="why (recorded with the decision)")
+        if action == "approve":
+            q.add_argument("--override-reserve", action="store_true",
+                           help="approve even if guarantees eat into the admins' reserve")  # fmt: skip
+
+    add("summary", cmd_summary, "cluster at a glance: GPUs, utilization, pending, eviction")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return int(exc.code or 0)
+    try:
+        portal = Portal(Config.load(url=args.url, timeout=args.timeout))
+        return args.func(portal, args)
+    except CliError as err:
+        print(f"gpuctl: error: {err}", file=sys.stderr)
+        return err.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `gpuctl jobs | head`
+        return EXIT_OK
+
+
+__all__ = ["main", "build_parser", "config_path", "EXIT_REFUSED"]

@@ -1,0 +1,68 @@
+"""Rendering: aligned tables for people, JSON for scripts, and short human times."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+Column = tuple[str, Callable[[dict], Any]]
+
+
+def fmt_time(value: str | None) -> str:
+    """ISO 8601 from the API -> ``2026-11-29 10:12`` (UTC); ``-`` when absent."""
+    if not value:
+        return "-"
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return str(value)
+    return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def fmt_cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return " ".join(str(value).split())
+
+
+def table(rows: Sequence[dict], columns: Sequence[Column], out: TextIO | None = None) -> None:
+    """An aligned table: upper-case headers, two spaces between columns, numbers right-aligned."""
+    out = out or sys.stdout
+    cells = [[fmt_cell(get(row)) for _, get in columns] for row in rows]
+    numeric = [
+        all(isinstance(get(row), int | float) and not isinstance(get(row), bool) for row in rows)
+        and bool(rows)
+        for _, get in columns
+    ]
+    headers = [name for name, _ in columns]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)
+        ]
+        return "  ".join(parts).rstrip()
+
+    print(line(headers), file=out)
+    for row in cells:
+        print(line(row), file=out)
+
+
+def print_json(data: Any, out: TextIO | None = None) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str), file=out or sys.stdout)
+
+
+def fields(pairs: Sequence[tuple[str, Any]], out: TextIO | None = None) -> None:
+    """``label  value`` lines with the labels aligned (for single objects)."""
+    out = out or sys.stdout
+    width = max((len(label) for label, _ in pairs), default=0)
+    for label, value in pairs:
+        print(f"{label.ljust(width)}  {fmt_cell(value) if not isinstance(value, str) else value}",
+              file=out)  # fmt: skip

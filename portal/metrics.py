@@ -1,0 +1,282 @@
+"""Prometheus text exposition at ``/metrics`` (admins, or the ``METRICS_TOKEN`` bearer).
+
+Every scrape reads the database through the same selectors as the REST API
+(``scheduling.selectors``, ``monitoring.metrics_api``), in a custom collector
+on a private registry: no process-local state, so any web worker answers the
+same. Names follow Prometheus conventions: ``gpuportal_`` prefix, base units
+(seconds, GPUs, ratios 0..1) and ``_total`` only on counters.
+
+Access: a cluster admin (session or ``Authorization: Token <key>``), or a
+scraper sending ``Authorization: Bearer <METRICS_TOKEN>`` when that variable
+is set in the web server's environment. Anyone else gets 401 (no or bad
+credentials) or 403 (signed in, not an admin).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Iterator
+
+from django.db.models import Count, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.exceptions import AuthenticationFailed
+
+from monitoring import metrics
+from monitoring.metrics_api import build_pending_by_reason
+from monitoring.models import MetricSample
+from monitoring.rollup import EVICTION_WINDOW, get_eviction_ratios
+from portal.roles import is_admin
+from quotas.models import BusinessLine, Queue
+from scheduling.models import Eviction, Job, Node, SchedulingCycle
+from scheduling.selectors import (
+    QueueUsage,
+    build_cluster_summary,
+    build_line_usage,
+    build_queue_usage,
+)
+
+# Cycle duration buckets in seconds: a steady 10,000-GPU cycle takes ~0.7 s (docs/benchmarks.md).
+CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WINDOW_H = int(EVICTION_WINDOW.total_seconds() // 3600)
+
+
+def _queue_families() -> Iterator[Metric]:
+    queue_labels = ["queue", "business_line", "tier"]
+    quota = GaugeMetricFamily(
+        "gpuportal_queue_quota_gpus",
+        "Quota of the queue in GPUs (absent: bounded only by its line's quota)",
+        labels=queue_labels,
+    )
+    guarantee = GaugeMetricFamily(
+        "gpuportal_queue_guarantee_gpus", "Guaranteed GPUs of the queue", labels=queue_labels
+    )
+    used = GaugeMetricFamily(
+        "gpuportal_queue_used_gpus", "GPUs held by running jobs of the queue", labels=queue_labels
+    )
+    borrowed = GaugeMetricFamily(
+        "gpuportal_queue_borrowed_gpus",
+        "GPUs the queue's jobs hold beyond quota on idle capacity",
+        labels=queue_labels,
+    )
+    pending_gpus = GaugeMetricFamily(
+        "gpuportal_queue_pending_gpus",
+        "GPUs asked by pending jobs of the queue",
+        labels=queue_labels,
+    )
+    running_jobs = GaugeMetricFamily(
+        "gpuportal_queue_running_jobs", "Running jobs of the queue", labels=queue_labels
+    )
+    pending_jobs = GaugeMetricFamily(
+        "gpuportal_queue_pending_jobs", "Pending jobs of the queue", labels=queue_labels
+    )
+    ratio = GaugeMetricFamily(
+        "gpuportal_queue_eviction_ratio",
+        f"Evicted over delivered GPU-seconds of the queue in the last {WINDOW_H} h of cluster "
+        "time, from the latest metrics rollup sample",
+        labels=queue_labels,
+    )
+    usage = build_queue_usage()
+    eviction = get_eviction_ratios()
+    queues = Queue.objects.select_related("business_line").order_by("name")
+    for q in queues:
+        labels = [q.name, q.business_line.name, q.tier]
+        u = usage.get(q.pk, QueueUsage())
+        if q.quota_gpus is not None:
+            quota.add_metric(labels, q.quota_gpus)
+        guarantee.add_metric(labels, q.guarantee_gpus)
+        used.add_metric(labels, u.used_gpus)
+        borrowed.add_metric(labels, u.borrowed_gpus)
+        pending_gpus.add_metric(labels, u.pending_gpus)
+        running_jobs.add_metric(labels, u.running_jobs)
+        pending_jobs.add_metric(labels, u.pending_jobs)
+        ratio.add_metric(labels, eviction.get(q.pk, 0.0))
+    yield from (quota, guarantee, used, borrowed, pending_gpus, running_jobs, pending_jobs, ratio)
+    sampled_at = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
+    if sampled_at is not None:
+        stamp = GaugeMetricFamily(
+            "gpuportal_metrics_rollup_timestamp_seconds",
+            "Cluster time (Unix seconds) of the rollup sample the eviction ratios come from",
+        )
+        stamp.add_metric([], sampled_at.timestamp())
+        yield stamp
+
+    line_families = {
+        name: GaugeMetricFamily(f"gpuportal_line_{name}", doc, labels=["business_line"])
+        for name, doc in (
+            ("quota_gpus", "Quota of the business line in GPUs"),
+            ("guarantee_gpus", "Guaranteed GPUs of the business line"),
+            ("used_gpus", "GPUs held by running jobs of the line"),
+            ("borrowed_gpus", "GPUs the line's jobs hold beyond quota on idle capacity"),
+            ("pending_gpus", "GPUs asked by pending jobs of the line"),
+        )
+    }
+    line_usage = build_line_usage()
+    for line in BusinessLine.objects.order_by("name"):
+        u = line_usage.get(line.pk, QueueUsage())
+        for name, value in (
+            ("quota_gpus", line.quota_gpus), ("guarantee_gpus", line.guarantee_gpus),
+            ("used_gpus", u.used_gpus), ("borrowed_gpus", u.borrowed_gpus),
+            ("pending_gpus", u.pending_gpus),
+        ):  # fmt: skip
+            line_families[name].add_metric([line.name], value)
+    yield from line_families.values()
+
+
+def _job_families() -> Iterator[Metric]:
+    pending = GaugeMetricFamily(
+        "gpuportal_pending_jobs",
+        "Pending jobs by pending-reason code (NEW: not yet seen by a cycle)",
+        labels=["reason"],
+    )
+    for reason, n in sorted(build_pending_by_reason().items()):
+        pending.add_metric([reason], n)
+    yield pending
+
+    jobs = GaugeMetricFamily("gpuportal_jobs", "Jobs by state", labels=["state"])
+    by_state = dict(Job.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
+    for state in Job.State.values:
+        jobs.add_metric([state], by_state.get(state, 0))
+    yield jobs
+
+    preemptions = CounterMetricFamily(
+        "gpuportal_preemptions",
+        "Running jobs stopped to make room, by queue and reason (preemption, inference)",
+        labels=["queue", "reason"],
+    )
+    evicted = CounterMetricFamily(
+        "gpuportal_evicted_gpu_seconds",
+        "GPU-seconds of runs stopped to make room, by queue",
+        labels=["queue"],
+    )
+    rows = Eviction.objects.values("queue__name", "reason").annotate(
+        n=Count("id"), s=Sum("gpu_seconds")
+    )
+    evicted_by_queue: dict[str, float] = {}
+    for r in rows.order_by("queue__name", "reason"):
+        preemptions.add_metric([r["queue__name"], r["reason"]], r["n"])
+        evicted_by_queue[r["queue__name"]] = evicted_by_queue.get(r["queue__name"], 0.0) + (
+            r["s"] or 0.0
+        )
+    for queue, seconds in evicted_by_queue.items():
+        evicted.add_metric([queue], seconds)
+    yield preemptions
+    yield evicted
+
+
+def _cycle_family() -> Metric:
+    histogram = HistogramMetricFamily(
+        "gpuportal_scheduling_cycle_duration_seconds",
+        "Wall-clock duration of scheduling-loop iterations (kind: cycle or sweep)",
+        labels=["kind"],
+    )
+    buckets = {
+        f"le_{i}": Count("id", filter=Q(duration_ms__lte=le * 1000))
+        for i, le in enumerate(CYCLE_BUCKETS_S)
+    }
+    rows = SchedulingCycle.objects.values("kind").annotate(
+        n=Count("id"), total_ms=Sum("duration_ms"), **buckets
+    )
+    for r in rows.order_by("kind"):
+        histogram.add_metric(
+            [r["kind"]],
+            buckets=[(str(le), r[f"le_{i}"]) for i, le in enumerate(CYCLE_BUCKETS_S)]
+            + [("+Inf", r["n"])],
+            sum_value=(r["total_ms"] or 0.0) / 1000.0,
+        )
+    return histogram
+
+
+def _cluster_families() -> Iterator[Metric]:
+    summary = build_cluster_summary()
+    for name, doc, value in (
+        ("gpuportal_cluster_gpus", "GPUs in the cluster", summary.gpus_total),
+        ("gpuportal_cluster_allocated_gpus", "GPUs allocated to jobs", summary.gpus_allocated),
+        ("gpuportal_cluster_healthy_gpus", "GPUs of ready nodes whose health is ok",
+         summary.gpus_healthy),
+        ("gpuportal_cluster_residual_gpus", "GPUs held by stale processes of finished jobs",
+         summary.gpus_residual),
+        ("gpuportal_gpu_utilization_ratio", "Allocated over healthy GPUs (0..1)",
+         metrics.utilization(summary.gpus_allocated, summary.gpus_healthy)),
+    ):  # fmt: skip
+        family = GaugeMetricFamily(name, doc)
+        family.add_metric([], value)
+        yield family
+
+    nodes = GaugeMetricFamily(
+        "gpuportal_nodes", "Nodes by scheduling state and health", labels=["state", "health"]
+    )
+    rows = (
+        Node.objects.values("state", "health").annotate(n=Count("id")).order_by("state", "health")
+    )
+    healthy = isolated = 0
+    for r in rows:
+        nodes.add_metric([r["state"], r["health"]], r["n"])
+        if r["state"] == Node.State.READY and r["health"] == Node.Health.OK:
+            healthy += r["n"]
+        elif r["state"] != Node.State.READY:
+            isolated += r["n"]
+    yield nodes
+    for name, doc, value in (
+        ("gpuportal_healthy_nodes", "Ready nodes whose health is ok", healthy),
+        ("gpuportal_isolated_nodes",
+         "Nodes taken out of scheduling (cordoned, draining, unhealthy or down)", isolated),
+    ):  # fmt: skip
+        family = GaugeMetricFamily(name, doc)
+        family.add_metric([], value)
+        yield family
+
+
+class PortalCollector(Collector):
+    """Reads the database on every scrape; holds no state of its own."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield from _queue_families()
+        yield from _job_families()
+        yield _cycle_family()
+        yield from _cluster_families()
+
+
+registry = CollectorRegistry(auto_describe=False)
+registry.register(PortalCollector())
+
+
+def _deny(status: int, message: str) -> HttpResponse:
+    response = HttpResponse(message + "\n", status=status, content_type="text/plain")
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return response
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``GET /metrics``: the exposition, for admins or the metrics bearer token."""
+    if request.method not in ("GET", "HEAD"):
+        return _deny(405, "GET only")
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer":
+        expected = os.environ.get("METRICS_TOKEN", "")
+        if not expected or not hmac.compare_digest(credentials.strip(), expected):
+            return _deny(401, "bad metrics token")
+    else:
+        user = request.user
+        if scheme.lower() == "token":
+            try:
+                found = TokenAuthentication().authenticate(request)
+            except AuthenticationFailed as exc:
+                return _deny(401, str(exc.detail))
+            user = found[0] if found else user
+        if not user.is_authenticated:
+            return _deny(401, "authentication required: an admin, or Bearer <METRICS_TOKEN>")
+        if not is_admin(user):
+            return _deny(403, "cluster admins only")
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_PLAIN_0_0_4)

@@ -7,6 +7,7 @@ serialise straight into the API's ``pending_reason.details``.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -22,7 +23,7 @@ def when(t: float | None) -> str:
 
 
 def kind_of(job: PendingJob) -> str:
-    """'80 GB RDMA H100 ' style qualifier for the GPUs a job asks for."""
+    """' (80 GB, H100, RDMA)' style qualifier for the GPUs a job asks for."""
     parts = []
     if job.gpu_memory_gb:
         parts.append(f"{job.gpu_memory_gb} GB")
@@ -30,18 +31,20 @@ def kind_of(job: PendingJob) -> str:
         parts.append(job.gpu_model)
     if job.rdma:
         parts.append("RDMA")
-    return (" ".join(parts) + " ") if parts else ""
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def describe_shape(job: PendingJob, k: int, c: int, exclusive: bool, node_gpus: int) -> str:
     kind = kind_of(job)
     if k == 1:
         where = "a whole node to itself" if exclusive else "one node"
-        return f"needs {job.gpus} {kind}GPUs on {where}"
+        return f"needs {job.gpus} GPUs{kind} on {where}"
+    rdma = "RDMA " if job.rdma else ""
+    rest = kind_of(dataclasses.replace(job, rdma=False))
     if exclusive or c >= node_gpus:
-        return f"needs {k} whole {kind}nodes in one rack (else the fewest racks of one block)"
+        return f"needs {k} whole {rdma}nodes{rest} in one rack (else the fewest racks of one block)"
     return (
-        f"needs {k} {kind}nodes with {c} free GPUs each, in one rack "
+        f"needs {k} {rdma}nodes{rest} with {c} free GPUs each, in one rack "
         "(else the fewest racks of one block)"
     )
 
@@ -148,8 +151,8 @@ def priority(
 def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None) -> Reason:
     return (
         Code.PREEMPTING,
-        f"Making room: {victims} lower-priority job(s) holding {gpus} GPUs are "
-        f"checkpointing and will stop by {when(deadline)}.",
+        f"Making room: {victims} running job(s) holding {gpus} GPUs (lower priority, or "
+        f"on borrowed capacity) are being preempted and will stop by {when(deadline)}.",
         {"victims": victims, "victim_gpus": gpus, "deadline": deadline or 0.0},
         "Nothing to do: it starts as soon as they have stopped.",
     )
@@ -188,5 +191,5 @@ def demoted(job: PendingJob, underlying: Reason, demote_after: int) -> Reason:
         f"Preempted {job.preemption_count} times (more than {demote_after}): moved to the "
         f"back of its tier and protected from further preemption. Meanwhile: {msg}",
         dict(details, underlying_code=code, preemption_count=job.preemption_count),
-        "Re-check the job's priority and queue with your team lead; " + remedy,
+        "Re-check the job's priority and queue with your team lead. " + remedy,
     )

@@ -111,7 +111,7 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
     return out
 
 
-@settings(FAST, max_examples=2500)
+@settings(FAST, max_examples=2000)
 @given(snapshots())
 def test_every_plan_keeps_every_invariant(s: Snapshot) -> None:
     p = plan(s, NOW)
@@ -122,7 +122,7 @@ def test_every_plan_keeps_every_invariant(s: Snapshot) -> None:
         assert all(isinstance(x, (int, float, str)) for x in v.details.values())
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(snapshots(), st.randoms(use_true_random=False))
 def test_same_snapshot_same_plan_whatever_the_input_order(s: Snapshot, rnd: random.Random) -> None:
     first = plan(s, NOW)
@@ -135,7 +135,7 @@ def test_same_snapshot_same_plan_whatever_the_input_order(s: Snapshot, rnd: rand
     assert plan(shuffled, NOW) == first
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(snapshots(), st.data())
 def test_check_plan_catches_a_gpu_given_twice(s: Snapshot, data) -> None:
     p = plan(s, NOW)
@@ -160,7 +160,7 @@ def test_check_plan_catches_a_gpu_given_twice(s: Snapshot, data) -> None:
         assert any("not free" in e or "twice" in e for e in check_plan(s, bad))
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(snapshots(max_running=0, max_pending=1))
 def test_never_fits_exactly_when_an_empty_healthy_cluster_cannot_run_it(s: Snapshot) -> None:
     if not s.pending:
@@ -185,7 +185,7 @@ def test_never_fits_exactly_when_an_empty_healthy_cluster_cannot_run_it(s: Snaps
     assert never != (len(p.starts) == 1)
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(snapshots(max_pending=0), st.integers(1, 40), st.booleans(), st.booleans())
 def test_indexed_and_generic_placement_agree(
     s: Snapshot, gpus: int, rdma: bool, excl: bool
@@ -200,7 +200,7 @@ def test_indexed_and_generic_placement_agree(
     assert fast == slow
 
 
-@settings(FAST, max_examples=200)
+@settings(FAST, max_examples=150)
 @given(
     snapshots(max_pending=0, max_running=4),
     st.lists(
@@ -285,7 +285,7 @@ def test_the_random_workloads_exercise_every_decision():
         assert seen[c] >= 3, (c, seen)
 
 
-@settings(FAST, max_examples=400)
+@settings(FAST, max_examples=300)
 @given(snapshots(), st.data())
 def test_capacity_verdicts_are_honest(s: Snapshot, data) -> None:
     """PRIORITY means the job alone would start; TOPOLOGY / INSUFFICIENT_GPUS mean

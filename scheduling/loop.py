@@ -194,14 +194,22 @@ class Cycle:
             .select_related("queue")
         )
         known_refs = {j.backend_ref for j in active}
+        ended: list[tuple[Job, str, float, str]] = []
+        progressed: list[Job] = []
         for job in active:
             o = observed.get(job.backend_ref)
             if o is None:
-                self._run_ended(job, FAILED, job.progress_seconds, "vanished from the backend")
+                ended.append((job, FAILED, job.progress_seconds, "vanished from the backend"))
             elif o.state in ENDED:
-                self._run_ended(job, o.state, o.progress_s, o.end_reason)
+                ended.append((job, o.state, o.progress_s, o.end_reason))
             else:
-                self._still_running(job, o)
+                self._still_running(job, o, progressed)
+        if progressed:
+            Job.objects.bulk_update(
+                progressed, ["progress_seconds", "last_checkpoint_at"], batch_size=1000
+            )
+        if ended:
+            self._finish_runs(ended)
         self.release_cancelled()
         # Runs the database does not know: adopt lost launches, report foreign work.
         for ref, o in observed.items():
@@ -225,15 +233,13 @@ class Cycle:
                 job.allocations.all().delete()
                 Job.objects.filter(pk=job.pk).update(finished_at=to_datetime(self.now))
 
-    def _still_running(self, job: Job, o: ObservedJob) -> None:
-        updates = {}
-        if abs(o.progress_s - job.progress_seconds) > 1:
-            updates["progress_seconds"] = o.progress_s
+    def _still_running(self, job: Job, o: ObservedJob, progressed: list[Job]) -> None:
         ckpt = to_datetime(o.last_checkpoint_at)
-        if ckpt and ckpt != job.last_checkpoint_at:
-            updates["last_checkpoint_at"] = ckpt
-        if updates:
-            Job.objects.filter(pk=job.pk).update(**updates)
+        # Progress is for display: write it when a checkpoint lands or every 5 minutes of work.
+        if (ckpt and ckpt != job.last_checkpoint_at) or o.progress_s - job.progress_seconds >= 300:
+            job.progress_seconds = o.progress_s
+            job.last_checkpoint_at = ckpt or job.last_checkpoint_at
+            progressed.append(job)
         if (
             job.state == Job.State.PREEMPTING
             and job.preempt_deadline
@@ -243,25 +249,55 @@ class Cycle:
             self.call(f"kill {job.backend_ref}", self.backend.kill, job.backend_ref)
             self.event(job, "killed", "grace period over: stopped cold at the deadline")
 
-    def _run_ended(self, job: Job, state: str, progress: float, reason: str) -> None:
-        job.allocations.all().delete()
-        now_dt = to_datetime(self.now)
+    ENDED_FIELDS = (
+        "state", "progress_seconds", "finished_at", "failure_reason", "retry_count", "borrowed",
+        "preemption_count", "preempt_deadline", "preempted_for", "stop_reason", "updated_at",
+    )  # fmt: skip
+
+    def _finish_runs(self, ended: list[tuple[Job, str, float, str]]) -> None:
+        """Record ended runs in a few statements: free their GPUs, update the jobs,
+        write evictions, and remember on each node the model that just ran there."""
+        ids = [job.pk for job, *_ in ended]
+        nodes_of: dict[int, set[str]] = {}
+        for job_id, node in Allocation.objects.filter(job_id__in=ids).values_list(
+            "job_id", "node__name"
+        ):
+            nodes_of.setdefault(job_id, set()).add(node)
+        Allocation.objects.filter(job_id__in=ids).delete()
+        evictions: list[Eviction] = []
+        recent: dict[str, list[str]] = {}
+        for job, state, progress, reason in ended:
+            self._run_ended(job, state, progress, reason, evictions)
+            if job.state == Job.State.SUCCEEDED and job.model_name:
+                for node in nodes_of.get(job.pk, ()):
+                    recent.setdefault(node, []).append(job.model_name)
+            job.updated_at = to_datetime(self.now)
+        Job.objects.bulk_update([j for j, *_ in ended], self.ENDED_FIELDS, batch_size=500)
+        Eviction.objects.bulk_create(evictions)
+        if recent:
+            nodes = list(Node.objects.filter(name__in=recent))
+            for node in nodes:
+                newest = list(dict.fromkeys(reversed(recent[node.name])))
+                kept = [m for m in node.recent_models if m not in newest]
+                node.recent_models = (newest + kept)[:RECENT_MODELS_KEPT]
+            Node.objects.bulk_update(nodes, ["recent_models"])
+
+    def _run_ended(
+        self, job: Job, state: str, progress: float, reason: str, evictions: list[Eviction]
+    ) -> None:
+        """Decide what an ended run means for its job (in memory; ``_finish_runs`` writes)."""
         lost_s = max(0.0, job.progress_seconds - progress)
         job.progress_seconds = max(0.0, progress)
-        fields = ["state", "progress_seconds", "updated_at"]
         if state == SUCCEEDED:
             job.state = Job.State.SUCCEEDED
-            job.finished_at = now_dt
-            fields.append("finished_at")
+            job.finished_at = to_datetime(self.now)
             self.event(job, "succeeded", "finished successfully")
             self.report.counts["finished"] += 1
-            self._remember_model(job)
         elif state == STOPPED and job.state == Job.State.PREEMPTING:
-            self._requeue_after_stop(job, progress, reason, lost_s)
-            fields += ["preemption_count", "preempt_deadline", "preempted_for", "stop_reason",
-                       "borrowed"]  # fmt: skip
+            self._requeue_after_stop(job, progress, reason, lost_s, evictions)
         else:  # failed, vanished, or stopped by someone else
             why = reason or "the run stopped"
+            job.borrowed = False
             if job.retry_count < job.max_retries:
                 job.state = Job.State.PENDING
                 job.retry_count += 1
@@ -273,25 +309,25 @@ class Cycle:
                 self.report.counts["retried"] += 1
             else:
                 job.state = Job.State.FAILED
-                job.finished_at = now_dt
+                job.finished_at = to_datetime(self.now)
                 job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
-                fields += ["finished_at", "failure_reason"]
                 self.event(job, "failed", job.failure_reason)
                 self.report.counts["failed"] += 1
-            job.borrowed = False
-            fields += ["retry_count", "borrowed"]
-        job.save(update_fields=fields)
 
-    def _requeue_after_stop(self, job: Job, progress: float, reason: str, lost_s: float) -> None:
+    def _requeue_after_stop(
+        self, job: Job, progress: float, reason: str, lost_s: float, evictions: list[Eviction]
+    ) -> None:
         cause = job.stop_reason or "preemption"
         counts_as_eviction = cause in ("preemption", "inference")
         if counts_as_eviction:
             job.preemption_count += 1
             started = to_epoch(job.started_at) or self.now
-            Eviction.objects.create(
-                job=job, queue=job.queue, at=to_datetime(self.now), reason=cause, gpus=job.gpus,
-                gpu_seconds=job.gpus * max(0.0, self.now - started),
-                lost_gpu_seconds=job.gpus * lost_s,
+            evictions.append(
+                Eviction(
+                    job=job, queue_id=job.queue_id, at=to_datetime(self.now), reason=cause,
+                    gpus=job.gpus, gpu_seconds=job.gpus * max(0.0, self.now - started),
+                    lost_gpu_seconds=job.gpus * lost_s,
+                )
             )  # fmt: skip
         job.state = Job.State.PENDING
         saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
@@ -305,15 +341,6 @@ class Cycle:
         job.stop_reason = ""
         job.borrowed = False
         self.report.counts["requeued"] += 1
-
-    def _remember_model(self, job: Job) -> None:
-        if not job.model_name:
-            return
-        names = set(job.allocations.values_list("node__name", flat=True))
-        for node in Node.objects.filter(name__in=names):
-            models = [m for m in node.recent_models if m != job.model_name]
-            node.recent_models = [job.model_name, *models][:RECENT_MODELS_KEPT]
-            node.save(update_fields=["recent_models"])
 
     def _adopt(self, o: ObservedJob) -> None:
         job = Job.objects.select_for_update().filter(pk=o.job_id).first()

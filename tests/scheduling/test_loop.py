@@ -191,3 +191,14 @@ def test_the_consistency_check_finds_a_gpu_the_database_lost(api):
     problems = find_inconsistencies()
     assert any("allocated only in the backend" in p for p in problems)
     assert any(f"job {job_id} holds 7 of its 8 GPUs" in p for p in problems)
+
+
+def test_a_finished_job_leaves_its_model_on_its_nodes_for_affinity(api):
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=8, queue="llm-core", model_name="llama-70b", sim_duration_minutes=5)
+    cycle(admin)
+    node = job(me, job_id)["placement"][0]["node"]
+    advance(admin, 600)
+    cycle(admin)
+    assert job(me, job_id)["state"] == "succeeded"
+    assert Node.objects.get(name=node).recent_models[0] == "llama-70b"

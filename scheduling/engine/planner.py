@@ -33,6 +33,7 @@ from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
+    effective_tier,
     inference_ok,
     is_demoted,
     job_runtime,
@@ -787,10 +788,11 @@ class Planner:
         else:
             share = self._line_shares()
             demote_after = policy.demote_after
+            queues = self.queues
             order = sorted(
                 pending,
                 key=lambda j: (
-                    -j.tier,
+                    -effective_tier(j.tier, queues.get(j.queue)),
                     j.preemption_count > demote_after,
                     share.get(j.line, 0.0),
                     j.submitted_at,

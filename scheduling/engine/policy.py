@@ -27,12 +27,14 @@ def is_demoted(preemption_count: int, policy: PolicyConfig) -> bool:
 
 def queue_preempts(queue: QueueView | None, tier: Tier) -> frozenset[Tier]:
     """Tiers a job of ``tier`` in ``queue`` may preempt (strictly lower only)."""
+    tier = effective_tier(tier, queue)
     allowed = queue.preempts_tiers if queue is not None else default_preempts(tier)
     return frozenset(t for t in allowed if t < tier)
 
 
-def tier_rule_allows(allowed: frozenset[Tier], victim_tier: Tier) -> bool:
-    return victim_tier in allowed
+def effective_tier(tier: Tier, queue: QueueView | None) -> Tier:
+    """A job never ranks above its queue's tier (Q2), whatever it claims."""
+    return tier if queue is None or tier <= queue.tier else queue.tier
 
 
 def job_runtime(job: PendingJob, policy: PolicyConfig) -> float:

@@ -166,3 +166,16 @@ def test_backfill_preset_backfills_but_never_preempts_or_borrows():
         )
     )
     assert plan.preemptions == () and plan.starts == ()
+
+
+def test_a_job_never_ranks_above_its_queues_tier():
+    # Job 1 claims "urgent" inside the experiment queue: it ranks as an experiment
+    # and may not preempt.
+    pending = [
+        pjob(1, 8, tier="urgent", queue="llm-experiment", submitted_at=0),
+        pjob(2, 8, tier="core", submitted_at=50),
+    ]
+    running = [rjob(5, {"b": range(8)})]
+    plan = run(snap([node("a"), node("b")], pending, running))
+    assert list(started(plan)) == [2]
+    assert plan.preemptions == ()

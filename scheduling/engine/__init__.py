@@ -7,6 +7,7 @@ lists any rule the plan breaks (empty = OK). See docs/engine.md.
 
 from .invariants import check_plan
 from .planner import plan
+from .predict import FinishedJob, HistoryPredictor, Prediction, fill_predictions
 from .types import (
     VERDICT_CODES,
     Code,
@@ -29,10 +30,13 @@ from .types import (
 __all__ = [
     "VERDICT_CODES",
     "Code",
+    "FinishedJob",
+    "HistoryPredictor",
     "LineView",
     "NodeView",
     "PendingJob",
     "Plan",
+    "Prediction",
     "PolicyConfig",
     "Preemption",
     "QueueView",
@@ -44,5 +48,6 @@ __all__ = [
     "Tier",
     "Verdict",
     "check_plan",
+    "fill_predictions",
     "plan",
 ]

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from monitoring.models import Alert
 from monitoring.services import raise_alert
@@ -42,6 +42,7 @@ from scheduling.engine import types as et
 from scheduling.models import Allocation, Eviction, Job, JobEvent, Node, SchedulingCycle
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
+from scheduling.sql import bulk_set
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +205,8 @@ class Cycle:
                 ended.append((job, o.state, o.progress_s, o.end_reason))
             else:
                 self._still_running(job, o, progressed)
-        if progressed:
-            Job.objects.bulk_update(
-                progressed, ["progress_seconds", "last_checkpoint_at"], batch_size=1000
-            )
+        bulk_set(Job, ["progress_seconds", "last_checkpoint_at"],
+                 [(j.pk, j.progress_seconds, j.last_checkpoint_at) for j in progressed])  # fmt: skip
         if ended:
             self._finish_runs(ended)
         self.release_cancelled()
@@ -251,7 +250,7 @@ class Cycle:
 
     ENDED_FIELDS = (
         "state", "progress_seconds", "finished_at", "failure_reason", "retry_count", "borrowed",
-        "preemption_count", "preempt_deadline", "preempted_for", "stop_reason", "updated_at",
+        "preemption_count", "preempt_deadline", "preempted_for_id", "stop_reason", "updated_at",
     )  # fmt: skip
 
     def _finish_runs(self, ended: list[tuple[Job, str, float, str]]) -> None:
@@ -272,7 +271,8 @@ class Cycle:
                 for node in nodes_of.get(job.pk, ()):
                     recent.setdefault(node, []).append(job.model_name)
             job.updated_at = to_datetime(self.now)
-        Job.objects.bulk_update([j for j, *_ in ended], self.ENDED_FIELDS, batch_size=500)
+        bulk_set(Job, self.ENDED_FIELDS,
+                 [(j.pk, *(getattr(j, f) for f in self.ENDED_FIELDS)) for j, *_ in ended])  # fmt: skip
         Eviction.objects.bulk_create(evictions)
         if recent:
             nodes = list(Node.objects.filter(name__in=recent))
@@ -487,12 +487,9 @@ class Cycle:
             job.estimated_start = None
             borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
             self.event(job, "started", f"started on {_fmt_placement(start.placement)}{borrowed}")
-        Job.objects.bulk_update(
-            [job for job, _ in placed],
-            ["state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
-             "queue_position", "estimated_start"],
-            batch_size=500,
-        )  # fmt: skip
+        fields = ["state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
+                  "queue_position", "estimated_start"]  # fmt: skip
+        bulk_set(Job, fields, [(j.pk, *(getattr(j, f) for f in fields)) for j, _ in placed])
         self.report.counts["starts"] += len(placed)
 
     def _allocate_many(self, launched: list[tuple[Job, et.Start]]) -> list[tuple[Job, et.Start]]:
@@ -539,26 +536,13 @@ class Cycle:
 
 
 def _bulk_write_verdicts(changed: list[tuple]) -> None:
-    import json
-
-    table = Job._meta.db_table
-    with connection.cursor() as cur:
-        for i in range(0, len(changed), 1000):
-            batch = changed[i : i + 1000]
-            values = ", ".join(
-                ["(%s, %s, %s, %s::jsonb, %s, %s::integer, %s::timestamptz)"] * len(batch)
-            )
-            params: list = []
-            for job_id, code, message, details, remedy, position, est in batch:
-                params += [job_id, code, message, json.dumps(details), remedy, position, est]
-            cur.execute(
-                f"UPDATE {table} AS j SET pending_code = v.code, pending_message = v.message, "
-                "pending_details = v.details, pending_remedy = v.remedy, "
-                "queue_position = v.position, estimated_start = v.est "
-                f"FROM (VALUES {values}) AS v(id, code, message, details, remedy, position, est) "
-                "WHERE j.id = v.id AND j.state = 'pending'",
-                params,
-            )
+    bulk_set(
+        Job,
+        ["pending_code", "pending_message", "pending_details", "pending_remedy",
+         "queue_position", "estimated_start"],
+        changed,
+        where="t.state = 'pending'",
+    )  # fmt: skip
 
 
 def _node_payload(node: Node) -> dict:

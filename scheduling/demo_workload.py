@@ -20,8 +20,9 @@ from scheduling.traces.workload import WorkloadGenerator
 WORKLOAD_USER = "workload"
 MAX_PENDING = 3000  # stop adding while this many jobs already wait
 MAX_MINUTES_PER_CALL = 30  # after downtime, catch up at most this much
-# Offered load above capacity, so queues, pending reasons and preemptions show up.
-DEMO_LOAD = 1.3
+# Offered load well above capacity (trace durations are heavy-tailed, so a young demo
+# cluster drains fast), so queues, pending reasons and preemptions show up.
+DEMO_LOAD = 2.0
 
 
 def _job(owner, queue_ids: dict[str, int], g, at: float) -> Job:
@@ -59,7 +60,7 @@ def generate(now_ts: float | None = None) -> int:
         last = row.workload_minute
         if last is None:  # first call: fill the empty cluster at once
             gen = WorkloadGenerator(seed=row.seed, cluster_gpus=gpus, load=DEMO_LOAD)
-            jobs = [_job(owner, queue_ids, g, now_ts) for g in gen.backlog(pairs, int(gpus * 1.1))]
+            jobs = [_job(owner, queue_ids, g, now_ts) for g in gen.backlog(pairs, int(gpus * 1.5))]
             last = minute
         elif Job.objects.filter(state=Job.State.PENDING).count() < MAX_PENDING:
             for m in range(max(last + 1, minute - MAX_MINUTES_PER_CALL), minute + 1):

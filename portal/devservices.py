@@ -105,13 +105,20 @@ class Postgres:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
             "-c max_connections=200"
         )
-        result = subprocess.run(
-            [*wrap, str(bindir / "pg_ctl"), "-D", str(pgdata), "-w", "-l",
-             str(self.data_dir / "postgres.log"), "-o", opts, "start"],
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise ServiceError(f"pg_ctl start failed: {result.stderr or result.stdout}")
+        for attempt in range(5):  # a previous server may still be releasing the port
+            result = subprocess.run(
+                [*wrap, str(bindir / "pg_ctl"), "-D", str(pgdata), "-w", "-l",
+                 str(self.data_dir / "postgres.log"), "-o", opts, "start"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if result.returncode == 0:
+                break
+            time.sleep(1 + attempt)
+        else:
+            raise ServiceError(
+                f"pg_ctl start failed (see {self.data_dir / 'postgres.log'}): "
+                f"{result.stderr or result.stdout}"
+            )
         _wait_port(self.port, 30, "PostgreSQL")
         self._stop.append(
             lambda: subprocess.run(

@@ -21,9 +21,9 @@ def find_inconsistencies() -> list[str]:
     """Empty when the database and the backend agree GPU for GPU."""
     problems: list[str] = []
     with transaction.atomic():
-        backend = open_backend()
+        backend = open_backend(advance=False)  # read-only: the simulated clock stays put
         obs = backend.observe()
-        transaction.set_rollback(True)  # observing must not move the simulated clock
+        transaction.set_rollback(True)
     runs = {j.ref: j for j in obs.jobs if j.state in (RUNNING, STOPPING)}
     active = {j.backend_ref: j for j in Job.objects.filter(state__in=["running", "preempting"])}
     for ref in sorted(set(runs) - set(active)):

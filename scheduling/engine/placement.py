@@ -103,6 +103,7 @@ class Topology:
                 racks = self.model_racks.setdefault(m, {})
                 racks[self.rack_of[i]] = racks.get(self.rack_of[i], 0) + 1
         self._static: dict[ClassKey, bytearray] = {}
+        self._class_nodes: dict[ClassKey, tuple[bytearray, dict[int, list[int]]]] = {}
         self._attrs = [
             (nd.gpu_memory_gb, nd.rdma, nd.inference, nd.pool, nd.gpu_model) for nd in self.nodes
         ]
@@ -126,6 +127,24 @@ class Topology:
             )
             self._static[key] = elig
         return elig
+
+    def class_nodes(self, key: ClassKey) -> tuple[bytearray, dict[int, list[int]]]:
+        """Ready, not exclusively held nodes of a class, and their racks (shared, read-only)."""
+        got = self._class_nodes.get(key)
+        if got is None:
+            static = self.static_elig(key)
+            elig = bytearray(a & b for a, b in zip(static, self.ready, strict=True))
+            rack_nodes: dict[int, list[int]] = {}
+            rack_of = self.rack_of
+            nodes = self.nodes
+            for n in compress(range(self.n), elig):
+                if nodes[n].exclusive:
+                    elig[n] = 0
+                    continue
+                rack_nodes.setdefault(rack_of[n], []).append(n)
+            got = (elig, rack_nodes)
+            self._class_nodes[key] = got
+        return got
 
     def rack_affinity(self, model: str | None) -> dict[int, int]:
         if not model:
@@ -268,37 +287,31 @@ class Cluster:
             return cls
         topo = self.topo
         cls = NodeClass(key)
-        static = topo.static_elig(key)
-        elig = bytearray(a & b for a, b in zip(static, topo.ready, strict=True))
-        for n in compress(range(topo.n), elig):
-            if topo.nodes[n].exclusive:
-                elig[n] = 0
+        cls.elig, cls.rack_nodes = topo.class_nodes(key)
         m = topo.max_gpus
         tot_hist = [0] * (m + 1)
-        cls.tot_whole = [0] * (m + 1)
-        rack_of = topo.rack_of
+        tot_whole = [0] * (m + 1)
         total = topo.total
         usable = self.usable
         nfree = self.nfree
         node_classes = self.node_classes
-        for n in compress(range(topo.n), elig):
-            r = rack_of[n]
-            lst = cls.rack_nodes.get(r)
-            if lst is None:
-                lst = cls.rack_nodes[r] = []
-                cls.hist[r] = [0] * (m + 1)
-                cls.whole[r] = [0] * (m + 1)
-            lst.append(n)
-            if usable[n]:
-                f = nfree[n]
-                cls.hist[r][f] += 1
-                tot_hist[f] += 1
-                if f == total[n]:
-                    cls.whole[r][f] += 1
-                    cls.tot_whole[f] += 1
-            node_classes[n].append(cls)
-        cls.elig = elig
+        for r, nodes in cls.rack_nodes.items():
+            h = [0] * (m + 1)
+            w = [0] * (m + 1)
+            for n in nodes:
+                node_classes[n].append(cls)
+                if usable[n]:
+                    f = nfree[n]
+                    h[f] += 1
+                    if f == total[n]:
+                        w[f] += 1
+            cls.hist[r] = h
+            cls.whole[r] = w
+            for f in range(m + 1):
+                tot_hist[f] += h[f]
+                tot_whole[f] += w[f]
         cls.tot_hist = tot_hist
+        cls.tot_whole = tot_whole
         self.classes[key] = cls
         return cls
 

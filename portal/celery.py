@@ -47,6 +47,13 @@ def beat_schedule(cycle_seconds: float) -> dict:
             "schedule": 30.0,
             "options": {"expires": 25.0},
         },
+        # Quota activation: approved contracts start and end on their dates (Q4, Q6);
+        # a minute is finer than anyone schedules a contract, and it samples line use.
+        "quota-activation": {
+            "task": "quotas.tasks.quota_activation",
+            "schedule": 60.0,
+            "options": {"expires": 55.0},
+        },
     }
 
 

@@ -9,6 +9,7 @@ from monitoring.metrics_api import MetricsSummaryView
 from portal import views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
+from quotas.requests_api import QuotaRequestViewSet
 from scheduling.api import (
     JobViewSet,
     NodeViewSetWithActions,
@@ -23,12 +24,14 @@ router.register("queues", QueueViewSet, basename="queue")
 router.register("jobs", JobViewSet, basename="job")
 router.register("nodes", NodeViewSetWithActions, basename="node")
 router.register("alerts", AlertViewSet, basename="alert")
+router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("quotas/", include("quotas.urls")),
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),
     path("api/v1/scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),

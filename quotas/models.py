@@ -104,6 +104,174 @@ class QuotaChange(models.Model):
     quota_after = models.PositiveIntegerField(null=True, blank=True)
     guarantee_before = models.PositiveIntegerField()
     guarantee_after = models.PositiveIntegerField()
+    request = models.ForeignKey(
+        "QuotaRequest",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="changes",
+        help_text="the approved request that made (or ended) this change",
+    )
 
     class Meta:
         ordering = ["-changed_at", "-id"]
+
+
+class QuotaRequest(models.Model):
+    """A team lead's request for a new quota and/or guarantee of their line or one of its
+    queues, for a period (Q6).
+
+    States (``quotas.transitions``): pending -> approved | rejected | withdrawn, decided
+    once. An approved request takes effect at ``starts_at`` (at approval when empty or
+    past; later ones through the ``quota-activation`` beat entry), sets ``applied_at``
+    and keeps the replaced values in ``previous``; at ``ends_at`` they are restored and
+    ``expired_at`` is set. ``quota_gpus``/``guarantee_gpus`` left empty stay unchanged.
+    Times are cluster time (the scheduler's clock). Written by ``quotas.services`` only.
+    """
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        WITHDRAWN = "withdrawn"
+
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_requests"
+    )
+    business_line = models.ForeignKey(
+        BusinessLine, on_delete=models.CASCADE, related_name="quota_requests"
+    )
+    queue = models.ForeignKey(
+        Queue, on_delete=models.CASCADE, null=True, blank=True, related_name="quota_requests"
+    )
+    quota_gpus = models.PositiveIntegerField(null=True, blank=True)
+    guarantee_gpus = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.TextField()
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(
+        max_length=10, choices=State.choices, default=State.PENDING, db_index=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="quota_decisions",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    expired_at = models.DateTimeField(null=True, blank=True)
+    previous = models.JSONField(
+        default=dict, blank=True, help_text="values replaced when applied, restored at ends_at"
+    )
+    activation_note = models.CharField(
+        max_length=300, blank=True, help_text="why an approved change is not in effect yet"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["state", "applied_at", "expired_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(quota_gpus__isnull=False) | Q(guarantee_gpus__isnull=False),
+                name="quota_request_changes_something",
+            ),
+            models.CheckConstraint(
+                condition=Q(quota_gpus__isnull=True)
+                | Q(guarantee_gpus__isnull=True)
+                | Q(guarantee_gpus__lte=F("quota_gpus")),
+                name="quota_request_guarantee_within_quota",
+            ),
+            models.CheckConstraint(
+                condition=Q(starts_at__isnull=True)
+                | Q(ends_at__isnull=True)
+                | Q(ends_at__gt=F("starts_at")),
+                name="quota_request_ends_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(applied_at__isnull=True) | Q(state="approved"),
+                name="quota_request_applied_only_if_approved",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"quota request #{self.pk} for {self.target_name} ({self.state})"
+
+    @property
+    def target_name(self) -> str:
+        return self.queue.name if self.queue_id else self.business_line.name
+
+    @property
+    def status(self) -> str:
+        """The state with the calendar folded in: ``scheduled``, ``active``, ``ended``."""
+        if self.state != self.State.APPROVED:
+            return self.state
+        if self.expired_at:
+            return "ended"
+        return "active" if self.applied_at else "scheduled"
+
+
+class QuotaPolicy(models.Model):
+    """The admins' knobs of quota governance (one row, edited in the Django admin).
+
+    ``reserve_gpus``: healthy GPUs kept out of guarantees; approving into it needs an
+    explicit override. ``eviction_target``/``eviction_window_hours``: a queue whose
+    eviction ratio over the window is above the target gets a guarantee suggestion that
+    would have prevented ``suggestion_coverage`` of its lost GPU time (R4).
+    """
+
+    singleton = models.BooleanField(default=True, unique=True, editable=False)
+    reserve_gpus = models.PositiveIntegerField(default=0)
+    eviction_target = models.FloatField(default=0.10)
+    eviction_window_hours = models.PositiveIntegerField(default=72)
+    suggestion_coverage = models.FloatField(default=0.8)
+    usage_days = models.PositiveIntegerField(
+        default=7, help_text="days of recent use shown next to a request"
+    )
+
+    class Meta:
+        verbose_name_plural = "quota policy"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(eviction_target__gte=0) & Q(eviction_target__lte=1),
+                name="quota_policy_target_0_to_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(suggestion_coverage__gt=0) & Q(suggestion_coverage__lte=1),
+                name="quota_policy_coverage_0_to_1",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return "quota policy"
+
+    @classmethod
+    def load(cls) -> QuotaPolicy:
+        obj, _ = cls.objects.get_or_create(singleton=True)
+        return obj
+
+
+class UsageSample(models.Model):
+    """A line's (``queue`` empty) or a queue's use at one instant, written each minute by the
+    ``quota-activation`` beat entry: recent peaks and averages next to a request, and the
+    delivered GPU time of the eviction ratio. ``at`` is cluster time."""
+
+    at = models.DateTimeField(db_index=True)
+    business_line = models.ForeignKey(
+        BusinessLine, on_delete=models.CASCADE, related_name="usage_samples"
+    )
+    queue = models.ForeignKey(
+        Queue, on_delete=models.CASCADE, null=True, blank=True, related_name="usage_samples"
+    )
+    used_gpus = models.PositiveIntegerField()
+    borrowed_gpus = models.PositiveIntegerField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [
+            models.Index(fields=["business_line", "queue", "at"]),
+        ]

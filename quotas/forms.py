@@ -1,0 +1,107 @@
+"""Forms of the quota pages: types only; the rules (and their messages) are the services'."""
+
+from __future__ import annotations
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from quotas.services import NOTE_MAX, REASON_MAX
+
+DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+class DateTimeLocalInput(forms.DateTimeInput):
+    input_type = "datetime-local"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(format="%Y-%m-%dT%H:%M", **kwargs)
+
+
+class QuotaRequestForm(forms.Form):
+    """A lead's request. ``lines``: the lines they lead, with their queues."""
+
+    business_line = forms.CharField(label="Business line", widget=forms.Select)
+    queue = forms.CharField(
+        label="Queue (optional: leave empty to change the whole line's contract)",
+        required=False,
+        widget=forms.Select,
+    )
+    quota_gpus = forms.IntegerField(
+        label="New quota (GPUs, the most it may hold; empty: unchanged)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0}),
+    )
+    guarantee_gpus = forms.IntegerField(
+        label="New guarantee (GPUs never preempted; empty: unchanged)",
+        required=False,
+        widget=forms.NumberInput(attrs={"min": 0}),
+    )
+    reason = forms.CharField(
+        label="Reason (shown to the admins who decide)",
+        required=False,
+        max_length=REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 4}),
+    )
+    starts_at = forms.DateTimeField(
+        label="Starts at (UTC, cluster time; empty: as soon as approved)",
+        required=False,
+        input_formats=DATETIME_FORMATS,
+        widget=DateTimeLocalInput(),
+    )
+    ends_at = forms.DateTimeField(
+        label="Ends at (UTC, cluster time; empty: until changed again)",
+        required=False,
+        input_formats=DATETIME_FORMATS,
+        widget=DateTimeLocalInput(),
+    )
+
+    def __init__(self, *args, lines=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        lines = list(lines)
+        self.fields["business_line"].widget.choices = [(ln.name, ln.display_name) for ln in lines]
+        self.fields["queue"].widget.choices = [("", "— the whole line —")] + [
+            (ln.display_name, [(q.name, q.name) for q in ln.queues.all()]) for ln in lines
+        ]
+
+
+class DecisionForm(forms.Form):
+    note = forms.CharField(
+        label="Note to the requester (optional)",
+        required=False,
+        max_length=NOTE_MAX,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    override_reserve = forms.BooleanField(
+        label="Approve even if the guarantees eat into the admins' reserve", required=False
+    )
+
+
+class RejectForm(forms.Form):
+    """Rendered with ``prefix="reject"`` next to the approval form."""
+
+    note = forms.CharField(
+        label="Note to the requester (required)",
+        required=False,
+        max_length=NOTE_MAX,
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+
+
+class WithdrawForm(forms.Form):
+    """Rendered with ``prefix="withdraw"``."""
+
+    note = forms.CharField(
+        label="Why withdraw (optional)",
+        required=False,
+        max_length=NOTE_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
+def add_service_errors(form: forms.Form, exc: ValidationError) -> None:
+    """Show a service's field errors on the form (unknown fields become form-wide)."""
+    errors = exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}
+    for name, messages in errors.items():
+        field = name if name in form.fields else None
+        for message in messages:
+            form.add_error(field, message)

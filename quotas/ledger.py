@@ -1,0 +1,814 @@
+"""Pure arithmetic of quota contracts (Q4-Q7, R4): no Django, no clock, no database.
+
+Words used throughout:
+
+- **quota**: the most GPUs a line (or queue) may hold on its own entitlement (a cap);
+  ``None`` on a queue means "bounded only by its line".
+- **guarantee**: GPUs of active use that are never preempted (a floor).
+- **used**: GPUs held by running (or checkpointing) jobs.
+- **borrowed**: the part of ``used`` above a quota, held by preemptible jobs on idle
+  capacity; it is what an owner reclaims first (Q7). Which jobs are borrowed is the
+  engine's own rule (``scheduling.engine.accounting.derive_usage``), reused here so the
+  portal and the scheduler never disagree.
+- **entitled**: ``used - borrowed``; it counts against the quota.
+- **headroom**: ``quota - entitled``: what the line may still start on its own right.
+- **effective guarantee** of a line: ``max(line guarantee, sum of its queues'
+  guarantees)``: what the cluster has promised that line. The sum of effective
+  guarantees must stay within the healthy capacity (Q5), and within it minus the
+  admins' reserve unless an admin explicitly accepts eating into the reserve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+from scheduling.engine.accounting import derive_usage
+from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, RunningJob, Tier
+
+# ---------------------------------------------------------------------------
+# Contracts
+
+
+@dataclass(frozen=True, slots=True)
+class LineContract:
+    name: str
+    quota_gpus: int
+    guarantee_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueContract:
+    name: str
+    line: str
+    quota_gpus: int | None = None
+    guarantee_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A proposed contract: ``None`` fields stay as they are."""
+
+    line: str
+    queue: str | None = None
+    quota_gpus: int | None = None
+    guarantee_gpus: int | None = None
+
+    @property
+    def target(self) -> str:
+        return f"queue {self.queue}" if self.queue else f"line {self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class Contracts:
+    """Every line's and queue's contract at one instant."""
+
+    lines: tuple[LineContract, ...]
+    queues: tuple[QueueContract, ...] = ()
+
+    def line(self, name: str) -> LineContract:
+        for ln in self.lines:
+            if ln.name == name:
+                return ln
+        raise KeyError(f"unknown line {name!r}")
+
+    def queue(self, name: str) -> QueueContract:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        raise KeyError(f"unknown queue {name!r}")
+
+    def queues_of(self, line: str) -> tuple[QueueContract, ...]:
+        return tuple(q for q in self.queues if q.line == line)
+
+    def with_change(self, change: Change) -> Contracts:
+        """The contracts after ``change`` (the target must exist)."""
+        if change.queue:
+            old = self.queue(change.queue)
+            new_q = replace(
+                old,
+                quota_gpus=old.quota_gpus if change.quota_gpus is None else change.quota_gpus,
+                guarantee_gpus=old.guarantee_gpus
+                if change.guarantee_gpus is None
+                else change.guarantee_gpus,
+            )
+            return replace(self, queues=tuple(new_q if q is old else q for q in self.queues))
+        old_l = self.line(change.line)
+        new_l = replace(
+            old_l,
+            quota_gpus=old_l.quota_gpus if change.quota_gpus is None else change.quota_gpus,
+            guarantee_gpus=old_l.guarantee_gpus
+            if change.guarantee_gpus is None
+            else change.guarantee_gpus,
+        )
+        return replace(self, lines=tuple(new_l if ln is old_l else ln for ln in self.lines))
+
+    def with_changes(self, changes: Iterable[Change]) -> Contracts:
+        out = self
+        for c in changes:
+            out = out.with_change(c)
+        return out
+
+    def target_contract(self, change: Change) -> tuple[int | None, int]:
+        """``(quota, guarantee)`` of the change's target."""
+        if change.queue:
+            q = self.queue(change.queue)
+            return q.quota_gpus, q.guarantee_gpus
+        ln = self.line(change.line)
+        return ln.quota_gpus, ln.guarantee_gpus
+
+
+def effective_guarantee(line: LineContract, queues: Iterable[QueueContract]) -> int:
+    """What the cluster promises a line: its own guarantee or its queues' together."""
+    return max(line.guarantee_gpus, sum(q.guarantee_gpus for q in queues))
+
+
+def guarantee_total(contracts: Contracts) -> int:
+    """The sum of effective guarantees over all lines (must fit in healthy capacity, Q5)."""
+    return sum(effective_guarantee(ln, contracts.queues_of(ln.name)) for ln in contracts.lines)
+
+
+# ---------------------------------------------------------------------------
+# Validation of a proposed contract
+
+
+def validate_change(
+    contracts: Contracts, change: Change, cluster_gpus: int
+) -> dict[str, list[str]]:
+    """Field errors of a proposed change (empty when it is a valid contract).
+
+    Checks numbers only; the line/queue must exist in ``contracts`` (callers check
+    names and ownership first). ``cluster_gpus`` is all GPUs the cluster holds.
+    """
+    errors: dict[str, list[str]] = {}
+
+    def err(name: str, message: str) -> None:
+        errors.setdefault(name, []).append(message)
+
+    if change.quota_gpus is None and change.guarantee_gpus is None:
+        err("quota_gpus", "give a new quota, a new guarantee, or both")
+        return errors
+    for name in ("quota_gpus", "guarantee_gpus"):
+        value = getattr(change, name)
+        if value is None:
+            continue
+        if value < 0:
+            err(name, f"must not be negative (got {value})")
+        elif value > cluster_gpus:
+            err(name, f"{value} GPUs is more than the cluster holds ({cluster_gpus} GPUs)")
+    if errors:
+        return errors
+
+    quota, guarantee = contracts.target_contract(change)
+    new_quota = quota if change.quota_gpus is None else change.quota_gpus
+    new_guarantee = guarantee if change.guarantee_gpus is None else change.guarantee_gpus
+    if new_quota is not None and new_guarantee > new_quota:
+        if change.quota_gpus is None:
+            err(
+                "guarantee_gpus",
+                f"a guarantee of {new_guarantee} GPUs is above the current quota of "
+                f"{new_quota}; ask for a quota of at least {new_guarantee} too",
+            )
+        else:
+            err(
+                "guarantee_gpus",
+                f"the guarantee ({new_guarantee}) cannot be above the quota ({new_quota})",
+            )
+    if change.queue:
+        line = contracts.line(change.line)
+        if change.quota_gpus is not None and change.quota_gpus > line.quota_gpus:
+            err(
+                "quota_gpus",
+                f"a queue's quota ({change.quota_gpus}) cannot be above its line's quota "
+                f"({line.quota_gpus}); ask for the line's quota first",
+            )
+        if new_guarantee > line.quota_gpus and "guarantee_gpus" not in errors:
+            err(
+                "guarantee_gpus",
+                f"a queue's guarantee ({new_guarantee}) cannot be above its line's quota "
+                f"({line.quota_gpus})",
+            )
+    elif change.quota_gpus is not None:
+        queues = contracts.queues_of(change.line)
+        promised = sum(q.guarantee_gpus for q in queues)
+        if change.quota_gpus < promised:
+            err(
+                "quota_gpus",
+                f"the line's queues guarantee {promised} GPUs together; its quota cannot go "
+                f"below that",
+            )
+    if not errors and (new_quota, new_guarantee) == (quota, guarantee):
+        err("non_field_errors", f"this is already the contract of the {change.target}")
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# Usage against contracts
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A job holding GPUs (running, or ``preempting`` while it checkpoints)."""
+
+    id: int
+    queue: str
+    line: str
+    gpus: int
+    preemptible: bool = True
+    started_at: float = 0.0
+    borrowed: bool = False
+    preempting: bool = False
+    name: str = ""
+    owner: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A line's or queue's use against its contract."""
+
+    quota_gpus: int | None
+    guarantee_gpus: int
+    used_gpus: int = 0
+    borrowed_gpus: int = 0
+    active_gpus: int = 0
+
+    @property
+    def entitled_gpus(self) -> int:
+        return self.used_gpus - self.borrowed_gpus
+
+    @property
+    def headroom_gpus(self) -> int | None:
+        """``None``: no cap of its own (a queue bounded only by its line)."""
+        return None if self.quota_gpus is None else max(0, self.quota_gpus - self.entitled_gpus)
+
+    @property
+    def protected_gpus(self) -> int:
+        """Active use covered by the guarantee (never preempted)."""
+        return min(self.active_gpus, self.guarantee_gpus)
+
+    def as_dict(self) -> dict:
+        return {
+            "quota_gpus": self.quota_gpus,
+            "guarantee_gpus": self.guarantee_gpus,
+            "used_gpus": self.used_gpus,
+            "entitled_gpus": self.entitled_gpus,
+            "borrowed_gpus": self.borrowed_gpus,
+            "headroom_gpus": self.headroom_gpus,
+            "protected_gpus": self.protected_gpus,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Positions:
+    lines: dict[str, Position]
+    queues: dict[str, Position]
+    borrowed_ids: frozenset[int]
+
+
+def positions(contracts: Contracts, holds: Iterable[Hold]) -> Positions:
+    """Every line's and queue's position; borrowed jobs re-derived as the engine does."""
+    holds = tuple(holds)
+    running = [
+        RunningJob(
+            id=h.id,
+            queue=h.queue,
+            line=h.line,
+            tier=Tier.EXPERIMENT,  # tiers play no part in quota arithmetic
+            gpus=h.gpus,
+            placement=(),
+            preemptible=h.preemptible,
+            started_at=h.started_at,
+            state=PREEMPTING if h.preempting else RUNNING,
+            borrowed=h.borrowed,
+        )
+        for h in holds
+    ]
+    lines = {ln.name: LineView(ln.name, ln.quota_gpus, ln.guarantee_gpus) for ln in contracts.lines}
+    queues = {
+        q.name: QueueView(q.name, q.line, Tier.EXPERIMENT, q.quota_gpus, q.guarantee_gpus)
+        for q in contracts.queues
+    }
+    usage = derive_usage(running, queues, lines)
+    borrowed_q: dict[str, int] = {}
+    borrowed_l: dict[str, int] = {}
+    for h in holds:
+        if h.id in usage.borrowed_ids:
+            borrowed_q[h.queue] = borrowed_q.get(h.queue, 0) + h.gpus
+            borrowed_l[h.line] = borrowed_l.get(h.line, 0) + h.gpus
+    return Positions(
+        lines={
+            ln.name: Position(
+                ln.quota_gpus,
+                ln.guarantee_gpus,
+                usage.held_line.get(ln.name, 0),
+                borrowed_l.get(ln.name, 0),
+                usage.active_line.get(ln.name, 0),
+            )
+            for ln in contracts.lines
+        },
+        queues={
+            q.name: Position(
+                q.quota_gpus,
+                q.guarantee_gpus,
+                usage.held_queue.get(q.name, 0),
+                borrowed_q.get(q.name, 0),
+                usage.active_queue.get(q.name, 0),
+            )
+            for q in contracts.queues
+        },
+        borrowed_ids=usage.borrowed_ids,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Guarantees against capacity
+
+
+@dataclass(frozen=True, slots=True)
+class GuaranteeFit:
+    """The sum of guarantees before and after a change, against healthy capacity."""
+
+    total_before: int
+    total_after: int
+    healthy_gpus: int
+    reserve_gpus: int = 0
+
+    @property
+    def limit_gpus(self) -> int:
+        """What guarantees may take without touching the admins' reserve."""
+        return max(0, self.healthy_gpus - self.reserve_gpus)
+
+    @property
+    def increases(self) -> bool:
+        return self.total_after > self.total_before
+
+    @property
+    def fits_capacity(self) -> bool:
+        return self.total_after <= self.healthy_gpus
+
+    @property
+    def fits_reserve(self) -> bool:
+        return self.total_after <= self.limit_gpus
+
+    @property
+    def allowed(self) -> bool:
+        """Never push the sum past healthy capacity; a change that lowers it is always allowed
+        (capacity can shrink under existing contracts when nodes fail)."""
+        return self.fits_capacity or not self.increases
+
+    @property
+    def needs_reserve_override(self) -> bool:
+        """Allowed, but eats into the reserve: an admin must say so explicitly."""
+        return self.allowed and self.increases and not self.fits_reserve
+
+    @property
+    def room_gpus(self) -> int:
+        """Healthy GPUs left unpromised after the change (negative: over capacity)."""
+        return self.healthy_gpus - self.total_after
+
+    def as_dict(self) -> dict:
+        return {
+            "total_before": self.total_before,
+            "total_after": self.total_after,
+            "healthy_gpus": self.healthy_gpus,
+            "reserve_gpus": self.reserve_gpus,
+            "limit_gpus": self.limit_gpus,
+            "room_gpus": self.room_gpus,
+            "fits_capacity": self.fits_capacity,
+            "fits_reserve": self.fits_reserve,
+            "allowed": self.allowed,
+            "needs_reserve_override": self.needs_reserve_override,
+        }
+
+    def message(self) -> str:
+        head = (
+            f"guarantees would total {self.total_after} GPUs (now {self.total_before}) of "
+            f"{self.healthy_gpus} healthy GPUs"
+        )
+        if self.reserve_gpus:
+            head += f", {self.reserve_gpus} of them kept in the admins' reserve"
+        if not self.allowed:
+            return f"Does not fit: {head}."
+        if self.needs_reserve_override:
+            return f"Fits only by using the reserve: {head}."
+        return f"Fits: {head}."
+
+
+def check_fit(
+    contracts: Contracts,
+    change: Change,
+    healthy_gpus: int,
+    reserve_gpus: int = 0,
+    scheduled: Sequence[Change] = (),
+) -> GuaranteeFit:
+    """Sum of guarantees with ``scheduled`` (approved, not yet in effect) changes, then
+    with ``change`` on top: approving never promises what later starts already took."""
+    committed = contracts.with_changes(scheduled)
+    return GuaranteeFit(
+        total_before=guarantee_total(committed),
+        total_after=guarantee_total(committed.with_change(change)),
+        healthy_gpus=healthy_gpus,
+        reserve_gpus=reserve_gpus,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Impact of a change
+
+
+@dataclass(frozen=True, slots=True)
+class JobRef:
+    id: int
+    name: str
+    owner: str
+    queue: str
+    line: str
+    gpus: int
+
+    @classmethod
+    def of(cls, h: Hold) -> JobRef:
+        return cls(h.id, h.name, h.owner, h.queue, h.line, h.gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class LineShrink:
+    """Another line's borrowing that the change lets the target reclaim."""
+
+    line: str
+    borrowed_gpus: int
+    at_risk_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Everything ``impact`` needs: contracts, running jobs, demand and capacity."""
+
+    contracts: Contracts
+    holds: tuple[Hold, ...] = ()
+    pending_gpus: Mapping[str, int] = field(default_factory=dict)  # by queue
+    healthy_gpus: int = 0
+    free_gpus: int = 0
+    reserve_gpus: int = 0
+    scheduled: tuple[Change, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Impact:
+    change: Change
+    before: Position
+    after: Position
+    line_before: Position
+    line_after: Position
+    guarantees: GuaranteeFit
+    demand_gpus: int
+    free_gpus: int
+    newly_reclaimable: tuple[JobRef, ...]
+    no_longer_reclaimable: tuple[JobRef, ...]
+    likely_preempted: tuple[JobRef, ...]
+    borrowing_shrinks: tuple[LineShrink, ...]
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict:
+        return {
+            "target": {
+                "line": self.change.line,
+                "queue": self.change.queue,
+                "quota_gpus": self.change.quota_gpus,
+                "guarantee_gpus": self.change.guarantee_gpus,
+            },
+            "fits": self.guarantees.allowed,
+            "guarantees": self.guarantees.as_dict(),
+            "before": self.before.as_dict(),
+            "after": self.after.as_dict(),
+            "line_before": self.line_before.as_dict(),
+            "line_after": self.line_after.as_dict(),
+            "demand_gpus": self.demand_gpus,
+            "free_gpus": self.free_gpus,
+            "newly_reclaimable": [asdict(j) for j in self.newly_reclaimable],
+            "no_longer_reclaimable": [asdict(j) for j in self.no_longer_reclaimable],
+            "likely_preempted": [asdict(j) for j in self.likely_preempted],
+            "borrowing_shrinks": [asdict(s) for s in self.borrowing_shrinks],
+            "notes": list(self.notes),
+        }
+
+
+_UNBOUNDED = 1 << 40
+
+
+def _claimable(p: Positions, change: Change) -> int:
+    """GPUs the target may still start on its own right (bounded by its line)."""
+    line_room = p.lines[change.line].headroom_gpus
+    room = _UNBOUNDED if line_room is None else line_room
+    if change.queue:
+        q_room = p.queues[change.queue].headroom_gpus
+        room = min(room, _UNBOUNDED if q_room is None else q_room)
+    return room
+
+
+def _reclaim(
+    holds: Sequence[Hold],
+    borrowed_ids: frozenset[int],
+    outside: Callable[[Hold], bool],
+    claim: int,
+    free_gpus: int,
+) -> list[Hold]:
+    """Borrowed jobs of others that a claim of ``claim`` GPUs would take back after the free
+    GPUs are used; the newest first (least progress lost), as an estimate of the engine."""
+    need = max(0, claim - free_gpus)
+    picked: list[Hold] = []
+    candidates = sorted(
+        (h for h in holds if h.id in borrowed_ids and outside(h) and not h.preempting),
+        key=lambda h: (-h.started_at, h.id),
+    )
+    for h in candidates:
+        if need <= 0:
+            break
+        picked.append(h)
+        need -= h.gpus
+    return picked
+
+
+def impact(state: ClusterState, change: Change) -> Impact:
+    """What ``change`` would do if it took effect now (the target must exist).
+
+    - ``guarantees``: does the sum of guarantees still fit (with already approved,
+      not yet started changes counted)?
+    - ``newly_reclaimable``: running jobs of the target that end up above a lowered quota
+      and become borrowed (the first reclaimed when capacity is needed).
+    - ``likely_preempted``: other lines' borrowed jobs that the target's pending demand
+      would reclaim once the change is in effect, beyond what it could take already.
+    - ``borrowing_shrinks``: per other line, how much of its borrowing the target could
+      reclaim if it used all its new headroom.
+    """
+    before_c = state.contracts
+    after_c = before_c.with_change(change)
+    pb = positions(before_c, state.holds)
+    pa = positions(after_c, state.holds)
+    fit = check_fit(
+        before_c, change, state.healthy_gpus, state.reserve_gpus, scheduled=state.scheduled
+    )
+
+    if change.queue:
+        before, after = pb.queues[change.queue], pa.queues[change.queue]
+
+        def inside(h: Hold) -> bool:
+            return h.queue == change.queue
+
+        demand = state.pending_gpus.get(change.queue, 0)
+    else:
+        before, after = pb.lines[change.line], pa.lines[change.line]
+
+        def inside(h: Hold) -> bool:
+            return h.line == change.line
+
+        demand = sum(state.pending_gpus.get(q.name, 0) for q in before_c.queues_of(change.line))
+
+    def outside(h: Hold) -> bool:
+        return not inside(h)
+
+    by_id = {h.id: h for h in state.holds}
+    newly = sorted(pa.borrowed_ids - pb.borrowed_ids)
+    freed = sorted(pb.borrowed_ids - pa.borrowed_ids)
+
+    claim_b, claim_a = _claimable(pb, change), _claimable(pa, change)
+    likely_b = {
+        h.id
+        for h in _reclaim(
+            state.holds, pb.borrowed_ids, outside, min(demand, claim_b), state.free_gpus
+        )
+    }
+    likely_a = _reclaim(
+        state.holds, pa.borrowed_ids, outside, min(demand, claim_a), state.free_gpus
+    )
+    likely = [h for h in likely_a if h.id not in likely_b]
+
+    risk_b: dict[str, int] = {}
+    for h in _reclaim(state.holds, pb.borrowed_ids, outside, claim_b, state.free_gpus):
+        risk_b[h.line] = risk_b.get(h.line, 0) + h.gpus
+    risk_a: dict[str, int] = {}
+    for h in _reclaim(state.holds, pa.borrowed_ids, outside, claim_a, state.free_gpus):
+        risk_a[h.line] = risk_a.get(h.line, 0) + h.gpus
+    shrinks = tuple(
+        LineShrink(line, pa.lines[line].borrowed_gpus, risk_a[line] - risk_b.get(line, 0))
+        for line in sorted(risk_a)
+        if risk_a[line] > risk_b.get(line, 0)
+    )
+
+    notes = [fit.message()]
+    if fit.needs_reserve_override:
+        notes.append("Approving it needs an explicit decision to use the reserve.")
+    if newly:
+        gpus = sum(by_id[i].gpus for i in newly)
+        notes.append(
+            f"{len(newly)} running job(s) ({gpus} GPUs) of the {change.target} would sit above "
+            f"the new quota and become the first reclaimed when others need the GPUs."
+        )
+    if likely:
+        gpus = sum(h.gpus for h in likely)
+        notes.append(
+            f"With its {demand} pending GPUs it would reclaim about {gpus} borrowed GPUs from "
+            f"{len(likely)} job(s) of other lines when it takes effect."
+        )
+    for s in shrinks:
+        notes.append(
+            f"Line {s.line} borrows {s.borrowed_gpus} GPUs; up to {s.at_risk_gpus} more of them "
+            f"could be reclaimed under the new contract."
+        )
+    if after.guarantee_gpus < before.guarantee_gpus and before.active_gpus > after.guarantee_gpus:
+        notes.append(
+            f"Protected use drops from {before.protected_gpus} to {after.protected_gpus} GPUs: "
+            f"more of its running work becomes preemptible by urgent queues."
+        )
+    return Impact(
+        change=change,
+        before=before,
+        after=after,
+        line_before=pb.lines[change.line],
+        line_after=pa.lines[change.line],
+        guarantees=fit,
+        demand_gpus=demand,
+        free_gpus=state.free_gpus,
+        newly_reclaimable=tuple(JobRef.of(by_id[i]) for i in newly),
+        no_longer_reclaimable=tuple(JobRef.of(by_id[i]) for i in freed),
+        likely_preempted=tuple(JobRef.of(h) for h in likely),
+        borrowing_shrinks=shrinks,
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Recent use
+
+
+@dataclass(frozen=True, slots=True)
+class UseSummary:
+    samples: int
+    peak_used: int
+    avg_used: float
+    peak_pending: int
+    avg_pending: float
+    since: float | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize_use(points: Sequence[tuple[float, int, int]]) -> UseSummary:
+    """``points`` are evenly spaced samples ``(time, used GPUs, pending GPUs)``."""
+    if not points:
+        return UseSummary(0, 0, 0.0, 0, 0.0, None)
+    used = [p[1] for p in points]
+    pending = [p[2] for p in points]
+    return UseSummary(
+        samples=len(points),
+        peak_used=max(used),
+        avg_used=round(sum(used) / len(used), 1),
+        peak_pending=max(pending),
+        avg_pending=round(sum(pending) / len(pending), 1),
+        since=min(p[0] for p in points),
+    )
+
+
+def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) -> list[str]:
+    """Sentences comparing recent use with a proposed contract."""
+    if not use.samples:
+        return ["No usage history yet: the comparison with recent use is not available."]
+    out = [
+        f"Recent use: peak {use.peak_used} GPUs, average {use.avg_used}; pending demand peak "
+        f"{use.peak_pending} GPUs, average {use.avg_pending}."
+    ]
+    if quota_gpus is not None:
+        wanted = use.peak_used + use.peak_pending
+        if quota_gpus > wanted:
+            out.append(
+                f"The quota of {quota_gpus} is above the recent peak of use plus pending "
+                f"demand ({wanted}): {quota_gpus - wanted} GPUs would have gone unused."
+            )
+        elif quota_gpus < use.peak_used:
+            out.append(
+                f"The quota of {quota_gpus} is below the recent peak of use ({use.peak_used})."
+            )
+    if guarantee_gpus > use.peak_used:
+        out.append(
+            f"The guarantee of {guarantee_gpus} is above the recent peak of use "
+            f"({use.peak_used}): part of it would protect nothing."
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Eviction ratio and guarantee suggestions (R4)
+
+
+def delivered_gpu_seconds(points: Sequence[tuple[float, int]], until: float) -> float:
+    """Integrate a step series ``(time, GPUs in use)`` (sorted by time) up to ``until``."""
+    total = 0.0
+    for i, (t, used) in enumerate(points):
+        end = points[i + 1][0] if i + 1 < len(points) else until
+        total += used * max(0.0, min(end, until) - t)
+    return total
+
+
+def eviction_ratio(evicted_gpu_seconds: float, delivered_gpu_seconds: float) -> float:
+    """Evicted GPU time over delivered GPU time (0 when nothing was delivered)."""
+    if delivered_gpu_seconds <= 0:
+        return 0.0
+    return evicted_gpu_seconds / delivered_gpu_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionEvent:
+    """One eviction: the victim's GPUs and GPU time, and its queue's use at that moment."""
+
+    gpus: int
+    gpu_seconds: float
+    queue_used: int
+
+
+def guarantee_needed(event: EvictionEvent) -> int:
+    """The smallest guarantee that would have forbidden this eviction.
+
+    A queue may lose at most ``active - guarantee`` GPUs to preemption, so a victim of
+    ``g`` GPUs out of ``active`` is protected once ``guarantee > active - g``.
+    """
+    active = max(event.queue_used, event.gpus)
+    return active - event.gpus + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    queue: str
+    eviction_ratio: float
+    target_ratio: float
+    evictions: int
+    evicted_gpu_hours: float
+    current_guarantee: int
+    suggested_guarantee: int
+    prevented_evictions: int
+    prevented_share: float
+    ratio_after: float
+    capped_at: int | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def message(self) -> str:
+        text = (
+            f"Queue {self.queue}: {self.evictions} evictions cost "
+            f"{self.evicted_gpu_hours:.1f} GPU-hours, an eviction ratio of "
+            f"{self.eviction_ratio:.1%} (target {self.target_ratio:.0%}). A guarantee of "
+            f"{self.suggested_guarantee} GPUs (now {self.current_guarantee}) would have "
+            f"prevented {self.prevented_evictions} of them ({self.prevented_share:.0%} of the "
+            f"lost GPU time), bringing the ratio to about {self.ratio_after:.1%}."
+        )
+        if self.capped_at is not None:
+            text += f" It is capped at {self.capped_at} GPUs, the most its quota allows."
+        return text
+
+
+def suggest_guarantee(
+    queue: str,
+    events: Sequence[EvictionEvent],
+    delivered_gpu_s: float,
+    current_guarantee: int,
+    cap: int | None,
+    target_ratio: float,
+    coverage: float = 0.8,
+    min_events: int = 3,
+) -> Suggestion | None:
+    """A guarantee that would have prevented ``coverage`` of the evicted GPU time, when the
+    queue's eviction ratio over the window is above ``target_ratio``; else None."""
+    evicted = sum(e.gpu_seconds for e in events)
+    # The evicted runs were delivered too: a missing usage series never makes the ratio > 1.
+    delivered_gpu_s = max(delivered_gpu_s, evicted)
+    ratio = eviction_ratio(evicted, delivered_gpu_s)
+    if len(events) < min_events or evicted <= 0 or ratio <= target_ratio:
+        return None
+    needed = sorted(((guarantee_needed(e), e) for e in events), key=lambda p: p[0])
+    suggested = needed[-1][0]
+    covered = 0.0
+    for g, e in needed:
+        covered += e.gpu_seconds
+        if covered >= coverage * evicted:
+            suggested = g
+            break
+    capped_at = None
+    if cap is not None and suggested > cap:
+        suggested, capped_at = cap, cap
+    if suggested <= current_guarantee:
+        return None
+    prevented = [e for g, e in needed if g <= suggested]
+    saved = sum(e.gpu_seconds for e in prevented)
+    return Suggestion(
+        queue=queue,
+        eviction_ratio=round(ratio, 4),
+        target_ratio=target_ratio,
+        evictions=len(events),
+        evicted_gpu_hours=round(evicted / 3600.0, 2),
+        current_guarantee=current_guarantee,
+        suggested_guarantee=suggested,
+        prevented_evictions=len(prevented),
+        prevented_share=round(saved / evicted, 4),
+        ratio_after=round(eviction_ratio(evicted - saved, delivered_gpu_s), 4),
+        capped_at=capped_at,
+    )

@@ -1,0 +1,229 @@
+"""Reads of quota governance, scoped to the user asking, and the ledger's inputs from the DB.
+
+Who sees which requests (also in ``docs/quotas.md``): admins see every request; everyone
+else sees the requests of the lines they belong to (their lead's requests are visible to
+the line's researchers, read-only); nobody sees another line's requests. Contracts and
+usage of every line are public to signed-in users (as in ``business-lines/``); a line's
+change history (with its reasons) is shown to its members and admins.
+"""
+
+from __future__ import annotations
+
+import bisect
+from datetime import datetime, timedelta
+
+from django.db.models import QuerySet
+
+from portal.roles import is_admin, line_ids, role_of
+from quotas import ledger
+from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
+from scheduling.models import Eviction, Job, Node
+from scheduling.selectors import build_cluster_summary, build_queue_usage, list_nodes_with_usage
+
+# ---------------------------------------------------------------------------
+# Requests
+
+
+def list_requests_for_user(user) -> QuerySet[QuotaRequest]:
+    """Admins: all; others: the requests of their lines; anonymous: none."""
+    qs = QuotaRequest.objects.select_related("business_line", "queue", "requester", "decided_by")
+    if is_admin(user):
+        return qs
+    if role_of(user) is None:
+        return qs.none()
+    return qs.filter(business_line_id__in=line_ids(user))
+
+
+def get_request_for_user(user, request_id: int) -> QuotaRequest | None:
+    return list_requests_for_user(user).filter(pk=request_id).first()
+
+
+def may_see_line_history(user, line: BusinessLine) -> bool:
+    return is_admin(user) or line.pk in line_ids(user)
+
+
+def list_line_history(line: BusinessLine) -> QuerySet[QuotaChange]:
+    """Every contract change of the line and its queues, newest first."""
+    return QuotaChange.objects.filter(business_line=line).select_related(
+        "queue", "changed_by", "request"
+    )
+
+
+def request_change(req: QuotaRequest) -> ledger.Change:
+    return ledger.Change(
+        line=req.business_line.name,
+        queue=req.queue.name if req.queue_id else None,
+        quota_gpus=req.quota_gpus,
+        guarantee_gpus=req.guarantee_gpus,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Ledger inputs
+
+
+def build_contracts() -> ledger.Contracts:
+    """Every line's and queue's current contract (two queries)."""
+    lines = tuple(
+        ledger.LineContract(name, quota, guarantee)
+        for name, quota, guarantee in BusinessLine.objects.order_by("pk").values_list(
+            "name", "quota_gpus", "guarantee_gpus"
+        )
+    )
+    queues = tuple(
+        ledger.QueueContract(name, line, quota, guarantee)
+        for name, line, quota, guarantee in Queue.objects.order_by("pk").values_list(
+            "name", "business_line__name", "quota_gpus", "guarantee_gpus"
+        )
+    )
+    return ledger.Contracts(lines=lines, queues=queues)
+
+
+def list_scheduled_changes(exclude_id: int | None = None) -> tuple[ledger.Change, ...]:
+    """Approved changes that are not in effect yet, in the order they will start."""
+    qs = (
+        QuotaRequest.objects.filter(
+            state=QuotaRequest.State.APPROVED, applied_at__isnull=True, expired_at__isnull=True
+        )
+        .select_related("business_line", "queue")
+        .order_by("starts_at", "pk")
+    )
+    if exclude_id is not None:
+        qs = qs.exclude(pk=exclude_id)
+    return tuple(request_change(r) for r in qs)
+
+
+def healthy_gpus() -> int:
+    return build_cluster_summary().gpus_healthy
+
+
+def build_cluster_state(exclude_scheduled: int | None = None) -> ledger.ClusterState:
+    """Contracts, running jobs, pending demand, capacity and the reserve, as the ledger wants."""
+    rows = Job.objects.filter(state__in=[Job.State.RUNNING, Job.State.PREEMPTING]).values_list(
+        "id", "name", "owner__username", "queue__name", "queue__business_line__name", "gpus",
+        "preemptible", "borrowed", "started_at", "state",
+    )  # fmt: skip
+    holds = tuple(
+        ledger.Hold(
+            id=pk,
+            queue=queue,
+            line=line,
+            gpus=gpus,
+            preemptible=preemptible,
+            started_at=started.timestamp() if started else 0.0,
+            borrowed=borrowed,
+            preempting=state == Job.State.PREEMPTING,
+            name=name,
+            owner=owner,
+        )  # fmt: skip
+        for pk, name, owner, queue, line, gpus, preemptible, borrowed, started, state in rows
+    )
+    names = dict(Queue.objects.values_list("pk", "name"))
+    pending = {names[qid]: u.pending_gpus for qid, u in build_queue_usage().items() if qid in names}
+    free = sum(
+        max(0, n.gpus_total - n.gpus_allocated - n.residual_gpus)
+        for n in list_nodes_with_usage().filter(state=Node.State.READY, health=Node.Health.OK)
+    )
+    return ledger.ClusterState(
+        contracts=build_contracts(),
+        holds=holds,
+        pending_gpus=pending,
+        healthy_gpus=healthy_gpus(),
+        free_gpus=free,
+        reserve_gpus=QuotaPolicy.load().reserve_gpus,
+        scheduled=list_scheduled_changes(exclude_id=exclude_scheduled),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Recent use, impact, suggestions
+
+
+def build_recent_use(
+    line: BusinessLine, queue: Queue | None, now: datetime, days: int
+) -> ledger.UseSummary:
+    """Peak and average use and pending demand over the last ``days`` (from usage samples)."""
+    points = UsageSample.objects.filter(
+        business_line=line, queue=queue, at__gte=now - timedelta(days=days), at__lte=now
+    ).values_list("at", "used_gpus", "pending_gpus")
+    return ledger.summarize_use([(at.timestamp(), used, pend) for at, used, pend in points])
+
+
+def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
+    """The impact of approving ``req`` (as a dict for the API and the page)."""
+    state = build_cluster_state(exclude_scheduled=req.pk)
+    change = request_change(req)
+    result = ledger.impact(state, change)
+    policy = QuotaPolicy.load()
+    use = build_recent_use(req.business_line, req.queue, now, policy.usage_days)
+    after = result.after
+    data = result.as_dict()
+    data["recent_use"] = {**use.as_dict(), "days": policy.usage_days}
+    data["notes"] += ledger.compare_use(use, after.quota_gpus, after.guarantee_gpus)
+    data["takes_effect"] = (
+        "at approval"
+        if req.starts_at is None or req.starts_at <= now
+        else f"at {req.starts_at.isoformat()}"
+    )
+    return data
+
+
+def _queue_used_at(series: list[tuple[float, int]], times: list[float], at: float) -> int | None:
+    """The queue's sampled use at ``at`` (the last sample before, else the first after)."""
+    if not series:
+        return None
+    i = bisect.bisect_right(times, at)
+    return series[i - 1][1] if i > 0 else series[0][1]
+
+
+def build_suggestions(line: BusinessLine, now: datetime) -> list[dict]:
+    """R4: for each queue of the line whose eviction ratio over the policy window is above
+    the target, the guarantee that would have prevented most of its evictions."""
+    policy = QuotaPolicy.load()
+    since = now - timedelta(hours=policy.eviction_window_hours)
+    out = []
+    for queue in line.queues.order_by("name"):
+        evictions = list(
+            Eviction.objects.filter(queue=queue, at__gte=since, at__lte=now).values_list(
+                "at", "gpus", "gpu_seconds"
+            )
+        )
+        if not evictions:
+            continue
+        series = [
+            (at.timestamp(), used)
+            for at, used in UsageSample.objects.filter(
+                queue=queue, at__gte=since, at__lte=now
+            ).values_list("at", "used_gpus")
+        ]
+        times = [t for t, _ in series]
+        events = [
+            ledger.EvictionEvent(
+                gpus=gpus,
+                gpu_seconds=gpu_s,
+                queue_used=_queue_used_at(series, times, at.timestamp()) or gpus,
+            )
+            for at, gpus, gpu_s in evictions
+        ]
+        delivered = ledger.delivered_gpu_seconds(series, now.timestamp())
+        cap = queue.quota_gpus if queue.quota_gpus is not None else line.quota_gpus
+        suggestion = ledger.suggest_guarantee(
+            queue.name,
+            events,
+            delivered,
+            queue.guarantee_gpus,
+            cap,
+            policy.eviction_target,
+            coverage=policy.suggestion_coverage,
+        )
+        if suggestion is not None:
+            out.append(
+                {
+                    **suggestion.as_dict(),
+                    "message": suggestion.message(),
+                    "queue_id": queue.pk,
+                    "usage_samples": len(series),
+                    "window_hours": policy.eviction_window_hours,
+                }
+            )
+    return out

@@ -1,0 +1,269 @@
+"""Quota pages: lines and their contracts, a lead's request form, the admins' review.
+
+Thin: each view reads through ``quotas.selectors`` and writes through one
+``quotas.services`` call; a request the user may not see is a 404, an action they
+may not take a 403 (the services decide, the pages only hide buttons).
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.api import client_ip
+from portal.roles import led_line_ids
+from quotas import ledger, services
+from quotas.forms import (
+    DecisionForm,
+    QuotaRequestForm,
+    RejectForm,
+    WithdrawForm,
+    add_service_errors,
+)
+from quotas.models import BusinessLine, QuotaPolicy, QuotaRequest
+from quotas.selectors import (
+    build_contracts,
+    build_recent_use,
+    build_request_impact,
+    build_suggestions,
+    get_request_for_user,
+    healthy_gpus,
+    list_line_history,
+    list_requests_for_user,
+    may_see_line_history,
+)
+from scheduling.clock import cluster_now
+from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
+
+
+def _line_rows(lines, line_usage, contracts: ledger.Contracts) -> list[dict]:
+    return [
+        {
+            "line": line,
+            "usage": line_usage.get(line.pk, QueueUsage()),
+            "effective_guarantee": ledger.effective_guarantee(
+                contracts.line(line.name), contracts.queues_of(line.name)
+            ),
+        }
+        for line in lines
+    ]
+
+
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    """Every line's contract and use, and the sum of guarantees against capacity."""
+    contracts = build_contracts()
+    lines = BusinessLine.objects.all()
+    policy = QuotaPolicy.load()
+    context = {
+        "rows": _line_rows(lines, build_line_usage(), contracts),
+        "guarantee_total": ledger.guarantee_total(contracts),
+        "healthy_gpus": healthy_gpus(),
+        "reserve_gpus": policy.reserve_gpus,
+        "may_request": services.may_request(request.user),
+        "pending_count": list_requests_for_user(request.user)
+        .filter(state=QuotaRequest.State.PENDING)
+        .count(),
+    }
+    return render(request, "quotas/index.html", context)
+
+
+@login_required
+def line_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """A line's contract (and its queues'), use, suggestions, history and requests."""
+    line = get_object_or_404(BusinessLine, name=name)
+    now = cluster_now()
+    policy = QuotaPolicy.load()
+    contracts = build_contracts()
+    queue_usage = build_queue_usage()
+    queues = [
+        {"queue": q, "usage": queue_usage.get(q.pk, QueueUsage())}
+        for q in line.queues.order_by("name")
+    ]
+    sees_history = may_see_line_history(request.user, line)
+    context = {
+        "line": line,
+        "usage": build_line_usage().get(line.pk, QueueUsage()),
+        "effective_guarantee": ledger.effective_guarantee(
+            contracts.line(line.name), contracts.queues_of(line.name)
+        ),
+        "queues": queues,
+        "recent": build_recent_use(line, None, now, policy.usage_days),
+        "usage_days": policy.usage_days,
+        "suggestions": build_suggestions(line, now),
+        "policy": policy,
+        "sees_history": sees_history,
+        "history": list_line_history(line)[:200] if sees_history else [],
+        "requests": list_requests_for_user(request.user).filter(business_line=line)[:100],
+        "is_lead": line.pk in led_line_ids(request.user),
+    }
+    return render(request, "quotas/line_detail.html", context)
+
+
+@login_required
+def request_list(request: HttpRequest) -> HttpResponse:
+    """Requests the user may see (admins: all, pending first: the review list)."""
+    state = request.GET.get("state", "")
+    qs = list_requests_for_user(request.user)
+    if state in QuotaRequest.State.values:
+        qs = qs.filter(state=state)
+    pending = [r for r in qs if r.state == QuotaRequest.State.PENDING]
+    decided = [r for r in qs[:300] if r.state != QuotaRequest.State.PENDING]
+    context = {
+        "pending": pending,
+        "decided": decided,
+        "state": state,
+        "states": QuotaRequest.State.values,
+        "may_request": services.may_request(request.user),
+        "may_decide": services.may_decide(request.user),
+    }
+    return render(request, "quotas/request_list.html", context)
+
+
+def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -> dict:
+    contracts = build_contracts()
+    queue_usage = build_queue_usage()
+    return {
+        "form": form,
+        "rows": _line_rows(lines, build_line_usage(), contracts),
+        "queue_rows": [
+            {"queue": q, "usage": queue_usage.get(q.pk, QueueUsage())}
+            for line in lines
+            for q in line.queues.all()
+        ],
+        "now": cluster_now(),
+    }
+
+
+@login_required
+def request_new(request: HttpRequest) -> HttpResponse:
+    """The lead's form: current contract and use, quota vs guarantee explained."""
+    services.ensure_may_request(request.user)
+    lines = list(
+        BusinessLine.objects.filter(pk__in=led_line_ids(request.user)).prefetch_related("queues")
+    )
+    if request.method == "POST":
+        form = QuotaRequestForm(request.POST, lines=lines)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                req = services.create_quota_request(
+                    request.user,
+                    services.QuotaRequestInput(
+                        business_line=data["business_line"],
+                        queue=data["queue"] or None,
+                        quota_gpus=data["quota_gpus"],
+                        guarantee_gpus=data["guarantee_gpus"],
+                        reason=data["reason"],
+                        starts_at=data["starts_at"],
+                        ends_at=data["ends_at"],
+                    ),
+                    source_ip=client_ip(request),
+                )
+            except ValidationError as exc:
+                add_service_errors(form, exc)
+            else:
+                messages.success(request, f"Request #{req.pk} sent to the cluster admins.")
+                return redirect("quotas:request-detail", pk=req.pk)
+        context = _request_form_context(request, form, lines)
+        return render(request, "quotas/request_form.html", context, status=400)
+    initial = {
+        k: request.GET[k]
+        for k in ("business_line", "queue", "quota_gpus", "guarantee_gpus")
+        if request.GET.get(k)
+    }
+    form = QuotaRequestForm(initial=initial, lines=lines)
+    return render(request, "quotas/request_form.html", _request_form_context(request, form, lines))
+
+
+def _visible_request(request: HttpRequest, pk: int) -> QuotaRequest:
+    req = get_request_for_user(request.user, pk)
+    if req is None:
+        raise Http404("no such quota request")
+    return req
+
+
+def _render_detail(
+    request: HttpRequest, req: QuotaRequest, *, forms: dict | None = None, status: int = 200
+) -> HttpResponse:
+    now = cluster_now()
+    pending = req.state == QuotaRequest.State.PENDING
+    context = {
+        "req": req,
+        "impact": build_request_impact(req, now) if pending else None,
+        "changes": req.changes.select_related("changed_by", "queue"),
+        "may_decide": pending and services.may_decide(request.user),
+        "may_withdraw": pending and services.may_withdraw(request.user, req),
+        "may_request": services.may_request(request.user),
+        "approve_form": DecisionForm(),
+        "reject_form": RejectForm(prefix="reject"),
+        "withdraw_form": WithdrawForm(prefix="withdraw"),
+        **(forms or {}),
+    }
+    return render(request, "quotas/request_detail.html", context, status=status)
+
+
+@login_required
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """The request, and for a pending one its impact (the admins' approval page)."""
+    return _render_detail(request, _visible_request(request, pk))
+
+
+_ACTIONS = {
+    # action: (form class, prefix, past tense)
+    "approve": (DecisionForm, None, "approved"),
+    "reject": (RejectForm, "reject", "rejected"),
+    "withdraw": (WithdrawForm, "withdraw", "withdrawn"),
+}
+
+
+def _decide(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    req = _visible_request(request, pk)  # 404 before 403: unseen requests stay unseen
+    if action == "withdraw":
+        if not services.may_withdraw(request.user, req):
+            raise PermissionDenied("only the requester or the line's lead may withdraw it")
+    elif not services.may_decide(request.user):
+        raise PermissionDenied("only cluster admins decide quota requests")
+    form_class, prefix, done = _ACTIONS[action]
+    form = form_class(request.POST, prefix=prefix)
+    if form.is_valid():
+        note, ip = form.cleaned_data["note"], client_ip(request)
+        try:
+            if action == "approve":
+                services.approve_quota_request(
+                    request.user, req.pk, note,
+                    override_reserve=form.cleaned_data["override_reserve"], source_ip=ip,
+                )  # fmt: skip
+            elif action == "reject":
+                services.reject_quota_request(request.user, req.pk, note, source_ip=ip)
+            else:
+                services.withdraw_quota_request(request.user, req.pk, note, source_ip=ip)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, f"Request #{req.pk} {done}.")
+            return redirect("quotas:request-detail", pk=req.pk)
+    req.refresh_from_db()
+    return _render_detail(request, req, forms={f"{action}_form": form}, status=400)
+
+
+@login_required
+@require_POST
+def request_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decide(request, pk, "approve")
+
+
+@login_required
+@require_POST
+def request_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decide(request, pk, "reject")
+
+
+@login_required
+@require_POST
+def request_withdraw(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decide(request, pk, "withdraw")

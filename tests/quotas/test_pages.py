@@ -1,0 +1,214 @@
+"""The quota pages: each role on each page, the lead's form, the admins' approval page with
+the impact, the line page with its history; labels and CSRF on every form."""
+
+from html.parser import HTMLParser
+
+import pytest
+from django.test import Client
+
+from quotas.models import BusinessLine, QuotaChange, QuotaRequest
+from tests.quotas.conftest import ask
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ("anonymous", "researcher", "researcher2", "lead", "oncall", "admin")
+
+
+class Inputs(HTMLParser):
+    """Collects form controls and the ``for`` targets of labels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controls: list[str] = []
+        self.labelled: set[str] = set()
+        self.forms: list[bool] = []  # has a CSRF token, per POST form
+        self._in_post_form = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "form" and (a.get("method") or "").lower() == "post":
+            self.forms.append(False)
+            self._in_post_form = True
+        if tag == "input" and a.get("name") == "csrfmiddlewaretoken" and self._in_post_form:
+            self.forms[-1] = True
+        if tag in ("input", "select", "textarea") and a.get("type") != "hidden":
+            self.controls.append(a.get("id", "<no id>"))
+        if tag == "label" and a.get("for"):
+            self.labelled.add(a["for"])
+
+    def handle_endtag(self, tag):
+        if tag == "form":
+            self._in_post_form = False
+
+
+def check_forms(html: str) -> None:
+    parsed = Inputs()
+    parsed.feed(html)
+    unlabelled = [c for c in parsed.controls if c not in parsed.labelled]
+    assert not unlabelled, f"inputs without a label: {unlabelled}"
+    assert all(parsed.forms), "a POST form without a CSRF token"
+
+
+def browser(client, demo, role):
+    if role != "anonymous":
+        client.force_login(demo[role])
+    return client
+
+
+@pytest.fixture
+def req(demo) -> QuotaRequest:
+    return ask(demo["lead"], quota_gpus=20, guarantee_gpus=6, reason="Q3 pretraining")
+
+
+PAGES = [
+    # url, {role: status}; others 403
+    ("/quotas/", {r: 200 for r in ROLES[1:]}),
+    ("/quotas/lines/llm/", {r: 200 for r in ROLES[1:]}),
+    ("/quotas/lines/no-such-line/", {r: 404 for r in ROLES[1:]}),
+    ("/quotas/requests/", {r: 200 for r in ROLES[1:]}),
+    ("/quotas/requests/new/", {"lead": 200}),
+    ("/quotas/requests/{id}/", {"researcher": 200, "lead": 200, "admin": 200, "researcher2": 404, "oncall": 404}),
+    ("/quotas/requests/999999/", {r: 404 for r in ROLES[1:]}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("url,allowed", PAGES, ids=lambda v: str(v)[:30])
+def test_every_role_on_every_page(client, demo, req, role, url, allowed):
+    response = browser(client, demo, role).get(url.format(id=req.pk))
+    if role == "anonymous":
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+        return
+    assert response.status_code == allowed.get(role, 403)
+    if response.status_code == 200:
+        check_forms(response.content.decode())
+
+
+ACTIONS = [
+    # action, body, {role: status}; others 403
+    ("approve", {"note": "ok"}, {"admin": 302, "researcher2": 404, "oncall": 404}),
+    ("reject", {"reject-note": "no"}, {"admin": 302, "researcher2": 404, "oncall": 404}),
+    ("withdraw", {}, {"lead": 302, "researcher2": 404, "oncall": 404}),
+]
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("action,body,allowed", ACTIONS, ids=lambda v: str(v)[:20])
+def test_every_role_on_every_action(client, demo, req, role, action, body, allowed):
+    response = browser(client, demo, role).post(f"/quotas/requests/{req.pk}/{action}/", body)
+    req.refresh_from_db()
+    if role == "anonymous":
+        assert response.status_code == 302 and req.state == "pending"
+        return
+    expected = allowed.get(role, 403)
+    assert response.status_code == expected
+    done = {"approve": "approved", "reject": "rejected", "withdraw": "withdrawn"}[action]
+    assert req.state == (done if expected == 302 else "pending")
+    assert client.get(f"/quotas/requests/{req.pk}/{action}/").status_code in (405, 404)
+
+
+def test_the_lead_requests_through_the_form(client, demo):
+    client.force_login(demo["lead"])
+    page = client.get("/quotas/requests/new/?business_line=llm").content.decode()
+    assert "Quota or guarantee?" in page and "is a cap" in page and "is a floor" in page
+    assert "line llm" in page and "queue llm-core" in page, "current contracts are shown"
+    form = {"business_line": "llm", "queue": "llm-core", "quota_gpus": "", "guarantee_gpus": "4",
+            "reason": "protect the core runs", "starts_at": "", "ends_at": ""}  # fmt: skip
+    response = client.post("/quotas/requests/new/", form)
+    req = QuotaRequest.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/quotas/requests/{req.pk}/"
+    assert (req.queue.name, req.quota_gpus, req.guarantee_gpus) == ("llm-core", None, 4)
+    listing = client.get("/quotas/requests/").content.decode()
+    assert f"#{req.pk}" in listing and "queue llm-core" in listing
+
+
+BAD_FORMS = [
+    ({"quota_gpus": "10", "guarantee_gpus": "12"}, "cannot be above the quota"),
+    ({"quota_gpus": "-3"}, "must not be negative"),
+    ({"guarantee_gpus": "-1"}, "must not be negative"),
+    ({"quota_gpus": "20", "starts_at": "2031-01-02T10:00", "ends_at": "2031-01-01T10:00"}, "the end must be after the start"),
+    ({"quota_gpus": "500"}, "more than the cluster holds (32 GPUs)"),
+    ({"business_line": "no-such-line", "quota_gpus": "20"}, "unknown business line"),
+    ({"queue": "search-rec-core", "guarantee_gpus": "2"}, "belongs to the line search-rec, not llm"),
+    ({"quota_gpus": "many"}, "Enter a whole number"),
+    ({"quota_gpus": "20", "reason": ""}, "say why"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fields,message", BAD_FORMS, ids=lambda v: str(v)[:40])
+def test_bad_form_input_is_shown_next_to_the_form_and_nothing_is_stored(
+    client, demo, fields, message
+):
+    client.force_login(demo["lead"])
+    form = {"business_line": "llm", "queue": "", "quota_gpus": "", "guarantee_gpus": "",
+            "reason": "more", "starts_at": "", "ends_at": "", **fields}  # fmt: skip
+    response = client.post("/quotas/requests/new/", form)
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert message in body.replace("&#x27;", "'")
+    check_forms(body)
+    assert not QuotaRequest.objects.exists()
+
+
+def test_csrf_is_enforced_on_the_quota_forms(demo, req):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(demo["lead"])
+    assert strict.post("/quotas/requests/new/", {"business_line": "llm"}).status_code == 403
+    strict.force_login(demo["admin"])
+    assert strict.post(f"/quotas/requests/{req.pk}/approve/", {}).status_code == 403
+    req.refresh_from_db()
+    assert req.state == "pending"
+
+
+def test_the_admin_sees_the_impact_then_approves_and_the_line_history_shows_it(client, demo, req):
+    client.force_login(demo["admin"])
+    page = client.get(f"/quotas/requests/{req.pk}/").content.decode()
+    assert "Impact if approved" in page and 'id="fit" class="ok"' in page
+    assert "guarantees would total 12 GPUs (now 11" in page
+    assert 'id="approve-form"' in page and 'id="reject-form"' in page and "Q3 pretraining" in page
+    response = client.post(f"/quotas/requests/{req.pk}/approve/", {"note": "go ahead"})
+    assert response.status_code == 302
+    assert (BusinessLine.objects.get(name="llm").quota_gpus, QuotaChange.objects.count()) == (20, 1)
+    after = client.get(f"/quotas/requests/{req.pk}/").content.decode()
+    assert "Impact if approved" not in after and 'id="approve-form"' not in after
+    assert "go ahead" in after and "14 → 20" in after
+    history = client.get("/quotas/lines/llm/").content.decode()
+    assert 'id="history"' in history and "14 → 20" in history and "5 → 6" in history
+    assert "admin" in history and "Q3 pretraining" in history
+
+
+def test_history_and_requests_are_for_the_lines_members_and_admins(client, demo, req):
+    client.force_login(demo["researcher2"])
+    page = client.get("/quotas/lines/llm/").content.decode()
+    assert 'id="history"' not in page and "Q3 pretraining" not in page
+    assert "shown to its members and to cluster admins" in page
+    assert 'id="contract"' in page, "contracts are public"
+    client.force_login(demo["researcher"])
+    member_page = client.get("/quotas/lines/llm/").content.decode()
+    assert 'id="history"' in member_page and f"#{req.pk}<" in member_page
+    assert "Request a new quota" not in member_page, "only the lead is offered the form"
+
+
+def test_a_refused_decision_is_explained_on_the_page(client, demo):
+    big = ask(demo["lead"], quota_gpus=30, guarantee_gpus=30)
+    client.force_login(demo["admin"])
+    page = client.get(f"/quotas/requests/{big.pk}/").content.decode()
+    assert 'id="fit" class="error"' in page and "Does not fit" in page
+    response = client.post(f"/quotas/requests/{big.pk}/approve/", {"note": "try"})
+    assert response.status_code == 400
+    assert "Does not fit: guarantees would total 36 GPUs" in response.content.decode()
+    no_note = client.post(f"/quotas/requests/{big.pk}/reject/", {"reject-note": ""})
+    assert no_note.status_code == 400 and "write a note" in no_note.content.decode()
+    big.refresh_from_db()
+    assert big.state == "pending"
+
+
+def test_the_request_list_puts_pending_first_for_admins(client, demo, req):
+    other = ask(demo["lead"], quota_gpus=16)
+    client.force_login(demo["admin"])
+    client.post(f"/quotas/requests/{other.pk}/reject/", {"reject-note": "no"})
+    page = client.get("/quotas/requests/").content.decode()
+    assert page.index(f"#{req.pk}<") < page.index("Decided") < page.index(f"#{other.pk}<")
+    assert "Waiting for your decision" in page
+    only_rejected = client.get("/quotas/requests/?state=rejected").content.decode()
+    assert f"#{other.pk}<" in only_rejected and f"#{req.pk}<" not in only_rejected

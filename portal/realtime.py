@@ -22,6 +22,7 @@ from django.db import transaction
 
 log = logging.getLogger(__name__)
 _local = threading.local()
+MAX_CONCURRENT_SENDS = 8
 
 Event = tuple[str, str, dict[str, Any]]
 

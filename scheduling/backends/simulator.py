@@ -29,7 +29,7 @@ from scheduling.models import Node, SimulatorState
 from scheduling.simcore import observation as ob
 from scheduling.simcore.cluster import SimNode
 from scheduling.simcore.errors import SimError
-from scheduling.simcore.simulator import Simulator
+from scheduling.simcore.simulator import SimConfig, Simulator
 
 # After downtime the virtual clock catches up by at most this much per cycle.
 MAX_CATCH_UP_S = 3600.0
@@ -68,7 +68,10 @@ def build_simulator_from_nodes(seed: int, now: float) -> Simulator:
         )  # fmt: skip
         for n in Node.objects.order_by("name")
     ]
-    return Simulator(nodes, seed=seed, now=now)
+    # Ended runs are reconciled within a cycle; keep them long enough to survive the
+    # longest catch-up after downtime, no longer (they are most of the saved state).
+    config = SimConfig(ended_job_retention_s=2 * MAX_CATCH_UP_S)
+    return Simulator(nodes, seed=seed, now=now, config=config)
 
 
 class SimulatorBackend:

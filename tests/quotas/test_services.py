@@ -115,7 +115,7 @@ def test_an_approval_without_a_start_applies_at_once_recorded_audited_and_publis
 ):
     req = ask(demo["lead"], quota_gpus=20, guarantee_gpus=7, reason="Q3 pretraining")
     with (
-        mock.patch("portal.realtime.publish") as publish,
+        mock.patch("quotas.services.publish_on_commit") as publish,
         django_capture_on_commit_callbacks(execute=True),
     ):
         services.approve_quota_request(demo["admin"], req.pk, "ok for Q3", now=NOW)

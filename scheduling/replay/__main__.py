@@ -1,0 +1,7 @@
+"""``python -m scheduling.replay TRACE ...`` (no Django needed); see ``cli.py``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

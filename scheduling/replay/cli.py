@@ -1,0 +1,232 @@
+"""Command line of the replay, shared by ``python -m scheduling.replay`` and ``manage.py replay``.
+
+    replay TRACE [--policy P] [--pool-gpus N] [--window START:END] [--seed S]
+                 [--json] [--out DIR] [--cycle-s S] [--replan-s S] [--check] [--progress]
+
+``--json`` prints exactly one JSON object (``overall``, ``per_queue`` and the run's
+parameters). ``--out DIR`` writes the run as ``DIR/<scenario>--<policy>.json`` and
+rebuilds ``DIR/<scenario>.md`` and ``DIR/<scenario>.html`` from every policy run of
+the same scenario (trace, layout, window, seed, cycle) found in ``DIR``, so running
+each policy with the same ``--out`` gives one page comparing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .replay import POLICIES, ReplayConfig, run_replay
+from .report import render_html, render_markdown
+
+Writer = Callable[[str], None]
+
+
+class CliError(Exception):
+    """A bad argument or an unreadable trace: reported without a traceback."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", help="philly, itp, alibaba, or a path to a trace CSV")
+    parser.add_argument(
+        "--policy",
+        default="full",
+        choices=POLICIES,
+        help="engine configuration (default: full, what the portal runs)",
+    )
+    parser.add_argument(
+        "--pool-gpus",
+        type=int,
+        default=None,
+        help="one shared pool of N GPUs (8-GPU nodes) with per-queue quotas, "
+        "instead of one isolated pool per queue",
+    )
+    parser.add_argument(
+        "--window",
+        default=None,
+        help="START:END of submit times; Philly: ISO dates (default 2017-10-01:2017-12-01); "
+        "ITP/Alibaba: trace seconds with optional s/m/h/d unit, e.g. 0:7d",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the tier/model mapping")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", default=None, help="write the Markdown and HTML report here")
+    parser.add_argument(
+        "--cycle-s", type=float, default=60.0, help="virtual seconds between scheduling cycles"
+    )
+    parser.add_argument(
+        "--replan-s",
+        type=float,
+        default=600.0,
+        help="re-plan a pool with waiting jobs at least this often even when nothing "
+        "happened (0: only on arrivals/completions)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="verify every plan with check_plan (slower)"
+    )
+    parser.add_argument("--progress", action="store_true", help="progress lines on stderr")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduling.replay",
+        description="Replay a GPU-cluster job trace through the scheduling engine in virtual time.",
+    )
+    add_arguments(parser)
+    return parser
+
+
+def config_from(options: dict[str, Any]) -> ReplayConfig:
+    if options.get("cycle_s") is not None and not options["cycle_s"] > 0:
+        raise CliError("--cycle-s must be > 0")
+    if options.get("replan_s") is not None and options["replan_s"] < 0:
+        raise CliError("--replan-s must be >= 0")
+    return ReplayConfig(
+        trace=options["trace"],
+        policy=options.get("policy") or "full",
+        pool_gpus=options.get("pool_gpus"),
+        window=options.get("window"),
+        seed=options.get("seed") or 0,
+        cycle_s=float(options.get("cycle_s") or 60.0),
+        replan_s=float(options["replan_s"] if options.get("replan_s") is not None else 600.0),
+        check=bool(options.get("check")),
+    )
+
+
+def command_line(config: ReplayConfig) -> str:
+    """The shortest ``manage.py replay`` line that reproduces ``config``."""
+    parts = ["python", "manage.py", "replay", config.trace, "--policy", config.policy]
+    if config.pool_gpus is not None:
+        parts += ["--pool-gpus", str(config.pool_gpus)]
+    if config.window:
+        parts += ["--window", config.window]
+    if config.seed:
+        parts += ["--seed", str(config.seed)]
+    if config.cycle_s != 60.0:
+        parts += ["--cycle-s", f"{config.cycle_s:g}"]
+    if config.replan_s != 600.0:
+        parts += ["--replan-s", f"{config.replan_s:g}"]
+    return shlex.join(parts)
+
+
+def scenario_slug(result: dict) -> str:
+    layout = result["layout"] + (f"{result['pool_gpus']}" if result.get("pool_gpus") else "")
+    window = result["window"].replace(":", "_") or "all"
+    raw = f"{result['trace']}-{layout}-{window}-seed{result['seed']}-cycle{result['cycle_s']:g}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", raw)
+
+
+def write_report(result: dict, out: Path) -> tuple[Path, Path]:
+    """Save this run and rebuild the scenario's Markdown and HTML pages from all its runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    slug = scenario_slug(result)
+    (out / f"{slug}--{result['policy']}.json").write_text(json.dumps(result, indent=1) + "\n")
+    runs = []
+    for path in sorted(out.glob(f"{slug}--*.json")):
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    order = {p: i for i, p in enumerate(POLICIES)}
+    runs.sort(key=lambda r: order.get(r.get("policy"), len(order)))
+    md = out / f"{slug}.md"
+    html = out / f"{slug}.html"
+    md.write_text(render_markdown(runs))
+    html.write_text(render_html(runs))
+    return md, html
+
+
+def _fmt(x: Any, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.3f}" if unit == "ratio" else f"{x:,.0f}"
+    return f"{x:,}"
+
+
+def human_summary(result: dict) -> list[str]:
+    o = result["overall"]
+    lines = [
+        f"{result['trace']} ({result['window']}), {result['layout']} layout, "
+        f"{o['capacity_gpus']} GPUs, policy {result['policy']}, seed {result['seed']}",
+        f"replayed {o['simulated_days']:.1f} simulated days in {o['wall_s']:.1f} s of wall time "
+        f"({o['sim_days_per_wall_s']} simulated days per second, {o['plan_calls']} plan calls)",
+        "",
+    ]
+    cols = (
+        ("jobs", "jobs", ""),
+        ("avg_queue_s", "avg q s", ""),
+        ("median_queue_s", "med q s", ""),
+        ("p95_queue_s", "p95 q s", ""),
+        ("avg_jct_s", "avg JCT s", ""),
+        ("utilization", "util", "ratio"),
+        ("backlog_utilization", "backlog util", "ratio"),
+        ("fragmentation", "frag", "ratio"),
+        ("preemptions", "preempt", ""),
+        ("eviction_ratio", "evict ratio", "ratio"),
+        ("jobs_demoted", "demoted", ""),
+    )
+    rows = [("queue", *(c[1] for c in cols))]
+    for q, st in [*result["per_queue"].items(), ("overall", o)]:
+        rows.append((q, *(_fmt(st.get(k), u) for k, _, u in cols)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+    if o.get("rejected"):
+        lines.append(
+            f"{o['rejected']} jobs could never fit their pool or quota and were not replayed"
+        )
+    if o.get("unfinished"):
+        lines.append(f"WARNING: {o['unfinished']} jobs had not finished when the replay gave up")
+    return lines
+
+
+def execute(options: dict[str, Any], out: Writer, err: Writer) -> dict:
+    """Run one replay from parsed options; write the output; return the result."""
+    config = config_from(options)
+
+    def progress(t: float, done: int) -> None:
+        err(f"  virtual day {t / 86400:.1f}: {done} jobs done")
+
+    try:
+        result = run_replay(config, progress if options.get("progress") else None)
+    except (ValueError, FileNotFoundError) as exc:
+        raise CliError(str(exc)) from exc
+    result["command"] = command_line(config)
+    if options.get("out"):
+        md, html = write_report(result, Path(options["out"]))
+        err(f"wrote {md} and {html}")
+    if options.get("json"):
+        public = {k: v for k, v in result.items() if k != "series"}
+        out(json.dumps(public, sort_keys=False))
+    else:
+        for line in human_summary(result):
+            out(line)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def out(line: str) -> None:
+        sys.stdout.write(line + "\n")
+
+    def err(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    try:
+        execute(vars(args), out, err)
+    except CliError as exc:
+        err(f"error: {exc}")
+        return 2
+    return 0

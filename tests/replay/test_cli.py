@@ -1,0 +1,153 @@
+"""The replay's two entry points: ``python -m scheduling.replay`` and ``manage.py replay``."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from scheduling.replay import workload
+from scheduling.replay.cli import scenario_slug
+
+REPO = Path(__file__).resolve().parents[2]
+CONTRACT = (
+    "jobs",
+    "avg_queue_s",
+    "median_queue_s",
+    "p95_queue_s",
+    "avg_jct_s",
+    "utilization",
+    "backlog_utilization",
+)
+MORE = ("fragmentation", "preemptions", "eviction_ratio", "jobs_demoted")
+
+
+def assert_contract(obj: dict) -> None:
+    assert {"overall", "per_queue"} <= set(obj)
+    for entry in [obj["overall"], *obj["per_queue"].values()]:
+        for key in CONTRACT + MORE:
+            assert key in entry, key
+    assert "sim_days_per_wall_s" in obj["overall"]
+
+
+def test_python_m_prints_exactly_one_json_object_without_django():
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['replay', 'itp', '--window', '0:1h', '--policy', 'backfill', '--json']\n"
+        "try:\n"
+        "    runpy.run_module('scheduling.replay', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'django'], 'django imported'\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)  # one object and nothing else
+    assert_contract(obj)
+    assert obj["trace"] == "itp" and obj["policy"] == "backfill"
+    assert obj["per_queue"] and obj["overall"]["jobs"] == sum(
+        q["jobs"] for q in obj["per_queue"].values()
+    )
+
+
+def test_the_package_never_imports_django():
+    for path in (REPO / "scheduling" / "replay").glob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"^\s*(from|import)\s+django", text, re.M), path
+
+
+def test_manage_py_replay_json(tmp_path):
+    out = io.StringIO()
+    call_command(
+        "replay", "philly", window="2017-10-02:2017-10-03", policy="fifo", json=True, stdout=out
+    )
+    obj = json.loads(out.getvalue())
+    assert_contract(obj)
+    assert obj["layout"] == "isolated" and len(obj["per_queue"]) == 11
+    assert obj["overall"]["preemptions"] == 0
+    assert obj["command"] == (
+        "python manage.py replay philly --policy fifo --window 2017-10-02:2017-10-03"
+    )
+
+
+def test_out_dir_gets_markdown_and_a_self_contained_html_comparing_policies(tmp_path):
+    for policy in ("fifo", "backfill"):
+        call_command(
+            "replay",
+            "itp",
+            window="0:2h",
+            policy=policy,
+            pool_gpus=128,
+            out=str(tmp_path),
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+    slug = "itp-shared128-0_2h-seed0-cycle60"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{slug}--backfill.json",
+        f"{slug}--fifo.json",
+        f"{slug}.html",
+        f"{slug}.md",
+    ]
+    md = (tmp_path / f"{slug}.md").read_text()
+    assert "## Per queue: fifo" in md and "## Per queue: backfill" in md
+    assert "--pool-gpus 128" in md
+    html = (tmp_path / f"{slug}.html").read_text()
+    assert html.count("Plotly.newPlot") == 5  # utilization, delays, 3 per-queue bar charts
+    # No external script: plotly.js itself is inline (its source merely mentions a
+    # cdn.plot.ly URL for geo maps, which these figures never fetch).
+    assert not re.search(r"<script[^>]+src=", html)
+    assert "cdn.plot.ly/plotly" not in html
+    assert len(html) > 1_000_000  # plotly.js is inline
+    assert '"name":"fifo"' in html and '"name":"backfill"' in html
+
+
+def test_human_output(tmp_path):
+    out = io.StringIO()
+    call_command("replay", "itp", window="0:1h", policy="priority", stdout=out)
+    text = out.getvalue()
+    assert "policy priority" in text and "overall" in text and "cluster07" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nosuchtrace",), "unknown trace"),
+        (("itp", "--pool-gpus", "12"), "multiple of 8"),
+        (("philly", "--window", "2017-10-03:2017-10-01"), "END must be after START"),
+        (("itp", "--window", "100d:101d"), "no jobs"),
+    ],
+)
+def test_bad_arguments_are_command_errors(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("replay", *args, stdout=io.StringIO())
+
+
+def test_windows_parse_dates_datetimes_and_durations():
+    assert workload.parse_seconds("90") == 90.0
+    assert workload.parse_seconds("1.5h") == 5400.0
+    assert workload.seconds_window("0:7d") == (0.0, 7 * 86400.0)
+    assert workload.seconds_window(":2h") == (None, 7200.0)
+    s, e = workload.philly_window("2017-10-02T06:30:00:2017-10-02T18:00")
+    assert (s.hour, s.minute, e.hour) == (6, 30, 18)
+    s, e = workload.philly_window(None)
+    assert (s.date().isoformat(), e.date().isoformat()) == ("2017-10-01", "2017-12-01")
+
+
+def test_scenario_slug_names_the_layout():
+    base = {"trace": "philly", "seed": 0, "cycle_s": 60.0, "window": "2017-10-01:2017-12-01"}
+    assert (
+        scenario_slug({**base, "layout": "isolated", "pool_gpus": None})
+        == "philly-isolated-2017-10-01_2017-12-01-seed0-cycle60"
+    )
+    assert scenario_slug({**base, "layout": "shared", "pool_gpus": 2816}).startswith(
+        "philly-shared2816-"
+    )

@@ -1,0 +1,422 @@
+"""Pure figure builders (V3): rows in, Plotly figure dicts and rack-map cells out.
+
+No Django, no ORM, no clock: views read the rows, these functions shape them, the page
+embeds the result with ``json_script`` and draws it with ``Plotly.react``. Every figure
+is ``{"data": [...], "layout": {...}, "summary": "..."}``; ``summary`` is a one-line
+text alternative shown under the chart (charts are never the only way to read a number).
+
+Colours follow the Okabe-Ito palette (distinguishable with colour-vision deficiencies),
+and no series is told apart by colour alone: bars carry their value as text, markers
+differ in shape, and the alert line is labelled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from html import escape
+from typing import Any, NamedTuple
+
+BLUE = "#0072B2"
+SKY = "#56B4E9"
+ORANGE = "#E69F00"
+VERMILION = "#D55E00"
+GREEN = "#009E73"
+PURPLE = "#CC79A7"
+GREY = "#777777"
+
+# Pending reason codes in API.md's order (the order they are checked in).
+REASON_ORDER = (
+    "NEVER_FITS", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY", "PREEMPTING",
+    "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED",
+)  # fmt: skip
+REASON_LABELS = {
+    "NEVER_FITS": "never fits",
+    "QUOTA_EXCEEDED": "quota full",
+    "NODES_UNAVAILABLE": "nodes unavailable",
+    "PRIORITY": "priority",
+    "PREEMPTING": "preempting for it",
+    "TOPOLOGY": "topology (scattered)",
+    "INSUFFICIENT_GPUS": "not enough GPUs",
+    "DEMOTED": "demoted",
+    "NEW": "not yet seen by a cycle",
+}
+UTILIZATION_TARGET = 0.70
+MAX_POINTS = 720
+
+Figure = dict[str, Any]
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "x": 0, "font": {"size": 15}},
+        "margin": {"l": 56, "r": 16, "t": 40, "b": 48},
+        "height": 300,
+        "font": {"family": "system-ui, sans-serif", "size": 12},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "legend": {"orientation": "h", "y": -0.2},
+        "hovermode": "closest",
+        # live redraws (Plotly.react) keep what the user zoomed or hid
+        "uirevision": title,
+    }
+    layout.update(extra)
+    return layout
+
+
+def _empty(layout: dict[str, Any], text: str) -> dict[str, Any]:
+    """An empty chart says why in its middle instead of drawing bare axes."""
+    layout["xaxis"] = {**layout.get("xaxis", {}), "visible": False}
+    layout["yaxis"] = {**layout.get("yaxis", {}), "visible": False}
+    layout["annotations"] = [
+        {"xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5, "showarrow": False,
+         "text": text, "font": {"size": 14, "color": GREY}}
+    ]  # fmt: skip
+    layout["shapes"] = []
+    return layout
+
+
+def downsample(points: Sequence[tuple[Any, Any]], max_points: int = MAX_POINTS) -> list:
+    """At most ``max_points`` evenly spaced points, always keeping the first and the last."""
+    n = len(points)
+    if n <= max_points or max_points < 2:
+        return list(points)
+    step = (n - 1) / (max_points - 1)
+    return [points[round(i * step)] for i in range(max_points)]
+
+
+def utilization_figure(points: Sequence[tuple[Any, float]]) -> Figure:
+    """Utilization over time: ``points`` are (cluster time, allocated/healthy 0..1)."""
+    pts = downsample(points)
+    xs = [_iso(t) for t, _ in pts]
+    ys = [round(u * 100, 2) for _, u in pts]
+    data = [
+        {
+            "type": "scatter", "mode": "lines", "name": "utilization", "x": xs, "y": ys,
+            "line": {"color": BLUE, "width": 2}, "fill": "tozeroy",
+            "fillcolor": "rgba(0,114,178,0.12)",
+            "hovertemplate": "%{x}<br>%{y:.1f}% of healthy GPUs allocated<extra></extra>",
+        }
+    ]  # fmt: skip
+    layout = _layout(
+        "Utilization over time (% of healthy GPUs allocated)",
+        yaxis={"range": [0, 100], "ticksuffix": "%", "title": {"text": "utilization"}},
+        xaxis={"type": "date", "title": {"text": "cluster time"}},
+        shapes=[
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+             "y0": UTILIZATION_TARGET * 100, "y1": UTILIZATION_TARGET * 100,
+             "line": {"color": GREY, "dash": "dash", "width": 1}}
+        ],
+        annotations=[
+            {"xref": "paper", "x": 1, "xanchor": "right", "yref": "y",
+             "y": UTILIZATION_TARGET * 100, "yanchor": "bottom", "showarrow": False,
+             "text": f"target {UTILIZATION_TARGET:.0%}", "font": {"color": GREY}}
+        ],
+        showlegend=False,
+    )  # fmt: skip
+    if ys:
+        summary = (
+            f"Utilization {ys[-1]:.1f}% at the latest sample; "
+            f"{min(ys):.1f}–{max(ys):.1f}% over {len(points)} samples."
+        )
+    else:
+        summary = "No samples yet: the metrics rollup writes one a minute."
+        _empty(layout, "No samples yet")
+    return {"data": data, "layout": layout, "summary": summary}
+
+
+def fragmentation_figure(points: Sequence[tuple[Any, int]]) -> Figure:
+    """Free GPUs stranded on partly used nodes over time (unusable by whole-node jobs)."""
+    pts = downsample(points)
+    xs = [_iso(t) for t, _ in pts]
+    ys = [int(v) for _, v in pts]
+    data = [
+        {
+            "type": "scatter", "mode": "lines", "name": "fragmented free GPUs", "x": xs,
+            "y": ys, "line": {"color": ORANGE, "width": 2, "shape": "hv"},
+            "hovertemplate": "%{x}<br>%{y} free GPUs on partly used nodes<extra></extra>",
+        }
+    ]  # fmt: skip
+    layout = _layout(
+        "Fragmentation (free GPUs on partly used nodes)",
+        yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
+        xaxis={"type": "date", "title": {"text": "cluster time"}},
+        showlegend=False,
+    )
+    summary = (
+        f"{ys[-1]} free GPUs are stranded on partly used nodes at the latest sample "
+        f"(peak {max(ys)} in the window)."
+        if ys
+        else "No samples yet."
+    )
+    if not ys:
+        _empty(layout, "No samples yet")
+    return {"data": data, "layout": layout, "summary": summary}
+
+
+class LineRow(NamedTuple):
+    """One business line's GPUs now against its contract."""
+
+    name: str
+    label: str
+    used: int
+    borrowed: int
+    pending_gpus: int
+    quota: int
+    guarantee: int
+
+
+def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
+    """GPUs per line: own and borrowed use stacked, with quota and guarantee as markers."""
+    names = [ln.label for ln in lines]
+    own = [max(0, ln.used - ln.borrowed) for ln in lines]
+    borrowed = [ln.borrowed for ln in lines]
+    data = [
+        {"type": "bar", "name": "used within quota", "x": names, "y": own,
+         "marker": {"color": BLUE}, "text": [str(v) for v in own], "textposition": "inside",
+         "hovertemplate": "%{x}: %{y} GPUs within quota<extra></extra>"},
+        {"type": "bar", "name": "borrowed (idle capacity)", "x": names, "y": borrowed,
+         "marker": {"color": SKY, "pattern": {"shape": "/"}},
+         "text": [str(v) if v else "" for v in borrowed], "textposition": "inside",
+         "hovertemplate": "%{x}: %{y} GPUs borrowed beyond quota<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "quota", "x": names,
+         "y": [ln.quota for ln in lines],
+         "marker": {"symbol": "line-ew-open", "size": 40, "color": VERMILION,
+                    "line": {"width": 3, "color": VERMILION}},
+         "hovertemplate": "%{x}: quota %{y} GPUs<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "guarantee", "x": names,
+         "y": [ln.guarantee for ln in lines],
+         "marker": {"symbol": "diamond", "size": 11, "color": GREEN},
+         "hovertemplate": "%{x}: guarantee %{y} GPUs<extra></extra>"},
+        {"type": "scatter", "mode": "markers", "name": "used + pending", "x": names,
+         "y": [ln.used + ln.pending_gpus for ln in lines],
+         "marker": {"symbol": "triangle-up-open", "size": 11, "color": GREY},
+         "hovertemplate": "%{x}: %{y} GPUs used or asked by waiting jobs<extra></extra>"},
+    ]  # fmt: skip
+    layout = _layout(
+        "GPUs per line against quota and guarantee",
+        barmode="stack",
+        yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
+    )
+    summary = "; ".join(
+        f"{ln.label}: {ln.used} used ({ln.borrowed} borrowed) of quota {ln.quota}, "
+        f"guarantee {ln.guarantee}, {ln.pending_gpus} pending"
+        for ln in lines
+    )
+    return {"data": data, "layout": layout, "summary": summary or "No business lines."}
+
+
+def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
+    """Waiting jobs per pending-reason code, in API.md's order, as labelled bars."""
+    codes = [c for c in REASON_ORDER if counts.get(c)]
+    codes += sorted(c for c in counts if c not in REASON_ORDER and counts[c])
+    ys = [f"{REASON_LABELS.get(c, c.lower())} ({c})" for c in codes]
+    xs = [int(counts[c]) for c in codes]
+    data = [
+        {"type": "bar", "orientation": "h", "name": "pending jobs", "x": xs, "y": ys,
+         "marker": {"color": PURPLE}, "text": [str(v) for v in xs], "textposition": "auto",
+         "hovertemplate": "%{y}: %{x} jobs<extra></extra>"}
+    ]  # fmt: skip
+    layout = _layout(
+        "Pending jobs by reason",
+        yaxis={"autorange": "reversed", "automargin": True},
+        xaxis={"rangemode": "tozero", "title": {"text": "jobs"}},
+        showlegend=False,
+    )
+    total = sum(xs)
+    summary = (
+        f"{total} jobs pending: " + ", ".join(f"{v} {c}" for c, v in zip(codes, xs, strict=True))
+        if total
+        else "No job is waiting."
+    )
+    if not total:
+        _empty(layout, "No job is waiting")
+    return {"data": data, "layout": layout, "summary": summary}
+
+
+class QueueEviction(NamedTuple):
+    """A queue's eviction ratio over the window (R4)."""
+
+    name: str
+    line: str
+    ratio: float
+    evictions: int
+
+
+def eviction_ratio_figure(queues: Sequence[QueueEviction], threshold: float) -> Figure:
+    """Eviction ratio per queue, with the alert threshold drawn and labelled.
+
+    Queues over the threshold get a hatched bar as well as another colour.
+    """
+    rows = sorted(queues, key=lambda q: (q.line, q.name))
+    over = [q.ratio > threshold for q in rows]
+    data = [
+        {"type": "bar", "name": "eviction ratio", "x": [q.name for q in rows],
+         "y": [round(q.ratio * 100, 2) for q in rows],
+         "marker": {"color": [VERMILION if o else BLUE for o in over],
+                    "pattern": {"shape": ["x" if o else "" for o in over]}},
+         "text": [f"{q.ratio * 100:.1f}%" + (" ▲" if o else "") for q, o in zip(rows, over, strict=True)],
+         "textposition": "outside",
+         "customdata": [q.evictions for q in rows],
+         "hovertemplate": "%{x}: %{y:.1f}% of delivered GPU time evicted "
+                          "(%{customdata} evictions)<extra></extra>"}
+    ]  # fmt: skip
+    top = max([threshold * 100 * 1.5, *(q.ratio * 100 * 1.2 for q in rows)])
+    layout = _layout(
+        "Eviction ratio per queue (evicted / delivered GPU time, 24 h)",
+        yaxis={"range": [0, top], "ticksuffix": "%", "title": {"text": "evicted"}},
+        xaxis={"tickangle": -30, "automargin": True},
+        shapes=[
+            {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
+             "y0": threshold * 100, "y1": threshold * 100,
+             "line": {"color": VERMILION, "dash": "dash", "width": 1}}
+        ],
+        annotations=[
+            {"xref": "paper", "x": 1, "xanchor": "right", "yref": "y", "y": threshold * 100,
+             "yanchor": "bottom", "showarrow": False, "text": f"alert above {threshold:.0%}",
+             "font": {"color": VERMILION}}
+        ],
+        showlegend=False,
+    )  # fmt: skip
+    hot = [q for q, o in zip(rows, over, strict=True) if o]
+    if not rows:
+        summary = "No eviction figures yet: the metrics rollup computes them once a minute."
+        _empty(layout, "No eviction figures yet")
+    elif hot:
+        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line: " + ", ".join(
+            f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot
+        )
+    else:
+        worst = max(rows, key=lambda q: q.ratio)
+        summary = (
+            f"Every queue is under the {threshold:.0%} alert line "
+            f"(highest: {worst.name} {_pct(worst.ratio)})."
+        )
+    return {"data": data, "layout": layout, "summary": summary}
+
+
+# -- rack map -------------------------------------------------------------------------
+# Each node is one small cell: a status key (CSS class: colour AND pattern), a one-character
+# glyph (letter or GPUs in use) and a sentence for title/aria-label. Colour is never the
+# only signal.
+
+STATUS_GLYPH = {
+    "cordoned": "C",
+    "draining": "D",
+    "unhealthy": "U",
+    "down": "X",
+    "residual": "R",
+}
+STATUS_WORDS = {
+    "idle": "ready, idle",
+    "partial": "ready, partly used",
+    "full": "ready, full",
+    "residual": "ready, GPUs held by residual processes",
+    "cordoned": "cordoned",
+    "draining": "draining",
+    "unhealthy": "unhealthy",
+    "down": "down",
+}
+LEGEND = (
+    ("idle", "0", "ready, no GPU in use"),
+    ("partial", "3", "ready, 1 to 7 GPUs in use (the digit says how many)"),
+    ("full", "8", "ready, every GPU in use"),
+    ("residual", "R", "GPUs held by residual processes"),
+    ("cordoned", "C", "cordoned: no new work"),
+    ("draining", "D", "draining: jobs moving off"),
+    ("unhealthy", "U", "unhealthy: isolated"),
+    ("down", "X", "down: not answering"),
+)
+
+
+class NodeRow(NamedTuple):
+    """What the rack map needs of a node (one row of one query)."""
+
+    name: str
+    rack: str
+    state: str
+    health: str
+    gpus_total: int
+    residual_gpus: int
+    gpus_used: int
+
+
+class Cell(NamedTuple):
+    name: str
+    status: str
+    glyph: str
+    label: str
+
+
+def node_status(state: str, health: str, used: int, total: int, residual: int) -> str:
+    """The rack-map status key of a node; what stops scheduling wins over how full it is."""
+    if state == "down" or health == "down":
+        return "down"
+    if state == "unhealthy" or health != "ok":
+        return "unhealthy"
+    if state in ("cordoned", "draining"):
+        return state
+    if residual > 0:
+        return "residual"
+    if used <= 0:
+        return "idle"
+    return "full" if used >= total else "partial"
+
+
+def node_cell(row: NodeRow) -> Cell:
+    """One cell: status key, glyph and the sentence read out for it."""
+    status = node_status(row.state, row.health, row.gpus_used, row.gpus_total, row.residual_gpus)
+    glyph = STATUS_GLYPH.get(status) or str(row.gpus_used)
+    words = STATUS_WORDS[status]
+    if status == "unhealthy" and row.health not in ("ok", "down"):
+        words = f"unhealthy ({row.health.replace('_', ' ')})"
+    label = f"{row.name}: {words}, {row.gpus_used}/{row.gpus_total} GPUs used"
+    if row.residual_gpus:
+        label += f", {row.residual_gpus} held by residual processes"
+    return Cell(row.name, status, glyph, label)
+
+
+class Rack(NamedTuple):
+    name: str
+    cells: list[Cell]
+    summary: str
+
+
+def build_rack_map(rows: Iterable[NodeRow]) -> tuple[list[Rack], dict[str, int]]:
+    """Cells grouped by rack (in rack order), and the count of nodes per status key."""
+    by_rack: dict[str, list[Cell]] = {}
+    counts = {key: 0 for key, _, _ in LEGEND}
+    for row in rows:
+        cell = node_cell(row)
+        by_rack.setdefault(row.rack, []).append(cell)
+        counts[cell.status] += 1
+    racks = []
+    for name in sorted(by_rack):
+        cells = by_rack[name]
+        out = sum(1 for c in cells if c.status in ("cordoned", "draining", "unhealthy", "down"))
+        summary = f"{len(cells)} nodes" + (f", {out} out of the pool" if out else "")
+        racks.append(Rack(name, cells, summary))
+    return racks, counts
+
+
+def cells_html(cells: Iterable[Cell], href_prefix: str) -> str:
+    """The cells of one rack as HTML links (every value escaped).
+
+    Built here rather than in a template loop: at 1,250 nodes this takes ~5 ms where
+    the equivalent template takes ~60 ms. Each cell carries its status as a class
+    (colour and pattern), its glyph as text and its sentence as title and aria-label.
+    """
+    return "".join(
+        f'<a class="n k-{escape(c.status)}" href="{escape(href_prefix + c.name)}/" '
+        f'data-n="{escape(c.name)}" title="{escape(c.label)}" aria-label="{escape(c.label)}">'
+        f"{escape(c.glyph)}</a>"
+        for c in cells
+    )

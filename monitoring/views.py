@@ -1,0 +1,574 @@
+"""Pages of admins, leads and on-call: the dashboard, the on-call console, the rack map and
+node detail (V2-V5). Thin adapters: reads here are a handful of grouped queries; every
+change goes through one service (alerts, node isolation, fault injection) or the loop.
+
+Live: pages render fully on the server, then ``static/js/pages/*.js`` refetch the small
+JSON/HTML snapshots below when websocket events arrive (and on reconnect).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, timedelta
+from functools import wraps
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Case, Count, IntegerField, Q, When
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_POST
+
+from monitoring import charts, metrics
+from monitoring.guides import GUIDES, guide_for_alert
+from monitoring.models import Alert, MetricSample
+from monitoring.rollup import EVICTION_ALERT_RATIO
+from monitoring.services import acknowledge_alert, resolve_alert
+from portal import audit
+from portal.api import client_ip
+from portal.models import AuditRecord, Role
+from portal.roles import is_oncall_or_admin, role_of
+from quotas.models import BusinessLine
+from scheduling.cluster_lock import ClusterBusy
+from scheduling.models import Allocation, Node, SchedulingCycle
+from scheduling.node_services import (
+    _clean_reason,
+    build_blast_radius,
+    cordon_node,
+    drain_node,
+    uncordon_node,
+)
+from scheduling.selectors import (
+    QueueUsage,
+    build_cluster_summary,
+    build_line_usage,
+    list_nodes_with_usage,
+)
+from scheduling.sim_services import inject_fault
+from scheduling.simcore.simulator import FAULT_KINDS
+
+WINDOWS = {
+    "1h": ("last hour", timedelta(hours=1)),
+    "6h": ("last 6 hours", timedelta(hours=6)),
+    "24h": ("last 24 hours", timedelta(hours=24)),
+    "7d": ("last 7 days", timedelta(days=7)),
+}
+DEFAULT_WINDOW = "24h"
+ALERTS_SHOWN = 100
+AUDIT_SHOWN = 10
+SWEEP_WAIT_S = 10.0
+OUT_OF_POOL = ("cordoned", "draining", "unhealthy", "down")
+# Which buttons the node page offers per state. Display only: the services in
+# scheduling/node_services.py decide, and refuse anything else with a message.
+ACTIONS_BY_STATE = {
+    Node.State.READY: ("cordon", "drain"),
+    Node.State.CORDONED: ("drain", "uncordon"),
+    Node.State.DRAINING: ("uncordon",),
+    Node.State.UNHEALTHY: ("uncordon",),
+    Node.State.DOWN: ("uncordon",),
+}
+FAULT_LABELS = {
+    "residual_process": "Residual process (a finished job's process keeps a GPU)",
+    "gpu_failure": "GPU failure (uncorrectable ECC / Xid errors)",
+    "rdma_degraded": "RDMA degraded (packet loss on the fabric)",
+    "node_down": "Node down (no heartbeat)",
+}
+
+
+# -- access ---------------------------------------------------------------------------
+
+
+def may_see_dashboard(user: Any) -> bool:
+    """Cluster admins and team leads."""
+    return role_of(user) in (Role.ADMIN, Role.TEAM_LEAD)
+
+
+def _role_required(check: Callable[[Any], bool], refusal: str) -> Callable:
+    """Anonymous users go to the login page; signed-in users without the role get 403."""
+
+    def decorator(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if not check(request.user):
+                raise PermissionDenied(refusal)
+            return view(request, *args, **kwargs)
+
+        return login_required(wrapped)
+
+    return decorator
+
+
+dashboard_access = _role_required(may_see_dashboard, "cluster admins and team leads only")
+oncall_access = _role_required(is_oncall_or_admin, "on-call engineers and admins only")
+
+
+# -- dashboard ------------------------------------------------------------------------
+
+
+def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
+    """Tiles and figures of the dashboard (about ten grouped queries, whatever the scale).
+
+    "Now" numbers are read live; history and eviction ratios come from the rollup's
+    samples; pending reasons from the latest scheduling cycle.
+    """
+    label, span = WINDOWS.get(window, WINDOWS[DEFAULT_WINDOW])
+    cluster = build_cluster_summary()
+    latest = (
+        MetricSample.objects.order_by("-at")
+        .values("at", "per_queue", "fragmentation_gpus", "pending_by_reason", "pending_jobs")
+        .first()
+    )
+    series: list[tuple] = []
+    if latest:
+        series = list(
+            MetricSample.objects.filter(at__gte=latest["at"] - span)
+            .order_by("at")
+            .values_list("at", "utilization", "fragmentation_gpus")
+        )
+    cycle = (
+        SchedulingCycle.objects.filter(kind="cycle")
+        .order_by("-started_at", "-id")
+        .values("id", "cluster_time", "pending_by_reason", "pending")
+        .first()
+    )
+    usage = build_line_usage()
+    lines = [
+        charts.LineRow(
+            name=line.name,
+            label=line.display_name,
+            used=u.used_gpus,
+            borrowed=u.borrowed_gpus,
+            pending_gpus=u.pending_gpus,
+            quota=line.quota_gpus,
+            guarantee=line.guarantee_gpus,
+        )
+        for line in BusinessLine.objects.all()
+        for u in [usage.get(line.pk, QueueUsage())]
+    ]
+    queues = [
+        charts.QueueEviction(
+            name=row.get("name", qid),
+            line=row.get("line", ""),
+            ratio=float(row.get("eviction_ratio", 0.0)),
+            evictions=int(row.get("evictions", 0)),
+        )
+        for qid, row in ((latest or {}).get("per_queue") or {}).items()
+    ]
+    if cycle:
+        pending_by_reason, pending = cycle["pending_by_reason"], cycle["pending"]
+    elif latest:
+        pending_by_reason, pending = latest["pending_by_reason"], latest["pending_jobs"]
+    else:
+        pending_by_reason, pending = {}, 0
+    ready = cluster.nodes_by_state.get(Node.State.READY, 0)
+    return {
+        "window": window if window in WINDOWS else DEFAULT_WINDOW,
+        "window_label": label,
+        "as_of": {
+            "sample": latest["at"].isoformat() if latest else None,
+            "sample_text": f"{latest['at'].astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            if latest
+            else None,
+            "cycle": cycle["id"] if cycle else None,
+            "cycle_time": cycle["cluster_time"].isoformat() if cycle else None,
+        },
+        "tiles": {
+            "utilization": f"{metrics.utilization(cluster.gpus_allocated, cluster.gpus_healthy):.1%}",
+            "gpus_allocated": cluster.gpus_allocated,
+            "gpus_healthy": cluster.gpus_healthy,
+            "gpus_total": cluster.gpus_total,
+            "nodes_out": cluster.nodes_total - ready,
+            "pending_jobs": pending,
+            "fragmentation": latest["fragmentation_gpus"] if latest else 0,
+        },
+        "figures": {
+            "utilization": charts.utilization_figure([(at, u) for at, u, _ in series]),
+            "lines": charts.line_usage_figure(lines),
+            "pending": charts.pending_by_reason_figure(pending_by_reason),
+            "eviction": charts.eviction_ratio_figure(queues, EVICTION_ALERT_RATIO),
+            "fragmentation": charts.fragmentation_figure([(at, f) for at, _, f in series]),
+        },
+    }
+
+
+CHARTS = (
+    ("utilization", "Utilization over time"),
+    ("lines", "GPUs per line against quota and guarantee"),
+    ("pending", "Pending by reason"),
+    ("eviction", "Eviction ratio per queue"),
+    ("fragmentation", "Fragmentation"),
+)
+
+
+@dashboard_access
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    window = request.GET.get("window", DEFAULT_WINDOW)
+    payload = build_dashboard(window)
+    return render(
+        request,
+        "monitoring/dashboard.html",
+        {"payload": payload, "windows": WINDOWS,
+         "charts": [(key, title, payload["figures"][key]["summary"]) for key, title in CHARTS],
+         "data_url": reverse("monitoring:dashboard-data") + f"?window={payload['window']}"},
+    )  # fmt: skip
+
+
+@dashboard_access
+@require_GET
+def dashboard_data(request: HttpRequest) -> JsonResponse:
+    """The dashboard's snapshot as JSON (the page refetches it on live events)."""
+    return JsonResponse(build_dashboard(request.GET.get("window", DEFAULT_WINDOW)))
+
+
+# -- rack map ---------------------------------------------------------------------------
+
+
+def build_node_rows(name: str | None = None) -> list[charts.NodeRow]:
+    """Every node (or the one named) with its GPUs in use, in rack order: one grouped query."""
+    nodes = list_nodes_with_usage()
+    if name is not None:
+        nodes = nodes.filter(name=name)
+    rows = (
+        nodes.order_by("rack", "name")
+        .values_list("name", "rack", "state", "health", "gpus_total", "residual_gpus",
+                     "gpus_allocated")
+    )  # fmt: skip
+    return [charts.NodeRow(*row) for row in rows]
+
+
+def _rack_context() -> dict[str, Any]:
+    rows = build_node_rows()
+    racks, counts = charts.build_rack_map(rows)
+    prefix = reverse("monitoring:oncall-node", args=["x"])[:-2]
+    # cells_html escapes every value it writes (see monitoring.charts.cells_html)
+    racks_html = [
+        {
+            "name": r.name,
+            "summary": r.summary,
+            "html": mark_safe(charts.cells_html(r.cells, prefix)),
+        }
+        for r in racks
+    ]
+    return {
+        "racks": racks_html,
+        "counts": counts,
+        "legend": [(key, glyph, words, counts[key]) for key, glyph, words in charts.LEGEND],
+        "nodes_total": len(rows),
+        "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
+        "gpus_used": sum(r.gpus_used for r in rows),
+        "gpus_total": sum(r.gpus_total for r in rows),
+        "gpus_residual": sum(r.residual_gpus for r in rows),
+        "cells_url": reverse("monitoring:oncall-rack-cells"),
+    }
+
+
+@oncall_access
+@require_GET
+def rack_map(request: HttpRequest) -> HttpResponse:
+    """The rack map alone, for a wall screen."""
+    return render(request, "monitoring/rack_map.html", _rack_context())
+
+
+@oncall_access
+@require_GET
+def rack_cells(request: HttpRequest) -> JsonResponse:
+    """Every cell as ``[name, status, glyph, label]`` plus counts (live refresh).
+
+    ``?node=<name>``: that node's cell only (the node page), with the same shape.
+    """
+    rows = build_node_rows(request.GET.get("node"))
+    racks, counts = charts.build_rack_map(rows)
+    return JsonResponse(
+        {
+            "cells": [list(c) for rack in racks for c in rack.cells],
+            "racks": {rack.name: rack.summary for rack in racks},
+            "counts": counts,
+            "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
+            "gpus_used": sum(r.gpus_used for r in rows),
+            "gpus_residual": sum(r.residual_gpus for r in rows),
+        }
+    )
+
+
+# -- on-call console ------------------------------------------------------------------
+
+
+def _alerts_context() -> dict[str, Any]:
+    visible = Alert.objects.exclude(status=Alert.Status.RESOLVED)
+    ordered = visible.annotate(
+        status_rank=Case(When(status=Alert.Status.OPEN, then=0), default=1,
+                         output_field=IntegerField()),
+        severity_rank=Case(When(severity=Alert.Severity.CRITICAL, then=0),
+                           When(severity=Alert.Severity.WARNING, then=1), default=2,
+                           output_field=IntegerField()),
+    ).order_by("status_rank", "severity_rank", "-updated_at", "-id").select_related(
+        "acknowledged_by")  # fmt: skip
+    alerts = list(ordered[:ALERTS_SHOWN])
+    # Each guide is rendered once, however many alerts share it (100 alerts stay cheap).
+    guides: dict[str, str] = {}
+    for alert in alerts:
+        guide = guide_for_alert(alert.kind)
+        if guide and alert.kind not in guides:
+            guides[alert.kind] = render_to_string("monitoring/_guide.html", {"guide": guide})
+        alert.guide = guide
+        alert.guide_html = guides.get(alert.kind, "")
+        alert.node_subject = alert.kind in (Alert.Kind.RESIDUAL_PROCESS, Alert.Kind.NODE_UNHEALTHY)
+    counts = visible.aggregate(
+        total=Count("id"),
+        open_critical=Count("id", filter=Q(status="open", severity="critical")),
+        open_warning=Count("id", filter=Q(status="open", severity="warning")),
+        open_info=Count("id", filter=Q(status="open", severity="info")),
+        acknowledged=Count("id", filter=Q(status="acknowledged")),
+    )
+    return {
+        "alerts": alerts,
+        "alert_counts": counts,
+        "alerts_hidden": counts["total"] - len(alerts),
+        "alerts_prefix": reverse("monitoring:oncall-alerts"),
+        "node_prefix": reverse("monitoring:oncall-node", args=["x"])[:-2],
+    }
+
+
+def _console(request: HttpRequest, status: int = 200) -> HttpResponse:
+    context = {**_alerts_context(), **_rack_context(), "guides": GUIDES}
+    return render(request, "monitoring/oncall.html", context, status=status)
+
+
+@oncall_access
+@require_GET
+def oncall(request: HttpRequest) -> HttpResponse:
+    """Alerts with their guides, the rack map and the guides reference."""
+    return _console(request)
+
+
+@oncall_access
+@require_GET
+def alerts_fragment(request: HttpRequest) -> HttpResponse:
+    """The alerts list alone (HTML), swapped in by the page on ``alerts`` events."""
+    return HttpResponse(render_to_string("monitoring/_alerts.html", _alerts_context(), request))
+
+
+@oncall_access
+@require_POST
+def alert_action(request: HttpRequest, alert_id: int, action: str) -> HttpResponse:
+    """Acknowledge or resolve one alert (POST + CSRF), then back to the console."""
+    service = {"ack": acknowledge_alert, "resolve": resolve_alert}[action]
+    try:
+        alert = service(request.user, alert_id)
+    except Alert.DoesNotExist:
+        messages.error(request, f"There is no alert #{alert_id}; nothing was changed.")
+        return _console(request, status=404)
+    except ValidationError as err:
+        messages.error(request, f"Alert #{alert_id} was not changed: {'; '.join(err.messages)}.")
+        return _console(request, status=400)
+    messages.success(request, f"Alert #{alert.pk} ({alert.kind}, {alert.subject}) {alert.status}.")
+    return redirect(reverse("monitoring:oncall") + "#alerts")
+
+
+@oncall_access
+@require_GET
+def node_lookup(request: HttpRequest) -> HttpResponse:
+    """The "go to node" box: a name typed by keyboard users instead of tabbing the map."""
+    name = request.GET.get("name", "").strip()
+    if name and Node.objects.filter(name=name).exists():
+        return redirect("monitoring:oncall-node", name=name)
+    return _node_missing(request, name or "(empty)")
+
+
+# -- node detail and actions ---------------------------------------------------------
+
+
+class NodeActionForm(forms.Form):
+    """Cordon, drain, uncordon or clean: the pressed button names the action."""
+
+    action = forms.ChoiceField(
+        choices=[("cordon", "Cordon"), ("drain", "Drain"), ("uncordon", "Uncordon"),
+                 ("clean", "Clean residual processes")],
+        error_messages={"required": "press one of the action buttons",
+                        "invalid_choice": "unknown action %(value)s"},
+    )  # fmt: skip
+    reason = forms.CharField(
+        label="Reason (required: shown to users and kept in the audit log)",
+        max_length=300,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "say why (it is shown to users and kept in the audit log)"},
+    )
+
+
+class FaultForm(forms.Form):
+    kind = forms.ChoiceField(
+        label="Fault to inject",
+        choices=[(k, FAULT_LABELS.get(k, k)) for k in FAULT_KINDS],
+    )
+
+
+def request_residual_clean(user: Any, name: str, reason: Any,
+                           source_ip: str | None = None) -> tuple[Node, SchedulingCycle, Alert | None]:  # fmt: skip
+    """Clean residual processes now: run a health sweep at once (R6).
+
+    The loop already kills residual processes on every cycle and sweep; this only
+    does it now instead of within 30 s. The sweep observes and reconciles the whole
+    cluster (it plans nothing), under the cluster lock (waits up to 10 s, else
+    ``ClusterBusy``), in one transaction with the audit record ``node.clean_residual``.
+    Returns the node, the sweep's record, and the residual-process alert the sweep
+    raised (or bumped) for this node, None when it found nothing to kill there.
+    """
+    from scheduling.loop import run_cycle
+
+    if not is_oncall_or_admin(user):
+        raise PermissionDenied("on-call engineers and admins only")
+    reason = _clean_reason(reason)
+    with transaction.atomic():
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            raise ValidationError({"node": [f"unknown node {name[:80]!r}"]})
+        residual_before = node.residual_gpus
+        mine = Alert.objects.filter(kind=Alert.Kind.RESIDUAL_PROCESS, subject=name)
+        counts_before = dict(mine.values_list("id", "count"))
+        record = run_cycle(kind="sweep", wait_s=SWEEP_WAIT_S)
+        node.refresh_from_db()
+        raised = next((a for a in mine if counts_before.get(a.pk) != a.count), None)
+        audit.record(user, "node.clean_residual", node, reason=reason,
+                     before={"residual_gpus": residual_before},
+                     after={"residual_gpus": node.residual_gpus, "sweep": record.pk,
+                            "alert": raised.pk if raised else None},
+                     source_ip=source_ip)  # fmt: skip
+    return node, record, raised
+
+
+def _node_missing(request: HttpRequest, name: str) -> HttpResponse:
+    return render(request, "monitoring/node_missing.html", {"name": name[:80]}, status=404)
+
+
+def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm | None = None,
+               fault_form: FaultForm | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    jobs = list(
+        Allocation.objects.filter(node=node)
+        .values("job_id", "job__name", "job__owner__username", "job__queue__name",
+                "job__tier", "job__state", "job__gpus", "job__started_at")
+        .annotate(gpus_here=Count("id"))
+        .order_by("job_id")
+    )  # fmt: skip
+    used = sum(j["gpus_here"] for j in jobs)
+    cell = charts.node_cell(
+        charts.NodeRow(node.name, node.rack, node.state, node.health, node.gpus_total,
+                       node.residual_gpus, used)
+    )  # fmt: skip
+    blast = build_blast_radius(node.name)
+    gpus_by_queue: dict[str, int] = {}
+    for j in jobs:
+        gpus_by_queue[j["job__queue__name"]] = (
+            gpus_by_queue.get(j["job__queue__name"], 0) + j["gpus_here"]
+        )
+    history = AuditRecord.objects.filter(
+        target_type="scheduling.node", target_id=str(node.pk)
+    ).order_by("-at", "-id")[:AUDIT_SHOWN]
+    context = {
+        "node": node,
+        "cell": cell,
+        "used": used,
+        "free": max(0, node.gpus_total - used - node.residual_gpus),
+        "jobs": jobs,
+        "blast": blast,
+        "gpus_by_queue": sorted(gpus_by_queue.items()),
+        "actions": ACTIONS_BY_STATE.get(node.state, ()),
+        "action_form": action_form or NodeActionForm(),
+        "fault_form": fault_form or FaultForm(),
+        "simulator": settings.SCHEDULING_BACKEND == "simulator",
+        "history": history,
+    }
+    return render(request, "monitoring/node_detail.html", context, status=status)
+
+
+@oncall_access
+@require_GET
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return _node_missing(request, name)
+    return _node_page(request, node)
+
+
+def _form_errors(form: forms.Form, err: ValidationError) -> None:
+    for field, msgs in (err.message_dict if hasattr(err, "error_dict") else {None: err.messages}).items():  # fmt: skip
+        form.add_error(field if field in form.fields else None, msgs)
+
+
+NODE_SERVICES = {"cordon": cordon_node, "drain": drain_node, "uncordon": uncordon_node}
+DONE = {
+    "cordon": "cordoned: no new work lands on it; its jobs keep running",
+    "drain": "draining: its jobs are asked to checkpoint and move; the next cycle does it",
+    "uncordon": "uncordoned: it returns to the pool at the next cycle",
+}
+
+
+@oncall_access
+@require_POST
+def node_action(request: HttpRequest, name: str) -> HttpResponse:
+    """Cordon / drain / uncordon (services) or clean residual processes (a sweep now)."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return _node_missing(request, name)
+    form = NodeActionForm(request.POST)
+    if not form.is_valid():
+        return _node_page(request, node, action_form=form, status=400)
+    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+    try:
+        if action == "clean":
+            node, record, raised = request_residual_clean(
+                request.user, node.name, reason, source_ip=client_ip(request)
+            )
+            found = (
+                f"residual processes were found and killed ({raised.message})"
+                if raised
+                else "no residual process was found on it"
+            )
+            done = f"was swept now (sweep #{record.pk}): {found}"
+        else:
+            node = NODE_SERVICES[action](request.user, node.name, reason, client_ip(request))
+            done = DONE[action]
+    except ValidationError as err:
+        _form_errors(form, err)
+        node.refresh_from_db()
+        return _node_page(request, node, action_form=form, status=400)
+    except ClusterBusy as err:
+        messages.error(request, f"Nothing was done: {err}.")
+        return _node_page(request, node, action_form=form, status=503)
+    messages.success(request, f"{node.name} {done}.")
+    return redirect("monitoring:oncall-node", name=node.name)
+
+
+@oncall_access
+@require_POST
+def node_fault(request: HttpRequest, name: str) -> HttpResponse:
+    """Drills: break a simulated node on purpose; the next cycle or sweep reacts."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        return _node_missing(request, name)
+    form = FaultForm(request.POST)
+    if not form.is_valid():
+        return _node_page(request, node, fault_form=form, status=400)
+    kind = form.cleaned_data["kind"]
+    try:
+        inject_fault(request.user, kind, node.name, source_ip=client_ip(request))
+    except ValidationError as err:
+        messages.error(request, f"Nothing was injected: {'; '.join(err.messages)}.")
+        return _node_page(request, node, fault_form=form, status=400)
+    except ClusterBusy as err:
+        messages.error(request, f"Nothing was injected: {err}.")
+        return _node_page(request, node, fault_form=form, status=503)
+    messages.success(
+        request,
+        f"Drill: {FAULT_LABELS.get(kind, kind)} injected on {node.name}; the next cycle "
+        "or health sweep reacts (watch the alerts and the rack map).",
+    )
+    return redirect("monitoring:oncall-node", name=node.name)

@@ -1,0 +1,59 @@
+/* Dashboard: draw the server-built Plotly figures, then redraw them from a fresh
+ * snapshot (GET data-url) when a cycle completes or the rollup publishes eviction
+ * ratios, and after a reconnect. Figures are built by monitoring/charts.py only. */
+(function () {
+  "use strict";
+  const root = document.getElementById("dashboard");
+  const initial = document.getElementById("dashboard-data");
+  if (!root || !initial || !window.Plotly) return;
+  const CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+
+  function text(id, value) {
+    const el = document.getElementById(id);
+    if (el && value !== undefined && value !== null) el.textContent = String(value);
+  }
+
+  function draw(payload) {
+    for (const [key, fig] of Object.entries(payload.figures)) {
+      const el = document.getElementById(`chart-${key}`);
+      if (!el) continue;
+      Plotly.react(el, fig.data, fig.layout, CONFIG);
+      const caption = document.querySelector(`#summary-${key} .summary-text`);
+      if (caption) caption.textContent = fig.summary;
+    }
+    for (const [key, value] of Object.entries(payload.tiles)) text(`tile-${key}`, value);
+    const asof = payload.as_of;
+    let line = asof.sample
+      ? `Latest sample at cluster time ${asof.sample_text}`
+      : "No metrics sample yet (the rollup writes one a minute)";
+    if (asof.cycle) line += `; pending reasons from cycle #${asof.cycle}`;
+    text("dash-asof", `${line}.`);
+    root.dataset.cycle = asof.cycle || "";
+    root.dataset.sample = asof.sample || "";
+  }
+
+  let timer = null;
+  let inflight = false;
+  function refetch() {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      if (inflight) { refetch(); return; }
+      inflight = true;
+      try {
+        const r = await fetch(root.dataset.url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+        if (r.ok) draw(await r.json());
+      } catch (e) {
+        console.warn("dashboard refresh failed", e);
+      } finally {
+        inflight = false;
+      }
+    }, 250);
+  }
+
+  draw(JSON.parse(initial.textContent));
+  if (window.Live) {
+    Live.on("cycles", refetch);
+    Live.on("eviction", refetch);
+    Live.onReconnect(refetch);
+  }
+})();

@@ -1,0 +1,164 @@
+"""The dashboard (admins and team leads): role checks, server-rendered figures, the live JSON
+snapshot, the time window, the vendored Plotly and a bounded number of queries."""
+
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils.html import escape
+
+from monitoring import charts
+from monitoring.models import MetricSample
+from quotas.models import Queue
+from scheduling.clock import cluster_now
+from scheduling.models import Job, Node, SchedulingCycle
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/dashboard/", "/dashboard/data/"]
+
+
+def add_samples(n: int, *, every=timedelta(minutes=1), end=None, utilization=0.5) -> None:
+    end = end or cluster_now()
+    queues = {
+        str(q.pk): {"name": q.name, "line": q.business_line.name, "used": 8,
+                    "pending_jobs": 1, "evicted_gpu_s": 3600.0, "evictions": 2,
+                    "eviction_ratio": 0.25 if q.name == "llm-experiment" else 0.01}
+        for q in Queue.objects.select_related("business_line")
+    }  # fmt: skip
+    MetricSample.objects.bulk_create(
+        MetricSample(
+            at=end - every * (n - 1 - i), gpus_total=32, gpus_healthy=32, gpus_allocated=16,
+            utilization=utilization + i / (10 * n), fragmentation_gpus=i % 5, pending_jobs=3,
+            pending_by_reason={"QUOTA_EXCEEDED": 3}, per_line={}, per_queue=queues,
+        )
+        for i in range(n)
+    )  # fmt: skip
+
+
+def embedded(response) -> dict:
+    body = response.content.decode()
+    match = re.search(r'<script id="dashboard-data" type="application/json">(.*?)</script>', body,
+                      re.S)  # fmt: skip
+    assert match, "the figures are embedded with json_script"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_anonymous_visitors_are_sent_to_login(client, demo, path):
+    response = client.get(path)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("path", PAGES)
+@pytest.mark.parametrize(("username", "status"),
+                         [("researcher", 403), ("researcher2", 403), ("oncall", 403),
+                          ("lead", 200), ("admin", 200)])  # fmt: skip
+def test_only_admins_and_team_leads_see_the_dashboard(client, demo, path, username, status):
+    client.force_login(demo[username])
+    assert client.get(path).status_code == status
+
+
+def test_the_dashboard_embeds_every_figure_and_loads_plotly_locally(client, demo):
+    add_samples(30)
+    client.force_login(demo["admin"])
+    response = client.get("/dashboard/")
+    body = response.content.decode()
+    data = embedded(response)
+    assert set(data["figures"]) == {"utilization", "lines", "pending", "eviction", "fragmentation"}
+    for key in data["figures"]:
+        assert f'id="chart-{key}"' in body
+        assert escape(data["figures"][key]["summary"]) in body, "each chart has a text alternative"
+    assert '<script src="/static/vendor/plotly.min.js">' in body
+    assert "cdn" not in body.lower()
+    assert '<script src="/static/js/pages/dashboard.js">' in body
+    assert 'data-url="/dashboard/data/?window=24h"' in body
+
+
+def test_the_figures_are_the_chart_functions_applied_to_the_samples(client, demo):
+    add_samples(3, utilization=0.6)
+    client.force_login(demo["lead"])
+    data = embedded(client.get("/dashboard/"))
+    samples = list(MetricSample.objects.order_by("at").values_list("at", "utilization"))
+    expected = charts.utilization_figure(samples)
+    assert data["figures"]["utilization"] == json.loads(json.dumps(expected))
+    eviction = data["figures"]["eviction"]["data"][0]
+    ratios = dict(zip(eviction["x"], eviction["y"], strict=True))
+    assert ratios["llm-experiment"] == 25.0 and ratios["llm-core"] == 1.0
+    assert "llm-experiment 25.0%" in data["figures"]["eviction"]["summary"]
+    lines = data["figures"]["lines"]["data"]
+    assert lines[0]["x"] == ["Large language models", "Multimodal", "Search & Recommendation"]
+    assert data["tiles"]["gpus_total"] == 32 and data["tiles"]["utilization"] == "0.0%"
+
+
+def test_pending_reasons_come_from_the_latest_cycle(client, demo):
+    add_samples(2)
+    SchedulingCycle.objects.create(
+        kind="cycle", cluster_time=cluster_now(), duration_ms=5, pending=7,
+        pending_by_reason={"PRIORITY": 4, "TOPOLOGY": 3},
+    )  # fmt: skip
+    SchedulingCycle.objects.create(kind="sweep", cluster_time=cluster_now(), duration_ms=1)
+    client.force_login(demo["admin"])
+    data = client.get("/dashboard/data/").json()
+    trace = data["figures"]["pending"]["data"][0]
+    assert trace["x"] == [4, 3] and data["tiles"]["pending_jobs"] == 7
+    assert data["as_of"]["cycle"] == SchedulingCycle.objects.get(kind="cycle").pk
+
+
+def test_the_live_snapshot_changes_when_the_cluster_does(client, demo):
+    client.force_login(demo["admin"])
+    before = client.get("/dashboard/data/").json()
+    assert before["as_of"]["sample"] is None
+    assert "No samples yet" in before["figures"]["utilization"]["summary"]
+    Node.objects.filter(name="r000-n00").update(state="cordoned")
+    add_samples(5)
+    after = client.get("/dashboard/data/").json()
+    assert after["as_of"]["sample"] is not None
+    assert len(after["figures"]["utilization"]["data"][0]["x"]) == 5
+    assert after["tiles"]["nodes_out"] == 1 and after["tiles"]["gpus_healthy"] == 24
+
+
+def test_the_time_window_limits_the_series_and_bad_values_fall_back(client, demo):
+    add_samples(48, every=timedelta(minutes=30))  # 23.5 hours
+    client.force_login(demo["admin"])
+    one_hour = client.get("/dashboard/data/?window=1h").json()
+    assert len(one_hour["figures"]["utilization"]["data"][0]["x"]) == 3  # -60, -30, 0 min
+    day = client.get("/dashboard/data/?window=24h").json()
+    assert len(day["figures"]["utilization"]["data"][0]["x"]) == 48
+    bad = client.get("/dashboard/data/?window=<script>").json()
+    assert bad["window"] == "24h"
+    page = client.get("/dashboard/?window=6h").content.decode()
+    assert 'for="id_window"' in page and '<option value="6h" selected>' in page
+
+
+def test_the_dashboard_query_count_does_not_grow_with_the_cluster(
+    client, demo, django_assert_max_num_queries
+):
+    from django.core.management import call_command
+
+    add_samples(500)
+    client.force_login(demo["admin"])
+    with django_assert_max_num_queries(14):
+        assert client.get("/dashboard/").status_code == 200
+    call_command("seed_demo", nodes=96, nodes_per_rack=32, uniform=True, no_workload=True,
+                 stdout=None)  # fmt: skip
+    owner = demo["researcher"]
+    queue = Queue.objects.get(name="llm-core")
+    Job.objects.bulk_create(
+        Job(name=f"p{i}", owner=owner, queue=queue, tier="core", gpus=8) for i in range(300)
+    )
+    with django_assert_max_num_queries(14):
+        assert client.get("/dashboard/").status_code == 200
+    with django_assert_max_num_queries(12):
+        assert client.get("/dashboard/data/").status_code == 200
+
+
+def test_plotly_is_vendored_with_its_version_and_licence_noted():
+    vendor = Path(settings.BASE_DIR) / "static" / "vendor"
+    head = (vendor / "plotly.min.js").read_text(encoding="utf-8")[:300]
+    version = re.search(r"plotly\.js v(\d+\.\d+\.\d+)", head).group(1)
+    readme = (vendor / "README.md").read_text(encoding="utf-8")
+    assert version in readme and "MIT" in readme and "Licensed under the MIT license" in head

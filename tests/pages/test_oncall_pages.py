@@ -1,0 +1,419 @@
+"""The on-call console, rack map and node page: role checks on every page and POST, alerts
+with their guides, node isolation with the blast radius first, residual cleaning, fault
+drills, bad input refused with a clear message and nothing changed, bounded queries."""
+
+import re
+
+import pytest
+from django.test import Client
+
+from monitoring.guides import GUIDES, guide_for_alert
+from monitoring.models import Alert
+from monitoring.services import acknowledge_alert, raise_alert
+from portal.models import AuditRecord
+from quotas.models import BusinessLine, Queue
+from scheduling.models import Node
+from scheduling.sim_services import inject_fault
+from tests.scheduling.test_loop import cycle, submit
+
+pytestmark = pytest.mark.django_db
+
+NODE = "r000-n01"
+GET_PAGES = ["/oncall/", "/oncall/alerts/", "/oncall/rack-map/", "/oncall/rack-map/cells/",
+             f"/oncall/nodes/{NODE}/", f"/oncall/nodes/?name={NODE}"]  # fmt: skip
+NOT_ONCALL = ["researcher", "researcher2", "lead"]
+
+
+@pytest.fixture
+def alert(demo) -> Alert:
+    return raise_alert("node_unhealthy", "critical", NODE, f"{NODE} reports gpu_failure")
+
+
+def as_user(client, demo, username):
+    client.force_login(demo[username])
+    return client
+
+
+def posts(alert_id: int) -> list[tuple[str, dict]]:
+    return [
+        (f"/oncall/alerts/{alert_id}/ack/", {}),
+        (f"/oncall/alerts/{alert_id}/resolve/", {}),
+        (f"/oncall/nodes/{NODE}/action/", {"action": "cordon", "reason": "disk check"}),
+        (f"/oncall/nodes/{NODE}/action/", {"action": "clean", "reason": "stale GPU memory"}),
+        (f"/oncall/nodes/{NODE}/fault/", {"kind": "node_down"}),
+    ]
+
+
+def unchanged(alert: Alert) -> None:
+    alert.refresh_from_db()
+    assert alert.status == "open"
+    assert Node.objects.get(name=NODE).state == "ready"
+    assert not AuditRecord.objects.exists()
+
+
+# -- role checks --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", GET_PAGES)
+def test_anonymous_visitors_are_sent_to_login(client, demo, path):
+    response = client.get(path)
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+@pytest.mark.parametrize("path", GET_PAGES)
+@pytest.mark.parametrize("username", NOT_ONCALL)
+def test_researchers_and_leads_may_not_see_the_console(client, demo, path, username):
+    assert as_user(client, demo, username).get(path).status_code == 403
+
+
+@pytest.mark.parametrize("path", GET_PAGES)
+@pytest.mark.parametrize("username", ["oncall", "admin"])
+def test_oncall_and_admins_see_every_page(client, demo, path, username):
+    response = as_user(client, demo, username).get(path)
+    assert response.status_code == (302 if "?name=" in path else 200)
+
+
+def test_anonymous_posts_change_nothing(client, alert):
+    for path, body in posts(alert.pk):
+        response = client.post(path, body)
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    unchanged(alert)
+
+
+@pytest.mark.parametrize("username", NOT_ONCALL)
+def test_posts_of_researchers_and_leads_are_refused_and_change_nothing(client, demo, alert,
+                                                                       username):  # fmt: skip
+    as_user(client, demo, username)
+    for path, body in posts(alert.pk):
+        assert client.post(path, body).status_code == 403, path
+    unchanged(alert)
+
+
+@pytest.mark.parametrize("username", ["oncall", "admin"])
+def test_oncall_and_admins_may_post(client, demo, alert, username):
+    as_user(client, demo, username)
+    statuses = [client.post(path, body).status_code for path, body in posts(alert.pk)]
+    assert statuses == [302] * 5
+    alert.refresh_from_db()
+    assert alert.status == "resolved" and alert.resolved_by == demo[username]
+    assert Node.objects.get(name=NODE).state == "cordoned"
+    actions = set(AuditRecord.objects.values_list("action", flat=True))
+    assert {"alert.ack", "alert.resolve", "node.cordon", "node.clean_residual",
+            "simulator.fault"} <= actions  # fmt: skip
+
+
+def test_forms_need_the_csrf_token(demo, alert):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(demo["oncall"])
+    for path, body in posts(alert.pk):
+        assert strict.post(path, body).status_code == 403
+    unchanged(alert)
+    page = strict.get("/oncall/").content.decode()
+    assert page.count("csrfmiddlewaretoken") >= 2
+
+
+def test_get_is_not_a_way_to_act(client, demo, alert):
+    as_user(client, demo, "oncall")
+    assert client.get(f"/oncall/alerts/{alert.pk}/ack/").status_code == 405
+    assert client.get(f"/oncall/nodes/{NODE}/action/?action=cordon&reason=x").status_code == 405
+    unchanged(alert)
+
+
+# -- alerts -----------------------------------------------------------------------------
+
+
+def test_alerts_are_listed_with_their_guide_and_buttons(client, demo, alert):
+    raise_alert("quota_near_limit", "info", "llm", "line llm holds 14 of its 14 GPU quota")
+    body = as_user(client, demo, "oncall").get("/oncall/").content.decode()
+    assert f'id="alert-{alert.pk}"' in body and "reports gpu_failure" in body
+    assert "CRITICAL" in body, "severity is written, not only coloured"
+    assert "Troubleshooting: Unhealthy node" in body
+    assert "Troubleshooting: Frequent quota alerts" in body
+    assert f'action="/oncall/alerts/{alert.pk}/ack/"' in body
+    assert f'href="/oncall/nodes/{NODE}/"' in body
+    critical_first = body.index(f'id="alert-{alert.pk}"') < body.index("holds 14 of its")
+    assert critical_first
+
+
+def test_acknowledging_then_resolving_an_alert(client, demo, alert):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/alerts/{alert.pk}/ack/", follow=True)
+    assert response.redirect_chain[-1][0] == "/oncall/#alerts"
+    assert f"Alert #{alert.pk} (node_unhealthy, {NODE}) acknowledged." in response.content.decode()
+    alert.refresh_from_db()
+    assert alert.status == "acknowledged" and alert.acknowledged_by == demo["oncall"]
+    fragment = client.get("/oncall/alerts/").content.decode()
+    assert f'id="ack-{alert.pk}"' not in fragment and f'id="resolve-{alert.pk}"' in fragment
+    client.post(f"/oncall/alerts/{alert.pk}/resolve/")
+    alert.refresh_from_db()
+    assert alert.status == "resolved"
+    assert f'id="alert-{alert.pk}"' not in client.get("/oncall/alerts/").content.decode()
+
+
+def test_acting_twice_on_an_alert_is_refused_with_a_message(client, demo, alert):
+    as_user(client, demo, "oncall")
+    client.post(f"/oncall/alerts/{alert.pk}/ack/")
+    response = client.post(f"/oncall/alerts/{alert.pk}/ack/")
+    assert response.status_code == 400
+    assert f"Alert #{alert.pk} was not changed: alert is already acknowledged" in (
+        response.content.decode()
+    )
+    assert AuditRecord.objects.filter(action="alert.ack").count() == 1
+
+
+def test_an_unknown_alert_is_refused_with_a_message(client, demo, alert):
+    as_user(client, demo, "oncall")
+    for action in ("ack", "resolve"):
+        response = client.post(f"/oncall/alerts/999999/{action}/")
+        assert response.status_code == 404
+        assert "There is no alert #999999; nothing was changed." in response.content.decode()
+    unchanged(alert)
+
+
+def test_every_alert_kind_has_a_guide_and_every_guide_is_complete():
+    for kind in Alert.Kind.values:
+        assert guide_for_alert(kind) is not None, kind
+    titles = {g.title for g in GUIDES}
+    for wanted in ("Pending for hours", "A job was killed half-way", "Node idle but unschedulable",
+                   "Urgent work keeps evicting the same jobs",
+                   "Slow training from scattered placement", "Frequent quota alerts",
+                   "Residual processes hold GPUs", "Unhealthy node"):  # fmt: skip
+        assert wanted in titles
+    for guide in GUIDES:
+        assert guide.symptom and len(guide.causes) >= 2 and len(guide.first_actions) >= 2
+
+
+def test_the_console_lists_every_guide(client, demo):
+    body = as_user(client, demo, "oncall").get("/oncall/").content.decode()
+    for guide in GUIDES:
+        assert f'id="guide-{guide.slug}"' in body
+
+
+# -- rack map ---------------------------------------------------------------------------
+
+
+def cell(body: str, name: str) -> re.Match:
+    match = re.search(
+        rf'<a class="n k-(?P<status>[a-z]+)" href="/oncall/nodes/{name}/" data-n="{name}" '
+        rf'title="(?P<title>[^"]*)" aria-label="(?P<label>[^"]*)">(?P<glyph>[^<]*)</a>', body
+    )  # fmt: skip
+    assert match, f"no cell for {name}"
+    return match
+
+
+def test_the_rack_map_shows_every_node_with_a_glyph_and_a_sentence(client, demo, api):
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    submit(api("researcher"), name="half", queue="llm-core", gpus=4)
+    cycle(api("admin"))
+    Node.objects.filter(name="r000-n03").update(state="cordoned", state_reason="maintenance")
+    body = as_user(client, demo, "oncall").get("/oncall/").content.decode()
+    assert body.count('class="n k-') - 8 == Node.objects.count(), "one cell per node (+ legend)"
+    cordoned = cell(body, "r000-n03")
+    assert cordoned["status"] == "cordoned" and cordoned["glyph"] == "C"
+    assert cordoned["label"] == "r000-n03: cordoned, 0/8 GPUs used" == cordoned["title"]
+    busy = [cell(body, n.name) for n in Node.objects.exclude(name="r000-n03")]
+    assert sorted(m["glyph"] for m in busy) == ["0", "0", "4"]
+    assert any(m["label"].endswith("ready, partly used, 4/8 GPUs used") for m in busy)
+    assert 'aria-label="rack r000"' in body
+    assert "cordoned: no new work" in body, "the legend explains letters and colours"
+
+
+def test_the_rack_map_alone_and_its_live_cells(client, demo):
+    Node.objects.filter(name=NODE).update(state="draining")
+    as_user(client, demo, "admin")
+    assert cell(client.get("/oncall/rack-map/").content.decode(), NODE)["glyph"] == "D"
+    data = client.get("/oncall/rack-map/cells/").json()
+    assert [NODE, "draining", "D", f"{NODE}: draining, 0/8 GPUs used"] in data["cells"]
+    assert data["counts"]["draining"] == 1 and data["counts"]["idle"] == 3
+    assert data["racks"] == {"r000": "4 nodes, 1 out of the pool"}
+    one = client.get(f"/oncall/rack-map/cells/?node={NODE}").json()
+    assert [c[0] for c in one["cells"]] == [NODE]
+
+
+def test_the_go_to_node_box(client, demo):
+    as_user(client, demo, "oncall")
+    response = client.get(f"/oncall/nodes/?name={NODE}")
+    assert response.status_code == 302 and response["Location"] == f"/oncall/nodes/{NODE}/"
+    missing = client.get("/oncall/nodes/?name=r999-n99")
+    assert missing.status_code == 404 and "There is no node named “r999-n99”" in (
+        missing.content.decode()
+    )
+    body = client.get("/oncall/").content.decode()
+    assert '<label for="id_node_name">Go to node</label>' in body
+
+
+# -- node page and actions ------------------------------------------------------------
+
+
+def test_the_node_page_shows_its_jobs_and_the_blast_radius_before_the_forms(client, demo, api):
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    me = api("researcher")
+    for i in range(4):
+        submit(me, name=f"big{i}", queue="llm-core", gpus=8)
+    submit(me, name="exp", queue="llm-experiment", gpus=8)
+    cycle(api("admin"))
+    node = Node.objects.filter(allocations__isnull=False).distinct().first()
+    body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{node.name}/").content.decode()
+    job = node.allocations.first().job
+    assert f"#{job.pk} {job.name}" in body
+    assert "1 job(s)</strong> in <strong>1 queue(s)" in body and "llm-core (8 GPUs)" in body
+    assert body.index('id="blast-radius"') < body.index('id="node-action-form"')
+    assert f"{node.name}: ready, full, 8/8 GPUs used" in body
+    # labels on every input; only applicable buttons
+    assert 'for="id_reason"' in body and 'for="id_kind"' in body
+    assert 'value="cordon"' in body and 'value="drain"' in body and 'value="uncordon"' not in body
+
+
+def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
+    as_user(client, demo, "oncall")
+    url = f"/oncall/nodes/{NODE}/action/"
+    response = client.post(url, {"action": "cordon", "reason": "fan noise"}, follow=True)
+    assert response.redirect_chain[-1][0] == f"/oncall/nodes/{NODE}/"
+    body = response.content.decode()
+    assert f"{NODE} cordoned: no new work lands on it" in body
+    assert 'value="uncordon"' in body and 'value="cordon"' not in body
+    node = Node.objects.get(name=NODE)
+    assert node.state == "cordoned" and node.state_reason == "fan noise"
+    client.post(url, {"action": "drain", "reason": "move jobs off"})
+    assert Node.objects.get(name=NODE).state == "draining"
+    client.post(url, {"action": "uncordon", "reason": "fixed"})
+    assert Node.objects.get(name=NODE).state == "ready"
+    record = AuditRecord.objects.get(action="node.cordon")
+    assert record.actor == demo["oncall"] and record.reason == "fan noise"
+    history = client.get(f"/oncall/nodes/{NODE}/").content.decode()
+    assert "node.uncordon" in history and "fan noise" in history
+
+
+@pytest.mark.parametrize("reason", ["", "   "])
+def test_a_missing_reason_is_refused_and_nothing_changes(client, demo, reason):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/action/", {"action": "cordon", "reason": reason})
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "say why (it is shown to users and kept in the audit log)" in body
+    assert 'aria-invalid="true"' in body
+    assert Node.objects.get(name=NODE).state == "ready" and not AuditRecord.objects.exists()
+
+
+def test_an_overlong_reason_or_unknown_action_is_refused(client, demo):
+    as_user(client, demo, "oncall")
+    url = f"/oncall/nodes/{NODE}/action/"
+    long = client.post(url, {"action": "cordon", "reason": "x" * 301})
+    assert long.status_code == 400 and "at most 300 characters" in long.content.decode()
+    bad = client.post(url, {"action": "reboot", "reason": "why not"})
+    assert bad.status_code == 400 and "unknown action reboot" in bad.content.decode()
+    none = client.post(url, {"reason": "forgot the button"})
+    assert none.status_code == 400 and "press one of the action buttons" in none.content.decode()
+    assert Node.objects.get(name=NODE).state == "ready" and not AuditRecord.objects.exists()
+
+
+def test_an_impossible_transition_is_refused_with_the_services_message(client, demo):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/action/",
+                           {"action": "uncordon", "reason": "already fine"})  # fmt: skip
+    assert response.status_code == 400
+    assert f"{NODE} is ready; cannot uncordon it" in response.content.decode()
+    assert not AuditRecord.objects.exists()
+
+
+def test_an_unknown_node_is_refused_with_a_message(client, demo):
+    as_user(client, demo, "oncall")
+    for path, body in [("/oncall/nodes/r999-n99/", None),
+                       ("/oncall/nodes/r999-n99/action/", {"action": "cordon", "reason": "x"}),
+                       ("/oncall/nodes/r999-n99/fault/", {"kind": "node_down"})]:  # fmt: skip
+        response = client.post(path, body) if body else client.get(path)
+        assert response.status_code == 404
+        assert "There is no node named “r999-n99”; nothing was changed." in (
+            response.content.decode()
+        )
+    assert not AuditRecord.objects.exists()
+
+
+def test_clean_residual_processes_runs_a_sweep_now_and_is_audited(client, demo):
+    inject_fault(demo["admin"], "residual_process", NODE)
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/action/",
+                           {"action": "clean", "reason": "GPU memory held"}, follow=True)  # fmt: skip
+    body = response.content.decode()
+    assert "residual processes were found and killed" in body
+    alert = Alert.objects.get(kind="residual_process", subject=NODE)
+    assert "returned to the pool" in alert.message
+    record = AuditRecord.objects.get(action="node.clean_residual")
+    assert record.reason == "GPU memory held" and record.after["alert"] == alert.pk
+    assert record.after["residual_gpus"] == 0 and record.actor == demo["oncall"]
+    again = client.post(f"/oncall/nodes/{NODE}/action/",
+                        {"action": "clean", "reason": "check again"}, follow=True)  # fmt: skip
+    assert "no residual process was found on it" in again.content.decode()
+
+
+def test_clean_needs_a_reason_too(client, demo):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/action/", {"action": "clean", "reason": ""})
+    assert response.status_code == 400 and not AuditRecord.objects.exists()
+
+
+def test_a_fault_drill_is_injected_and_the_next_cycle_isolates_the_node(client, demo, api):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/fault/", {"kind": "gpu_failure"}, follow=True)
+    assert "Drill: GPU failure (uncorrectable ECC / Xid errors) injected on" in (
+        response.content.decode()
+    )
+    assert AuditRecord.objects.get(action="simulator.fault").reason == "gpu_failure"
+    cycle(api("admin"))
+    assert Node.objects.get(name=NODE).state == "unhealthy"
+    body = client.get("/oncall/").content.decode()
+    assert cell(body, NODE)["glyph"] == "U"
+    assert "Troubleshooting: Unhealthy node" in body
+
+
+def test_a_bad_fault_kind_is_refused(client, demo):
+    as_user(client, demo, "oncall")
+    response = client.post(f"/oncall/nodes/{NODE}/fault/", {"kind": "meteor"})
+    assert response.status_code == 400
+    assert "Select a valid choice. meteor is not one of the available choices." in (
+        response.content.decode()
+    )
+    assert not AuditRecord.objects.exists()
+
+
+def test_fault_drills_are_offered_only_on_the_simulator(client, demo, settings):
+    as_user(client, demo, "oncall")
+    assert 'id="fault-form"' in client.get(f"/oncall/nodes/{NODE}/").content.decode()
+    settings.SCHEDULING_BACKEND = "slurm"
+    assert 'id="fault-form"' not in client.get(f"/oncall/nodes/{NODE}/").content.decode()
+    response = client.post(f"/oncall/nodes/{NODE}/fault/", {"kind": "node_down"})
+    assert response.status_code == 400
+    assert "only available with the simulator backend" in response.content.decode()
+
+
+# -- queries ----------------------------------------------------------------------------
+
+
+def test_the_pages_query_count_does_not_grow_with_the_cluster(client, demo, api,
+                                                              django_assert_max_num_queries):  # fmt: skip
+    from django.core.management import call_command
+
+    as_user(client, demo, "oncall")
+    pages = {"/oncall/": 7, "/oncall/rack-map/": 5, "/oncall/rack-map/cells/": 5,
+             "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 8}  # fmt: skip
+    for path, bound in pages.items():
+        with django_assert_max_num_queries(bound):
+            assert client.get(path).status_code == 200
+    call_command("seed_demo", nodes=160, nodes_per_rack=32, uniform=True, no_workload=True,
+                 stdout=None)  # fmt: skip
+    BusinessLine.objects.update(quota_gpus=10_000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    me = api("researcher")
+    for i in range(12):
+        submit(me, name=f"j{i}", queue="llm-core", gpus=4)
+    cycle(api("admin"))
+    for i in range(30):
+        raised = raise_alert("residual_process", "warning", f"r000-n{i:02d}", "2 GPU(s) held")
+        if i % 2:
+            acknowledge_alert(demo["admin" if i % 4 == 1 else "oncall"], raised.pk)
+    for i in range(3):
+        client.post(f"/oncall/nodes/r000-n{i:02d}/action/", {"action": "cordon", "reason": "r"})
+    for path, bound in pages.items():
+        with django_assert_max_num_queries(bound):
+            assert client.get(path).status_code == 200

@@ -29,6 +29,7 @@ from collections import defaultdict
 from .accounting import derive_usage, preemption_budgets
 from .placement import class_key, node_matches
 from .policy import (
+    gc_paused,
     inference_ok,
     is_demoted,
     job_runtime,
@@ -40,6 +41,12 @@ from .types import COLD, GRACEFUL, READY, RUNNING, VERDICT_CODES, Plan, Snapshot
 
 
 def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
+    """Violations of the plan against the snapshot (empty list = OK)."""
+    with gc_paused():
+        return _check_plan(snapshot, plan)
+
+
+def _check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     errors: list[str] = []
     policy = snapshot.policy
     nodes = {n.name: n for n in snapshot.nodes}

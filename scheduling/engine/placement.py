@@ -269,10 +269,11 @@ class Cluster:
         self.node_classes: list[list[NodeClass]] = [[] for _ in range(topo.n)]
 
     def copy(self) -> Cluster:
-        """An independent copy (classes are rebuilt lazily on the copy)."""
+        """A read-only view of the current capacity (``take`` is not available on it;
+        classes are rebuilt lazily)."""
         other = Cluster.__new__(Cluster)
         other.topo = self.topo
-        other.free = [f[:] for f in self.free]
+        other.free = []
         other.nfree = self.nfree[:]
         other.usable = bytearray(self.usable)
         other.buckets = [b[:] for b in self.buckets]

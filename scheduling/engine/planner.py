@@ -34,6 +34,7 @@ from .backfill import Timeline
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     effective_tier,
+    gc_paused,
     inference_ok,
     is_demoted,
     job_runtime,
@@ -847,4 +848,5 @@ def plan(snapshot: Snapshot, now: float) -> Plan:
 
     Pure and deterministic: the same snapshot and ``now`` give the same plan.
     """
-    return Planner(snapshot, now).run()
+    with gc_paused():
+        return Planner(snapshot, now).run()

@@ -7,7 +7,10 @@ and ``check_plan()`` apply one definition of each.
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .types import (
     PREEMPTING,
@@ -91,3 +94,21 @@ def loss_gpu_hours(job: RunningJob, now: float) -> float:
 def inference_ok(job: PendingJob) -> bool:
     """Training may share an inference node only if preemptible and willing."""
     return bool(job.preemptible) and not job.avoid_inference
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan is computed.
+
+    A plan allocates many small, short-lived, acyclic objects; with tens of
+    thousands of live snapshot objects, generation-2 collections triggered by
+    those allocations cost ~20 % at 20,000 pending jobs. Reference counting
+    still frees everything; the collector is re-enabled (if it was on) on exit.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -58,3 +58,18 @@ def test_engine_imports_only_the_standard_library():
                 continue
             for name in names:
                 assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+
+
+def test_plan_restores_the_garbage_collector_state():
+    import gc
+
+    s = build_snapshot(400, 20, 20, seed=2)
+    assert gc.isenabled()
+    check_plan(s, plan(s, BENCH_NOW))
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        check_plan(s, plan(s, BENCH_NOW))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

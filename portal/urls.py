@@ -32,6 +32,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("monitoring.urls")),
+    path("", include("scheduling.urls")),
     path("quotas/", include("quotas.urls")),
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),

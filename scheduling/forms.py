@@ -1,0 +1,232 @@
+"""Forms of the researcher pages: submit a job, the resource estimator, the job list filters.
+
+The submit form checks types and bounds only (the same ``scheduling.limits`` as the API
+serializer); the business rules (queue access, tier ceiling, job shape, shared-storage
+checkpoints) are ``scheduling.services``' and their errors are mapped back onto the form.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from quotas.models import Queue, Tier
+from scheduling import estimator, limits
+from scheduling.models import Job
+from scheduling.services import JobRequest
+
+TRI_STATE = {"": None, "yes": True, "no": False}
+NULLABLE = {"tier", "gpus_per_node", "gpu_memory_gb", "rdma", "preemptible",
+            "estimated_runtime_minutes", "sim_duration_minutes"}  # fmt: skip
+
+
+def _tri_state(value: str) -> bool | None:
+    return TRI_STATE.get(value)
+
+
+class JobSubmitForm(forms.Form):
+    """Every field of API.md's job submission, with labels and help text."""
+
+    name = forms.CharField(
+        label="Job name", max_length=limits.NAME_MAX, strip=True,
+        help_text="A short name you will recognise, e.g. llama-7b-sft-run3 (1 to 100 characters).",
+    )  # fmt: skip
+    queue = forms.CharField(
+        label="Queue", max_length=80, widget=forms.Select,
+        help_text="Only the queues of your business lines are listed. The queue sets the "
+        "highest tier your job may have.",
+    )  # fmt: skip
+    tier = forms.ChoiceField(
+        label="Priority tier", required=False,
+        choices=[("", "The queue's tier (default)"), *Tier.choices],
+        help_text="Never above the queue's tier. Urgent > core > fine-tuning > experiment.",
+    )  # fmt: skip
+    gpus = forms.IntegerField(
+        label="GPUs in total", min_value=1, max_value=limits.GPUS_MAX,
+        help_text="Whole GPUs for the whole job. Jobs larger than one node use whole nodes.",
+    )  # fmt: skip
+    gpus_per_node = forms.IntegerField(
+        label="GPUs per node", min_value=1, max_value=limits.GPUS_PER_NODE_MAX, required=False,
+        help_text="Leave empty to derive it: up to 8 on one node, whole nodes above that. "
+        "The total must split evenly.",
+    )  # fmt: skip
+    gpu_memory_gb = forms.IntegerField(
+        label="Minimum GPU memory (GB)", min_value=1, max_value=limits.GPU_MEMORY_GB_MAX,
+        required=False,
+        help_text="Only GPUs with at least this much memory. The estimator fills it in.",
+    )  # fmt: skip
+    rdma = forms.TypedChoiceField(
+        label="RDMA between nodes", required=False, coerce=_tri_state, empty_value=None,
+        choices=[("", "Default: yes when multi-node"), ("yes", "Yes, RDMA nodes only"),
+                 ("no", "No")],
+        help_text="Multi-node training needs RDMA to be fast.",
+    )  # fmt: skip
+    exclusive_node = forms.BooleanField(
+        label="Whole nodes to itself", required=False,
+        help_text="Nothing else may share its nodes (e.g. a 4-GPU job takes a whole 8-GPU node).",
+    )  # fmt: skip
+    avoid_inference = forms.BooleanField(
+        label="Avoid nodes serving online inference", required=False,
+        help_text="Never co-locate with online inference traffic.",
+    )  # fmt: skip
+    preemptible = forms.TypedChoiceField(
+        label="Preemptible", required=False, coerce=_tri_state, empty_value=None,
+        choices=[("", "Default for the tier: yes below core"), ("yes", "Yes"), ("no", "No")],
+        help_text="A preemptible job may borrow idle capacity beyond quota and may be "
+        "checkpointed and paused for higher-priority work.",
+    )  # fmt: skip
+    max_retries = forms.IntegerField(
+        label="Automatic retries", min_value=0, max_value=limits.MAX_RETRIES_MAX, initial=3,
+        required=False,
+        help_text="Restarts after a failure, from the last checkpoint (0 to 10).",
+    )  # fmt: skip
+    checkpoint_path = forms.CharField(
+        label="Checkpoint location", max_length=limits.CHECKPOINT_PATH_MAX, required=False,
+        help_text="Shared storage only, e.g. nfs://… or s3://… — never a node's local disk.",
+    )  # fmt: skip
+    checkpoint_interval_minutes = forms.IntegerField(
+        label="Checkpoint every (minutes)", min_value=1, max_value=limits.CHECKPOINT_INTERVAL_MAX,
+        initial=60, required=False,
+        help_text="E.g. 60 for pre-training, 120 for small runs. Progress since the last "
+        "checkpoint is lost on failure.",
+    )  # fmt: skip
+    estimated_runtime_minutes = forms.IntegerField(
+        label="Your runtime estimate (minutes)", min_value=1, max_value=limits.RUNTIME_MAX_MINUTES,
+        required=False,
+        help_text="Optional. Short jobs may start early in gaps (backfill); the predictor may "
+        "override it from history.",
+    )  # fmt: skip
+    model_name = forms.CharField(
+        label="Model name", max_length=limits.MODEL_NAME_MAX, required=False,
+        help_text="Optional, e.g. llama-7b: nodes that recently ran it are preferred and "
+        "runtimes are predicted from its history.",
+    )  # fmt: skip
+    sim_duration_minutes = forms.IntegerField(
+        label="Simulated true runtime (minutes)", min_value=1,
+        max_value=limits.RUNTIME_MAX_MINUTES, required=False,
+        help_text="Simulator only, for drills: how long the job really runs (hidden from the "
+        "scheduler). Left empty, it is drawn at random.",
+    )  # fmt: skip
+
+    # The fields that decide where and whether a job can run.
+    FEASIBILITY_FIELDS = (
+        "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
+        "avoid_inference", "preemptible",
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.queues = queues
+        self.fields["queue"].widget.choices = [("", "Choose a queue…")] + [
+            (str(q.pk), f"{q.name} — {q.get_nature_display()}, tier {q.tier}") for q in queues
+        ]
+        if not simulator:
+            del self.fields["sim_duration_minutes"]
+
+    def job_request(self) -> JobRequest:
+        """The service's request from a valid form."""
+        data = dict(self.cleaned_data)
+        data["tier"] = data.get("tier") or None
+        data.setdefault("sim_duration_minutes", None)
+        # Left empty: the API's defaults (JobRequest's).
+        return JobRequest(**{k: v for k, v in data.items() if v is not None or k in NULLABLE})
+
+    def feasibility_request(self) -> JobRequest | None:
+        """A request for the feasibility line when the fields that matter are valid (the
+        name and the other fields may still be missing)."""
+        self.is_valid()
+        if any(name in self.errors for name in self.FEASIBILITY_FIELDS):
+            return None
+        data = {name: self.cleaned_data.get(name) for name in self.FEASIBILITY_FIELDS}
+        if not data["queue"] or not data["gpus"]:
+            return None
+        data["tier"] = data["tier"] or None
+        data["exclusive_node"] = bool(data["exclusive_node"])
+        data["avoid_inference"] = bool(data["avoid_inference"])
+        return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
+
+    def add_service_errors(self, exc: ValidationError) -> None:
+        """Put the service's field errors on their fields (others on the form)."""
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {None: exc.messages}
+        for field, messages in errors.items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message if target else f"{field}: {message}")
+
+
+class EstimatorForm(forms.Form):
+    """Inputs of the resource estimator (P6); ``estimate_input()`` gives the pure input."""
+
+    params = forms.CharField(
+        label="Model size (parameters)", max_length=20, initial="7B",
+        help_text="E.g. 7B, 70B, 1.3B or 350M.",
+    )  # fmt: skip
+    precision = forms.ChoiceField(
+        label="Precision", choices=list(estimator.PRECISIONS.items()), initial="bf16",
+        help_text="Mixed precision keeps an fp32 master copy of the weights for the optimizer.",
+    )  # fmt: skip
+    optimizer = forms.ChoiceField(
+        label="Optimizer", choices=list(estimator.OPTIMIZERS.items()), initial="adamw",
+        help_text="Adam/AdamW keep two fp32 moments (8 bytes per parameter), SGD one, "
+        "Adafactor almost none.",
+    )  # fmt: skip
+    zero_stage = forms.TypedChoiceField(
+        label="Sharding (ZeRO / FSDP)", coerce=int, initial=0,
+        choices=list(estimator.ZERO_STAGES.items()),
+        help_text="Sharding splits these across the data-parallel GPUs.",
+    )  # fmt: skip
+    data_parallel = forms.IntegerField(
+        label="Data-parallel degree", min_value=1, max_value=estimator.DATA_PARALLEL_MAX,
+        initial=1, help_text="How many GPUs hold a replica (or a shard) of the model.",
+    )  # fmt: skip
+    seq_len = forms.IntegerField(
+        label="Sequence length (tokens)", min_value=1, max_value=estimator.SEQ_LEN_MAX,
+        initial=4096,
+    )  # fmt: skip
+    micro_batch = forms.IntegerField(
+        label="Micro-batch per GPU", min_value=1, max_value=estimator.MICRO_BATCH_MAX, initial=1,
+        help_text="Sequences per GPU per forward pass (before gradient accumulation).",
+    )  # fmt: skip
+    hidden_size = forms.IntegerField(
+        label="Hidden size", min_value=estimator.HIDDEN_MIN, max_value=estimator.HIDDEN_MAX,
+        required=False, help_text="Optional: derived from the model size when empty.",
+    )  # fmt: skip
+    num_layers = forms.IntegerField(
+        label="Layers", min_value=1, max_value=estimator.LAYERS_MAX, required=False,
+        help_text="Optional: derived from the model size when empty.",
+    )  # fmt: skip
+    activation_checkpointing = forms.BooleanField(
+        label="Activation checkpointing", required=False,
+        help_text="Recompute activations in the backward pass: far less memory, about a "
+        "third more compute.",
+    )  # fmt: skip
+
+    def clean_params(self) -> float:
+        try:
+            value = estimator.parse_params(self.cleaned_data["params"])
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+        if not estimator.PARAMS_MIN <= value <= estimator.PARAMS_MAX:
+            raise ValidationError("between 1M and 10T parameters")
+        return value
+
+    def estimate_input(self) -> estimator.EstimateInput:
+        return estimator.EstimateInput(**self.cleaned_data)
+
+
+class JobFilterForm(forms.Form):
+    """Filters of the job list (all optional; bad values are ignored, not fatal)."""
+
+    state = forms.ChoiceField(label="State", required=False,
+                              choices=[("", "Any state"), *Job.State.choices])  # fmt: skip
+    queue = forms.TypedChoiceField(label="Queue", required=False, coerce=int, empty_value=None)
+    mine = forms.ChoiceField(
+        label="Whose jobs", required=False,
+        choices=[("1", "Only mine"), ("0", "All I can see")],
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, queues: list[Queue], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].choices = [("", "Any queue")] + [(q.pk, q.name) for q in queues]

@@ -1,0 +1,17 @@
+"""Researcher pages: /jobs/… and /queues/ (included from portal.urls)."""
+
+from django.urls import path
+
+from scheduling import views
+
+app_name = "scheduling"
+
+urlpatterns = [
+    path("jobs/", views.job_list, name="job-list"),
+    path("jobs/new/", views.submit, name="job-submit"),
+    path("jobs/estimate/", views.estimate, name="job-estimate"),
+    path("jobs/feasibility/", views.feasibility, name="job-feasibility"),
+    path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
+    path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("queues/", views.queue_list, name="queue-list"),
+]

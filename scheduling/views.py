@@ -1,0 +1,519 @@
+"""Researcher pages: submit a job (with the resource estimator), my jobs, job detail, queues.
+
+Thin adapters: reads come from ``scheduling.selectors`` (scoped to the user), writes go
+through ``scheduling.services``; the estimator and the feasibility line are the pure
+``scheduling.estimator``. Pages render fully on the server; ``static/js/pages/*`` then
+apply live updates (``job.<id>``, ``pending``, ``queues`` topics) and refetch on reconnect.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count, Max, Q, Sum
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from portal.api import client_ip
+from portal.roles import sees_all_jobs
+from quotas.models import BusinessLine, Queue, Tier
+from scheduling import estimator
+from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
+from scheduling.models import Allocation, Job, Node
+from scheduling.selectors import (
+    QueueUsage,
+    build_line_usage,
+    build_placement,
+    build_queue_usage,
+    get_job_for_user,
+    list_jobs_for_user,
+    list_nodes_with_usage,
+    list_queues_for_submit,
+)
+from scheduling.services import JobRequest, cancel_job, may_cancel, resolve_job_request, submit_job
+
+JOBS_PER_PAGE = 50
+
+# Words for the numbers in ``pending_details`` (unknown keys fall back to the key itself).
+DETAIL_LABELS: dict[str, str] = {
+    "scope": "Limited by",
+    "name": "Name",
+    "held_gpus": "GPUs held now",
+    "quota_gpus": "Quota (GPUs)",
+    "requested_gpus": "GPUs this job asks",
+    "room_gpus": "Room left under the quota (GPUs)",
+    "short_gpus": "GPUs short",
+    "nodes_needed": "Nodes needed",
+    "gpus_per_node": "GPUs per node",
+    "largest_node_gpus": "Largest node (GPUs)",
+    "max_gpu_memory_gb": "Largest GPU memory (GB)",
+    "matching_nodes": "Matching nodes",
+    "max_block_nodes": "Most matching nodes in one block",
+    "healthy_matching_nodes": "Healthy matching nodes",
+    "unavailable_nodes": "Matching nodes unavailable",
+    "ahead_jobs": "Jobs ahead still waiting",
+    "ahead_gpus": "GPUs they wait for",
+    "started_ahead_jobs": "Jobs ahead started this cycle",
+    "started_ahead_gpus": "GPUs they took",
+    "reservations_ahead": "Reservations holding nodes",
+    "strict_order": "Strict order policy",
+    "victims": "Jobs checkpointing to make room",
+    "victim_gpus": "GPUs they free",
+    "deadline": "They stop by",
+    "free_gpus": "Matching GPUs free",
+    "best_node_free": "Most free GPUs on one node",
+    "best_rack": "Best rack",
+    "best_rack_nodes": "Nodes with room in the best rack",
+    "best_block_nodes": "Nodes with room in the best block",
+    "where": "Free GPUs by rack",
+    "underlying_code": "Underlying reason",
+    "preemption_count": "Times preempted",
+}
+TIME_DETAILS = {"deadline"}
+
+# Each pending code in plain words (the guide says the same).
+CODE_TITLES: dict[str, str] = {
+    "NEVER_FITS": "Can never run as asked",
+    "QUOTA_EXCEEDED": "Waiting for quota",
+    "NODES_UNAVAILABLE": "Waiting for nodes to come back",
+    "PRIORITY": "Higher-priority work goes first",
+    "PREEMPTING": "Room is being made for it",
+    "TOPOLOGY": "Free GPUs are scattered",
+    "INSUFFICIENT_GPUS": "Not enough free GPUs",
+    "DEMOTED": "Demoted after repeated preemption",
+}
+
+
+def _format_detail(key: str, value: Any) -> str:
+    if key in TIME_DETAILS and isinstance(value, int | float):
+        if not value:
+            return "unknown"
+        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    if key == "strict_order":
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value) if value != "" else "none"
+
+
+def detail_rows(details: dict) -> list[tuple[str, str]]:
+    """``pending_details`` as (label, value) rows, in a readable order."""
+    if not isinstance(details, dict):
+        return []
+    return [
+        (DETAIL_LABELS.get(k, k.replace("_", " ").capitalize()), _format_detail(k, v))
+        for k, v in details.items()
+    ]
+
+
+def duration_text(seconds: float) -> str:
+    """1234 s -> ``"20 min"``, 5400 -> ``"1 h 30 min"`` (jobs_detail.js says it the same way)."""
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    return f"{minutes // 60} h {minutes % 60} min"
+
+
+def _is_simulator() -> bool:
+    return settings.SCHEDULING_BACKEND == "simulator"
+
+
+# -- submit ---------------------------------------------------------------------------------
+
+
+def gpu_options() -> list[estimator.GpuOption]:
+    """The kinds of GPU in the cluster (model and memory), with how many of each."""
+    rows = (
+        Node.objects.values("gpu_model", "gpu_memory_gb")
+        .annotate(
+            per_node=Max("gpus_total"),
+            gpus=Sum("gpus_total"),
+            rdma_gpus=Sum("gpus_total", filter=Q(rdma=True)),
+        )
+        .order_by("gpu_memory_gb", "gpu_model")
+    )
+    return [
+        estimator.GpuOption(
+            model=r["gpu_model"],
+            memory_gb=r["gpu_memory_gb"],
+            gpus_per_node=r["per_node"],
+            gpus=r["gpus"] or 0,
+            rdma_gpus=r["rdma_gpus"] or 0,
+        )
+        for r in rows
+    ]
+
+
+def assess(user: Any, req: JobRequest) -> estimator.Feasibility:
+    """The feasibility line for one request against the cluster as it is now (an estimate).
+
+    Reads only: the nodes with their free GPUs, the quota headroom of the job's queue and
+    line, and the waiting work of equal or higher tier. Raises ``ValidationError`` when the
+    request breaks a rule.
+    """
+    fields = resolve_job_request(user, req)
+    queue: Queue = fields["queue"]
+    ask = estimator.JobAsk(
+        gpus=fields["gpus"],
+        gpus_per_node=fields["gpus_per_node"],
+        gpu_memory_gb=fields["gpu_memory_gb"],
+        rdma=fields["rdma"],
+        exclusive_node=fields["exclusive_node"],
+        avoid_inference=fields["avoid_inference"],
+        preemptible=fields["preemptible"],
+    )
+    exclusive_held = set(
+        Allocation.objects.filter(job__exclusive_node=True).values_list("node_id", flat=True)
+    )
+    nodes = [
+        estimator.NodeFact(
+            gpu_memory_gb=n["gpu_memory_gb"],
+            gpus_total=n["gpus_total"],
+            free_gpus=max(0, n["gpus_total"] - n["gpus_allocated"] - n["residual_gpus"]),
+            rdma=n["rdma"],
+            inference=n["inference"],
+            available=n["state"] == Node.State.READY
+            and n["health"] == Node.Health.OK
+            and n["id"] not in exclusive_held,
+        )
+        for n in list_nodes_with_usage().values(
+            "id",
+            "gpu_memory_gb",
+            "gpus_total",
+            "gpus_allocated",
+            "residual_gpus",
+            "rdma",
+            "inference",
+            "state",
+            "health",
+        )
+    ]
+    usage = build_queue_usage()
+    line = queue.business_line
+    line_queue_ids = Queue.objects.filter(business_line=line).values_list("id", flat=True)
+    line_held = 0
+    for qid in line_queue_ids:
+        u = usage.get(qid, QueueUsage())
+        line_held += u.used_gpus - u.borrowed_gpus
+    quotas = []
+    if queue.quota_gpus is not None:
+        u = usage.get(queue.pk, QueueUsage())
+        quotas.append(
+            estimator.QuotaFact(
+                "queue", queue.name, u.used_gpus - u.borrowed_gpus, queue.quota_gpus
+            )
+        )
+    quotas.append(estimator.QuotaFact("line", line.name, line_held, line.quota_gpus))
+    rank = Tier.rank(fields["tier"])
+    ahead = Job.objects.filter(
+        state=Job.State.PENDING, tier__in=[t for t in Tier.values if Tier.rank(t) >= rank]
+    ).aggregate(n=Count("id"), g=Sum("gpus"))
+    return estimator.assess_feasibility(ask, nodes, quotas, ahead["n"], ahead["g"] or 0)
+
+
+def _queue_info(queues: list[Queue]) -> list[dict]:
+    return [
+        {
+            "id": q.pk,
+            "name": q.name,
+            "tier": q.tier,
+            "line": q.business_line.name,
+            "preemptible_default": Tier.rank(q.tier) < Tier.rank(Tier.CORE),
+        }
+        for q in queues
+    ]
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def submit(request: HttpRequest) -> HttpResponse:
+    """Submit a job. One form, four buttons: Estimate, Use this estimate, Check, Submit.
+
+    Without JavaScript each button posts the whole form and the page comes back with the
+    values kept; with it, the estimate and the feasibility line update in place.
+    """
+    queues = list(list_queues_for_submit(request.user))
+    simulator = _is_simulator()
+    action = request.POST.get("action", "submit") if request.method == "POST" else "view"
+    data = request.POST if request.method == "POST" else None
+    est_form = EstimatorForm(data if action in ("estimate", "fill") else None, prefix="est")
+    if data is not None and action not in ("estimate", "fill"):
+        est_form = EstimatorForm(initial=_initial(data, "est-"), prefix="est")
+    recommendation = None
+    if action in ("estimate", "fill") and est_form.is_valid():
+        recommendation = estimator.recommend(est_form.estimate_input(), gpu_options())
+
+    if action == "submit":
+        form = JobSubmitForm(data, queues=queues, simulator=simulator)
+        if form.is_valid():
+            try:
+                job = submit_job(request.user, form.job_request())
+            except ValidationError as exc:
+                form.add_service_errors(exc)
+            else:
+                messages.success(request, f"Job #{job.pk} submitted: it waits for the next cycle.")
+                return redirect("scheduling:job-detail", job_id=job.pk)
+    else:
+        initial = _initial(data, "") if data is not None else {}
+        if request.method == "GET" and request.GET.get("queue"):
+            initial["queue"] = request.GET["queue"]
+        if action == "fill" and recommendation is not None and recommendation.fits:
+            initial.update(
+                gpus=recommendation.gpus,
+                gpus_per_node="",
+                gpu_memory_gb=recommendation.breakdown.needed_memory_gb,
+            )
+        form = JobSubmitForm(initial=initial, queues=queues, simulator=simulator)
+
+    feasibility = None
+    if data is not None or initial_has_shape(form):
+        probe = JobSubmitForm(
+            data if action == "submit" else _as_data(form.initial),
+            queues=queues,
+            simulator=simulator,
+        )
+        req = probe.feasibility_request()
+        if req is not None:
+            try:
+                feasibility = assess(request.user, req)
+            except ValidationError as exc:
+                feasibility = estimator.Feasibility(
+                    "invalid", "", "Not valid yet: " + "; ".join(_flat_errors(exc))
+                )
+    context = {
+        "form": form,
+        "est_form": est_form,
+        "recommendation": recommendation,
+        "feasibility": feasibility,
+        "queue_info": _queue_info(queues),
+        "gpu_options": gpu_options(),
+        "usable_percent": round(estimator.USABLE_FRACTION * 100),
+    }
+    return render(request, "scheduling/submit.html", context)
+
+
+def initial_has_shape(form: JobSubmitForm) -> bool:
+    return bool(form.initial.get("queue")) and bool(form.initial.get("gpus"))
+
+
+def _initial(data: Any, prefix: str) -> dict[str, Any]:
+    """Field values of a posted form, to show again unvalidated."""
+    if data is None:
+        return {}
+    return {
+        key[len(prefix) :]: value
+        for key, value in data.items()
+        if key.startswith(prefix)
+        and key not in ("csrfmiddlewaretoken", "action")
+        and (prefix or not key.startswith("est-"))
+    }
+
+
+def _as_data(initial: dict[str, Any]) -> dict[str, str]:
+    return {k: "" if v is None else str(v) for k, v in initial.items()}
+
+
+def _flat_errors(exc: ValidationError) -> list[str]:
+    if hasattr(exc, "error_dict"):
+        return [f"{field}: {m}" for field, msgs in exc.message_dict.items() for m in msgs]
+    return list(exc.messages)
+
+
+def _errors_json(errors: dict) -> JsonResponse:
+    return JsonResponse({"errors": errors}, status=400)
+
+
+@login_required
+@require_GET
+def estimate(request: HttpRequest) -> JsonResponse:
+    """``GET /jobs/estimate/?params=7B&precision=bf16…``: the breakdown and a recommendation.
+
+    Missing fields take the form's defaults (bf16, AdamW, no sharding, 4096 tokens…). Bad input: 400 ``{"errors": {field: [messages]}}``.
+    """
+    data = {
+        name: f.initial for name, f in EstimatorForm.base_fields.items() if f.initial is not None
+    }
+    data.update(request.GET.dict())
+    form = EstimatorForm(data)
+    if not form.is_valid():
+        return _errors_json(_messages(form.errors))
+    try:
+        rec = estimator.recommend(form.estimate_input(), gpu_options())
+    except estimator.EstimateError as exc:
+        return _errors_json(exc.errors)
+    return JsonResponse(rec.as_dict())
+
+
+def _messages(errors: Any) -> dict[str, list[str]]:
+    return {field: [str(m) for m in msgs] for field, msgs in errors.items()}
+
+
+@login_required
+@require_GET
+def feasibility(request: HttpRequest) -> JsonResponse:
+    """``GET /jobs/feasibility/?queue=…&gpus=…``: the feasibility line of a request."""
+    queues = list(list_queues_for_submit(request.user))
+    form = JobSubmitForm(request.GET, queues=queues, simulator=_is_simulator())
+    req = form.feasibility_request()
+    if req is None:
+        wanted = {k: v for k, v in _messages(form.errors).items() if k in form.FEASIBILITY_FIELDS}
+        for name in ("queue", "gpus"):
+            if not request.GET.get(name):
+                wanted.setdefault(name, ["This field is required."])
+        return _errors_json(wanted)
+    try:
+        result = assess(request.user, req)
+    except ValidationError as exc:
+        return _errors_json(exc.message_dict if hasattr(exc, "error_dict") else {})
+    return JsonResponse(result.as_dict())
+
+
+# -- jobs -----------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def job_list(request: HttpRequest) -> HttpResponse:
+    """Jobs the user may see, newest first, filtered and paginated (a fixed few queries)."""
+    user = request.user
+    queues = list(
+        Queue.objects.select_related("business_line")
+        if sees_all_jobs(user)
+        else list_queues_for_submit(user)
+    )
+    params = request.GET.copy()
+    if "mine" not in params:
+        params["mine"] = "0" if sees_all_jobs(user) else "1"
+    filters = JobFilterForm(params, queues=queues)
+    filters.is_valid()
+    chosen = filters.cleaned_data
+    jobs = list_jobs_for_user(user)
+    if chosen.get("state"):
+        jobs = jobs.filter(state=chosen["state"])
+    if chosen.get("queue"):
+        jobs = jobs.filter(queue_id=chosen["queue"])
+    if chosen.get("mine", params["mine"]) == "1":
+        jobs = jobs.filter(owner=user)
+    jobs = jobs.only(
+        "id",
+        "name",
+        "state",
+        "tier",
+        "gpus",
+        "pending_code",
+        "pending_message",
+        "queue_position",
+        "estimated_start",
+        "submitted_at",
+        "started_at",
+        "preemption_count",
+        "owner__username",
+        "queue__name",
+        "queue__business_line__name",
+    ).order_by("-submitted_at", "-id")
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    for job in page:
+        job.code_title = CODE_TITLES.get(job.pending_code, job.pending_code)
+    query = params.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "scheduling/job_list.html",
+        {"filters": filters, "page": page, "query": query.urlencode()},
+    )
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """One job: state, placement, timeline, and for a pending job its verdict in words."""
+    job = get_job_for_user(request.user, job_id)
+    if job is None:
+        raise Http404("no such job")
+    events = list(job.events.all())
+    allowed = may_cancel(request.user, job)
+    context = {
+        "job": job,
+        "events": events,
+        "placement": build_placement(job),
+        "progress_text": duration_text(job.progress_seconds),
+        "detail_rows": detail_rows(job.pending_details),
+        "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
+        "can_cancel": job.is_active and allowed,
+        "may_cancel": allowed,
+        "live_config": {
+            "id": job.pk,
+            "api": f"/api/v1/jobs/{job.pk}/",
+            "labels": DETAIL_LABELS,
+            "titles": CODE_TITLES,
+            "active_states": list(Job.ACTIVE_STATES),
+        },
+    }
+    return render(request, "scheduling/job_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Cancel (POST with CSRF): owner, their team lead or an admin (the service decides)."""
+    job = get_job_for_user(request.user, job_id)
+    if job is None:
+        raise Http404("no such job")
+    try:
+        cancel_job(request.user, job.pk, source_ip=client_ip(request))
+    except ValidationError as exc:
+        messages.error(request, "Not cancelled: " + "; ".join(exc.messages))
+    else:
+        messages.success(request, f"Job #{job.pk} cancelled: its GPUs are released next cycle.")
+    return redirect("scheduling:job-detail", job_id=job.pk)
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+def _usage_row(used: int, quota: int | None) -> dict[str, Any]:
+    percent = round(100 * used / quota) if quota else None
+    return {"percent": percent, "bar": min(100, percent or 0), "over": bool(quota and used > quota)}
+
+
+@login_required
+@require_GET
+def queue_list(request: HttpRequest) -> HttpResponse:
+    """Every line and its queues: contract, use, borrowing, waiting work, eviction ratio."""
+    from monitoring.rollup import get_eviction_ratios
+
+    queue_usage = build_queue_usage()
+    line_usage = build_line_usage()
+    eviction = get_eviction_ratios()
+    by_line: dict[int, list[dict]] = {}
+    for q in Queue.objects.select_related("business_line").order_by("business_line__name", "name"):
+        u = queue_usage.get(q.pk, QueueUsage())
+        by_line.setdefault(q.business_line_id, []).append(
+            {
+                "queue": q,
+                "usage": u,
+                "eviction_percent": f"{100 * eviction.get(q.pk, 0.0):.1f}",
+                **_usage_row(u.used_gpus, q.quota_gpus),
+            }
+        )
+    lines = []
+    for line in BusinessLine.objects.all():
+        u = line_usage.get(line.pk, QueueUsage())
+        lines.append(
+            {
+                "line": line,
+                "usage": u,
+                "queues": by_line.get(line.pk, []),
+                **_usage_row(u.used_gpus, line.quota_gpus),
+            }
+        )
+    return render(request, "scheduling/queues.html", {"lines": lines})

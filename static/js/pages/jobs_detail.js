@@ -1,0 +1,142 @@
+/* Job detail, live: on `job.<id>` events (and, while the job waits, on `pending.updated`,
+ * which is when the scheduler rewrites verdicts) refetch /api/v1/jobs/<id>/ and re-render
+ * the state, the verdict, the status, the placement and the timeline; refetch on reconnect.
+ * Text is set with textContent only. */
+(function () {
+  "use strict";
+  const config = JSON.parse(document.getElementById("job-live-config").textContent);
+  const $ = (id) => document.getElementById(id);
+  let state = $("job-state").dataset.state;
+  let inflight = false;
+  let again = false;
+
+  function el(tag, text, cls) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = text;
+    if (cls) node.className = cls;
+    return node;
+  }
+
+  function when(iso) {
+    if (!iso) return "—";
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? iso : d.toISOString().slice(0, 16).replace("T", " ") + " UTC";
+  }
+
+  function duration(seconds) {
+    const minutes = Math.floor(seconds / 60);
+    return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  }
+
+  function detailValue(key, value) {
+    if (key === "deadline" && typeof value === "number") {
+      return value ? when(new Date(value * 1000).toISOString()) : "unknown";
+    }
+    if (key === "strict_order") return value ? "yes" : "no";
+    if (Array.isArray(value)) return value.join(", ") || "none";
+    if (value !== null && typeof value === "object") return JSON.stringify(value);
+    return value === "" ? "none" : String(value);
+  }
+
+  function label(key) {
+    if (config.labels[key]) return config.labels[key];
+    const words = key.replace(/_/g, " ");
+    return words.charAt(0).toUpperCase() + words.slice(1);
+  }
+
+  function renderVerdict(job) {
+    const section = $("verdict");
+    section.hidden = job.state !== "pending";
+    const reason = job.pending_reason;
+    $("verdict-body").hidden = !reason;
+    $("verdict-none").hidden = !!reason;
+    if (!reason) return;
+    $("verdict-title").textContent = config.titles[reason.code] || reason.code;
+    $("verdict-code").textContent = reason.code;
+    $("verdict-message").textContent = reason.message;
+    const dl = $("verdict-details");
+    dl.replaceChildren();
+    for (const [key, value] of Object.entries(reason.details || {})) {
+      dl.append(el("dt", label(key)), el("dd", detailValue(key, value)));
+    }
+    $("verdict-remedy").textContent = reason.remedy || "—";
+    $("queue-position").textContent = job.queue_position ?? "unknown";
+    $("estimated-start").textContent = job.estimated_start ? when(job.estimated_start) : "unknown";
+  }
+
+  function renderStatus(job) {
+    const values = {
+      submitted_at: when(job.submitted_at),
+      started_at: when(job.started_at),
+      finished_at: when(job.finished_at),
+      preemption_count: String(job.preemption_count),
+      retry_count: `${job.retry_count} of ${job.max_retries}`,
+      progress_seconds: duration(job.progress_seconds || 0),
+      last_checkpoint_at: when(job.last_checkpoint_at),
+      borrowed: job.borrowed ? "yes (reclaimable)" : "no",
+      failure_reason: job.failure_reason || "—",
+    };
+    for (const dd of document.querySelectorAll("#job-status [data-field]")) {
+      if (dd.dataset.field in values) dd.textContent = values[dd.dataset.field];
+    }
+  }
+
+  function renderPlacement(job) {
+    const ul = $("placement");
+    ul.replaceChildren();
+    if (!job.placement.length) {
+      ul.appendChild(el("li", "Not placed on any node.", "rp-muted"));
+      return;
+    }
+    for (const slot of job.placement) {
+      ul.appendChild(el("li", `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
+    }
+  }
+
+  function renderTimeline(job) {
+    const ol = $("timeline");
+    ol.replaceChildren();
+    if (!job.events.length) {
+      ol.appendChild(el("li", "No events yet.", "rp-muted"));
+      return;
+    }
+    for (const e of job.events) {
+      const li = el("li");
+      const time = el("time", when(e.at));
+      time.setAttribute("datetime", e.at);
+      li.append(time, " ", el("strong", e.kind), " ", e.message);
+      ol.appendChild(li);
+    }
+  }
+
+  function render(job) {
+    state = job.state;
+    const badge = $("job-state");
+    badge.textContent = job.state;
+    badge.dataset.state = job.state;
+    renderVerdict(job);
+    renderStatus(job);
+    renderPlacement(job);
+    renderTimeline(job);
+    const cancel = $("cancel-form");
+    if (cancel) cancel.hidden = !config.active_states.includes(job.state);
+  }
+
+  async function refresh() {
+    if (inflight) { again = true; return; }
+    inflight = true;
+    try {
+      const response = await fetch(config.api, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (response.ok) render(await response.json());
+    } catch (e) {
+      /* offline: the next event or the reconnect refetches */
+    } finally {
+      inflight = false;
+      if (again) { again = false; refresh(); }
+    }
+  }
+
+  window.Live.on(`job.${config.id}`, refresh);
+  window.Live.on("pending", () => { if (state === "pending") refresh(); });
+  window.Live.onReconnect(refresh);
+})();

@@ -1,0 +1,701 @@
+"""Researcher pages: submit (with the estimator and the feasibility line), jobs, job detail,
+cancel, queues — per role, with bad input, escaping, bounded queries and timings at scale."""
+
+from __future__ import annotations
+
+import html
+import re
+import statistics
+import time
+
+import pytest
+from django.test import Client
+
+from monitoring.models import MetricSample
+from quotas.models import BusinessLine, Queue
+from scheduling.api import JobSubmitSerializer
+from scheduling.forms import JobSubmitForm
+from scheduling.loop import run_cycle
+from scheduling.models import Job, JobEvent
+from scheduling.services import JobRequest, cancel_job, submit_job
+
+pytestmark = pytest.mark.django_db
+
+PAGES = [
+    "/jobs/",
+    "/jobs/new/",
+    "/queues/",
+    "/jobs/estimate/?params=7B",
+    "/jobs/feasibility/?queue=llm-core&gpus=8",
+]
+
+
+@pytest.fixture
+def roomy_quotas(demo):
+    """Quotas far above the 32-GPU test cluster, so placement, not quota, decides."""
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+
+
+@pytest.fixture
+def as_user(demo):
+    def make(username: str | None, **kw) -> Client:
+        client = Client(**kw)
+        if username:
+            client.force_login(demo[username])
+        return client
+
+    return make
+
+
+def queue_id(name: str) -> str:
+    return str(Queue.objects.get(name=name).pk)
+
+
+def form_data(**overrides) -> dict:
+    data = {
+        "action": "submit",
+        "name": "llama-sft",
+        "queue": queue_id("llm-finetune"),
+        "gpus": "4",
+        "max_retries": "3",
+        "checkpoint_interval_minutes": "60",
+    }
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def new_job(demo, username="researcher", **kw) -> Job:
+    values = {"name": "job", "queue": "llm-finetune", "gpus": 8}
+    values.update(kw)
+    return submit_job(demo[username], JobRequest(**values))
+
+
+# -- access per role --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", [*PAGES, "/jobs/1/"])
+def test_anonymous_visitors_are_sent_to_the_login_page(as_user, url):
+    response = as_user(None).get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_anonymous_visitors_cannot_cancel(demo, as_user):
+    job = new_job(demo)
+    response = as_user(None).post(f"/jobs/{job.pk}/cancel/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+@pytest.mark.parametrize("username", ["researcher", "researcher2", "lead", "oncall", "admin"])
+def test_every_signed_in_role_gets_every_page(as_user, username):
+    client = as_user(username)
+    for url in PAGES:
+        response = client.get(url)
+        assert response.status_code in (200, 400), url  # 400: oncall may use no queue
+
+
+def test_researcher2_cannot_see_llm_jobs(demo, as_user):
+    job = new_job(demo, name="secret-llm-run")
+    other = as_user("researcher2")
+    assert other.get(f"/jobs/{job.pk}/").status_code == 404
+    assert other.post(f"/jobs/{job.pk}/cancel/").status_code == 404
+    listing = other.get("/jobs/?mine=0").content.decode()
+    assert "secret-llm-run" not in listing
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+def test_unknown_jobs_are_404(as_user):
+    assert as_user("admin").get("/jobs/999999/").status_code == 404
+
+
+def test_the_owner_cancels_with_a_post_and_the_timeline_says_so(demo, as_user):
+    job = new_job(demo)
+    client = as_user("researcher")
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="cancel-form"' in page and "csrfmiddlewaretoken" in page
+    assert client.get(f"/jobs/{job.pk}/cancel/").status_code == 405, "GET never cancels"
+    response = client.post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert response.status_code == 200
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+    assert JobEvent.objects.filter(job=job, kind="cancelled").exists()
+    body = response.content.decode()
+    assert "cancelled" in body and f"Job #{job.pk} cancelled" in body
+
+
+def test_cancel_needs_the_csrf_token(demo, as_user):
+    job = new_job(demo)
+    client = as_user("researcher", enforce_csrf_checks=True)
+    assert client.post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+def test_the_team_lead_may_cancel_a_member_job(demo, as_user):
+    job = new_job(demo)
+    lead = as_user("lead")
+    assert 'id="cancel-form"' in lead.get(f"/jobs/{job.pk}/").content.decode()
+    lead.post(f"/jobs/{job.pk}/cancel/")
+    job.refresh_from_db()
+    assert job.state == "cancelled"
+
+
+def test_oncall_sees_the_job_but_gets_no_cancel_button_and_a_403(demo, as_user):
+    job = new_job(demo)
+    oncall = as_user("oncall")
+    page = oncall.get(f"/jobs/{job.pk}/")
+    assert page.status_code == 200 and 'id="cancel-form"' not in page.content.decode()
+    assert oncall.post(f"/jobs/{job.pk}/cancel/").status_code == 403
+    job.refresh_from_db()
+    assert job.state == "pending"
+
+
+def test_a_colleague_in_the_same_line_sees_but_cannot_cancel(demo, as_user):
+    from portal.models import LineMembership
+
+    LineMembership.objects.create(
+        user=demo["researcher2"], business_line_id=BusinessLine.objects.get(name="llm").pk
+    )
+    job = new_job(demo)
+    colleague = as_user("researcher2")
+    assert 'id="cancel-form"' not in colleague.get(f"/jobs/{job.pk}/").content.decode()
+    assert colleague.post(f"/jobs/{job.pk}/cancel/").status_code == 403
+
+
+def test_a_finished_job_cannot_be_cancelled_and_says_why(demo, as_user):
+    job = new_job(demo)
+    cancel_job(demo["researcher"], job.pk)
+    client = as_user("researcher")
+    assert 'id="cancel-form" hidden' in client.get(f"/jobs/{job.pk}/").content.decode()
+    response = client.post(f"/jobs/{job.pk}/cancel/", follow=True)
+    assert "Not cancelled: job is already cancelled" in response.content.decode()
+
+
+# -- submit -----------------------------------------------------------------------------------
+
+
+def test_the_submit_form_lists_only_the_users_queues(as_user):
+    page = as_user("researcher").get("/jobs/new/").content.decode()
+    assert "llm-core" in page and "llm-experiment" in page
+    assert "search-rec-core" not in page and "multimodal-core" not in page
+    other = as_user("researcher2").get("/jobs/new/").content.decode()
+    assert "search-rec-core" in other and "llm-core" not in other
+
+
+def test_every_api_submission_field_has_a_labelled_input_with_help(as_user):
+    page = as_user("researcher").get("/jobs/new/").content.decode()
+    for name in JobSubmitSerializer().fields:
+        assert re.search(rf'<label[^>]*for="id_{name}"', page), name
+        assert f'id="id_{name}"' in page, name
+        assert f'id="id_{name}_helptext"' in page, name
+    for name in (
+        "params",
+        "precision",
+        "optimizer",
+        "zero_stage",
+        "data_parallel",
+        "seq_len",
+        "micro_batch",
+        "hidden_size",
+        "num_layers",
+        "activation_checkpointing",
+    ):
+        assert re.search(rf'<label[^>]*for="id_est-{name}"', page), name
+    inputs = re.findall(r'<(?:input|select)[^>]*\bid="(id_[^"]+)"', page)
+    labels = set(re.findall(r'<label[^>]*for="(id_[^"]+)"', page))
+    assert inputs and set(inputs) <= labels, set(inputs) - labels
+
+
+def test_the_form_has_the_api_bounds():
+    serializer = JobSubmitSerializer().fields
+    form = JobSubmitForm(queues=[]).fields
+    assert set(form) == set(serializer)
+    for name, field in serializer.items():
+        for attr in ("min_value", "max_value", "max_length", "min_length"):
+            expected = getattr(field, attr, None)
+            if expected is not None and not (attr == "min_length" and expected == 1):
+                assert getattr(form[name], attr, None) == expected, (name, attr)
+        assert form[name].required == field.required, name
+
+
+def test_a_valid_submission_stores_the_job_with_queue_defaults_and_shows_it(demo, as_user):
+    client = as_user("researcher")
+    response = client.post("/jobs/new/", form_data(queue=queue_id("llm-core"), gpus="16"))
+    job = Job.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert (job.owner, job.queue.name, job.state) == (demo["researcher"], "llm-core", "pending")
+    assert job.tier == "core", "the tier defaults to the queue's"
+    assert job.preemptible is False, "core and above are not preemptible by default"
+    assert job.gpus_per_node == 8 and job.rdma is True, "multi-node: whole nodes and RDMA"
+    detail = client.get(response["Location"]).content.decode()
+    assert f"Job #{job.pk} submitted" in detail and "Not yet seen by the scheduler" in detail
+
+
+def test_empty_optional_fields_take_the_api_defaults(as_user):
+    data = form_data(max_retries="", checkpoint_interval_minutes="", tier="", rdma="")
+    assert as_user("researcher").post("/jobs/new/", data).status_code == 302
+    job = Job.objects.get()
+    assert (job.max_retries, job.checkpoint_interval_minutes, job.tier) == (3, 60, "finetune")
+    assert job.rdma is False and job.gpus_per_node == 4
+
+
+def test_an_experiment_queue_makes_the_job_preemptible_by_default(as_user):
+    as_user("researcher").post("/jobs/new/", form_data(queue=queue_id("llm-experiment")))
+    job = Job.objects.get()
+    assert job.tier == "experiment" and job.preemptible is True
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"gpus": "0"}, "gpus", "greater than or equal to 1"),
+        ({"gpus": "many"}, "gpus", "whole number"),
+        ({"name": ""}, "name", "required"),
+        ({"name": "x" * 101}, "name", "at most 100"),
+        ({"gpus_per_node": "9"}, "gpus_per_node", "less than or equal to 8"),
+        ({"max_retries": "11"}, "max_retries", "less than or equal to 10"),
+        ({"tier": "platinum"}, "tier", "Select a valid choice"),
+        ({"checkpoint_interval_minutes": "0"}, "checkpoint_interval_minutes", "greater than"),
+        # The service's rules, mapped back onto their fields:
+        ({"tier": "urgent"}, "tier", "allows tiers up to 'finetune'"),
+        ({"gpus": "12", "gpus_per_node": "8"}, "gpus_per_node", "cannot be split evenly"),
+        ({"gpus": "33"}, "gpus", "the cluster has 32 GPUs in all"),
+        ({"checkpoint_path": "/local/ckpt"}, "checkpoint_path", "shared storage"),
+        ({"queue": "999999"}, "queue", "unknown queue"),
+    ],
+)
+def test_bad_input_is_refused_with_the_field_named_and_nothing_stored(
+    as_user, overrides, field, message
+):
+    response = as_user("researcher").post("/jobs/new/", form_data(**overrides))
+    assert response.status_code == 200
+    form = response.context["form"]
+    assert field in form.errors, form.errors
+    assert message in " ".join(form.errors[field])
+    page = response.content.decode()
+    assert "The job was not submitted" in page and f'href="#id_{field}"' in page
+    assert Job.objects.count() == 0 and JobEvent.objects.count() == 0
+
+
+def test_another_lines_queue_is_refused(as_user):
+    response = as_user("researcher2").post("/jobs/new/", form_data(queue=queue_id("llm-core")))
+    assert "you may not submit to this queue" in response.context["form"].errors["queue"][0]
+    assert Job.objects.count() == 0
+
+
+def test_the_posted_values_come_back_after_an_error(as_user):
+    response = as_user("researcher").post(
+        "/jobs/new/", form_data(name="keep-me", gpus="0", model_name="llama-7b")
+    )
+    page = response.content.decode()
+    assert 'value="keep-me"' in page and 'value="llama-7b"' in page
+
+
+def test_html_in_names_is_escaped_everywhere(demo, as_user):
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    client = as_user("researcher")
+    client.post("/jobs/new/", form_data(name=evil, model_name=evil))
+    job = Job.objects.get()
+    assert job.name == evil
+    for url in (f"/jobs/{job.pk}/", "/jobs/"):
+        page = client.get(url).content.decode()
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in page
+    refused = client.post("/jobs/new/", form_data(name=evil, gpus="0")).content.decode()
+    assert "<script>alert" not in refused
+
+
+def test_estimate_without_javascript_shows_the_breakdown_and_keeps_the_form(as_user):
+    data = form_data(
+        action="estimate",
+        name="keep-me",
+        **{
+            "est-params": "7B",
+            "est-precision": "bf16",
+            "est-optimizer": "adam",
+            "est-zero_stage": "3",
+            "est-data_parallel": "8",
+            "est-seq_len": "4096",
+            "est-micro_batch": "1",
+        },
+    )
+    response = as_user("researcher").post("/jobs/new/", data)
+    page = response.content.decode()
+    assert response.status_code == 200 and Job.objects.count() == 0
+    rec = response.context["recommendation"]
+    assert rec.fits and rec.gpus == 8 and rec.fits_one_node
+    assert "Optimizer states" in page and "Recommended:</strong> 8 × H100 80 GB" in page
+    assert "fits on one node" in page and 'value="keep-me"' in page
+    assert "The job was not submitted" not in page
+
+
+def test_fill_without_javascript_puts_the_recommendation_into_the_job_form(as_user):
+    data = form_data(
+        action="fill",
+        gpus="1",
+        **{
+            "est-params": "7B",
+            "est-precision": "bf16",
+            "est-optimizer": "adamw",
+            "est-zero_stage": "0",
+            "est-data_parallel": "1",
+            "est-seq_len": "4096",
+            "est-micro_batch": "1",
+        },
+    )
+    response = as_user("researcher").post("/jobs/new/", data)
+    form = response.context["form"]
+    rec = response.context["recommendation"]
+    assert rec.gpus == 4 and rec.zero_stage == 3
+    assert form.initial["gpus"] == 4
+    assert form.initial["gpu_memory_gb"] == rec.breakdown.needed_memory_gb
+    assert 'name="gpus" value="4"' in response.content.decode()
+    assert "Fits now" in response.context["feasibility"].message
+    assert Job.objects.count() == 0
+
+
+def test_bad_estimator_input_is_named_and_nothing_breaks(as_user):
+    response = as_user("researcher").post(
+        "/jobs/new/", form_data(action="estimate", **{"est-params": "huge", "est-seq_len": "0"})
+    )
+    est_form = response.context["est_form"]
+    assert "params" in est_form.errors and "seq_len" in est_form.errors
+    assert response.context["recommendation"] is None
+
+
+def test_check_without_javascript_shows_the_feasibility_line(roomy_quotas, as_user):
+    response = as_user("researcher").post(
+        "/jobs/new/", form_data(action="check", gpus="8", gpu_memory_gb="141")
+    )
+    assert response.context["feasibility"].status == "never_fits"
+    assert "no node has 141 GB GPUs" in response.content.decode()
+    assert Job.objects.count() == 0
+
+
+# -- the JSON endpoints ------------------------------------------------------------------------
+
+
+def test_the_estimate_endpoint_answers_with_a_breakdown_and_a_recommendation(as_user):
+    response = as_user("researcher").get(
+        "/jobs/estimate/",
+        {"params": "7B", "optimizer": "adam", "zero_stage": "3", "data_parallel": "8"},
+    )
+    assert response.status_code == 200
+    body = response.json()
+    b = body["breakdown"]
+    assert (b["weights_gb"], b["gradients_gb"], b["optimizer_gb"]) == (1.75, 1.75, 10.5)
+    assert body["fits"] and body["gpus"] == 8 and body["fits_one_node"]
+    assert body["gpu_model"] == "H100" and body["gpu_memory_gb"] == 80
+    assert body["form"] == {"gpus": 8, "gpu_memory_gb": b["needed_memory_gb"]}
+
+
+def test_the_estimate_endpoint_says_what_is_wrong_with_a_400(as_user):
+    client = as_user("researcher")
+    response = client.get(
+        "/jobs/estimate/", {"params": "lots", "precision": "fp4", "data_parallel": "-1"}
+    )
+    assert response.status_code == 400
+    assert set(response.json()["errors"]) == {"params", "precision", "data_parallel"}
+    assert client.get("/jobs/estimate/", {"params": "1e400"}).status_code == 400
+    assert client.post("/jobs/estimate/", {"params": "7B"}).status_code == 405
+
+
+def test_the_feasibility_endpoint_follows_the_cluster(demo, roomy_quotas, as_user):
+    client = as_user("researcher")
+    fits = client.get("/jobs/feasibility/", {"queue": queue_id("llm-core"), "gpus": "8"}).json()
+    assert fits["status"] == "fits_now"
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=16)
+    for i in range(2):
+        new_job(demo, name=f"q{i}", queue="llm-core")
+    run_cycle()
+    quota = client.get("/jobs/feasibility/", {"queue": queue_id("llm-core"), "gpus": "8"}).json()
+    assert quota["status"] == "would_wait" and quota["code"] == "QUOTA_EXCEEDED"
+    assert "line llm holds 16 of its 16 GPU quota" in quota["message"]
+    never = client.get(
+        "/jobs/feasibility/", {"queue": "llm-core", "gpus": "8", "gpu_memory_gb": "141"}
+    ).json()
+    assert never["status"] == "never_fits" and "141 GB" in never["message"]
+
+
+def test_the_feasibility_endpoint_refuses_bad_requests_with_400(as_user):
+    client = as_user("researcher")
+    assert set(client.get("/jobs/feasibility/").json()["errors"]) == {"queue", "gpus"}
+    response = client.get("/jobs/feasibility/", {"queue": queue_id("search-rec-core"), "gpus": 8})
+    assert response.status_code == 400
+    assert "you may not submit" in response.json()["errors"]["queue"][0]
+    response = client.get("/jobs/feasibility/", {"queue": "llm-core", "gpus": "0"})
+    assert response.status_code == 400 and "gpus" in response.json()["errors"]
+
+
+# -- jobs and job detail -----------------------------------------------------------------------
+
+
+def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas, as_user):
+    fillers = [new_job(demo, name=f"fill{i}", queue="llm-core") for i in range(4)]
+    late = new_job(demo, name="late", queue="llm-core")
+    run_cycle()
+    run_cycle()
+    late.refresh_from_db()
+    assert late.state == "pending" and late.pending_code == "INSUFFICIENT_GPUS"
+    page = as_user("researcher").get(f"/jobs/{late.pk}/").content.decode()
+    assert "Why it is waiting" in page and "Not enough free GPUs" in page
+    assert late.pending_message in page.replace("&#x27;", "'")
+    assert "<dt>Matching GPUs free</dt><dd>0</dd>" in page
+    assert "<dt>GPUs short</dt><dd>8</dd>" in page
+    assert "What would make it start" in page and late.pending_remedy in page
+    assert f'id="queue-position">{late.queue_position}<' in page
+    assert late.estimated_start is not None
+    assert late.estimated_start.strftime("%Y-%m-%d %H:%M") + " UTC" in page
+    running = as_user("researcher").get(f"/jobs/{fillers[0].pk}/").content.decode()
+    assert 'data-state="running"' in running and "GPUs 0, 1, 2, 3, 4, 5, 6, 7" in running
+    assert "<strong>submitted</strong>" in running and "<strong>started</strong>" in running
+    assert (
+        'id="verdict" class="card rp-verdict" aria-labelledby="verdict-heading" hidden' in running
+    )
+
+
+def test_pending_details_are_listed_readably():
+    from scheduling.views import detail_rows
+
+    rows = detail_rows(
+        {
+            "held_gpus": 16,
+            "quota_gpus": 16,
+            "scope": "line",
+            "deadline": 0.0,
+            "strict_order": 0,
+            "some_new_number": 3.5,
+        }
+    )
+    assert rows == [
+        ("GPUs held now", "16"),
+        ("Quota (GPUs)", "16"),
+        ("Limited by", "line"),
+        ("They stop by", "unknown"),
+        ("Strict order policy", "no"),
+        ("Some new number", "3.5"),
+    ]
+    assert detail_rows({"where": "", "best_rack": ""}) == [
+        ("Free GPUs by rack", "none"),
+        ("Best rack", "none"),
+    ]
+    assert detail_rows({"deadline": 1_700_000_000.0})[0][1] == "2023-11-14 22:13 UTC"
+
+
+def test_the_job_list_filters_by_state_queue_and_owner(demo, roomy_quotas, as_user):
+    mine = new_job(demo, name="mine-core", queue="llm-core")
+    new_job(demo, "lead", name="leads-exp", queue="llm-experiment")
+    run_cycle()
+    client = as_user("researcher")
+    default = client.get("/jobs/").content.decode()
+    assert "mine-core" in default and "leads-exp" not in default, "researchers see theirs first"
+    everyone = client.get("/jobs/?mine=0").content.decode()
+    assert "mine-core" in everyone and "leads-exp" in everyone
+    running = client.get("/jobs/?mine=0&state=running").content.decode()
+    assert "mine-core" in running
+    pending = client.get("/jobs/?mine=0&state=pending").content.decode()
+    assert "mine-core" not in pending
+    by_queue = client.get(f"/jobs/?mine=0&queue={queue_id('llm-experiment')}").content.decode()
+    assert "leads-exp" in by_queue and "mine-core" not in by_queue
+    assert client.get("/jobs/?state=bogus&queue=x&page=zz").status_code == 200
+    assert f'href="/jobs/{mine.pk}/"' in default
+
+
+def test_the_job_list_is_paginated(demo, as_user):
+    for i in range(55):
+        new_job(demo, name=f"j{i:02d}", gpus=1)
+    client = as_user("researcher")
+    first = client.get("/jobs/").content.decode()
+    assert "55 jobs, page 1 of 2" in first and "j54" in first and "j00" not in first
+    second = client.get("/jobs/?page=2").content.decode()
+    assert "j00" in second and "j54" not in second and 'rel="prev"' in second
+
+
+# -- queues ------------------------------------------------------------------------------------
+
+
+def test_queues_show_contracts_usage_and_eviction_with_numbers(demo, roomy_quotas, as_user):
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=8, guarantee_gpus=4)
+    Queue.objects.filter(name="llm-core").update(quota_gpus=12, guarantee_gpus=4)
+    new_job(demo, name="a", queue="llm-core", gpus=8)
+    new_job(demo, name="b", queue="llm-experiment", gpus=8)
+    new_job(demo, name="c", queue="llm-core", gpus=8)
+    run_cycle()
+    core = Queue.objects.get(name="llm-core")
+    MetricSample.objects.create(
+        at=Job.objects.first().submitted_at,
+        gpus_total=32,
+        gpus_healthy=32,
+        gpus_allocated=16,
+        utilization=0.5,
+        fragmentation_gpus=0,
+        pending_jobs=1,
+        pending_by_reason={},
+        per_line={},
+        per_queue={str(core.pk): {"name": "llm-core", "eviction_ratio": 0.125}},
+    )
+    response = as_user("researcher2").get("/queues/")
+    page = response.content.decode()
+    assert response.status_code == 200
+    for line in BusinessLine.objects.all():
+        assert html.escape(line.display_name) in page
+    for queue in Queue.objects.all():
+        assert f'<th scope="row">{queue.name}</th>' in page
+    llm_id = BusinessLine.objects.get(name="llm").pk
+    llm = re.search(rf'data-line-id="{llm_id}".*?</section>', page, re.S).group(0)
+    assert "16 of 8 GPUs (200%), over quota" in llm, "line usage in words, not only a bar"
+    assert "rp-usage is-over" in llm
+    assert '<td data-field="borrowed_gpus">8</td>' in llm
+    assert '<td data-field="pending_gpus">8</td>' in llm
+    row = re.search(rf'data-queue-id="{core.pk}".*?</tr>', page, re.S).group(0)
+    assert "8 of 12 GPUs (67%)" in row and '<td data-field="pending_jobs">1</td>' in row
+    assert "12.5%" in row
+    assert 'src="/static/js/pages/queues.js"' in page
+
+
+# -- bounded queries ---------------------------------------------------------------------------
+
+
+def _many_jobs(demo, n: int) -> None:
+    for i in range(n):
+        new_job(demo, name=f"bulk{i}", queue="llm-finetune" if i % 2 else "llm-core", gpus=1)
+
+
+@pytest.mark.parametrize("n", [3, 40])
+def test_the_job_list_does_a_fixed_number_of_queries(
+    demo, roomy_quotas, as_user, n, django_assert_max_num_queries
+):
+    _many_jobs(demo, n)
+    run_cycle()
+    client = as_user("researcher")
+    client.get("/jobs/")  # warm the session
+    with django_assert_max_num_queries(9):
+        assert client.get("/jobs/?mine=0").status_code == 200
+
+
+@pytest.mark.parametrize("events", [1, 30])
+def test_job_detail_does_a_fixed_number_of_queries(
+    demo, as_user, events, django_assert_max_num_queries
+):
+    job = new_job(demo)
+    JobEvent.objects.bulk_create(
+        [JobEvent(job=job, kind="checkpointed", message=f"c{i}") for i in range(events)]
+    )
+    client = as_user("researcher")
+    client.get("/jobs/")
+    with django_assert_max_num_queries(10):
+        assert client.get(f"/jobs/{job.pk}/").status_code == 200
+
+
+def test_queues_and_submit_pages_do_a_fixed_number_of_queries(
+    demo, roomy_quotas, as_user, django_assert_max_num_queries
+):
+    _many_jobs(demo, 30)
+    run_cycle()
+    client = as_user("researcher")
+    client.get("/jobs/")
+    with django_assert_max_num_queries(10):
+        assert client.get("/queues/").status_code == 200
+    with django_assert_max_num_queries(8):
+        assert client.get("/jobs/new/").status_code == 200
+    with django_assert_max_num_queries(16):
+        data = form_data(action="check", gpus="8", queue=queue_id("llm-core"))
+        assert client.post("/jobs/new/", data).status_code == 200
+
+
+# -- at scale ----------------------------------------------------------------------------------
+
+
+def _median_ms(client: Client, url: str, runs: int = 7) -> float:
+    client.get(url)  # warm-up (templates, session)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert response.status_code == 200, url
+    return statistics.median(times)
+
+
+@pytest.mark.slow
+def test_pages_stay_fast_with_the_10000_gpu_demo_and_5000_pending_jobs(
+    db, monkeypatch, django_assert_max_num_queries
+):
+    """Bulk-loaded (no cycle): 1,250 nodes, 5,000 pending jobs, 1,000 running on 8,000 GPUs."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from scheduling.models import Allocation, Node
+    from tests.conftest import DEMO_PASSWORD
+
+    monkeypatch.setenv("DEMO_PASSWORD", DEMO_PASSWORD)
+    call_command("seed_demo", no_workload=True, stdout=None)
+    users = {u.username: u for u in get_user_model().objects.all()}
+    queues = list(Queue.objects.all())
+    owners = [users["workload"], users["researcher"], users["lead"]]
+    verdict = {"code": "PRIORITY", "details": {"ahead_jobs": 12, "ahead_gpus": 96}}
+    pending = [
+        Job(
+            name=f"p{i}",
+            owner=owners[i % 3],
+            queue=queues[i % len(queues)],
+            tier="finetune",
+            gpus=1 + i % 16,
+            pending_code=verdict["code"],
+            pending_message="waiting its turn",
+            pending_details=verdict["details"],
+            queue_position=i + 1,
+        )
+        for i in range(5000)
+    ]
+    running = [
+        Job(
+            name=f"r{i}",
+            owner=owners[i % 3],
+            queue=queues[i % len(queues)],
+            tier="core",
+            gpus=8,
+            state="running",
+        )
+        for i in range(1000)
+    ]
+    Job.objects.bulk_create(pending + running, batch_size=2000)
+    nodes = list(Node.objects.order_by("name")[:1000])
+    running = list(Job.objects.filter(state="running").order_by("id"))
+    Allocation.objects.bulk_create(
+        [
+            Allocation(job=j, node=n, gpu_index=g)
+            for j, n in zip(running, nodes, strict=True)
+            for g in range(8)
+        ],
+        batch_size=4000,
+    )
+    assert Node.objects.count() == 1250 and Job.objects.filter(state="pending").count() == 5000
+
+    client = Client()
+    client.force_login(users["researcher"])
+    admin = Client()
+    admin.force_login(users["admin"])
+    detail = f"/jobs/{pending[0].pk}/"
+    timings = {
+        "job list (researcher, all visible)": _median_ms(client, "/jobs/?mine=0"),
+        "job list (admin, all 6,000)": _median_ms(admin, "/jobs/"),
+        "job list (admin, pending, page 50)": _median_ms(admin, "/jobs/?state=pending&page=50"),
+        "job detail": _median_ms(client, detail),
+        "queues": _median_ms(client, "/queues/"),
+        "submit (empty form)": _median_ms(client, "/jobs/new/"),
+        "feasibility JSON": _median_ms(client, "/jobs/feasibility/?queue=llm-core&gpus=64"),
+        "estimate JSON": _median_ms(client, "/jobs/estimate/?params=70B&zero_stage=3"),
+    }
+    for name, ms in timings.items():
+        print(f"{name}: {ms:.1f} ms median")
+    for name, ms in timings.items():
+        assert ms < 300, f"{name} took {ms:.0f} ms"
+    with django_assert_max_num_queries(9):
+        admin.get("/jobs/")
+    with django_assert_max_num_queries(10):
+        client.get("/queues/")

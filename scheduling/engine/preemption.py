@@ -37,7 +37,7 @@ ENTITLED = 1e12
 class VictimIndex:
     """Statically eligible victims of one plan, indexed once (cost, tier, node)."""
 
-    __slots__ = ("cost", "by_tier", "borrowed", "on_node", "ordered")
+    __slots__ = ("cost", "by_tier", "borrowed", "on_node", "ordered", "by_id", "_base")
 
     def __init__(
         self, pool: list[RunningJob], borrowed: frozenset[int], index: dict[str, int], now: float
@@ -61,6 +61,27 @@ class VictimIndex:
         for lst in self.on_node.values():
             lst.sort()
         self.ordered = sorted(pool, key=lambda v: (self.cost[v.id], -v.gpus, v.id))
+        self.by_id = {v.id: v for v in pool}
+        self._base: dict[tuple[frozenset[Tier], bool], list[RunningJob]] = {}
+
+    def base(self, allowed: frozenset[Tier], within_quota: bool) -> list[RunningJob]:
+        """Victims a preemptor of this kind may ever pick (before budgets), by id."""
+        key = (allowed, within_quota)
+        got = self._base.get(key)
+        if got is None:
+            ids: set[int] = set()
+            got = []
+            groups = [self.by_tier.get(t, []) for t in sorted(allowed)]
+            if within_quota:
+                groups.append(self.borrowed)
+            for group in groups:
+                for v in group:
+                    if v.id not in ids:
+                        ids.add(v.id)
+                        got.append(v)
+            got.sort(key=lambda v: v.id)
+            self._base[key] = got
+        return got
 
 
 def select_victims(
@@ -81,24 +102,28 @@ def select_victims(
     chosen = p.victim_ids
 
     vi = p.victim_index()
-    cands: list[RunningJob] = []
-    groups = [vi.by_tier.get(t, ()) for t in sorted(allowed)]
-    if within_quota:
-        groups.append(vi.borrowed)
-    seen: set[int] = set()
-    for group in groups:
-        for v in group:
-            if v.id in chosen or v.id in seen:
-                continue
-            if v.gpus > bq.get(v.queue, 0) or v.gpus > bl.get(v.line, 0):
-                continue
-            seen.add(v.id)
-            cands.append(v)
-    if not cands and not leaving:
+    base = vi.base(allowed, within_quota)
+    if not base and not leaving:
         return None
-    cand_ids = seen
+    memo: dict[int, bool] = {}
+
+    def is_cand(vid: int) -> bool:
+        """Allowed for this preemptor and still within every guarantee budget."""
+        got = memo.get(vid)
+        if got is None:
+            v = by_id.get(vid)
+            got = (
+                v is not None
+                and vid not in chosen
+                and (v.tier in allowed or (within_quota and vid in borrowed))
+                and v.gpus <= bq.get(v.queue, 0)
+                and v.gpus <= bl.get(v.line, 0)
+            )
+            memo[vid] = got
+        return got
+
     cost = vi.cost
-    by_id = {v.id: v for v in cands}
+    by_id = vi.by_id
     leaving_ids = {v.id for v in leaving}
 
     index = topo.index
@@ -129,13 +154,13 @@ def select_victims(
             holders = on_node[n]
             if started_on[n]:
                 return
-            if any(r.id not in cand_ids and r.id not in leaving_ids for r, _ in holders):
+            if any(not is_cand(r.id) and r.id not in leaving_ids for r, _ in holders):
                 return
             if not holders and nfree[n] != tot:
                 return
             if tot < c:
                 return
-            vids = tuple(sorted({r.id for r, _ in holders if r.id in cand_ids}))
+            vids = tuple(sorted({r.id for r, _ in holders if is_cand(r.id)}))
             options[n] = (sum(cost[i] for i in vids), len(vids), vids, tot)
             return
         base = nfree[n] + leaving_on.get(n, 0)
@@ -148,7 +173,7 @@ def select_victims(
         picked: list[tuple[float, int, int, int]] = []
         freed = 0
         for item in vi_on_node.get(n, ()):
-            if item[2] not in cand_ids:
+            if not is_cand(item[2]):
                 continue
             picked.append(item)
             freed += item[3]
@@ -172,7 +197,7 @@ def select_victims(
         best = min((o[0] for o in options.values()), default=None)
         done: set[int] = set(leaving_on)
         for v in vi.ordered:
-            if v.id not in cand_ids:
+            if not is_cand(v.id):
                 continue
             if best is not None and cost[v.id] > best:
                 break
@@ -187,12 +212,13 @@ def select_victims(
                     best = o[0]
     else:
         # Nodes worth looking at: already free enough, or holding candidates/leavers.
-        look: set[int] = set(leaving_on)
-        for v in cands:
+        potential: dict[int, int] = dict(leaving_on)
+        for v in base:
             for slot in v.placement:
                 n = index.get(slot.node)
                 if n is not None:
-                    look.add(n)
+                    potential[n] = potential.get(n, 0) + len(slot.gpus)
+        look = {n for n, g in potential.items() if nfree[n] + g >= c or n in excl_held}
         for f in range(min(c, len(live.buckets)), len(live.buckets)):
             look.update(live.buckets[f])
         for n in sorted(look):
@@ -257,8 +283,9 @@ def select_victims(
         extra = sorted(
             (
                 v
-                for v in cands
-                if v.id not in victims
+                for v in base
+                if is_cand(v.id)
+                and v.id not in victims
                 and v.tier in allowed
                 and v.id not in borrowed
                 and (v.queue == job.queue if scope == "queue" else v.line == job.line)

@@ -87,8 +87,9 @@ def resolve_job_request(user: Any, req: JobRequest) -> dict[str, Any]:
     elif Tier.rank(tier) > Tier.rank(queue.tier):
         errors["tier"] = [f"queue {queue.name} allows tiers up to {queue.tier!r}, not {tier!r}"]
 
-    node_size = Node.objects.aggregate(m=Max("gpus_total"))["m"] or limits.GPUS_PER_NODE_MAX
-    cluster_gpus = Node.objects.aggregate(s=Sum("gpus_total"))["s"] or 0
+    sizes = Node.objects.aggregate(m=Max("gpus_total"), s=Sum("gpus_total"))  # one query
+    node_size = sizes["m"] or limits.GPUS_PER_NODE_MAX
+    cluster_gpus = sizes["s"] or 0
     if req.gpus > cluster_gpus:
         errors["gpus"] = [f"the cluster has {cluster_gpus} GPUs in all; this job asks {req.gpus}"]
     per_node = req.gpus_per_node

@@ -152,57 +152,43 @@ CASES: dict[str, Case] = {
     ),
 }
 
-# quota-requests/ belongs to the quotas app (built in parallel). Where API.md leaves the
-# refusal code open (403 vs 404 for objects one may not see, 400 vs 403 for a line one
-# does not lead), either is accepted; what must hold is "refused, nothing changed".
-REFUSED = {400, 403, 404}
+# quota-requests/ belongs to the quotas app (built in parallel): a request the caller may
+# not see is a 404 whatever the action; one they see but may not act on is a 403.
 QUOTA_BODY = {"business_line": "llm", "quota_gpus": 20, "guarantee_gpus": 4,
               "reason": "more fine-tuning this quarter"}  # fmt: skip
+UNSEEN = {"researcher2": 404, "oncall": 404}  # the request is the llm line's
+
+
+def _request_state(w: World) -> str:
+    from django.apps import apps
+
+    return apps.get_model("quotas", "QuotaRequest").objects.get(pk=w.quota_request).state
+
+
 QUOTA_CASES: dict[str, Case] = {
-    "quota-requests list": Case(
-        "get",
-        "quota-requests/",
-        {"lead": 200, "admin": 200},
-        denied={"researcher": {200, 403}, "researcher2": {200, 403}, "oncall": {200, 403}},
-    ),
+    "quota-requests list": Case("get", "quota-requests/", EVERYONE_SIGNED_IN),
     "quota-requests create": Case(
-        "post",
-        "quota-requests/",
-        {"lead": 201},
-        body=QUOTA_BODY,
-        denied={r: REFUSED for r in ("researcher", "researcher2", "oncall", "admin")},
+        "post", "quota-requests/", {"lead": 201}, body=QUOTA_BODY,
+        effect=lambda w: len(snapshot()["quota_requests"]) == 2,
     ),
     "quota-request impact": Case(
-        "get",
-        "quota-requests/{qr}/impact/",
-        {"lead": 200, "admin": 200},
-        denied={
-            "researcher": {200, 403, 404},
-            "researcher2": {403, 404},
-            "oncall": {200, 403, 404},
-        },
-    ),  # fmt: skip
+        "get", "quota-requests/{qr}/impact/", {"researcher": 200, "lead": 200, "admin": 200},
+        denied=UNSEEN,
+    ),
     "quota-request approve": Case(
-        "post",
-        "quota-requests/{qr}/approve/",
-        {"admin": 200},
-        denied={r: {403, 404} for r in ("researcher", "researcher2", "lead", "oncall")},
-        effect=lambda w: QuotaChange.objects.exists(),
+        "post", "quota-requests/{qr}/approve/", {"admin": 200}, body={"note": "ok for Q4"},
+        denied=UNSEEN,
+        effect=lambda w: _request_state(w) == "approved" and QuotaChange.objects.exists(),
     ),
     "quota-request reject": Case(
-        "post",
-        "quota-requests/{qr}/reject/",
-        {"admin": 200},
-        body={"note": "not now"},
-        denied={r: {403, 404} for r in ("researcher", "researcher2", "lead", "oncall")},
+        "post", "quota-requests/{qr}/reject/", {"admin": 200}, body={"note": "not now"},
+        denied=UNSEEN, effect=lambda w: _request_state(w) == "rejected",
     ),
     "quota-request withdraw": Case(
-        "post",
-        "quota-requests/{qr}/withdraw/",
-        {"lead": 200},
-        denied={r: {403, 404} for r in ("researcher", "researcher2", "oncall", "admin")},
+        "post", "quota-requests/{qr}/withdraw/", {"lead": 200}, body={"note": "not needed"},
+        denied=UNSEEN, effect=lambda w: _request_state(w) == "withdrawn",
     ),
-}
+}  # fmt: skip
 
 
 def quota_requests_routed() -> bool:

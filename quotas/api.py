@@ -34,6 +34,8 @@ class BusinessLineSerializer(serializers.ModelSerializer):
 class QueueSerializer(serializers.ModelSerializer):
     business_line = serializers.SlugRelatedField(slug_field="name", read_only=True)
     used_gpus = serializers.SerializerMethodField()
+    borrowed_gpus = serializers.SerializerMethodField()
+    pending_gpus = serializers.SerializerMethodField()
     running_jobs = serializers.SerializerMethodField()
     pending_jobs = serializers.SerializerMethodField()
     eviction_ratio = serializers.SerializerMethodField()
@@ -41,13 +43,20 @@ class QueueSerializer(serializers.ModelSerializer):
     class Meta:
         model = Queue
         fields = ["id", "name", "business_line", "nature", "tier", "quota_gpus", "guarantee_gpus",
-                  "used_gpus", "running_jobs", "pending_jobs", "eviction_ratio"]  # fmt: skip
+                  "used_gpus", "borrowed_gpus", "pending_gpus", "running_jobs", "pending_jobs",
+                  "eviction_ratio"]  # fmt: skip
 
     def _usage(self, obj: Queue) -> QueueUsage:
         return self.context["usage"].get(obj.pk, QueueUsage())
 
     def get_used_gpus(self, obj: Queue) -> int:
         return self._usage(obj).used_gpus
+
+    def get_borrowed_gpus(self, obj: Queue) -> int:
+        return self._usage(obj).borrowed_gpus
+
+    def get_pending_gpus(self, obj: Queue) -> int:
+        return self._usage(obj).pending_gpus
 
     def get_running_jobs(self, obj: Queue) -> int:
         return self._usage(obj).running_jobs

@@ -48,6 +48,52 @@ log = logging.getLogger(__name__)
 
 RECENT_MODELS_KEPT = 3
 
+# Transient launch errors back off per job, in cluster time: after a failure the job is not
+# launched again before ``last failure + clamp(age of its failure streak, MIN, MAX)``, i.e.
+# after 10 s, 10 s, 20 s, 40 s ... at most 5 min; it stays pending meanwhile. The streak is
+# the run of latest ``launch_retry`` events in the job's timeline: it commits and rolls
+# back with the cycle, survives restarts, needs no model field and no Redis, and the user
+# sees every attempt. A launch is never retried within the cycle: a launch that timed out
+# may have happened after all, and only the next cycle's fresh observation can adopt it.
+LAUNCH_RETRY = "launch_retry"
+LAUNCH_BACKOFF_MIN_S = 10.0
+LAUNCH_BACKOFF_MAX_S = 300.0
+
+
+def launch_backoff_s(streak_age_s: float) -> float:
+    """Wait before the next launch attempt of a job failing since ``streak_age_s`` seconds."""
+    return min(max(streak_age_s, LAUNCH_BACKOFF_MIN_S), LAUNCH_BACKOFF_MAX_S)
+
+
+def launch_due(streak: tuple[int, float, float], now: float) -> bool:
+    """May a job with this failure streak (count, first, last) be launched at ``now``?"""
+    _, first, last = streak
+    return now >= last + launch_backoff_s(last - first) - 1e-3  # event times are in µs
+
+
+def launch_streaks(job_ids: list[int]) -> dict[int, tuple[int, float, float]]:
+    """Jobs whose latest timeline events are transient launch failures: (count, first, last)."""
+    retrying = set(
+        JobEvent.objects.filter(job_id__in=job_ids, kind=LAUNCH_RETRY).values_list(
+            "job_id", flat=True
+        )
+    )
+    streaks: dict[int, tuple[int, float, float]] = {}
+    ended: set[int] = set()
+    for job_id, kind, at in (
+        JobEvent.objects.filter(job_id__in=retrying)
+        .order_by("job_id", "-id")  # newest first by insertion (timeline clocks may differ)
+        .values_list("job_id", "kind", "at")
+    ):
+        if job_id in ended:
+            continue
+        if kind != LAUNCH_RETRY:  # the streak is over: the job did something else since
+            ended.add(job_id)
+            continue
+        count, _, last = streaks.get(job_id, (0, 0.0, to_epoch(at)))
+        streaks[job_id] = (count + 1, to_epoch(at), last)
+    return streaks
+
 
 def production_policy() -> et.PolicyConfig:
     """The policy the live loop runs (the ``full`` preset)."""
@@ -448,10 +494,15 @@ class Cycle:
             )
         }
         launched: list[tuple[Job, et.Start]] = []
+        streaks = launch_streaks(list(jobs))
         for start in starts:
             job = jobs.get(start.job_id)
             if job is None:
                 continue  # cancelled (or adopted) since the snapshot
+            streak = streaks.get(job.pk)
+            if streak and not launch_due(streak, self.now):
+                self.report.counts["launch_backoff"] += 1
+                continue  # backing off after a transient launch failure
             ref = run_ref(job.pk, job.attempt + 1)
             request = LaunchRequest(
                 ref=ref, job_id=job.pk, name=job.name, placement=start.placement,
@@ -472,6 +523,8 @@ class Cycle:
                     job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
                     self.event(job, "failed", job.failure_reason)
                     self.report.counts["failed"] += 1
+                else:
+                    self._launch_retry(job, err, streak)
                 continue
             job.backend_ref = ref
             launched.append((job, start))
@@ -491,6 +544,20 @@ class Cycle:
                   "queue_position", "estimated_start"]  # fmt: skip
         bulk_set(Job, fields, [(j.pk, *(getattr(j, f) for f in fields)) for j, _ in placed])
         self.report.counts["starts"] += len(placed)
+
+    def _launch_retry(
+        self, job: Job, err: BackendError, streak: tuple[int, float, float] | None
+    ) -> None:
+        """A transient launch failure: the job stays pending and backs off (``launch_backoff_s``)."""
+        attempts = (streak[0] if streak else 0) + 1
+        first = streak[1] if streak else self.now
+        wait = launch_backoff_s(self.now - first)
+        self.event(
+            job, LAUNCH_RETRY,
+            f"the cluster could not start it right now ({err}); still waiting, next attempt "
+            f"in {wait:.0f} s or later (transient failure {attempts})",
+        )  # fmt: skip
+        self.report.counts["launch_retries"] += 1
 
     def _allocate_many(self, launched: list[tuple[Job, et.Start]]) -> list[tuple[Job, et.Start]]:
         """Write the allocations of launched runs; a run whose GPUs are refused is killed."""
@@ -526,6 +593,9 @@ class Cycle:
                    row["pending_remedy"], row["queue_position"], row["estimated_start"])  # fmt: skip
             if new != old:
                 changed.append((job_id, *new))
+                if v.code != row["pending_code"]:  # a new reason: tell the job's watchers
+                    publish_on_commit(f"job.{job_id}", "job.updated",
+                                      {"id": job_id, "state": "pending", "pending_code": v.code})  # fmt: skip
         if changed:
             _bulk_write_verdicts(changed)
         publish_on_commit("pending", "pending.updated", {"by_reason": plan.counts_by_code()})

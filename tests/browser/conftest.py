@@ -65,7 +65,7 @@ def portal_server(transactional_db) -> Iterator[str]:
          "portal.asgi:application"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a loaded 2-core machine starts daphne slowly
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:

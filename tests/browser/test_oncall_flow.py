@@ -78,7 +78,9 @@ def cluster(demo, api):
 
 def history(api, steps: int = 12) -> None:
     """A working hour of cluster time: cycles, two urgent waves (evictions), a sample each step."""
-    admin, lead = api("admin"), api("lead")
+    admin, lead, me = api("admin"), api("lead"), api("researcher")
+    for i in range(6):  # a backlog: the LLM line is at its 200-GPU quota
+        submit(me, name=f"wait{i}", queue="llm-core", gpus=32, sim_duration_minutes=600)
     for step in range(steps):
         if step in (4, 8):
             submit(lead, name=f"hotfix{step}", queue="llm-urgent", gpus=64,
@@ -185,6 +187,9 @@ def test_the_dashboard_draws_its_charts_and_follows_the_loop(cluster, page, logi
     admin = cluster("admin")
     in_thread(history, cluster)
     base = login("admin")
+    # tall enough for the whole page: a full-page screenshot then resizes nothing, so the
+    # responsive charts are not caught half-way through a relayout
+    page.set_viewport_size({"width": 1280, "height": 1600})
     go_live(page, f"{base}/dashboard/")
     for key in ("utilization", "lines", "pending", "eviction", "fragmentation"):
         expect(page.locator(f"#chart-{key} .main-svg").first).to_be_visible(timeout=10_000)

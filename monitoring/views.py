@@ -18,7 +18,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.db.models import Case, Count, IntegerField, Q, When
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -32,7 +31,6 @@ from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert, MetricSample
 from monitoring.rollup import EVICTION_ALERT_RATIO
 from monitoring.services import acknowledge_alert, resolve_alert
-from portal import audit
 from portal.api import client_ip
 from portal.models import AuditRecord, Role
 from portal.roles import is_oncall_or_admin, role_of
@@ -40,8 +38,8 @@ from quotas.models import BusinessLine
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Allocation, Node, SchedulingCycle
 from scheduling.node_services import (
-    _clean_reason,
     build_blast_radius,
+    clean_residual_now,
     cordon_node,
     drain_node,
     uncordon_node,
@@ -64,7 +62,6 @@ WINDOWS = {
 DEFAULT_WINDOW = "24h"
 ALERTS_SHOWN = 100
 AUDIT_SHOWN = 10
-SWEEP_WAIT_S = 10.0
 OUT_OF_POOL = ("cordoned", "draining", "unhealthy", "down")
 # Which buttons the node page offers per state. Display only: the services in
 # scheduling/node_services.py decide, and refuse anything else with a message.
@@ -411,40 +408,6 @@ class FaultForm(forms.Form):
     )
 
 
-def request_residual_clean(user: Any, name: str, reason: Any,
-                           source_ip: str | None = None) -> tuple[Node, SchedulingCycle, Alert | None]:  # fmt: skip
-    """Clean residual processes now: run a health sweep at once (R6).
-
-    The loop already kills residual processes on every cycle and sweep; this only
-    does it now instead of within 30 s. The sweep observes and reconciles the whole
-    cluster (it plans nothing), under the cluster lock (waits up to 10 s, else
-    ``ClusterBusy``), in one transaction with the audit record ``node.clean_residual``.
-    Returns the node, the sweep's record, and the residual-process alert the sweep
-    raised (or bumped) for this node, None when it found nothing to kill there.
-    """
-    from scheduling.loop import run_cycle
-
-    if not is_oncall_or_admin(user):
-        raise PermissionDenied("on-call engineers and admins only")
-    reason = _clean_reason(reason)
-    with transaction.atomic():
-        node = Node.objects.filter(name=name).first()
-        if node is None:
-            raise ValidationError({"node": [f"unknown node {name[:80]!r}"]})
-        residual_before = node.residual_gpus
-        mine = Alert.objects.filter(kind=Alert.Kind.RESIDUAL_PROCESS, subject=name)
-        counts_before = dict(mine.values_list("id", "count"))
-        record = run_cycle(kind="sweep", wait_s=SWEEP_WAIT_S)
-        node.refresh_from_db()
-        raised = next((a for a in mine if counts_before.get(a.pk) != a.count), None)
-        audit.record(user, "node.clean_residual", node, reason=reason,
-                     before={"residual_gpus": residual_before},
-                     after={"residual_gpus": node.residual_gpus, "sweep": record.pk,
-                            "alert": raised.pk if raised else None},
-                     source_ip=source_ip)  # fmt: skip
-    return node, record, raised
-
-
 def _node_missing(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "monitoring/node_missing.html", {"name": name[:80]}, status=404)
 
@@ -524,7 +487,7 @@ def node_action(request: HttpRequest, name: str) -> HttpResponse:
     action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
     try:
         if action == "clean":
-            node, record, raised = request_residual_clean(
+            node, record, raised = clean_residual_now(
                 request.user, node.name, reason, source_ip=client_ip(request)
             )
             found = (

@@ -664,6 +664,13 @@ def run_cycle(
             timings["apply_ms"] = (time.perf_counter() - t2) * 1000
         cycle.flush_events()
         backend.close()
+        if cycle.report.errors:
+            errors = cycle.report.errors
+            raise_alert(
+                Alert.Kind.BACKEND_ERROR, Alert.Severity.WARNING, backend.name,
+                f"{len(errors)} call(s) to the {backend.name} backend failed in the last cycle "
+                f"(transient ones are retried with backoff); first: {errors[0][:300]}",
+            )  # fmt: skip
         counts = cycle.report.counts
         record = SchedulingCycle.objects.create(
             kind=kind,

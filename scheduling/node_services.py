@@ -13,10 +13,11 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from monitoring.models import Alert
 from portal import audit
 from portal.realtime import publish_on_commit
 from portal.roles import is_oncall_or_admin
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import Allocation, Job, Node, SchedulingCycle
 
 REASON_MAX = 300
 
@@ -94,3 +95,40 @@ def build_blast_radius(name: str) -> dict:
         ],
         "queues": sorted({r["job__queue__name"] for r in jobs.values()}),
     }
+
+
+SWEEP_WAIT_S = 10.0
+
+
+def clean_residual_now(user: Any, name: str, reason: Any,
+                           source_ip: str | None = None) -> tuple[Node, SchedulingCycle, Alert | None]:  # fmt: skip
+    """Clean residual processes now: run a health sweep at once (R6).
+
+    The loop already kills residual processes on every cycle and sweep; this only
+    does it now instead of within 30 s. The sweep observes and reconciles the whole
+    cluster (it plans nothing), under the cluster lock (waits up to 10 s, else
+    ``ClusterBusy``), in one transaction with the audit record ``node.clean_residual``.
+    Returns the node, the sweep's record, and the residual-process alert the sweep
+    raised (or bumped) for this node, None when it found nothing to kill there.
+    """
+    from scheduling.loop import run_cycle
+
+    if not is_oncall_or_admin(user):
+        raise PermissionDenied("on-call engineers and admins only")
+    reason = _clean_reason(reason)
+    with transaction.atomic():
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            raise ValidationError({"node": [f"unknown node {name[:80]!r}"]})
+        residual_before = node.residual_gpus
+        mine = Alert.objects.filter(kind=Alert.Kind.RESIDUAL_PROCESS, subject=name)
+        counts_before = dict(mine.values_list("id", "count"))
+        record = run_cycle(kind="sweep", wait_s=SWEEP_WAIT_S)
+        node.refresh_from_db()
+        raised = next((a for a in mine if counts_before.get(a.pk) != a.count), None)
+        audit.record(user, "node.clean_residual", node, reason=reason,
+                     before={"residual_gpus": residual_before},
+                     after={"residual_gpus": node.residual_gpus, "sweep": record.pk,
+                            "alert": raised.pk if raised else None},
+                     source_ip=source_ip)  # fmt: skip
+    return node, record, raised

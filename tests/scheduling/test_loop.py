@@ -202,3 +202,27 @@ def test_a_finished_job_leaves_its_model_on_its_nodes_for_affinity(api):
     cycle(admin)
     assert job(me, job_id)["state"] == "succeeded"
     assert Node.objects.get(name=node).recent_models[0] == "llama-70b"
+
+
+def test_backend_errors_raise_an_alert_and_the_job_starts_after_a_backoff(api):
+    from scheduling.models import SimulatorState
+    from scheduling.simcore.simulator import Simulator
+
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=8, queue="llm-core")
+    cycle(admin)  # creates the simulator state
+    advance(admin, 1)
+    state = SimulatorState.objects.get()
+    sim = Simulator.from_dict(state.state)
+    sim.inject_api_errors(1)  # the next backend call (the launch) fails transiently
+    state.state = sim.to_dict()
+    state.save()
+    assert job(me, job_id)["state"] == "running"
+    waiting = submit(me, name="waits", gpus=8, queue="llm-core")
+    summary = cycle(admin)
+    assert summary["starts"] == 0 and job(me, waiting)["state"] == "pending"
+    alert = Alert.objects.get(kind="backend_error")
+    assert "retried with backoff" in alert.message
+    advance(admin, 15)  # past the launch backoff
+    cycle(admin)
+    assert job(me, waiting)["state"] == "running", job(me, waiting)["pending_reason"]

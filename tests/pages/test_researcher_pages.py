@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-import statistics
-import time
 
 import pytest
 from django.test import Client
@@ -610,22 +608,18 @@ def test_queues_and_submit_pages_do_a_fixed_number_of_queries(
 # -- at scale ----------------------------------------------------------------------------------
 
 
-def _median_ms(client: Client, url: str, runs: int = 7) -> float:
-    client.get(url)  # warm-up (templates, session)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        response = client.get(url)
-        times.append((time.perf_counter() - t0) * 1000)
-        assert response.status_code == 200, url
-    return statistics.median(times)
+def _renders(client: Client, url: str) -> None:
+    assert client.get(url).status_code == 200, url
 
 
 @pytest.mark.slow
-def test_pages_stay_fast_with_the_10000_gpu_demo_and_5000_pending_jobs(
+def test_pages_render_with_bounded_queries_at_full_scale(
     db, monkeypatch, django_assert_max_num_queries
 ):
-    """Bulk-loaded (no cycle): 1,250 nodes, 5,000 pending jobs, 1,000 running on 8,000 GPUs."""
+    """Bulk-loaded (no cycle): 1,250 nodes, 5,000 pending jobs, 1,000 running on 8,000 GPUs.
+
+    Render times are measured by ``manage.py bench_pages`` (docs/benchmarks.md), not here.
+    """
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
@@ -681,20 +675,17 @@ def test_pages_stay_fast_with_the_10000_gpu_demo_and_5000_pending_jobs(
     admin = Client()
     admin.force_login(users["admin"])
     detail = f"/jobs/{pending[0].pk}/"
-    timings = {
-        "job list (researcher, all visible)": _median_ms(client, "/jobs/?mine=0"),
-        "job list (admin, all 6,000)": _median_ms(admin, "/jobs/"),
-        "job list (admin, pending, page 50)": _median_ms(admin, "/jobs/?state=pending&page=50"),
-        "job detail": _median_ms(client, detail),
-        "queues": _median_ms(client, "/queues/"),
-        "submit (empty form)": _median_ms(client, "/jobs/new/"),
-        "feasibility JSON": _median_ms(client, "/jobs/feasibility/?queue=llm-core&gpus=64"),
-        "estimate JSON": _median_ms(client, "/jobs/estimate/?params=70B&zero_stage=3"),
-    }
-    for name, ms in timings.items():
-        print(f"{name}: {ms:.1f} ms median")
-    for name, ms in timings.items():
-        assert ms < 300, f"{name} took {ms:.0f} ms"
+    for who, url in [
+        (client, "/jobs/?mine=0"),
+        (admin, "/jobs/"),
+        (admin, "/jobs/?state=pending&page=50"),
+        (client, detail),
+        (client, "/queues/"),
+        (client, "/jobs/new/"),
+        (client, "/jobs/feasibility/?queue=llm-core&gpus=64"),
+        (client, "/jobs/estimate/?params=70B&zero_stage=3"),
+    ]:
+        _renders(who, url)
     with django_assert_max_num_queries(9):
         admin.get("/jobs/")
     with django_assert_max_num_queries(10):

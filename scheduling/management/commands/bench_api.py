@@ -8,6 +8,7 @@ Starts nothing: point it at a running portal (``--url``). It submits real jobs
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import threading
 import time
@@ -33,7 +34,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
     return ordered[rank - 1]
 
 

@@ -1,0 +1,36 @@
+"""bench_api drives a live portal over HTTP and reports what docs/api.md quotes."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+from scheduling.management.commands.bench_api import percentile
+from scheduling.models import Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_percentiles_are_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50 and percentile(values, 95) == 95
+    assert percentile([7.0], 95) == 7.0 and percentile([], 95) == 0.0
+
+
+def test_a_short_run_submits_tops_up_and_times_the_lists(live_server, demo):
+    out = io.StringIO()
+    call_command(
+        "bench_api", url=live_server.url, user="researcher", seconds=1, clients=2,
+        pending=40, list_requests=2, json=True, stdout=out,
+    )  # fmt: skip
+    report = json.loads(out.getvalue())
+    submit = report["submit"]
+    assert submit["ok"] > 0 and submit["errors"] == {} and submit["per_second"] > 0
+    assert submit["p50_ms"] <= submit["p95_ms"] <= submit["max_ms"]
+    assert report["lists"]["pending_jobs"] >= 40
+    assert Job.objects.filter(state="pending").count() == report["lists"]["pending_jobs"]
+    for path, row in report["lists"]["endpoints"].items():
+        assert row["statuses"] == {"200": 2}, path

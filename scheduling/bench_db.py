@@ -47,7 +47,7 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
-def _load(gpus: int, pending: int, running: int, seed: int) -> float:
+def load_scale_dataset(gpus: int, pending: int, running: int, seed: int) -> float:
     snap = build_snapshot(gpus, pending, running, seed)
     now = max([j.submitted_at for j in snap.pending] + [j.started_at for j in snap.running]) + 60
     for model in (Allocation, JobEvent, Eviction, Job, Queue, BusinessLine, Node,
@@ -122,7 +122,7 @@ def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0
             if not try_cluster_lock():
                 raise RuntimeError("the scheduling loop is running; stop the portal first")
             t0 = time.perf_counter()
-            _load(gpus, pending, running, seed)
+            load_scale_dataset(gpus, pending, running, seed)
             load_s = time.perf_counter() - t0
             cycles = []
             for _ in range(runs):

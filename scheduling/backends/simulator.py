@@ -70,7 +70,7 @@ def build_simulator_from_nodes(seed: int, now: float) -> Simulator:
     ]
     # Ended runs are reconciled within a cycle; keep them long enough to survive the
     # longest catch-up after downtime, no longer (they are most of the saved state).
-    config = SimConfig(ended_job_retention_s=2 * MAX_CATCH_UP_S)
+    config = SimConfig(ended_job_retention_s=2 * MAX_CATCH_UP_S, residual_probability=0.005)
     return Simulator(nodes, seed=seed, now=now, config=config)
 
 

@@ -11,16 +11,17 @@ How a replay runs (details and the measured results are in docs/replay.md):
   planned by its own ``plan(snapshot, now)`` call holding only that pool's nodes,
   jobs and contracts, and only when it has waiting jobs and something changed
   since its last plan (an arrival, a completion or a stop in the pool), or
-  ``replan_s`` passed (the engine's backfill rules depend on ``now``). A pool
-  whose free GPUs cannot fit its smallest waiting job is not planned unless the
-  policy could preempt for one of them (an urgent job, or borrowed work to
-  reclaim): such a plan could not start anything.
+  ``replan_s`` passed (the engine's backfill rules depend on ``now``).
+* Exact shortcuts (``shortcuts=False`` turns them off; tests compare): a plan is
+  skipped when it could not start anything (no waiting job fits the free GPUs and
+  the policy cannot preempt for one); without borrowing and preemption, jobs whose
+  line is at its quota are left out of the snapshot (they can neither start nor
+  change the other decisions).
 * Without backfill (``fifo``, ``priority``) the engine starts nothing behind the
   first job blocked for capacity, so a plan over the first ``plan_prefix`` (256)
   waiting jobs in the engine's order settles the cycle whenever one of them is
   blocked; a long queue then costs O(256) per plan instead of O(queue). Under
-  strict FIFO an arrival behind such a blocked job does not trigger a plan. Both
-  shortcuts are exact (a test compares them with planning everything).
+  strict FIFO an arrival behind such a blocked job does not trigger a plan.
 * Starts go to ``Simulator.launch`` with the job's hidden true duration and the
   progress it kept; preemptions to ``request_checkpoint_stop`` (graceful) or
   ``kill`` (cold). A stopped job goes back to the queue with its progress, its
@@ -129,7 +130,8 @@ class ReplayConfig:
     checkpoint_interval_s: float = 3600.0
     checkpoint_cost_s: float = 60.0
     check: bool = False  # run check_plan on every plan (slow; for tests)
-    plan_prefix: int = 256  # without backfill, plan the first K jobs first (exact; 0: off)
+    plan_prefix: int = 256  # without backfill, plan the first K jobs first (exact)
+    shortcuts: bool = True  # the exact shortcuts (off: every plan sees every waiting job)
     max_drain_s: float = 365 * DAY  # give up this long after the window if jobs remain
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
@@ -294,7 +296,9 @@ class Replay:
         p = self.policy
         # Strict FIFO without backfill: a new arrival queues behind a job already blocked
         # for capacity, so it cannot start before capacity frees (a completion or stop).
-        self.arrivals_wait = p.strict_fifo and not (p.backfill or p.borrowing or p.preemption)
+        self.arrivals_wait = config.shortcuts and (
+            p.strict_fifo and not (p.backfill or p.borrowing or p.preemption)
+        )
         self.predictor = OnlinePredictor()
         window = workload.window_s
         self.window = window
@@ -477,23 +481,45 @@ class Replay:
         )
 
     # -- one pool's plan ----------------------------------------------------------
-    def _may_act(self, pool: _Pool) -> bool:
-        if self.policy.preemption and (
-            pool.borrowed_running or any(j.tier == Tier.URGENT for j in pool.pending.values())
+    def _candidates(self, pool: _Pool) -> list[_Job] | None:
+        """The waiting jobs a plan must see, or None when it could not start anything.
+
+        Without borrowing and preemption (every policy but ``full``), a job whose line
+        is at its quota can neither start nor change the engine's decisions for the
+        others (``Planner.consider`` records QUOTA_EXCEEDED and moves on), and usage
+        only grows within a plan, so such jobs are left out. A plan can start nothing
+        if no candidate fits in the pool's free GPUs and the policy cannot preempt
+        for one (only urgent queues preempt, and anyone within quota may reclaim
+        borrowed work).
+        """
+        jobs = list(pool.pending.values())
+        if not self.cfg.shortcuts:
+            return jobs
+        policy = self.policy
+        if policy.preemption and (
+            pool.borrowed_running or any(j.tier == Tier.URGENT for j in jobs)
         ):
-            return True
-        need = min(j.gpus for j in pool.pending.values())
-        return pool.free_total >= need
+            return jobs
+        if not (policy.borrowing or policy.preemption):
+            room = {}
+            for line in pool.lines:
+                if line.quota_gpus is not None:
+                    room[line.name] = line.quota_gpus - self.qmeter[line.name].busy
+            if room:
+                jobs = [j for j in jobs if j.gpus <= room.get(j.queue, j.gpus)]
+        if not jobs or pool.free_total < min(j.gpus for j in jobs):
+            return None
+        return jobs
 
     def _plan(self, pool: _Pool, now: float) -> None:
         pool.dirty = False
         if not pool.pending:
             return
-        if not self._may_act(pool):
+        jobs = self._candidates(pool)
+        if jobs is None:
             self.plan_skips += 1
             return
         pool.last_plan = now
-        jobs = list(pool.pending.values())
         prefix = self._prefix(pool, jobs)
         decided = self._call(pool, prefix or jobs, now)
         if prefix is not None and not _head_blocked(decided):

@@ -322,13 +322,29 @@ def decisions(r: Replay) -> list[tuple]:
     return [(j.key, j.first_start, j.finish, j.runs) for j in r.jobs]
 
 
-@pytest.mark.parametrize("policy", ["fifo", "priority"])
-def test_planning_a_prefix_without_backfill_decides_exactly_as_planning_all(itp_slice, policy):
-    # Shared pool: the priority order depends on the lines' shares, recomputed per plan.
-    full_plans, _ = replay(itp_slice, policy, pool_gpus=128, plan_prefix=0, check=False)
-    prefixed, result = replay(itp_slice, policy, pool_gpus=128, plan_prefix=8, check=False)
+@pytest.mark.parametrize("policy", ["fifo", "priority", "backfill", "full"])
+def test_the_shortcuts_decide_exactly_as_planning_every_waiting_job(itp_slice, policy):
+    # Shared pool: the priority order depends on the lines' shares, recomputed per
+    # plan; quotas are oversubscribed (the ITP slice's quotas add up to 2,320 GPUs).
+    slow, _ = replay(itp_slice, policy, pool_gpus=128, shortcuts=False, check=False)
+    fast, result = replay(itp_slice, policy, pool_gpus=128, plan_prefix=8, check=False)
     assert result["overall"]["max_waiting_jobs"] > 100  # the prefix really was cut short
-    assert decisions(prefixed) == decisions(full_plans)
+    assert result["overall"]["plan_skips"] > 0
+    assert decisions(fast) == decisions(slow)
+
+
+def test_the_shortcuts_are_exact_when_quotas_bind(tmp_path):
+    path = write_tenants(
+        tmp_path,
+        [("A", f"a{i}", 30 * i, 3000 + 500 * (i % 7), 1 + i % 8) for i in range(60)]
+        + [("B", f"b{i}", 45 * i, 2000 + 700 * (i % 5), 1 + i % 4) for i in range(40)],
+    )
+    w = load_workload(str(path), window="0:2d")
+    assert build_layout(w, 32).quota == {"A": 16, "B": 8}  # 24 of the 32 GPUs
+    for policy in ("fifo", "priority", "backfill", "full"):
+        slow, _ = replay(w, policy, pool_gpus=32, shortcuts=False, check=False)
+        fast, _ = replay(w, policy, pool_gpus=32, plan_prefix=4)
+        assert decisions(fast) == decisions(slow), policy
 
 
 def test_planning_only_on_events_stays_close_to_planning_every_cycle(itp_slice):

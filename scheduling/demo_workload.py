@@ -64,7 +64,9 @@ def generate(now_ts: float | None = None) -> int:
             last = minute
         elif Job.objects.filter(state=Job.State.PENDING).count() < MAX_PENDING:
             for m in range(max(last + 1, minute - MAX_MINUTES_PER_CALL), minute + 1):
-                gen = WorkloadGenerator(seed=row.seed * 1_000_003 + m, cluster_gpus=gpus, load=DEMO_LOAD)
+                gen = WorkloadGenerator(
+                    seed=row.seed * 1_000_003 + m, cluster_gpus=gpus, load=DEMO_LOAD
+                )
                 jobs += [
                     _job(owner, queue_ids, g, m * 60.0) for g in gen.next_jobs(m * 60.0, 60, pairs)
                 ]

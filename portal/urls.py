@@ -6,7 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
-from portal import views
+from portal import audit_views, views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
@@ -31,6 +31,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("audit/", audit_views.audit_log, name="audit"),
     path("", include("monitoring.urls")),
     path("", include("scheduling.urls")),
     path("quotas/", include("quotas.urls")),

@@ -1,0 +1,113 @@
+"""The audit log page (``/audit/``): cluster admins only, filtered and paginated.
+
+Read-only over ``AuditRecord`` (written by the services through ``portal.audit.record``);
+nothing here writes. One COUNT and one page query per view, whatever the filters.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from portal.models import AuditRecord
+from portal.roles import is_admin
+
+RECORDS_PER_PAGE = 50
+
+
+class AuditFilterForm(forms.Form):
+    """Filters of the audit page; all optional, all bounded."""
+
+    actor = forms.CharField(required=False, max_length=150, label="Who (username)")
+    action = forms.CharField(
+        required=False,
+        max_length=64,
+        label="What (action)",
+        help_text="an action, or its start: node. matches node.cordon, node.drain, …",
+    )
+    target = forms.CharField(
+        required=False,
+        max_length=130,
+        label="Target",
+        help_text="type:id (scheduling.job:42), an id or name (node-0001), or a type",
+    )
+    since = forms.DateField(required=False, label="From (UTC date)")
+    until = forms.DateField(required=False, label="To (UTC date, inclusive)")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("“From” must not be after “To”.")
+        return data
+
+
+def filter_records(records: QuerySet[AuditRecord], data: dict[str, Any]) -> QuerySet:
+    """``records`` narrowed by the cleaned filter values."""
+    if actor := (data.get("actor") or "").strip():
+        records = records.filter(actor_name__iexact=actor)
+    if action := (data.get("action") or "").strip():
+        records = records.filter(action__startswith=action)
+    if target := (data.get("target") or "").strip():
+        kind, sep, ident = target.rpartition(":")
+        if sep and kind:
+            records = records.filter(target_type__iexact=kind, target_id=ident)
+        else:
+            records = records.filter(Q(target_id=target) | Q(target_type__iexact=target))
+    if since := data.get("since"):
+        records = records.filter(at__gte=datetime.combine(since, time.min, tzinfo=UTC))
+    if until := data.get("until"):
+        end = datetime.combine(until, time.min, tzinfo=UTC) + timedelta(days=1)
+        records = records.filter(at__lt=end)
+    return records
+
+
+def _shown(value: Any) -> str:
+    return "—" if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def changes(before: Any, after: Any) -> list[dict[str, Any]]:
+    """Field by field: ``{"field", "before", "after", "changed"}`` (values as JSON text)."""
+    before = before if isinstance(before, dict) else {"value": before}
+    after = after if isinstance(after, dict) else {"value": after}
+    return [
+        {
+            "field": key,
+            "before": _shown(before.get(key)),
+            "after": _shown(after.get(key)),
+            "changed": before.get(key) != after.get(key),
+        }
+        for key in sorted(set(before) | set(after), key=str)
+    ]
+
+
+@login_required
+@require_GET
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """Who did what, when, from where, with before/after and reason (admins only)."""
+    if not is_admin(request.user):
+        raise PermissionDenied("cluster admins only")
+    form = AuditFilterForm(request.GET or None)
+    records = AuditRecord.objects.all()
+    status = 200
+    if form.is_bound:
+        if form.is_valid():
+            records = filter_records(records, form.cleaned_data)
+        else:
+            records, status = records.none(), 400
+    page = Paginator(records, RECORDS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = [{"record": r, "changes": changes(r.before, r.after)} for r in page.object_list]
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"form": form, "page": page, "rows": rows, "query": query.urlencode()}
+    return render(request, "portal/audit.html", context, status=status)

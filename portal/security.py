@@ -1,0 +1,322 @@
+"""Web security plumbing: security headers on every response, rate limits on sign-in and
+on API token use, and API input the standard DRF classes crash on (a 500) made harmless:
+too deeply nested JSON and out-of-range ``limit``/``offset`` query parameters.
+
+Headers: ``SecurityHeadersMiddleware`` adds the Content-Security-Policy, Permissions-Policy
+and Cross-Origin-Resource-Policy; Django's own middleware sets the rest (Referrer-Policy,
+X-Content-Type-Options and Cross-Origin-Opener-Policy from ``SecurityMiddleware``,
+X-Frame-Options from ``XFrameOptionsMiddleware``, HSTS in production). The middleware
+sets each of those too when absent, so a response that bypassed Django's middleware
+still carries them.
+
+Rate limits: failed sign-ins are counted per client address and per username, failed
+``Authorization: Token`` attempts per client address, in the Django cache (Redis), so
+every web worker shares the counts. Past the limit the caller gets 429 with a
+Retry-After header until the window ends; nothing is checked meanwhile, so a correct
+guess inside a locked window does not get through either. The client address is
+``REMOTE_ADDR`` (``portal.api.client_ip``: proxies are not trusted), so behind a reverse
+proxy the per-address limit counts everyone behind it together: the per-address limit is
+therefore larger than the per-username one.
+
+When the cache is unreachable the limits fail open (and log it): a Redis outage must not
+lock everyone out of the portal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.template import engines
+from django.urls import NoReverseMatch, reverse
+from rest_framework import exceptions
+from rest_framework.authentication import TokenAuthentication, get_authorization_header
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
+
+logger = logging.getLogger(__name__)
+
+# -- headers ----------------------------------------------------------------------------
+
+# Same origin only. The pages load their scripts and styles from /static/ and embed data
+# with ``json_script`` (type="application/json": data, never executed, so script-src
+# needs no 'unsafe-inline' and no nonce). 'self' in connect-src covers the same-origin
+# websocket. Styles are the one exception, enforced with 'unsafe-inline' for now: the
+# vendored Plotly injects a <style> element (dashboard) and the queue usage bars set
+# style="width: …" (scheduling/_usage.html). The strict policy is sent alongside as
+# Content-Security-Policy-Report-Only, so browsers (and tests/security/test_csp_browser.py)
+# report what still needs fixing; once nothing does, enforce STRICT_STYLE_SRC.
+STRICT_STYLE_SRC = "'self'"
+ENFORCED_STYLE_SRC = "'self' 'unsafe-inline'"
+
+
+def content_security_policy(style_src: str) -> str:
+    return "; ".join(
+        [
+            "default-src 'self'",
+            "script-src 'self'",
+            f"style-src {style_src}",
+            "img-src 'self'",
+            "font-src 'self'",
+            "connect-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        ]
+    )
+
+
+CONTENT_SECURITY_POLICY = content_security_policy(ENFORCED_STYLE_SRC)
+CONTENT_SECURITY_POLICY_REPORT_ONLY = content_security_policy(STRICT_STYLE_SRC)
+PERMISSIONS_POLICY = ", ".join(
+    f"{feature}=()"
+    for feature in (
+        "accelerometer",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "payment",
+        "usb",
+    )
+)
+
+
+class SecurityHeadersMiddleware:
+    """Adds the security headers to every response (pages, API, static files, errors)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.headers = {
+            "Content-Security-Policy": getattr(
+                settings, "CONTENT_SECURITY_POLICY", CONTENT_SECURITY_POLICY
+            ),
+            "Content-Security-Policy-Report-Only": getattr(
+                settings,
+                "CONTENT_SECURITY_POLICY_REPORT_ONLY",
+                CONTENT_SECURITY_POLICY_REPORT_ONLY,
+            ),
+            "Permissions-Policy": getattr(settings, "PERMISSIONS_POLICY", PERMISSIONS_POLICY),
+            "Cross-Origin-Resource-Policy": "same-origin",
+            "Cross-Origin-Opener-Policy": settings.SECURE_CROSS_ORIGIN_OPENER_POLICY
+            or "same-origin",
+            "Referrer-Policy": settings.SECURE_REFERRER_POLICY or "same-origin",
+            "X-Content-Type-Options": "nosniff",
+            "X-Frame-Options": settings.X_FRAME_OPTIONS,
+        }
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        for name, value in self.headers.items():
+            response.setdefault(name, value)
+        return response
+
+
+# -- rate limits ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most ``failures`` failures per ``window`` seconds per key, counted in the cache.
+
+    The window starts at the first failure and is not extended by later ones.
+    """
+
+    name: str
+    failures: int
+    window: int
+
+    def _key(self, value: str) -> str:
+        digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"ratelimit:{self.name}:{digest}"
+
+    def blocked(self, value: str) -> bool:
+        try:
+            return (cache.get(self._key(value)) or 0) >= self.failures
+        except Exception:  # the cache is down: fail open
+            logger.warning("rate limit %s: cache unavailable, not enforced", self.name)
+            return False
+
+    def hit(self, value: str) -> int:
+        """Count one failure; returns the count in the current window (0: not counted)."""
+        key = self._key(value)
+        try:
+            cache.add(key, 0, timeout=self.window)
+            try:
+                return cache.incr(key)
+            except ValueError:  # expired between add and incr
+                cache.set(key, 1, timeout=self.window)
+                return 1
+        except Exception:
+            logger.warning("rate limit %s: cache unavailable, failure not counted", self.name)
+            return 0
+
+    def reset(self, value: str) -> None:
+        try:
+            cache.delete(self._key(value))
+        except Exception:
+            logger.warning("rate limit %s: cache unavailable, not reset", self.name)
+
+
+def _setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+def login_limits() -> tuple[Limit, Limit]:
+    """(per client address, per username) limits on failed sign-ins."""
+    window = _setting("LOGIN_FAILURE_WINDOW_SECONDS", 300)
+    return (
+        Limit("login-ip", _setting("LOGIN_FAILURES_PER_IP", 30), window),
+        Limit("login-user", _setting("LOGIN_FAILURES_PER_USERNAME", 10), window),
+    )
+
+
+def token_limit() -> Limit:
+    """Failed API token attempts per client address."""
+    return Limit(
+        "token-ip",
+        _setting("TOKEN_FAILURES_PER_IP", 30),
+        _setting("TOKEN_FAILURE_WINDOW_SECONDS", 300),
+    )
+
+
+def _client_ip(request) -> str:
+    # Imported here: portal.api imports rest_framework.views, which imports the
+    # authentication classes named in settings, this module among them.
+    from portal.api import client_ip
+
+    return client_ip(request) or "unknown"
+
+
+def _normalized_username(request: HttpRequest) -> str:
+    return (request.POST.get("username") or "").strip().casefold()[:150]
+
+
+LOCKED_OUT_PAGE = """{% extends "base.html" %}
+{% block title %}Too many attempts{% endblock %}
+{% block content %}
+<section class="card narrow">
+  <h1>Too many failed sign-in attempts</h1>
+  <p class="error" role="alert">Too many failed sign-in attempts for this account or from
+  your address. Nothing was checked this time. Wait {{ minutes }} minute{{ minutes|pluralize }}
+  and try again, or ask a cluster admin to reset your password.</p>
+  <p><a href="{{ login_url }}">Back to the sign-in page</a></p>
+</section>
+{% endblock %}"""
+
+
+class LoginRateLimitMiddleware:
+    """Limits failed sign-ins on every login form (the portal's and the Django admin's).
+
+    A POST to a login page that answers 200 re-rendered the form: a failure, counted
+    against the client address and the username. A redirect is a success and clears the
+    username's count (not the address's: one good account must not unlock guessing at
+    others). While either count is at its limit, POSTs get 429 without being checked.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self._paths: frozenset[str] | None = None
+
+    def login_paths(self) -> frozenset[str]:
+        if self._paths is None:
+            paths = set()
+            for name in ("login", "admin:login"):
+                with contextlib.suppress(NoReverseMatch):
+                    paths.add(reverse(name))
+            self._paths = frozenset(paths)
+        return self._paths
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST" or request.path_info not in self.login_paths():
+            return self.get_response(request)
+        by_ip, by_user = login_limits()
+        ip = _client_ip(request)
+        username = _normalized_username(request)
+        if by_ip.blocked(ip) or (username and by_user.blocked(username)):
+            logger.warning("sign-in refused: too many failures (ip=%s)", ip)
+            return self.locked_out(request, max(by_ip.window, by_user.window))
+        response = self.get_response(request)
+        if response.status_code == 200:
+            by_ip.hit(ip)
+            if username:
+                by_user.hit(username)
+        elif 300 <= response.status_code < 400 and username:
+            by_user.reset(username)
+        return response
+
+    def locked_out(self, request: HttpRequest, window: int) -> HttpResponse:
+        template = engines["django"].from_string(LOCKED_OUT_PAGE)
+        body = template.render(
+            {"minutes": max(1, -(-window // 60)), "login_url": request.path_info}, request
+        )
+        response = HttpResponse(body, status=429)
+        response["Retry-After"] = str(window)
+        return response
+
+
+class RateLimitedTokenAuthentication(TokenAuthentication):
+    """DRF token authentication that refuses (429) an address after too many bad tokens.
+
+    Only requests that carry ``Authorization: Token ...`` touch the counter; session
+    requests and valid tokens cost one cache read.
+    """
+
+    def authenticate(self, request):
+        auth = get_authorization_header(request).split()
+        if not auth or auth[0].lower() != self.keyword.lower().encode():
+            return None
+        limit = token_limit()
+        ip = _client_ip(request)
+        if limit.blocked(ip):
+            raise exceptions.Throttled(
+                wait=limit.window,
+                detail="Too many failed token attempts from your address; try again later.",
+            )
+        try:
+            return super().authenticate(request)
+        except exceptions.AuthenticationFailed:
+            limit.hit(ip)
+            raise
+
+
+# -- input ------------------------------------------------------------------------------
+
+
+class SafeJSONParser(JSONParser):
+    """DRF's JSON parser, with too deeply nested documents refused as bad input.
+
+    ``json.load`` raises RecursionError (not ValueError) on a body such as 5,000 ``[``;
+    DRF only turns ValueError into a 400, so that body was a 500 on every JSON endpoint.
+    """
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise exceptions.ParseError("JSON parse error - nested too deeply") from None
+
+
+class BoundedLimitOffsetPagination(LimitOffsetPagination):
+    """DRF's limit/offset paging with both numbers bounded.
+
+    Unbounded, ``?limit=10**30`` or ``?offset=10**30`` reach PostgreSQL as a LIMIT/OFFSET
+    beyond bigint: a 500 on every list endpoint. ``max_limit`` clamps the page size (the
+    ``next`` link carries on from there; gpuctl asks for 500 at a time), and an offset past
+    any table's size is clamped to one that is still past it (an empty page).
+    """
+
+    max_limit = 1000
+    max_offset = 2**31
+
+    def get_offset(self, request) -> int:
+        return min(super().get_offset(request), self.max_offset)

@@ -1,0 +1,28 @@
+"""Fixtures of the security tests: the populated world, and clean rate-limit counters."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.cache import cache
+
+from tests.security.pages import World, build_world
+
+
+def clear_rate_limits() -> None:
+    """Forget every failure counter (tests share 127.0.0.1 and one Redis)."""
+    client = cache._cache.get_client(write=True)
+    keys = list(client.scan_iter(match=f"*{cache.make_key('ratelimit:')}*"))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def clean_rate_limits():
+    clear_rate_limits()
+    yield
+    clear_rate_limits()
+
+
+@pytest.fixture
+def world(api) -> World:
+    return build_world(api)

@@ -19,7 +19,9 @@ proxy the per-address limit counts everyone behind it together: the per-address 
 therefore larger than the per-username one.
 
 When the cache is unreachable the limits fail open (and log it): a Redis outage must not
-lock everyone out of the portal.
+lock everyone out of the portal. The cache has 1 s socket timeouts (settings.CACHES), and
+after a failure this process leaves the cache alone for ``CACHE_PAUSE_S``, so a frozen
+Redis costs one request a second rather than every request.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -124,6 +127,24 @@ class SecurityHeadersMiddleware:
 # -- rate limits ------------------------------------------------------------------------
 
 
+CACHE_PAUSE_S = 10.0
+_cache_paused_until = 0.0
+
+
+def _cache_call(what: str, fn: Callable, default):
+    """``fn()``, or ``default`` when the cache fails or failed less than CACHE_PAUSE_S ago."""
+    global _cache_paused_until
+    if time.monotonic() < _cache_paused_until:
+        return default
+    try:
+        return fn()
+    except Exception:  # any cache failure: fail open
+        _cache_paused_until = time.monotonic() + CACHE_PAUSE_S
+        logger.warning("rate limits: cache unavailable (%s); not enforced for %.0f s", what,
+                       CACHE_PAUSE_S)  # fmt: skip
+        return default
+
+
 @dataclass(frozen=True)
 class Limit:
     """At most ``failures`` failures per ``window`` seconds per key, counted in the cache.
@@ -140,31 +161,26 @@ class Limit:
         return f"ratelimit:{self.name}:{digest}"
 
     def blocked(self, value: str) -> bool:
-        try:
-            return (cache.get(self._key(value)) or 0) >= self.failures
-        except Exception:  # the cache is down: fail open
-            logger.warning("rate limit %s: cache unavailable, not enforced", self.name)
-            return False
+        key = self._key(value)
+        return (_cache_call("read", lambda: cache.get(key), 0) or 0) >= self.failures
 
     def hit(self, value: str) -> int:
         """Count one failure; returns the count in the current window (0: not counted)."""
         key = self._key(value)
-        try:
+
+        def count() -> int:
             cache.add(key, 0, timeout=self.window)
             try:
                 return cache.incr(key)
             except ValueError:  # expired between add and incr
                 cache.set(key, 1, timeout=self.window)
                 return 1
-        except Exception:
-            logger.warning("rate limit %s: cache unavailable, failure not counted", self.name)
-            return 0
+
+        return _cache_call("count", count, 0)
 
     def reset(self, value: str) -> None:
-        try:
-            cache.delete(self._key(value))
-        except Exception:
-            logger.warning("rate limit %s: cache unavailable, not reset", self.name)
+        key = self._key(value)
+        _cache_call("reset", lambda: cache.delete(key), None)
 
 
 def _setting(name: str, default: int) -> int:

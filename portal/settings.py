@@ -125,6 +125,9 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
+        # The rate limits (portal/security.py) read it on logins and token calls: a frozen
+        # Redis must cost a second and fail open, not hang the request.
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
     }
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
+from portal import security
 from tests.security.pages import World, build_world
 
 
@@ -17,7 +18,9 @@ def clear_rate_limits() -> None:
 
 
 @pytest.fixture(autouse=True)
-def clean_rate_limits():
+def clean_rate_limits(monkeypatch):
+    """Fresh counters, and no pause left by a test that took the cache away."""
+    monkeypatch.setattr(security, "_cache_paused_until", 0.0)
     clear_rate_limits()
     yield
     clear_rate_limits()

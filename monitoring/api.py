@@ -10,7 +10,7 @@ from rest_framework.response import Response
 
 from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, resolve_alert
-from portal.api import IsOncallOrAdmin
+from portal.api import IsOncallOrAdmin, client_ip
 
 
 class AlertSerializer(serializers.ModelSerializer):
@@ -31,9 +31,17 @@ class AlertViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={200: AlertSerializer})
     @action(detail=True, methods=["post"])
     def ack(self, request: Request, pk: str | None = None) -> Response:
-        return Response(AlertSerializer(acknowledge_alert(request.user, self.get_object().pk)).data)
+        return Response(
+            AlertSerializer(
+                acknowledge_alert(request.user, self.get_object().pk, client_ip(request))
+            ).data
+        )
 
     @extend_schema(request=None, responses={200: AlertSerializer})
     @action(detail=True, methods=["post"])
     def resolve(self, request: Request, pk: str | None = None) -> Response:
-        return Response(AlertSerializer(resolve_alert(request.user, self.get_object().pk)).data)
+        return Response(
+            AlertSerializer(
+                resolve_alert(request.user, self.get_object().pk, client_ip(request))
+            ).data
+        )

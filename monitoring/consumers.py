@@ -57,7 +57,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         else:
             try:
                 message = json.loads(text_data)
-            except ValueError:
+            except (ValueError, RecursionError):  # deeply nested input overflows the parser
                 message = None
             if not isinstance(message, dict):
                 error = 'expected a JSON object like {"subscribe": "queues"}'

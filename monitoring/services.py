@@ -42,7 +42,9 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
     return alert
 
 
-def _transition(user, alert_id: int, to: str, allowed_from: tuple[str, ...]) -> Alert:
+def _transition(
+    user, alert_id: int, to: str, allowed_from: tuple[str, ...], source_ip: str | None
+) -> Alert:
     from django.core.exceptions import PermissionDenied, ValidationError
     from django.utils import timezone
 
@@ -64,18 +66,19 @@ def _transition(user, alert_id: int, to: str, allowed_from: tuple[str, ...]) -> 
             alert.resolved_at = timezone.now()
         alert.save()
         audit.record(user, f"alert.{'ack' if to == 'acknowledged' else 'resolve'}", alert,
-                     before=before, after={"status": to})  # fmt: skip
+                     before=before, after={"status": to}, source_ip=source_ip)  # fmt: skip
         publish_on_commit("alerts", "alert.updated", {"id": alert.pk, "status": to})
     return alert
 
 
-def acknowledge_alert(user, alert_id: int) -> Alert:
+def acknowledge_alert(user, alert_id: int, source_ip: str | None = None) -> Alert:
     """Someone is on it: the alert stays visible but stops paging."""
-    return _transition(user, alert_id, Alert.Status.ACKNOWLEDGED, (Alert.Status.OPEN,))
+    return _transition(user, alert_id, Alert.Status.ACKNOWLEDGED, (Alert.Status.OPEN,), source_ip)
 
 
-def resolve_alert(user, alert_id: int) -> Alert:
+def resolve_alert(user, alert_id: int, source_ip: str | None = None) -> Alert:
     """Close the alert; the same symptom later opens a new one."""
     return _transition(
-        user, alert_id, Alert.Status.RESOLVED, (Alert.Status.OPEN, Alert.Status.ACKNOWLEDGED)
-    )
+        user, alert_id, Alert.Status.RESOLVED, (Alert.Status.OPEN, Alert.Status.ACKNOWLEDGED),
+        source_ip,
+    )  # fmt: skip

@@ -360,7 +360,7 @@ def alert_action(request: HttpRequest, alert_id: int, action: str) -> HttpRespon
     """Acknowledge or resolve one alert (POST + CSRF), then back to the console."""
     service = {"ack": acknowledge_alert, "resolve": resolve_alert}[action]
     try:
-        alert = service(request.user, alert_id)
+        alert = service(request.user, alert_id, client_ip(request))
     except Alert.DoesNotExist:
         messages.error(request, f"There is no alert #{alert_id}; nothing was changed.")
         return _console(request, status=404)

@@ -1,6 +1,15 @@
 from django.contrib import admin
 
 from portal.models import AuditRecord, LineMembership, Profile
+from portal.roles import is_admin
+
+
+def _admins_only(request) -> bool:
+    """The Django admin follows the portal role, not Django's ``is_staff`` flag."""
+    return request.user.is_active and is_admin(request.user)
+
+
+admin.site.has_permission = _admins_only
 
 
 @admin.register(Profile)

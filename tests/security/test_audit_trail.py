@@ -72,18 +72,7 @@ ACTIONS = {
 }  # fmt: skip
 
 
-NO_SOURCE_IP = pytest.mark.xfail(
-    strict=True,
-    reason="gap: monitoring.services.acknowledge_alert/resolve_alert take no source_ip, so "
-    "alert records lack 'from where' (monitoring/api.py and views.alert_action should pass "
-    "portal.api.client_ip(request) through)",
-)
-GAPS = {"ack": NO_SOURCE_IP, "resolve": NO_SOURCE_IP, "page: ack": NO_SOURCE_IP}
-
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=GAPS[n]) if n in GAPS else n for n in ACTIONS]
-)
+@pytest.mark.parametrize("name", list(ACTIONS))
 def test_a_privileged_action_leaves_a_complete_audit_record(api, demo, world, name):
     action = ACTIONS[name]
     url = action.url(world)

@@ -58,11 +58,6 @@ def test_admins_use_the_django_admin(demo):
         assert client.get(url).status_code == 200, url
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: Django's admin gate is is_staff, not the portal "
-    "role (portal/admin.py should set admin.site.has_permission to is_admin)",
-)
 def test_a_staff_flag_without_the_admin_role_does_not_open_the_admin(demo):
     researcher = demo["researcher"]
     researcher.is_staff = True

@@ -42,9 +42,6 @@ def test_only_the_portals_own_origin_may_open_the_live_socket(demo):
     assert connects([(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]) is False
 
 
-@pytest.mark.xfail(strict=True, reason="gap: monitoring/consumers.py catches ValueError only; "
-                   "json.loads raises RecursionError on 4 KiB of '[' (the socket dies instead "
-                   "of answering an error)")  # fmt: skip
 def test_a_deeply_nested_message_is_answered_with_an_error(demo):
     client = Client()
     client.force_login(demo["researcher"])

@@ -6,7 +6,8 @@ Event kinds are dotted (``job.updated``); topics are those of API.md
 together, concurrently, once it commits (a cycle can emit thousands); they are
 dropped if it rolls back. A failing channel layer (Redis down) never breaks the
 writer: the events are dropped and logged, and pages refetch a snapshot on
-reconnect.
+reconnect. A Redis that does not answer is given ``PUBLISH_TIMEOUT_S``, then
+skipped for ``PUBLISH_PAUSE_S``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -23,6 +25,15 @@ from django.db import transaction
 log = logging.getLogger(__name__)
 _local = threading.local()
 MAX_CONCURRENT_SENDS = 8
+# A Redis that accepts connections but never answers (frozen, partitioned) would
+# otherwise hold the caller forever: an API request, or a worker after its commit.
+# A flush is allowed PUBLISH_TIMEOUT_S plus 1 s per 2,000 events (about 5,000 are sent
+# per second here). After a timeout this process drops events at once for a while, so
+# a frozen Redis costs one caller five seconds rather than every caller.
+PUBLISH_TIMEOUT_S = 5.0
+PUBLISH_MIN_RATE = 2000.0
+PUBLISH_PAUSE_S = 10.0
+_paused_until = 0.0
 
 Event = tuple[str, str, dict[str, Any]]
 
@@ -34,20 +45,33 @@ def group_name(topic: str) -> str:
 
 def publish_many(events: list[Event]) -> None:
     """Send events now, concurrently, in one trip to the event loop."""
+    global _paused_until
     layer = get_channel_layer()
     if layer is None or not events:
         return
+    if time.monotonic() < _paused_until:
+        log.warning("%d live events dropped: Redis timed out a moment ago", len(events))
+        return
 
     async def send_all() -> None:
-        results = await asyncio.gather(
-            *(
-                layer.group_send(
+        # At most MAX_CONCURRENT_SENDS at a time: each send holds a connection of the
+        # layer's pool, and redis-py refuses (does not queue) beyond its 100 connections.
+        gate = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
+
+        async def send(topic: str, kind: str, data: dict[str, Any]) -> None:
+            async with gate:
+                await layer.group_send(
                     group_name(topic),
                     {"type": "live.event", "kind": kind, "topic": topic, "data": data},
                 )
-                for topic, kind, data in events
-            ),
-            return_exceptions=True,
+
+        # Page-wide topics (cycles, queues, pending, nodes, alerts: a few events that every
+        # dashboard waits for) go before the per-job ones (thousands after a big cycle);
+        # the order within each topic is kept.
+        ordered = sorted(events, key=lambda event: event[0].startswith("job."))
+        results = await asyncio.wait_for(
+            asyncio.gather(*(send(*event) for event in ordered), return_exceptions=True),
+            PUBLISH_TIMEOUT_S + len(events) / PUBLISH_MIN_RATE,
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:
@@ -55,6 +79,12 @@ def publish_many(events: list[Event]) -> None:
 
     try:
         async_to_sync(send_all)()
+    except TimeoutError:
+        _paused_until = time.monotonic() + PUBLISH_PAUSE_S
+        log.warning(
+            "%d live events dropped: Redis did not answer in time; not trying again for %.0f s",
+            len(events), PUBLISH_PAUSE_S,
+        )  # fmt: skip
     except Exception:  # noqa: BLE001 - live updates are best effort by design
         log.warning("%d live events dropped", len(events), exc_info=True)
 

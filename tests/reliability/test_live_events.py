@@ -1,0 +1,52 @@
+"""A big cycle's live events: none is refused, and the page-wide ones are not kept waiting.
+
+A cycle that starts or ends many jobs emits one event per job, then ``cycle.completed``
+and ``queues.updated`` last. redis-py's asyncio pool refuses (it does not queue) a 101st
+concurrent connection, so an unbounded burst of sends lost everything past the first
+hundred, ``cycle.completed`` included; and sent in publication order, the few events every
+dashboard waits for would queue behind thousands of per-job ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+
+from portal.realtime import group_name, publish_many
+
+JOB_EVENTS = 5000
+WATCHED_JOBS = 50  # a channel holds at most 100 messages: watch a few of the job topics
+STEP = JOB_EVENTS // WATCHED_JOBS
+
+
+def receive_a_big_flush() -> list[dict]:
+    """Publish a cycle's worth of events; what a channel watching some of them receives."""
+    layer = get_channel_layer()
+    events = [(f"job.{i}", "job.updated", {"id": i}) for i in range(JOB_EVENTS)]
+    events += [("cycles", "cycle.completed", {"id": 1}), ("queues", "queues.updated", {})]
+
+    async def run() -> list[dict]:
+        channel = await layer.new_channel()
+        for topic in ["cycles", "queues", *(f"job.{i}" for i in range(0, JOB_EVENTS, STEP))]:
+            await layer.group_add(group_name(topic), channel)
+        await sync_to_async(publish_many)(events)
+        return [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(WATCHED_JOBS + 2)]
+
+    return async_to_sync(run)()
+
+
+def test_a_flush_of_thousands_of_events_loses_none(on_own_redis, caplog):
+    caplog.set_level(logging.WARNING, logger="portal.realtime")
+    received = receive_a_big_flush()
+    assert "dropped" not in caplog.text
+    jobs = [m["data"]["id"] for m in received if m["kind"] == "job.updated"]
+    assert jobs == list(range(0, JOB_EVENTS, STEP)), "all of them, in order"
+    assert {m["kind"] for m in received} == {"job.updated", "cycle.completed", "queues.updated"}
+
+
+def test_page_wide_events_are_sent_before_the_per_job_ones(on_own_redis):
+    kinds = [m["kind"] for m in receive_a_big_flush()]
+    assert kinds[:2] == ["cycle.completed", "queues.updated"], kinds[:5]

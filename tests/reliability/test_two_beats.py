@@ -1,0 +1,101 @@
+"""Two beats started by mistake still give one cycle at a time, and lose or duplicate nothing.
+
+Real processes on the test database and a Redis of the test's own (the broker):
+two ``celery beat`` (each with its own schedule file, as on two machines) and one
+prefork worker with two processes, so the duplicated cycle tasks really run side by
+side. The cycle period is 1 s, each cycle is slowed to last more than half of it, and
+the simulated clock runs 10 minutes per second, so jobs start, finish and fail while
+the beats race for ~10 s.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from scheduling.consistency import find_inconsistencies
+from scheduling.loop import run_cycle
+from scheduling.models import Job, SchedulingCycle, SimulatorState
+from scheduling.services import JobRequest, submit_job
+from tests.reliability.conftest import (
+    celery_beat,
+    celery_worker,
+    loop_env,
+    stop_process,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+RACE_S = 10
+# Each iteration is made 0.6 s longer (tests/reliability/slow_cycles.py), more than half
+# the 1 s period, so the two beats' iterations meet whatever the phase between them.
+SLOW_CYCLE_S = 0.6
+# A later cycle's start is measured just before it takes the lock, a little before the
+# earlier one's commit could be seen; two cycles really side by side overlap by far more.
+CLOCK_SLACK_MS = 5.0
+
+
+def overlaps(rows: list[SchedulingCycle]) -> list[str]:
+    """Pairs of consecutive iterations whose [start, end] intervals intersect."""
+    spans = sorted(
+        (r.started_at.timestamp() * 1000 - r.duration_ms, r.started_at.timestamp() * 1000, r.pk)
+        for r in rows
+    )
+    return [
+        f"cycle {b_id} started {a_end - b_start:.0f} ms before cycle {a_id} ended"
+        for (_, a_end, a_id), (b_start, _, b_id) in zip(spans, spans[1:], strict=False)
+        if b_start < a_end - CLOCK_SLACK_MS
+    ]
+
+
+def test_the_overlap_check_sees_two_cycles_side_by_side():
+    from datetime import UTC, datetime
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    one = SchedulingCycle(pk=1, started_at=at, duration_ms=100, cluster_time=at)
+    two = SchedulingCycle(pk=2, started_at=at.replace(microsecond=50_000), duration_ms=100,
+                          cluster_time=at)  # fmt: skip
+    assert overlaps([one, two]) == ["cycle 2 started 50 ms before cycle 1 ended"]
+
+
+def test_two_beats_and_one_worker_run_one_cycle_at_a_time(roomy, own_redis, scratch):
+    rng = random.Random(3)
+    shapes = [("llm-experiment", 8), ("llm-core", 16), ("llm-finetune", 2), ("llm-urgent", 4),
+              ("llm-experiment", 1), ("llm-core", 8)]  # fmt: skip
+    for i in range(60):
+        queue, gpus = shapes[i % len(shapes)]
+        submit_job(roomy["lead"], JobRequest(name=f"race-{i}", queue=queue, gpus=gpus,
+                   sim_duration_minutes=rng.randint(5, 120), checkpoint_interval_minutes=10))  # fmt: skip
+    jobs = Job.objects.count()
+    run_cycle()
+    SimulatorState.objects.update(speed=600.0, saved_wall=time.time())
+    first_id = SchedulingCycle.objects.order_by("-id").values_list("id", flat=True).first()
+
+    env = loop_env(own_redis.url, SLOW_CYCLE_S=str(SLOW_CYCLE_S))
+    worker = celery_worker(env, scratch / "worker.log", "--pool", "prefork", "--concurrency", "2",
+                           preload="tests.reliability.slow_cycles")  # fmt: skip
+    beats = [celery_beat(env, scratch / f"beat{i}.log", scratch / f"schedule{i}") for i in (1, 2)]
+    try:
+        wait_until(lambda: SchedulingCycle.objects.filter(id__gt=first_id).exists(), 40,
+                   "the first beat-driven cycle")  # fmt: skip
+        time.sleep(RACE_S)
+    finally:
+        for beat in beats:
+            stop_process(beat)
+        stop_process(worker, timeout=30)  # warm shutdown: running cycles finish
+
+    rows = list(SchedulingCycle.objects.filter(id__gt=first_id))
+    log = (scratch / "worker.log").read_text()
+    skipped = log.count("skipped: another loop iteration holds the cluster")
+    sent = sum((scratch / f"beat{i}.log").read_text().count("scheduling-cycle") for i in (1, 2))
+    print(f"{len(rows)} iterations committed, {skipped} skipped by the lock, {sent} sent by beats")
+    assert len(rows) >= RACE_S // 2, "the loop ran"
+    assert min(r.duration_ms for r in rows) > SLOW_CYCLE_S * 1000, "the slow-down was in force"
+    assert overlaps(rows) == []
+    assert skipped >= 1, "the two beats really raced (else this test proves nothing)"
+    assert Job.objects.count() == jobs, "no job lost or duplicated"
+    assert Job.objects.filter(state__in=["running", "succeeded"]).exists()
+    assert find_inconsistencies() == []

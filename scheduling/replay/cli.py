@@ -43,18 +43,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--pool-gpus",
         type=int,
         default=None,
+        metavar="N",
         help="one shared pool of N GPUs (8-GPU nodes) with per-queue quotas, "
         "instead of one isolated pool per queue",
     )
     parser.add_argument(
         "--window",
         default=None,
+        metavar="START:END",
         help="START:END of submit times; Philly: ISO dates (default 2017-10-01:2017-12-01); "
         "ITP/Alibaba: trace seconds with optional s/m/h/d unit, e.g. 0:7d",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the tier/model mapping")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seed of the trace's tier/model/preemptible mapping and of the simulator",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--out", default=None, help="write the Markdown and HTML report here")
+    parser.add_argument(
+        "--out", default=None, metavar="DIR", help="write the Markdown and HTML report here"
+    )
     parser.add_argument(
         "--cycle-s", type=float, default=60.0, help="virtual seconds between scheduling cycles"
     )

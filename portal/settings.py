@@ -134,9 +134,16 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # socket_timeout must outwait channels-redis's 5 s blocking read, or quiet live
+        # sockets are closed (1011); 100+ viewers need more than 100 pooled connections.
+        "CONFIG": {
+            "hosts": [
+                {"address": REDIS_URL, "socket_timeout": 10, "socket_connect_timeout": 5,
+                 "max_connections": 1000}
+            ]
+        },
     }
-}
+}  # fmt: skip
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -18,7 +18,6 @@ from contextlib import contextmanager
 
 import pytest
 import requests
-from django.conf import settings
 from rest_framework.authtoken.models import Token
 
 from portal import realtime
@@ -163,14 +162,6 @@ def test_a_frozen_redis_does_not_hang_the_loop_pages_or_submissions(
         one_viewer_gets_the_next_cycle(base, roomy["researcher"])
 
 
-CACHE_HAS_TIMEOUTS = bool(settings.CACHES["default"].get("OPTIONS", {}).get("socket_timeout"))
-
-
-@pytest.mark.xfail(
-    not CACHE_HAS_TIMEOUTS, strict=True,
-    reason="the rate limits read the Redis cache, which has no socket timeout: a frozen Redis "
-    "hangs token API calls and logins (add CACHES OPTIONS socket_timeout, docs/reliability.md)",
-)  # fmt: skip
 def test_a_frozen_redis_does_not_hang_token_api_calls_or_logins(roomy, on_own_redis, scratch):
     env = child_env(REDIS_URL=on_own_redis.url)
     with daphne(env, scratch / "daphne.log") as base, frozen(on_own_redis):

@@ -68,10 +68,21 @@ def publish_many(events: list[Event]) -> None:
         # Page-wide topics (cycles, queues, pending, nodes, alerts: a few events that every
         # dashboard waits for) go before the per-job ones (thousands after a big cycle);
         # the order within each topic is kept.
-        ordered = sorted(events, key=lambda event: event[0].startswith("job."))
+        page_wide = [e for e in events if not e[0].startswith("job.")]
+        per_job = [e for e in events if e[0].startswith("job.")]
+
+        async def send_in_two_waves() -> list:
+            first: list = []
+            for e in page_wide:  # few, and in publication order
+                try:
+                    first.append(await send(*e))
+                except Exception as exc:  # noqa: BLE001 - reported with the rest
+                    first.append(exc)
+            rest = await asyncio.gather(*(send(*e) for e in per_job), return_exceptions=True)
+            return [*first, *rest]
+
         results = await asyncio.wait_for(
-            asyncio.gather(*(send(*event) for event in ordered), return_exceptions=True),
-            PUBLISH_TIMEOUT_S + len(events) / PUBLISH_MIN_RATE,
+            send_in_two_waves(), PUBLISH_TIMEOUT_S + len(events) / PUBLISH_MIN_RATE
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:

@@ -582,8 +582,14 @@ class SlurmBackend:
                                end_reason=reason)  # fmt: skip
 
         state = j.state
+        if j.restart_count > 0 and (j.is_active or state in REQUEUED_STATES):
+            # Requeued by Slurm (an operator or a node failure), whether it waits or already
+            # runs again: the portal decides where a run restarts, so this run has failed.
+            return job(FAILED, c.progress_s, None,
+                       f"requeued by Slurm ({j.reason or state}); the portal restarts it itself",
+                       ())  # fmt: skip
         if state == "PENDING" or state in REQUEUED_STATES:
-            if j.restart_count > 0 or state in REQUEUED_STATES:
+            if state in REQUEUED_STATES:
                 return job(FAILED, c.progress_s, None,
                            f"requeued by Slurm ({j.reason or state}); the portal restarts it "
                            "itself", ())  # fmt: skip

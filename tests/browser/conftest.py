@@ -103,3 +103,34 @@ def screenshot(page, name: str) -> None:
     """Save a screenshot for docs/ (docs/screenshots/<name>.png)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def in_thread(fn, *args):
+    """Call ``fn`` in a worker thread (own DB connection) and return its result.
+
+    Playwright's sync API runs an event loop in the test thread, where the after-commit
+    publishing of live events (``async_to_sync``) is refused; from a thread of its own the
+    code publishes through Redis to the daphne serving the pages, as a Celery worker does.
+    """
+    import threading
+
+    from django.db import connection
+
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
+            out["error"] = exc
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(120)
+    if worker.is_alive():
+        raise TimeoutError(f"{getattr(fn, '__name__', fn)} still running after 120 s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")

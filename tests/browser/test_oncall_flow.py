@@ -8,48 +8,21 @@
 """
 
 import re
-import threading
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from playwright.sync_api import expect
 
 from monitoring.models import Alert
 from monitoring.rollup import rollup
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Node
-from tests.browser.conftest import screenshot
-from tests.scheduling.test_loop import advance, cycle, submit
+from tests.browser.conftest import in_thread, screenshot
+from tests.drills import advance, cycle, submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 LIVE_S = 5_000  # "within a couple of seconds", with slack for a loaded CI machine
-
-
-def in_thread(fn, *args):
-    """Run ``fn`` in a worker thread (own DB connection) and return its result.
-
-    Playwright's sync API keeps an event loop in the test thread, where the after-commit
-    publishing of live events (``async_to_sync``) is refused; from a thread of its own the
-    loop publishes through Redis to the daphne serving the pages, as a Celery worker does.
-    """
-    out: dict = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            out["error"] = exc
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(120)
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 def populate(api) -> None:

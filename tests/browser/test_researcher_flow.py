@@ -11,45 +11,18 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import threading
 import time
 
 import pytest
-from django.db import connection
 from playwright.sync_api import expect
 
 from quotas.models import BusinessLine, Queue
 from scheduling import loop, services
 from scheduling.models import Job
 from scheduling.services import JobRequest
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import in_thread, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-def in_thread(fn, *args):
-    """Call ``fn`` in a worker thread and return its result.
-
-    Playwright's sync API runs an event loop in the test thread, where the after-commit
-    publishing of live events (``async_to_sync``) is refused; a thread of its own (with
-    its own database connection) publishes through Redis like a Celery worker would.
-    """
-    out: dict = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
-            out["error"] = exc
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(60)
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
 
 
 def run_cycle():

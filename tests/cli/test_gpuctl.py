@@ -14,7 +14,7 @@ from monitoring.services import raise_alert
 from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Job, Node
-from tests.scheduling.test_loop import cycle
+from tests.drills import cycle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ from monitoring.rollup import get_eviction_ratios, rollup
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
-from tests.scheduling.test_loop import advance, cycle, submit
+from tests.drills import advance, cycle, submit
 
 pytestmark = pytest.mark.django_db
 

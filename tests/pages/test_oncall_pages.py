@@ -14,7 +14,7 @@ from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Node
 from scheduling.sim_services import inject_fault
-from tests.scheduling.test_loop import cycle, submit
+from tests.drills import cycle, submit
 
 pytestmark = pytest.mark.django_db
 

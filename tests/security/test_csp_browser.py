@@ -12,14 +12,12 @@ when the list is empty enforce ``STRICT_STYLE_SRC`` in portal/security.py.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection
 from django.test import Client
 
 from tests.browser.conftest import (  # noqa: F401 - fixtures
     browser_type_launch_args,
+    in_thread,
     login,
     portal_server,
 )
@@ -41,27 +39,6 @@ KNOWN_STRICT_STYLE_VIOLATIONS = {
 }
 ADMIN_PAGES = ["/admin/", "/admin/scheduling/job/", "/admin/portal/auditrecord/",
                "/admin/auth/user/add/"]  # fmt: skip
-
-
-def in_thread(fn, *args):
-    """Run ``fn`` in its own thread: the cycle publishes live events through
-    ``async_to_sync``, refused in the thread where Playwright runs its loop."""
-    out: dict = {}
-
-    def run() -> None:
-        try:
-            out["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            out["error"] = exc
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(120)
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 def violations_on(page, url: str) -> list[dict]:

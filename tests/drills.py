@@ -1,0 +1,36 @@
+"""Driving the portal through its API in tests: submit, run a cycle, move the simulated clock."""
+
+from __future__ import annotations
+
+
+def make_quotas_roomy() -> None:
+    """Quotas far above the 32-GPU test cluster, so placement, not quota, is under test."""
+    from quotas.models import BusinessLine, Queue
+
+    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+
+
+def submit(client, **body) -> int:
+    payload = {"name": "job", "queue": "llm-experiment", "gpus": 8, "sim_duration_minutes": 600}
+    payload.update(body)
+    response = client.post("/api/v1/jobs/", payload, format="json")
+    assert response.status_code == 201, response.data
+    return response.data["id"]
+
+
+def cycle(admin) -> dict:
+    response = admin.post("/api/v1/scheduler/cycle/")
+    assert response.status_code == 200, response.data
+    return response.data
+
+
+def advance(admin, seconds: float) -> None:
+    response = admin.post("/api/v1/simulator/advance/", {"seconds": seconds}, format="json")
+    assert response.status_code == 200, response.data
+
+
+def job(client, job_id: int) -> dict:
+    response = client.get(f"/api/v1/jobs/{job_id}/")
+    assert response.status_code == 200, response.data
+    return response.data

@@ -2,7 +2,7 @@
 
 Starts (when ``DATABASE_URL`` / ``REDIS_URL`` are unset) an embedded PostgreSQL
 and Redis under ``.devdata/``, migrates, seeds the demo (idempotent), then runs
-daphne (HTTP + websockets), one Celery worker and exactly one Celery beat,
+the web server (portal/web.py: uvicorn, HTTP + websockets), one Celery worker and exactly one Celery beat,
 prefixing their logs. Ctrl-C (or any child dying) stops every process it started.
 """
 
@@ -63,7 +63,7 @@ def main() -> int:
         subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
         subprocess.run([py, "manage.py", "seed_demo"], cwd=ROOT, env=env, check=True)
         commands = {
-            "web": [py, "-m", "daphne", "-b", HOST, "-p", PORT, "portal.asgi:application"],
+            "web": [py, "-m", "portal.web", "--host", HOST, "--port", PORT],
             "worker": [py, "-m", "celery", "-A", "portal", "worker", "-l", "info",
                        "--concurrency", "2", "-n", "worker@%h"],
             "beat": [py, "-m", "celery", "-A", "portal", "beat", "-l", "info",

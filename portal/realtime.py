@@ -105,6 +105,48 @@ def publish(topic: str, kind: str, data: dict[str, Any]) -> None:
     publish_many([(topic, kind, data)])
 
 
+COALESCE_WINDOW_S = 0.5
+_coalesce_lock = threading.Lock()
+_last_sent: dict[str, float] = {}
+_trailing: dict[str, Event] = {}
+
+
+def publish_coalesced(topic: str, kind: str, data: dict[str, Any]) -> None:
+    """After commit, send a "refetch" event at most once per topic per COALESCE_WINDOW_S.
+
+    For events that only tell pages to refetch (``queues.updated`` after each of 200
+    submissions a second): the first of a burst goes at once, the rest fold into one
+    that goes at the end of the window with the latest data, so the last change is
+    never lost. Per process.
+    """
+    transaction.on_commit(lambda: _coalesce((topic, kind, data)))
+
+
+def _coalesce(event: Event) -> None:
+    topic = event[0]
+    with _coalesce_lock:
+        if topic in _trailing:  # a send is already scheduled; it will carry this one
+            _trailing[topic] = event
+            return
+        wait = _last_sent.get(topic, float("-inf")) + COALESCE_WINDOW_S - time.monotonic()
+        if wait > 0:
+            _trailing[topic] = event
+            timer = threading.Timer(wait, _send_trailing, args=(topic,))
+            timer.daemon = True
+            timer.start()
+            return
+        _last_sent[topic] = time.monotonic()
+    publish_many([event])
+
+
+def _send_trailing(topic: str) -> None:
+    with _coalesce_lock:
+        event = _trailing.pop(topic, None)
+        _last_sent[topic] = time.monotonic()
+    if event is not None:
+        publish_many([event])
+
+
 def _flush() -> None:
     events, _local.events, _local.flush = getattr(_local, "events", []), None, None
     publish_many(events or [])

@@ -7,6 +7,7 @@ functions; nothing else decides access.
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
 
 from portal.models import LineMembership, Role
 
@@ -46,6 +47,13 @@ def line_ids(user: User) -> set[int]:
         )
         user._portal_lines = cached
     return cached
+
+
+def line_ids_query(user: User) -> QuerySet:
+    """``line_ids`` as a subquery, for filters that should cost no extra round trip."""
+    if not user or not user.is_authenticated:
+        return LineMembership.objects.none().values("business_line_id")
+    return LineMembership.objects.filter(user=user).values("business_line_id")
 
 
 def led_line_ids(user: User) -> set[int]:

@@ -65,7 +65,7 @@ def content_security_policy(style_src: str) -> str:
             "default-src 'self'",
             "script-src 'self'",
             f"style-src {style_src}",
-            "img-src 'self'",
+            "img-src 'self' data:",  # Swagger UI's icons (/api/docs/) are data: SVGs
             "font-src 'self'",
             "connect-src 'self'",
             "object-src 'none'",
@@ -303,6 +303,17 @@ class RateLimitedTokenAuthentication(TokenAuthentication):
         except exceptions.AuthenticationFailed:
             limit.hit(ip)
             raise
+
+    def authenticate_credentials(self, key: str):
+        """DRF's check, with the user's profile (their role) loaded in the same query."""
+        model = self.get_model()
+        try:
+            token = model.objects.select_related("user", "user__profile").get(key=key)
+        except model.DoesNotExist:
+            raise exceptions.AuthenticationFailed("Invalid token.") from None
+        if not token.user.is_active:
+            raise exceptions.AuthenticationFailed("User inactive or deleted.")
+        return (token.user, token)
 
 
 # -- input ------------------------------------------------------------------------------

@@ -46,10 +46,12 @@ SCHEDULING_BACKEND = env_choice("SCHEDULING_BACKEND", "simulator", BACKENDS)
 SCHEDULER_CYCLE_SECONDS = env_float("SCHEDULER_CYCLE_SECONDS", 5.0, minimum=0.5, maximum=3600)
 # Virtual seconds the simulator advances per real second (demo: minutes per second).
 SIMULATOR_SPEED = env_float("SIMULATOR_SPEED", 60.0, minimum=0.0, maximum=86400)
+# The web server: uvicorn processes (WEB_WORKERS, read by make run) with WEB_THREADS
+# threads each for HTTP requests (portal/http_threads.py).
+WEB_THREADS = int(env_float("WEB_THREADS", 4, minimum=1, maximum=64))
 PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -60,6 +62,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served locally (no CDN)
     "channels",
     "portal",
     "quotas",
@@ -100,8 +103,15 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
-DATABASES["default"].setdefault("OPTIONS", {})
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+# A pool per process (psycopg_pool). Under ASGI every request runs in a new thread, so
+# per-thread connections (CONN_MAX_AGE) would open a PostgreSQL connection per request.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # a pooled connection is checked when lent
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+    "min_size": 1,
+    "max_size": int(env_float("DB_POOL_MAX_SIZE", 16, minimum=1, maximum=500)),
+    "timeout": 10,
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -127,7 +137,11 @@ CACHES = {
         "LOCATION": REDIS_URL,
         # The rate limits (portal/security.py) read it on logins and token calls: a frozen
         # Redis must cost a second and fail open, not hang the request.
-        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        "OPTIONS": {
+            "socket_connect_timeout": 1,
+            "socket_timeout": 1,
+            "pool_class": "portal.redis_pool.SharedConnectionPool",
+        },
     }
 }
 
@@ -175,6 +189,9 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "GPU cluster scheduling portal API",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "scheduling.models.Node.State",

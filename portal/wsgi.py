@@ -1,4 +1,5 @@
-"""WSGI entry point (the portal normally runs under ASGI/daphne)."""
+"""WSGI entry point. The portal runs under ASGI (portal/web.py), which serves this same
+handler for HTTP on a pool of threads (portal/http_threads.py)."""
 
 import os
 

@@ -10,7 +10,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api import client_ip
+from portal.api import SharedFieldsModelSerializer, client_ip
 from quotas.models import Tier
 from scheduling import limits
 from scheduling.models import Job, Node
@@ -67,7 +67,7 @@ class JobSubmitSerializer(serializers.Serializer):
         return attrs
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(SharedFieldsModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     queue = serializers.CharField(source="queue.name", read_only=True)
     business_line = serializers.CharField(source="queue.business_line.name", read_only=True)

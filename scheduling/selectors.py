@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
-from portal.roles import line_ids, role_of, sees_all_jobs
+from portal.roles import line_ids_query, role_of, sees_all_jobs
 from quotas.models import Queue
 from scheduling.models import Allocation, Job, Node
 
@@ -19,7 +20,7 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
         return qs
     if role_of(user) is None:
         return qs.none()
-    return qs.filter(Q(owner=user) | Q(queue__business_line_id__in=line_ids(user)))
+    return qs.filter(Q(owner=user) | Q(queue__business_line_id__in=line_ids_query(user)))
 
 
 def get_job_for_user(user, job_id: int) -> Job | None:
@@ -31,11 +32,25 @@ def list_queues_for_submit(user) -> QuerySet[Queue]:
     qs = Queue.objects.select_related("business_line").order_by("business_line__name", "name")
     if role_of(user) == "admin":
         return qs
-    return qs.filter(business_line_id__in=line_ids(user))
+    return qs.filter(business_line__memberships__user=user)  # one membership per line
+
+
+def cluster_shape() -> tuple[int, int]:
+    """``(GPUs of the largest node, GPUs in all)``: one aggregate, read on every submission."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(gpus_total), sum(gpus_total) FROM {Node._meta.db_table}")
+        largest, total = cursor.fetchone()
+    return largest or 0, total or 0
 
 
 def build_placement(job: Job) -> list[dict]:
-    """``[{node, gpus: [indices]}]`` of a job, from its allocations."""
+    """``[{node, gpus: [indices]}]`` of a job, from its allocations.
+
+    A pending job holds no GPUs (the loop frees them when it requeues one), so it costs
+    no query.
+    """
+    if job.state == Job.State.PENDING:
+        return []
     by_node: dict[str, list[int]] = defaultdict(list)
     for node_name, index in job.allocations.values_list("node__name", "gpu_index"):
         by_node[node_name].append(index)

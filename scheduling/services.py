@@ -13,15 +13,15 @@ from urllib.parse import urlparse
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Q
 
 from portal import audit
-from portal.realtime import publish_on_commit
+from portal.realtime import publish_coalesced, publish_on_commit
 from portal.roles import is_admin, led_line_ids, role_of
 from quotas.models import Queue, Tier
 from scheduling import limits
-from scheduling.models import Job, JobEvent, Node
-from scheduling.selectors import list_queues_for_submit
+from scheduling.models import Job, JobEvent
+from scheduling.selectors import cluster_shape, list_queues_for_submit
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,15 @@ class JobRequest:
 
 
 def _resolve_queue(user: Any, ref: str | int) -> Queue:
-    allowed = list_queues_for_submit(user)
-    queue = None
-    if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-        queue = allowed.filter(pk=int(ref)).first()
-    if queue is None and isinstance(ref, str):
-        queue = allowed.filter(name=ref).first()
+    """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
+    ref = str(ref)
+    number = int(ref) if ref.isdigit() and len(ref) < 19 else None  # fits a bigint
+    match = Q(name=ref) if number is None else Q(pk=number) | Q(name=ref)
+    found = list(list_queues_for_submit(user).order_by().filter(match)[:2])
+    queue = next((q for q in found if q.pk == number), found[0] if found else None)
     if queue is None:
-        exists = Queue.objects.filter(name=str(ref)).exists() or (
-            str(ref).isdigit() and Queue.objects.filter(pk=int(ref)).exists()
-        )
-        msg = "you may not submit to this queue" if exists else f"unknown queue {str(ref)[:80]!r}"
+        exists = Queue.objects.filter(Q(name=ref) | Q(pk=number or 0)).exists()
+        msg = "you may not submit to this queue" if exists else f"unknown queue {ref[:80]!r}"
         raise ValidationError({"queue": [msg]})
     return queue
 
@@ -87,9 +85,8 @@ def resolve_job_request(user: Any, req: JobRequest) -> dict[str, Any]:
     elif Tier.rank(tier) > Tier.rank(queue.tier):
         errors["tier"] = [f"queue {queue.name} allows tiers up to {queue.tier!r}, not {tier!r}"]
 
-    sizes = Node.objects.aggregate(m=Max("gpus_total"), s=Sum("gpus_total"))  # one query
-    node_size = sizes["m"] or limits.GPUS_PER_NODE_MAX
-    cluster_gpus = sizes["s"] or 0
+    largest_node, cluster_gpus = cluster_shape()
+    node_size = largest_node or limits.GPUS_PER_NODE_MAX
     if req.gpus > cluster_gpus:
         errors["gpus"] = [f"the cluster has {cluster_gpus} GPUs in all; this job asks {req.gpus}"]
     per_node = req.gpus_per_node
@@ -143,18 +140,25 @@ def add_event(job: Job, kind: str, message: str) -> JobEvent:
 
 
 def submit_job(user: Any, req: JobRequest) -> Job:
-    """Create a pending job after checking the rules; the next cycle will place or explain it."""
+    """Create a pending job after checking the rules; the next cycle will place or explain it.
+
+    The job comes back with its timeline loaded (the one ``submitted`` event), so the
+    caller can show it without reading it back. Its ``job.<id>`` topic gets no event: a
+    job that did not exist has no watchers yet. The queue pages hear of it, coalesced.
+    """
     if role_of(user) is None:
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
     with transaction.atomic():
         job = Job.objects.create(owner=user, state=Job.State.PENDING, **fields)
-        add_event(
-            job,
-            "submitted",
-            f"submitted by {user.username} to {job.queue.name}: {job.gpus} GPUs, tier {job.tier}",
+        event = JobEvent.objects.create(
+            job=job,
+            kind="submitted",
+            message=f"submitted by {user.username} to {job.queue.name}: "
+            f"{job.gpus} GPUs, tier {job.tier}",
         )
-    publish_on_commit("queues", "queues.updated", {"queue": job.queue.name})
+    job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
+    publish_coalesced("queues", "queues.updated", {"queue": job.queue.name})
     return job
 
 

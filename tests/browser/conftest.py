@@ -1,6 +1,6 @@
 """Browser tests: Debian's Chromium driven by Playwright against the real ASGI server.
 
-``portal_server`` runs daphne (HTTP + websockets) in a subprocess on the test
+``portal_server`` runs the web server (HTTP + websockets) in a subprocess on the test
 database and the test Redis, so pages, websockets and the loop (run in the test
 process, publishing through the Redis channel layer) are all real. Tests using it
 need committed data: mark them ``django_db(transaction=True)``.
@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def portal_server(transactional_db) -> Iterator[str]:
-    """Base URL of a daphne serving the portal on the test database."""
+    """Base URL of the portal's web server (portal/web.py) on the test database."""
     db = settings.DATABASES["default"]
     port = _free_port()
     env = dict(os.environ)
@@ -61,11 +61,10 @@ def portal_server(transactional_db) -> Iterator[str]:
         SIMULATOR_SPEED="0",
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "portal.asgi:application"],
+        [sys.executable, "-m", "portal.web", "--port", str(port), "--workers", "1"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60  # a loaded 2-core machine starts daphne slowly
+    deadline = time.monotonic() + 60  # a loaded 2-core machine starts it slowly
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -73,7 +72,7 @@ def portal_server(transactional_db) -> Iterator[str]:
         time.sleep(0.1)
     else:
         proc.kill()
-        pytest.fail("daphne did not start")
+        pytest.fail("the web server did not start")
     yield f"http://127.0.0.1:{port}"
     proc.terminate()
     try:
@@ -110,7 +109,7 @@ def in_thread(fn, *args):
 
     Playwright's sync API runs an event loop in the test thread, where the after-commit
     publishing of live events (``async_to_sync``) is refused; from a thread of its own the
-    code publishes through Redis to the daphne serving the pages, as a Celery worker does.
+    code publishes through Redis to the server serving the pages, as a Celery worker does.
     """
     import threading
 

@@ -1,4 +1,4 @@
-"""On-call and dashboard in a real browser (Chromium via Playwright, daphne, websockets).
+"""On-call and dashboard in a real browser (Chromium via Playwright, the portal's web server, websockets).
 
 - An on-call engineer cordons a node from its page; the rack map open in a second browser
   changes live (no reload) within seconds.

@@ -2,7 +2,7 @@
 
 The cluster (4 uniform H100 80 GB nodes) is first filled by other work, so the submitted
 job waits with a verdict; the scheduling loop runs in this process (``run_cycle``, in a
-worker thread) and publishes through Redis to the daphne serving the page, which must
+worker thread) and publishes through Redis to the web server serving the page, which must
 change without reload.
 """
 

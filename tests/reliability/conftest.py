@@ -1,4 +1,4 @@
-"""Real processes for fault drills: a dedicated Redis, daphne, Celery, run_cycle subprocesses.
+"""Real processes for fault drills: a dedicated Redis, the web server, Celery, run_cycle subprocesses.
 
 The shared test PostgreSQL and Redis (``tests/settings.py``) serve every test in
 this process, so a drill never stops them: it starts its own Redis (or its own
@@ -106,23 +106,22 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 @contextmanager
-def daphne(env: dict[str, str], log: Path) -> Iterator[str]:
-    """A daphne serving the portal (HTTP + websockets); yields its base URL."""
+def web_server(env: dict[str, str], log: Path) -> Iterator[str]:
+    """The portal's web server (portal/web.py, one process: HTTP + websockets); yields its URL."""
     port = free_port()
-    proc = spawn(["-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "portal.asgi:application"],
-                 env, log)  # fmt: skip
+    proc = spawn(["-m", "portal.web", "--port", str(port), "--workers", "1"], env, log)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if proc.poll() is not None:
-            pytest.fail(f"daphne exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            pytest.fail(f"the web server exited with {proc.returncode}: {log.read_text()[-2000:]}")
         try:
             return requests.get(base + "/accounts/login/", timeout=2).status_code == 200
         except requests.RequestException:
             return False
 
     try:
-        wait_until(up, 30, "daphne to serve")
+        wait_until(up, 30, "the web server to serve")
         yield base
     finally:
         stop_process(proc)

@@ -1,6 +1,6 @@
 """A live page in a real browser rides out a Redis restart: it reconnects and refetches.
 
-Chromium (Playwright) keeps the home page open on a daphne whose Redis this test
+Chromium (Playwright) keeps the home page open on a web server whose Redis this test
 owns. Redis is stopped and restarted empty (its channel groups gone); meanwhile a
 cycle starts the watched job and its events are dropped. The page must show the
 outage, come back "live" by itself, call its ``Live.onReconnect`` hooks (the pages'
@@ -22,10 +22,10 @@ from scheduling.services import JobRequest, cancel_job, submit_job
 from tests.browser.conftest import browser_type_launch_args  # noqa: F401 - Debian's Chromium
 from tests.reliability.conftest import (
     child_env,
-    daphne,
     in_a_thread,
     session_cookie,
     wait_until,
+    web_server,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -72,7 +72,7 @@ def test_a_live_page_reconnects_and_refetches_when_redis_comes_back(
     watched = in_a_thread(
         lambda: submit_job(researcher, JobRequest(name="watched", queue="llm-core", gpus=8))
     )
-    with daphne(child_env(REDIS_URL=on_own_redis.url), scratch / "daphne.log") as base:
+    with web_server(child_env(REDIS_URL=on_own_redis.url), scratch / "web.log") as base:
         page.context.add_cookies(
             [{"name": "sessionid", "value": session_cookie(researcher), "url": base}]
         )
@@ -92,7 +92,7 @@ def test_a_live_page_reconnects_and_refetches_when_redis_comes_back(
         on_own_redis.start()
         expect(status).to_have_text("live", timeout=20_000)
         assert page_shows(page, "window.__refetched.length > 0"), "the reconnect hook ran"
-        # (daphne's first socket after the restart may drop once on a stale Redis
+        # (the server's first socket after the restart may drop once on a stale Redis
         # connection; the page reconnects, and refetches, again by itself)
         assert set(page.evaluate("window.__refetched")) == {"running"}, "caught up"
         wait_until(lambda: sees_a_new_cycle(page), 20, "events again on the new Redis", 0)

@@ -1,10 +1,10 @@
 """A live page with nothing to show stays connected.
 
-channels-redis waits for a daphne process's messages with ``BZPOPMIN ... 5`` (Redis
+channels-redis waits for a web process's messages with ``BZPOPMIN ... 5`` (Redis
 answers "nothing" after 5 s), and redis-py 8 gives every read a 5 s socket timeout by
 default: the client gives up first, the consumer waiting dies with ``TimeoutError`` and
-daphne closes its socket (1011). So every 5 s without a single event on a daphne, one
-page drops, reconnects and refetches (a page alone on its daphne: every ~5 s). The
+the server closes its socket (1011). So every 5 s without a single event on a web
+process, one page drops, reconnects and refetches (a page alone: every ~5 s). The
 channel layer's connections need a socket timeout above 5 s (docs/reliability.md).
 """
 
@@ -19,7 +19,7 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
-from tests.reliability.conftest import child_env, daphne, session_cookie
+from tests.reliability.conftest import child_env, session_cookie, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,6 +55,6 @@ def test_a_quiet_live_socket_stays_open(demo, scratch):
                 message = None  # nothing happened, and the socket is still open
             return time.monotonic() - started, message
 
-    with daphne(child_env(), scratch / "daphne.log") as base:
+    with web_server(child_env(), scratch / "web.log") as base:
         waited, message = asyncio.run(quiet_for(base))
     assert message is None, f"closed after {waited:.1f} s of quiet: {message}"

@@ -11,7 +11,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from tests.reliability.conftest import child_env, daphne
+from tests.reliability.conftest import child_env, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +23,7 @@ def run_json(command: str, **options) -> dict:
 
 
 def test_websocket_viewers_get_each_cycle_within_a_second_of_its_commit(demo, scratch):
-    with daphne(child_env(), scratch / "daphne.log") as base:
+    with web_server(child_env(), scratch / "web.log") as base:
         result = run_json("bench_live", url=base, viewers=10, cycles=3, interval=0.2)
     assert result["viewer_errors"] == []
     assert result["delivered"] == result["expected"] == 30, result
@@ -31,7 +31,7 @@ def test_websocket_viewers_get_each_cycle_within_a_second_of_its_commit(demo, sc
 
 
 def test_a_burst_of_submissions_is_admitted_and_judged_by_the_next_cycle(demo, scratch):
-    with daphne(child_env(), scratch / "daphne.log") as base:
+    with web_server(child_env(), scratch / "web.log") as base:
         result = run_json("bench_burst", url=base, jobs=60, seconds=30, clients=4)
     assert result["ok"], result
     assert result["submit"]["statuses"] == {"201": 60}
@@ -44,6 +44,6 @@ def test_a_burst_of_submissions_is_admitted_and_judged_by_the_next_cycle(demo, s
 def test_the_burst_command_fails_when_a_submission_is_refused(demo, scratch):
     from django.core.management.base import CommandError
 
-    with daphne(child_env(), scratch / "daphne.log") as base, pytest.raises(CommandError) as err:
+    with web_server(child_env(), scratch / "web.log") as base, pytest.raises(CommandError) as err:
         run_json("bench_burst", url=base, jobs=3, seconds=30, clients=1, queue="no-such-queue")
     assert "HTTP 400" in str(err.value)

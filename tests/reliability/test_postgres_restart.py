@@ -2,7 +2,7 @@
 
 The shared test database cannot be restarted under the rest of the suite, so this
 test starts a PostgreSQL of its own, migrates and seeds it in subprocesses, runs the
-processes under test on it (``run_cycle``, daphne, a Celery worker and beat, with the
+processes under test on it (``run_cycle``, the web server, a Celery worker and beat, with the
 production settings: ``CONN_MAX_AGE=60``, no ``CONN_HEALTH_CHECKS``), restarts the
 server, and checks the next ``run_cycle``, the next web requests and the beat loop.
 """
@@ -26,10 +26,10 @@ from tests.reliability.conftest import (
     celery_beat,
     celery_worker,
     child_env,
-    daphne,
     scratch_dir,
     stop_process,
     wait_until,
+    web_server,
 )
 
 
@@ -83,7 +83,7 @@ def test_after_a_postgresql_restart_cycles_and_web_requests_succeed(own_postgres
     worker = celery_worker(loop, scratch / "worker.log", "--pool", "solo")
     beat = celery_beat(loop, scratch / "beat.log", scratch / "beat-schedule")
     try:
-        with daphne(env, scratch / "daphne.log") as base:
+        with web_server(env, scratch / "web.log") as base:
             web = signed_in(base, "researcher")
             assert web.get(base + "/", timeout=10).status_code == 200
             wait_until(lambda: cycles(env) > 2, 40, "beat-driven cycles")
@@ -106,8 +106,8 @@ def test_after_a_postgresql_restart_cycles_and_web_requests_succeed(own_postgres
     failed_tasks = worker_log.count("raised unexpected: OperationalError")
     print(f"after the restart: web {after}, worker tasks failed {failed_tasks}, "
           f"loop resumed within {resumed_s:.1f} s")  # fmt: skip
-    # Not even the first request fails: under daphne each request runs its ORM work in a
-    # fresh thread, hence on a fresh connection (CONN_MAX_AGE has no effect under ASGI).
+    # Not even the first request fails: the web server's connection pool checks each
+    # connection before lending it (CONN_HEALTH_CHECKS), so dead ones are replaced.
     assert set(after) == {200}, after
     # Celery's Django fixup closes connections around every task: a cycle fails only if
     # it starts while the server is down (the restart takes about a second).

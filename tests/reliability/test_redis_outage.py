@@ -1,7 +1,7 @@
 """Redis goes away and comes back: pages keep serving, the loop commits, live views recover.
 
 Each test runs its own Redis (the shared test Redis stays up for everyone else):
-daphne is started on it, and this process's channel layer and cache point at it too,
+the web server is started on it, and this process's channel layer and cache point at it too,
 as a Celery worker's would. "Away" is tried two ways: the server stopped (connections
 refused) and the server frozen with SIGSTOP (connections hang, as in a network partition).
 """
@@ -33,11 +33,11 @@ from tests.reliability.conftest import (
     celery_beat,
     celery_worker,
     child_env,
-    daphne,
     loop_env,
     session_cookie,
     stop_process,
     wait_until,
+    web_server,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -98,7 +98,7 @@ def test_with_redis_stopped_pages_serve_the_loop_commits_and_live_updates_resume
     roomy, on_own_redis, scratch, caplog
 ):
     caplog.set_level(logging.WARNING, logger="portal.realtime")
-    with daphne(child_env(REDIS_URL=on_own_redis.url), scratch / "daphne.log") as base:
+    with web_server(child_env(REDIS_URL=on_own_redis.url), scratch / "web.log") as base:
         one_viewer_gets_the_next_cycle(base, roomy["researcher"])  # live before the outage
         on_own_redis.stop()
 
@@ -139,8 +139,8 @@ def frozen(redis: Redis) -> Iterator[None]:
 def test_a_frozen_redis_does_not_hang_the_loop_pages_or_submissions(
     roomy, on_own_redis, scratch, monkeypatch
 ):
-    monkeypatch.setattr(realtime, "PUBLISH_PAUSE_S", 2.0)  # this process only; daphne: 10 s
-    with daphne(child_env(REDIS_URL=on_own_redis.url), scratch / "daphne.log") as base:
+    monkeypatch.setattr(realtime, "PUBLISH_PAUSE_S", 2.0)  # this process only; the server: 10 s
+    with web_server(child_env(REDIS_URL=on_own_redis.url), scratch / "web.log") as base:
         one_viewer_gets_the_next_cycle(base, roomy["researcher"])
         with frozen(on_own_redis):
             started = time.monotonic()
@@ -164,7 +164,7 @@ def test_a_frozen_redis_does_not_hang_the_loop_pages_or_submissions(
 
 def test_a_frozen_redis_does_not_hang_token_api_calls_or_logins(roomy, on_own_redis, scratch):
     env = child_env(REDIS_URL=on_own_redis.url)
-    with daphne(env, scratch / "daphne.log") as base, frozen(on_own_redis):
+    with web_server(env, scratch / "web.log") as base, frozen(on_own_redis):
         reads = api_client(roomy["researcher"]).get(base + "/api/v1/jobs/", timeout=8)
         assert reads.status_code == 200
         assert log_in_with_the_form(base, "researcher2").status_code == 302

@@ -40,7 +40,7 @@ def assert_security_headers(response) -> None:
     assert csp["script-src"] == ["'self'"]  # no 'unsafe-inline', no 'unsafe-eval', no hosts
     assert csp["object-src"] == ["'none'"] and csp["base-uri"] == ["'none'"]
     assert csp["frame-ancestors"] == ["'none'"] and csp["form-action"] == ["'self'"]
-    assert csp["connect-src"] == ["'self'"] and csp["img-src"] == ["'self'"]
+    assert csp["connect-src"] == ["'self'"] and csp["img-src"] == ["'self'", "data:"]
     assert set(csp["style-src"]) <= {"'self'", "'unsafe-inline'"}
     strict = directives(response["Content-Security-Policy-Report-Only"])
     assert strict["style-src"] == ["'self'"] and strict["script-src"] == ["'self'"]

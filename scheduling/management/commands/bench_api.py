@@ -3,19 +3,22 @@
 Starts nothing: point it at a running portal (``--url``). It submits real jobs
 (pending, 1 GPU by default) and leaves them there, so use a throw-away stack
 (docs/api.md, "Throughput"), never a production portal.
+
+The clients are asyncio tasks on one aiohttp session in this process: cheap enough
+that the load generator does not take the CPU the server is being measured on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import statistics
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import requests
+import aiohttp
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 LIST_ENDPOINTS = (
@@ -54,21 +57,19 @@ def summarize(latencies_s: list[float]) -> dict:
 class Tally:
     latencies: list[float] = field(default_factory=list)
     errors: Counter = field(default_factory=Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, seconds: float, error: str | None) -> None:
-        with self.lock:
-            if error:
-                self.errors[error] += 1
-            else:
-                self.latencies.append(seconds)
+        if error:
+            self.errors[error] += 1
+        else:
+            self.latencies.append(seconds)
 
 
 class Command(BaseCommand):
     help = (
-        "Benchmark a running portal's API: concurrent job submissions for --seconds with "
-        "--clients threads (requests/s, p50/p95 latency, errors), then list-endpoint latency "
-        "with at least --pending pending jobs. Submits real jobs: use a throw-away stack."
+        "Benchmark a running portal's API: --clients concurrent clients submit jobs for "
+        "--seconds (requests/s, p50/p95 latency, errors), then list-endpoint latency with at "
+        "least --pending pending jobs. Submits real jobs: use a throw-away stack."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -101,94 +102,92 @@ class Command(BaseCommand):
             raise CommandError(f"no user {opts['user']!r} in this database (seed_demo first?)")
         return Token.objects.get_or_create(user=user)[0].key
 
-    def _session(self, token: str) -> requests.Session:
-        session = requests.Session()
-        session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json"})
-        return session
-
-    def _submit_loop(self, base: str, token: str, opts: dict, client: int, deadline: float,
-                     tally: Tally, budget: list[int] | None = None) -> None:  # fmt: skip
-        session = self._session(token)
-        url = f"{base}/api/v1/jobs/"
-        i = 0
-        while time.perf_counter() < deadline:
-            if budget is not None:
-                with tally.lock:
-                    if budget[0] <= 0:
-                        return
-                    budget[0] -= 1
-            body = {"name": f"bench-{client}-{i}", "queue": opts["queue"], "gpus": opts["gpus"]}
-            i += 1
-            started = time.perf_counter()
-            try:
-                response = session.post(url, json=body, timeout=30)
-                error = None if response.status_code == 201 else f"HTTP {response.status_code}"
-            except requests.RequestException as exc:
-                error = type(exc).__name__
-            tally.add(time.perf_counter() - started, error)
-
-    def _submit(self, base: str, token: str, opts: dict, seconds: float,
-                budget: int | None = None) -> tuple[Tally, float]:  # fmt: skip
+    async def _submit(self, http: aiohttp.ClientSession, base: str, opts: dict,
+                      seconds: float, budget: int | None = None) -> tuple[Tally, float]:  # fmt: skip
+        """``--clients`` tasks POST jobs back to back until ``seconds`` or ``budget`` run out."""
         tally = Tally()
-        shared = [budget] if budget is not None else None
+        left = [budget if budget is not None else math.inf]
         deadline = time.perf_counter() + seconds
-        threads = [
-            threading.Thread(
-                target=self._submit_loop, args=(base, token, opts, c, deadline, tally, shared)
-            )  # fmt: skip
-            for c in range(opts["clients"])
-        ]
+        url = f"{base}/api/v1/jobs/"
+
+        async def client(number: int) -> None:
+            i = 0
+            while time.perf_counter() < deadline and left[0] > 0:
+                left[0] -= 1
+                body = {"name": f"bench-{number}-{i}", "queue": opts["queue"], "gpus": opts["gpus"]}
+                i += 1
+                started = time.perf_counter()
+                try:
+                    async with http.post(url, json=body) as response:
+                        await response.read()
+                        error = None if response.status == 201 else f"HTTP {response.status}"
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    error = type(exc).__name__
+                tally.add(time.perf_counter() - started, error)
+
         started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        await asyncio.gather(*(client(c) for c in range(opts["clients"])))
         return tally, time.perf_counter() - started
 
-    def _pending(self, session: requests.Session, base: str) -> int:
-        response = session.get(f"{base}/api/v1/jobs/", params={"state": "pending", "limit": 1})
-        response.raise_for_status()
-        return int(response.json()["count"])
+    async def _pending(self, http: aiohttp.ClientSession, base: str) -> int:
+        url = f"{base}/api/v1/jobs/?state=pending&limit=1"
+        async with http.get(url) as response:
+            response.raise_for_status()
+            return int((await response.json())["count"])
+
+    async def _lists(self, http: aiohttp.ClientSession, base: str, opts: dict) -> dict:
+        """Each list endpoint ``--list-requests`` times, one request at a time."""
+        lists = {}
+        for path in LIST_ENDPOINTS:
+            latencies, statuses = [], Counter()
+            for _ in range(opts["list_requests"]):
+                started = time.perf_counter()
+                async with http.get(f"{base}/api/v1/{path}") as response:
+                    await response.read()
+                latencies.append(time.perf_counter() - started)
+                statuses[response.status] += 1
+            lists[path] = {**summarize(latencies), "statuses": dict(statuses)}
+        return lists
+
+    async def _run(self, base: str, token: str, opts: dict) -> dict:
+        headers = {"Authorization": f"Token {token}", "Accept": "application/json"}
+        connector = aiohttp.TCPConnector(limit=opts["clients"])
+        timeout = aiohttp.ClientTimeout(total=30)
+        async with aiohttp.ClientSession(
+            headers=headers, connector=connector, timeout=timeout
+        ) as http:
+            try:
+                before = await self._pending(http, base)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise CommandError(f"cannot use the API at {base}: {exc}") from exc
+
+            await self._submit(http, base, opts, 2.0)  # warm-up: connections, caches
+            tally, elapsed = await self._submit(http, base, opts, opts["seconds"])
+            submit = {
+                "clients": opts["clients"],
+                "seconds": round(elapsed, 1),
+                "ok": len(tally.latencies),
+                "per_second": round(len(tally.latencies) / elapsed, 1),
+                "errors": dict(tally.errors),
+                **summarize(tally.latencies),
+            }
+            result: dict = {"url": base, "pending_before": before, "submit": submit}
+            if opts["pending"] > 0:
+                pending = await self._pending(http, base)
+                if pending < opts["pending"]:
+                    await self._submit(http, base, opts, 3600.0, budget=opts["pending"] - pending)
+                    pending = await self._pending(http, base)
+                lists = await self._lists(http, base, opts)
+                result["lists"] = {"pending_jobs": pending, "endpoints": lists}
+        return result
 
     # -- the benchmark ----------------------------------------------------------------------
     def handle(self, *args, **opts) -> None:
         if opts["clients"] < 1 or opts["seconds"] <= 0:
             raise CommandError("--clients must be >= 1 and --seconds > 0")
         base = opts["url"].rstrip("/")
-        token = self._token(opts)
-        session = self._session(token)
-        try:
-            before = self._pending(session, base)
-        except requests.RequestException as exc:
-            raise CommandError(f"cannot use the API at {base}: {exc}") from exc
-
-        self._submit(base, token, opts, 2.0)  # warm-up: connections, caches, JIT-free paths
-        tally, elapsed = self._submit(base, token, opts, opts["seconds"])
-        submit = {
-            "clients": opts["clients"],
-            "seconds": round(elapsed, 1),
-            "ok": len(tally.latencies),
-            "per_second": round(len(tally.latencies) / elapsed, 1),
-            "errors": dict(tally.errors),
-            **summarize(tally.latencies),
-        }
-        result: dict = {"url": base, "pending_before": before, "submit": submit}
-
-        if opts["pending"] > 0:
-            pending = self._pending(session, base)
-            if pending < opts["pending"]:
-                self._submit(base, token, opts, 3600.0, budget=opts["pending"] - pending)
-                pending = self._pending(session, base)
-            lists = {}
-            for path in LIST_ENDPOINTS:
-                latencies, statuses = [], Counter()
-                for _ in range(opts["list_requests"]):
-                    started = time.perf_counter()
-                    response = session.get(f"{base}/api/v1/{path}")
-                    latencies.append(time.perf_counter() - started)
-                    statuses[response.status_code] += 1
-                lists[path] = {**summarize(latencies), "statuses": dict(statuses)}
-            result["lists"] = {"pending_jobs": pending, "endpoints": lists}
+        result = asyncio.run(self._run(base, self._token(opts), opts))
+        submit = result["submit"]
 
         if opts["json"]:
             self.stdout.write(json.dumps(result, indent=2))

@@ -1,13 +1,13 @@
 """Live-update latency as viewers see it: N real websocket clients, ``cycle.completed`` vs commit.
 
-Point it at a running portal (``--url``, daphne) that shares this command's database
+Point it at a running portal (``--url``) that shares this command's database
 and Redis (a throw-away stack: docs/reliability.md). It signs ``--viewers`` sessions in
 (database sessions, as a browser login makes), opens that many real websocket
 connections (aiohttp) to ``/ws/live/`` with the session cookie, subscribes each to
 ``cycles``, then runs ``--cycles`` scheduling cycles in this process, one every
 ``--interval`` seconds. Each cycle runs inside an outer transaction whose first
 on-commit hook stamps the commit time, so the latency measured is commit -> the
-viewer's socket has the event (publish, Redis, daphne, websocket frame), the path a
+viewer's socket has the event (publish, Redis, web server, websocket frame), the path a
 Celery worker's cycle takes too. The viewers run on one event loop in a process of their
 own, so the cycles run here cannot delay when a viewer reads its socket. Like
 ``static/js/live.js``, a viewer closed before its subscription is acknowledged tries again

@@ -1,0 +1,57 @@
+"""The web server: ``python -m portal.web [--host H] [--port P] [--workers N]``.
+
+uvicorn serving ``portal.asgi:application``: ``--workers`` processes (default
+``WEB_WORKERS``, else one per CPU), each with ``WEB_THREADS`` threads for HTTP and an
+event loop for websockets. ``make run``, docker-compose.yml and the tests all start the
+web server through this module, so they run what production runs.
+
+``X-Forwarded-For`` is not trusted (the rate limits and audit records use the peer
+address; docs/security.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+
+def default_workers() -> int:
+    """``WEB_WORKERS`` from the environment, else one process per CPU."""
+    value = os.environ.get("WEB_WORKERS", "")
+    if value:
+        try:
+            workers = int(value)
+        except ValueError:
+            raise SystemExit(f"WEB_WORKERS must be a whole number, not {value!r}") from None
+        if not 1 <= workers <= 64:
+            raise SystemExit(f"WEB_WORKERS must be between 1 and 64, not {workers}")
+        return workers
+    return os.cpu_count() or 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m portal.web", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--workers", type=int, default=None, help="processes (WEB_WORKERS)")
+    parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    uvicorn.run(
+        "portal.asgi:application",
+        host=args.host,
+        port=args.port,
+        workers=args.workers or default_workers(),
+        lifespan="off",  # Channels' router has no lifespan handler
+        proxy_headers=False,
+        access_log=not args.no_access_log,
+        timeout_graceful_shutdown=5,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -75,6 +75,27 @@ def env_float(
     return value
 
 
+def env_int(
+    name: str,
+    default: int,
+    environ: Mapping[str, str] | None = None,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """A whole number within [minimum, maximum]; anything else stops start-up naming ``name``."""
+    raw = _raw(name, environ)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, got {raw!r}")
+    return value
+
+
 def env_choice(
     name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str] | None = None
 ) -> str:

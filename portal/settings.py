@@ -17,6 +17,7 @@ from portal.env import (
     env_bool,
     env_choice,
     env_float,
+    env_int,
     env_list,
     env_str,
     env_url,
@@ -48,7 +49,7 @@ SCHEDULER_CYCLE_SECONDS = env_float("SCHEDULER_CYCLE_SECONDS", 5.0, minimum=0.5,
 SIMULATOR_SPEED = env_float("SIMULATOR_SPEED", 60.0, minimum=0.0, maximum=86400)
 # The web server: uvicorn processes (WEB_WORKERS, read by make run) with WEB_THREADS
 # threads each for HTTP requests (portal/http_threads.py).
-WEB_THREADS = int(env_float("WEB_THREADS", 4, minimum=1, maximum=64))
+WEB_THREADS = env_int("WEB_THREADS", 4, minimum=1, maximum=64)
 PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
 
 INSTALLED_APPS = [
@@ -109,7 +110,7 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # a pooled connection is checked when lent
 DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
     "min_size": 1,
-    "max_size": int(env_float("DB_POOL_MAX_SIZE", 16, minimum=1, maximum=500)),
+    "max_size": env_int("DB_POOL_MAX_SIZE", 16, minimum=1, maximum=500),
     "timeout": 10,
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -15,20 +15,17 @@ import argparse
 import os
 
 import uvicorn
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import env_int
 
 
 def default_workers() -> int:
     """``WEB_WORKERS`` from the environment, else one process per CPU."""
-    value = os.environ.get("WEB_WORKERS", "")
-    if value:
-        try:
-            workers = int(value)
-        except ValueError:
-            raise SystemExit(f"WEB_WORKERS must be a whole number, not {value!r}") from None
-        if not 1 <= workers <= 64:
-            raise SystemExit(f"WEB_WORKERS must be between 1 and 64, not {workers}")
-        return workers
-    return os.cpu_count() or 1
+    try:
+        return env_int("WEB_WORKERS", os.cpu_count() or 1, minimum=1, maximum=64)
+    except ImproperlyConfigured as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,136 @@
+"""portal/http_threads.py: HTTP scopes served by a WSGI application on a thread pool."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+
+import pytest
+
+from portal.http_threads import BODY_IN_MEMORY_MAX, ThreadedWSGI, build_environ
+
+SCOPE = {
+    "type": "http",
+    "method": "POST",
+    "scheme": "http",
+    "http_version": "1.1",
+    "path": "/api/v1/jobs/",
+    "root_path": "",
+    "query_string": b"state=pending&x=%C3%A9",
+    "server": ("127.0.0.1", 8000),
+    "client": ("10.0.0.7", 51234),
+    "headers": [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"content-length", b"2"),
+        (b"authorization", b"Token abc"),
+        (b"x-multi", b"a"),
+        (b"x-multi", b"b"),
+    ],
+}
+
+
+def test_the_environ_carries_what_django_reads():
+    environ = build_environ(SCOPE, io.BytesIO(b"{}"))
+    assert environ["REQUEST_METHOD"] == "POST" and environ["PATH_INFO"] == "/api/v1/jobs/"
+    assert environ["QUERY_STRING"] == "state=pending&x=%C3%A9"
+    assert environ["CONTENT_TYPE"] == "application/json" and environ["CONTENT_LENGTH"] == "2"
+    assert "HTTP_CONTENT_TYPE" not in environ and environ["HTTP_AUTHORIZATION"] == "Token abc"
+    assert environ["HTTP_X_MULTI"] == "a,b", "repeated headers are joined, as in CGI"
+    assert environ["REMOTE_ADDR"] == "10.0.0.7"
+    assert (environ["SERVER_NAME"], environ["SERVER_PORT"]) == ("127.0.0.1", "8000")
+    assert environ["wsgi.input"].read() == b"{}"
+
+
+def test_a_root_path_becomes_the_script_name():
+    scope = {**SCOPE, "root_path": "/portal", "path": "/portal/jobs/é"}
+    environ = build_environ(scope, io.BytesIO())
+    assert environ["SCRIPT_NAME"] == "/portal"
+    assert environ["PATH_INFO"] == "/jobs/é".encode().decode("latin1"), "PEP 3333 latin-1"
+
+
+class Recorder:
+    """A WSGI app that echoes its body and records the thread and its close()."""
+
+    def __init__(self) -> None:
+        self.threads: set[str] = set()
+        self.closed = 0
+
+    def __call__(self, environ, start_response):
+        self.threads.add(threading.current_thread().name)
+        body = environ["wsgi.input"].read()
+        start_response("201 Created", [("Content-Type", "text/plain"), ("X-Len", str(len(body)))])
+        app = self
+
+        class Result(list):
+            def close(self) -> None:
+                app.closed += 1
+
+        return Result([b"got ", body[:5]])
+
+
+def serve(app, scope: dict, chunks: list[bytes]) -> list[dict]:
+    """Run one ASGI request through ThreadedWSGI; the messages sent back."""
+    incoming = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+        for i, c in enumerate(chunks)
+    ]
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(ThreadedWSGI(app, threads=2)(scope, receive, send))
+    return sent
+
+
+def test_a_request_runs_in_a_pool_thread_and_is_closed():
+    app = Recorder()
+    sent = serve(app, SCOPE, [b"hello ", b"world"])
+    assert sent[0] == {
+        "type": "http.response.start",
+        "status": 201,
+        "headers": [(b"content-type", b"text/plain"), (b"x-len", b"11")],
+    }
+    assert sent[1] == {"type": "http.response.body", "body": b"got hello"}
+    assert app.closed == 1, "close() fires Django's request_finished"
+    assert all(name.startswith("http") for name in app.threads), app.threads
+
+
+def test_a_large_body_arrives_whole():
+    app = Recorder()
+    big = b"x" * (BODY_IN_MEMORY_MAX + 10)
+    sent = serve(app, SCOPE, [big[:1000], big[1000:]])
+    assert dict(sent[0]["headers"])[b"x-len"] == str(len(big)).encode()
+
+
+def test_a_client_gone_before_its_body_ends_runs_nothing():
+    app = Recorder()
+
+    async def run() -> list[dict]:
+        messages = [{"type": "http.request", "body": b"{", "more_body": True},
+                    {"type": "http.disconnect"}]  # fmt: skip
+        sent: list[dict] = []
+
+        async def receive() -> dict:
+            return messages.pop(0)
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+
+        await ThreadedWSGI(app, threads=1)(SCOPE, receive, send)
+        return sent
+
+    assert asyncio.run(run()) == [] and app.threads == set()
+
+
+def test_websocket_scopes_are_not_its_business():
+    async def never() -> dict:
+        raise AssertionError("not called")
+
+    with pytest.raises(ValueError, match="HTTP only"):
+        asyncio.run(ThreadedWSGI(Recorder(), threads=1)({"type": "websocket"}, never, never))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -50,6 +51,13 @@ def test_a_root_path_becomes_the_script_name():
     assert environ["PATH_INFO"] == "/jobs/é".encode().decode("latin1"), "PEP 3333 latin-1"
 
 
+def run(coroutine):
+    """``asyncio.run`` in a thread of its own: once a browser test has run, Playwright's
+    event loop stays in the test thread (docs/reliability.md, notes for test writers)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 class Recorder:
     """A WSGI app that echoes its body and records the thread and its close()."""
 
@@ -84,7 +92,7 @@ def serve(app, scope: dict, chunks: list[bytes]) -> list[dict]:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    asyncio.run(ThreadedWSGI(app, threads=2)(scope, receive, send))
+    run(ThreadedWSGI(app, threads=2)(scope, receive, send))
     return sent
 
 
@@ -111,7 +119,7 @@ def test_a_large_body_arrives_whole():
 def test_a_client_gone_before_its_body_ends_runs_nothing():
     app = Recorder()
 
-    async def run() -> list[dict]:
+    async def gone() -> list[dict]:
         messages = [{"type": "http.request", "body": b"{", "more_body": True},
                     {"type": "http.disconnect"}]  # fmt: skip
         sent: list[dict] = []
@@ -125,7 +133,7 @@ def test_a_client_gone_before_its_body_ends_runs_nothing():
         await ThreadedWSGI(app, threads=1)(SCOPE, receive, send)
         return sent
 
-    assert asyncio.run(run()) == [] and app.threads == set()
+    assert run(gone()) == [] and app.threads == set()
 
 
 def test_websocket_scopes_are_not_its_business():
@@ -133,4 +141,4 @@ def test_websocket_scopes_are_not_its_business():
         raise AssertionError("not called")
 
     with pytest.raises(ValueError, match="HTTP only"):
-        asyncio.run(ThreadedWSGI(Recorder(), threads=1)({"type": "websocket"}, never, never))
+        run(ThreadedWSGI(Recorder(), threads=1)({"type": "websocket"}, never, never))

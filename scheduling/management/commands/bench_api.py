@@ -67,9 +67,10 @@ class Tally:
 
 class Command(BaseCommand):
     help = (
-        "Benchmark a running portal's API: --clients concurrent clients submit jobs for "
-        "--seconds (requests/s, p50/p95 latency, errors), then list-endpoint latency with at "
-        "least --pending pending jobs. Submits real jobs: use a throw-away stack."
+        "Benchmark a running portal's API: list-endpoint latency with --pending pending jobs "
+        "(topped up through the API first), then --clients concurrent clients submitting jobs "
+        "for --seconds (requests/s, p50/p95 latency, errors). Submits real jobs: use a "
+        "throw-away stack."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -161,9 +162,18 @@ class Command(BaseCommand):
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise CommandError(f"cannot use the API at {base}: {exc}") from exc
 
+            result: dict = {"url": base, "pending_before": before}
+            if opts["pending"] > 0:  # first, so the lists see exactly --pending jobs
+                pending = before
+                if pending < opts["pending"]:
+                    await self._submit(http, base, opts, 3600.0, budget=opts["pending"] - pending)
+                    pending = await self._pending(http, base)
+                lists = await self._lists(http, base, opts)
+                result["lists"] = {"pending_jobs": pending, "endpoints": lists}
+
             await self._submit(http, base, opts, 2.0)  # warm-up: connections, caches
             tally, elapsed = await self._submit(http, base, opts, opts["seconds"])
-            submit = {
+            result["submit"] = {
                 "clients": opts["clients"],
                 "seconds": round(elapsed, 1),
                 "ok": len(tally.latencies),
@@ -171,14 +181,6 @@ class Command(BaseCommand):
                 "errors": dict(tally.errors),
                 **summarize(tally.latencies),
             }
-            result: dict = {"url": base, "pending_before": before, "submit": submit}
-            if opts["pending"] > 0:
-                pending = await self._pending(http, base)
-                if pending < opts["pending"]:
-                    await self._submit(http, base, opts, 3600.0, budget=opts["pending"] - pending)
-                    pending = await self._pending(http, base)
-                lists = await self._lists(http, base, opts)
-                result["lists"] = {"pending_jobs": pending, "endpoints": lists}
         return result
 
     # -- the benchmark ----------------------------------------------------------------------

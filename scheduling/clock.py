@@ -22,8 +22,18 @@ def to_epoch(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()
 
 
+# After downtime the simulator's clock catches up by at most this much (a long stop is
+# not replayed): the simulator backend advances by ``catch_up`` when it loads.
+MAX_CATCH_UP_S = 3600.0
+
+
+def catch_up(wall_gap_s: float, speed: float) -> float:
+    """Virtual seconds the simulator moves for ``wall_gap_s`` real seconds since its save."""
+    return min(max(0.0, wall_gap_s) * speed, MAX_CATCH_UP_S)
+
+
 def cluster_now_ts() -> float:
-    """Cluster time as epoch seconds."""
+    """Cluster time as epoch seconds (on the simulator: what its next load will read)."""
     if settings.SCHEDULING_BACKEND != "simulator":
         return time.time()
     from scheduling.models import SimulatorState
@@ -31,7 +41,7 @@ def cluster_now_ts() -> float:
     row = SimulatorState.objects.values("virtual_now", "saved_wall", "speed").first()
     if row is None:
         return time.time()
-    return row["virtual_now"] + max(0.0, time.time() - row["saved_wall"]) * row["speed"]
+    return row["virtual_now"] + catch_up(time.time() - row["saved_wall"], row["speed"])
 
 
 def cluster_now() -> datetime:

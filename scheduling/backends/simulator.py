@@ -24,6 +24,7 @@ from scheduling.backends.base import (
     TransientBackendError,
     parse_run_ref,
 )
+from scheduling.clock import MAX_CATCH_UP_S, catch_up
 from scheduling.engine.types import Slot
 from scheduling.models import Node, SimulatorState
 from scheduling.simcore import observation as ob
@@ -31,8 +32,6 @@ from scheduling.simcore.cluster import SimNode
 from scheduling.simcore.errors import SimError
 from scheduling.simcore.simulator import SimConfig, Simulator
 
-# After downtime the virtual clock catches up by at most this much per cycle.
-MAX_CATCH_UP_S = 3600.0
 HEALTH_DETAIL = {
     "gpu_failure": "GPU reports uncorrectable ECC / Xid errors",
     "rdma_degraded": "RDMA link degraded (packet loss on the fabric)",
@@ -96,8 +95,7 @@ class SimulatorBackend:
         self.sim = sim
         self.events: list[ob.SimEvent] = []
         if advance:
-            elapsed = max(0.0, self.wall_now - row.saved_wall) * row.speed
-            self.advance(min(elapsed, MAX_CATCH_UP_S))
+            self.advance(catch_up(self.wall_now - row.saved_wall, row.speed))
 
     @staticmethod
     def _cluster_changed(row: SimulatorState) -> bool:

@@ -11,7 +11,7 @@ from django.db.models import Count, Sum
 
 from monitoring import metrics
 from monitoring.models import Alert, MetricSample
-from monitoring.services import raise_alert
+from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from portal.realtime import publish_on_commit
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now
@@ -29,6 +29,11 @@ EVICTION_ALERT_RATIO = 0.15
 EVICTION_ALERT_MIN_EVENTS = 3
 PENDING_TOO_LONG = timedelta(hours=6)
 QUOTA_NEAR = 0.95
+# A residual-process alert (the loop already killed the stale processes) closes by itself
+# when its node has had no new one for this long (wall clock).
+RESIDUAL_QUIET = timedelta(minutes=30)
+# A backend_error alert closes after this long without a failed backend call.
+BACKEND_QUIET = timedelta(minutes=10)
 RETENTION = timedelta(days=14)
 
 
@@ -123,11 +128,14 @@ def rollup() -> MetricSample:
 
 
 def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
+    """Raise the condition alerts that hold now; resolve those that no longer do."""
+    firing: dict[str, set[str]] = defaultdict(set)
     for row in per_queue.values():
         if (
             row.get("eviction_ratio", 0) > EVICTION_ALERT_RATIO
             and row.get("evictions", 0) >= EVICTION_ALERT_MIN_EVENTS
         ):
+            firing[Alert.Kind.EVICTION_RATIO].add(row["name"])
             raise_alert(
                 Alert.Kind.EVICTION_RATIO, Alert.Severity.WARNING, row["name"],
                 f"{row['evictions']} evictions in 24 h: {row['evicted_gpu_s'] / 3600:.0f} "
@@ -140,6 +148,7 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         .annotate(n=Count("id"))
     )
     for row in stale:
+        firing[Alert.Kind.PENDING_TOO_LONG].add(row["queue__name"])
         raise_alert(
             Alert.Kind.PENDING_TOO_LONG, Alert.Severity.WARNING, row["queue__name"],
             f"{row['n']} job(s) in {row['queue__name']} have waited more than "
@@ -147,11 +156,24 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         )  # fmt: skip
     for name, row in per_line.items():
         if row["quota"] and row["used"] >= QUOTA_NEAR * row["quota"]:
+            firing[Alert.Kind.QUOTA_NEAR_LIMIT].add(name)
             raise_alert(
                 Alert.Kind.QUOTA_NEAR_LIMIT, Alert.Severity.INFO, name,
                 f"line {name} holds {row['used']} of its {row['quota']} GPU quota "
                 f"({row['used'] / row['quota']:.0%}).",
             )  # fmt: skip
+
+    for kind in (Alert.Kind.EVICTION_RATIO, Alert.Kind.PENDING_TOO_LONG,
+                 Alert.Kind.QUOTA_NEAR_LIMIT):  # fmt: skip
+        resolve_cleared(kind, firing[kind], "the condition cleared")
+    resolve_quiet(
+        Alert.Kind.RESIDUAL_PROCESS, RESIDUAL_QUIET,
+        f"handled by the loop and not seen again for {RESIDUAL_QUIET.total_seconds() / 60:.0f} min",
+    )  # fmt: skip
+    resolve_quiet(
+        Alert.Kind.BACKEND_ERROR, BACKEND_QUIET,
+        f"no failed backend call for {BACKEND_QUIET.total_seconds() / 60:.0f} min",
+    )  # fmt: skip
 
 
 def get_eviction_ratios() -> dict[int, float]:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import timedelta
+
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Concat
+from django.utils import timezone
 
 from monitoring.models import Alert
 from portal.realtime import publish_on_commit
@@ -16,7 +21,7 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
         updated = (
             Alert.objects.filter(dedupe_key=key)
             .exclude(status=Alert.Status.RESOLVED)
-            .update(count=F("count") + 1, message=message)
+            .update(count=F("count") + 1, message=message, updated_at=timezone.now())
         )
         if updated:
             alert = Alert.objects.filter(dedupe_key=key).exclude(status="resolved").get()
@@ -42,11 +47,44 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
     return alert
 
 
+def resolve_cleared(kind: str, firing: Iterable[str], why: str) -> int:
+    """Resolve the unresolved ``kind`` alerts whose subject is no longer ``firing``.
+
+    For alerts about a condition (eviction ratio, long waits, quota use): once it no
+    longer holds, the alert closes by itself, as Alertmanager's do. Returns how many.
+    """
+    stale = Alert.objects.filter(kind=kind).exclude(status=Alert.Status.RESOLVED)
+    return _resolve_automatically(stale.exclude(subject__in=list(firing)), why)
+
+
+def resolve_quiet(kind: str, quiet_for: timedelta, why: str) -> int:
+    """Resolve the unresolved ``kind`` alerts that did not fire again for ``quiet_for``.
+
+    For alerts about something already handled (a residual process the loop killed): one
+    that keeps coming back stays open, with its count; a one-off closes by itself.
+    """
+    stale = Alert.objects.filter(kind=kind, updated_at__lt=timezone.now() - quiet_for)
+    return _resolve_automatically(stale.exclude(status=Alert.Status.RESOLVED), why)
+
+
+def _resolve_automatically(alerts, why: str) -> int:
+    with transaction.atomic():
+        ids = list(alerts.select_for_update(skip_locked=True).values_list("pk", flat=True))
+        if not ids:
+            return 0
+        Alert.objects.filter(pk__in=ids).update(
+            status=Alert.Status.RESOLVED, resolved_at=timezone.now(), resolved_by=None,
+            updated_at=timezone.now(), message=Concat("message", Value(f" [resolved: {why}]")),
+        )  # fmt: skip
+        for pk in ids:
+            publish_on_commit("alerts", "alert.updated", {"id": pk, "status": "resolved"})
+    return len(ids)
+
+
 def _transition(
     user, alert_id: int, to: str, allowed_from: tuple[str, ...], source_ip: str | None
 ) -> Alert:
     from django.core.exceptions import PermissionDenied, ValidationError
-    from django.utils import timezone
 
     from portal import audit
     from portal.roles import is_oncall_or_admin

@@ -78,3 +78,60 @@ def test_long_waits_and_full_quotas_raise_alerts(api):
     assert Alert.objects.filter(kind="quota_near_limit", subject="llm").exists()
     rollup()
     assert Alert.objects.filter(kind="quota_near_limit").get().count == 2, "deduplicated"
+
+
+def test_condition_alerts_resolve_themselves_once_the_condition_clears(api):
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=8)
+    admin, me = api("admin"), api("researcher")
+    submit(me, name="fits", queue="llm-core", gpus=8)
+    stuck = submit(me, name="stuck", queue="llm-core", gpus=8)
+    cycle(admin)
+    Job.objects.filter(state="pending").update(submitted_at=cluster_now() - timedelta(hours=7))
+    rollup()
+    waiting = Alert.objects.get(kind="pending_too_long", subject="llm-core")
+    quota = Alert.objects.get(kind="quota_near_limit", subject="llm")
+    api("oncall").post(f"/api/v1/alerts/{waiting.pk}/ack/")
+
+    assert me.post(f"/api/v1/jobs/{stuck}/cancel/").status_code == 200
+    rollup()
+    waiting.refresh_from_db()
+    quota.refresh_from_db()
+    assert waiting.status == "resolved" and waiting.resolved_by is None
+    assert waiting.message.endswith("[resolved: the condition cleared]")
+    assert quota.status == "open", "the line still holds its whole quota"
+    visible = api("oncall").get("/api/v1/alerts/?status=open").data["results"]
+    assert [a["kind"] for a in visible] == ["quota_near_limit"]
+
+
+def test_a_residual_process_alert_closes_when_its_node_stays_clean(api, monkeypatch):
+    from django.utils import timezone
+
+    from monitoring.services import raise_alert
+
+    once = raise_alert("residual_process", "warning", "r000-n00", "1 GPU held; killed")
+    again = raise_alert("residual_process", "warning", "r000-n01", "1 GPU held; killed")
+    long_ago = timezone.now() - timedelta(minutes=31)
+    Alert.objects.filter(pk__in=[once.pk, again.pk]).update(updated_at=long_ago)
+    raise_alert("residual_process", "warning", "r000-n01", "2 GPUs held; killed")  # recurs
+    rollup()
+    once.refresh_from_db()
+    again.refresh_from_db()
+    assert once.status == "resolved" and "not seen again for 30 min" in once.message
+    assert again.status == "open" and again.count == 2, "a recurring one stays, counted"
+    reopened = raise_alert("residual_process", "warning", "r000-n00", "1 GPU held; killed")
+    assert reopened.pk != once.pk and reopened.count == 1, "a new one after the close"
+
+
+def test_a_backend_error_alert_closes_after_ten_quiet_minutes(api):
+    from django.utils import timezone
+
+    from monitoring.services import raise_alert
+
+    alert = raise_alert("backend_error", "warning", "slurm", "1 call(s) failed")
+    rollup()
+    alert.refresh_from_db()
+    assert alert.status == "open"
+    Alert.objects.filter(pk=alert.pk).update(updated_at=timezone.now() - timedelta(minutes=11))
+    rollup()
+    alert.refresh_from_db()
+    assert alert.status == "resolved" and "no failed backend call for 10 min" in alert.message

@@ -19,6 +19,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_int
 
+# A live page sends only small subscribe messages (the consumer refuses more than 4 KiB);
+# the server closes a socket whose frame is larger than this (1009) before reading it all.
+WS_MAX_BYTES = 64 * 1024
+
 
 def default_workers() -> int:
     """``WEB_WORKERS`` from the environment, else one process per CPU."""
@@ -47,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
         proxy_headers=False,
         access_log=not args.no_access_log,
         timeout_graceful_shutdown=5,
+        ws_max_size=WS_MAX_BYTES,
     )
 
 

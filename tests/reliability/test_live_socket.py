@@ -58,3 +58,26 @@ def test_a_quiet_live_socket_stays_open(demo, scratch):
     with web_server(child_env(), scratch / "web.log") as base:
         waited, message = asyncio.run(quiet_for(base))
     assert message is None, f"closed after {waited:.1f} s of quiet: {message}"
+
+
+def test_an_oversized_frame_closes_only_its_own_socket(demo, scratch):
+    from portal.web import WS_MAX_BYTES
+
+    key = session_cookie(demo["researcher"])
+
+    async def oversized_then_normal(base: str) -> tuple[int | None, dict]:
+        headers = {"Cookie": f"sessionid={key}", "Origin": base}
+        url = base.replace("http", "ws", 1) + "/ws/live/"
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(url, headers=headers) as ws:
+                await ws.send_str("x" * (WS_MAX_BYTES + 1))
+                await ws.receive(timeout=10)  # the close frame
+                code = ws.close_code
+            async with http.ws_connect(url, headers=headers) as ws:
+                await ws.send_str(json.dumps({"subscribe": "cycles"}))
+                return code, json.loads((await ws.receive(timeout=10)).data)
+
+    with web_server(child_env(), scratch / "web.log") as base:
+        code, answer = asyncio.run(oversized_then_normal(base))
+    assert code == 1009, "message too big"
+    assert answer == {"subscribed": "cycles"}, "the server goes on serving"

@@ -79,7 +79,8 @@ EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
 its timeline. Reason codes: NEVER_FITS, QUOTA_EXCEEDED, NODES_UNAVAILABLE, PRIORITY,
-PREEMPTING, TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md).
+PREEMPTING, TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its
+turn came but the cluster could not start it yet; the portal retries on its own.
 
 examples:
   gpuctl explain 42

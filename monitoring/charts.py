@@ -25,10 +25,11 @@ GREEN = "#009E73"
 PURPLE = "#CC79A7"
 GREY = "#777777"
 
-# Pending reason codes in API.md's order (the order they are checked in).
+# Pending reason codes in API.md's order (the order they are checked in), then the
+# loop's own: LAUNCH_RETRY, a planned start the cluster could not launch yet.
 REASON_ORDER = (
     "NEVER_FITS", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY", "PREEMPTING",
-    "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED",
+    "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 )  # fmt: skip
 REASON_LABELS = {
     "NEVER_FITS": "never fits",
@@ -39,6 +40,7 @@ REASON_LABELS = {
     "TOPOLOGY": "topology (scattered)",
     "INSUFFICIENT_GPUS": "not enough GPUs",
     "DEMOTED": "demoted",
+    "LAUNCH_RETRY": "launch failed, retrying",
     "NEW": "not yet seen by a cycle",
 }
 UTILIZATION_TARGET = 0.70

@@ -43,6 +43,8 @@ GUIDES: tuple[Guide, ...] = (
             "NEVER_FITS: it asks for something no healthy node has (GPU memory, RDMA, more "
             "than 8 GPUs per node).",
             "DEMOTED: preempted more than 3 times; it was moved to the back of the line.",
+            "LAUNCH_RETRY: its turn came, but the cluster backend failed to start it "
+            "(a transient error); the loop retries with backoff, at most 5 minutes apart.",
         ),
         first_actions=(
             "Open one of the waiting jobs: its pending reason gives the code and the numbers "
@@ -55,6 +57,8 @@ GUIDES: tuple[Guide, ...] = (
             "or the owner can use a queue with headroom.",
             "NEVER_FITS: tell the owner to resize the request (the submit form's estimator "
             "shows what the model needs).",
+            "LAUNCH_RETRY for long: the backend keeps refusing launches; the job's numbers give "
+            "its failed attempts and the backend's error (see “Backend errors”).",
         ),
         alert_kinds=("pending_too_long",),
     ),
@@ -232,7 +236,8 @@ GUIDES: tuple[Guide, ...] = (
         symptom="Alert “backend error”: the cluster backend refused or did not answer a request.",
         causes=(
             "Transient: the backend (simulator, Slurm, Kubernetes) was briefly unreachable; "
-            "the loop retries next cycle.",
+            "the loop retries next cycle (a job it could not start waits with the reason "
+            "LAUNCH_RETRY, the error and its next attempt, and retries with backoff).",
             "Permanent: the request itself was refused (bad partition, unknown node); the "
             "job is failed with the backend's message.",
         ),

@@ -12,6 +12,7 @@ impossible.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -59,6 +60,17 @@ LAUNCH_RETRY = "launch_retry"
 LAUNCH_BACKOFF_MIN_S = 10.0
 LAUNCH_BACKOFF_MAX_S = 300.0
 
+# The pending reason of a job the plan starts but the backend has not launched yet: its
+# launch failed transiently, or it is still backing off after such a failure. The engine
+# knows nothing of launches (it planned a start, so it gave no verdict): the loop writes
+# this reason itself, with the verdicts, so the job always says why it waits.
+LAUNCH_RETRY_CODE = "LAUNCH_RETRY"
+LAUNCH_RETRY_REMEDY = (
+    "Nothing to do: the portal retries automatically; if it keeps failing, the on-call "
+    "engineer sees a backend_error alert."
+)
+_RETRY_ERROR = re.compile(r"right now \((.*)\); still waiting", re.S)
+
 
 def launch_backoff_s(streak_age_s: float) -> float:
     """Wait before the next launch attempt of a job failing since ``streak_age_s`` seconds."""
@@ -93,6 +105,31 @@ def launch_streaks(job_ids: list[int]) -> dict[int, tuple[int, float, float]]:
         count, _, last = streaks.get(job_id, (0, 0.0, to_epoch(at)))
         streaks[job_id] = (count + 1, to_epoch(at), last)
     return streaks
+
+
+def launch_retry_verdict(attempts: int, first: float, last: float, error: str) -> et.Verdict:
+    """The pending reason of a job whose last ``attempts`` launches failed transiently
+    (the first at ``first``, the last at ``last``): when the next attempt is, and why."""
+    wait = launch_backoff_s(last - first)
+    next_at = last + wait
+    at = to_datetime(next_at)
+    return et.Verdict(
+        code=LAUNCH_RETRY_CODE,
+        message=(
+            f"It is its turn to start, but the cluster could not start it: {error}. "
+            f"The portal tries again at {at:%Y-%m-%d %H:%M:%S} UTC, {wait:.0f} s after the "
+            f"last attempt ({attempts} failed attempt(s) in a row)."
+        ),
+        details={
+            "attempts": attempts,
+            "failing_for_seconds": round(last - first),
+            "backoff_seconds": round(wait),
+            "next_attempt_at": at.isoformat(),
+            "error": error,
+        },
+        remedy=LAUNCH_RETRY_REMEDY,
+        estimated_start=next_at,
+    )
 
 
 def production_policy() -> et.PolicyConfig:
@@ -132,6 +169,8 @@ class Cycle:
         self.kind = kind
         self.report = CycleReport()
         self.events: list[JobEvent] = []
+        # pending reasons of planned starts not launched (yet): written with the verdicts
+        self.launch_verdicts: dict[int, et.Verdict] = {}
 
     # -- helpers -------------------------------------------------------------
     def event(self, job: Job | int, kind: str, message: str, state: str = "") -> None:
@@ -502,6 +541,7 @@ class Cycle:
             streak = streaks.get(job.pk)
             if streak and not launch_due(streak, self.now):
                 self.report.counts["launch_backoff"] += 1
+                self._launch_backoff(job, streak)
                 continue  # backing off after a transient launch failure
             ref = run_ref(job.pk, job.attempt + 1)
             request = LaunchRequest(
@@ -550,14 +590,35 @@ class Cycle:
     ) -> None:
         """A transient launch failure: the job stays pending and backs off (``launch_backoff_s``)."""
         attempts = (streak[0] if streak else 0) + 1
-        first = streak[1] if streak else self.now
-        wait = launch_backoff_s(self.now - first)
+        # The event's time as the next cycles read it back (``launch_streaks``): the reason
+        # written now is the one they compute, so while unchanged it is not written again.
+        last = to_epoch(to_datetime(self.now))
+        first = streak[1] if streak else last
+        wait = launch_backoff_s(last - first)
         self.event(
             job, LAUNCH_RETRY,
             f"the cluster could not start it right now ({err}); still waiting, next attempt "
             f"in {wait:.0f} s or later (transient failure {attempts})",
         )  # fmt: skip
+        self.launch_verdicts[job.pk] = launch_retry_verdict(attempts, first, last, str(err))
         self.report.counts["launch_retries"] += 1
+
+    def _launch_backoff(self, job: Job, streak: tuple[int, float, float]) -> None:
+        """A job backing off between launch attempts keeps saying why it waits."""
+        attempts, first, last = streak
+        details = job.pending_details if isinstance(job.pending_details, dict) else {}
+        if job.pending_code == LAUNCH_RETRY_CODE and "error" in details:
+            error = str(details["error"])
+        else:  # another reason came in between: the error is in the streak's latest event
+            message = (
+                JobEvent.objects.filter(job_id=job.pk, kind=LAUNCH_RETRY)
+                .order_by("-id")
+                .values_list("message", flat=True)
+                .first()
+            ) or ""
+            found = _RETRY_ERROR.search(message)
+            error = found.group(1) if found else message
+        self.launch_verdicts[job.pk] = launch_retry_verdict(attempts, first, last, error)
 
     def _allocate_many(self, launched: list[tuple[Job, et.Start]]) -> list[tuple[Job, et.Start]]:
         """Write the allocations of launched runs; a run whose GPUs are refused is killed."""
@@ -580,10 +641,20 @@ class Cycle:
                 self.call(f"kill {job.backend_ref}", self.backend.kill, job.backend_ref)
         return placed
 
+    def counts_by_code(self, plan: et.Plan) -> dict[str, int]:
+        """Pending jobs per reason code: the engine's verdicts and the loop's launch retries."""
+        counts = plan.counts_by_code()
+        counts[LAUNCH_RETRY_CODE] = len(self.launch_verdicts)
+        return counts
+
     def _write_verdicts(self, plan: et.Plan, rows: dict[int, dict]) -> None:
-        """Store each waiting job's verdict, only where it changed, in one statement per batch."""
+        """Store each waiting job's verdict, only where it changed, in one statement per batch.
+
+        The engine's verdicts, plus the loop's own for planned starts that were not launched
+        (``LAUNCH_RETRY_CODE``): such a job has no engine verdict, it was planned to start.
+        """
         changed = []
-        for job_id, v in plan.verdicts.items():
+        for job_id, v in {**plan.verdicts, **self.launch_verdicts}.items():
             row = rows.get(job_id)
             if row is None or row["state"] != Job.State.PENDING:
                 continue
@@ -598,7 +669,7 @@ class Cycle:
                                       {"id": job_id, "state": "pending", "pending_code": v.code})  # fmt: skip
         if changed:
             _bulk_write_verdicts(changed)
-        publish_on_commit("pending", "pending.updated", {"by_reason": plan.counts_by_code()})
+        publish_on_commit("pending", "pending.updated", {"by_reason": self.counts_by_code(plan)})
 
     def flush_events(self) -> None:
         JobEvent.objects.bulk_create(self.events, batch_size=1000)
@@ -660,7 +731,7 @@ def run_cycle(
                 cycle._write_verdicts(plan, ctx.jobs)
             else:
                 cycle.apply(plan, ctx.jobs)
-            by_reason = {k: v for k, v in plan.counts_by_code().items() if v}
+            by_reason = {k: v for k, v in cycle.counts_by_code(plan).items() if v}
             timings["apply_ms"] = (time.perf_counter() - t2) * 1000
         cycle.flush_events()
         backend.close()

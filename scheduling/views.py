@@ -75,6 +75,11 @@ DETAIL_LABELS: dict[str, str] = {
     "where": "Free GPUs by rack",
     "underlying_code": "Underlying reason",
     "preemption_count": "Times preempted",
+    "attempts": "Launch attempts failed in a row",
+    "failing_for_seconds": "Failing for (seconds)",
+    "backoff_seconds": "Wait before the next attempt (seconds)",
+    "next_attempt_at": "Next attempt",
+    "error": "Error from the cluster",
 }
 TIME_DETAILS = {"deadline"}
 
@@ -88,6 +93,7 @@ CODE_TITLES: dict[str, str] = {
     "TOPOLOGY": "Free GPUs are scattered",
     "INSUFFICIENT_GPUS": "Not enough free GPUs",
     "DEMOTED": "Demoted after repeated preemption",
+    "LAUNCH_RETRY": "Starting failed for now; retrying",
 }
 
 

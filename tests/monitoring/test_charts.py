@@ -112,6 +112,15 @@ def test_pending_by_reason_follows_the_api_order_and_drops_zeros():
     assert fig["summary"].startswith("16 jobs pending: 10 QUOTA_EXCEEDED")
 
 
+def test_launch_retries_come_after_the_engine_codes_and_before_new():
+    fig = charts.pending_by_reason_figure({"NEW": 1, "LAUNCH_RETRY": 2, "DEMOTED": 3})
+    assert fig["data"][0]["y"] == [
+        "demoted (DEMOTED)",
+        "launch failed, retrying (LAUNCH_RETRY)",
+        "not yet seen by a cycle (NEW)",
+    ]
+
+
 def test_eviction_ratio_marks_queues_over_the_alert_line_by_text_and_pattern_too():
     queues = [
         QueueEviction("llm-experiment", "llm", 0.32, 7),

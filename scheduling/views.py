@@ -102,6 +102,11 @@ def _format_detail(key: str, value: Any) -> str:
         if not value:
             return "unknown"
         return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+    if key.endswith("_at") and isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        except ValueError:
+            return value
     if key == "strict_order":
         return "yes" if value else "no"
     if isinstance(value, float):

@@ -482,6 +482,10 @@ def test_pending_details_are_listed_readably():
         ("Best rack", "none"),
     ]
     assert detail_rows({"deadline": 1_700_000_000.0})[0][1] == "2023-11-14 22:13 UTC"
+    assert detail_rows({"next_attempt_at": "2026-11-29T14:05:09.5+00:00"})[0][1] == (
+        "2026-11-29 14:05 UTC"
+    )
+    assert detail_rows({"next_attempt_at": "soon"})[0][1] == "soon"
 
 
 def test_the_job_list_filters_by_state_queue_and_owner(demo, roomy_quotas, as_user):

@@ -32,6 +32,9 @@
     if (key === "deadline" && typeof value === "number") {
       return value ? when(new Date(value * 1000).toISOString()) : "unknown";
     }
+    if (key.endsWith("_at") && typeof value === "string" && !Number.isNaN(Date.parse(value))) {
+      return when(value);
+    }
     if (key === "strict_order") return value ? "yes" : "no";
     if (Array.isArray(value)) return value.join(", ") || "none";
     if (value !== null && typeof value === "object") return JSON.stringify(value);

@@ -49,35 +49,24 @@ logger = logging.getLogger(__name__)
 
 # Same origin only. The pages load their scripts and styles from /static/ and embed data
 # with ``json_script`` (type="application/json": data, never executed, so script-src
-# needs no 'unsafe-inline' and no nonce). 'self' in connect-src covers the same-origin
-# websocket. Styles are the one exception, enforced with 'unsafe-inline' for now: the
-# vendored Plotly injects a <style> element (dashboard) and the queue usage bars set
-# style="width: …" (scheduling/_usage.html). The strict policy is sent alongside as
-# Content-Security-Policy-Report-Only, so browsers (and tests/security/test_csp_browser.py)
-# report what still needs fixing; once nothing does, enforce STRICT_STYLE_SRC.
-STRICT_STYLE_SRC = "'self'"
-ENFORCED_STYLE_SRC = "'self' 'unsafe-inline'"
-
-
-def content_security_policy(style_src: str) -> str:
-    return "; ".join(
-        [
-            "default-src 'self'",
-            "script-src 'self'",
-            f"style-src {style_src}",
-            "img-src 'self' data:",  # Swagger UI's icons (/api/docs/) are data: SVGs
-            "font-src 'self'",
-            "connect-src 'self'",
-            "object-src 'none'",
-            "base-uri 'none'",
-            "form-action 'self'",
-            "frame-ancestors 'none'",
-        ]
-    )
-
-
-CONTENT_SECURITY_POLICY = content_security_policy(ENFORCED_STYLE_SRC)
-CONTENT_SECURITY_POLICY_REPORT_ONLY = content_security_policy(STRICT_STYLE_SRC)
+# needs no 'unsafe-inline' and no nonce). Styles likewise: no <style> element and no
+# style="…" attribute (the vendored Plotly's rules are linked from vendor/plotly.css, the
+# queue usage bars are <progress>); scripts may still set element.style (CSSOM, which CSP
+# does not restrict). 'self' in connect-src covers the same-origin websocket.
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",  # Swagger UI's icons (/api/docs/) are data: SVGs
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 PERMISSIONS_POLICY = ", ".join(
     f"{feature}=()"
     for feature in (
@@ -102,11 +91,6 @@ class SecurityHeadersMiddleware:
         self.headers = {
             "Content-Security-Policy": getattr(
                 settings, "CONTENT_SECURITY_POLICY", CONTENT_SECURITY_POLICY
-            ),
-            "Content-Security-Policy-Report-Only": getattr(
-                settings,
-                "CONTENT_SECURITY_POLICY_REPORT_ONLY",
-                CONTENT_SECURITY_POLICY_REPORT_ONLY,
             ),
             "Permissions-Policy": getattr(settings, "PERMISSIONS_POLICY", PERMISSIONS_POLICY),
             "Cross-Origin-Resource-Policy": "same-origin",

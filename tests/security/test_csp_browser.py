@@ -1,19 +1,18 @@
 """The Content-Security-Policy in a real browser (Chromium via Playwright against the web server):
-every page, as each role that sees it, loads without a single violation of the enforced
-policy, and the strict report-only policy is broken only where we know it is.
+every page, as each role that sees it, loads without a single violation of the policy,
+including style-src 'self' (no <style> element, no style="..." attribute), and so do the
+dashboard's hover labels and mode bar.
 
-An enforced violation means a page is broken under the policy: fix the page (code in
-static/, a class instead of an inline style) rather than loosening the policy. The
-report-only policy differs only in style-src ('self', no 'unsafe-inline'); its known
-violations are listed in KNOWN_STRICT_STYLE_VIOLATIONS (docs/security.md says who fixes
-what). A new one fails the test; when a known one is fixed, drop it from the list, and
-when the list is empty enforce ``STRICT_STYLE_SRC`` in portal/security.py.
+A violation means a page is broken under the policy: fix the page (code in static/, a
+class or a <progress> instead of an inline style, a vendored library's injected CSS as a
+static file) rather than loosening the policy.
 """
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
+from playwright.sync_api import expect
 
 from tests.browser.conftest import (  # noqa: F401 - fixtures
     browser_type_launch_args,
@@ -32,11 +31,6 @@ document.addEventListener("securitypolicyviolation", (e) => {
                      source: e.sourceFile, line: e.lineNumber});
 });
 """
-# (page, directive) -> why: only under the strict report-only policy.
-KNOWN_STRICT_STYLE_VIOLATIONS = {
-    ("/dashboard/", "style-src-elem"): "vendored Plotly injects <style id=plotly.js-style-global>",
-    ("/queues/", "style-src-attr"): 'templates/scheduling/_usage.html: style="width: N%"',
-}
 ADMIN_PAGES = ["/admin/", "/admin/scheduling/job/", "/admin/portal/auditrecord/",
                "/admin/auth/user/add/"]  # fmt: skip
 API_DOCS = "/api/docs/"  # Swagger UI, under the same policy
@@ -45,10 +39,29 @@ API_DOCS = "/api/docs/"  # Swagger UI, under the same policy
 def violations_on(page, url: str) -> list[dict]:
     response = page.goto(url)
     assert response is not None and response.status == 200, url
-    assert "script-src 'self'" in response.headers["content-security-policy"]
+    assert "style-src 'self';" in response.headers["content-security-policy"]
     page.wait_for_load_state("networkidle")
     page.wait_for_timeout(300)
+    if url.endswith("/dashboard/"):
+        hover_a_chart(page)
     return page.evaluate("window.__csp")
+
+
+def hover_a_chart(page) -> None:
+    """Plotly draws a hover label and shows the mode bar on hover: neither may need inline
+    CSS, and its global rules come from vendor/plotly.css (no <style> injected)."""
+    assert page.locator("style").count() == 0
+    chart = page.locator("#chart-lines")
+    marker = chart.locator(".scatterlayer .point").first
+    marker.wait_for(state="attached")  # a line-ew marker: no area, "hidden" to Playwright
+    box = marker.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    expect(chart.locator(".hoverlayer .hovertext").first).to_be_visible()
+    # rules of vendor/plotly.css: the mode bar fades in on hover; the layers are stacked
+    expect(chart.locator(".modebar-group").first).to_have_css("opacity", "1")
+    expect(chart.locator(".main-svg").first).to_have_css("position", "absolute")
+    page.mouse.move(0, 0)
+    page.wait_for_timeout(200)
 
 
 # Admins see every page but the quota request form, which only team leads may open.
@@ -64,26 +77,23 @@ def test_every_page_loads_without_csp_violations(api, demo, role, portal_server,
     assert len(urls) >= 5, urls
     page.add_init_script(RECORD_VIOLATIONS)
     found = {"/accounts/login/": violations_on(page, portal_server + "/accounts/login/")}
-    # The recorder sees both dispositions: an injected inline script (blocked, never
-    # runs) and a style attribute set from script (reported by the strict policy only).
+    # The recorder catches what the policy blocks: an injected inline script (never runs)
+    # and a style attribute set from script (not applied).
     page.evaluate("""() => { const s = document.createElement("script");
         s.textContent = "window.__ran = true"; document.body.appendChild(s); }""")
-    page.evaluate("() => document.body.setAttribute('style', 'color: red')")
+    page.evaluate("() => document.body.setAttribute('style', 'color: rgb(255, 0, 0)')")
     page.wait_for_timeout(200)
     seen = {(v["directive"], v["disposition"]) for v in page.evaluate("window.__csp")}
-    assert {("script-src-elem", "enforce"), ("style-src-attr", "report")} <= seen, seen
+    assert {("script-src-elem", "enforce"), ("style-src-attr", "enforce")} <= seen, seen
     assert page.evaluate("window.__ran") is None
+    assert page.evaluate("getComputedStyle(document.body).color") != "rgb(255, 0, 0)"
     login(role)
     for url in urls:
         found[url] = violations_on(page, portal_server + url)
 
-    def listed(disposition: str) -> dict:
-        return {
-            (url, v["directive"]): f"{v['source']}:{v['line']}"
-            for url, vs in found.items()
-            for v in vs
-            if v["disposition"] == disposition
-        }
-
-    assert listed("enforce") == {}
-    assert set(listed("report")) <= set(KNOWN_STRICT_STYLE_VIOLATIONS), listed("report")
+    violations = {
+        (url, v["directive"], v["disposition"]): f"{v['source']}:{v['line']}"
+        for url, vs in found.items()
+        for v in vs
+    }
+    assert violations == {}

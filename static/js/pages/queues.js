@@ -24,8 +24,9 @@
     const percent = quota ? Math.round((100 * used) / quota) : null;
     const over = Boolean(quota && used > quota);
     box.classList.toggle("is-over", over);
-    box.querySelector(".rp-fill").style.width = `${Math.min(100, percent || 0)}%`;
-    box.querySelector(".rp-bar").hidden = quota === null || quota === undefined;
+    const bar = box.querySelector(".rp-bar");
+    bar.value = Math.min(100, percent || 0);
+    bar.hidden = quota === null || quota === undefined;
     box.querySelector(".rp-usage-text").textContent = quota === null || quota === undefined
       ? `${used} GPUs (no queue quota: the line's applies)`
       : `${used} of ${quota} GPUs (${percent}%)${over ? ", over quota" : ""}`;

@@ -14,7 +14,7 @@ from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from portal.realtime import publish_on_commit
 from quotas.models import BusinessLine, Queue
-from scheduling.clock import cluster_now
+from scheduling.clock import cluster_now, wall_seconds
 from scheduling.models import Eviction, Job, Node
 from scheduling.selectors import (
     QueueUsage,
@@ -30,9 +30,9 @@ EVICTION_ALERT_MIN_EVENTS = 3
 PENDING_TOO_LONG = timedelta(hours=6)
 QUOTA_NEAR = 0.95
 # A residual-process alert (the loop already killed the stale processes) closes by itself
-# when its node has had no new one for this long (wall clock).
+# when its node has had no new one for this long (cluster time).
 RESIDUAL_QUIET = timedelta(minutes=30)
-# A backend_error alert closes after this long without a failed backend call.
+# A backend_error alert closes after this long without a failed backend call (cluster time).
 BACKEND_QUIET = timedelta(minutes=10)
 RETENTION = timedelta(days=14)
 
@@ -166,12 +166,15 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     for kind in (Alert.Kind.EVICTION_RATIO, Alert.Kind.PENDING_TOO_LONG,
                  Alert.Kind.QUOTA_NEAR_LIMIT):  # fmt: skip
         resolve_cleared(kind, firing[kind], "the condition cleared")
+    # The quiet periods are cluster time (the simulator demo runs 60x faster than the wall).
     resolve_quiet(
-        Alert.Kind.RESIDUAL_PROCESS, RESIDUAL_QUIET,
+        Alert.Kind.RESIDUAL_PROCESS,
+        timedelta(seconds=wall_seconds(RESIDUAL_QUIET.total_seconds())),
         f"handled by the loop and not seen again for {RESIDUAL_QUIET.total_seconds() / 60:.0f} min",
     )  # fmt: skip
     resolve_quiet(
-        Alert.Kind.BACKEND_ERROR, BACKEND_QUIET,
+        Alert.Kind.BACKEND_ERROR,
+        timedelta(seconds=wall_seconds(BACKEND_QUIET.total_seconds())),
         f"no failed backend call for {BACKEND_QUIET.total_seconds() / 60:.0f} min",
     )  # fmt: skip
 

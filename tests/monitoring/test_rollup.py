@@ -135,3 +135,18 @@ def test_a_backend_error_alert_closes_after_ten_quiet_minutes(api):
     rollup()
     alert.refresh_from_db()
     assert alert.status == "resolved" and "no failed backend call for 10 min" in alert.message
+
+
+def test_quiet_periods_are_cluster_time(api):
+    from django.utils import timezone
+
+    from monitoring.services import raise_alert
+    from scheduling.models import SimulatorState
+
+    cycle(api("admin"))  # the simulator's state exists
+    SimulatorState.objects.update(speed=60)  # the demo: 30 cluster minutes in 30 s
+    alert = raise_alert("residual_process", "warning", "r000-n02", "1 GPU held; killed")
+    Alert.objects.filter(pk=alert.pk).update(updated_at=timezone.now() - timedelta(seconds=40))
+    rollup()
+    alert.refresh_from_db()
+    assert alert.status == "resolved"

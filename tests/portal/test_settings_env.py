@@ -4,6 +4,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import env_bool, env_choice, env_float, env_list, env_url
+from tests.conftest import PRODUCTION_ENV
 
 
 @pytest.mark.parametrize("raw,expected", [("1", True), ("TRUE", True), ("no", False), ("0", False)])
@@ -75,16 +76,8 @@ def test_check_deploy_is_clean_with_production_settings():
     import subprocess
     import sys
 
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DEBUG": "0",
-        "SECRET_KEY": "p" * 20 + "rod-secret-key-with-enough-entropy-0123456789abcdef",
-        "ALLOWED_HOSTS": "portal.example.org",
-        "DATABASE_URL": "postgres://u:p@127.0.0.1:1/portal",
-        "REDIS_URL": "redis://127.0.0.1:1/0",
-    }
     proc = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        env=env, capture_output=True, text=True,
+        env=PRODUCTION_ENV, capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout

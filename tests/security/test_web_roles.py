@@ -15,7 +15,7 @@ from django.test import Client, override_settings
 from portal.models import AuditRecord
 from quotas.models import BusinessLine, QuotaRequest
 from scheduling.models import Job, Node
-from tests.conftest import DEMO_PASSWORD
+from tests.conftest import DEMO_PASSWORD, PRODUCTION_ENV
 from tests.security.pages import HOSTILE_ESCAPED, HOSTILE_NAME, html_pages
 
 pytestmark = pytest.mark.django_db
@@ -97,15 +97,7 @@ def test_signing_in_rotates_the_session_key(demo):
 
 def production_settings(*names: str) -> dict:
     """Values of ``names`` in portal.settings loaded as production would (DEBUG off)."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DEBUG": "0",
-        "SECRET_KEY": "p" * 20 + "rod-secret-key-with-enough-entropy-0123456789abcdef",
-        "ALLOWED_HOSTS": "portal.example.org",
-        "DATABASE_URL": "postgres://u:p@127.0.0.1:1/portal",
-        "REDIS_URL": "redis://127.0.0.1:1/0",
-    }
-    env["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    env = {**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "portal.settings"}
     code = (
         "import json; from django.conf import settings as s; "
         f"print(json.dumps({{n: getattr(s, n) for n in {list(names)!r}}}))"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Sum
 
 from quotas.models import Queue
 from scheduling.clock import cluster_now_ts, to_datetime
-from scheduling.models import ClusterSettings, Job, JobEvent, Node
+from scheduling.models import ClusterSettings, Job, JobEvent
+from scheduling.selectors import cluster_shape
 from scheduling.traces.workload import WorkloadGenerator
 
 WORKLOAD_USER = "workload"
@@ -52,7 +52,7 @@ def generate(now_ts: float | None = None) -> int:
     queue_ids = {name: qid for name, _, qid in queues}
     name_of = {qid: name for name, qid in queue_ids.items()}
     pairs = [(name, tier) for name, tier, _ in queues]
-    gpus = Node.objects.aggregate(s=Sum("gpus_total"))["s"] or 0
+    _, gpus = cluster_shape()
     minute = int(now_ts // 60)
     jobs: list[Job] = []
     with transaction.atomic():

@@ -24,6 +24,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 check: install
 	DEBUG=1 $(BIN)/python manage.py makemigrations --check --dry-run

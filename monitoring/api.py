@@ -8,9 +8,9 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.api import IsOncallOrAdmin, client_ip
 from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, resolve_alert
-from portal.api import IsOncallOrAdmin, client_ip
 
 
 class AlertSerializer(serializers.ModelSerializer):

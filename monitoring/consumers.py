@@ -9,8 +9,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from portal.realtime import group_name
-from portal.roles import is_oncall_or_admin
+from core.realtime import group_name
+from core.roles import is_oncall_or_admin
 
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 from django.db.models import Count, Sum
 
+from core.realtime import publish_on_commit
 from monitoring import metrics
 from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
-from portal.realtime import publish_on_commit
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now, wall_seconds
 from scheduling.models import Eviction, Job, Node

@@ -10,8 +10,8 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from core.realtime import publish_on_commit
 from monitoring.models import Alert
-from portal.realtime import publish_on_commit
 
 
 def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
@@ -86,8 +86,8 @@ def _transition(
 ) -> Alert:
     from django.core.exceptions import PermissionDenied, ValidationError
 
-    from portal import audit
-    from portal.roles import is_oncall_or_admin
+    from core import audit
+    from core.roles import is_oncall_or_admin
 
     if not is_oncall_or_admin(user):
         raise PermissionDenied("on-call engineers and admins only")

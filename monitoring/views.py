@@ -26,14 +26,14 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from core.api import client_ip
+from core.models import AuditRecord, Role
+from core.roles import is_oncall_or_admin, role_of
 from monitoring import charts, metrics
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert, MetricSample
 from monitoring.rollup import EVICTION_ALERT_RATIO
 from monitoring.services import acknowledge_alert, resolve_alert
-from portal.api import client_ip
-from portal.models import AuditRecord, Role
-from portal.roles import is_oncall_or_admin, role_of
 from quotas.models import BusinessLine
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Allocation, Node, SchedulingCycle

@@ -1,6 +1,6 @@
 """The audit log page (``/audit/``): cluster admins only, filtered and paginated.
 
-Read-only over ``AuditRecord`` (written by the services through ``portal.audit.record``);
+Read-only over ``AuditRecord`` (written by the services through ``core.audit.record``);
 nothing here writes. One COUNT and one page query per view, whatever the filters.
 """
 
@@ -19,8 +19,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from portal.models import AuditRecord
-from portal.roles import is_admin
+from core.models import AuditRecord
+from core.roles import is_admin
 
 RECORDS_PER_PAGE = 50
 

@@ -29,7 +29,7 @@ def beat_schedule(cycle_seconds: float) -> dict:
         },
         # Demo workload (simulator only, when enabled): new arrivals every few seconds.
         "demo-workload": {
-            "task": "scheduling.tasks.demo_workload",
+            "task": "demo.tasks.demo_workload",
             "schedule": 5.0,
             "options": {"expires": 5.0},
         },

@@ -1,6 +1,6 @@
 from django.http import HttpRequest
 
-from portal.roles import role_of
+from core.roles import role_of
 
 
 def role(request: HttpRequest) -> dict:

@@ -31,11 +31,11 @@ from prometheus_client.registry import Collector
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from core.roles import is_admin
 from monitoring import metrics
 from monitoring.metrics_api import build_pending_by_reason
 from monitoring.models import MetricSample
 from monitoring.rollup import EVICTION_WINDOW, get_eviction_ratios
-from portal.roles import is_admin
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Eviction, Job, Node, SchedulingCycle
 from scheduling.selectors import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import (
+from core.env import (
     BACKENDS,
     env_bool,
     env_choice,
@@ -65,7 +65,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files, served locally (no CDN)
     "channels",
-    "portal",
+    "core",
+    "demo",
     "quotas",
     "scheduling",
     "monitoring",
@@ -73,12 +74,12 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "portal.security.SecurityHeadersMiddleware",  # CSP, Permissions-Policy (docs/security.md)
+    "core.security.SecurityHeadersMiddleware",  # CSP, Permissions-Policy (docs/security.md)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "portal.security.LoginRateLimitMiddleware",
+    "core.security.LoginRateLimitMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -136,12 +137,12 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        # The rate limits (portal/security.py) read it on logins and token calls: a frozen
+        # The rate limits (core/security.py) read it on logins and token calls: a frozen
         # Redis must cost a second and fail open, not hang the request.
         "OPTIONS": {
             "socket_connect_timeout": 1,
             "socket_timeout": 1,
-            "pool_class": "portal.redis_pool.SharedConnectionPool",
+            "pool_class": "core.redis_pool.SharedConnectionPool",
         },
     }
 }
@@ -171,20 +172,20 @@ CELERY_TIMEZONE = "UTC"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.security.RateLimitedTokenAuthentication",  # 429 after many bad tokens
+        "core.security.RateLimitedTokenAuthentication",  # 429 after many bad tokens
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": [
-        "portal.security.SafeJSONParser",  # deeply nested JSON is a 400, not a 500
+        "core.security.SafeJSONParser",  # deeply nested JSON is a 400, not a 500
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "portal.security.BoundedLimitOffsetPagination",  # no 500s
+    "DEFAULT_PAGINATION_CLASS": "core.security.BoundedLimitOffsetPagination",  # no 500s
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "portal.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU cluster scheduling portal API",

@@ -10,6 +10,7 @@ from portal import audit_views, views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
+from quotas.views import queue_list
 from scheduling.api import (
     JobViewSet,
     NodeViewSetWithActions,
@@ -34,6 +35,7 @@ urlpatterns = [
     path("audit/", audit_views.audit_log, name="audit"),
     path("", include("monitoring.urls")),
     path("", include("scheduling.urls")),
+    path("queues/", queue_list, name="queue-list"),
     path("quotas/", include("quotas.urls")),
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),

@@ -17,7 +17,7 @@ import os
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_int
+from core.env import env_int
 
 # A live page sends only small subscribe messages (the consumer refuses more than 4 KiB);
 # the server closes a socket whose frame is larger than this (1009) before reading it all.

@@ -15,7 +15,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api import client_ip
+from core.api import client_ip
 from quotas import services
 from quotas.models import QuotaRequest
 from quotas.selectors import build_request_impact, list_requests_for_user

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
-from portal.roles import is_admin, line_ids, role_of
+from core.roles import is_admin, line_ids, role_of
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from scheduling.models import Eviction, Job, Node

@@ -24,10 +24,10 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
 
-from portal import audit
-from portal.models import Role
-from portal.realtime import publish_on_commit
-from portal.roles import is_admin, led_line_ids
+from core import audit
+from core.models import Role
+from core.realtime import publish_on_commit
+from core.roles import is_admin, led_line_ids
 from quotas import ledger, transitions
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from quotas.selectors import (
@@ -61,7 +61,7 @@ class QuotaRequestInput:
 
 
 # ---------------------------------------------------------------------------
-# Who may do what (built on portal.roles)
+# Who may do what (built on core.roles)
 
 
 def may_request(user: Any) -> bool:

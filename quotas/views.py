@@ -7,15 +7,18 @@ may not take a 403 (the services decide, the pages only hide buttons).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from portal.api import client_ip
-from portal.roles import led_line_ids
+from core.api import client_ip
+from core.roles import led_line_ids
+from monitoring.rollup import get_eviction_ratios
 from quotas import ledger, services
 from quotas.forms import (
     DecisionForm,
@@ -24,7 +27,7 @@ from quotas.forms import (
     WithdrawForm,
     add_service_errors,
 )
-from quotas.models import BusinessLine, QuotaPolicy, QuotaRequest
+from quotas.models import BusinessLine, Queue, QuotaPolicy, QuotaRequest
 from quotas.selectors import (
     build_contracts,
     build_recent_use,
@@ -267,3 +270,43 @@ def request_reject(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def request_withdraw(request: HttpRequest, pk: int) -> HttpResponse:
     return _decide(request, pk, "withdraw")
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+def _usage_row(used: int, quota: int | None) -> dict[str, Any]:
+    percent = round(100 * used / quota) if quota else None
+    return {"percent": percent, "bar": min(100, percent or 0), "over": bool(quota and used > quota)}
+
+
+@login_required
+@require_GET
+def queue_list(request: HttpRequest) -> HttpResponse:
+    """Every line and its queues: contract, use, borrowing, waiting work, eviction ratio."""
+    queue_usage = build_queue_usage()
+    line_usage = build_line_usage()
+    eviction = get_eviction_ratios()
+    by_line: dict[int, list[dict]] = {}
+    for q in Queue.objects.select_related("business_line").order_by("business_line__name", "name"):
+        u = queue_usage.get(q.pk, QueueUsage())
+        by_line.setdefault(q.business_line_id, []).append(
+            {
+                "queue": q,
+                "usage": u,
+                "eviction_percent": f"{100 * eviction.get(q.pk, 0.0):.1f}",
+                **_usage_row(u.used_gpus, q.quota_gpus),
+            }
+        )
+    lines = []
+    for line in BusinessLine.objects.all():
+        u = line_usage.get(line.pk, QueueUsage())
+        lines.append(
+            {
+                "line": line,
+                "usage": u,
+                "queues": by_line.get(line.pk, []),
+                **_usage_row(u.used_gpus, line.quota_gpus),
+            }
+        )
+    return render(request, "quotas/queues.html", {"lines": lines})

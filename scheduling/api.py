@@ -10,7 +10,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api import SharedFieldsModelSerializer, client_ip
+from core.api import SharedFieldsModelSerializer, client_ip
 from quotas.models import Tier
 from scheduling import limits
 from scheduling.models import Job, Node
@@ -205,7 +205,7 @@ class NodeActionsMixin:
     """cordon / drain / uncordon for on-call and admins (POST {"reason": "..."})."""
 
     def _act(self, request: Request, name: str, fn) -> Response:
-        from portal.api import client_ip
+        from core.api import client_ip
 
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -216,7 +216,7 @@ class NodeActionsMixin:
 
 class NodeViewSetWithActions(NodeActionsMixin, NodeViewSet):
     def get_permissions(self):
-        from portal.api import IsOncallOrAdmin
+        from core.api import IsOncallOrAdmin
 
         if self.action in ("cordon", "drain", "uncordon", "blast_radius"):
             return [*super().get_permissions(), IsOncallOrAdmin()]

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from core.realtime import publish_on_commit
 from monitoring.models import Alert
 from monitoring.services import raise_alert
-from portal.realtime import publish_on_commit
 from scheduling import engine
 from scheduling.backends import open_backend
 from scheduling.backends.base import (
@@ -246,7 +246,7 @@ class Cycle:
 
     def _isolate(self, node: Node, why: str) -> None:
         """R7: a sick node leaves the pool at once; its jobs move (from checkpoint)."""
-        from portal import audit
+        from core import audit
 
         before = {"state": node.state}
         node.state = Node.State.UNHEALTHY

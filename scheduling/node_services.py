@@ -13,10 +13,10 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from core import audit
+from core.realtime import publish_on_commit
+from core.roles import is_oncall_or_admin
 from monitoring.models import Alert
-from portal import audit
-from portal.realtime import publish_on_commit
-from portal.roles import is_oncall_or_admin
 from scheduling.models import Allocation, Job, Node, SchedulingCycle
 
 REASON_MAX = 300

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
-from portal.roles import line_ids_query, role_of, sees_all_jobs
+from core.roles import line_ids_query, role_of, sees_all_jobs
 from quotas.models import Queue
 from scheduling.models import Allocation, Job, Node
 

@@ -15,9 +15,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from portal import audit
-from portal.realtime import publish_coalesced, publish_on_commit
-from portal.roles import is_admin, led_line_ids, role_of
+from core import audit
+from core.realtime import publish_coalesced, publish_on_commit
+from core.roles import is_admin, led_line_ids, role_of
 from quotas.models import Queue, Tier
 from scheduling import limits
 from scheduling.models import Job, JobEvent

@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from portal import audit
-from portal.roles import is_admin, is_oncall_or_admin
+from core import audit
+from core.roles import is_admin, is_oncall_or_admin
 from scheduling.backends.base import BackendError
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.loop import run_cycle

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.conf import settings
 
 from scheduling.loop import run_cycle
 
@@ -30,13 +29,3 @@ def run_locked(kind: str) -> dict:
 def scheduling_cycle() -> dict:
     """Observe, reconcile, plan and apply (single-flight; a slow cycle is skipped, not stacked)."""
     return run_locked("cycle")
-
-
-@shared_task(name="scheduling.tasks.demo_workload", ignore_result=True)
-def demo_workload() -> dict:
-    """Submit the simulator demo's new arrivals (no-op unless the simulator demo is on)."""
-    if settings.SCHEDULING_BACKEND != "simulator":
-        return {"skipped": True}
-    from scheduling.demo_workload import generate
-
-    return {"submitted": generate()}

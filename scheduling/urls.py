@@ -1,4 +1,4 @@
-"""Researcher pages: /jobs/… and /queues/ (included from portal.urls)."""
+"""Researcher pages: /jobs/… (included from portal.urls)."""
 
 from django.urls import path
 
@@ -13,5 +13,4 @@ urlpatterns = [
     path("jobs/feasibility/", views.feasibility, name="job-feasibility"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
-    path("queues/", views.queue_list, name="queue-list"),
 ]

@@ -21,15 +21,14 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.api import client_ip
-from portal.roles import sees_all_jobs
-from quotas.models import BusinessLine, Queue, Tier
+from core.api import client_ip
+from core.roles import sees_all_jobs
+from quotas.models import Queue, Tier
 from scheduling import estimator
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
 from scheduling.models import Allocation, Job, Node
 from scheduling.selectors import (
     QueueUsage,
-    build_line_usage,
     build_placement,
     build_queue_usage,
     get_job_for_user,
@@ -486,45 +485,3 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     else:
         messages.success(request, f"Job #{job.pk} cancelled: its GPUs are released next cycle.")
     return redirect("scheduling:job-detail", job_id=job.pk)
-
-
-# -- queues ---------------------------------------------------------------------------------
-
-
-def _usage_row(used: int, quota: int | None) -> dict[str, Any]:
-    percent = round(100 * used / quota) if quota else None
-    return {"percent": percent, "bar": min(100, percent or 0), "over": bool(quota and used > quota)}
-
-
-@login_required
-@require_GET
-def queue_list(request: HttpRequest) -> HttpResponse:
-    """Every line and its queues: contract, use, borrowing, waiting work, eviction ratio."""
-    from monitoring.rollup import get_eviction_ratios
-
-    queue_usage = build_queue_usage()
-    line_usage = build_line_usage()
-    eviction = get_eviction_ratios()
-    by_line: dict[int, list[dict]] = {}
-    for q in Queue.objects.select_related("business_line").order_by("business_line__name", "name"):
-        u = queue_usage.get(q.pk, QueueUsage())
-        by_line.setdefault(q.business_line_id, []).append(
-            {
-                "queue": q,
-                "usage": u,
-                "eviction_percent": f"{100 * eviction.get(q.pk, 0.0):.1f}",
-                **_usage_row(u.used_gpus, q.quota_gpus),
-            }
-        )
-    lines = []
-    for line in BusinessLine.objects.all():
-        u = line_usage.get(line.pk, QueueUsage())
-        lines.append(
-            {
-                "line": line,
-                "usage": u,
-                "queues": by_line.get(line.pk, []),
-                **_usage_row(u.used_gpus, line.quota_gpus),
-            }
-        )
-    return render(request, "scheduling/queues.html", {"lines": lines})

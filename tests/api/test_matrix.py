@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import pytest
 from django.urls import Resolver404, resolve
 
+from core.models import AuditRecord
 from monitoring.models import Alert
 from monitoring.services import raise_alert
-from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue, QuotaChange
 from scheduling.models import Job, JobEvent, Node, SchedulingCycle, SimulatorState
 

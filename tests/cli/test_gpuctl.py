@@ -9,9 +9,9 @@ import socket
 import pytest
 from django.urls import Resolver404, resolve
 
+from core.models import AuditRecord
 from monitoring.models import Alert
 from monitoring.services import raise_alert
-from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Job, Node
 from tests.drills import cycle

@@ -10,9 +10,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
+from core.realtime import publish
 from monitoring.routing import websocket_urlpatterns
 from portal.asgi import application
-from portal.realtime import publish
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

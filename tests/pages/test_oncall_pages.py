@@ -7,10 +7,10 @@ import re
 import pytest
 from django.test import Client
 
+from core.models import AuditRecord
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, raise_alert
-from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Node
 from scheduling.sim_services import inject_fault

@@ -153,7 +153,7 @@ def test_oncall_sees_the_job_but_gets_no_cancel_button_and_a_403(demo, as_user):
 
 
 def test_a_colleague_in_the_same_line_sees_but_cannot_cancel(demo, as_user):
-    from portal.models import LineMembership
+    from core.models import LineMembership
 
     LineMembership.objects.create(
         user=demo["researcher2"], business_line_id=BusinessLine.objects.get(name="llm").pk

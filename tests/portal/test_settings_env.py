@@ -3,7 +3,7 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_choice, env_float, env_list, env_url
+from core.env import env_bool, env_choice, env_float, env_list, env_url
 from tests.conftest import PRODUCTION_ENV
 
 

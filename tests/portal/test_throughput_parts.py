@@ -12,8 +12,8 @@ from django.core.cache import caches
 from django.db import transaction
 from rest_framework import serializers
 
-from portal import realtime
-from portal.env import env_int
+from core import realtime
+from core.env import env_int
 from portal.web import default_workers
 from scheduling.api import JobDetailSerializer, JobEventSerializer, JobSerializer
 from scheduling.models import Job

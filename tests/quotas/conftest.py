@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from portal.models import LineMembership
+from core.models import LineMembership
 from quotas.services import QuotaRequestInput, create_quota_request
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

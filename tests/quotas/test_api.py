@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.models import AuditRecord
+from core.models import AuditRecord
 from quotas.models import BusinessLine, QuotaChange, QuotaRequest
 from scheduling.models import Job
 from tests.quotas.conftest import run_job

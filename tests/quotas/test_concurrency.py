@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from portal.models import LineMembership
+from core.models import LineMembership
 from quotas import ledger, services
 from quotas.models import BusinessLine, QuotaChange, QuotaRequest
 from quotas.selectors import build_contracts

@@ -8,7 +8,7 @@ import pytest
 from django.core import mail
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from portal.models import AuditRecord
+from core.models import AuditRecord
 from quotas import services
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from scheduling.models import Node

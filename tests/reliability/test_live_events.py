@@ -15,7 +15,7 @@ import logging
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
-from portal.realtime import group_name, publish_many
+from core.realtime import group_name, publish_many
 
 JOB_EVENTS = 5000
 WATCHED_JOBS = 50  # a channel holds at most 100 messages: watch a few of the job topics
@@ -39,7 +39,7 @@ def receive_a_big_flush() -> list[dict]:
 
 
 def test_a_flush_of_thousands_of_events_loses_none(on_own_redis, caplog):
-    caplog.set_level(logging.WARNING, logger="portal.realtime")
+    caplog.set_level(logging.WARNING, logger="core.realtime")
     received = receive_a_big_flush()
     assert "dropped" not in caplog.text
     jobs = [m["data"]["id"] for m in received if m["kind"] == "job.updated"]

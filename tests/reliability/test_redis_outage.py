@@ -20,9 +20,9 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
-from portal import realtime
+from core import realtime
+from core.realtime import PUBLISH_TIMEOUT_S
 from portal.devservices import Redis
-from portal.realtime import PUBLISH_TIMEOUT_S
 from scheduling.consistency import find_inconsistencies
 from scheduling.loop import run_cycle
 from scheduling.management.commands.bench_live import ViewerPool, run_timed_cycle
@@ -97,7 +97,7 @@ def one_viewer_gets_the_next_cycle(base: str, user, subscribe_s: float = 20) -> 
 def test_with_redis_stopped_pages_serve_the_loop_commits_and_live_updates_resume(
     roomy, on_own_redis, scratch, caplog
 ):
-    caplog.set_level(logging.WARNING, logger="portal.realtime")
+    caplog.set_level(logging.WARNING, logger="core.realtime")
     with web_server(child_env(REDIS_URL=on_own_redis.url), scratch / "web.log") as base:
         one_viewer_gets_the_next_cycle(base, roomy["researcher"])  # live before the outage
         on_own_redis.stop()

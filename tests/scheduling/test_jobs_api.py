@@ -107,7 +107,7 @@ def test_cancel_rules_owner_lead_admin_only(api):
     assert response.status_code == 200 and response.data["state"] == "cancelled"
     again = api("researcher").post(f"/api/v1/jobs/{job_id}/cancel/")
     assert again.status_code == 400 and "already cancelled" in str(again.data)
-    from portal.models import AuditRecord
+    from core.models import AuditRecord
 
     assert AuditRecord.objects.filter(action="job.cancel", actor_name="lead").count() == 1
 

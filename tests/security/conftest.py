@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 
-from portal import security
+from core import security
 from tests.security.pages import World, build_world
 
 

@@ -10,9 +10,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.audit import record
+from core.audit import record
+from core.models import AuditRecord
 from portal.audit_views import RECORDS_PER_PAGE
-from portal.models import AuditRecord
 from scheduling.models import Node
 
 pytestmark = pytest.mark.django_db

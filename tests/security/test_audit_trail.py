@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from portal.models import AuditRecord
+from core.models import AuditRecord
 from tests.security.pages import World
 
 pytestmark = pytest.mark.django_db

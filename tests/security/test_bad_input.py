@@ -1,4 +1,4 @@
-"""Inputs that crashed the API (500) before portal.security's parser and paginator, kept
+"""Inputs that crashed the API (500) before core.security's parser and paginator, kept
 as plain regression cases next to the generated ones of test_fuzz_api.py."""
 
 from __future__ import annotations

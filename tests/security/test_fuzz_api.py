@@ -32,8 +32,8 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from core.models import AuditRecord
 from monitoring.models import Alert
-from portal.models import AuditRecord
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaRequest
 from scheduling.models import Job, JobEvent, Node, SchedulingCycle, SimulatorState
 from tests.security.pages import World

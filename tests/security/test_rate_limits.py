@@ -10,7 +10,7 @@ from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from portal.security import Limit, login_limits, token_limit
+from core.security import Limit, login_limits, token_limit
 from tests.conftest import DEMO_PASSWORD
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings
 from django.test import Client, override_settings
 
-from portal.models import AuditRecord
+from core.models import AuditRecord
 from quotas.models import BusinessLine, QuotaRequest
 from scheduling.models import Job, Node
 from tests.conftest import DEMO_PASSWORD, PRODUCTION_ENV

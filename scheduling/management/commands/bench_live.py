@@ -252,7 +252,7 @@ def measure(
             if i:
                 time.sleep(interval)
             if workload:
-                from scheduling.demo_workload import generate
+                from demo.workload import generate
 
                 generate()
             record, committed = run_timed_cycle()

@@ -3,7 +3,7 @@
 A user has exactly one role (``Profile.role``) and belongs to business lines
 through ``LineMembership``; a team lead leads the lines where ``is_lead`` is set.
 Every privileged action writes an ``AuditRecord`` (who, what, when, from where,
-before/after) through ``portal.audit.record``.
+before/after) through ``core.audit.record``.
 """
 
 from __future__ import annotations

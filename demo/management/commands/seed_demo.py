@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from portal.models import LineMembership, Profile, Role
+from core.models import LineMembership, Profile, Role
 from quotas.models import BusinessLine, Queue, Tier
 from scheduling.models import Allocation, ClusterSettings, Node
 from scheduling.simcore.cluster import build_demo_cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal.models import AuditRecord
+from core.models import AuditRecord
 
 
 def record(

@@ -11,7 +11,7 @@ from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from portal.roles import is_admin, is_oncall_or_admin
+from core.roles import is_admin, is_oncall_or_admin
 
 
 def _as_field_errors(detail: Any) -> dict[str, Any]:

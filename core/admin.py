@@ -1,7 +1,7 @@
 from django.contrib import admin
 
-from portal.models import AuditRecord, LineMembership, Profile
-from portal.roles import is_admin
+from core.models import AuditRecord, LineMembership, Profile
+from core.roles import is_admin
 
 
 def _admins_only(request) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
-from portal.models import LineMembership, Role
+from core.models import LineMembership, Role
 
 User = AbstractBaseUser | AnonymousUser
 

@@ -14,7 +14,7 @@ Rate limits: failed sign-ins are counted per client address and per username, fa
 every web worker shares the counts. Past the limit the caller gets 429 with a
 Retry-After header until the window ends; nothing is checked meanwhile, so a correct
 guess inside a locked window does not get through either. The client address is
-``REMOTE_ADDR`` (``portal.api.client_ip``: proxies are not trusted), so behind a reverse
+``REMOTE_ADDR`` (``core.api.client_ip``: proxies are not trusted), so behind a reverse
 proxy the per-address limit counts everyone behind it together: the per-address limit is
 therefore larger than the per-username one.
 
@@ -190,9 +190,9 @@ def token_limit() -> Limit:
 
 
 def _client_ip(request) -> str:
-    # Imported here: portal.api imports rest_framework.views, which imports the
+    # Imported here: core.api imports rest_framework.views, which imports the
     # authentication classes named in settings, this module among them.
-    from portal.api import client_ip
+    from core.api import client_ip
 
     return client_ip(request) or "unknown"
 

@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal.models import LineMembership
+from core.models import LineMembership
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Node
 

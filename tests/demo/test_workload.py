@@ -13,7 +13,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from scheduling import demo_workload
+from demo import workload as demo_workload
 from scheduling.backends.simulator import SimulatorBackend
 from scheduling.clock import MAX_CATCH_UP_S, catch_up, cluster_now_ts
 from scheduling.models import ClusterSettings, Job, SimulatorState

@@ -47,6 +47,13 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
     return alert
 
 
+def keep_scheduling_alert(
+    sender: object, *, kind: str, severity: str, subject: str, message: str, **_: object
+) -> Alert:
+    """Receiver of ``scheduling.alerts.alert_raised``: keep the alert the loop raised."""
+    return raise_alert(kind, severity, subject, message)
+
+
 def resolve_cleared(kind: str, firing: Iterable[str], why: str) -> int:
     """Resolve the unresolved ``kind`` alerts whose subject is no longer ``firing``.
 

@@ -21,9 +21,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from core.realtime import publish_on_commit
-from monitoring.models import Alert
-from monitoring.services import raise_alert
-from scheduling import engine
+from scheduling import alerts, engine
+from scheduling.alerts import raise_alert
 from scheduling.backends import open_backend
 from scheduling.backends.base import (
     ENDED,
@@ -255,7 +254,7 @@ class Cycle:
         audit.record(None, "node.isolate", node, reason=node.state_reason, before=before,
                      after={"state": node.state})  # fmt: skip
         raise_alert(
-            Alert.Kind.NODE_UNHEALTHY, Alert.Severity.CRITICAL, node.name,
+            alerts.NODE_UNHEALTHY, alerts.CRITICAL, node.name,
             f"{node.name} reports {node.health} ({why}); isolated, its jobs move elsewhere "
             "from their last checkpoint.",
         )  # fmt: skip
@@ -266,7 +265,7 @@ class Cycle:
         if self.call(f"clean {node.name}", self.backend.clean_residual, node.name):
             node.residual_gpus = 0
             raise_alert(
-                Alert.Kind.RESIDUAL_PROCESS, Alert.Severity.WARNING, node.name,
+                alerts.RESIDUAL_PROCESS, alerts.WARNING, node.name,
                 f"{gpus} GPU(s) on {node.name} were held by processes of finished jobs; "
                 "they were killed and the GPUs returned to the pool.",
             )  # fmt: skip
@@ -738,7 +737,7 @@ def run_cycle(
         if cycle.report.errors:
             errors = cycle.report.errors
             raise_alert(
-                Alert.Kind.BACKEND_ERROR, Alert.Severity.WARNING, backend.name,
+                alerts.BACKEND_ERROR, alerts.WARNING, backend.name,
                 f"{len(errors)} call(s) to the {backend.name} backend failed in the last cycle "
                 f"(transient ones are retried with backoff); first: {errors[0][:300]}",
             )  # fmt: skip

@@ -46,6 +46,22 @@ def policies(draw) -> PolicyConfig:
     )
 
 
+def random_policy(rng: random.Random) -> PolicyConfig:
+    """The same policy space as ``policies()``, drawn from a plain RNG (for fixed corpora)."""
+    return PolicyConfig(
+        backfill=rng.random() < 0.5,
+        borrowing=rng.random() < 0.5,
+        preemption=rng.random() < 0.75,
+        strict_fifo=rng.randint(0, 4) == 0,
+        grace_seconds=rng.choice([0.0, 60.0, 300.0]),
+        demote_after=rng.choice([1, 3]),
+        max_reservations=rng.randint(0, 3),
+        default_runtime_s=rng.choice([600.0, 3600.0, 43200.0]),
+        max_preemptors=rng.randint(1, 4),
+        preemption_mode=rng.choice(["graceful", "graceful", "cold"]),
+    )
+
+
 @st.composite
 def snapshots(draw, max_nodes: int = 10, max_running: int = 12, max_pending: int = 14) -> Snapshot:
     """Sizes are drawn by Hypothesis (so they shrink); details come from a seeded RNG."""

@@ -25,7 +25,7 @@ from gpuctl.client import (
     Portal,
     config_path,
 )
-from gpuctl.output import fields, fmt_cell, fmt_time, print_json, table
+from gpuctl.output import columns, fields, fmt_cell, fmt_time, print_json, table
 
 TOP_HELP = """\
 Command-line client of the GPU portal. It speaks only the portal's REST API.
@@ -182,18 +182,12 @@ def _reason_code(job: dict) -> str:
     return reason.get("code") or "NEW"
 
 
-JOB_COLUMNS = [
-    ("ID", lambda j: j["id"]),
-    ("NAME", lambda j: j["name"]),
-    ("OWNER", lambda j: j["owner"]),
-    ("QUEUE", lambda j: j["queue"]),
-    ("TIER", lambda j: j["tier"]),
-    ("GPUS", lambda j: j["gpus"]),
-    ("STATE", lambda j: j["state"]),
-    ("REASON", _reason_code),
+JOB_COLUMNS = columns(
+    ("ID", "id"), ("NAME", "name"), ("OWNER", "owner"), ("QUEUE", "queue"), ("TIER", "tier"),
+    ("GPUS", "gpus"), ("STATE", "state"), ("REASON", _reason_code),
     ("SUBMITTED", lambda j: fmt_time(j.get("submitted_at"))),
     ("EST.START", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
-]
+)  # fmt: skip
 
 
 def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
@@ -324,17 +318,12 @@ def cmd_queues(portal: Portal, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return EXIT_OK
-    table(rows, [
-        ("QUEUE", lambda q: q["name"]),
-        ("LINE", lambda q: q["business_line"]),
-        ("TIER", lambda q: q["tier"]),
+    table(rows, columns(
+        ("QUEUE", "name"), ("LINE", "business_line"), ("TIER", "tier"),
         ("QUOTA", lambda q: q["quota_gpus"] if q["quota_gpus"] is not None else "line"),
-        ("GUARANTEE", lambda q: q["guarantee_gpus"]),
-        ("USED", lambda q: q["used_gpus"]),
-        ("RUNNING", lambda q: q["running_jobs"]),
-        ("PENDING", lambda q: q["pending_jobs"]),
-        ("EVICTION", lambda q: f"{q['eviction_ratio']:.1%}"),
-    ])  # fmt: skip
+        ("GUARANTEE", "guarantee_gpus"), ("USED", "used_gpus"), ("RUNNING", "running_jobs"),
+        ("PENDING", "pending_jobs"), ("EVICTION", lambda q: f"{q['eviction_ratio']:.1%}"),
+    ))  # fmt: skip
     return EXIT_OK
 
 
@@ -343,28 +332,18 @@ def cmd_lines(portal: Portal, args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return EXIT_OK
-    table(rows, [
-        ("LINE", lambda x: x["name"]),
-        ("QUOTA", lambda x: x["quota_gpus"]),
-        ("GUARANTEE", lambda x: x["guarantee_gpus"]),
-        ("USED", lambda x: x["used_gpus"]),
-        ("BORROWED", lambda x: x["borrowed_gpus"]),
-        ("PENDING.GPUS", lambda x: x["pending_gpus"]),
-    ])  # fmt: skip
+    table(rows, columns(
+        ("LINE", "name"), ("QUOTA", "quota_gpus"), ("GUARANTEE", "guarantee_gpus"),
+        ("USED", "used_gpus"), ("BORROWED", "borrowed_gpus"), ("PENDING.GPUS", "pending_gpus"),
+    ))  # fmt: skip
     return EXIT_OK
 
 
-NODE_COLUMNS = [
-    ("NODE", lambda n: n["name"]),
-    ("RACK", lambda n: n["rack"]),
-    ("MODEL", lambda n: n["gpu_model"]),
-    ("GPUS", lambda n: n["gpus_total"]),
-    ("FREE", lambda n: n["gpus_free"]),
-    ("RDMA", lambda n: n["rdma"]),
-    ("STATE", lambda n: n["state"]),
-    ("HEALTH", lambda n: n["health"]),
+NODE_COLUMNS = columns(
+    ("NODE", "name"), ("RACK", "rack"), ("MODEL", "gpu_model"), ("GPUS", "gpus_total"),
+    ("FREE", "gpus_free"), ("RDMA", "rdma"), ("STATE", "state"), ("HEALTH", "health"),
     ("REASON", lambda n: n.get("state_reason") or n.get("health_detail") or ""),
-]
+)  # fmt: skip
 
 
 def cmd_nodes(portal: Portal, args: argparse.Namespace) -> int:
@@ -406,16 +385,12 @@ def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
     if not rows:
         print("no alerts" if args.all else "no open alerts")
         return EXIT_OK
-    table(rows, [
-        ("ID", lambda a: a["id"]),
-        ("SEVERITY", lambda a: a["severity"]),
-        ("STATUS", lambda a: a["status"]),
-        ("KIND", lambda a: a["kind"]),
-        ("SUBJECT", lambda a: a["subject"]),
-        ("COUNT", lambda a: a.get("count", 1)),
+    table(rows, columns(
+        ("ID", "id"), ("SEVERITY", "severity"), ("STATUS", "status"), ("KIND", "kind"),
+        ("SUBJECT", "subject"), ("COUNT", lambda a: a.get("count", 1)),
         ("CREATED", lambda a: fmt_time(a["created_at"])),
         ("MESSAGE", lambda a: _clip(a["message"], 70)),
-    ])  # fmt: skip
+    ))  # fmt: skip
     return EXIT_OK
 
 
@@ -440,17 +415,12 @@ def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
         if not rows:
             print("no quota requests")
             return EXIT_OK
-        table(rows, [
-            ("ID", lambda r: r.get("id")),
-            ("LINE", lambda r: r.get("business_line")),
-            ("QUEUE", lambda r: r.get("queue")),
-            ("QUOTA", lambda r: r.get("quota_gpus")),
-            ("GUARANTEE", lambda r: r.get("guarantee_gpus")),
-            ("STATUS", lambda r: r.get("status") or r.get("state")),
-            ("BY", lambda r: r.get("requester")),
-            ("CREATED", lambda r: fmt_time(r.get("created_at"))),
-            ("REASON", lambda r: _clip(r.get("reason") or "", 50)),
-        ])  # fmt: skip
+        table(rows, columns(
+            ("ID", "id"), ("LINE", "business_line"), ("QUEUE", "queue"), ("QUOTA", "quota_gpus"),
+            ("GUARANTEE", "guarantee_gpus"), ("STATUS", lambda r: r.get("status") or r.get("state")),
+            ("BY", "requester"), ("CREATED", lambda r: fmt_time(r.get("created_at"))),
+            ("REASON", lambda r: _clip(r.get("reason") or "", 50)), lenient=True,
+        ))  # fmt: skip
         return EXIT_OK
     if action == "request":
         body: dict[str, Any] = {

@@ -6,9 +6,22 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any, TextIO
 
 Column = tuple[str, Callable[[dict], Any]]
+
+
+def columns(*specs: tuple[str, str | Callable[[dict], Any]], lenient: bool = False) -> list[Column]:
+    """Table columns from ``(HEADER, key)`` pairs, the cell being ``row[key]``, or from
+    ``(HEADER, function of the row)``. ``lenient``: a missing key is an empty cell (for
+    answers of older portals that lack a field) rather than an error."""
+    out: list[Column] = []
+    for header, get in specs:
+        if not callable(get):
+            get = (lambda row, key=get: row.get(key)) if lenient else itemgetter(get)
+        out.append((header, get))
+    return out
 
 
 def fmt_time(value: str | None) -> str:

@@ -38,3 +38,19 @@ def gpuctl(live_server, demo, monkeypatch, tmp_path, capsys):
         return Run(code, out, err)
 
     return run
+
+
+@pytest.fixture
+def portal():
+    """Canned API answers for gpuctl's unit tests (``tests.cli.fakes.FakePortal``)."""
+    from tests.cli.fakes import FakePortal
+
+    return FakePortal()
+
+
+@pytest.fixture
+def cli(portal, monkeypatch, tmp_path, capsys):
+    """``cli("jobs", "--mine")`` -> Run(code, out, err): gpuctl in-process against ``portal``."""
+    from tests.cli.fakes import run_main
+
+    return run_main(portal, monkeypatch, tmp_path, capsys)

@@ -87,9 +87,9 @@ def _flatten_errors(errors: Any, prefix: str = "") -> list[str]:
     if isinstance(errors, dict):
         out: list[str] = []
         for key, value in errors.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            if name in ("non_field_errors", "detail"):
-                name = prefix
+            # A whole-object error at any depth is the object's own, not a field's.
+            whole = str(key) in ("non_field_errors", "detail")
+            name = prefix if whole else f"{prefix}.{key}" if prefix else str(key)
             out += _flatten_errors(value, name)
         return out
     if isinstance(errors, list):

@@ -37,7 +37,7 @@ class FakePortal:
             answer = self.answers[(method, path)]
         except KeyError:
             raise AssertionError(f"unexpected {method} {path} {args}") from None
-        if isinstance(answer, Exception):
+        if isinstance(answer, BaseException):
             raise answer
         return answer(args) if callable(answer) else answer
 

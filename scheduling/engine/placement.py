@@ -24,10 +24,11 @@ O(nodes).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import compress
 
-from .types import READY, NodeView
+from .types import READY, NodeView, RunningJob
 
 ClassKey = tuple[int, bool, bool, str | None, str | None]
 
@@ -145,6 +146,27 @@ class Topology:
             got = (elig, rack_nodes)
             self._class_nodes[key] = got
         return got
+
+    def slots_of(self, job: RunningJob) -> list[tuple[int, int]]:
+        """``(node index, GPUs)`` of each of a job's slots on a known node."""
+        index = self.index
+        return [(index[s.node], len(s.gpus)) for s in job.placement if s.node in index]
+
+    def gpus_by_node(
+        self, jobs: Iterable[RunningJob], only: AbstractSet[int] | None = None
+    ) -> dict[int, int]:
+        """GPUs the jobs hold per node index (nodes not in the cluster skipped;
+        with ``only``, just those nodes)."""
+        index = self.index
+        out: dict[int, int] = {}
+        for job in jobs:
+            for slot in job.placement:
+                n = index.get(slot.node)
+                if n is not None:
+                    out[n] = out.get(n, 0) + len(slot.gpus)
+        if only is not None:
+            return {n: g for n, g in out.items() if n in only}
+        return out
 
     def rack_affinity(self, model: str | None) -> dict[int, int]:
         if not model:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections.abc import Sequence
 from itertools import compress
 from typing import Any
 
@@ -42,7 +43,14 @@ from .policy import (
     running_end,
     shape_counts,
 )
-from .preemption import VictimIndex, select_victims
+from .preemption import (
+    CapacityView,
+    QuotaView,
+    Selection,
+    VictimIndex,
+    VictimRequest,
+    select_victims,
+)
 from .types import (
     COLD,
     PREEMPTING,
@@ -165,9 +173,33 @@ class Planner:
     def victim_index(self) -> VictimIndex:
         if self._victim_index is None:
             self._victim_index = VictimIndex(
-                self.victim_pool, self.usage.borrowed_ids, self.topo.index, self.now
+                self.victim_pool, self.usage.borrowed_ids, self.topo, self.now
             )
         return self._victim_index
+
+    def capacity_view(self) -> CapacityView:
+        """Free capacity and who holds it, as of now in this plan (for victim selection)."""
+        live = self.live
+        return CapacityView(
+            self.topo,
+            live.nfree,
+            live.buckets,
+            self.on_node,
+            self.excl_held,
+            self.reserved,
+            self.started_on,
+        )
+
+    def quota_view(self) -> QuotaView:
+        """Borrowed work and what each queue / line may still lose to preemption."""
+        return QuotaView(self.usage.borrowed_ids, self.budget_q, self.budget_l, self.victim_ids)
+
+    def open_elig(self, key: ClassKey) -> bytearray:
+        """Matching ready nodes not reserved for another job (a fresh copy)."""
+        elig = bytearray(self.elig_ready(key))
+        for n in self.reserved:
+            elig[n] = 0
+        return elig
 
     def elig_ready(self, key: ClassKey) -> bytearray:
         """Matching ready nodes, including ones held exclusively for now."""
@@ -179,21 +211,22 @@ class Planner:
             self._elig_ready[key] = e
         return e
 
+    def released(self, job: RunningJob) -> list[tuple[int, int]]:
+        """``(node, GPUs)`` a running job gives back when it ends: the whole node
+        where a node is held exclusively."""
+        total = self.topo.total
+        excl = self.excl_held
+        return [(n, total[n] if n in excl else g) for n, g in self.topo.slots_of(job)]
+
     def timeline(self) -> Timeline:
         tl = self._timeline
         if tl is None:
             tl = Timeline()
-            topo = self.topo
-            index = topo.index
             for r in self.s.running:
                 t = self._end_override.get(r.id)
                 if t is None:
                     t = running_end(r, self.now, self.policy)
-                for slot in r.placement:
-                    n = index.get(slot.node)
-                    if n is None:
-                        continue
-                    g = topo.total[n] if n in self.excl_held else len(slot.gpus)
+                for n, g in self.released(r):
                     tl.add(t, n, g, r.id)
             for t, n, g in self._start_events:
                 tl.add(t, n, g)
@@ -461,7 +494,7 @@ class Planner:
         self.started_jobs += 1
         self.started_gpus += job.gpus
 
-    def hold(self, job: PendingJob, nodes: list[int], t: float | None) -> None:
+    def hold(self, job: PendingJob, nodes: Sequence[int], t: float | None) -> None:
         st = _INF if t is None else t
         for n in nodes:
             self.live.block(n)
@@ -492,18 +525,8 @@ class Planner:
     ) -> bool:
         """Victims already checkpoint for this job: keep its nodes if they suffice."""
         key, k, c, _last, excl = sh
-        index = self.topo.index
-        freed: dict[int, int] = {}
-        for v in leaving:
-            for slot in v.placement:
-                n = index.get(slot.node)
-                if n is not None:
-                    freed[n] = freed.get(n, 0) + len(slot.gpus)
-        counts = self.counts_with(freed, {v.id for v in leaving})
-        elig = bytearray(self.elig_ready(key))
-        for n in self.reserved:
-            elig[n] = 0
-        nodes = place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
+        counts = self.counts_with(self.topo.gpus_by_node(leaving), {v.id for v in leaving})
+        nodes = place_on_counts(self.topo, self.open_elig(key), counts, k, c, excl, job.model_name)
         if nodes is None:
             return False
         deadline = max(running_end(v, self.now, self.policy) for v in leaving)
@@ -543,16 +566,27 @@ class Planner:
         if not leaving and ck in self._preempt_failed:
             return False
         self.n_searches += 1
-        res = select_victims(self, job, sh, allowed, within, short_q, short_l, leaving)
-        if res is None:
+        key, k, c, _last, excl = sh
+        request = VictimRequest(
+            job, k, c, excl, self.elig_ready(key), allowed, within, short_q, short_l, leaving
+        )
+        found = select_victims(
+            request, self.capacity_view(), self.quota_view(), self.victim_index()
+        )
+        if found is None:
             if not leaving:
                 self._preempt_failed.add(ck)
             return False
-        victims, nodes = res
+        self.preempt(job, found, leaving)
+        return True
+
+    def preempt(self, job: PendingJob, found: Selection, leaving: tuple[RunningJob, ...]) -> None:
+        """Stop the victims for ``job``: charge their queues' and lines' budgets,
+        move their releases to the deadline, and hold the nodes for ``job``."""
+        policy = self.policy
         cold = policy.preemption_mode == COLD
         deadline = self.now if cold else self.now + policy.grace_seconds
-        index = self.topo.index
-        for v in victims:
+        for v in found.victims:
             self.preemptions.append(
                 Preemption(v.id, job.id, COLD if cold else "graceful", deadline)
             )
@@ -561,35 +595,21 @@ class Planner:
             self.budget_l[v.line] = self.budget_l.get(v.line, 0) - v.gpus
             self._end_override[v.id] = deadline
             if self._timeline is not None:
-                slots = [
-                    (
-                        index[s.node],
-                        self.topo.total[index[s.node]]
-                        if index[s.node] in self.excl_held
-                        else len(s.gpus),
-                    )
-                    for s in v.placement
-                    if s.node in index
-                ]
-                self._timeline.move(v.id, deadline, slots)
+                self._timeline.move(v.id, deadline, self.released(v))
         until = deadline
         if leaving:
             until = max(until, max(running_end(v, self.now, self.policy) for v in leaving))
-        self.hold(job, nodes, until)
-        n_v = len(victims) + len(leaving)
-        gpus = sum(v.gpus for v in victims) + sum(v.gpus for v in leaving)
+        self.hold(job, found.nodes, until)
+        n_v = len(found.victims) + len(leaving)
+        gpus = sum(v.gpus for v in found.victims) + sum(v.gpus for v in leaving)
         self.record(job, explain.preempting(job, n_v, gpus, until), until)
         self.n_preemptors += 1
-        return True
 
     def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
         key, k, c, _last, excl = sh
-        elig = bytearray(self.elig_ready(key))
-        for n in self.reserved:
-            elig[n] = 0
         counts0 = self.live.usable_counts()
         res = self.timeline().earliest_start(
-            self.topo, elig, counts0, k, c, excl, job.model_name, self.now
+            self.topo, self.open_elig(key), counts0, k, c, excl, job.model_name, self.now
         )
         if res is None:
             return None

@@ -13,25 +13,97 @@ The search is greedy and cheap rather than globally optimal:
    GPUs (or wholly free for exclusive jobs);
    Borrowed work always goes before entitled work (reclaimed first, Q7);
 2. one node: the cheapest such node; several: the cheapest ``k`` nodes of one
-   rack, else of one block;
+   rack, else of one block (``victim_nodes``);
 3. extra victims from the preemptor's own queue/line when the preemptor also
    needs quota room;
 4. pruning: any victim whose removal still leaves the chosen nodes and the quota
    room sufficient is dropped, so the set is minimal for that placement.
+
+The planner asks through values, never by handing over itself: a
+``VictimRequest`` (what the preemptor needs and may do), a ``CapacityView``
+(free capacity and who holds it), a ``QuotaView`` (borrowed work and guarantee
+budgets) and the plan's ``VictimIndex``. Nothing here mutates them; the planner
+applies the returned ``Selection``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
+from .placement import Topology
 from .policy import loss_gpu_hours
 from .types import PendingJob, RunningJob, Tier
-
-if TYPE_CHECKING:
-    from .planner import Planner, ShapeT
-
+from .victim_nodes import choose_nodes, multi_node_options, single_node_options
 
 ENTITLED = 1e12
+
+
+@dataclass(frozen=True, slots=True)
+class VictimRequest:
+    """What a preemptor needs and may do.
+
+    ``k`` nodes with ``c`` GPUs each (wholly free ones if ``exclusive``) among
+    ``elig`` (ready nodes of its class, 1/0 per node index); ``allowed``: tiers
+    it may preempt; ``within_quota``: it would start within its quota, so it may
+    reclaim borrowed work; ``short_q``/``short_l``: GPUs it lacks in its queue /
+    line quota (its own entitled victims must free them); ``leaving``: its
+    victims already checkpointing.
+    """
+
+    job: PendingJob
+    k: int
+    c: int
+    exclusive: bool
+    elig: Sequence[int]
+    allowed: frozenset[Tier]
+    within_quota: bool
+    short_q: int = 0
+    short_l: int = 0
+    leaving: tuple[RunningJob, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityView:
+    """The cluster as the planner holds it at this point of the plan (read-only).
+
+    Per node index: ``nfree`` free GPUs, ``holders`` the running jobs there with
+    their GPU counts, ``started_on`` how many jobs this plan started there;
+    ``buckets[f]``: usable nodes with ``f`` free GPUs; ``excl_held``: nodes held
+    exclusively; ``reserved``: nodes held for other jobs (node -> start).
+    """
+
+    topo: Topology
+    nfree: Sequence[int]
+    buckets: Sequence[Sequence[int]]
+    holders: Sequence[Sequence[tuple[RunningJob, int]]]
+    excl_held: AbstractSet[int]
+    reserved: Mapping[int, float]
+    started_on: Sequence[int]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """Quota accounting for victim selection (read-only).
+
+    ``borrowed``: running jobs on borrowed capacity; ``budget_q``/``budget_l``:
+    GPUs each queue / line may still lose in this plan (active use above its
+    guarantee, less the victims already picked); ``chosen``: those victims.
+    """
+
+    borrowed: frozenset[int]
+    budget_q: Mapping[str, int]
+    budget_l: Mapping[str, int]
+    chosen: AbstractSet[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Victims to preempt (by id) and the nodes to hold for the preemptor."""
+
+    victims: tuple[RunningJob, ...]
+    nodes: tuple[int, ...]
 
 
 class VictimIndex:
@@ -40,7 +112,7 @@ class VictimIndex:
     __slots__ = ("cost", "by_tier", "borrowed", "on_node", "ordered", "by_id", "_base")
 
     def __init__(
-        self, pool: list[RunningJob], borrowed: frozenset[int], index: dict[str, int], now: float
+        self, pool: list[RunningJob], borrowed: frozenset[int], topo: Topology, now: float
     ) -> None:
         # Borrowed work is reclaimed first (Q7): any entitled victim weighs more
         # than every borrowed one; then lost GPU-hours decide.
@@ -49,14 +121,11 @@ class VictimIndex:
         }
         self.by_tier: dict[Tier, list[RunningJob]] = {}
         self.borrowed = [v for v in pool if v.id in borrowed]
+        # node -> (cost, -GPUs, id, GPUs) of the victims there, cheapest first
         self.on_node: dict[int, list[tuple[float, int, int, int]]] = {}
         for v in pool:
             self.by_tier.setdefault(v.tier, []).append(v)
-            for slot in v.placement:
-                n = index.get(slot.node)
-                if n is None:
-                    continue
-                g = len(slot.gpus)
+            for n, g in topo.slots_of(v):
                 self.on_node.setdefault(n, []).append((self.cost[v.id], -g, v.id, g))
         for lst in self.on_node.values():
             lst.sort()
@@ -84,209 +153,120 @@ class VictimIndex:
         return got
 
 
+@dataclass(frozen=True, slots=True)
+class Search:
+    """One victim search: the request, the views, and what is derived from them once."""
+
+    request: VictimRequest
+    capacity: CapacityView
+    quota: QuotaView
+    index: VictimIndex
+    is_candidate: Callable[[int], bool]
+    leaving_on: Mapping[int, int]
+    leaving_ids: AbstractSet[int]
+
+
 def select_victims(
-    p: Planner,
-    job: PendingJob,
-    sh: ShapeT,
-    allowed: frozenset[Tier],
-    within_quota: bool,
-    short_q: int,
-    short_l: int,
-    leaving: tuple[RunningJob, ...],
-) -> tuple[list[RunningJob], list[int]] | None:
-    key, k, c, _last, excl = sh
-    topo = p.topo
-    live = p.live
-    borrowed = p.usage.borrowed_ids
-    bq, bl = p.budget_q, p.budget_l
-    chosen = p.victim_ids
+    request: VictimRequest, capacity: CapacityView, quota: QuotaView, index: VictimIndex
+) -> Selection | None:
+    """The cheapest minimal victims that make room for the request, or None.
 
-    vi = p.victim_index()
-    base = vi.base(allowed, within_quota)
-    if not base and not leaving:
+    None also when nothing needs to go and nothing is leaving (the preemptor
+    then simply has to wait or be placed).
+    """
+    base = index.base(request.allowed, request.within_quota)
+    if not base and not request.leaving:
         return None
-    memo: dict[int, bool] = {}
+    s = Search(
+        request,
+        capacity,
+        quota,
+        index,
+        candidate_filter(request, quota, index),
+        capacity.topo.gpus_by_node(request.leaving),
+        frozenset(v.id for v in request.leaving),
+    )
+    options = single_node_options(s) if request.k == 1 else multi_node_options(s, base)
+    nodes = choose_nodes(options, request.k, request.c, capacity.topo)
+    if nodes is None:
+        return None
+    victims: set[int] = set()
+    for n in nodes:
+        victims.update(options[n][2])
+    if not add_quota_victims(s, base, victims):
+        return None
+    prune(s, victims, nodes)
+    if not within_budgets(victims, index.by_id, quota):
+        return None
+    if not victims and not request.leaving:
+        return None
+    return Selection(tuple(index.by_id[i] for i in sorted(victims)), tuple(nodes))
 
-    def is_cand(vid: int) -> bool:
-        """Allowed for this preemptor and still within every guarantee budget."""
+
+def candidate_filter(
+    request: VictimRequest, quota: QuotaView, index: VictimIndex
+) -> Callable[[int], bool]:
+    """``is_candidate(id)``: an indexed victim this preemptor may pick, not picked
+    yet, that alone fits its queue's and line's budgets (memoised: the answer
+    does not change during one search)."""
+    memo: dict[int, bool] = {}
+    by_id, allowed, within = index.by_id, request.allowed, request.within_quota
+    chosen, borrowed, bq, bl = quota.chosen, quota.borrowed, quota.budget_q, quota.budget_l
+
+    def is_candidate(vid: int) -> bool:
         got = memo.get(vid)
         if got is None:
             v = by_id.get(vid)
             got = (
                 v is not None
                 and vid not in chosen
-                and (v.tier in allowed or (within_quota and vid in borrowed))
+                and (v.tier in allowed or (within and vid in borrowed))
                 and v.gpus <= bq.get(v.queue, 0)
                 and v.gpus <= bl.get(v.line, 0)
             )
             memo[vid] = got
         return got
 
-    cost = vi.cost
-    by_id = vi.by_id
-    leaving_ids = {v.id for v in leaving}
+    return is_candidate
 
-    index = topo.index
-    leaving_on: dict[int, int] = {}
-    for v in leaving:
-        for slot in v.placement:
-            n = index.get(slot.node)
-            if n is not None:
-                leaving_on[n] = leaving_on.get(n, 0) + len(slot.gpus)
 
-    elig = p.elig_ready(key)
-    reserved = p.reserved
-    excl_held = p.excl_held
-    total = topo.total
-    nfree = live.nfree
-    on_node = p.on_node
-    # node -> (cost, njobs, victim ids, GPUs free after)
-    options: dict[int, tuple[float, int, tuple[int, ...], int]] = {}
-    started_on = p.started_on
-    vi_on_node = vi.on_node
+def quota_freed(
+    victims: Iterable[int],
+    by_id: Mapping[int, RunningJob],
+    job: PendingJob,
+    scope: str,
+    borrowed: AbstractSet[int],
+) -> int:
+    """Quota room the victims free for ``job`` in its own queue or line
+    (``scope``): GPUs of its entitled (not borrowed) work there."""
+    name = job.queue if scope == "queue" else job.line
+    return sum(
+        by_id[i].gpus
+        for i in victims
+        if i not in borrowed and (by_id[i].queue if scope == "queue" else by_id[i].line) == name
+    )
 
-    def evaluate(n: int) -> None:
-        if not elig[n] or n in reserved:
-            return
-        tot = total[n]
-        if n in excl_held or excl:
-            # The node must end up wholly free: every job on it must go.
-            holders = on_node[n]
-            if started_on[n]:
-                return
-            if any(not is_cand(r.id) and r.id not in leaving_ids for r, _ in holders):
-                return
-            if not holders and nfree[n] != tot:
-                return
-            if tot < c:
-                return
-            vids = tuple(sorted({r.id for r, _ in holders if is_cand(r.id)}))
-            options[n] = (sum(cost[i] for i in vids), len(vids), vids, tot)
-            return
-        base = nfree[n] + leaving_on.get(n, 0)
-        if base > tot:
-            base = tot
-        need = c - base
-        if need <= 0:
-            options[n] = (0.0, 0, (), base)
-            return
-        picked: list[tuple[float, int, int, int]] = []
-        freed = 0
-        for item in vi_on_node.get(n, ()):
-            if not is_cand(item[2]):
-                continue
-            picked.append(item)
-            freed += item[3]
-            if freed >= need:
-                break
-        if freed < need:
-            return
-        if len(picked) > 1:
-            for item in sorted(picked, reverse=True):
-                if freed - item[3] >= need:
-                    picked.remove(item)
-                    freed -= item[3]
-        vids = tuple(sorted(i[2] for i in picked))
-        options[n] = (sum(i[0] for i in picked), len(picked), vids, min(tot, base + freed))
 
-    if k == 1:
-        # A node costs at least its cheapest candidate: visit candidates from the
-        # cheapest up and stop once they cost more than the best node found.
-        for n in sorted(leaving_on):
-            evaluate(n)
-        best = min((o[0] for o in options.values()), default=None)
-        done: set[int] = set(leaving_on)
-        for v in vi.ordered:
-            if not is_cand(v.id):
-                continue
-            if best is not None and cost[v.id] > best:
-                break
-            for slot in v.placement:
-                n = index.get(slot.node)
-                if n is None or n in done:
-                    continue
-                done.add(n)
-                evaluate(n)
-                o = options.get(n)
-                if o is not None and (best is None or o[0] < best):
-                    best = o[0]
-    else:
-        # Nodes worth looking at: already free enough, or holding candidates/leavers.
-        potential: dict[int, int] = dict(leaving_on)
-        for v in base:
-            for slot in v.placement:
-                n = index.get(slot.node)
-                if n is not None:
-                    potential[n] = potential.get(n, 0) + len(slot.gpus)
-        look = {n for n, g in potential.items() if nfree[n] + g >= c or n in excl_held}
-        for f in range(min(c, len(live.buckets)), len(live.buckets)):
-            look.update(live.buckets[f])
-        for n in sorted(look):
-            evaluate(n)
-
-    if not options:
-        return None
-    if k == 1:
-        n = min(options, key=lambda m: (options[m][0], options[m][1], options[m][3] - c, m))
-        nodes = [n]
-    else:
-        rack_of = topo.rack_of
-        per_rack: dict[int, list[tuple[float, int, int]]] = {}
-        for n, (cst, nj, _v, _a) in options.items():
-            per_rack.setdefault(rack_of[n], []).append((cst, nj, n))
-        best: tuple[float, int, int, list[int]] | None = None
-        for r, lst in per_rack.items():
-            if len(lst) >= k:
-                lst.sort()
-                top = lst[:k]
-                cand = (sum(x[0] for x in top), sum(x[1] for x in top), r, [x[2] for x in top])
-                if best is None or cand[:3] < best[:3]:
-                    best = cand
-        if best is None:
-            for b, racks in enumerate(topo.block_racks):
-                lst = [x for r in racks for x in per_rack.get(r, ())]
-                if len(lst) >= k:
-                    lst.sort()
-                    top = lst[:k]
-                    cand = (
-                        sum(x[0] for x in top),
-                        sum(x[1] for x in top),
-                        b,
-                        [x[2] for x in top],
-                    )
-                    if best is None or cand[:3] < best[:3]:
-                        best = cand
-        if best is None:
-            return None
-        nodes = best[3]
-
-    victims: set[int] = set()
-    for n in nodes:
-        victims.update(options[n][2])
-
-    # Quota room inside the preemptor's own queue / line.
-    def nb_freed(scope: str) -> int:
-        if scope == "queue":
-            return sum(
-                by_id[i].gpus for i in victims if by_id[i].queue == job.queue and i not in borrowed
-            )
-        return sum(
-            by_id[i].gpus for i in victims if by_id[i].line == job.line and i not in borrowed
-        )
-
-    for scope, short in (("queue", short_q), ("line", short_l)):
+def add_quota_victims(s: Search, base: Sequence[RunningJob], victims: set[int]) -> bool:
+    """Add the cheapest entitled victims of the preemptor's own queue, then line,
+    until it fits its quota there; False if they cannot free enough."""
+    req = s.request
+    job = req.job
+    borrowed = s.quota.borrowed
+    cost = s.index.cost
+    for scope, short in (("queue", req.short_q), ("line", req.short_l)):
         if short <= 0:
             continue
-        rem = short - nb_freed(scope)
+        rem = short - quota_freed(victims, s.index.by_id, job, scope, borrowed)
         if rem <= 0:
             continue
         extra = sorted(
             (
                 v
                 for v in base
-                if is_cand(v.id)
+                if s.is_candidate(v.id)
                 and v.id not in victims
-                and v.tier in allowed
+                and v.tier in req.allowed
                 and v.id not in borrowed
                 and (v.queue == job.queue if scope == "queue" else v.line == job.line)
             ),
@@ -298,57 +278,61 @@ def select_victims(
             victims.add(v.id)
             rem -= v.gpus
         if rem > 0:
-            return None
+            return False
+    return True
 
-    # Drop victims that are not needed for the chosen nodes or the quota room.
+
+def node_fits(s: Search, n: int, freed: int, victims: AbstractSet[int]) -> bool:
+    """Would chosen node ``n`` still give the preemptor its GPUs with ``freed``
+    GPUs released there by ``victims`` (plus what is leaving anyway)?"""
+    cap = s.capacity
+    if n in cap.excl_held or s.request.exclusive:
+        return all(r.id in victims or r.id in s.leaving_ids for r, _ in cap.holders[n])
+    free = min(cap.topo.total[n], cap.nfree[n] + s.leaving_on.get(n, 0) + freed)
+    return free >= s.request.c
+
+
+def prune(s: Search, victims: set[int], nodes: Sequence[int]) -> None:
+    """Drop every victim, dearest first, whose removal still leaves the chosen
+    nodes and the quota room sufficient (in place)."""
+    req = s.request
+    by_id = s.index.by_id
+    cost = s.index.cost
+    borrowed = s.quota.borrowed
+    topo = s.capacity.topo
     node_set = set(nodes)
-    freed_on: dict[int, int] = {}
-    for i in victims:
-        for slot in by_id[i].placement:
-            n = index.get(slot.node)
-            if n in node_set:
-                freed_on[n] = freed_on.get(n, 0) + len(slot.gpus)
-
-    def node_ok(n: int, freed: int) -> bool:
-        if n in excl_held or excl:
-            return all(r.id in victims or r.id in leaving_ids for r, _ in on_node[n])
-        base = min(total[n], nfree[n] + leaving_on.get(n, 0) + freed)
-        return base >= c
-
+    freed_on = topo.gpus_by_node((by_id[i] for i in victims), node_set)
     for i in sorted(victims, key=lambda i: (-cost[i], -by_id[i].gpus, i)):
-        v = by_id[i]
         victims.discard(i)
-        ok = True
-        delta: dict[int, int] = {}
-        for slot in v.placement:
-            n = index.get(slot.node)
-            if n in node_set:
-                delta[n] = delta.get(n, 0) + len(slot.gpus)
-        for n, g in delta.items():
-            if not node_ok(n, freed_on.get(n, 0) - g):
-                ok = False
-                break
-        if ok and short_q > 0 and nb_freed("queue") < short_q:
-            ok = False
-        if ok and short_l > 0 and nb_freed("line") < short_l:
-            ok = False
+        delta = topo.gpus_by_node((by_id[i],), node_set)
+        ok = (
+            all(node_fits(s, n, freed_on.get(n, 0) - g, victims) for n, g in delta.items())
+            and not (
+                req.short_q > 0
+                and quota_freed(victims, by_id, req.job, "queue", borrowed) < req.short_q
+            )
+            and not (
+                req.short_l > 0
+                and quota_freed(victims, by_id, req.job, "line", borrowed) < req.short_l
+            )
+        )
         if ok:
             for n, g in delta.items():
                 freed_on[n] = freed_on.get(n, 0) - g
         else:
             victims.add(i)
 
-    # Guarantees: victims of one queue/line may not eat into its guarantee.
+
+def within_budgets(
+    victims: Iterable[int], by_id: Mapping[int, RunningJob], quota: QuotaView
+) -> bool:
+    """Guarantees: the victims of each queue and line together stay within its budget."""
     per_q: dict[str, int] = {}
     per_l: dict[str, int] = {}
     for i in victims:
         v = by_id[i]
         per_q[v.queue] = per_q.get(v.queue, 0) + v.gpus
         per_l[v.line] = per_l.get(v.line, 0) + v.gpus
-    if any(g > bq.get(q, 0) for q, g in per_q.items()):
-        return None
-    if any(g > bl.get(line, 0) for line, g in per_l.items()):
-        return None
-    if not victims and not leaving:
-        return None
-    return [by_id[i] for i in sorted(victims)], nodes
+    return all(g <= quota.budget_q.get(q, 0) for q, g in per_q.items()) and all(
+        g <= quota.budget_l.get(line, 0) for line, g in per_l.items()
+    )

@@ -72,14 +72,17 @@ class Timeline:
         def qualifies(n: int, f: int) -> bool:
             return f >= c and (not exclusive or f == total[n])
 
+        def qualify(n: int) -> bool:
+            """Count node ``n`` as qualifying; True if its block now has ``k``."""
+            qual[n] = 1
+            b = rack_block[rack_of[n]]
+            block_q[b] += 1
+            return block_q[b] >= k
+
         feasible = False
         for n in range(topo.n):
-            if elig[n] and qualifies(n, counts[n]):
-                qual[n] = 1
-                b = rack_block[rack_of[n]]
-                block_q[b] += 1
-                if block_q[b] >= k:
-                    feasible = True
+            if elig[n] and qualifies(n, counts[n]) and qualify(n):
+                feasible = True
         if feasible:
             nodes = place_on_counts(topo, elig, counts, k, c, exclusive, model)
             if nodes is not None:
@@ -100,12 +103,8 @@ class Timeline:
                 if f > total[n]:
                     f = total[n]
                 counts[n] = f
-                if not qual[n] and qualifies(n, f):
-                    qual[n] = 1
-                    b = rack_block[rack_of[n]]
-                    block_q[b] += 1
-                    if block_q[b] >= k:
-                        hit = True
+                if not qual[n] and qualifies(n, f) and qualify(n):
+                    hit = True
             if hit:
                 nodes = place_on_counts(topo, elig, counts, k, c, exclusive, model)
                 if nodes is not None:

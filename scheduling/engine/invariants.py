@@ -25,273 +25,350 @@ human-readable violations (empty = OK):
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
+from . import policy as rules
 from .accounting import derive_usage, preemption_budgets
-from .placement import class_key, node_matches
-from .policy import (
-    gc_paused,
-    inference_ok,
-    is_demoted,
-    job_runtime,
-    queue_preempts,
-    running_end,
-    shape_counts,
+from .placement import ClassKey, class_key, node_matches
+from .types import (
+    COLD,
+    GRACEFUL,
+    READY,
+    RUNNING,
+    VERDICT_CODES,
+    NodeView,
+    PendingJob,
+    Plan,
+    RunningJob,
+    Snapshot,
+    Start,
 )
-from .types import COLD, GRACEFUL, READY, RUNNING, VERDICT_CODES, Plan, Snapshot
+
+T = TypeVar("T")
 
 
 def check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
     """Violations of the plan against the snapshot (empty list = OK)."""
-    with gc_paused():
-        return _check_plan(snapshot, plan)
+    with rules.gc_paused():
+        return _Checker(snapshot, plan).run()
 
 
-def _check_plan(snapshot: Snapshot, plan: Plan) -> list[str]:
-    errors: list[str] = []
-    policy = snapshot.policy
-    nodes = {n.name: n for n in snapshot.nodes}
-    node_gpus = max((n.gpus_total for n in snapshot.nodes), default=0) or 8
-    pending = {j.id: j for j in snapshot.pending}
-    running = {r.id: r for r in snapshot.running}
-    queues = {q.name: q for q in snapshot.queues}
-    lines = {line.name: line for line in snapshot.lines}
-    usage = derive_usage(snapshot.running, queues, lines)
-    now = plan.now
+def _over_limits(
+    scope: str,
+    added: Mapping[str, int],
+    held: Mapping[str, int],
+    limits: Mapping[str, int | None],
+    errors: list[str],
+) -> None:
+    """Quota: ``held`` plus ``added`` GPUs per queue / line stays within its limit."""
+    for name, add in added.items():
+        quota = limits.get(name)
+        if quota is not None:
+            total = held.get(name, 0) + add
+            if total > quota:
+                errors.append(f"{scope} {name} would hold {total} GPUs within quota, over {quota}")
+
+
+def _over_budgets(
+    scope: str, lost: Mapping[str, int], budgets: Mapping[str, int], errors: list[str]
+) -> None:
+    """Guarantees: GPUs preempted per queue / line stay within its budget."""
+    for name, gpus in lost.items():
+        if gpus > budgets.get(name, 0):
+            errors.append(f"{scope} {name} loses {gpus} GPUs to preemption, below its guarantee")
+
+
+class _Checker:
+    """One check: the snapshot's lookups, what earlier sections found, and the errors."""
+
+    def __init__(self, snapshot: Snapshot, plan: Plan) -> None:
+        self.s = snapshot
+        self.plan = plan
+        self.policy = snapshot.policy
+        self.now = plan.now
+        self.nodes = {n.name: n for n in snapshot.nodes}
+        self.node_gpus = max((n.gpus_total for n in snapshot.nodes), default=0) or 8
+        self.pending = {j.id: j for j in snapshot.pending}
+        self.running = {r.id: r for r in snapshot.running}
+        self.queues = {q.name: q for q in snapshot.queues}
+        self.lines = {line.name: line for line in snapshot.lines}
+        self.usage = derive_usage(snapshot.running, self.queues, self.lines)
+        self.errors: list[str] = []
+        self.started: set[int] = set()
+        self.start_end: dict[int, float] = {}
+        self.deadline_of: dict[int, float] = {}
+
+    def run(self) -> list[str]:
+        self.check_starts()
+        self.check_quotas()
+        self.check_preemptions()
+        self.check_reservations()
+        self.check_verdicts()
+        return self.errors
+
+    def once(
+        self, key: int, known: Mapping[int, T], seen: set[int], action: str, kind: str, verb: str
+    ) -> T | None:
+        """The item ``key`` names, the first time; else say why it is not usable."""
+        item = known.get(key)
+        if item is None:
+            self.errors.append(f"{action} of unknown {kind} job {key}")
+        elif key in seen:
+            self.errors.append(f"job {key} {verb} twice")
+            item = None
+        else:
+            seen.add(key)
+        return item
 
     # -- starts ----------------------------------------------------------------
-    taken: dict[str, set[int]] = defaultdict(set)
-    jobs_on: dict[str, int] = defaultdict(int)
-    excl_start_nodes: set[str] = set()
-    started: set[int] = set()
-    start_end: dict[int, float] = {}
-    for s in plan.starts:
-        job = pending.get(s.job_id)
-        if job is None:
-            errors.append(f"start of unknown pending job {s.job_id}")
-            continue
-        if s.job_id in started:
-            errors.append(f"job {s.job_id} started twice")
-            continue
-        started.add(s.job_id)
-        if now is not None:
-            start_end[s.job_id] = now + job_runtime(job, policy)
-        k, c, _last = shape_counts(job.gpus, job.gpus_per_node, node_gpus)
+    def check_starts(self) -> None:
+        taken: dict[str, set[int]] = defaultdict(set)
+        jobs_on: dict[str, int] = defaultdict(int)
+        excl_start_nodes: set[str] = set()
+        for s in self.plan.starts:
+            job = self.once(s.job_id, self.pending, self.started, "start", "pending", "started")
+            if job is None:
+                continue
+            if self.now is not None:
+                self.start_end[s.job_id] = self.now + rules.job_runtime(job, self.policy)
+            c = self.check_start_shape(job, s)
+            key = class_key(
+                job.gpu_memory_gb, job.rdma, rules.inference_ok(job), job.pool, job.gpu_model
+            )
+            for slot in s.placement:
+                node = self.nodes.get(slot.node)
+                if node is None:
+                    self.errors.append(f"job {job.id} placed on unknown node {slot.node}")
+                    continue
+                self.check_slot(job, node, slot.gpus, c, key, taken)
+                jobs_on[node.name] += 1
+                if job.exclusive_node:
+                    excl_start_nodes.add(node.name)
+        for name, gpus in taken.items():
+            node = self.nodes.get(name)
+            if node is not None and len(gpus) > node.gpus_total:
+                self.errors.append(f"node {name} over capacity")
+        for name in excl_start_nodes:
+            if jobs_on[name] > 1:
+                self.errors.append(f"node {name} is exclusive to one job but several start there")
+
+    def check_start_shape(self, job: PendingJob, s: Start) -> int:
+        """A whole gang on distinct nodes, no more of them than needed; returns
+        the job's per-node GPU limit."""
+        k, c, _last = rules.shape_counts(job.gpus, job.gpus_per_node, self.node_gpus)
         count = sum(len(slot.gpus) for slot in s.placement)
         if count != job.gpus:
-            errors.append(f"job {job.id} gets {count} GPUs but asked for {job.gpus} (gang broken)")
+            self.errors.append(
+                f"job {job.id} gets {count} GPUs but asked for {job.gpus} (gang broken)"
+            )
         names = [slot.node for slot in s.placement]
         if len(set(names)) != len(names):
-            errors.append(f"job {job.id} lists a node twice")
+            self.errors.append(f"job {job.id} lists a node twice")
         if len(names) > k:
-            errors.append(f"job {job.id} spread over {len(names)} nodes; {k} suffice")
-        key = class_key(job.gpu_memory_gb, job.rdma, inference_ok(job), job.pool, job.gpu_model)
-        for slot in s.placement:
-            node = nodes.get(slot.node)
-            if node is None:
-                errors.append(f"job {job.id} placed on unknown node {slot.node}")
-                continue
-            if node.state != READY:
-                errors.append(f"job {job.id} placed on {node.state} node {node.name}")
-            if node.exclusive:
-                errors.append(f"job {job.id} placed on exclusively held node {node.name}")
-            if not node_matches(node, key):
-                errors.append(
-                    f"job {job.id} placed on node {node.name} that does not meet its needs "
-                    "(memory, RDMA, inference, pool or GPU model)"
-                )
-            if len(slot.gpus) > c:
-                errors.append(f"job {job.id} has {len(slot.gpus)} GPUs on {node.name}, limit {c}")
-            free = set(node.free_gpus)
-            for g in slot.gpus:
-                if g not in free:
-                    errors.append(f"job {job.id} given GPU {g} of {node.name}, which is not free")
-                if g in taken[node.name]:
-                    errors.append(f"GPU {g} of {node.name} given twice")
-                taken[node.name].add(g)
-            jobs_on[node.name] += 1
-            if job.exclusive_node:
-                excl_start_nodes.add(node.name)
-                if len(node.free_gpus) != node.gpus_total:
-                    errors.append(f"exclusive job {job.id} placed on shared node {node.name}")
-    for name, gpus in taken.items():
-        node = nodes.get(name)
-        if node is not None and len(gpus) > node.gpus_total:
-            errors.append(f"node {name} over capacity")
-    for name in excl_start_nodes:
-        if jobs_on[name] > 1:
-            errors.append(f"node {name} is exclusive to one job but several start there")
+            self.errors.append(f"job {job.id} spread over {len(names)} nodes; {k} suffice")
+        return c
+
+    def check_slot(
+        self,
+        job: PendingJob,
+        node: NodeView,
+        gpus: tuple[int, ...],
+        c: int,
+        key: ClassKey,
+        taken: dict[str, set[int]],
+    ) -> None:
+        """One node of a start: usable, matching, within the per-node limit, and
+        only free GPUs nobody else is given (``taken``: GPUs given so far, per node)."""
+        errors = self.errors
+        if node.state != READY:
+            errors.append(f"job {job.id} placed on {node.state} node {node.name}")
+        if node.exclusive:
+            errors.append(f"job {job.id} placed on exclusively held node {node.name}")
+        if not node_matches(node, key):
+            errors.append(
+                f"job {job.id} placed on node {node.name} that does not meet its needs "
+                "(memory, RDMA, inference, pool or GPU model)"
+            )
+        if len(gpus) > c:
+            errors.append(f"job {job.id} has {len(gpus)} GPUs on {node.name}, limit {c}")
+        free = set(node.free_gpus)
+        for g in gpus:
+            if g not in free:
+                errors.append(f"job {job.id} given GPU {g} of {node.name}, which is not free")
+            if g in taken[node.name]:
+                errors.append(f"GPU {g} of {node.name} given twice")
+            taken[node.name].add(g)
+        if job.exclusive_node and len(node.free_gpus) != node.gpus_total:
+            errors.append(f"exclusive job {job.id} placed on shared node {node.name}")
 
     # -- quotas ----------------------------------------------------------------
-    add_q: dict[str, int] = defaultdict(int)
-    add_l: dict[str, int] = defaultdict(int)
-    for s in plan.starts:
-        job = pending.get(s.job_id)
-        if job is None:
-            continue
-        if s.borrowed:
-            if not policy.borrowing:
-                errors.append(f"job {job.id} borrows capacity but borrowing is off")
-            if not job.preemptible:
-                errors.append(f"non-preemptible job {job.id} started on borrowed capacity")
-            if is_demoted(job.preemption_count, policy):
-                errors.append(f"demoted job {job.id} started on borrowed capacity")
-        else:
-            add_q[job.queue] += job.gpus
-            add_l[job.line] += job.gpus
-    for name, add in add_q.items():
-        q = queues.get(name)
-        if q is not None and q.quota_gpus is not None:
-            held = usage.nb_queue.get(name, 0)
-            if held + add > q.quota_gpus:
-                errors.append(
-                    f"queue {name} would hold {held + add} GPUs within quota, over {q.quota_gpus}"
-                )
-    for name, add in add_l.items():
-        line = lines.get(name)
-        if line is not None and line.quota_gpus is not None:
-            held = usage.nb_line.get(name, 0)
-            if held + add > line.quota_gpus:
-                errors.append(
-                    f"line {name} would hold {held + add} GPUs within quota, over {line.quota_gpus}"
-                )
+    def check_quotas(self) -> None:
+        policy = self.policy
+        add_q: dict[str, int] = defaultdict(int)
+        add_l: dict[str, int] = defaultdict(int)
+        for s in self.plan.starts:
+            job = self.pending.get(s.job_id)
+            if job is None:
+                continue
+            if s.borrowed:
+                if not policy.borrowing:
+                    self.errors.append(f"job {job.id} borrows capacity but borrowing is off")
+                if not job.preemptible:
+                    self.errors.append(f"non-preemptible job {job.id} started on borrowed capacity")
+                if rules.is_demoted(job.preemption_count, policy):
+                    self.errors.append(f"demoted job {job.id} started on borrowed capacity")
+            else:
+                add_q[job.queue] += job.gpus
+                add_l[job.line] += job.gpus
+        quota_q = {name: q.quota_gpus for name, q in self.queues.items()}
+        quota_l = {name: line.quota_gpus for name, line in self.lines.items()}
+        _over_limits("queue", add_q, self.usage.nb_queue, quota_q, self.errors)
+        _over_limits("line", add_l, self.usage.nb_line, quota_l, self.errors)
 
     # -- preemptions -----------------------------------------------------------
-    budget_q, budget_l = preemption_budgets(usage, queues, lines)
-    lost_q: dict[str, int] = defaultdict(int)
-    lost_l: dict[str, int] = defaultdict(int)
-    victims: set[int] = set()
-    deadline_of: dict[int, float] = {}
-    if plan.preemptions and not policy.preemption:
-        errors.append("preemptions planned but preemption is off")
-    for p in plan.preemptions:
-        v = running.get(p.victim_id)
-        if v is None:
-            errors.append(f"preemption of unknown running job {p.victim_id}")
-            continue
-        if p.victim_id in victims:
-            errors.append(f"job {v.id} preempted twice")
-            continue
-        victims.add(v.id)
-        deadline_of[v.id] = p.grace_deadline
-        if p.mode not in (GRACEFUL, COLD):
-            errors.append(f"preemption of {v.id} has unknown mode {p.mode!r}")
-        job = pending.get(p.for_job_id)
-        if job is None:
-            errors.append(f"job {v.id} preempted for unknown pending job {p.for_job_id}")
-            continue
-        if job.id in started:
+    def check_preemptions(self) -> None:
+        budget_q, budget_l = preemption_budgets(self.usage, self.queues, self.lines)
+        lost_q: dict[str, int] = defaultdict(int)
+        lost_l: dict[str, int] = defaultdict(int)
+        victims: set[int] = set()
+        if self.plan.preemptions and not self.policy.preemption:
+            self.errors.append("preemptions planned but preemption is off")
+        for p in self.plan.preemptions:
+            v = self.once(p.victim_id, self.running, victims, "preemption", "running", "preempted")
+            if v is None:
+                continue
+            self.deadline_of[v.id] = p.grace_deadline
+            if p.mode not in (GRACEFUL, COLD):
+                self.errors.append(f"preemption of {v.id} has unknown mode {p.mode!r}")
+            job = self.pending.get(p.for_job_id)
+            if job is None:
+                self.errors.append(f"job {v.id} preempted for unknown pending job {p.for_job_id}")
+                continue
+            self.check_victim(v, job)
+            lost_q[v.queue] += v.gpus
+            lost_l[v.line] += v.gpus
+        _over_budgets("queue", lost_q, budget_q, self.errors)
+        _over_budgets("line", lost_l, budget_l, self.errors)
+
+    def check_victim(self, v: RunningJob, job: PendingJob) -> None:
+        """``v`` may be stopped for ``job``: the preemptor waits, and the victim
+        runs, is preemptible, not demoted, and of a tier ``job`` may preempt
+        (or on borrowed capacity)."""
+        errors = self.errors
+        if job.id in self.started:
             errors.append(f"job {job.id} both starts and preempts job {v.id}")
         if v.state != RUNNING:
             errors.append(f"job {v.id} is {v.state}, cannot be preempted again")
         if not v.preemptible:
             errors.append(f"non-preemptible job {v.id} preempted")
-        if is_demoted(v.preemption_count, policy):
+        if rules.is_demoted(v.preemption_count, self.policy):
             errors.append(f"demoted job {v.id} preempted")
-        allowed = queue_preempts(queues.get(job.queue), job.tier)
-        if v.tier not in allowed and v.id not in usage.borrowed_ids:
+        allowed = rules.queue_preempts(self.queues.get(job.queue), job.tier)
+        if v.tier not in allowed and v.id not in self.usage.borrowed_ids:
             errors.append(
                 f"job {v.id} ({v.tier.label}) preempted for job {job.id} ({job.tier.label}): "
                 "not a lower tier this queue may preempt, nor borrowed capacity"
             )
-        lost_q[v.queue] += v.gpus
-        lost_l[v.line] += v.gpus
-    for name, lost in lost_q.items():
-        if lost > budget_q.get(name, 0):
-            errors.append(f"queue {name} loses {lost} GPUs to preemption, below its guarantee")
-    for name, lost in lost_l.items():
-        if lost > budget_l.get(name, 0):
-            errors.append(f"line {name} loses {lost} GPUs to preemption, below its guarantee")
 
     # -- reservations ----------------------------------------------------------
-    reserved_by: dict[str, int] = {}
-    for res in plan.reservations:
-        if res.job_id not in pending:
-            errors.append(f"reservation for unknown pending job {res.job_id}")
-        if res.job_id in started:
-            errors.append(f"job {res.job_id} both starts and holds a reservation")
-        for name in res.nodes:
-            if name not in nodes:
-                errors.append(f"reservation of unknown node {name}")
-            if name in reserved_by:
-                errors.append(f"node {name} reserved twice")
-            reserved_by[name] = res.job_id
-    if now is not None and plan.reservations:
-        _check_reservations(snapshot, plan, now, start_end, deadline_of, errors)
+    def check_reservations(self) -> None:
+        reserved_by: dict[str, int] = {}
+        for res in self.plan.reservations:
+            if res.job_id not in self.pending:
+                self.errors.append(f"reservation for unknown pending job {res.job_id}")
+            if res.job_id in self.started:
+                self.errors.append(f"job {res.job_id} both starts and holds a reservation")
+            for name in res.nodes:
+                if name not in self.nodes:
+                    self.errors.append(f"reservation of unknown node {name}")
+                if name in reserved_by:
+                    self.errors.append(f"node {name} reserved twice")
+                reserved_by[name] = res.job_id
+        if self.now is not None and self.plan.reservations:
+            self.check_reservations_fit(self.now)
+
+    def check_reservations_fit(self, now: float) -> None:
+        """Backfill never delays a reservation: at its expected start, the reserved
+        job still fits on its nodes given predicted ends of everything there."""
+        releases: dict[str, list[tuple[float, int]]] = defaultdict(list)
+        for r in self.s.running:
+            t = self.deadline_of.get(r.id)
+            if t is None:
+                t = rules.running_end(r, now, self.policy)
+            for slot in r.placement:
+                releases[slot.node].append((t, len(slot.gpus)))
+        starts_on: dict[str, list[tuple[float, int, bool]]] = defaultdict(list)
+        for s in self.plan.starts:
+            job = self.pending.get(s.job_id)
+            if job is None:
+                continue
+            for slot in s.placement:
+                starts_on[slot.node].append(
+                    (self.start_end[s.job_id], len(slot.gpus), job.exclusive_node)
+                )
+        for res in self.plan.reservations:
+            job = self.pending.get(res.job_id)
+            if job is None:
+                continue
+            t = float("inf") if res.expected_start is None else res.expected_start
+            k, c, _last = rules.shape_counts(job.gpus, job.gpus_per_node, self.node_gpus)
+            fitting = 0
+            for name in res.nodes:
+                node = self.nodes.get(name)
+                if node is None:
+                    continue
+                free = _free_at(node, t, releases.get(name, ()), starts_on.get(name, ()))
+                if (
+                    free is not None
+                    and free >= c
+                    and (not job.exclusive_node or free == node.gpus_total)
+                ):
+                    fitting += 1
+            if fitting < k and res.expected_start is not None:
+                self.errors.append(
+                    f"reservation for job {job.id} does not fit on its nodes at its expected start"
+                )
 
     # -- verdicts --------------------------------------------------------------
-    for job in snapshot.pending:
-        v = plan.verdicts.get(job.id)
-        if job.id in started:
-            if v is not None:
-                errors.append(f"job {job.id} starts but also has a verdict")
-        elif v is None:
-            errors.append(f"pending job {job.id} has no verdict")
-        elif v.code not in VERDICT_CODES:
-            errors.append(f"job {job.id} has unknown verdict code {v.code!r}")
-    for job_id in plan.verdicts:
-        if job_id not in pending:
-            errors.append(f"verdict for unknown job {job_id}")
-    return errors
+    def check_verdicts(self) -> None:
+        verdicts = self.plan.verdicts
+        for job in self.s.pending:
+            v = verdicts.get(job.id)
+            if job.id in self.started:
+                if v is not None:
+                    self.errors.append(f"job {job.id} starts but also has a verdict")
+            elif v is None:
+                self.errors.append(f"pending job {job.id} has no verdict")
+            elif v.code not in VERDICT_CODES:
+                self.errors.append(f"job {job.id} has unknown verdict code {v.code!r}")
+        for job_id in verdicts:
+            if job_id not in self.pending:
+                self.errors.append(f"verdict for unknown job {job_id}")
 
 
-def _check_reservations(
-    snapshot: Snapshot,
-    plan: Plan,
-    now: float,
-    start_end: dict[int, float],
-    deadline_of: dict[int, float],
-    errors: list[str],
-) -> None:
-    """Backfill never delays a reservation: at its expected start, the reserved
-    job still fits on its nodes given predicted ends of everything there."""
-    policy = snapshot.policy
-    nodes = {n.name: n for n in snapshot.nodes}
-    node_gpus = max((n.gpus_total for n in snapshot.nodes), default=0) or 8
-    pending = {j.id: j for j in snapshot.pending}
-    releases: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for r in snapshot.running:
-        t = deadline_of.get(r.id)
-        if t is None:
-            t = running_end(r, now, policy)
-        for slot in r.placement:
-            releases[slot.node].append((t, len(slot.gpus)))
-    starts_on: dict[str, list[tuple[float, int, bool]]] = defaultdict(list)
-    for s in plan.starts:
-        job = pending.get(s.job_id)
-        if job is None:
-            continue
-        for slot in s.placement:
-            starts_on[slot.node].append((start_end[s.job_id], len(slot.gpus), job.exclusive_node))
-    for res in plan.reservations:
-        job = pending.get(res.job_id)
-        if job is None:
-            continue
-        t = float("inf") if res.expected_start is None else res.expected_start
-        k, c, _last = shape_counts(job.gpus, job.gpus_per_node, node_gpus)
-        fitting = 0
-        for name in res.nodes:
-            node = nodes.get(name)
-            if node is None:
-                continue
-            free = len(node.free_gpus)
-            blocked = False
-            for end, g in releases.get(name, ()):
-                if end <= t:
-                    free += g
-                elif node.exclusive:
-                    blocked = True
-            if node.exclusive and not blocked:
-                free = node.gpus_total
-            for end, g, excl in starts_on.get(name, ()):
-                if end > t:
-                    free -= g
-                    blocked = blocked or excl
-            free = min(free, node.gpus_total)
-            if blocked:
-                continue
-            if free >= c and (not job.exclusive_node or free == node.gpus_total):
-                fitting += 1
-        if fitting < k and res.expected_start is not None:
-            errors.append(
-                f"reservation for job {job.id} does not fit on its nodes at its expected start"
-            )
+def _free_at(
+    node: NodeView,
+    t: float,
+    releases: Iterable[tuple[float, int]],
+    starts: Iterable[tuple[float, int, bool]],
+) -> int | None:
+    """Free GPUs of ``node`` at ``t``: what is free now, plus what running work
+    releases by then, less what starts still hold; None if something exclusive
+    still holds it."""
+    free = len(node.free_gpus)
+    blocked = False
+    for end, g in releases:
+        if end <= t:
+            free += g
+        elif node.exclusive:
+            blocked = True
+    if node.exclusive and not blocked:
+        free = node.gpus_total
+    for end, g, excl in starts:
+        if end > t:
+            free -= g
+            blocked = blocked or excl
+    if blocked:
+        return None
+    return min(free, node.gpus_total)

@@ -239,29 +239,24 @@ def place_on_counts(
     counts are hypothetical.
     """
     total = topo.total
+    qualifying = [
+        n
+        for n in range(topo.n)
+        if elig[n] and counts[n] >= c and (not exclusive or counts[n] == total[n])
+    ]
     if k == 1:
         best: tuple[int, int, int] | None = None
-        for n in range(topo.n):
-            if not elig[n]:
-                continue
-            f = counts[n]
-            if f < c or (exclusive and f != total[n]):
-                continue
-            key = (f, 0 if model and model in topo.node_models[n] else 1, n)
+        for n in qualifying:
+            key = (counts[n], 0 if model and model in topo.node_models[n] else 1, n)
             if best is None or key < best:
                 best = key
         return None if best is None else [best[2]]
+    if len(qualifying) < k:
+        return None
     qual_by_rack: dict[int, list[int]] = {}
     rack_of = topo.rack_of
-    for n in range(topo.n):
-        if not elig[n]:
-            continue
-        f = counts[n]
-        if f < c or (exclusive and f != total[n]):
-            continue
+    for n in qualifying:
         qual_by_rack.setdefault(rack_of[n], []).append(n)
-    if sum(len(v) for v in qual_by_rack.values()) < k:
-        return None
     rack_counts = {r: len(v) for r, v in qual_by_rack.items()}
     racks = choose_racks(topo, k, rack_counts, topo.rack_affinity(model))
     if racks is None:

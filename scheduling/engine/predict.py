@@ -16,8 +16,9 @@ falls back to the user's own estimate, then to a conservative default.
 
 The engine never calls a predictor itself: the caller fills
 ``PendingJob.predicted_runtime_s`` and ``RunningJob.predicted_end`` (see
-``fill_predictions``), so any other predictor with the same ``predict``
-signature plugs in.
+``fill_predictions``), so another predictor plugs in by subclassing
+``HistoryPredictor`` and overriding ``predict`` (as the replay's memoising
+predictor does).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
 from .types import Snapshot
 
@@ -50,18 +50,6 @@ class Prediction:
     seconds: float
     source: str  # "history:<level>", "estimate" or "default"
     samples: int = 0
-
-
-class RuntimePredictor(Protocol):
-    def predict(
-        self,
-        *,
-        owner: str,
-        model_name: str | None,
-        queue: str,
-        gpus: int,
-        estimate_s: float | None = None,
-    ) -> Prediction: ...
 
 
 def size_bucket(gpus: int) -> int:
@@ -146,7 +134,7 @@ class HistoryPredictor:
         return Prediction(self.default_s, "default")
 
 
-def fill_predictions(snapshot: Snapshot, predictor: RuntimePredictor) -> Snapshot:
+def fill_predictions(snapshot: Snapshot, predictor: HistoryPredictor) -> Snapshot:
     """Fill missing ``predicted_runtime_s`` / ``predicted_end`` from the predictor."""
     pending = tuple(
         j

@@ -153,17 +153,30 @@ class VictimIndex:
         return got
 
 
-@dataclass(frozen=True, slots=True)
 class Search:
-    """One victim search: the request, the views, and what is derived from them once."""
+    """One victim search: the request and the views, plus what is derived from
+    them once (the candidate test, and where the leaving victims free GPUs)."""
 
-    request: VictimRequest
-    capacity: CapacityView
-    quota: QuotaView
-    index: VictimIndex
-    is_candidate: Callable[[int], bool]
-    leaving_on: Mapping[int, int]
-    leaving_ids: AbstractSet[int]
+    __slots__ = (
+        "request",
+        "capacity",
+        "quota",
+        "index",
+        "is_candidate",
+        "leaving_on",
+        "leaving_ids",
+    )
+
+    def __init__(
+        self, request: VictimRequest, capacity: CapacityView, quota: QuotaView, index: VictimIndex
+    ) -> None:
+        self.request = request
+        self.capacity = capacity
+        self.quota = quota
+        self.index = index
+        self.is_candidate = candidate_filter(request, quota, index)
+        self.leaving_on = capacity.topo.gpus_by_node(request.leaving)
+        self.leaving_ids = frozenset(v.id for v in request.leaving)
 
 
 def select_victims(
@@ -177,15 +190,7 @@ def select_victims(
     base = index.base(request.allowed, request.within_quota)
     if not base and not request.leaving:
         return None
-    s = Search(
-        request,
-        capacity,
-        quota,
-        index,
-        candidate_filter(request, quota, index),
-        capacity.topo.gpus_by_node(request.leaving),
-        frozenset(v.id for v in request.leaving),
-    )
+    s = Search(request, capacity, quota, index)
     options = single_node_options(s) if request.k == 1 else multi_node_options(s, base)
     nodes = choose_nodes(options, request.k, request.c, capacity.topo)
     if nodes is None:

@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from scheduling.engine import (
-    LineView,
-    NodeView,
-    PendingJob,
-    Plan,
-    PolicyConfig,
-    QueueView,
-    RunningJob,
-    Slot,
-    Snapshot,
-    Tier,
-    check_plan,
-    plan,
-)
+from scheduling.engine import check_plan, plan
+from scheduling.engine import types as et
 
 NOW = 1_000_000.0
 HOUR = 3600.0
 
-TIERS = {
-    "urgent": Tier.URGENT,
-    "core": Tier.CORE,
-    "finetune": Tier.FINETUNE,
-    "experiment": Tier.EXPERIMENT,
-}
+# label -> tier, highest first (the order of ``standard_queues``)
+TIERS = {t.label: t for t in sorted(et.Tier, reverse=True)}
 
 
 def node(
@@ -38,10 +23,10 @@ def node(
     gpus: int = 8,
     free: Iterable[int] | None = None,
     **kw: Any,
-) -> NodeView:
+) -> et.NodeView:
     kw.setdefault("gpu_model", "H100")
     kw.setdefault("gpu_memory_gb", 80)
-    return NodeView(
+    return et.NodeView(
         name=name,
         rack=rack,
         block=block,
@@ -51,14 +36,15 @@ def node(
     )
 
 
-def rack(prefix: str, count: int, rack: str, block: str = "b0", **kw: Any) -> list[NodeView]:
+def rack(prefix: str, count: int, rack: str, block: str = "b0", **kw: Any) -> list[et.NodeView]:
     return [node(f"{prefix}{i:02d}", rack=rack, block=block, **kw) for i in range(count)]
 
 
-def standard_queues(line: str = "llm", **quotas: int | None) -> list[QueueView]:
+def standard_queues(line: str = "llm", **quotas: int | None) -> list[et.QueueView]:
     """One queue per tier in ``line``, named ``<line>-<tier>``."""
     return [
-        QueueView(f"{line}-{label}", line, tier, quotas.get(label)) for label, tier in TIERS.items()
+        et.QueueView(f"{line}-{label}", line, tier, quotas.get(label))
+        for label, tier in TIERS.items()
     ]
 
 
@@ -69,9 +55,9 @@ def pjob(
     line: str = "llm",
     queue: str | None = None,
     **kw: Any,
-) -> PendingJob:
+) -> et.PendingJob:
     kw.setdefault("submitted_at", NOW - 1000 + id)
-    return PendingJob(
+    return et.PendingJob(
         id=id,
         queue=queue or f"{line}-{tier}",
         line=line,
@@ -88,13 +74,13 @@ def rjob(
     line: str = "llm",
     queue: str | None = None,
     **kw: Any,
-) -> RunningJob:
+) -> et.RunningJob:
     items = placement.items() if isinstance(placement, dict) else placement
-    slots = tuple(Slot(n, tuple(g)) for n, g in items)
-    kw.setdefault("preemptible", TIERS[tier] < Tier.CORE)
+    slots = tuple(et.Slot(n, tuple(g)) for n, g in items)
+    kw.setdefault("preemptible", TIERS[tier] < et.Tier.CORE)
     kw.setdefault("started_at", NOW - HOUR)
     kw.setdefault("predicted_end", NOW + HOUR)
-    return RunningJob(
+    return et.RunningJob(
         id=id,
         queue=queue or f"{line}-{tier}",
         line=line,
@@ -105,7 +91,9 @@ def rjob(
     )
 
 
-def occupy(nodes: Sequence[NodeView], running: Iterable[RunningJob]) -> tuple[NodeView, ...]:
+def occupy(
+    nodes: Sequence[et.NodeView], running: Iterable[et.RunningJob]
+) -> tuple[et.NodeView, ...]:
     """Remove the running jobs' GPUs from the nodes' free lists."""
     used: dict[str, set[int]] = {}
     excl: set[str] = set()
@@ -114,45 +102,40 @@ def occupy(nodes: Sequence[NodeView], running: Iterable[RunningJob]) -> tuple[No
             used.setdefault(s.node, set()).update(s.gpus)
             if r.exclusive_node:
                 excl.add(s.node)
-    out = []
-    for n in nodes:
-        taken = used.get(n.name, set())
-        out.append(
-            NodeView(
-                **{
-                    **{f: getattr(n, f) for f in NodeView.__dataclass_fields__},
-                    "free_gpus": tuple(g for g in n.free_gpus if g not in taken),
-                    "exclusive": n.exclusive or n.name in excl,
-                }
-            )
+    return tuple(
+        dataclasses.replace(
+            n,
+            free_gpus=tuple(g for g in n.free_gpus if g not in used.get(n.name, ())),
+            exclusive=n.exclusive or n.name in excl,
         )
-    return tuple(out)
+        for n in nodes
+    )
 
 
 def snap(
-    nodes: Sequence[NodeView],
-    pending: Sequence[PendingJob] = (),
-    running: Sequence[RunningJob] = (),
-    lines: Sequence[LineView] | None = None,
-    queues: Sequence[QueueView] | None = None,
-    policy: PolicyConfig | None = None,
-) -> Snapshot:
+    nodes: Sequence[et.NodeView],
+    pending: Sequence[et.PendingJob] = (),
+    running: Sequence[et.RunningJob] = (),
+    lines: Sequence[et.LineView] | None = None,
+    queues: Sequence[et.QueueView] | None = None,
+    policy: et.PolicyConfig | None = None,
+) -> et.Snapshot:
     if lines is None:
         names = sorted({j.line for j in pending} | {r.line for r in running} | {"llm"})
-        lines = [LineView(n, None) for n in names]
+        lines = [et.LineView(n, None) for n in names]
     if queues is None:
         queues = [q for line in lines for q in standard_queues(line.name)]
-    return Snapshot(
+    return et.Snapshot(
         nodes=occupy(nodes, running),
         lines=tuple(lines),
         queues=tuple(queues),
         running=tuple(running),
         pending=tuple(pending),
-        policy=policy or PolicyConfig(),
+        policy=policy or et.PolicyConfig(),
     )
 
 
-def run(snapshot: Snapshot, now: float = NOW) -> Plan:
+def run(snapshot: et.Snapshot, now: float = NOW) -> et.Plan:
     """plan() and insist that the plan passes every invariant."""
     result = plan(snapshot, now)
     violations = check_plan(snapshot, result)
@@ -160,13 +143,13 @@ def run(snapshot: Snapshot, now: float = NOW) -> Plan:
     return result
 
 
-def started(result: Plan) -> dict[int, dict[str, tuple[int, ...]]]:
+def started(result: et.Plan) -> dict[int, dict[str, tuple[int, ...]]]:
     return {s.job_id: {slot.node: slot.gpus for slot in s.placement} for s in result.starts}
 
 
-def victims(result: Plan) -> dict[int, int]:
+def victims(result: et.Plan) -> dict[int, int]:
     return {p.victim_id: p.for_job_id for p in result.preemptions}
 
 
-def code(result: Plan, job_id: int) -> str:
+def code(result: et.Plan, job_id: int) -> str:
     return result.verdicts[job_id].code

@@ -14,19 +14,22 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from scheduling.engine import (
-    LineView,
-    NodeView,
-    PendingJob,
-    Plan,
-    PolicyConfig,
-    QueueView,
-    RunningJob,
-    Slot,
-    Snapshot,
-    check_plan,
-    plan,
-)
+from scheduling.engine import check_plan, plan
+from scheduling.engine import types as et
+
+# What a running job keeps of its pending spec.
+KEPT_FIELDS = [
+    "id",
+    "queue",
+    "line",
+    "tier",
+    "gpus",
+    "preemptible",
+    "preemption_count",
+    "exclusive_node",
+    "model_name",
+    "owner",
+]
 
 
 @dataclass
@@ -39,35 +42,35 @@ class Truth:
 class Stepper:
     def __init__(
         self,
-        nodes: Sequence[NodeView],
-        lines: Sequence[LineView],
-        queues: Sequence[QueueView],
-        policy: PolicyConfig | None = None,
+        nodes: Sequence[et.NodeView],
+        lines: Sequence[et.LineView],
+        queues: Sequence[et.QueueView],
+        policy: et.PolicyConfig | None = None,
         now: float = 0.0,
     ) -> None:
         self.nodes = {n.name: n for n in nodes}
         self.free = {n.name: set(n.free_gpus) for n in nodes}
         self.lines = tuple(lines)
         self.queues = tuple(queues)
-        self.policy = policy or PolicyConfig()
+        self.policy = policy or et.PolicyConfig()
         self.now = float(now)
-        self.pending: dict[int, PendingJob] = {}
-        self.running: dict[int, RunningJob] = {}
+        self.pending: dict[int, et.PendingJob] = {}
+        self.running: dict[int, et.RunningJob] = {}
         self.truth: dict[int, Truth] = {}
-        self.specs: dict[int, PendingJob] = {}
+        self.specs: dict[int, et.PendingJob] = {}
         self.finished: dict[int, float] = {}
-        self.plans: list[tuple[float, Snapshot, Plan]] = []
+        self.plans: list[tuple[float, et.Snapshot, et.Plan]] = []
         self.preempted: list[tuple[float, int, int]] = []  # (time, victim, for)
 
     # -- setup -------------------------------------------------------------------
-    def submit(self, job: PendingJob, duration: float, ckpt_interval: float = 3600.0) -> None:
+    def submit(self, job: et.PendingJob, duration: float, ckpt_interval: float = 3600.0) -> None:
         self.pending[job.id] = job
         self.specs[job.id] = job
         self.truth[job.id] = Truth(duration, 0.0, ckpt_interval)
 
     def place(
         self,
-        job: PendingJob,
+        job: et.PendingJob,
         slots: dict[str, Iterable[int]],
         duration: float,
         started_at: float,
@@ -77,7 +80,7 @@ class Stepper:
         """Put a job directly into the running state (history before the test)."""
         self.specs[job.id] = job
         self.truth[job.id] = Truth(duration, 0.0, ckpt_interval)
-        placement = tuple(Slot(n, tuple(sorted(g))) for n, g in slots.items())
+        placement = tuple(et.Slot(n, tuple(sorted(g))) for n, g in slots.items())
         self._run(job, placement, started_at, predicted_end or started_at + duration, False)
 
     def set_node(self, name: str, **changes: object) -> None:
@@ -86,8 +89,8 @@ class Stepper:
     # -- time ----------------------------------------------------------------------
     def _run(
         self,
-        job: PendingJob,
-        placement: tuple[Slot, ...],
+        job: et.PendingJob,
+        placement: tuple[et.Slot, ...],
         started_at: float,
         predicted_end: float,
         borrowed: bool,
@@ -96,30 +99,21 @@ class Stepper:
             free = self.free[slot.node]
             assert set(slot.gpus) <= free, f"GPUs {slot.gpus} of {slot.node} are not free"
             free.difference_update(slot.gpus)
-        self.running[job.id] = RunningJob(
-            id=job.id,
-            queue=job.queue,
-            line=job.line,
-            tier=job.tier,
-            gpus=job.gpus,
+        self.running[job.id] = et.RunningJob(
             placement=placement,
-            preemptible=job.preemptible,
-            preemption_count=job.preemption_count,
             started_at=started_at,
             last_checkpoint_at=started_at,
             predicted_end=predicted_end,
-            exclusive_node=job.exclusive_node,
-            model_name=job.model_name,
             borrowed=borrowed,
-            owner=job.owner,
+            **{f: getattr(job, f) for f in KEPT_FIELDS},
         )
 
-    def _release(self, r: RunningJob) -> None:
+    def _release(self, r: et.RunningJob) -> None:
         for slot in r.placement:
             self.free[slot.node].update(slot.gpus)
         del self.running[r.id]
 
-    def _requeue(self, r: RunningJob, progress: float) -> None:
+    def _requeue(self, r: et.RunningJob, progress: float) -> None:
         self._release(r)
         t = self.truth[r.id]
         t.done += progress
@@ -166,13 +160,13 @@ class Stepper:
                 self.running[jid] = dataclasses.replace(r, last_checkpoint_at=ckpt)
 
     # -- the loop --------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self) -> et.Snapshot:
         excl = {s.node for r in self.running.values() if r.exclusive_node for s in r.placement}
         nodes = tuple(
             dataclasses.replace(n, free_gpus=tuple(sorted(self.free[name])), exclusive=name in excl)
             for name, n in self.nodes.items()
         )
-        return Snapshot(
+        return et.Snapshot(
             nodes=nodes,
             lines=self.lines,
             queues=self.queues,
@@ -181,7 +175,7 @@ class Stepper:
             policy=self.policy,
         )
 
-    def step(self, seconds: float = 0.0) -> Plan:
+    def step(self, seconds: float = 0.0) -> et.Plan:
         if seconds:
             self.advance(seconds)
         snap = self.snapshot()
@@ -192,7 +186,7 @@ class Stepper:
         self.plans.append((self.now, snap, result))
         return result
 
-    def apply(self, result: Plan) -> None:
+    def apply(self, result: et.Plan) -> None:
         for st in result.starts:
             job = self.pending.pop(st.job_id)
             rt = job.predicted_runtime_s or self.policy.default_runtime_s
@@ -211,7 +205,7 @@ class Stepper:
                     preempt_deadline=p.grace_deadline,
                 )
 
-    def run_until(self, t: float, every: float = 300.0) -> list[Plan]:
+    def run_until(self, t: float, every: float = 300.0) -> list[et.Plan]:
         out = []
         while self.now + every <= t + 1e-9:
             out.append(self.step(every))

@@ -10,20 +10,11 @@ preempting jobs point at pending jobs.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from hypothesis import strategies as st
 
-from scheduling.engine import (
-    LineView,
-    NodeView,
-    PendingJob,
-    PolicyConfig,
-    QueueView,
-    RunningJob,
-    Slot,
-    Snapshot,
-    Tier,
-)
+from scheduling.engine import types as et
 
 NOW = 100_000.0
 STATES = ("ready",) * 8 + ("cordoned", "draining", "down", "unhealthy")
@@ -31,8 +22,8 @@ MODELS = ("m1", "m2", "m3")
 
 
 @st.composite
-def policies(draw) -> PolicyConfig:
-    return PolicyConfig(
+def policies(draw) -> et.PolicyConfig:
+    return et.PolicyConfig(
         backfill=draw(st.booleans()),
         borrowing=draw(st.booleans()),
         preemption=draw(st.booleans() | st.just(True)),
@@ -46,9 +37,9 @@ def policies(draw) -> PolicyConfig:
     )
 
 
-def random_policy(rng: random.Random) -> PolicyConfig:
+def random_policy(rng: random.Random) -> et.PolicyConfig:
     """The same policy space as ``policies()``, drawn from a plain RNG (for fixed corpora)."""
-    return PolicyConfig(
+    return et.PolicyConfig(
         backfill=rng.random() < 0.5,
         borrowing=rng.random() < 0.5,
         preemption=rng.random() < 0.75,
@@ -63,7 +54,9 @@ def random_policy(rng: random.Random) -> PolicyConfig:
 
 
 @st.composite
-def snapshots(draw, max_nodes: int = 10, max_running: int = 12, max_pending: int = 14) -> Snapshot:
+def snapshots(
+    draw, max_nodes: int = 10, max_running: int = 12, max_pending: int = 14
+) -> et.Snapshot:
     """Sizes are drawn by Hypothesis (so they shrink); details come from a seeded RNG."""
     n_nodes = draw(st.integers(1, max_nodes))
     n_running = draw(st.integers(0, max_running))
@@ -80,14 +73,19 @@ def snapshots(draw, max_nodes: int = 10, max_running: int = 12, max_pending: int
     )
 
 
+def identity(job_id: int, line: str, tier: et.Tier) -> dict[str, Any]:
+    """A generated job's id, line, tier and queue (its line's queue of that tier)."""
+    return {"id": job_id, "queue": f"{line}-{tier.label}", "line": line, "tier": tier}
+
+
 def build_snapshot(
     rng: random.Random,
     n_nodes: int,
     n_running: int,
     n_pending: int,
     n_lines: int,
-    policy: PolicyConfig,
-) -> Snapshot:
+    policy: et.PolicyConfig,
+) -> et.Snapshot:
     n_blocks = rng.randint(1, 2)
     n_racks = rng.randint(n_blocks, 4)
     rack_block = [r % n_blocks for r in range(n_racks)]
@@ -118,20 +116,22 @@ def build_snapshot(
     for li in range(n_lines):
         name = f"L{li}"
         quota = None if rng.random() < 0.4 else rng.randint(0, 64)
-        lines.append(LineView(name, quota, rng.randint(0, 16)))
-        for tier in Tier:
+        lines.append(et.LineView(name, quota, rng.randint(0, 16)))
+        for tier in et.Tier:
             q_quota = None if rng.random() < 0.6 else rng.randint(0, 48)
             preempts = None
             if rng.random() < 0.3:
-                preempts = frozenset(t for t in Tier if rng.random() < 0.4)
+                preempts = frozenset(t for t in et.Tier if rng.random() < 0.4)
             queues.append(
-                QueueView(f"{name}-{tier.label}", name, tier, q_quota, rng.randint(0, 16), preempts)
+                et.QueueView(
+                    f"{name}-{tier.label}", name, tier, q_quota, rng.randint(0, 16), preempts
+                )
             )
 
     pending_ids = list(range(1, n_pending + 1))
     running = []
     for jid in range(1000, 1000 + n_running):
-        tier = rng.choice(list(Tier))
+        tier = rng.choice(list(et.Tier))
         line = rng.choice(lines).name
         placement = []
         exclusive = False
@@ -139,7 +139,7 @@ def build_snapshot(
             whole = [n for n in free if len(free[n]) == total[n] and n not in excl]
             if len(whole) >= 2:
                 for n in rng.sample(whole, rng.randint(2, min(3, len(whole)))):
-                    placement.append(Slot(n, tuple(free[n])))
+                    placement.append(et.Slot(n, tuple(free[n])))
                     free[n] = []
         if not placement:
             candidates = [n for n in free if free[n] and n not in excl]
@@ -152,7 +152,7 @@ def build_snapshot(
             exclusive = exclusive or (len(free[n]) == total[n] and rng.random() < 0.1)
             for g in gpus:
                 free[n].remove(g)
-            placement.append(Slot(n, tuple(sorted(gpus))))
+            placement.append(et.Slot(n, tuple(sorted(gpus))))
             if exclusive:
                 excl.add(n)
         started = NOW - rng.randint(0, 20_000)
@@ -164,11 +164,8 @@ def build_snapshot(
             preempted_for = rng.choice(pending_ids + [99_999])
             deadline = NOW + rng.randint(-100, 600)
         running.append(
-            RunningJob(
-                id=jid,
-                queue=f"{line}-{tier.label}",
-                line=line,
-                tier=tier,
+            et.RunningJob(
+                **identity(jid, line, tier),
                 gpus=sum(len(sl.gpus) for sl in placement),
                 placement=tuple(placement),
                 preemptible=rng.random() < 0.7,
@@ -186,23 +183,24 @@ def build_snapshot(
         )
 
     nodes = tuple(
-        NodeView(
+        et.NodeView(
             **{**sp, "free_gpus": tuple(sorted(free[sp["name"]])), "exclusive": sp["name"] in excl}
         )
         for sp in specs
     )
 
     pending = []
-    tiers = [Tier.URGENT] * 3 + [Tier.CORE] * 2 + [Tier.FINETUNE, Tier.EXPERIMENT, Tier.EXPERIMENT]
+    tiers = (
+        [et.Tier.URGENT] * 3
+        + [et.Tier.CORE] * 2
+        + [et.Tier.FINETUNE, et.Tier.EXPERIMENT, et.Tier.EXPERIMENT]
+    )
     for jid in pending_ids:
         tier = rng.choice(tiers)
         line = rng.choice(lines).name
         pending.append(
-            PendingJob(
-                id=jid,
-                queue=f"{line}-{tier.label}",
-                line=line,
-                tier=tier,
+            et.PendingJob(
+                **identity(jid, line, tier),
                 gpus=rng.choice([1, 1, 2, 3, 4, 4, 6, 8, 8, 8, 12, 16, 16, 24, 32, 40]),
                 gpus_per_node=None if rng.random() < 0.8 else rng.randint(1, 8),
                 gpu_memory_gb=None if rng.random() < 0.85 else rng.choice([40, 80]),
@@ -217,7 +215,7 @@ def build_snapshot(
                 gpu_model=None if rng.random() < 0.85 else rng.choice(["H100", "A100"]),
             )
         )
-    return Snapshot(
+    return et.Snapshot(
         nodes=nodes,
         lines=tuple(lines),
         queues=tuple(queues),

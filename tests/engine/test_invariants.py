@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 
@@ -69,119 +70,48 @@ def start(job_id: int, *slots: tuple[str, tuple[int, ...]], borrowed: bool = Fal
     return Start(job_id, tuple(Slot(n, g) for n, g in slots), borrowed)
 
 
+def starting(*starts: Start) -> Callable[[Plan], Plan]:
+    """Mutation: the plan starts exactly these jobs (and has no verdict for them)."""
+    ids = [x.job_id for x in starts]
+    return lambda p: with_(p, starts=starts, verdicts=verdicts_without(p, *ids))
+
+
+def preempting(
+    victim_id: int, for_job_id: int, mode: str = "graceful", deadline: float = NOW + 300
+) -> Callable[[Plan], Plan]:
+    """Mutation: the plan preempts exactly this victim for this job."""
+    return lambda p: with_(p, preemptions=(Preemption(victim_id, for_job_id, mode, deadline),))
+
+
+EIGHT = tuple(range(8))
 MUTATIONS = [
     (
         "GPU given twice",
-        lambda p: with_(
-            p,
-            starts=(start(10, ("a", tuple(range(8)))), start(11, ("a", (0, 1, 2, 3)))),
-            verdicts=verdicts_without(p, 10, 11),
-        ),
+        starting(start(10, ("a", EIGHT)), start(11, ("a", (0, 1, 2, 3)))),
         "given twice",
     ),
-    (
-        "GPU not free",
-        lambda p: with_(
-            p, starts=(start(11, ("b", (3, 4, 5, 6))),), verdicts=verdicts_without(p, 11)
-        ),
-        "not free",
-    ),
-    (
-        "partial gang",
-        lambda p: with_(
-            p, starts=(start(12, ("a", tuple(range(8)))),), verdicts=verdicts_without(p, 12)
-        ),
-        "gang broken",
-    ),
-    (
-        "cordoned node",
-        lambda p: with_(
-            p, starts=(start(10, ("c", tuple(range(8)))),), verdicts=verdicts_without(p, 10)
-        ),
-        "cordoned node",
-    ),
-    (
-        "RDMA violated",
-        lambda p: with_(
-            p, starts=(start(11, ("d", (0, 1, 2, 3))),), verdicts=verdicts_without(p, 11)
-        ),
-        "does not meet its needs",
-    ),
-    (
-        "GPU memory violated",
-        lambda p: with_(
-            p, starts=(start(11, ("e", (0, 1, 2, 3))),), verdicts=verdicts_without(p, 11)
-        ),
-        "does not meet its needs",
-    ),
-    (
-        "exclusive shared",
-        lambda p: with_(
-            p,
-            starts=(start(13, ("b", (0, 1, 2, 3))),),
-            verdicts=verdicts_without(p, 13),
-        ),
-        "shared node",
-    ),
-    (
-        "quota exceeded",
-        lambda p: with_(
-            p,
-            starts=(start(12, ("a", tuple(range(8))), ("d", tuple(range(8)))),),
-            verdicts=verdicts_without(p, 12),
-        ),
-        "over 8",
-    ),
+    ("GPU not free", starting(start(11, ("b", (3, 4, 5, 6)))), "not free"),
+    ("partial gang", starting(start(12, ("a", EIGHT))), "gang broken"),
+    ("cordoned node", starting(start(10, ("c", EIGHT))), "cordoned node"),
+    ("RDMA violated", starting(start(11, ("d", (0, 1, 2, 3)))), "does not meet its needs"),
+    ("GPU memory violated", starting(start(11, ("e", (0, 1, 2, 3)))), "does not meet its needs"),
+    ("exclusive shared", starting(start(13, ("b", (0, 1, 2, 3)))), "shared node"),
+    ("quota exceeded", starting(start(12, ("a", EIGHT), ("d", EIGHT))), "over 8"),
     (
         "non-preemptible borrower",
-        lambda p: with_(
-            p,
-            starts=(start(12, ("a", tuple(range(8))), ("d", tuple(range(8))), borrowed=True),),
-            verdicts=verdicts_without(p, 12),
-        ),
+        starting(start(12, ("a", EIGHT), ("d", EIGHT), borrowed=True)),
         "non-preemptible job 12 started on borrowed",
     ),
-    (
-        "victim of equal tier",
-        lambda p: with_(p, preemptions=(Preemption(3, 10, "graceful", NOW + 300),)),
-        "not a lower tier",
-    ),
-    (
-        "non-preemptible victim",
-        lambda p: with_(p, preemptions=(Preemption(2, 10, "graceful", NOW + 300),)),
-        "non-preemptible job 2 preempted",
-    ),
-    (
-        "demoted victim",
-        lambda p: with_(p, preemptions=(Preemption(4, 10, "graceful", NOW + 300),)),
-        "demoted job 4 preempted",
-    ),
-    (
-        "guarantee eaten",
-        lambda p: with_(p, preemptions=(Preemption(5, 10, "graceful", NOW + 300),)),
-        "below its guarantee",
-    ),
-    (
-        "victim preempted for a lower tier",
-        lambda p: with_(p, preemptions=(Preemption(1, 11, "graceful", NOW + 300),)),
-        "not a lower tier",
-    ),
-    (
-        "unknown mode",
-        lambda p: with_(p, preemptions=(Preemption(1, 10, "nuke", NOW),)),
-        "unknown mode",
-    ),
-    (
-        "missing verdict",
-        lambda p: with_(p, verdicts=verdicts_without(p, 12)),
-        "has no verdict",
-    ),
+    ("victim of equal tier", preempting(3, 10), "not a lower tier"),
+    ("non-preemptible victim", preempting(2, 10), "non-preemptible job 2 preempted"),
+    ("demoted victim", preempting(4, 10), "demoted job 4 preempted"),
+    ("guarantee eaten", preempting(5, 10), "below its guarantee"),
+    ("victim preempted for a lower tier", preempting(1, 11), "not a lower tier"),
+    ("unknown mode", preempting(1, 10, "nuke", NOW), "unknown mode"),
+    ("missing verdict", lambda p: with_(p, verdicts=verdicts_without(p, 12)), "has no verdict"),
     (
         "unknown code",
-        lambda p: with_(
-            p,
-            verdicts={**p.verdicts, 12: Verdict("BECAUSE", "x", {}, "y")},
-        ),
+        lambda p: with_(p, verdicts={**p.verdicts, 12: Verdict("BECAUSE", "x", {}, "y")}),
         "unknown verdict code",
     ),
     (
@@ -198,9 +128,7 @@ MUTATIONS = [
     (
         "backfill delays a reservation",
         lambda p: with_(
-            p,
-            starts=(start(11, ("a", (0, 1, 2, 3))),),
-            verdicts=verdicts_without(p, 11),
+            starting(start(11, ("a", (0, 1, 2, 3))))(p),
             reservations=(Reservation(10, ("a",), NOW + 60),),
         ),
         "does not fit on its nodes",

@@ -13,7 +13,16 @@ from collections import Counter, defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import Code, PendingJob, Plan, Snapshot, Tier, check_plan, plan
+from scheduling.engine import (
+    VERDICT_CODES,
+    Code,
+    PendingJob,
+    Plan,
+    Snapshot,
+    Tier,
+    check_plan,
+    plan,
+)
 from scheduling.engine.accounting import snapshot_usage
 from scheduling.engine.placement import Cluster, Topology, class_key, place_on_counts
 from scheduling.engine.policy import queue_preempts, shape_counts
@@ -272,16 +281,8 @@ def test_the_random_workloads_exercise_every_decision():
             seen[v.code] += 1
     for key in ("start", "multi-node start", "borrowed start", "preemption", "reservation"):
         assert seen[key] >= 5, (key, seen)
-    for c in (
-        Code.NEVER_FITS,
-        Code.QUOTA_EXCEEDED,
-        Code.NODES_UNAVAILABLE,
-        Code.PRIORITY,
-        Code.PREEMPTING,
-        Code.TOPOLOGY,
-        Code.INSUFFICIENT_GPUS,
-        Code.DEMOTED,
-    ):
+    assert len(VERDICT_CODES) == 8
+    for c in VERDICT_CODES:
         assert seen[c] >= 3, (c, seen)
 
 

@@ -327,7 +327,7 @@ class SchedulerCycleView(GenericAPIView):
     @extend_schema(request=None, responses={200: CycleSerializer})
     def post(self, request: Request) -> Response:
         from scheduling.cluster_lock import ClusterBusy
-        from scheduling.loop import cycle_payload
+        from scheduling.cycle import cycle_payload
         from scheduling.sim_services import run_cycle_now
 
         try:

@@ -111,7 +111,7 @@ def clean_residual_now(user: Any, name: str, reason: Any,
     Returns the node, the sweep's record, and the residual-process alert the sweep
     raised (or bumped) for this node, None when it found nothing to kill there.
     """
-    from scheduling.loop import run_cycle
+    from scheduling.cycle import run_cycle
 
     if not is_oncall_or_admin(user):
         raise PermissionDenied("on-call engineers and admins only")

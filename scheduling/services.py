@@ -1,4 +1,4 @@
-"""Writers of jobs: submission and cancellation (the loop's writers live in ``scheduling.loop``).
+"""Writers of jobs: submission and cancellation (the loop's writers live in ``scheduling.cycle``).
 
 Every function here validates the business rules (who may use which queue,
 tier ceilings, sizes the cluster can hold), writes in one transaction, appends

@@ -12,7 +12,7 @@ from core import audit
 from core.roles import is_admin, is_oncall_or_admin
 from scheduling.backends.base import BackendError
 from scheduling.cluster_lock import wait_cluster_lock
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.models import Node, SchedulingCycle
 from scheduling.simcore.simulator import FAULT_KINDS
 

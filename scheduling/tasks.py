@@ -6,7 +6,7 @@ import logging
 
 from celery import shared_task
 
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 
 log = logging.getLogger(__name__)
 

@@ -1187,7 +1187,8 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
     import time as _time
 
     from quotas.models import BusinessLine, Queue
-    from scheduling import loop
+    from scheduling.cycle import run as cycle_run
+    from scheduling.cycle import run_cycle
     from scheduling.models import Allocation, Job, Node
 
     BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
@@ -1195,7 +1196,7 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
     names = list(Node.objects.order_by("name").values_list("name", flat=True))
     cluster = Cluster(names=names, start=_time.time())
     monkeypatch.setattr(
-        loop, "open_backend",
+        cycle_run, "open_backend",
         lambda wall_now=None: backend_on(cluster, clock=lambda: cluster.now, grace_s=60)[0],
     )  # fmt: skip
     me, lead = api("researcher"), api("lead")
@@ -1217,15 +1218,15 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
             assert held == sorted((s.node, g) for s in placement for g in s.gpus), job.backend_ref
 
     experiments = [submit(me, name=f"exp{i}") for i in range(len(names))]
-    loop.run_cycle()
+    run_cycle()
     assert Job.objects.filter(state="running").count() == len(names)
     assert {j["status"]["state"]["phase"] for j in cluster.jobs.values()} == {"Running"}
     agree()
     cluster.advance(600)
-    loop.run_cycle()
+    run_cycle()
     assert Job.objects.get(pk=experiments[0]).progress_seconds >= 599
     urgent = submit(lead, name="hotfix", queue="llm-urgent")
-    loop.run_cycle()
+    run_cycle()
     victims = list(Job.objects.filter(state="preempting"))
     assert len(victims) == 1
     victim = victims[0]
@@ -1233,7 +1234,7 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
     assert cluster.jobs[victim.backend_ref]["status"]["state"]["phase"] == "Terminating"
     assert Job.objects.get(pk=urgent).state == "pending"
     cluster.advance(10)  # the emulated trainer checkpoints in 3 s
-    loop.run_cycle()
+    run_cycle()
     victim.refresh_from_db()
     assert victim.state == "pending" and victim.preemption_count == 1
     assert victim.progress_seconds >= 600, "the checkpoint kept the progress"
@@ -1241,10 +1242,10 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
     agree()
     running = Job.objects.filter(state="running", pk__in=experiments).first()
     assert me.post(f"/api/v1/jobs/{running.pk}/cancel/").status_code == 200
-    loop.run_cycle()  # the loop kills the run: its pods get a 1 s grace
+    run_cycle()  # the loop kills the run: its pods get a 1 s grace
     assert cluster.jobs[running.backend_ref]["metadata"]["annotations"][volcano.ANN_KILLED_AT]
     cluster.advance(2)
-    loop.run_cycle()
+    run_cycle()
     assert cluster.jobs[running.backend_ref]["status"]["state"]["phase"] == "Terminated"
     assert not Allocation.objects.filter(job=running).exists(), "its GPUs are free again"
     agree()

@@ -1,7 +1,7 @@
 """The Slurm backend: its state mapping and topology on fabricated Slurm records, then the
 portal's loop driving the real four-node Slurm (``SCHEDULING_BACKEND=slurm``).
 
-The loop scenarios run ``scheduling.loop.run_cycle`` exactly as Celery beat does,
+The loop scenarios run ``scheduling.cycle.run_cycle`` exactly as Celery beat does,
 with the portal's nodes discovered from Slurm (the seeded simulator nodes are
 removed first). Slurm runs in real time: waits are polled and bounded.
 """
@@ -279,7 +279,7 @@ class Portal:
     out: Path
 
     def cycle(self, kind: str = "cycle"):
-        from scheduling.loop import run_cycle
+        from scheduling.cycle import run_cycle
 
         record = run_cycle(kind, wait_s=30)
         assert record is not None and not record.violations, record and record.violations

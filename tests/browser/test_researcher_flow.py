@@ -17,7 +17,8 @@ import pytest
 from playwright.sync_api import expect
 
 from quotas.models import BusinessLine, Queue
-from scheduling import loop, services
+from scheduling import services
+from scheduling.cycle import run_cycle as run_one_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest
 from tests.browser.conftest import in_thread, screenshot
@@ -26,7 +27,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def run_cycle():
-    return in_thread(loop.run_cycle)
+    return in_thread(run_one_cycle)
 
 
 def submit_job(user, req: JobRequest) -> Job:

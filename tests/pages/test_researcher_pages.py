@@ -12,8 +12,8 @@ from django.test import Client
 from monitoring.models import MetricSample
 from quotas.models import BusinessLine, Queue
 from scheduling.api import JobSubmitSerializer
+from scheduling.cycle import run_cycle
 from scheduling.forms import JobSubmitForm
-from scheduling.loop import run_cycle
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
 

@@ -16,13 +16,13 @@ from celery.signals import worker_process_init
 
 @worker_process_init.connect
 def _slow_down(**_: object) -> None:
-    from scheduling import loop
+    from scheduling.cycle import Cycle
 
     delay = float(os.environ.get("SLOW_CYCLE_S", "0"))
-    flush_events = loop.Cycle.flush_events
+    flush_events = Cycle.flush_events
 
-    def slow_flush_events(self: loop.Cycle) -> None:
+    def slow_flush_events(self: Cycle) -> None:
         time.sleep(delay)
         flush_events(self)
 
-    loop.Cycle.flush_events = slow_flush_events
+    Cycle.flush_events = slow_flush_events

@@ -15,7 +15,7 @@ from scheduling.backends import open_backend
 from scheduling.backends.base import PermanentBackendError, TransientBackendError
 from scheduling.backends.simulator import SimulatorBackend
 from scheduling.consistency import find_inconsistencies
-from scheduling.loop import LAUNCH_RETRY, launch_backoff_s
+from scheduling.cycle import LAUNCH_RETRY, launch_backoff_s
 from scheduling.models import Allocation, SchedulingCycle
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
 

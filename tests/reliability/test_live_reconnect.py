@@ -15,7 +15,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.management.commands.bench_live import run_timed_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest, cancel_job, submit_job

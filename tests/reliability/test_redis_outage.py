@@ -24,7 +24,7 @@ from core import realtime
 from core.realtime import PUBLISH_TIMEOUT_S
 from portal.devservices import Redis
 from scheduling.consistency import find_inconsistencies
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.management.commands.bench_live import ViewerPool, run_timed_cycle
 from scheduling.models import Job, SchedulingCycle
 from scheduling.services import JobRequest, submit_job

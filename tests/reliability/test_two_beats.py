@@ -16,7 +16,7 @@ import time
 import pytest
 
 from scheduling.consistency import find_inconsistencies
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.models import Job, SchedulingCycle, SimulatorState
 from scheduling.services import JobRequest, submit_job
 from tests.reliability.conftest import (

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from scheduling.consistency import find_inconsistencies
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.models import Job, SchedulingCycle, SimulatorState
 from scheduling.services import JobRequest, submit_job
 

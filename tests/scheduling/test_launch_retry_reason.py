@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import transaction
 
-from scheduling import loop
 from scheduling.backends import open_backend
+from scheduling.cycle import verdicts
 from scheduling.models import Job
 from scheduling.views import CODE_TITLES
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
@@ -28,15 +28,15 @@ def roomy_quotas(demo):
 
 @pytest.fixture
 def published(monkeypatch):
-    """The live events the loop publishes, as (channel, kind, payload)."""
+    """The live events the loop publishes with the verdicts, as (channel, kind, payload)."""
     sent: list[tuple[str, str, dict]] = []
-    real = loop.publish_on_commit
+    real = verdicts.publish_on_commit
 
     def record(channel, kind, payload):
         sent.append((channel, kind, payload))
         real(channel, kind, payload)
 
-    monkeypatch.setattr(loop, "publish_on_commit", record)
+    monkeypatch.setattr(verdicts, "publish_on_commit", record)
     return sent
 
 

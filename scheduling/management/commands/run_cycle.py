@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduling.cluster_lock import ClusterBusy
-from scheduling.loop import cycle_payload, run_cycle
+from scheduling.cycle import cycle_payload, run_cycle
 
 
 class Command(BaseCommand):

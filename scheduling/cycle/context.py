@@ -1,0 +1,88 @@
+"""What one loop iteration carries from step to step: the backend, its observation, the report.
+
+``Cycle`` is the shared context of the concern modules (``reconcile``, ``isolation``,
+``stops``, ``launch``, ``verdicts``): each is a set of functions taking the cycle, so
+each can be driven alone in a test with a small simulated cluster. Timeline lines are
+collected in ``events`` and written in one statement by ``flush_events``; the live
+``job.updated`` event of each line is published after commit, with the job's state at
+the time it was written.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from core.realtime import publish_on_commit
+from scheduling.backends.base import BackendError, ClusterBackend, Observation
+from scheduling.clock import to_datetime
+from scheduling.engine import types as et
+from scheduling.models import Job, JobEvent
+
+
+def production_policy() -> et.PolicyConfig:
+    """The policy the live loop runs (the ``full`` preset)."""
+    return et.PolicyConfig.preset(
+        "full", grace_seconds=float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300))
+    )
+
+
+@dataclass
+class CycleReport:
+    """What an iteration did (``counts``), what failed on the backend, and what drifted."""
+
+    counts: Counter = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    touched_backend: bool = False
+
+
+def fmt_placement(slots: tuple[et.Slot, ...] | list[et.Slot]) -> str:
+    """``node[0,1], node2[3]``: a placement as a timeline line shows it."""
+    return ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+
+
+class Cycle:
+    """One iteration against one opened backend. Use ``run_cycle``."""
+
+    def __init__(self, backend: ClusterBackend, obs: Observation, kind: str) -> None:
+        self.backend = backend
+        self.obs = obs
+        self.now = obs.now
+        self.kind = kind
+        self.report = CycleReport()
+        self.events: list[JobEvent] = []
+        # pending reasons of planned starts not launched (yet): written with the verdicts
+        self.launch_verdicts: dict[int, et.Verdict] = {}
+
+    def event(self, job: Job | int, kind: str, message: str, state: str = "") -> None:
+        """Add a line to the job's timeline (at cluster time) and tell its watchers."""
+        job_id = job if isinstance(job, int) else job.pk
+        st = state or (job.state if isinstance(job, Job) else "")
+        publish_on_commit(
+            f"job.{job_id}", "job.updated",
+            {"id": job_id, "state": st, "event": {"kind": kind, "message": message}},
+        )  # fmt: skip
+        self.events.append(
+            JobEvent(job_id=job_id, at=to_datetime(self.now), kind=kind, message=message)
+        )
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
+        """Call the backend; record and swallow its error (False) so one node or job can't stop the cycle."""
+        self.report.touched_backend = True
+        try:
+            fn(*args)
+            return True
+        except BackendError as err:
+            kind = "permanent" if err.permanent else "transient"
+            self.report.errors.append(f"{what}: {kind}: {err}")
+            return False
+
+    def flush_events(self) -> None:
+        """Write the collected timeline lines in a few statements."""
+        JobEvent.objects.bulk_create(self.events, batch_size=1000)
+        self.events.clear()

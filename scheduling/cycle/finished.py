@@ -1,0 +1,122 @@
+"""Ended runs: what a finished, failed, vanished or stopped run means for its job.
+
+A run that succeeded finishes its job; one stopped on request after a checkpoint puts
+its job back in the queue with its progress (an ``Eviction`` row when it made room for
+other work: R4's ratio); any other end is retried while retries are left, else the job
+fails. The jobs are decided in memory and written in a few statements: GPUs freed, jobs
+updated, evictions inserted, and the model that just ran remembered on its nodes (for
+node-group affinity).
+"""
+
+from __future__ import annotations
+
+from scheduling.backends.base import STOPPED, SUCCEEDED
+from scheduling.clock import to_datetime, to_epoch
+from scheduling.cycle.context import Cycle
+from scheduling.models import Allocation, Eviction, Job, Node
+from scheduling.sql import bulk_set
+
+RECENT_MODELS_KEPT = 3
+
+ENDED_FIELDS = (
+    "state", "progress_seconds", "finished_at", "failure_reason", "retry_count", "borrowed",
+    "preemption_count", "preempt_deadline", "preempted_for_id", "stop_reason", "updated_at",
+)  # fmt: skip
+
+
+def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str]]) -> None:
+    """Record ended runs ``(job, backend state, progress, reason)`` in a few statements."""
+    ids = [job.pk for job, *_ in ended]
+    nodes_of: dict[int, set[str]] = {}
+    for job_id, node in Allocation.objects.filter(job_id__in=ids).values_list(
+        "job_id", "node__name"
+    ):
+        nodes_of.setdefault(job_id, set()).add(node)
+    Allocation.objects.filter(job_id__in=ids).delete()
+    evictions: list[Eviction] = []
+    recent: dict[str, list[str]] = {}
+    for job, state, progress, reason in ended:
+        run_ended(cycle, job, state, progress, reason, evictions)
+        if job.state == Job.State.SUCCEEDED and job.model_name:
+            for node in nodes_of.get(job.pk, ()):
+                recent.setdefault(node, []).append(job.model_name)
+        job.updated_at = to_datetime(cycle.now)
+    bulk_set(Job, ENDED_FIELDS,
+             [(j.pk, *(getattr(j, f) for f in ENDED_FIELDS)) for j, *_ in ended])  # fmt: skip
+    Eviction.objects.bulk_create(evictions)
+    if recent:
+        remember_models(recent)
+
+
+def remember_models(recent: dict[str, list[str]]) -> None:
+    """Put the models that just finished first in their nodes' ``recent_models``."""
+    nodes = list(Node.objects.filter(name__in=recent))
+    for node in nodes:
+        newest = list(dict.fromkeys(reversed(recent[node.name])))
+        kept = [m for m in node.recent_models if m not in newest]
+        node.recent_models = (newest + kept)[:RECENT_MODELS_KEPT]
+    Node.objects.bulk_update(nodes, ["recent_models"])
+
+
+def run_ended(
+    cycle: Cycle, job: Job, state: str, progress: float, reason: str, evictions: list[Eviction]
+) -> None:
+    """Decide what an ended run means for its job (in memory; ``finish_runs`` writes)."""
+    lost_s = max(0.0, job.progress_seconds - progress)
+    job.progress_seconds = max(0.0, progress)
+    if state == SUCCEEDED:
+        job.state = Job.State.SUCCEEDED
+        job.finished_at = to_datetime(cycle.now)
+        cycle.event(job, "succeeded", "finished successfully")
+        cycle.report.counts["finished"] += 1
+    elif state == STOPPED and job.state == Job.State.PREEMPTING:
+        requeue_after_stop(cycle, job, progress, reason, lost_s, evictions)
+    else:  # failed, vanished, or stopped by someone else
+        why = reason or "the run stopped"
+        job.borrowed = False
+        if job.retry_count < job.max_retries:
+            job.state = Job.State.PENDING
+            job.retry_count += 1
+            cycle.event(
+                job, "retried",
+                f"run failed ({why}); automatic retry {job.retry_count} of {job.max_retries} "
+                f"resumes from the last checkpoint at {progress / 60:.0f} min of progress",
+            )  # fmt: skip
+            cycle.report.counts["retried"] += 1
+        else:
+            job.state = Job.State.FAILED
+            job.finished_at = to_datetime(cycle.now)
+            job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
+            cycle.event(job, "failed", job.failure_reason)
+            cycle.report.counts["failed"] += 1
+
+
+def requeue_after_stop(
+    cycle: Cycle, job: Job, progress: float, reason: str, lost_s: float,
+    evictions: list[Eviction],
+) -> None:  # fmt: skip
+    """A requested stop happened: back in the queue with its progress kept."""
+    cause = job.stop_reason or "preemption"
+    counts_as_eviction = cause in ("preemption", "inference")
+    if counts_as_eviction:
+        job.preemption_count += 1
+        started = to_epoch(job.started_at) or cycle.now
+        evictions.append(
+            Eviction(
+                job=job, queue_id=job.queue_id, at=to_datetime(cycle.now), reason=cause,
+                gpus=job.gpus, gpu_seconds=job.gpus * max(0.0, cycle.now - started),
+                lost_gpu_seconds=job.gpus * lost_s,
+            )
+        )  # fmt: skip
+    job.state = Job.State.PENDING
+    saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
+    cycle.event(
+        job, "requeued",
+        f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress kept"
+        + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
+    )  # fmt: skip
+    job.preempt_deadline = None
+    job.preempted_for = None
+    job.stop_reason = ""
+    job.borrowed = False
+    cycle.report.counts["requeued"] += 1

@@ -1,0 +1,188 @@
+"""Observe and reconcile: the backend's truth wins over what the database remembers.
+
+``reconcile`` brings the ``Node`` rows in line with the observed nodes (discovering new
+ones, isolating sick ones, sweeping residual processes, passing cordons both ways) and
+the running jobs in line with the observed runs: progress and checkpoints are recorded,
+ended runs are settled (``finished.finish_runs``), cancelled jobs release their GPUs,
+and a run the database does not know is adopted when it is a lost launch of a waiting
+job, killed when its job moved on, and reported as drift when it is foreign work.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+
+from core.realtime import publish_on_commit
+from scheduling.backends.base import ENDED, FAILED, ObservedJob
+from scheduling.clock import to_datetime, to_epoch
+from scheduling.cycle.context import Cycle
+from scheduling.cycle.finished import finish_runs
+from scheduling.cycle.isolation import clean_residual, isolate
+from scheduling.engine import types as et
+from scheduling.models import Allocation, Job, Node
+from scheduling.sql import bulk_set
+
+NODE_FIELDS = ["health", "health_detail", "residual_gpus", "state", "state_reason",
+               "uncordon_requested"]  # fmt: skip
+
+
+def reconcile(cycle: Cycle) -> None:
+    """Nodes first (a node isolated now makes its jobs move in this cycle), then jobs."""
+    sync_nodes(cycle)
+    sync_jobs(cycle)
+
+
+def sync_nodes(cycle: Cycle) -> None:
+    """Create discovered nodes; update health, residual GPUs and cordons of known ones."""
+    db_nodes = {n.name: n for n in Node.objects.all()}
+    created = []
+    changed: list[Node] = []
+    for o in cycle.obs.nodes:
+        node = db_nodes.get(o.name)
+        if node is None:  # discovered on the backend
+            created.append(
+                Node(name=o.name, rack=o.rack, block=o.block, gpu_model=o.gpu_model,
+                     gpu_memory_gb=o.gpu_memory_gb, gpus_total=o.gpus_total, rdma=o.rdma,
+                     inference=o.inference, health=o.health, health_detail=o.health_detail)
+            )  # fmt: skip
+            cycle.report.drift.append(f"node {o.name} discovered on the backend")
+            continue
+        dirty = False
+        residual = len(o.residual_gpus)
+        for attr, value in (("health", o.health), ("health_detail", o.health_detail),
+                            ("residual_gpus", residual)):  # fmt: skip
+            if getattr(node, attr) != value:
+                setattr(node, attr, value)
+                dirty = True
+        if node.uncordon_requested:
+            if cycle.call(f"uncordon {node.name}", cycle.backend.uncordon, node.name):
+                node.uncordon_requested = False
+                dirty = True
+        elif node.state == Node.State.READY and o.health != "ok":
+            isolate(cycle, node, o.health_detail or o.health)
+            dirty = True
+        elif node.state == Node.State.READY and o.cordoned:
+            node.state = Node.State.CORDONED
+            node.state_reason = "cordoned outside the portal (seen on the backend)"
+            cycle.report.drift.append(f"node {node.name} cordoned outside the portal")
+            dirty = True
+        elif node.state != Node.State.READY and not o.cordoned:
+            cycle.call(f"cordon {node.name}", cycle.backend.cordon, node.name, node.state_reason)
+        if o.residual_gpus:
+            clean_residual(cycle, node, len(o.residual_gpus))
+        if dirty:
+            changed.append(node)
+    if created:
+        Node.objects.bulk_create(created)
+    if changed:
+        Node.objects.bulk_update(changed, NODE_FIELDS)
+        for node in changed:
+            publish_on_commit("nodes", "node.updated", node_payload(node))
+
+
+def node_payload(node: Node) -> dict:
+    return {"name": node.name, "state": node.state, "health": node.health,
+            "residual_gpus": node.residual_gpus, "state_reason": node.state_reason}  # fmt: skip
+
+
+def sync_jobs(cycle: Cycle) -> None:
+    """Running and preempting jobs against the observed runs; then adopt or report the rest."""
+    observed = {j.ref: j for j in cycle.obs.jobs}
+    active = list(
+        Job.objects.select_for_update()
+        .filter(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
+        .select_related("queue")
+    )
+    known_refs = {j.backend_ref for j in active}
+    ended: list[tuple[Job, str, float, str]] = []
+    progressed: list[Job] = []
+    for job in active:
+        o = observed.get(job.backend_ref)
+        if o is None:
+            ended.append((job, FAILED, job.progress_seconds, "vanished from the backend"))
+        elif o.state in ENDED:
+            ended.append((job, o.state, o.progress_s, o.end_reason))
+        else:
+            still_running(cycle, job, o, progressed)
+    bulk_set(Job, ["progress_seconds", "last_checkpoint_at"],
+             [(j.pk, j.progress_seconds, j.last_checkpoint_at) for j in progressed])  # fmt: skip
+    if ended:
+        finish_runs(cycle, ended)
+    release_cancelled(cycle)
+    # Runs the database does not know: adopt lost launches, report foreign work.
+    for ref, o in observed.items():
+        if ref in known_refs or o.state in ENDED:
+            continue
+        if o.job_id is not None:
+            adopt(cycle, o)
+        else:
+            cycle.report.drift.append(f"run {ref} was started outside the portal")
+
+
+def release_cancelled(cycle: Cycle) -> None:
+    """Cancelled jobs: stop a run that is still alive; free the GPUs once it has ended."""
+    observed = {j.ref: j for j in cycle.obs.jobs}
+    for job in Job.objects.filter(state=Job.State.CANCELLED, allocations__isnull=False).distinct():
+        o = observed.get(job.backend_ref)
+        if o is not None and o.state not in ENDED:
+            cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
+        else:
+            job.allocations.all().delete()
+            Job.objects.filter(pk=job.pk).update(finished_at=to_datetime(cycle.now))
+
+
+def still_running(cycle: Cycle, job: Job, o: ObservedJob, progressed: list[Job]) -> None:
+    """Note new progress (into ``progressed``); kill a run past its preemption deadline."""
+    ckpt = to_datetime(o.last_checkpoint_at)
+    # Progress is for display: write it when a checkpoint lands or every 5 minutes of work.
+    if (ckpt and ckpt != job.last_checkpoint_at) or o.progress_s - job.progress_seconds >= 300:
+        job.progress_seconds = o.progress_s
+        job.last_checkpoint_at = ckpt or job.last_checkpoint_at
+        progressed.append(job)
+    if (
+        job.state == Job.State.PREEMPTING
+        and job.preempt_deadline
+        and to_epoch(job.preempt_deadline) <= cycle.now
+        and o.state != "stopping"
+    ):
+        cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
+        cycle.event(job, "killed", "grace period over: stopped cold at the deadline")
+
+
+def adopt(cycle: Cycle, o: ObservedJob) -> None:
+    """A run of a portal job the database does not know: a launch whose commit was lost.
+
+    Adopted when its job still waits and its GPUs are free in the database; killed
+    otherwise (the job moved on, or another job holds the GPUs).
+    """
+    job = Job.objects.select_for_update().filter(pk=o.job_id).first()
+    if job is None or job.state != Job.State.PENDING:
+        cycle.call(f"kill orphan {o.ref}", cycle.backend.kill, o.ref)
+        cycle.report.drift.append(f"run {o.ref} had no waiting job: killed")
+        return
+    if not allocate(cycle, job, o.placement):
+        cycle.call(f"kill {o.ref}", cycle.backend.kill, o.ref)
+        return
+    job.state = Job.State.RUNNING
+    job.backend_ref = o.ref
+    job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
+    job.started_at = job.started_at or to_datetime(cycle.now)
+    job.save(update_fields=["state", "backend_ref", "attempt", "started_at", "updated_at"])
+    cycle.event(job, "adopted", f"found running on the backend as {o.ref}: adopted")
+    cycle.report.drift.append(f"run {o.ref} adopted for job {job.pk}")
+
+
+def allocate(cycle: Cycle, job: Job, slots: tuple[et.Slot, ...]) -> bool:
+    """Give ``job`` exactly the GPUs of ``slots``; False (and an error) if any is taken."""
+    names = {s.node for s in slots}
+    node_ids = dict(Node.objects.filter(name__in=names).values_list("name", "id"))
+    rows = [Allocation(job=job, node_id=node_ids[s.node], gpu_index=g)
+            for s in slots if s.node in node_ids for g in s.gpus]  # fmt: skip
+    try:
+        with transaction.atomic():
+            Allocation.objects.filter(job=job).delete()
+            Allocation.objects.bulk_create(rows)
+    except IntegrityError:
+        cycle.report.errors.append(f"job {job.pk}: GPUs already allocated; not placed")
+        return False
+    return True

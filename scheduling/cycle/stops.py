@@ -1,0 +1,82 @@
+"""Requests to stop running jobs: moves off leaving nodes, inference yields, preemptions.
+
+Every stop is asked of the backend first; only when it accepts does the job become
+``preempting`` (with a deadline after which ``reconcile.still_running`` kills it), so a
+refused call leaves the job running and the next cycle asks again. Compare-and-set:
+only jobs still running are stopped.
+"""
+
+from __future__ import annotations
+
+from scheduling.clock import to_datetime
+from scheduling.cycle.context import Cycle, production_policy
+from scheduling.engine import types as et
+from scheduling.models import Allocation, Job, Node
+
+# Why a job is asked to move, as its timeline says it (``Job.stop_reason`` -> words).
+MOVE_WORDS = {
+    "drain": "its node is being drained",
+    "health": "its node is unhealthy",
+    "inference": "online inference needs the GPUs back",
+}
+
+
+def jobs_to_move(cycle: Cycle) -> dict[int, str]:
+    """Running jobs that must leave their nodes, with why: drain, health or inference."""
+    leaving = set(
+        Node.objects.filter(state__in=[Node.State.DRAINING, Node.State.UNHEALTHY])
+        .values_list("name", flat=True)
+    )  # fmt: skip
+    stops: dict[int, str] = {}
+    if leaving:
+        for job_id, node in Allocation.objects.filter(
+            node__name__in=leaving, job__state=Job.State.RUNNING
+        ).values_list("job_id", "node__state"):
+            stops[job_id] = "drain" if node == Node.State.DRAINING else "health"
+    pressured = {ref for refs in cycle.obs.inference_pressure.values() for ref in refs}
+    if pressured:
+        for job_id in Job.objects.filter(
+            backend_ref__in=pressured, state=Job.State.RUNNING, preemptible=True
+        ).values_list("id", flat=True):
+            stops.setdefault(job_id, "inference")
+    return stops
+
+
+def request_stops(cycle: Cycle) -> None:
+    """Ask running jobs to move off draining/unhealthy nodes and off inference peaks."""
+    grace = production_policy().grace_seconds
+    stops = jobs_to_move(cycle)
+    for job in Job.objects.select_for_update().filter(pk__in=stops, state=Job.State.RUNNING):
+        cause = stops[job.pk]
+        if not cycle.call(f"stop {job.backend_ref}", cycle.backend.checkpoint_and_stop,
+                          job.backend_ref, grace):  # fmt: skip
+            continue
+        job.state = Job.State.PREEMPTING
+        job.stop_reason = cause
+        job.preempt_deadline = to_datetime(cycle.now + grace)
+        job.save(update_fields=["state", "stop_reason", "preempt_deadline", "updated_at"])
+        cycle.event(job, "checkpointing", f"asked to checkpoint and move: {MOVE_WORDS[cause]}")
+        cycle.report.counts["moved"] += 1
+
+
+def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
+    """Stop the plan's victims: gracefully (checkpoint, then stop) or cold (killed)."""
+    for p in preemptions:
+        victim = Job.objects.select_for_update().filter(pk=p.victim_id).first()
+        if victim is None or victim.state != Job.State.RUNNING:
+            continue  # compare-and-set: it moved on since the snapshot
+        grace = max(0.0, p.grace_deadline - cycle.now) if p.mode == et.GRACEFUL else 0.0
+        call = cycle.backend.checkpoint_and_stop if grace > 0 else cycle.backend.kill
+        args = (victim.backend_ref, grace) if grace > 0 else (victim.backend_ref,)
+        if not cycle.call(f"preempt {victim.backend_ref}", call, *args):
+            continue
+        victim.state = Job.State.PREEMPTING
+        victim.stop_reason = "preemption"
+        victim.preempted_for_id = p.for_job_id
+        victim.preempt_deadline = to_datetime(p.grace_deadline)
+        victim.save(update_fields=["state", "stop_reason", "preempted_for",
+                                   "preempt_deadline", "updated_at"])  # fmt: skip
+        mode = "gracefully: checkpoint, then stop" if grace > 0 else "cold (killed)"
+        cycle.event(victim, "preempted",
+                    f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
+        cycle.report.counts["preemptions"] += 1

@@ -1,0 +1,51 @@
+"""Why each waiting job waits: the engine's verdicts and the loop's own launch reasons.
+
+Verdicts are written only where they changed, in one statement per batch, guarded by
+``state = 'pending'`` (a job started or cancelled meanwhile keeps its state); a job
+whose reason *code* changed tells its watchers (``job.updated``), and the pending page
+hears the counts per reason (``pending.updated``) every cycle.
+"""
+
+from __future__ import annotations
+
+from core.realtime import publish_on_commit
+from scheduling.clock import to_datetime
+from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
+from scheduling.cycle.context import Cycle
+from scheduling.engine import types as et
+from scheduling.models import Job
+from scheduling.sql import bulk_set
+
+VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending_remedy",
+                  "queue_position", "estimated_start"]  # fmt: skip
+
+
+def counts_by_code(cycle: Cycle, plan: et.Plan) -> dict[str, int]:
+    """Pending jobs per reason code: the engine's verdicts and the loop's launch retries."""
+    counts = plan.counts_by_code()
+    counts[LAUNCH_RETRY_CODE] = len(cycle.launch_verdicts)
+    return counts
+
+
+def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
+    """Store each waiting job's verdict, only where it changed, in one statement per batch.
+
+    The engine's verdicts, plus the loop's own for planned starts that were not launched
+    (``LAUNCH_RETRY_CODE``): such a job has no engine verdict, it was planned to start.
+    ``rows`` are the snapshot's job rows: what each job said before this cycle.
+    """
+    changed = []
+    for job_id, v in {**plan.verdicts, **cycle.launch_verdicts}.items():
+        row = rows.get(job_id)
+        if row is None or row["state"] != Job.State.PENDING:
+            continue
+        est = to_datetime(v.estimated_start)
+        new = (v.code, v.message, v.details, v.remedy, v.position, est)
+        old = tuple(row[f] for f in VERDICT_FIELDS)
+        if new != old:
+            changed.append((job_id, *new))
+            if v.code != row["pending_code"]:  # a new reason: tell the job's watchers
+                publish_on_commit(f"job.{job_id}", "job.updated",
+                                  {"id": job_id, "state": "pending", "pending_code": v.code})  # fmt: skip
+    bulk_set(Job, VERDICT_FIELDS, changed, where="t.state = 'pending'")
+    publish_on_commit("pending", "pending.updated", {"by_reason": counts_by_code(cycle, plan)})

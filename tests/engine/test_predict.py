@@ -7,8 +7,11 @@ import pytest
 from scheduling.engine import LineView, PolicyConfig
 from scheduling.engine.predict import (
     DEFAULT_RUNTIME_S,
+    LEVELS,
     FinishedJob,
     HistoryPredictor,
+    Prediction,
+    _quantile,
     fill_predictions,
     size_bucket,
 )
@@ -105,3 +108,58 @@ def test_fill_predictions_fills_only_what_is_missing():
     assert by_id[2].predicted_runtime_s == 42.0
     assert by_id[3].predicted_runtime_s == 7200.0
     assert filled.running[0].predicted_end == NOW - 100 + 600
+
+
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [((10.0,), 0.8, 10.0), ((1.0, 2.0, 3.0, 4.0), 0.5, 2.5), ((1.0, 4.0), 0.0, 1.0)],
+)
+def test_quantile_interpolates_between_samples(values, q, expected):
+    assert _quantile(values, q) == expected
+    assert _quantile(values, 1.0) == values[-1]
+
+
+def test_quantile_of_nothing_is_an_error():
+    with pytest.raises(ValueError, match="no samples"):
+        _quantile((), 0.5)
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5])
+def test_predictor_rejects_a_quantile_outside_zero_to_one(q):
+    with pytest.raises(ValueError, match="quantile"):
+        HistoryPredictor(quantile=q)
+
+
+def test_unusable_runtimes_are_ignored():
+    bad = [FinishedJob("a", "m", "q", 1, s) for s in (0, -5, float("inf"))]
+    good = runs("a", "m", "q", 1, 100, 200, 300)
+    got = HistoryPredictor(bad + good, quantile=0.5).predict(
+        owner="a", model_name="m", queue="q", gpus=1
+    )
+    assert (got.seconds, got.samples) == (200, 3)
+
+
+def test_a_minimum_of_one_sample_and_the_level_it_came_from():
+    history = runs("a", "m", "q", 2, 500)
+    got = HistoryPredictor(history, min_samples=0).predict(
+        owner="a", model_name="m", queue="other", gpus=2
+    )
+    assert got == Prediction(500.0, "history:owner+model+size", 1)
+
+
+def test_levels_run_from_the_owner_s_own_history_to_the_queue_s():
+    assert [" + ".join(level) for level in LEVELS] == [
+        "owner + model + queue + size",
+        "owner + model + size",
+        "owner + model",
+        "model + queue + size",
+        "model + size",
+        "queue + size",
+    ]
+
+
+def test_a_job_without_a_model_is_not_learned_at_the_model_levels():
+    history = [FinishedJob("a", None, "q", 4, 300) for _ in range(3)]
+    p = HistoryPredictor(history)
+    assert p.predict(owner="a", model_name="m", queue="q", gpus=4).source == "history:queue+size"
+    assert p.predict(owner="a", model_name="m", queue="r", gpus=4).source == "default"

@@ -1,0 +1,212 @@
+"""Pending reasons (V1) built directly: exact words, numbers and remedies."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduling.engine import Code, explain
+
+from .helpers import NOW, pjob
+
+SHAPE = "needs 8 GPUs on one node"
+
+
+@pytest.mark.parametrize(
+    "t, text",
+    [(None, "unknown"), (0, "1970-01-01 00:00 UTC"), (NOW, "1970-01-12 13:46 UTC")],
+)
+def test_when(t, text):
+    assert explain.when(t) == text
+
+
+@pytest.mark.parametrize(
+    "kw, text",
+    [
+        ({}, ""),
+        ({"rdma": True}, " (RDMA)"),
+        ({"gpu_memory_gb": 80, "gpu_model": "H100", "rdma": True}, " (80 GB, H100, RDMA)"),
+    ],
+)
+def test_kind_of(kw, text):
+    assert explain.kind_of(pjob(1, 8, **kw)) == text
+
+
+@pytest.mark.parametrize(
+    "job, k, c, exclusive, text",
+    [
+        (pjob(1, 8), 1, 8, False, "needs 8 GPUs on one node"),
+        (pjob(1, 8), 1, 8, True, "needs 8 GPUs on a whole node to itself"),
+        (pjob(1, 4, rdma=True), 1, 4, False, "needs 4 GPUs (RDMA) on one node"),
+        (
+            pjob(1, 16, rdma=True, gpu_memory_gb=80),
+            2,
+            8,
+            False,
+            "needs 2 whole RDMA nodes (80 GB) in one rack (else the fewest racks of one block)",
+        ),
+        (
+            pjob(1, 12),
+            3,
+            4,
+            False,
+            "needs 3 nodes with 4 free GPUs each, in one rack (else the fewest racks of one block)",
+        ),
+        (
+            pjob(1, 12, exclusive_node=True),
+            3,
+            4,
+            True,
+            "needs 3 whole nodes in one rack (else the fewest racks of one block)",
+        ),
+    ],
+)
+def test_describe_shape(job, k, c, exclusive, text):
+    assert explain.describe_shape(job, k, c, exclusive, 8) == text
+
+
+def test_never_fits():
+    assert explain.never_fits(pjob(1, 8), "no node has B200 GPUs", {"n": 1}) == (
+        Code.NEVER_FITS,
+        "This job can never run as asked: no node has B200 GPUs.",
+        {"n": 1},
+        "Change the request (fewer GPUs, fewer GPUs per node, less GPU memory, or no RDMA) "
+        "and resubmit.",
+    )
+
+
+def test_quota_exceeded_for_a_job_that_fits_the_quota():
+    code, msg, details, remedy = explain.quota_exceeded(
+        pjob(1, 8, tier="core"), "line", "llm", 12, 16, ""
+    )
+    assert code == Code.QUOTA_EXCEEDED
+    assert msg == "Line llm holds 12 of its 16 GPU quota; this job needs 8."
+    assert details == {
+        "scope": "line",
+        "name": "llm",
+        "held_gpus": 12,
+        "quota_gpus": 16,
+        "requested_gpus": 8,
+        "room_gpus": 4,
+        "short_gpus": 4,
+    }
+    assert remedy == (
+        "Starts once 4 GPUs of line llm are released, or after a quota increase. "
+        "A preemptible job could borrow idle capacity meanwhile."
+    )
+
+
+def test_quota_exceeded_with_a_predicted_release_and_a_borrowing_note():
+    _code, msg, details, remedy = explain.quota_exceeded(
+        pjob(1, 8), "queue", "q", 12, 16, "It may borrow idle capacity.", NOW
+    )
+    assert msg.endswith("this job needs 8. It may borrow idle capacity.")
+    assert details["quota_room_at"] == NOW
+    assert remedy == (
+        "Starts once 4 GPUs of queue q are released (predicted by 1970-01-12 13:46 UTC), "
+        "or after a quota increase."
+    )
+
+
+def test_quota_exceeded_for_a_job_larger_than_the_quota():
+    _code, _msg, details, remedy = explain.quota_exceeded(
+        pjob(1, 32), "queue", "q", 20, 16, "", NOW
+    )
+    assert details["room_gpus"] == 0 and details["short_gpus"] == 32
+    assert "quota_room_at" not in details
+    assert remedy == "The job is larger than the whole queue quota: ask for a quota increase."
+
+
+def test_nodes_unavailable():
+    details = {"unavailable_nodes": 2, "healthy_matching_nodes": 1}
+    assert explain.nodes_unavailable(pjob(1, 8), SHAPE, details) == (
+        Code.NODES_UNAVAILABLE,
+        "This job needs 8 GPUs on one node; that only exists if unavailable nodes are counted "
+        "(2 matching nodes are cordoned, draining, down or unhealthy).",
+        details,
+        "Starts when enough of those nodes return to service; ask on-call, or request fewer GPUs.",
+    )
+
+
+def test_priority_in_strict_order():
+    code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, 8, 1, True)
+    assert code == Code.PRIORITY
+    assert msg == (
+        "Waiting its turn: the policy keeps strict order and 2 job(s) ahead needing 16 GPUs "
+        "are blocked."
+    )
+    assert details == {
+        "ahead_jobs": 2,
+        "ahead_gpus": 16,
+        "started_ahead_jobs": 1,
+        "started_ahead_gpus": 8,
+        "reservations_ahead": 1,
+        "strict_order": 1,
+    }
+    assert remedy == "Starts after the jobs ahead of it start."
+
+
+def test_priority_behind_higher_priority_work():
+    _code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, 8, 1, False)
+    assert msg == (
+        "This job needs 8 GPUs on one node; that capacity is free but taken or reserved by "
+        "higher-priority work: 1 job(s) ahead started now with 8 GPUs, 1 reservation(s) hold "
+        "nodes, and 2 job(s) ahead still wait for 16 GPUs."
+    )
+    assert details["strict_order"] == 0
+    assert remedy.startswith("Starts when the work ahead is placed")
+
+
+def test_preempting():
+    assert explain.preempting(pjob(1, 8), 2, 12, NOW + 300) == (
+        Code.PREEMPTING,
+        "Making room: 2 running job(s) holding 12 GPUs (lower priority, or on borrowed "
+        "capacity) are being preempted and will stop by 1970-01-12 13:51 UTC.",
+        {"victims": 2, "victim_gpus": 12, "deadline": NOW + 300},
+        "Nothing to do: it starts as soon as they have stopped.",
+    )
+    _code, msg, details, _remedy = explain.preempting(pjob(1, 8), 1, 8, None)
+    assert msg.endswith("will stop by unknown.") and details["deadline"] == 0.0
+
+
+def test_topology_on_one_node_and_on_several():
+    one = {"nodes_needed": 1, "best_node_free": 6, "free_gpus": 10, "where": "r0: 6, r1: 4"}
+    code, msg, details, _remedy = explain.topology(pjob(1, 8), SHAPE, one)
+    assert code == Code.TOPOLOGY and details is one
+    assert msg == (
+        "This job needs 8 GPUs on one node; 10 such GPUs are free but scattered: the emptiest "
+        "matching node has 6. Free GPUs by rack: r0: 6, r1: 4."
+    )
+    several = {
+        "nodes_needed": 2,
+        "best_rack": "r0",
+        "best_rack_nodes": 1,
+        "best_block_nodes": 1,
+        "free_gpus": 14,
+    }
+    _code, msg, _details, remedy = explain.topology(pjob(1, 16), "needs 2 whole nodes", several)
+    assert msg == (
+        "This job needs 2 whole nodes; 14 such GPUs are free but scattered: the best rack (r0) "
+        "has 1 and the best block 1 such nodes."
+    )
+    assert remedy.startswith("Starts when enough neighbouring capacity frees up")
+
+
+def test_insufficient():
+    assert explain.insufficient(pjob(1, 8), SHAPE, {"free_gpus": 3}) == (
+        Code.INSUFFICIENT_GPUS,
+        "This job needs 8 GPUs on one node; only 3 matching GPUs are free, 5 short.",
+        {"free_gpus": 3, "short_gpus": 5},
+        "Starts when 5 more matching GPUs are released.",
+    )
+
+
+def test_demoted_wraps_the_underlying_reason():
+    underlying = (Code.PRIORITY, "Behind others.", {"ahead_jobs": 1}, "Wait.")
+    assert explain.demoted(pjob(1, 8, preemption_count=4), underlying, 3) == (
+        Code.DEMOTED,
+        "Preempted 4 times (more than 3): moved to the back of its tier and protected from "
+        "further preemption. Meanwhile: Behind others.",
+        {"ahead_jobs": 1, "underlying_code": Code.PRIORITY, "preemption_count": 4},
+        "Re-check the job's priority and queue with your team lead. Wait.",
+    )
+    assert underlying[2] == {"ahead_jobs": 1}  # not modified

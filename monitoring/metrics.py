@@ -21,8 +21,9 @@ def fragmentation(free_per_node: Iterable[int], whole: int = WHOLE_NODE) -> int:
 def delivered_gpu_seconds(samples: Sequence[tuple[float, int]], until: float) -> float:
     """Integrate a step series of (time, GPUs in use) up to ``until``."""
     total = 0.0
-    for (t, used), nxt in zip(samples, [*samples[1:], (until, 0)], strict=True):
-        total += used * max(0.0, min(nxt[0], until) - t)
+    for i, (t, used) in enumerate(samples):
+        end = samples[i + 1][0] if i + 1 < len(samples) else until
+        total += used * max(0.0, min(end, until) - t)
     return total
 
 

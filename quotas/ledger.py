@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
+from monitoring.metrics import eviction_ratio
 from scheduling.engine.accounting import derive_usage
 from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, RunningJob, Tier
 
@@ -700,22 +701,6 @@ def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) ->
 # Eviction ratio and guarantee suggestions (R4)
 
 
-def delivered_gpu_seconds(points: Sequence[tuple[float, int]], until: float) -> float:
-    """Integrate a step series ``(time, GPUs in use)`` (sorted by time) up to ``until``."""
-    total = 0.0
-    for i, (t, used) in enumerate(points):
-        end = points[i + 1][0] if i + 1 < len(points) else until
-        total += used * max(0.0, min(end, until) - t)
-    return total
-
-
-def eviction_ratio(evicted_gpu_seconds: float, delivered_gpu_seconds: float) -> float:
-    """Evicted GPU time over delivered GPU time (0 when nothing was delivered)."""
-    if delivered_gpu_seconds <= 0:
-        return 0.0
-    return evicted_gpu_seconds / delivered_gpu_seconds
-
-
 @dataclass(frozen=True, slots=True)
 class EvictionEvent:
     """One eviction: the victim's GPUs and GPU time, and its queue's use at that moment."""
@@ -798,6 +783,8 @@ def suggest_guarantee(
     if suggested <= current_guarantee:
         return None
     prevented = [e for g, e in needed if g <= suggested]
+    if not prevented:  # capped below what every eviction needed: it would change nothing
+        return None
     saved = sum(e.gpu_seconds for e in prevented)
     return Suggestion(
         queue=queue,

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from core.roles import is_admin, line_ids, role_of
+from monitoring import metrics
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from scheduling.models import Eviction, Job, Node
@@ -205,7 +206,7 @@ def build_suggestions(line: BusinessLine, now: datetime) -> list[dict]:
             )
             for at, gpus, gpu_s in evictions
         ]
-        delivered = ledger.delivered_gpu_seconds(series, now.timestamp())
+        delivered = metrics.delivered_gpu_seconds(series, now.timestamp())
         cap = queue.quota_gpus if queue.quota_gpus is not None else line.quota_gpus
         suggestion = ledger.suggest_guarantee(
             queue.name,

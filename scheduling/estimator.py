@@ -108,8 +108,10 @@ def parse_params(text: str) -> float:
 def format_params(params: float) -> str:
     """7e9 -> ``"7B"``, 3.5e8 -> ``"350M"``."""
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
-        if params >= scale:
-            return f"{params / scale:.3g}{unit}"
+        # Round to three digits first: 999.6e9 reads "1T", not "1e+03B".
+        shown = float(f"{params / scale:.3g}")
+        if shown >= 1:
+            return f"{shown:g}{unit}"
     return f"{params:.0f}"
 
 

@@ -3,6 +3,7 @@ against capacity, borrowed use, the impact of a change, recent use and R4 sugges
 
 import pytest
 
+from monitoring import metrics
 from quotas import ledger as L
 
 LINES = (L.LineContract("a", 10, 4), L.LineContract("b", 10, 2))
@@ -207,7 +208,7 @@ def test_recent_use_is_compared_with_the_proposed_contract():
     ],
 )
 def test_delivered_gpu_seconds_integrates_the_step_series(points, until, expected):
-    assert L.delivered_gpu_seconds(points, until) == expected
+    assert metrics.delivered_gpu_seconds(points, until) == expected
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,6 @@ def inputs(draw) -> EstimateInput:
 @FAST
 @given(st.floats(1.0, 999.0), st.sampled_from([1e6, 1e9, 1e12]))
 def test_a_formatted_count_reads_back_within_its_three_digits(mantissa, unit):
-    # Up to 999 of a unit: just under the next unit is the xfail below.
     params = mantissa * unit
     text = format_params(params)
     assert re.fullmatch(r"\d+(\.\d+)?[MBT]", text), text
@@ -77,11 +76,6 @@ def test_counts_are_written_in_the_largest_unit_they_reach(params, text):
     assert format_params(params) == text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: format_params writes counts just under a unit in scientific notation "
-    "(999.6e9 -> '1e+03B', 999.6e6 -> '1e+03M'), which parse_params refuses",
-)
 @pytest.mark.parametrize("params,text", [(999.6e9, "1T"), (999.6e6, "1B")])
 def test_counts_just_under_a_unit_are_written_in_the_next_one(params, text):
     assert format_params(params) == text

@@ -20,8 +20,8 @@ from monitoring.models import Alert
 from quotas.models import BusinessLine, Queue
 from scheduling.backends.base import run_ref
 from scheduling.cluster_lock import try_cluster_lock
-from scheduling.cycle import run_cycle
 from scheduling.engine.bench import build_snapshot
+from scheduling.loop import run_cycle
 from scheduling.models import (
     Allocation,
     ClusterSettings,

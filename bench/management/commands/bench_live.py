@@ -227,7 +227,7 @@ def run_timed_cycle(wait_s: float = 60.0):
     The cycle runs in an outer transaction whose first on-commit hook records the
     commit instant; the cycle's own events are sent by the next hook, as usual.
     """
-    from scheduling.cycle import run_cycle
+    from scheduling.loop import run_cycle
 
     stamp: list[float] = []
     with transaction.atomic():

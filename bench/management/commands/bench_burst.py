@@ -103,7 +103,7 @@ def admitted(prefix: str) -> dict:
 
 def judged_by_next_cycle(prefix: str) -> dict:
     """Run one cycle; every burst job must start or wait with a reason."""
-    from scheduling.cycle import run_cycle
+    from scheduling.loop import run_cycle
     from scheduling.models import Job
 
     record = run_cycle(wait_s=60)

@@ -11,7 +11,7 @@ from django.test import Client
 
 from scheduling.bench_db import load_scale_dataset
 from scheduling.cluster_lock import try_cluster_lock
-from scheduling.cycle import run_cycle
+from scheduling.loop import run_cycle
 
 PAGES = ("/", "/jobs/", "/jobs/?state=pending", "/queues/", "/dashboard/", "/oncall/",
          "/oncall/rack-map/", "/api/v1/jobs/?state=pending", "/api/v1/queues/",

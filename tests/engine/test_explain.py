@@ -74,12 +74,9 @@ def test_never_fits():
     )
 
 
-def test_quota_exceeded_for_a_job_that_fits_the_quota():
-    code, msg, details, remedy = explain.quota_exceeded(
-        pjob(1, 8, tier="core"), "line", "llm", 12, 16, ""
-    )
+def test_quota_exceeded_details():
+    code, _msg, details, _remedy = explain.quota_exceeded(pjob(1, 8), "line", "llm", 12, 16, "")
     assert code == Code.QUOTA_EXCEEDED
-    assert msg == "Line llm holds 12 of its 16 GPU quota; this job needs 8."
     assert details == {
         "scope": "line",
         "name": "llm",
@@ -89,31 +86,42 @@ def test_quota_exceeded_for_a_job_that_fits_the_quota():
         "room_gpus": 4,
         "short_gpus": 4,
     }
-    assert remedy == (
-        "Starts once 4 GPUs of line llm are released, or after a quota increase. "
-        "A preemptible job could borrow idle capacity meanwhile."
+    _code, _msg, details, _remedy = explain.quota_exceeded(
+        pjob(1, 8), "line", "llm", 12, 16, "", NOW
     )
-
-
-def test_quota_exceeded_with_a_predicted_release_and_a_borrowing_note():
-    _code, msg, details, remedy = explain.quota_exceeded(
-        pjob(1, 8), "queue", "q", 12, 16, "It may borrow idle capacity.", NOW
-    )
-    assert msg.endswith("this job needs 8. It may borrow idle capacity.")
     assert details["quota_room_at"] == NOW
-    assert remedy == (
-        "Starts once 4 GPUs of queue q are released (predicted by 1970-01-12 13:46 UTC), "
-        "or after a quota increase."
-    )
-
-
-def test_quota_exceeded_for_a_job_larger_than_the_quota():
-    _code, _msg, details, remedy = explain.quota_exceeded(
+    _code, _msg, details, _remedy = explain.quota_exceeded(
         pjob(1, 32), "queue", "q", 20, 16, "", NOW
     )
     assert details["room_gpus"] == 0 and details["short_gpus"] == 32
-    assert "quota_room_at" not in details
-    assert remedy == "The job is larger than the whole queue quota: ask for a quota increase."
+    assert "quota_room_at" not in details  # no release makes room for it
+
+
+QUOTA_WORDS = [
+    (
+        (pjob(1, 8, tier="core"), "line", "llm", 12, 16, "", None),
+        "Line llm holds 12 of its 16 GPU quota; this job needs 8.",
+        "Starts once 4 GPUs of line llm are released, or after a quota increase. "
+        "A preemptible job could borrow idle capacity meanwhile.",
+    ),
+    (
+        (pjob(1, 8), "queue", "q", 12, 16, "It may borrow idle capacity.", NOW),
+        "Queue q holds 12 of its 16 GPU quota; this job needs 8. It may borrow idle capacity.",
+        "Starts once 4 GPUs of queue q are released (predicted by 1970-01-12 13:46 UTC), "
+        "or after a quota increase.",
+    ),
+    (
+        (pjob(1, 32), "queue", "q", 20, 16, "", NOW),
+        "Queue q holds 20 of its 16 GPU quota; this job needs 32.",
+        "The job is larger than the whole queue quota: ask for a quota increase.",
+    ),
+]
+
+
+@pytest.mark.parametrize("args, msg, remedy", QUOTA_WORDS)
+def test_quota_exceeded_words(args, msg, remedy):
+    _code, got_msg, _details, got_remedy = explain.quota_exceeded(*args)
+    assert (got_msg, got_remedy) == (msg, remedy)
 
 
 def test_nodes_unavailable():

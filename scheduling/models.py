@@ -82,6 +82,8 @@ class Job(models.Model):
     States follow API.md: pending -> running -> succeeded | failed | cancelled, and
     running -> preempting -> pending on graceful preemption (progress kept,
     ``preemption_count`` + 1). ``pending_*`` hold the engine's latest verdict.
+    ``launch_*`` hold the current streak of transient launch failures (the backoff of
+    ``scheduling.cycle.backoff``): zero attempts and no times when there is none.
     """
 
     class State(models.TextChoices):
@@ -140,6 +142,12 @@ class Job(models.Model):
         max_length=16, blank=True, help_text="why a requested stop happened: preemption, drain..."
     )
     failure_reason = models.TextField(blank=True)
+    launch_attempts = models.PositiveIntegerField(
+        default=0, help_text="launches that failed transiently in a row (cleared at start)"
+    )
+    launch_first_failed_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
+    launch_last_failed_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
+    launch_error = models.TextField(blank=True, help_text="the backend's words, last failure")
 
     submitted_at = models.DateTimeField(default=timezone.now, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -165,6 +173,13 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(progress_seconds__gte=0), name="job_progress_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(launch_attempts=0)
+                | (
+                    Q(launch_first_failed_at__isnull=False) & Q(launch_last_failed_at__isnull=False)
+                ),
+                name="job_launch_streak_has_times",
             ),
         ]
 

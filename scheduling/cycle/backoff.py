@@ -3,19 +3,23 @@
 Transient launch errors back off per job, in cluster time: after a failure the job is not
 launched again before ``last failure + clamp(age of its failure streak, MIN, MAX)``, i.e.
 after 10 s, 10 s, 20 s, 40 s ... at most 5 min; it stays pending meanwhile. The streak is
-the run of latest ``launch_retry`` events in the job's timeline: it commits and rolls
-back with the cycle, survives restarts, needs no model field and no Redis, and the user
-sees every attempt. A launch is never retried within the cycle: a launch that timed out
-may have happened after all, and only the next cycle's fresh observation can adopt it.
+data on the job (``Job.launch_attempts``, ``launch_first_failed_at``,
+``launch_last_failed_at``, ``launch_error``): written with the cycle's transaction (so it
+commits and rolls back with it), it survives restarts and needs no Redis; it is cleared
+when a run of the job starts or is adopted. Every attempt is also a ``launch_retry`` line
+of the job's timeline, for its owner to read. A launch is never retried within the
+cycle: a launch that timed out may have happened after all, and only the next cycle's
+fresh observation can adopt it.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
+from datetime import datetime
 
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import types as et
-from scheduling.models import JobEvent
+from scheduling.models import Job
 
 LAUNCH_RETRY = "launch_retry"
 LAUNCH_BACKOFF_MIN_S = 10.0
@@ -30,7 +34,11 @@ LAUNCH_RETRY_REMEDY = (
     "Nothing to do: the portal retries automatically; if it keeps failing, the on-call "
     "engineer sees a backend_error alert."
 )
-_RETRY_ERROR = re.compile(r"right now \((.*)\); still waiting", re.S)
+
+# The job fields that hold the streak (written together, cleared together).
+BACKOFF_FIELDS = (
+    "launch_attempts", "launch_first_failed_at", "launch_last_failed_at", "launch_error",
+)  # fmt: skip
 
 
 def launch_backoff_s(streak_age_s: float) -> float:
@@ -38,68 +46,87 @@ def launch_backoff_s(streak_age_s: float) -> float:
     return min(max(streak_age_s, LAUNCH_BACKOFF_MIN_S), LAUNCH_BACKOFF_MAX_S)
 
 
-def launch_due(streak: tuple[int, float, float], now: float) -> bool:
-    """May a job with this failure streak (count, first, last) be launched at ``now``?"""
-    _, first, last = streak
-    return now >= last + launch_backoff_s(last - first) - 1e-3  # event times are in µs
+@dataclass(frozen=True)
+class Streak:
+    """Launches of one job that failed transiently in a row: how many, since and until when
+    (cluster time, epoch seconds, as stored: to the microsecond), and the last error."""
 
+    attempts: int
+    first: float
+    last: float
+    error: str
 
-def launch_streaks(job_ids: list[int]) -> dict[int, tuple[int, float, float]]:
-    """Jobs whose latest timeline events are transient launch failures: (count, first, last)."""
-    retrying = set(
-        JobEvent.objects.filter(job_id__in=job_ids, kind=LAUNCH_RETRY).values_list(
-            "job_id", flat=True
+    @classmethod
+    def of(cls, job: Job) -> Streak | None:
+        """The job's current streak, None when its last launch did not fail."""
+        if not job.launch_attempts:
+            return None
+        return cls(
+            job.launch_attempts, _epoch(job.launch_first_failed_at),
+            _epoch(job.launch_last_failed_at), job.launch_error,
+        )  # fmt: skip
+
+    @property
+    def wait_s(self) -> float:
+        return launch_backoff_s(self.last - self.first)
+
+    @property
+    def next_attempt(self) -> float:
+        return self.last + self.wait_s
+
+    def due(self, now: float) -> bool:
+        """May the job be launched again at ``now``?"""
+        return now >= self.next_attempt - 1e-3  # stored times are in µs
+
+    def verdict(self) -> et.Verdict:
+        """The job's pending reason: when the next attempt is, and why it waits."""
+        wait, at = self.wait_s, to_datetime(self.next_attempt)
+        return et.Verdict(
+            code=LAUNCH_RETRY_CODE,
+            message=(
+                f"It is its turn to start, but the cluster could not start it: {self.error}. "
+                f"The portal tries again at {at:%Y-%m-%d %H:%M:%S} UTC, {wait:.0f} s after the "
+                f"last attempt ({self.attempts} failed attempt(s) in a row)."
+            ),
+            details={
+                "attempts": self.attempts,
+                "failing_for_seconds": round(self.last - self.first),
+                "backoff_seconds": round(wait),
+                "next_attempt_at": at.isoformat(),
+                "error": self.error,
+            },
+            remedy=LAUNCH_RETRY_REMEDY,
+            estimated_start=self.next_attempt,
         )
-    )
-    streaks: dict[int, tuple[int, float, float]] = {}
-    ended: set[int] = set()
-    for job_id, kind, at in (
-        JobEvent.objects.filter(job_id__in=retrying)
-        .order_by("job_id", "-id")  # newest first by insertion (timeline clocks may differ)
-        .values_list("job_id", "kind", "at")
-    ):
-        if job_id in ended:
-            continue
-        if kind != LAUNCH_RETRY:  # the streak is over: the job did something else since
-            ended.add(job_id)
-            continue
-        count, _, last = streaks.get(job_id, (0, 0.0, to_epoch(at)))
-        streaks[job_id] = (count + 1, to_epoch(at), last)
-    return streaks
 
 
-def last_retry_error(job_id: int) -> str:
-    """The backend's error of the job's latest launch failure, read from its timeline."""
-    message = (
-        JobEvent.objects.filter(job_id=job_id, kind=LAUNCH_RETRY)
-        .order_by("-id")
-        .values_list("message", flat=True)
-        .first()
-    ) or ""
-    found = _RETRY_ERROR.search(message)
-    return found.group(1) if found else message
+def record_failure(job: Job, now: float, error: str) -> Streak:
+    """A transient launch failure at ``now``: extend the job's streak (in memory; the
+    caller writes ``BACKOFF_FIELDS``) and return it."""
+    previous = Streak.of(job)
+    at = to_datetime(now)
+    last = _epoch(at)  # as it reads back from the database
+    streak = Streak(
+        attempts=(previous.attempts if previous else 0) + 1,
+        first=previous.first if previous else last, last=last, error=error,
+    )  # fmt: skip
+    job.launch_attempts = streak.attempts
+    if previous is None:
+        job.launch_first_failed_at = at
+    job.launch_last_failed_at = at
+    job.launch_error = error
+    return streak
 
 
-def launch_retry_verdict(attempts: int, first: float, last: float, error: str) -> et.Verdict:
-    """The pending reason of a job whose last ``attempts`` launches failed transiently
-    (the first at ``first``, the last at ``last``): when the next attempt is, and why."""
-    wait = launch_backoff_s(last - first)
-    next_at = last + wait
-    at = to_datetime(next_at)
-    return et.Verdict(
-        code=LAUNCH_RETRY_CODE,
-        message=(
-            f"It is its turn to start, but the cluster could not start it: {error}. "
-            f"The portal tries again at {at:%Y-%m-%d %H:%M:%S} UTC, {wait:.0f} s after the "
-            f"last attempt ({attempts} failed attempt(s) in a row)."
-        ),
-        details={
-            "attempts": attempts,
-            "failing_for_seconds": round(last - first),
-            "backoff_seconds": round(wait),
-            "next_attempt_at": at.isoformat(),
-            "error": error,
-        },
-        remedy=LAUNCH_RETRY_REMEDY,
-        estimated_start=next_at,
-    )
+def clear(job: Job) -> None:
+    """A run of the job started (or was adopted): the streak is over (in memory)."""
+    job.launch_attempts = 0
+    job.launch_first_failed_at = None
+    job.launch_last_failed_at = None
+    job.launch_error = ""
+
+
+def _epoch(at: datetime | None) -> float:
+    value = to_epoch(at)
+    assert value is not None, "a streak has its times (constraint job_launch_streak_has_times)"
+    return value

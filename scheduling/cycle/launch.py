@@ -15,26 +15,19 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from scheduling.backends.base import BackendError, LaunchRequest, run_ref
-from scheduling.clock import to_datetime, to_epoch
-from scheduling.cycle.backoff import (
-    LAUNCH_RETRY,
-    LAUNCH_RETRY_CODE,
-    last_retry_error,
-    launch_backoff_s,
-    launch_due,
-    launch_retry_verdict,
-    launch_streaks,
-)
+from scheduling.clock import to_datetime
+from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
 
-Streak = tuple[int, float, float]
+STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
+                  "queue_position", "estimated_start", *BACKOFF_FIELDS)  # fmt: skip
 
-STARTED_FIELDS = ["state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
-                  "queue_position", "estimated_start"]  # fmt: skip
+# What ``launch`` made of one start.
+LAUNCHED, REFUSED, RETRY = "launched", "refused", "retry"
 
 
 def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
@@ -48,18 +41,24 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
         )
     }
     launched: list[tuple[Job, et.Start]] = []
-    streaks = launch_streaks(list(jobs))
+    retried: list[Job] = []
     for start in starts:
         job = jobs.get(start.job_id)
         if job is None:
             continue  # cancelled (or adopted) since the snapshot
-        streak = streaks.get(job.pk)
-        if streak and not launch_due(streak, cycle.now):
+        streak = Streak.of(job)
+        if streak and not streak.due(cycle.now):
+            # Backing off after a transient launch failure: the backend is not asked.
             cycle.report.counts["launch_backoff"] += 1
-            backing_off(cycle, job, streak)
-            continue  # backing off after a transient launch failure
-        if launch(cycle, job, start, streak):
+            cycle.launch_verdicts[job.pk] = streak.verdict()
+            continue
+        outcome = launch(cycle, job, start)
+        if outcome == LAUNCHED:
             launched.append((job, start))
+        elif outcome == RETRY:
+            retried.append(job)
+    bulk_set(Job, BACKOFF_FIELDS,
+             [(j.pk, *(getattr(j, f) for f in BACKOFF_FIELDS)) for j in retried])  # fmt: skip
     placed = allocate_many(cycle, launched)
     now_dt = to_datetime(cycle.now)
     for job, start in placed:
@@ -70,6 +69,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
         job.pending_code = ""
         job.queue_position = None
         job.estimated_start = None
+        clear(job)
         borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
         cycle.event(job, "started", f"started on {fmt_placement(start.placement)}{borrowed}")
     bulk_set(Job, STARTED_FIELDS,
@@ -77,8 +77,9 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
     cycle.report.counts["starts"] += len(placed)
 
 
-def launch(cycle: Cycle, job: Job, start: et.Start, streak: Streak | None) -> bool:
-    """Ask the backend to launch the job's next run; True when it accepted."""
+def launch(cycle: Cycle, job: Job, start: et.Start) -> str:
+    """Ask the backend to launch the job's next run: ``LAUNCHED``, ``REFUSED`` for good
+    (the job failed), or ``RETRY`` (a transient error: the job backs off)."""
     ref = run_ref(job.pk, job.attempt + 1)
     request = LaunchRequest(
         ref=ref, job_id=job.pk, name=job.name, placement=start.placement,
@@ -92,46 +93,34 @@ def launch(cycle: Cycle, job: Job, start: et.Start, streak: Streak | None) -> bo
         cycle.backend.launch(request)
     except BackendError as err:
         cycle.report.errors.append(f"launch {ref}: {err}")
-        if err.permanent:
-            job.state = Job.State.FAILED
-            job.failure_reason = f"the cluster refused to start it: {err}"
-            job.finished_at = to_datetime(cycle.now)
-            job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
-            cycle.event(job, "failed", job.failure_reason)
-            cycle.report.counts["failed"] += 1
-        else:
-            launch_retry(cycle, job, err, streak)
-        return False
+        if not err.permanent:
+            launch_retry(cycle, job, err)
+            return RETRY
+        job.state = Job.State.FAILED
+        job.failure_reason = f"the cluster refused to start it: {err}"
+        job.finished_at = to_datetime(cycle.now)
+        job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
+        cycle.event(job, "failed", job.failure_reason)
+        cycle.report.counts["failed"] += 1
+        return REFUSED
     job.backend_ref = ref
-    return True
+    return LAUNCHED
 
 
-def launch_retry(cycle: Cycle, job: Job, err: BackendError, streak: Streak | None) -> None:
-    """A transient launch failure: the job stays pending and backs off (``launch_backoff_s``)."""
-    attempts = (streak[0] if streak else 0) + 1
-    # The event's time as the next cycles read it back (``launch_streaks``): the reason
-    # written now is the one they compute, so while unchanged it is not written again.
-    last = to_epoch(to_datetime(cycle.now))
-    first = streak[1] if streak else last
-    wait = launch_backoff_s(last - first)
+def launch_retry(cycle: Cycle, job: Job, err: BackendError) -> None:
+    """A transient launch failure: the job stays pending and backs off (``launch_backoff_s``).
+
+    The streak grows on the job (written by ``start_all``); the reason written now is the
+    one the next cycles compute from it, so while unchanged it is not written again.
+    """
+    streak = record_failure(job, cycle.now, str(err))
     cycle.event(
         job, LAUNCH_RETRY,
         f"the cluster could not start it right now ({err}); still waiting, next attempt "
-        f"in {wait:.0f} s or later (transient failure {attempts})",
+        f"in {streak.wait_s:.0f} s or later (transient failure {streak.attempts})",
     )  # fmt: skip
-    cycle.launch_verdicts[job.pk] = launch_retry_verdict(attempts, first, last, str(err))
+    cycle.launch_verdicts[job.pk] = streak.verdict()
     cycle.report.counts["launch_retries"] += 1
-
-
-def backing_off(cycle: Cycle, job: Job, streak: Streak) -> None:
-    """A job backing off between launch attempts keeps saying why it waits."""
-    attempts, first, last = streak
-    details = job.pending_details if isinstance(job.pending_details, dict) else {}
-    if job.pending_code == LAUNCH_RETRY_CODE and "error" in details:
-        error = str(details["error"])
-    else:  # another reason came in between: the error is in the streak's latest event
-        error = last_retry_error(job.pk)
-    cycle.launch_verdicts[job.pk] = launch_retry_verdict(attempts, first, last, error)
 
 
 def allocate_many(cycle: Cycle, launched: list[tuple[Job, et.Start]]) -> list[tuple[Job, et.Start]]:

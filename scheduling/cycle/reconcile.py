@@ -15,6 +15,8 @@ from django.db import IntegrityError, transaction
 from core.realtime import publish_on_commit
 from scheduling.backends.base import ENDED, FAILED, ObservedJob
 from scheduling.clock import to_datetime, to_epoch
+from scheduling.cycle.backoff import BACKOFF_FIELDS
+from scheduling.cycle.backoff import clear as clear_backoff
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.finished import finish_runs
 from scheduling.cycle.isolation import clean_residual, isolate
@@ -167,7 +169,9 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     job.backend_ref = o.ref
     job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
     job.started_at = job.started_at or to_datetime(cycle.now)
-    job.save(update_fields=["state", "backend_ref", "attempt", "started_at", "updated_at"])
+    clear_backoff(job)
+    job.save(update_fields=["state", "backend_ref", "attempt", "started_at", *BACKOFF_FIELDS,
+                            "updated_at"])  # fmt: skip
     cycle.event(job, "adopted", f"found running on the backend as {o.ref}: adopted")
     cycle.report.drift.append(f"run {o.ref} adopted for job {job.pk}")
 

@@ -543,6 +543,8 @@ class Planner:
         short_l: int,
         leaving: tuple[RunningJob, ...],
     ) -> bool:
+        """Look for victims that make room for ``job`` (within the plan's bounds on
+        preemptors and searches); True if it now waits for them."""
         policy = self.policy
         if not policy.preemption:
             return False

@@ -6,8 +6,9 @@ weighing more than any borrowed work, see ``preemption.VictimIndex``). A node
 qualifies once its cheapest candidates free ``c`` GPUs (a node held
 exclusively, or wanted exclusively, must lose every job on it); the cheapest
 qualifying node wins for one node, and the ``k`` cheapest nodes of one rack
-(else of one block) for several. Ties go to fewer victims, then to the lower
-node, rack or block, so the choice is deterministic.
+(else of one block) for several. Ties go to fewer victims (then, for one node,
+the tightest fit), then to the lower node, rack or block, so the choice is
+deterministic.
 """
 
 from __future__ import annotations

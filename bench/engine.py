@@ -1,6 +1,6 @@
 """Benchmark of one scheduling decision at cluster scale: ``plan()`` + ``check_plan()``.
 
-    python -m scheduling.engine.bench --gpus 10000 --pending 5000 --running 2000 --json
+    python -m bench.engine --gpus 10000 --pending 5000 --running 2000 --json
 
 builds a random but realistic snapshot (8-GPU nodes in racks of 32, 4 racks per
 network block, a few non-RDMA / 40 GB / inference racks, ~2% of nodes out of
@@ -8,7 +8,9 @@ service, four business lines with quotas and guarantees, the four tiers, sizes
 from 1 to 256 GPUs, a fragmented and nearly full cluster, some borrowed and
 some preempting work) and times the engine over several runs.
 ``run_bench(...)`` returns the same figures as a dict for the
-``bench_cycle`` management command.
+``bench_cycle`` management command; ``build_snapshot`` is also the cluster that
+``bench_cycle --with-db`` and ``bench_pages`` load into the database (``bench.scale``).
+Pure like the engine: no Django.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import sys
 import time
 from typing import Any
 
-from .invariants import check_plan
-from .planner import plan
-from .types import (
+from scheduling.engine import check_plan, plan
+from scheduling.engine.types import (
     PREEMPTING,
     LineView,
     NodeView,
@@ -35,6 +36,8 @@ from .types import (
     Snapshot,
     Tier,
 )
+
+from .latency import percentile
 
 NODE_GPUS = 8
 RACK_NODES = 32
@@ -232,8 +235,6 @@ def run_bench(
         check_ms.append((t2 - t1) * 1000)
         totals.append((t2 - t0) * 1000)
     assert result is not None
-    ordered = sorted(totals)
-    p95 = ordered[min(len(ordered) - 1, max(0, int(round(0.95 * len(ordered) + 0.5)) - 1))]
     median = statistics.median(totals)
     free = sum(len(n.free_gpus) for n in snapshot.nodes if n.state == "ready")
     return {
@@ -245,8 +246,8 @@ def run_bench(
         "seed": seed,
         "runs": runs,
         "median_ms": round(median, 2),
-        "p95_ms": round(p95, 2),
-        "min_ms": round(ordered[0], 2),
+        "p95_ms": round(percentile(totals, 95), 2),
+        "min_ms": round(min(totals), 2),
         "cpu_median_ms": round(statistics.median(cpu), 2),
         "plan_median_ms": round(statistics.median(plan_ms), 2),
         "check_median_ms": round(statistics.median(check_ms), 2),

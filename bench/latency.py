@@ -1,4 +1,8 @@
-"""Latency figures the benchmark commands print: nearest-rank percentiles in milliseconds."""
+"""Percentiles the benchmarks report: one nearest-rank definition for every command.
+
+Pure standard library (``python -m bench.engine`` and ``bench.simcore`` use it
+without Django).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
+    # q * n first: exact for a whole q, where q / 100 * n is not (7 / 100 * 100 > 7).
+    rank = max(1, min(len(ordered), math.ceil(q * len(ordered) / 100)))
     return ordered[rank - 1]
 
 

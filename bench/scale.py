@@ -1,16 +1,21 @@
-"""``bench_cycle --with-db``: time full loop cycles through PostgreSQL at scale.
+"""The benchmark cluster as database rows, rolled back afterwards.
 
-Builds the engine benchmark's random cluster and workload as real rows (nodes,
-lines, queues, running jobs with GPU allocations and a matching simulator
-state, pending jobs) inside one transaction, times ``run_cycle`` several times,
-then rolls everything back: the database is left as it was. Stop the portal's
-loop first (the bench holds the cluster lock while it runs).
+Used by ``bench_cycle --with-db`` and ``bench_pages``.
+
+``scale_dataset`` builds the engine benchmark's random cluster and workload
+(``bench.engine.build_snapshot``) as real rows (nodes, lines, queues, running jobs with
+GPU allocations and a matching simulator state, pending jobs) inside one transaction
+that holds the cluster lock, lets the caller time what it wants, then rolls everything
+back: the database is left as it was. Stop the portal's loop first.
+``run_db_bench`` times full ``run_cycle`` calls through PostgreSQL on it.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
@@ -20,8 +25,7 @@ from monitoring.models import Alert
 from quotas.models import BusinessLine, Queue
 from scheduling.backends.base import run_ref
 from scheduling.cluster_lock import try_cluster_lock
-from scheduling.engine.bench import build_snapshot
-from scheduling.loop import run_cycle
+from scheduling.cycle import run_cycle
 from scheduling.models import (
     Allocation,
     ClusterSettings,
@@ -35,6 +39,9 @@ from scheduling.models import (
 from scheduling.simcore.cluster import SimNode
 from scheduling.simcore.simulator import Simulator
 
+from .engine import build_snapshot
+from .latency import percentile
+
 NATURE = {"urgent": "urgent_fix", "core": "core_training", "finetune": "fine_tuning",
           "experiment": "experiments"}  # fmt: skip
 
@@ -43,11 +50,20 @@ class _Rollback(Exception):
     pass
 
 
+class LoopRunning(RuntimeError):
+    """The portal's scheduling loop holds the cluster lock: the benchmark would meet it."""
+
+
 def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
 def load_scale_dataset(gpus: int, pending: int, running: int, seed: int) -> float:
+    """Replace the cluster's rows with the benchmark cluster; returns its virtual "now".
+
+    Deletes every job, queue, line, node, cycle and alert first: call it only inside a
+    transaction that is rolled back (``scale_dataset``).
+    """
     snap = build_snapshot(gpus, pending, running, seed)
     now = max([j.submitted_at for j in snap.pending] + [j.started_at for j in snap.running]) + 60
     for model in (Allocation, JobEvent, Eviction, Job, Queue, BusinessLine, Node,
@@ -114,34 +130,41 @@ def load_scale_dataset(gpus: int, pending: int, running: int, seed: int) -> floa
     return now
 
 
-def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0) -> dict:
-    """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards."""
-    result: dict = {}
+@contextmanager
+def scale_dataset(gpus: int, pending: int, running: int, seed: int = 0) -> Iterator[float]:
+    """The benchmark cluster loaded for the ``with`` block, then rolled back; yields load seconds.
+
+    Holds the cluster lock for the whole block, so no cycle of a running portal can
+    meet it: raises ``LoopRunning`` at once if the loop holds the lock. What the block
+    writes is rolled back too, and an exception in it propagates after the rollback.
+    """
     try:
         with transaction.atomic():
             if not try_cluster_lock():
-                raise RuntimeError("the scheduling loop is running; stop the portal first")
+                raise LoopRunning("the scheduling loop is running; stop the portal first")
             t0 = time.perf_counter()
             load_scale_dataset(gpus, pending, running, seed)
-            load_s = time.perf_counter() - t0
-            cycles = []
-            for _ in range(runs):
-                cycles.append(run_cycle())
-            times = [c.duration_ms for c in cycles]
-            steady = times[1:] or times
-            result = {
-                "gpus": gpus, "pending": pending, "running": running, "runs": runs,
-                "seed": seed, "load_s": round(load_s, 2),
-                "first_ms": round(times[0], 1),
-                "median_ms": round(statistics.median(steady), 1),
-                "p95_ms": round(sorted(steady)[max(0, round(0.95 * len(steady)) - 1)], 1),
-                "plan_median_ms": round(statistics.median(c.plan_ms for c in cycles[1:] or cycles), 1),
-                "starts_first": cycles[0].starts,
-                "pending_by_reason_last": cycles[-1].pending_by_reason,
-                "errors": sum(len(c.errors) for c in cycles),
-                "violations": sum(len(c.violations) for c in cycles),
-            }  # fmt: skip
+            yield time.perf_counter() - t0
             raise _Rollback
     except _Rollback:
         pass
-    return result
+
+
+def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0) -> dict:
+    """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards."""
+    with scale_dataset(gpus, pending, running, seed) as load_s:
+        cycles = [run_cycle() for _ in range(runs)]
+    times = [c.duration_ms for c in cycles]
+    steady = times[1:] or times
+    return {
+        "gpus": gpus, "pending": pending, "running": running, "runs": runs,
+        "seed": seed, "load_s": round(load_s, 2),
+        "first_ms": round(times[0], 1),
+        "median_ms": round(statistics.median(steady), 1),
+        "p95_ms": round(percentile(steady, 95), 1),
+        "plan_median_ms": round(statistics.median(c.plan_ms for c in cycles[1:] or cycles), 1),
+        "starts_first": cycles[0].starts,
+        "pending_by_reason_last": cycles[-1].pending_by_reason,
+        "errors": sum(len(c.errors) for c in cycles),
+        "violations": sum(len(c.violations) for c in cycles),
+    }  # fmt: skip

@@ -1,6 +1,6 @@
 """The simulator demo's job generator: keeps the 10,000-GPU demo busy with trace-like work.
 
-Arrivals come from ``scheduling.traces.workload`` (distributions derived from the
+Arrivals come from ``replay.traces.workload`` (distributions derived from the
 Philly and ITP traces, shipped in the repo). Each minute of cluster time gets
 its own seeded generator, so the stream is reproducible and survives restarts
 (the last generated minute is kept in ``ClusterSettings``).
@@ -15,7 +15,7 @@ from quotas.models import Queue
 from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.models import ClusterSettings, Job, JobEvent
 from scheduling.selectors import cluster_shape
-from scheduling.traces.workload import WorkloadGenerator
+from replay.traces.workload import WorkloadGenerator
 
 WORKLOAD_USER = "workload"
 MAX_PENDING = 3000  # stop adding while this many jobs already wait

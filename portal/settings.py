@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "channels",
     "core",
     "demo",
+    "bench",
     "quotas",
     "scheduling",
     "monitoring",

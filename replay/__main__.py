@@ -1,4 +1,4 @@
-"""``python -m scheduling.replay TRACE ...`` (no Django needed); see ``cli.py``."""
+"""``python -m replay TRACE ...`` (no Django needed); see ``cli.py``."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Command line of the replay, shared by ``python -m scheduling.replay`` and ``manage.py replay``.
+"""Command line of the replay, shared by ``python -m replay`` and ``manage.py replay``.
 
     replay TRACE [--policy P] [--pool-gpus N] [--window START:END] [--seed S]
                  [--json] [--out DIR] [--cycle-s S] [--replan-s S] [--check] [--progress]
@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scheduling.replay",
+        prog="python -m replay",
         description="Replay a GPU-cluster job trace through the scheduling engine in virtual time.",
     )
     add_arguments(parser)

@@ -2,12 +2,12 @@
 
 The portal rebuilds ``scheduling.engine.predict.HistoryPredictor`` from the most
 recent finished jobs. A replay finishes tens of thousands of jobs, so rebuilding
-it after every completion would dominate the run time. ``OnlinePredictor`` keeps
-the same table (per key of every level of ``predict.LEVELS``: the
-``max_samples`` most recent runtimes) and answers with the same rule (first
-level with ``min_samples`` samples, quantile ``quantile`` of them), updated one
-finished job at a time. Fed finished jobs in completion order, its answer equals
-``HistoryPredictor(all jobs finished so far).predict(...)``; a test checks it.
+it after every completion would dominate the run time. ``OnlinePredictor`` is a
+``HistoryPredictor`` whose table of samples (per key of every level of
+``predict.LEVELS``: the ``max_samples`` most recent runtimes) grows one finished job
+at a time; the answer is the engine's own ``predict`` over that table. Fed finished
+jobs in completion order, it equals ``HistoryPredictor(all jobs finished so far)``;
+a test checks it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,42 @@ from collections import deque
 from scheduling.engine.predict import (
     DEFAULT_RUNTIME_S,
     LEVELS,
+    HistoryPredictor,
     Prediction,
     _key,
-    _quantile,
 )
 
 
-class OnlinePredictor:
+class _RecentSamples:
+    """The predictor's table, filled as jobs finish: key -> sorted recent runtimes.
+
+    ``HistoryPredictor.predict`` only reads the table with ``get``; the sorted tuple
+    of a key is rebuilt on the first read after that key changed.
+    """
+
+    def __init__(self, max_samples: int) -> None:
+        self.max_samples = max(1, max_samples)
+        self._recent: dict[tuple, deque[float]] = {}
+        self._sorted: dict[tuple, tuple[float, ...]] = {}
+
+    def add(self, key: tuple, runtime_s: float) -> None:
+        recent = self._recent.get(key)
+        if recent is None:
+            recent = self._recent[key] = deque(maxlen=self.max_samples)
+        recent.append(runtime_s)
+        self._sorted.pop(key, None)
+
+    def get(self, key: tuple, default: tuple[float, ...] | None = None):
+        got = self._sorted.get(key)
+        if got is None:
+            recent = self._recent.get(key)
+            if recent is None:
+                return default
+            got = self._sorted[key] = tuple(sorted(recent))
+        return got
+
+
+class OnlinePredictor(HistoryPredictor):
     """Learns job runtimes as jobs finish; durations of unfinished jobs stay unknown."""
 
     def __init__(
@@ -34,14 +63,14 @@ class OnlinePredictor:
         max_samples: int = 50,
         default_s: float = DEFAULT_RUNTIME_S,
     ) -> None:
-        if not 0.0 <= quantile <= 1.0:
-            raise ValueError("quantile must be within [0, 1]")
-        self.quantile = quantile
-        self.min_samples = max(1, min_samples)
-        self.max_samples = max(1, max_samples)
-        self.default_s = default_s
-        self._recent: dict[tuple, deque[float]] = {}
-        self._sorted: dict[tuple, tuple[float, ...]] = {}
+        super().__init__(
+            (),
+            quantile=quantile,
+            min_samples=min_samples,
+            max_samples=max_samples,
+            default_s=default_s,
+        )
+        self._table = _RecentSamples(max_samples)  # type: ignore[assignment]
         self._memo: dict[tuple, Prediction] = {}
         self.finished = 0
 
@@ -51,24 +80,9 @@ class OnlinePredictor:
             return
         self.finished += 1
         for level in LEVELS:
-            if "model" in level and not model_name:
-                continue
-            key = _key(level, owner, model_name, queue, gpus)
-            dq = self._recent.get(key)
-            if dq is None:
-                dq = self._recent[key] = deque(maxlen=self.max_samples)
-            dq.append(float(runtime_s))
-            self._sorted.pop(key, None)
+            if "model" not in level or model_name:
+                self._table.add(_key(level, owner, model_name, queue, gpus), float(runtime_s))
         self._memo.clear()
-
-    def _samples(self, key: tuple) -> tuple[float, ...] | None:
-        s = self._sorted.get(key)
-        if s is None:
-            dq = self._recent.get(key)
-            if dq is None:
-                return None
-            s = self._sorted[key] = tuple(sorted(dq))
-        return s
 
     def predict(
         self,
@@ -79,25 +93,11 @@ class OnlinePredictor:
         gpus: int,
         estimate_s: float | None = None,
     ) -> Prediction:
+        """The engine's answer, memoized until the next finished job (replays ask often)."""
         memo_key = (owner, model_name, queue, gpus, estimate_s)
         got = self._memo.get(memo_key)
-        if got is not None:
-            return got
-        got = self._predict(owner, model_name, queue, gpus, estimate_s)
-        self._memo[memo_key] = got
+        if got is None:
+            got = self._memo[memo_key] = super().predict(
+                owner=owner, model_name=model_name, queue=queue, gpus=gpus, estimate_s=estimate_s
+            )
         return got
-
-    def _predict(
-        self, owner: str, model_name: str | None, queue: str, gpus: int, estimate_s: float | None
-    ) -> Prediction:
-        for level in LEVELS:
-            if "model" in level and not model_name:
-                continue
-            samples = self._samples(_key(level, owner, model_name, queue, gpus))
-            if samples and len(samples) >= self.min_samples:
-                return Prediction(
-                    _quantile(samples, self.quantile), "history:" + "+".join(level), len(samples)
-                )
-        if estimate_s is not None and estimate_s > 0:
-            return Prediction(float(estimate_s), "estimate")
-        return Prediction(self.default_s, "default")

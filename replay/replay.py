@@ -9,19 +9,12 @@ How a replay runs (details and the measured results are in docs/replay.md):
   the exact event times).
 * Each *pool* of nodes (one per trace queue when isolated, one when shared) is
   planned by its own ``plan(snapshot, now)`` call holding only that pool's nodes,
-  jobs and contracts, and only when it has waiting jobs and something changed
-  since its last plan (an arrival, a completion or a stop in the pool), or
+  jobs and contracts (``pools``), and only when it has waiting jobs and something
+  changed since its last plan (an arrival, a completion or a stop in the pool), or
   ``replan_s`` passed (the engine's backfill rules depend on ``now``).
-* Exact shortcuts (``shortcuts=False`` turns them off; tests compare): a plan is
-  skipped when it could not start anything (no waiting job fits the free GPUs and
-  the policy cannot preempt for one); without borrowing and preemption, jobs whose
-  line is at its quota are left out of the snapshot (they can neither start nor
-  change the other decisions).
-* Without backfill (``fifo``, ``priority``) the engine starts nothing behind the
-  first job blocked for capacity, so a plan over the first ``plan_prefix`` (256)
-  waiting jobs in the engine's order settles the cycle whenever one of them is
-  blocked; a long queue then costs O(256) per plan instead of O(queue). Under
-  strict FIFO an arrival behind such a blocked job does not trigger a plan.
+* Plans that could not start anything are skipped and long queues without backfill
+  are planned by a prefix: exact shortcuts (``shortcuts``). Under strict FIFO an
+  arrival behind a job blocked for capacity does not trigger a plan.
 * Starts go to ``Simulator.launch`` with the job's hidden true duration and the
   progress it kept; preemptions to ``request_checkpoint_stop`` (graceful) or
   ``kill`` (cold). A stopped job goes back to the queue with its progress, its
@@ -43,7 +36,6 @@ the simulator's RNG.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -51,18 +43,17 @@ from dataclasses import dataclass, replace
 from scheduling.engine import (
     Code,
     LineView,
-    NodeView,
     PendingJob,
     Plan,
     PolicyConfig,
     QueueView,
     RunningJob,
-    Slot,
     Snapshot,
     Tier,
     check_plan,
     plan,
 )
+from scheduling.engine.policy import is_demoted
 from scheduling.engine.types import COLD, PREEMPTING
 from scheduling.simcore import (
     JOB_CHECKPOINTED,
@@ -76,11 +67,23 @@ from scheduling.simcore import (
 )
 
 from . import metrics as m
+from .pools import (
+    DONE,
+    PENDING,
+    PREEMPTED,
+    RACK_NODES,
+    REJECTED,
+    RUNNING,
+    Pool,
+    ReplayJob,
+    pool_nodes,
+)
 from .predictor import OnlinePredictor
+from .results import DAY, result_of
+from .shortcuts import candidates, head_blocked, plan_prefix
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
 POLICIES = ("fifo", "priority", "backfill", "full", "oracle-sjf")
-RACK_NODES = 32
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
 REPLAY_SIM_CONFIG = SimConfig(
@@ -88,25 +91,10 @@ REPLAY_SIM_CONFIG = SimConfig(
     node_fault_rate_per_node_hour=0.0,
     residual_probability=0.0,
 )
-DAY = 86400.0
-
-# Job states in the replay.
-_FUTURE, _PENDING, _RUNNING, _PREEMPTING, _DONE, _REJECTED = range(6)
 
 
 class ReplayError(RuntimeError):
     pass
-
-
-#: Verdicts that, in a plan without backfill, mean a job was blocked for capacity and
-#: so blocked everything after it in its pool (``Planner.consider`` sets head-of-line).
-_CAPACITY_BLOCK = frozenset(
-    {Code.PRIORITY, Code.TOPOLOGY, Code.INSUFFICIENT_GPUS, Code.PREEMPTING, Code.DEMOTED}
-)
-
-
-def _head_blocked(decided: Plan) -> bool:
-    return any(v.code in _CAPACITY_BLOCK for v in decided.verdicts.values())
 
 
 def policy_config(name: str) -> PolicyConfig:
@@ -136,154 +124,6 @@ class ReplayConfig:
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
 
-class _Job:
-    __slots__ = (
-        "idx",
-        "key",
-        "queue",
-        "equeue",
-        "tier",
-        "gpus",
-        "rdma",
-        "model",
-        "preemptible",
-        "submit",
-        "duration",
-        "progress",
-        "state",
-        "first_start",
-        "finish",
-        "runs",
-        "evictions",
-        "demoted",
-        "placement",
-        "last_placement",
-        "started_at",
-        "last_ckpt",
-        "borrowed",
-        "pview",
-        "rview",
-        "pool",
-    )
-
-    def __init__(self, idx: int, tj, pool: _Pool) -> None:
-        self.idx = idx
-        self.key = tj.id
-        self.queue = tj.queue
-        self.tier = Tier.parse(tj.tier)
-        self.equeue = f"{tj.queue}/{self.tier.label}"
-        self.gpus = tj.gpus
-        self.rdma = tj.rdma
-        self.model = tj.model_name
-        self.preemptible = tj.preemptible
-        self.submit = tj.submit_s
-        self.duration = tj.duration_s
-        self.progress = 0.0
-        self.state = _FUTURE
-        self.first_start: float | None = None
-        self.finish: float | None = None
-        self.runs = 0
-        self.evictions = 0
-        self.demoted = False
-        self.placement: tuple = ()
-        self.last_placement: tuple = ()
-        self.started_at = 0.0
-        self.last_ckpt: float | None = None
-        self.borrowed = False
-        self.pview: PendingJob | None = None
-        self.rview: RunningJob | None = None
-        self.pool = pool
-
-
-class _Pool:
-    """One partition of the cluster, planned by its own engine call."""
-
-    def __init__(
-        self,
-        name: str,
-        nodes: list[SimNode],
-        lines: tuple[LineView, ...],
-        queues: tuple[QueueView, ...],
-        window: float,
-    ) -> None:
-        self.name = name
-        self.by_name = {n.name: n for n in nodes}
-        self.names = [n.name for n in nodes]
-        self.total = {n.name: n.gpus_total for n in nodes}
-        self.free: dict[str, set[int]] = {n.name: set(range(n.gpus_total)) for n in nodes}
-        self.views: dict[str, NodeView | None] = dict.fromkeys(self.names)
-        self.recent: dict[str, tuple[str, ...]] = dict.fromkeys(self.names, ())
-        self.capacity = sum(self.total.values())
-        self.free_total = self.capacity
-        self.lines = lines
-        self.queues = queues
-        self.pending: dict[int, _Job] = {}
-        self.running: dict[int, _Job] = {}
-        self.borrowed_running = 0
-        self.dirty = False
-        self.head_blocked = False  # last plan (without backfill) ended blocked for capacity
-        self.last_plan = -1e18
-        self.frag = m.FragMeter(self.capacity, len(nodes), NODE_GPUS, window)
-
-    def view(self, name: str) -> NodeView:
-        v = self.views[name]
-        if v is None:
-            v = self._build_view(name)
-            self.views[name] = v
-        return v
-
-    def _build_view(self, name: str) -> NodeView:
-        sn = self.by_name[name]
-        return NodeView(
-            name=name,
-            rack=sn.rack,
-            block=sn.block,
-            gpu_model=sn.gpu_model,
-            gpu_memory_gb=sn.gpu_memory_gb,
-            gpus_total=sn.gpus_total,
-            free_gpus=tuple(sorted(self.free[name])),
-            rdma=sn.rdma,
-            recent_models=self.recent[name],
-            pool=self.name,
-        )
-
-    def take(self, name: str, gpus: tuple[int, ...]) -> None:
-        free = self.free[name]
-        total = self.total[name]
-        if len(free) == total:
-            self.frag.whole -= 1
-        free.difference_update(gpus)
-        self.free_total -= len(gpus)
-        self.frag.idle -= len(gpus)
-        self.views[name] = None
-
-    def give(self, name: str, gpus: tuple[int, ...]) -> None:
-        free = self.free[name]
-        free.update(gpus)
-        self.free_total += len(gpus)
-        self.frag.idle += len(gpus)
-        if len(free) == self.total[name]:
-            self.frag.whole += 1
-        self.views[name] = None
-
-
-def _pool_nodes(pool: str, gpus: int) -> list[SimNode]:
-    """``gpus/8`` uniform nodes of one isolated pool, in racks of 32, one block."""
-    out = []
-    for i in range(gpus // NODE_GPUS):
-        r = i // RACK_NODES
-        out.append(
-            SimNode(
-                name=f"{pool}-r{r:02d}-n{i % RACK_NODES:02d}",
-                rack=f"{pool}-r{r:02d}",
-                block=f"{pool}-b0",
-                gpu_model="H100",
-                gpu_memory_gb=80,
-            )
-        )
-    return out
-
-
 class Replay:
     """One replay of a workload under one policy and layout; ``run()`` returns the result dict."""
 
@@ -310,12 +150,12 @@ class Replay:
         def line_of(q: str) -> LineView:
             return LineView(q, layout.quota[q], layout.guarantee[q])
 
-        self.pools: dict[str, _Pool] = {}
+        self.pools: dict[str, Pool] = {}
         all_nodes: list[SimNode] = []
         if layout.kind == "isolated":
             for q in workload.queues:
-                nodes = _pool_nodes(q, layout.pools[q])
-                self.pools[q] = _Pool(q, nodes, (line_of(q),), queues_of(q), window)
+                nodes = pool_nodes(q, layout.pools[q])
+                self.pools[q] = Pool(q, nodes, (line_of(q),), queues_of(q), window)
                 all_nodes += nodes
         else:
             gpus = layout.pools["shared"]
@@ -324,11 +164,12 @@ class Replay:
             )
             lines = tuple(line_of(q) for q in workload.queues)
             queues = tuple(v for q in workload.queues for v in queues_of(q))
-            self.pools["shared"] = _Pool("shared", nodes, lines, queues, window)
+            self.pools["shared"] = Pool("shared", nodes, lines, queues, window)
             all_nodes += nodes
         self.sim = Simulator(all_nodes, seed=config.seed, config=REPLAY_SIM_CONFIG)
         self.jobs = [
-            _Job(i, tj, self.pools[layout.pool_of[tj.queue]]) for i, tj in enumerate(workload.jobs)
+            ReplayJob(i, tj, self.pools[layout.pool_of[tj.queue]])
+            for i, tj in enumerate(workload.jobs)
         ]
         self.by_key = {j.key: j for j in self.jobs}
         if len(self.by_key) != len(self.jobs):
@@ -344,34 +185,34 @@ class Replay:
         self.now = 0.0
 
     # -- bookkeeping ----------------------------------------------------------------
-    def _meters(self, j: _Job, t: float) -> tuple[m.Meter, m.Meter, m.FragMeter]:
+    def _meters(self, j: ReplayJob, t: float) -> tuple[m.Meter, m.Meter, m.FragMeter]:
         qm, om, fm = self.qmeter[j.queue], self.meter, j.pool.frag
         qm.at(t)
         om.at(t)
         fm.at(t)
         return qm, om, fm
 
-    def _wait(self, j: _Job, t: float, delta: int) -> None:
+    def _wait(self, j: ReplayJob, t: float, delta: int) -> None:
         qm, om, fm = self._meters(j, t)
         qm.waiting += delta
         om.waiting += delta
         fm.waiting += delta
 
-    def _admit(self, j: _Job) -> None:
+    def _admit(self, j: ReplayJob) -> None:
         t = j.submit
         pool = j.pool
         q = self.layout.quota[j.queue]
         if j.gpus > pool.capacity or (q is not None and j.gpus > q):
-            j.state = _REJECTED  # could never start here (see docs/replay.md)
+            j.state = REJECTED  # could never start here (see docs/replay.md)
             self.done += 1
             return
-        j.state = _PENDING
+        j.state = PENDING
         pool.pending[j.idx] = j
         if not (self.arrivals_wait and pool.head_blocked):
             pool.dirty = True
         self._wait(j, t, +1)
 
-    def _release(self, j: _Job, t: float) -> None:
+    def _release(self, j: ReplayJob, t: float) -> None:
         qm, om, fm = self._meters(j, t)
         qm.busy -= j.gpus
         om.busy -= j.gpus
@@ -385,9 +226,9 @@ class Replay:
         j.rview = None
         pool.dirty = True
 
-    def _finish(self, j: _Job, t: float) -> None:
+    def _finish(self, j: ReplayJob, t: float) -> None:
         self._release(j, t)
-        j.state = _DONE
+        j.state = DONE
         j.finish = t
         j.progress = j.duration
         self.done += 1
@@ -401,131 +242,58 @@ class Replay:
                 pool.recent[name] = (j.model, *models)[:RECENT_MODELS_KEPT]
                 pool.views[name] = None
 
-    def _requeue(self, j: _Job, t: float, progress: float | None, evicted: bool) -> None:
+    def _requeue(self, j: ReplayJob, t: float, progress: float | None, evicted: bool) -> None:
         self._release(j, t)
         if progress is not None:
             j.progress = max(0.0, min(progress, j.duration))
         if evicted:
             j.evictions += 1
-            if j.evictions > self.policy.demote_after:
-                j.demoted = True
-        j.state = _PENDING
+            j.demoted = j.demoted or is_demoted(j.evictions, self.policy)
+        j.state = PENDING
         j.pool.pending[j.idx] = j
         self._wait(j, t, +1)
 
     # -- engine views ---------------------------------------------------------------
-    def _pending_view(self, j: _Job) -> PendingJob:
-        remaining_true = j.duration - j.progress
-        if self.oracle:
-            pred = remaining_true
-            key = remaining_true
-        else:
-            total = self.predictor.predict(
-                owner="", model_name=j.model, queue=j.queue, gpus=j.gpus
-            ).seconds
-            pred = max(total - j.progress, self.policy.overrun_s) if j.progress else total
-            key = j.submit
-        v = j.pview
-        if (
-            v is None
-            or v.predicted_runtime_s != pred
-            or v.preemption_count != j.evictions
-            or v.submitted_at != key
-        ):
-            v = PendingJob(
-                id=j.idx,
-                queue=j.equeue,
-                line=j.queue,
-                tier=j.tier,
-                gpus=j.gpus,
-                rdma=j.rdma,
-                preemptible=j.preemptible,
-                submitted_at=key,
-                preemption_count=j.evictions,
-                model_name=j.model,
-                predicted_runtime_s=pred,
-                pool=j.pool.name,
-            )
-            j.pview = v
-        return v
+    def _predicted_s(self, j: ReplayJob) -> float:
+        """What the scheduler believes the job's whole run takes (learnt as jobs finish)."""
+        return self.predictor.predict(
+            owner="", model_name=j.model, queue=j.queue, gpus=j.gpus
+        ).seconds
 
-    def _running_view(self, j: _Job) -> RunningJob:
+    def _pending_view(self, j: ReplayJob) -> PendingJob:
+        if self.oracle:
+            remaining_true = j.duration - j.progress
+            return j.pending_view(remaining_true, remaining_true)
+        total = self._predicted_s(j)
+        pred = max(total - j.progress, self.policy.overrun_s) if j.progress else total
+        return j.pending_view(pred, j.submit)
+
+    def _running_view(self, j: ReplayJob) -> RunningJob:
         v = j.rview
         if v is None:
-            v = self._new_running_view(j)
-            j.rview = v
+            if self.oracle:
+                remaining = j.duration - j.progress
+            else:
+                remaining = max(0.0, self._predicted_s(j) - j.progress)
+            v = j.rview = j.running_view(remaining)
         return v
 
-    def _new_running_view(self, j: _Job) -> RunningJob:
-        if self.oracle:
-            remaining = j.duration - j.progress
-        else:
-            total = self.predictor.predict(
-                owner="", model_name=j.model, queue=j.queue, gpus=j.gpus
-            ).seconds
-            remaining = max(0.0, total - j.progress)
-        return RunningJob(
-            id=j.idx,
-            queue=j.equeue,
-            line=j.queue,
-            tier=j.tier,
-            gpus=j.gpus,
-            placement=tuple(Slot(n, g) for n, g in j.placement),
-            preemptible=j.preemptible,
-            preemption_count=j.evictions,
-            started_at=j.started_at,
-            last_checkpoint_at=j.last_ckpt,
-            predicted_end=j.started_at + remaining,
-            model_name=j.model,
-            borrowed=j.borrowed,
-        )
-
     # -- one pool's plan ----------------------------------------------------------
-    def _candidates(self, pool: _Pool) -> list[_Job] | None:
-        """The waiting jobs a plan must see, or None when it could not start anything.
-
-        Without borrowing and preemption (every policy but ``full``), a job whose line
-        is at its quota can neither start nor change the engine's decisions for the
-        others (``Planner.consider`` records QUOTA_EXCEEDED and moves on), and usage
-        only grows within a plan, so such jobs are left out. A plan can start nothing
-        if no candidate fits in the pool's free GPUs and the policy cannot preempt
-        for one (only urgent queues preempt, and anyone within quota may reclaim
-        borrowed work).
-        """
-        jobs = list(pool.pending.values())
-        if not self.cfg.shortcuts:
-            return jobs
-        policy = self.policy
-        if policy.preemption and (
-            pool.borrowed_running or any(j.tier == Tier.URGENT for j in jobs)
-        ):
-            return jobs
-        if not (policy.borrowing or policy.preemption):
-            room = {}
-            for line in pool.lines:
-                if line.quota_gpus is not None:
-                    room[line.name] = line.quota_gpus - self.qmeter[line.name].busy
-            if room:
-                jobs = [j for j in jobs if j.gpus <= room.get(j.queue, j.gpus)]
-        if not jobs or pool.free_total < min(j.gpus for j in jobs):
-            return None
-        return jobs
-
-    def _plan(self, pool: _Pool, now: float) -> None:
+    def _plan(self, pool: Pool, now: float) -> None:
         pool.dirty = False
         if not pool.pending:
             return
-        jobs = self._candidates(pool)
+        jobs = candidates(pool, self.policy, self.qmeter, self.cfg.shortcuts)
         if jobs is None:
             self.plan_skips += 1
             return
         pool.last_plan = now
-        prefix = self._prefix(pool, jobs)
+        prefix = plan_prefix(pool, jobs, self.policy, self.cfg.plan_prefix, self.qmeter)
         decided = self._call(pool, prefix or jobs, now)
-        if prefix is not None and not _head_blocked(decided):
+        if prefix is not None and not head_blocked(decided):
             decided = self._call(pool, jobs, now)  # the prefix did not settle it: all of them
         if not self.policy.backfill:
-            pool.head_blocked = _head_blocked(decided)
+            pool.head_blocked = head_blocked(decided)
         sim = self.sim
         for p in decided.preemptions:
             v = self.jobs[p.victim_id]
@@ -533,7 +301,7 @@ class Replay:
                 sim.kill(v.key)
             else:
                 sim.request_checkpoint_stop(v.key, max(0.0, p.grace_deadline - now))
-            v.state = _PREEMPTING
+            v.state = PREEMPTED
             v.rview = replace(
                 self._running_view(v),
                 state=PREEMPTING,
@@ -548,10 +316,10 @@ class Replay:
                 j = self.jobs[jid]
                 del pool.pending[jid]
                 self._wait(j, now, -1)
-                j.state = _REJECTED
+                j.state = REJECTED
                 self.done += 1
 
-    def _call(self, pool: _Pool, pending: list[_Job], now: float) -> Plan:
+    def _call(self, pool: Pool, pending: list[ReplayJob], now: float) -> Plan:
         snap = Snapshot(
             nodes=tuple(pool.view(n) for n in pool.names),
             lines=pool.lines,
@@ -570,40 +338,7 @@ class Replay:
                 raise ReplayError(f"plan at {now} in pool {pool.name} breaks rules: {errors[:5]}")
         return decided
 
-    def _prefix(self, pool: _Pool, jobs: list[_Job]) -> list[_Job] | None:
-        """Without backfill, the first ``plan_prefix`` jobs in the engine's order, or None.
-
-        With backfill, borrowing and preemption all off (``fifo``, ``priority``), the
-        engine starts jobs in its order until the first one blocked for capacity and
-        nothing after it (head-of-line blocking), and a job's fate depends only on the
-        jobs before it. So if a plan over the first K jobs ends with one of them
-        blocked for capacity, a plan over all of them starts exactly the same jobs.
-        The order is the engine's: ``(submitted_at, id)`` under ``strict_fifo``, else
-        ``(-tier, demoted, line share, submitted_at, id)`` with the line share as in
-        ``Planner._line_shares`` (GPUs held / line quota, or / pool size without one).
-        """
-        k = self.cfg.plan_prefix
-        policy = self.policy
-        if not k or len(jobs) <= k or policy.backfill or policy.borrowing or policy.preemption:
-            return None
-        if policy.strict_fifo:
-            jobs.sort(key=lambda j: (j.submit, j.idx))
-            return jobs[:k]
-        share: dict[str, float] = {}
-        for line in pool.lines:
-            held = self.qmeter[line.name].busy
-            quota = line.quota_gpus
-            if quota is None:
-                share[line.name] = held / (pool.capacity or 1)
-            elif quota <= 0:
-                share[line.name] = math.inf if held else 0.0
-            else:
-                share[line.name] = held / quota
-        after = policy.demote_after
-        jobs.sort(key=lambda j: (-j.tier, j.evictions > after, share[j.queue], j.submit, j.idx))
-        return jobs[:k]
-
-    def _start(self, j: _Job, s, now: float) -> None:
+    def _start(self, j: ReplayJob, s, now: float) -> None:
         pool = j.pool
         placement = tuple((slot.node, slot.gpus) for slot in s.placement)
         self.sim.launch(
@@ -625,7 +360,7 @@ class Replay:
             pool.take(name, gpus)
         j.placement = placement
         j.last_placement = placement
-        j.state = _RUNNING
+        j.state = RUNNING
         j.started_at = now
         j.last_ckpt = None
         j.runs += 1
@@ -667,7 +402,7 @@ class Replay:
                     if track_ckpt:
                         j = self.by_key[ev.job_id]
                         j.last_ckpt = ev.at
-                        if j.state == _RUNNING:
+                        if j.state == RUNNING:
                             j.rview = None
                     continue
                 while ai < n and jobs[ai].submit <= ev.at:
@@ -677,7 +412,7 @@ class Replay:
                     self._finish(self.by_key[ev.job_id], ev.at)
                 elif kind in (JOB_STOPPED, JOB_FAILED):
                     j = self.by_key[ev.job_id]
-                    self._requeue(j, ev.at, ev.progress_s, j.state == _PREEMPTING)
+                    self._requeue(j, ev.at, ev.progress_s, j.state == PREEMPTED)
             while ai < n and jobs[ai].submit <= t:
                 self._admit(jobs[ai])
                 ai += 1
@@ -698,130 +433,7 @@ class Replay:
         for pool in pools:
             pool.frag.at(end)
         wall = time.perf_counter() - wall0
-        return self._result(end, wall)
-
-    # -- the result -------------------------------------------------------------------
-    def _stats(self, jobs: list[_Job]) -> dict:
-        finished = [j for j in jobs if j.state == _DONE]
-        delays = sorted(j.first_start - j.submit for j in finished)  # type: ignore[operator]
-        jcts = [j.finish - j.submit for j in finished]  # type: ignore[operator]
-        runs = sum(j.runs for j in jobs)
-        evictions = sum(j.evictions for j in jobs)
-        return {
-            "jobs": len(jobs),
-            "finished": len(finished),
-            "rejected": sum(1 for j in jobs if j.state == _REJECTED),
-            "unfinished": sum(1 for j in jobs if j.state not in (_DONE, _REJECTED)),
-            "avg_queue_s": m.rounded(m.mean(delays), 1),
-            "median_queue_s": m.rounded(m.quantile(delays, 0.5), 1),
-            "p95_queue_s": m.rounded(m.quantile(delays, 0.95), 1),
-            "avg_jct_s": m.rounded(m.mean(jcts), 1),
-            "runs": runs,
-            "evictions": evictions,
-            "eviction_ratio": m.rounded(evictions / runs if runs else 0.0),
-            "jobs_demoted": sum(1 for j in jobs if j.demoted),
-            "_delays": delays,
-        }
-
-    def _result(self, end: float, wall: float) -> dict:
-        layout = self.layout
-        per_queue: dict[str, dict] = {}
-        by_queue: dict[str, list[_Job]] = {q: [] for q in self.w.queues}
-        for j in self.jobs:
-            by_queue[j.queue].append(j)
-        for q in self.w.queues:
-            st = self._stats(by_queue[q])
-            st.pop("_delays")
-            qm = self.qmeter[q]
-            frag = self.pools[q].frag.value() if layout.kind == "isolated" else None
-            st.update(
-                capacity_gpus=layout.capacity[q],
-                quota_gpus=layout.quota[q],
-                utilization=m.rounded(qm.utilization()),
-                backlog_utilization=m.rounded(qm.backlog_utilization()),
-                fragmentation=m.rounded(frag),
-                avg_waiting_jobs=m.rounded(qm.avg_waiting(), 2),
-                max_waiting_jobs=qm.max_waiting,
-                preemptions=self.preemptions[q],
-                borrowed_starts=self.borrowed_starts[q],
-            )
-            per_queue[q] = _ordered(st)
-        overall = self._stats(self.jobs)
-        delays = overall.pop("_delays")
-        scattered = sum(p.frag.scattered_s for p in self.pools.values())
-        idle = sum(p.frag.idle_s for p in self.pools.values())
-        sim_days = end / DAY
-        overall.update(
-            capacity_gpus=layout.total_gpus,
-            utilization=m.rounded(self.meter.utilization()),
-            backlog_utilization=m.rounded(self.meter.backlog_utilization()),
-            fragmentation=m.rounded(scattered / idle if idle > 0 else None),
-            avg_waiting_jobs=m.rounded(self.meter.avg_waiting(), 2),
-            max_waiting_jobs=self.meter.max_waiting,
-            preemptions=sum(self.preemptions.values()),
-            borrowed_starts=sum(self.borrowed_starts.values()),
-            simulated_days=round(sim_days, 3),
-            plan_calls=self.plan_calls,
-            plan_skips=self.plan_skips,
-            plan_wall_s=round(self.plan_s, 2),
-            wall_s=round(wall, 2),
-            sim_days_per_wall_s=round(sim_days / wall, 2) if wall > 0 else None,
-        )
-        return {
-            "trace": self.w.trace,
-            "source": self.w.source,
-            "policy": self.cfg.policy,
-            "layout": layout.kind,
-            "pool_gpus": self.cfg.pool_gpus,
-            "window": self.w.window_label,
-            "window_s": self.window,
-            "seed": self.cfg.seed,
-            "cycle_s": self.cfg.cycle_s,
-            "replan_s": self.cfg.replan_s,
-            "layout_rule": layout.rule,
-            "overall": _ordered(overall),
-            "per_queue": per_queue,
-            "series": {
-                "bucket_s": self.cfg.bucket_s,
-                "utilization": self.meter.series(end),
-                "queue_delay_percentiles": m.percentiles(delays),
-            },
-        }
-
-
-_FIELD_ORDER = (
-    "jobs",
-    "finished",
-    "rejected",
-    "unfinished",
-    "capacity_gpus",
-    "quota_gpus",
-    "avg_queue_s",
-    "median_queue_s",
-    "p95_queue_s",
-    "avg_jct_s",
-    "utilization",
-    "backlog_utilization",
-    "fragmentation",
-    "avg_waiting_jobs",
-    "max_waiting_jobs",
-    "preemptions",
-    "evictions",
-    "runs",
-    "eviction_ratio",
-    "jobs_demoted",
-    "borrowed_starts",
-)
-
-
-def _ordered(d: dict) -> dict:
-    out = {k: d[k] for k in _FIELD_ORDER if k in d}
-    out.update((k, v) for k, v in d.items() if k not in out)
-    return out
-
-
-#: Keys of ``overall`` that measure the wall clock (differ between identical runs).
-TIMING_KEYS = ("plan_wall_s", "wall_s", "sim_days_per_wall_s")
+        return result_of(self, end, wall)
 
 
 def run_replay(config: ReplayConfig, progress: Callable[[float, int], None] | None = None) -> dict:

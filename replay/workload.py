@@ -1,6 +1,6 @@
 """What a replay runs: the trace's jobs in a window, and the capacity layout.
 
-Traces (``scheduling.traces.readers``): ``philly``, ``itp``, ``alibaba`` or a path to
+Traces (``replay.traces.readers``): ``philly``, ``itp``, ``alibaba`` or a path to
 a CSV (optionally ``.xz``) in one of those three formats, recognised by its header.
 
 Windows (``--window START:END``, half-open on the submit time, either side may be
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
-from scheduling.traces.readers import (
+from replay.traces.readers import (
     PHILLY_CAPACITY_PATH,
     TraceJob,
     read_alibaba,

@@ -8,18 +8,10 @@ import json
 import pytest
 from django.core.management import call_command
 
-from scheduling.latency import percentile
 from scheduling.models import Job
 from tests.browser.conftest import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def test_percentiles_are_nearest_rank():
-    values = list(range(1, 101))
-    assert percentile(values, 50) == 50 and percentile(values, 95) == 95
-    assert percentile([7.0], 95) == 7.0 and percentile([], 95) == 0.0
-    assert percentile([1, 2, 3, 4], 75) == 3, "rank ceil(0.75 x 4) = 3, not one above"
 
 
 def test_a_short_run_tops_up_times_the_lists_and_submits(live_server, demo):

@@ -15,8 +15,8 @@ import time
 import pytest
 from playwright.sync_api import expect
 
+from bench.management.commands.bench_live import run_timed_cycle
 from scheduling.cycle import run_cycle
-from scheduling.management.commands.bench_live import run_timed_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest, cancel_job, submit_job
 from tests.browser.conftest import browser_type_launch_args  # noqa: F401 - Debian's Chromium

@@ -20,12 +20,12 @@ import pytest
 import requests
 from rest_framework.authtoken.models import Token
 
+from bench.management.commands.bench_live import ViewerPool, run_timed_cycle
 from core import realtime
 from core.realtime import PUBLISH_TIMEOUT_S
 from portal.devservices import Redis
 from scheduling.consistency import find_inconsistencies
 from scheduling.cycle import run_cycle
-from scheduling.management.commands.bench_live import ViewerPool, run_timed_cycle
 from scheduling.models import Job, SchedulingCycle
 from scheduling.services import JobRequest, submit_job
 from tests.conftest import DEMO_PASSWORD

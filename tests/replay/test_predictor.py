@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
+from replay.predictor import OnlinePredictor
 from scheduling.engine.predict import FinishedJob, HistoryPredictor
-from scheduling.replay.predictor import OnlinePredictor
 
 MODELS = ("resnet50", "bert-base", "llama-7b", None)
 QUEUES = ("vc-a", "vc-b")
@@ -25,13 +26,9 @@ def test_online_predictions_equal_a_rebuilt_history_predictor():
             finished_at=float(i),
         )
         history.append(job)
-        online.add(
-            owner=job.owner,
-            model_name=job.model_name,
-            queue=job.queue,
-            gpus=job.gpus,
-            runtime_s=job.runtime_s,
-        )
+        finished = dataclasses.asdict(job)
+        del finished["finished_at"]  # the online predictor is fed in completion order
+        online.add(**finished)
         if i % 37 == 0 or i > 580:
             rebuilt = HistoryPredictor(history)
             for owner in ("", "ann", "bob"):

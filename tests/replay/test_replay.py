@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.replay import (
+from replay import (
     POLICIES,
     TIMING_KEYS,
     Replay,
@@ -16,7 +16,7 @@ from scheduling.replay import (
     load_workload,
     run_replay,
 )
-from scheduling.replay.replay import _DONE
+from replay.pools import DONE
 
 PHILLY_DAY = "2017-10-02:2017-10-03"
 ITP_SLICE = "0:6h"  # 310 jobs of the 10 ITP clusters
@@ -71,7 +71,7 @@ def assert_sound(r: Replay, result: dict) -> None:
     assert o["finished"] == o["jobs"] == len(r.jobs)
     assert o["rejected"] == o["unfinished"] == 0
     for j in r.jobs:
-        assert j.state == _DONE
+        assert j.state == DONE
         assert j.first_start >= j.submit
         assert j.finish - j.first_start >= j.duration - 1e-6
         assert j.runs == 1 + j.evictions
@@ -217,8 +217,12 @@ def test_alibaba_format_slice(tmp_path):
 ITP_HEADER = "cluster,job_id,submission_time,duration,num_gpu"
 
 
-def write_itp(tmp_path: Path, rows: list[tuple[str, float, float, int]]) -> Path:
-    lines = [ITP_HEADER] + [f"c1,{i},{s},{d},{g}" for i, s, d, g in rows]
+def write_itp(tmp_path: Path, rows: list[tuple]) -> Path:
+    """A tiny ITP-format trace; rows ``(id, submit, duration, gpus)`` run on cluster ``c1``,
+    rows ``(cluster, id, submit, duration, gpus)`` name their own."""
+    lines = [ITP_HEADER] + [
+        ",".join(map(str, row if len(row) == 5 else ("c1", *row))) for row in rows
+    ]
     path = tmp_path / "tiny_itp.csv"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -242,17 +246,10 @@ def test_oracle_sjf_runs_the_shortest_waiting_job_first(tmp_path):
     assert starts["oracle-sjf"] == ["first", "short", "mid", "long"]
 
 
-def write_tenants(tmp_path: Path, rows: list[tuple[str, str, float, float, int]]) -> Path:
-    lines = [ITP_HEADER] + [f"{q},{i},{s},{d},{g}" for q, i, s, d, g in rows]
-    path = tmp_path / "tenants.csv"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def test_full_borrows_idle_quota_and_reclaims_it_by_graceful_preemption(tmp_path):
     # Two tenants with a quota of one 8-GPU node each in a pool of two nodes. The
     # seeded mapping makes a7 and a8 preemptible experiments and b11 a core job.
-    path = write_tenants(
+    path = write_itp(
         tmp_path,
         [("A", "a7", 0, 10000, 8), ("A", "a8", 10, 10000, 8), ("B", "b11", 3000, 1000, 8)],
     )
@@ -334,7 +331,7 @@ def test_the_shortcuts_decide_exactly_as_planning_every_waiting_job(itp_slice, p
 
 
 def test_the_shortcuts_are_exact_when_quotas_bind(tmp_path):
-    path = write_tenants(
+    path = write_itp(
         tmp_path,
         [("A", f"a{i}", 30 * i, 3000 + 500 * (i % 7), 1 + i % 8) for i in range(60)]
         + [("B", f"b{i}", 45 * i, 2000 + 700 * (i % 5), 1 + i % 4) for i in range(40)],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.replay import build_layout, load_workload
-from scheduling.replay.metrics import FragMeter, Meter, quantile
-from scheduling.replay.workload import ISOLATED_TARGET_LOAD, demand_gpus
-from scheduling.traces.readers import read_philly_capacities
+from replay import build_layout, load_workload
+from replay.metrics import FragMeter, Meter, quantile
+from replay.traces.readers import read_philly_capacities
+from replay.workload import ISOLATED_TARGET_LOAD, demand_gpus
 
 
 @pytest.fixture(scope="module")

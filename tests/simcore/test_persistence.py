@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from bench.simcore import build_loaded_simulator
 from scheduling.simcore import SimConfig, Simulator, build_demo_cluster
-from scheduling.simcore.bench import build_loaded_simulator
 
 # Busy enough that every kind of happening occurs within a few virtual hours.
 LIVELY = SimConfig(
@@ -120,7 +120,7 @@ def test_unknown_state_versions_are_refused():
 def test_demo_scale_state_round_trips_exactly():
     """At demo scale (1,250 nodes, 3,000 jobs) the state survives JSON unchanged.
 
-    Speed is measured by ``python -m scheduling.simcore.bench``, not asserted here.
+    Speed is measured by ``python -m bench.simcore``, not asserted here.
     """
     sim = build_loaded_simulator(running=2000, ended=1000)
     assert len(sim.nodes) == 1250 and len(sim.jobs) == 3000

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.traces import readers
-from scheduling.traces.readers import (
+from replay.traces import readers
+from replay.traces.readers import (
     TIERS,
     TraceJob,
     infer_attributes,

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from scheduling.traces import workload
-from scheduling.traces.profile_table import WORKLOAD_PROFILE
-from scheduling.traces.readers import MODEL_CATALOG, TIERS
-from scheduling.traces.workload import (
+from replay.traces import workload
+from replay.traces.profile_table import WORKLOAD_PROFILE
+from replay.traces.readers import MODEL_CATALOG, TIERS
+from replay.traces.workload import (
     GeneratedJob,
     WorkloadGenerator,
     derive_workload_profile,

@@ -11,7 +11,6 @@ that the load generator does not take the CPU the server is being measured on.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import statistics
 import time
@@ -21,7 +20,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.latency import latency_ms
+from bench.cli import add_output_arguments, api_token, write_result
+from bench.latency import latency_ms
 
 LIST_ENDPOINTS = (
     "jobs/?state=pending",
@@ -64,7 +64,6 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="portal base URL")
         who = parser.add_mutually_exclusive_group()
         who.add_argument("--token", help="API token to use")
         who.add_argument(
@@ -79,20 +78,9 @@ class Command(BaseCommand):
             help="top up to this many pending jobs before timing the lists (0: skip lists)",
         )  # fmt: skip
         parser.add_argument("--list-requests", type=int, default=50, help="per list endpoint")
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_output_arguments(parser, url=True)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _token(self, opts: dict) -> str:
-        if opts["token"]:
-            return opts["token"]
-        from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
-
-        user = get_user_model().objects.filter(username=opts["user"]).first()
-        if user is None:
-            raise CommandError(f"no user {opts['user']!r} in this database (seed_demo first?)")
-        return Token.objects.get_or_create(user=user)[0].key
-
     async def _submit(self, http: aiohttp.ClientSession, base: str, opts: dict,
                       seconds: float, budget: int | None = None) -> tuple[Tally, float]:  # fmt: skip
         """``--clients`` tasks POST jobs back to back until ``seconds`` or ``budget`` run out."""
@@ -178,21 +166,25 @@ class Command(BaseCommand):
         if opts["clients"] < 1 or opts["seconds"] <= 0:
             raise CommandError("--clients must be >= 1 and --seconds > 0")
         base = opts["url"].rstrip("/")
-        result = asyncio.run(self._run(base, self._token(opts), opts))
-        submit = result["submit"]
-
-        if opts["json"]:
-            self.stdout.write(json.dumps(result, indent=2))
-            return
-        self.stdout.write(
-            f"submissions: {submit['ok']} in {submit['seconds']} s with {submit['clients']} "
-            f"clients = {submit['per_second']}/s; p50 {submit['p50_ms']} ms, p95 "
-            f"{submit['p95_ms']} ms, p99 {submit['p99_ms']} ms; errors {submit['errors'] or 0}"
+        token = opts["token"] or api_token(opts["user"])
+        write_result(
+            self, asyncio.run(self._run(base, token, opts)), opts["json"], report, indent=2
         )
-        if "lists" in result:
-            self.stdout.write(f"lists at {result['lists']['pending_jobs']} pending jobs:")
-            for path, row in result["lists"]["endpoints"].items():
-                self.stdout.write(
-                    f"  GET {path:<22} p50 {row['p50_ms']:>7} ms  p95 {row['p95_ms']:>7} ms  "
-                    f"statuses {row['statuses']}"
-                )
+
+
+def report(result: dict) -> list[str]:
+    """The human lines of a result: submissions, then each list endpoint."""
+    submit = result["submit"]
+    lines = [
+        f"submissions: {submit['ok']} in {submit['seconds']} s with {submit['clients']} "
+        f"clients = {submit['per_second']}/s; p50 {submit['p50_ms']} ms, p95 "
+        f"{submit['p95_ms']} ms, p99 {submit['p99_ms']} ms; errors {submit['errors'] or 0}"
+    ]
+    if "lists" in result:
+        lines.append(f"lists at {result['lists']['pending_jobs']} pending jobs:")
+        lines += [
+            f"  GET {path:<22} p50 {row['p50_ms']:>7} ms  p95 {row['p95_ms']:>7} ms  "
+            f"statuses {row['statuses']}"
+            for path, row in result["lists"]["endpoints"].items()
+        ]
+    return lines

@@ -12,7 +12,6 @@ reason. Exits with an error when any submission failed, the burst took longer th
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -21,17 +20,8 @@ from collections import Counter
 import requests
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from scheduling.latency import latency_ms
-
-
-def api_token(username: str) -> str:
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
-
-    user = get_user_model().objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise CommandError(f"no active user {username!r} here (seed_demo first?)")
-    return Token.objects.get_or_create(user=user)[0].key
+from bench.cli import add_output_arguments, api_token, write_result
+from bench.latency import latency_ms
 
 
 def burst(url: str, token: str, body: dict, jobs: int, clients: int, prefix: str,
@@ -103,7 +93,7 @@ def admitted(prefix: str) -> dict:
 
 def judged_by_next_cycle(prefix: str) -> dict:
     """Run one cycle; every burst job must start or wait with a reason."""
-    from scheduling.loop import run_cycle
+    from scheduling.cycle import run_cycle
     from scheduling.models import Job
 
     record = run_cycle(wait_s=60)
@@ -126,7 +116,6 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="portal base URL")
         parser.add_argument("--jobs", type=int, default=1000)
         parser.add_argument("--seconds", type=float, default=60.0, help="time allowed")
         parser.add_argument("--clients", type=int, default=8)
@@ -136,7 +125,7 @@ class Command(BaseCommand):
         parser.add_argument("--queue", default="llm-experiment")
         parser.add_argument("--gpus", type=int, default=1)
         parser.add_argument("--no-cycle", action="store_true", help="skip the cycle check")
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_output_arguments(parser, url=True)
 
     def handle(self, *args, **opts) -> None:
         if opts["jobs"] < 1 or opts["clients"] < 1 or opts["seconds"] <= 0:
@@ -157,24 +146,7 @@ class Command(BaseCommand):
         problems = self._problems(result)
         result["ok"] = not problems
 
-        if opts["json"]:
-            self.stdout.write(json.dumps(result, indent=2))
-        else:
-            s, a = result["submit"], result["admitted"]
-            self.stdout.write(
-                f"{opts['jobs']} submissions from {opts['clients']} clients in {s['seconds']} s "
-                f"({s['per_second']}/s; allowed {opts['seconds']:.0f} s): statuses {s['statuses']}; "
-                f"latency p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, p99 {s['p99_ms']} ms, "
-                f"max {s['max_ms']} ms; stored {a['stored']} with {a['submitted_events']} "
-                f"'submitted' events"
-            )
-            if "next_cycle" in result:
-                c = result["next_cycle"]
-                self.stdout.write(
-                    f"next cycle: {c['cycle_ms']} ms; {c['started']} started, "
-                    f"{c['waiting_with_reason']} waiting with a reason, "
-                    f"{c['waiting_without_reason']} without"
-                )
+        write_result(self, result, opts["json"], report, indent=2)
         if problems:
             raise CommandError("burst not fully admitted: " + "; ".join(problems))
 
@@ -192,3 +164,23 @@ class Command(BaseCommand):
         if cycle and cycle["waiting_without_reason"]:
             problems.append(f"{cycle['waiting_without_reason']} jobs wait without a reason")
         return problems
+
+
+def report(result: dict) -> list[str]:
+    """The human lines of a result: the burst, then the next cycle's verdicts."""
+    s, a = result["submit"], result["admitted"]
+    lines = [
+        f"{result['jobs']} submissions from {result['clients']} clients in {s['seconds']} s "
+        f"({s['per_second']}/s; allowed {result['allowed_s']:.0f} s): statuses {s['statuses']}; "
+        f"latency p50 {s['p50_ms']} ms, p95 {s['p95_ms']} ms, p99 {s['p99_ms']} ms, "
+        f"max {s['max_ms']} ms; stored {a['stored']} with {a['submitted_events']} "
+        f"'submitted' events"
+    ]
+    if "next_cycle" in result:
+        c = result["next_cycle"]
+        lines.append(
+            f"next cycle: {c['cycle_ms']} ms; {c['started']} started, "
+            f"{c['waiting_with_reason']} waiting with a reason, "
+            f"{c['waiting_without_reason']} without"
+        )
+    return lines

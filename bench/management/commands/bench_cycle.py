@@ -1,6 +1,20 @@
-import json
+"""``manage.py bench_cycle``: time scheduling cycles at scale (docs/benchmarks.md).
 
-from django.core.management.base import BaseCommand, CommandError
+The engine alone (``bench.engine.run_bench``: ``plan`` + ``check_plan`` on the random
+benchmark snapshot, no database), or with ``--with-db`` full ``run_cycle`` calls
+through the database on the same cluster loaded as rows and rolled back afterwards
+(``bench.scale.run_db_bench``).
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bench.cli import add_output_arguments, add_scale_arguments, write_result
+from bench.engine import run_bench
+from bench.scale import LoopRunning, run_db_bench
+
+LIMIT = 200_000
 
 
 class Command(BaseCommand):
@@ -9,32 +23,26 @@ class Command(BaseCommand):
         "snapshot), or with --with-db a full cycle through the database (rolled back after)."
     )
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("--gpus", type=int, default=10_000)
-        parser.add_argument("--pending", type=int, default=5_000)
-        parser.add_argument("--running", type=int, default=2_000)
-        parser.add_argument("--runs", type=int, default=7)
+    def add_arguments(self, parser: CommandParser) -> None:
+        add_scale_arguments(parser)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--with-db", action="store_true")
-        parser.add_argument("--json", action="store_true")
+        add_output_arguments(parser)
 
     def handle(self, *args, **o) -> None:
         for name in ("gpus", "pending", "running", "runs"):
-            if not 0 <= o[name] <= 200_000 or (name in ("gpus", "runs") and o[name] < 1):
+            if not 0 <= o[name] <= LIMIT or (name in ("gpus", "runs") and o[name] < 1):
                 raise CommandError(f"--{name} out of range")
+        size = (o["gpus"], o["pending"], o["running"], o["runs"], o["seed"])
         if o["with_db"]:
-            from scheduling.bench_db import run_db_bench
-
             try:
-                result = run_db_bench(o["gpus"], o["pending"], o["running"], o["runs"], o["seed"])
-            except RuntimeError as exc:
+                result = run_db_bench(*size)
+            except LoopRunning as exc:
                 raise CommandError(str(exc)) from exc
         else:
-            from scheduling.engine.bench import run_bench
-
-            result = run_bench(o["gpus"], o["pending"], o["running"], o["runs"], o["seed"])
-        if o["json"]:
-            self.stdout.write(json.dumps(result, sort_keys=True))
-        else:
-            for key, value in sorted(result.items()):
-                self.stdout.write(f"{key:>24}: {value}")
+            result = run_bench(*size)
+        write_result(
+            self, result, o["json"],
+            lambda r: (f"{key:>24}: {value}" for key, value in sorted(r.items())),
+            sort_keys=True,
+        )  # fmt: skip

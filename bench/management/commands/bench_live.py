@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from scheduling.latency import latency_ms, percentile
+from bench.cli import add_output_arguments, write_result
+from bench.latency import latency_ms, percentile
 
 CONNECT_TIMEOUT_S = 30.0
 SETUP_ATTEMPTS = 5
@@ -227,7 +228,7 @@ def run_timed_cycle(wait_s: float = 60.0):
     The cycle runs in an outer transaction whose first on-commit hook records the
     commit instant; the cycle's own events are sent by the next hook, as usual.
     """
-    from scheduling.loop import run_cycle
+    from scheduling.cycle import run_cycle
 
     stamp: list[float] = []
     with transaction.atomic():
@@ -292,7 +293,6 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="portal base URL")
         parser.add_argument("--viewers", type=int, default=100)
         parser.add_argument("--cycles", type=int, default=20)
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between cycles")
@@ -304,7 +304,7 @@ class Command(BaseCommand):
             "--workload", action="store_true",
             help="submit the simulator demo's arrivals before each cycle (busier cycles)",
         )  # fmt: skip
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_output_arguments(parser, url=True)
 
     def handle(self, *args, **opts) -> None:
         if opts["viewers"] < 1 or opts["cycles"] < 1 or opts["interval"] < 0:
@@ -314,21 +314,24 @@ class Command(BaseCommand):
             [u.strip() for u in opts["users"].split(",") if u.strip()],
             workload=opts["workload"],
         )  # fmt: skip
-        if opts["json"]:
-            self.stdout.write(json.dumps(result, indent=2))
-            return
-        self.stdout.write(
-            f"{result['viewers']} viewers x {result['cycles']} cycles: "
-            f"{result['delivered']}/{result['expected']} cycle.completed delivered "
-            f"(lost {result['lost']}); commit -> viewer p50 {result['p50_ms']} ms, "
-            f"p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms; "
-            f"cycles p50 {result['cycle_ms_p50']} ms, max {result['cycle_ms_max']} ms, "
-            f"up to {result['job_changes_per_cycle_max']} job changes"
+        write_result(self, result, opts["json"], report, indent=2)
+
+
+def report(result: dict) -> list[str]:
+    """The human lines of a result: delivery and latency, then any connection trouble."""
+    lines = [
+        f"{result['viewers']} viewers x {result['cycles']} cycles: "
+        f"{result['delivered']}/{result['expected']} cycle.completed delivered "
+        f"(lost {result['lost']}); commit -> viewer p50 {result['p50_ms']} ms, "
+        f"p95 {result['p95_ms']} ms, p99 {result['p99_ms']} ms, max {result['max_ms']} ms; "
+        f"cycles p50 {result['cycle_ms_p50']} ms, max {result['cycle_ms_max']} ms, "
+        f"up to {result['job_changes_per_cycle_max']} job changes"
+    ]
+    if result["setup_retries"]:
+        lines.append(
+            f"{result['setup_retries']} connections retried while subscribing "
+            f"(as the browser client does): {result['setup_errors']}"
         )
-        if result["setup_retries"]:
-            self.stdout.write(
-                f"{result['setup_retries']} connections retried while subscribing "
-                f"(as the browser client does): {result['setup_errors']}"
-            )
-        if result["viewer_errors"]:
-            self.stdout.write(f"viewer errors: {result['viewer_errors']}")
+    if result["viewer_errors"]:
+        lines.append(f"viewer errors: {result['viewer_errors']}")
+    return lines

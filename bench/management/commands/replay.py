@@ -1,8 +1,11 @@
-"""``manage.py replay``: a thin wrapper over ``scheduling.replay`` (no database needed)."""
+"""``manage.py replay``: a thin wrapper over the Django-free ``replay`` package (no database).
+
+The same options as ``python -m replay`` (``replay.cli``); docs/replay.md.
+"""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduling.replay.cli import CliError, add_arguments, execute
+from replay.cli import CliError, add_arguments, execute
 
 
 class Command(BaseCommand):

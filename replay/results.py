@@ -1,0 +1,147 @@
+"""The result of a replay: per-queue and overall figures, in one field order (docs/replay.md).
+
+Pure: reads a finished ``Replay`` and returns plain dicts (JSON as printed by
+``--json`` and written by ``--out``). Every figure is defined in ``metrics``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import metrics as m
+from .pools import DONE, REJECTED, ReplayJob
+
+if TYPE_CHECKING:
+    from .replay import Replay
+
+DAY = 86400.0
+
+FIELD_ORDER = (
+    "jobs",
+    "finished",
+    "rejected",
+    "unfinished",
+    "capacity_gpus",
+    "quota_gpus",
+    "avg_queue_s",
+    "median_queue_s",
+    "p95_queue_s",
+    "avg_jct_s",
+    "utilization",
+    "backlog_utilization",
+    "fragmentation",
+    "avg_waiting_jobs",
+    "max_waiting_jobs",
+    "preemptions",
+    "evictions",
+    "runs",
+    "eviction_ratio",
+    "jobs_demoted",
+    "borrowed_starts",
+)
+
+#: Keys of ``overall`` that measure the wall clock (differ between identical runs).
+TIMING_KEYS = ("plan_wall_s", "wall_s", "sim_days_per_wall_s")
+
+
+def ordered(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with the keys of ``FIELD_ORDER`` first, in that order, then the others."""
+    out = {k: d[k] for k in FIELD_ORDER if k in d}
+    out.update((k, v) for k, v in d.items() if k not in out)
+    return out
+
+
+def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
+    """Counts, queueing delays and JCTs of ``jobs``; also their sorted queueing delays."""
+    finished = [j for j in jobs if j.state == DONE]
+    delays = sorted(j.first_start - j.submit for j in finished)  # type: ignore[operator]
+    jcts = [j.finish - j.submit for j in finished]  # type: ignore[operator]
+    runs = sum(j.runs for j in jobs)
+    evictions = sum(j.evictions for j in jobs)
+    stats = {
+        "jobs": len(jobs),
+        "finished": len(finished),
+        "rejected": sum(1 for j in jobs if j.state == REJECTED),
+        "unfinished": sum(1 for j in jobs if j.state not in (DONE, REJECTED)),
+        "avg_queue_s": m.rounded(m.mean(delays), 1),
+        "median_queue_s": m.rounded(m.quantile(delays, 0.5), 1),
+        "p95_queue_s": m.rounded(m.quantile(delays, 0.95), 1),
+        "avg_jct_s": m.rounded(m.mean(jcts), 1),
+        "runs": runs,
+        "evictions": evictions,
+        "eviction_ratio": m.rounded(evictions / runs if runs else 0.0),
+        "jobs_demoted": sum(1 for j in jobs if j.demoted),
+    }
+    return stats, delays
+
+
+def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
+    """The figures of each trace queue, in the workload's queue order."""
+    layout = r.layout
+    by_queue: dict[str, list[ReplayJob]] = {q: [] for q in r.w.queues}
+    for j in r.jobs:
+        by_queue[j.queue].append(j)
+    out = {}
+    for q in r.w.queues:
+        st, _ = job_stats(by_queue[q])
+        qm = r.qmeter[q]
+        frag = r.pools[q].frag.value() if layout.kind == "isolated" else None
+        st.update(
+            capacity_gpus=layout.capacity[q],
+            quota_gpus=layout.quota[q],
+            utilization=m.rounded(qm.utilization()),
+            backlog_utilization=m.rounded(qm.backlog_utilization()),
+            fragmentation=m.rounded(frag),
+            avg_waiting_jobs=m.rounded(qm.avg_waiting(), 2),
+            max_waiting_jobs=qm.max_waiting,
+            preemptions=r.preemptions[q],
+            borrowed_starts=r.borrowed_starts[q],
+        )
+        out[q] = ordered(st)
+    return out
+
+
+def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
+    """The whole result of a replay that ended at virtual time ``end`` after ``wall`` s."""
+    layout = r.layout
+    overall, delays = job_stats(r.jobs)
+    scattered = sum(p.frag.scattered_s for p in r.pools.values())
+    idle = sum(p.frag.idle_s for p in r.pools.values())
+    sim_days = end / DAY
+    overall.update(
+        capacity_gpus=layout.total_gpus,
+        utilization=m.rounded(r.meter.utilization()),
+        backlog_utilization=m.rounded(r.meter.backlog_utilization()),
+        fragmentation=m.rounded(scattered / idle if idle > 0 else None),
+        avg_waiting_jobs=m.rounded(r.meter.avg_waiting(), 2),
+        max_waiting_jobs=r.meter.max_waiting,
+        preemptions=sum(r.preemptions.values()),
+        borrowed_starts=sum(r.borrowed_starts.values()),
+        simulated_days=round(sim_days, 3),
+        plan_calls=r.plan_calls,
+        plan_skips=r.plan_skips,
+        plan_wall_s=round(r.plan_s, 2),
+        wall_s=round(wall, 2),
+        sim_days_per_wall_s=round(sim_days / wall, 2) if wall > 0 else None,
+    )
+    cfg = r.cfg
+    return {
+        "trace": r.w.trace,
+        "source": r.w.source,
+        "policy": cfg.policy,
+        "layout": layout.kind,
+        "pool_gpus": cfg.pool_gpus,
+        "window": r.w.window_label,
+        "window_s": r.window,
+        "seed": cfg.seed,
+        "cycle_s": cfg.cycle_s,
+        "replan_s": cfg.replan_s,
+        "layout_rule": layout.rule,
+        "overall": ordered(overall),
+        "per_queue": per_queue(r),
+        "series": {
+            "bucket_s": cfg.bucket_s,
+            "utilization": r.meter.series(end),
+            "queue_delay_percentiles": m.percentiles(delays),
+        },
+    }

@@ -4,6 +4,11 @@ Arrivals come from ``replay.traces.workload`` (distributions derived from the
 Philly and ITP traces, shipped in the repo). Each minute of cluster time gets
 its own seeded generator, so the stream is reproducible and survives restarts
 (the last generated minute is kept in ``ClusterSettings``).
+
+The jobs are submitted by the ``workload`` user through ``scheduling.services.submit_jobs``:
+the rules and defaults of every other submission (queue access, tier ceiling, sizes the
+cluster holds, shared-storage checkpoints), in bulk, stamped with the cluster minute they
+arrived in. Side effects: the jobs, their ``submitted`` events and ``queues.updated``.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from quotas.models import Queue
+from replay.traces.readers import GPUS_PER_NODE
+from replay.traces.workload import GeneratedJob, WorkloadGenerator
+from scheduling import limits
 from scheduling.clock import cluster_now_ts, to_datetime
-from scheduling.models import ClusterSettings, Job, JobEvent
+from scheduling.models import ClusterSettings, Job
 from scheduling.selectors import cluster_shape
-from replay.traces.workload import WorkloadGenerator
+from scheduling.services import JobRequest, submit_jobs
 
 WORKLOAD_USER = "workload"
 MAX_PENDING = 3000  # stop adding while this many jobs already wait
@@ -23,18 +31,51 @@ MAX_MINUTES_PER_CALL = 30  # after downtime, catch up at most this much
 # Offered load well above capacity (trace durations are heavy-tailed, so a young demo
 # cluster drains fast), so queues, pending reasons and preemptions show up.
 DEMO_LOAD = 2.0
+MAX_JOB_GPUS = 256  # the generator's largest job, on a cluster that can hold it
 
 
-def _job(owner, queue_ids: dict[str, int], g, at: float) -> Job:
-    return Job(
-        name=g.name[:100], owner=owner, queue_id=queue_ids[g.queue], tier=g.tier, gpus=g.gpus,
-        gpus_per_node=g.gpus_per_node or min(g.gpus, 8), gpu_memory_gb=g.gpu_memory_gb,
-        rdma=g.rdma, preemptible=g.preemptible, model_name=g.model_name,
-        checkpoint_path=f"nfs://checkpoints/{g.queue}/{g.name}"[:500],
+def job_request(g: GeneratedJob) -> JobRequest:
+    """The submission of one generated job (as a client would post it to the API)."""
+    return JobRequest(
+        name=g.name[: limits.NAME_MAX], queue=g.queue, tier=g.tier, gpus=g.gpus,
+        gpus_per_node=g.gpus_per_node, gpu_memory_gb=g.gpu_memory_gb, rdma=g.rdma,
+        preemptible=g.preemptible, model_name=g.model_name,
+        checkpoint_path=f"nfs://checkpoints/{g.queue}/{g.name}"[: limits.CHECKPOINT_PATH_MAX],
         checkpoint_interval_minutes=g.checkpoint_interval_minutes,
         sim_duration_minutes=max(1, round(g.duration_s / 60)),
-        submitted_at=to_datetime(at),
     )  # fmt: skip
+
+
+def generator(seed: int, cluster_gpus: int) -> WorkloadGenerator:
+    """The demo's generator for ``seed``: no job larger than the cluster (the service's rule).
+
+    Jobs above one node are whole nodes, so the cap is whole nodes too.
+    """
+    whole = cluster_gpus - cluster_gpus % GPUS_PER_NODE or cluster_gpus
+    return WorkloadGenerator(
+        seed=seed, cluster_gpus=cluster_gpus, load=DEMO_LOAD,
+        max_gpus=max(1, min(MAX_JOB_GPUS, whole)),
+    )  # fmt: skip
+
+
+def arrivals(
+    last: int | None, now_ts: float, seed: int, gpus: int, pairs: list[tuple[str, str]]
+) -> list[tuple[GeneratedJob, float]]:
+    """The jobs, with their arrival times, from after minute ``last`` up to ``now_ts``.
+
+    The first call (``last`` None) fills the empty cluster at once with one and a half
+    times its GPUs; later calls catch up at most ``MAX_MINUTES_PER_CALL`` minutes.
+    """
+    if last is None:
+        return [(g, now_ts) for g in generator(seed, gpus).backlog(pairs, int(gpus * 1.5))]
+    minute = int(now_ts // 60)
+    out: list[tuple[GeneratedJob, float]] = []
+    for m in range(max(last + 1, minute - MAX_MINUTES_PER_CALL), minute + 1):
+        out += [
+            (g, m * 60.0)
+            for g in generator(seed * 1_000_003 + m, gpus).next_jobs(m * 60.0, 60, pairs)
+        ]
+    return out
 
 
 def generate(now_ts: float | None = None) -> int:
@@ -46,15 +87,13 @@ def generate(now_ts: float | None = None) -> int:
     if owner is None:
         return 0
     now_ts = cluster_now_ts() if now_ts is None else now_ts
-    queues = list(Queue.objects.values_list("name", "tier", "id"))
-    if not queues:
+    pairs = list(Queue.objects.values_list("name", "tier"))
+    if not pairs:
         return 0
-    queue_ids = {name: qid for name, _, qid in queues}
-    name_of = {qid: name for name, qid in queue_ids.items()}
-    pairs = [(name, tier) for name, tier, _ in queues]
     _, gpus = cluster_shape()
+    if gpus <= 0:
+        return 0
     minute = int(now_ts // 60)
-    jobs: list[Job] = []
     with transaction.atomic():
         row = ClusterSettings.objects.select_for_update().get(pk=settings_row.pk)
         last = row.workload_minute
@@ -63,26 +102,13 @@ def generate(now_ts: float | None = None) -> int:
             # simulator catches up at most an hour). Resume from now, or nothing would
             # arrive until the clock got there.
             last = minute - 1
-        if last is None:  # first call: fill the empty cluster at once
-            gen = WorkloadGenerator(seed=row.seed, cluster_gpus=gpus, load=DEMO_LOAD)
-            jobs = [_job(owner, queue_ids, g, now_ts) for g in gen.backlog(pairs, int(gpus * 1.5))]
-            last = minute
-        elif Job.objects.filter(state=Job.State.PENDING).count() < MAX_PENDING:
-            for m in range(max(last + 1, minute - MAX_MINUTES_PER_CALL), minute + 1):
-                gen = WorkloadGenerator(
-                    seed=row.seed * 1_000_003 + m, cluster_gpus=gpus, load=DEMO_LOAD
-                )
-                jobs += [
-                    _job(owner, queue_ids, g, m * 60.0) for g in gen.next_jobs(m * 60.0, 60, pairs)
-                ]
+        jobs: list[tuple[GeneratedJob, float]] = []
+        if last is None or Job.objects.filter(state=Job.State.PENDING).count() < MAX_PENDING:
+            jobs = arrivals(last, now_ts, row.seed, gpus, pairs)
         row.workload_minute = minute
         row.save(update_fields=["workload_minute"])
-        created = Job.objects.bulk_create(jobs, batch_size=500)
-        JobEvent.objects.bulk_create(
-            [JobEvent(job=j, at=j.submitted_at, kind="submitted",
-                      message=f"submitted by the demo workload to {name_of[j.queue_id]}: "
-                      f"{j.gpus} GPUs, tier {j.tier}")
-             for j in created],
-            batch_size=500,
+        created = submit_jobs(
+            owner, [job_request(g) for g, _ in jobs],
+            submitted_at=[to_datetime(at) for _, at in jobs],
         )  # fmt: skip
     return len(created)

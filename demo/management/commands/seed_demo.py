@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from core.models import LineMembership, Profile, Role
+from demo.workload import WORKLOAD_USER  # the demo's generator submits as it: in every line
 from quotas.models import BusinessLine, Queue, Tier
 from scheduling.models import Allocation, ClusterSettings, Node
 from scheduling.simcore.cluster import build_demo_cluster
@@ -35,8 +36,6 @@ USERS = (
     ("researcher", Role.RESEARCHER, "llm", False),
     ("researcher2", Role.RESEARCHER, "search-rec", False),
 )
-# The demo workload generator submits as this user, a member of every line.
-WORKLOAD_USER = "workload"
 
 
 class Command(BaseCommand):

@@ -4,7 +4,8 @@ Invariants held by the database itself:
 - an ``Allocation`` is one GPU of one node, unique per (node, gpu_index): no GPU
   is ever given to two jobs, whatever the writers do;
 - GPU indices are within 0..7 (nodes have at most 8 GPUs) and counts are positive.
-State changes go through ``scheduling.services`` only.
+State changes go through the services and the loop (``scheduling.cycle``); a job's
+``state`` is assigned only by ``scheduling.transitions.set_state``.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class Job(models.Model):
 
     States follow API.md: pending -> running -> succeeded | failed | cancelled, and
     running -> preempting -> pending on graceful preemption (progress kept,
-    ``preemption_count`` + 1). ``pending_*`` hold the engine's latest verdict.
+    ``preemption_count`` + 1); ``scheduling.transitions`` lists every allowed move and
+    is the one writer of ``state``. ``pending_*`` hold the engine's latest verdict.
     ``launch_*`` hold the current streak of transient launch failures (the backoff of
     ``scheduling.cycle.backoff``): zero attempts and no times when there is none.
     """

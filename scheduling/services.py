@@ -24,6 +24,7 @@ from quotas.models import Queue, Tier
 from scheduling import limits
 from scheduling.models import Job, JobEvent
 from scheduling.selectors import cluster_shape, list_queues_for_submit
+from scheduling.transitions import set_state
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
         if not job.is_active:
             raise ValidationError({"state": [f"job is already {job.state}"]})
         before = {"state": job.state}
-        job.state = Job.State.CANCELLED
+        set_state(job, Job.State.CANCELLED)
         job.save(update_fields=["state", "updated_at"])
         add_event(job, "cancelled", f"cancelled by {user.username}")
         if job.owner_id != user.pk:

@@ -15,6 +15,7 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
 from scheduling.models import Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
+from scheduling.transitions import set_state
 
 RECENT_MODELS_KEPT = 3
 
@@ -65,7 +66,7 @@ def run_ended(
     lost_s = max(0.0, job.progress_seconds - progress)
     job.progress_seconds = max(0.0, progress)
     if state == SUCCEEDED:
-        job.state = Job.State.SUCCEEDED
+        set_state(job, Job.State.SUCCEEDED)
         job.finished_at = to_datetime(cycle.now)
         cycle.event(job, "succeeded", "finished successfully")
         cycle.report.counts["finished"] += 1
@@ -75,7 +76,7 @@ def run_ended(
         why = reason or "the run stopped"
         job.borrowed = False
         if job.retry_count < job.max_retries:
-            job.state = Job.State.PENDING
+            set_state(job, Job.State.PENDING)
             job.retry_count += 1
             cycle.event(
                 job, "retried",
@@ -84,7 +85,7 @@ def run_ended(
             )  # fmt: skip
             cycle.report.counts["retried"] += 1
         else:
-            job.state = Job.State.FAILED
+            set_state(job, Job.State.FAILED)
             job.finished_at = to_datetime(cycle.now)
             job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
             cycle.event(job, "failed", job.failure_reason)
@@ -108,7 +109,7 @@ def requeue_after_stop(
                 lost_gpu_seconds=job.gpus * lost_s,
             )
         )  # fmt: skip
-    job.state = Job.State.PENDING
+    set_state(job, Job.State.PENDING)
     saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
     cycle.event(
         job, "requeued",

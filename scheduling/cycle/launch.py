@@ -22,6 +22,7 @@ from scheduling.cycle.reconcile import allocate
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
+from scheduling.transitions import set_state
 
 STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
                   "queue_position", "estimated_start", *BACKOFF_FIELDS)  # fmt: skip
@@ -62,7 +63,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
     placed = allocate_many(cycle, launched)
     now_dt = to_datetime(cycle.now)
     for job, start in placed:
-        job.state = Job.State.RUNNING
+        set_state(job, Job.State.RUNNING)
         job.attempt += 1
         job.started_at = now_dt
         job.borrowed = start.borrowed
@@ -96,7 +97,7 @@ def launch(cycle: Cycle, job: Job, start: et.Start) -> str:
         if not err.permanent:
             launch_retry(cycle, job, err)
             return RETRY
-        job.state = Job.State.FAILED
+        set_state(job, Job.State.FAILED)
         job.failure_reason = f"the cluster refused to start it: {err}"
         job.finished_at = to_datetime(cycle.now)
         job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])

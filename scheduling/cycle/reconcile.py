@@ -23,6 +23,7 @@ from scheduling.cycle.isolation import clean_residual, isolate
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
+from scheduling.transitions import set_state
 
 NODE_FIELDS = ["health", "health_detail", "residual_gpus", "state", "state_reason",
                "uncordon_requested"]  # fmt: skip
@@ -165,7 +166,7 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     if not allocate(cycle, job, o.placement):
         cycle.call(f"kill {o.ref}", cycle.backend.kill, o.ref)
         return
-    job.state = Job.State.RUNNING
+    set_state(job, Job.State.RUNNING)
     job.backend_ref = o.ref
     job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
     job.started_at = job.started_at or to_datetime(cycle.now)

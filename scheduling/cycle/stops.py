@@ -12,6 +12,7 @@ from scheduling.clock import to_datetime
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
+from scheduling.transitions import set_state
 
 # Why a job is asked to move, as its timeline says it (``Job.stop_reason`` -> words).
 MOVE_WORDS = {
@@ -51,7 +52,7 @@ def request_stops(cycle: Cycle) -> None:
         if not cycle.call(f"stop {job.backend_ref}", cycle.backend.checkpoint_and_stop,
                           job.backend_ref, grace):  # fmt: skip
             continue
-        job.state = Job.State.PREEMPTING
+        set_state(job, Job.State.PREEMPTING)
         job.stop_reason = cause
         job.preempt_deadline = to_datetime(cycle.now + grace)
         job.save(update_fields=["state", "stop_reason", "preempt_deadline", "updated_at"])
@@ -70,7 +71,7 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
         args = (victim.backend_ref, grace) if grace > 0 else (victim.backend_ref,)
         if not cycle.call(f"preempt {victim.backend_ref}", call, *args):
             continue
-        victim.state = Job.State.PREEMPTING
+        set_state(victim, Job.State.PREEMPTING)
         victim.stop_reason = "preemption"
         victim.preempted_for_id = p.for_job_id
         victim.preempt_deadline = to_datetime(p.grace_deadline)

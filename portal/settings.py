@@ -13,7 +13,6 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from core.env import (
-    BACKENDS,
     env_bool,
     env_choice,
     env_float,
@@ -22,6 +21,7 @@ from core.env import (
     env_str,
     env_url,
 )
+from scheduling.backends import BACKENDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql", "pgsql")) or EMBEDDED_DATABASE_URL
 REDIS_URL = env_url("REDIS_URL", ("redis", "rediss")) or EMBEDDED_REDIS_URL
 
-SCHEDULING_BACKEND = env_choice("SCHEDULING_BACKEND", "simulator", BACKENDS)
+SCHEDULING_BACKEND = env_choice("SCHEDULING_BACKEND", "simulator", tuple(BACKENDS))
 SCHEDULER_CYCLE_SECONDS = env_float("SCHEDULER_CYCLE_SECONDS", 5.0, minimum=0.5, maximum=3600)
 # Virtual seconds the simulator advances per real second (demo: minutes per second).
 SIMULATOR_SPEED = env_float("SIMULATOR_SPEED", 60.0, minimum=0.0, maximum=86400)

@@ -13,6 +13,9 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+# The simulator's catch-up rule lives with its store; cluster time reads it the same way.
+from scheduling.backends.sim_store import MAX_CATCH_UP_S, catch_up  # noqa: F401 - re-exported
+
 
 def to_datetime(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, tz=UTC)
@@ -20,16 +23,6 @@ def to_datetime(ts: float | None) -> datetime | None:
 
 def to_epoch(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()
-
-
-# After downtime the simulator's clock catches up by at most this much (a long stop is
-# not replayed): the simulator backend advances by ``catch_up`` when it loads.
-MAX_CATCH_UP_S = 3600.0
-
-
-def catch_up(wall_gap_s: float, speed: float) -> float:
-    """Virtual seconds the simulator moves for ``wall_gap_s`` real seconds since its save."""
-    return min(max(0.0, wall_gap_s) * speed, MAX_CATCH_UP_S)
 
 
 def cluster_now_ts() -> float:

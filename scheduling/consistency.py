@@ -12,7 +12,7 @@ from collections import Counter
 
 from django.db import transaction
 
-from scheduling.backends import open_backend
+from scheduling.backend_factory import get_backend
 from scheduling.backends.base import RUNNING, STOPPING
 from scheduling.models import Allocation, Job, JobEvent, SchedulingCycle
 
@@ -21,7 +21,7 @@ def find_inconsistencies() -> list[str]:
     """Empty when the database and the backend agree GPU for GPU."""
     problems: list[str] = []
     with transaction.atomic():
-        backend = open_backend(advance=False)  # read-only: the simulated clock stays put
+        backend = get_backend(advance=False)  # read-only: the simulated clock stays put
         obs = backend.observe()
         transaction.set_rollback(True)
     runs = {j.ref: j for j in obs.jobs if j.state in (RUNNING, STOPPING)}

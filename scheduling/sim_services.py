@@ -10,10 +10,12 @@ from django.db import transaction
 
 from core import audit
 from core.roles import is_admin, is_oncall_or_admin
+from scheduling.backend_factory import open_simulator
 from scheduling.backends.base import BackendError
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
 from scheduling.models import Node, SchedulingCycle
+from scheduling.sim_state import DatabaseSimulatorStore
 from scheduling.simcore.simulator import FAULT_KINDS
 
 MAX_ADVANCE_S = 7 * 86400
@@ -42,10 +44,8 @@ def inject_fault(user: Any, kind: Any, node: Any, source_ip: str | None = None) 
         raise ValidationError({"node": [f"unknown node {str(node)[:80]!r}"]})
 
     def act() -> dict:
-        from scheduling.backends.simulator import SimulatorBackend
-
         with transaction.atomic():
-            backend = SimulatorBackend()
+            backend = open_simulator()
             try:
                 backend.inject_fault(kind, node)
             except BackendError as err:
@@ -72,13 +72,12 @@ def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict
         raise ValidationError({"seconds": [f"a number of seconds from 1 to {MAX_ADVANCE_S}"]})
 
     def act() -> dict:
-        from scheduling.backends.simulator import SimulatorBackend
-
         with transaction.atomic():
-            backend = SimulatorBackend()
+            store = DatabaseSimulatorStore()
+            backend = open_simulator(store)
             backend.advance(float(seconds))
             backend.close()
-            audit.record(user, "simulator.advance", backend.row, after={"seconds": seconds},
+            audit.record(user, "simulator.advance", store.row, after={"seconds": seconds},
                          source_ip=source_ip)  # fmt: skip
         return {"cluster_time": backend.now(), "advanced_s": float(seconds)}
 

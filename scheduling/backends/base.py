@@ -11,10 +11,14 @@ the job fails with the message as its reason).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from scheduling.engine.types import Slot
+
+if TYPE_CHECKING:
+    from scheduling.backends.config import BackendContext
 
 # Job states a backend reports.
 RUNNING = "running"
@@ -26,6 +30,16 @@ ENDED = (SUCCEEDED, FAILED, STOPPED)
 
 # Node health a backend reports.
 HEALTH_OK = "ok"
+HEALTH_DOWN = "down"
+HEALTH_GPU_FAILURE = "gpu_failure"
+HEALTH_RDMA_DEGRADED = "rdma_degraded"
+
+# What a backend reports where the cluster does not say (no topology, no GPU model).
+DEFAULT_RACK = "default"
+DEFAULT_BLOCK = "default"
+DEFAULT_GPU_MODEL = "unknown"
+# The checkpoint grace when PREEMPTION_GRACE_SECONDS is not configured.
+DEFAULT_GRACE_S = 300.0
 
 
 class BackendError(Exception):
@@ -119,26 +133,41 @@ def parse_run_ref(ref: str) -> tuple[int, int] | None:
     return None
 
 
-@runtime_checkable
-class ClusterBackend(Protocol):
-    """What the scheduling loop needs from a cluster."""
+class ClusterBackend(ABC):
+    """What the scheduling loop needs from a cluster; every backend subclasses it.
 
-    name: str
+    ``scheduling.backends.BACKENDS`` names the subclasses; the factory
+    (``scheduling/backend_factory.py``) opens one per cycle with :meth:`open`.
+    """
 
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def open(cls, context: BackendContext) -> Self:
+        """This backend for one cycle, configured from ``context`` (plain values only)."""
+
+    @abstractmethod
     def observe(self) -> Observation: ...
 
+    @abstractmethod
     def launch(self, request: LaunchRequest) -> None: ...
 
+    @abstractmethod
     def checkpoint_and_stop(self, ref: str, grace_s: float) -> None: ...
 
+    @abstractmethod
     def kill(self, ref: str) -> None: ...
 
+    @abstractmethod
     def cordon(self, node: str, reason: str) -> None: ...
 
+    @abstractmethod
     def uncordon(self, node: str) -> None: ...
 
+    @abstractmethod
     def clean_residual(self, node: str) -> int: ...
 
+    @abstractmethod
     def close(self) -> None:
         """Persist and release whatever the backend holds for this cycle."""
-        ...

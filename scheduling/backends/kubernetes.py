@@ -66,17 +66,25 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from scheduling.backends import volcano
 from scheduling.backends.base import (
+    DEFAULT_BLOCK,
+    DEFAULT_GPU_MODEL,
+    DEFAULT_GRACE_S,
+    DEFAULT_RACK,
     FAILED,
+    HEALTH_DOWN,
+    HEALTH_GPU_FAILURE,
     HEALTH_OK,
+    HEALTH_RDMA_DEGRADED,
     RUNNING,
     STOPPED,
     STOPPING,
     SUCCEEDED,
     BackendError,
+    ClusterBackend,
     LaunchRequest,
     Observation,
     ObservedJob,
@@ -85,21 +93,15 @@ from scheduling.backends.base import (
     TransientBackendError,
     parse_run_ref,
 )
+from scheduling.backends.config import BackendConfig, BackendContext
+from scheduling.backends.placement import NodeCapacity, check_placement, launch_ref, take_gpus
 from scheduling.engine.types import Slot
 
 GPU = volcano.GPU_RESOURCE
-DEFAULT_RACK = "default"
-DEFAULT_BLOCK = "default"
-DEFAULT_GPU_MODEL = "unknown"
-DEFAULT_GRACE_S = 300.0
 JSON = "application/json"  # the client sets no Content-Type on creates; say it
 KILL_GRACE_S = 1  # `kubectl delete --now`; 0 means force deletion for pods
 CHECKPOINT_SLACK_S = 2.0  # pods gone this close to the deadline still count as checkpointed
 DB_TEXT = 32  # Node.rack/block/gpu_model are CharField(max_length=32)
-
-HEALTH_DOWN = "down"
-HEALTH_GPU = "gpu_failure"
-HEALTH_RDMA = "rdma_degraded"
 
 FINAL_PHASES = frozenset({"Completed", "Terminated", "Aborted", "Failed"})
 TEARDOWN_PHASES = frozenset({"Terminating", "Aborting"})
@@ -114,32 +116,6 @@ _MODEL = re.compile(
 )
 
 
-# ---------------------------------------------------------------------------------------
-# Settings
-# ---------------------------------------------------------------------------------------
-def _setting(name: str, default: Any = None, *, keep_empty: bool = False) -> Any:
-    """Django setting ``name`` if set, else the environment variable, else ``default``.
-
-    ``keep_empty``: an empty value is a value (e.g. ``KUBERNETES_RDMA_RESOURCE=""``
-    switches RDMA requests off) rather than "not set".
-    """
-    try:
-        from django.conf import settings
-
-        value = getattr(settings, name, None)
-    except Exception:  # noqa: BLE001 - settings not configured: plain environment
-        value = None
-    if value is None or (value == "" and not keep_empty):
-        value = os.environ.get(name)
-    if value is None or (value == "" and not keep_empty):
-        return default
-    return value
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)
-
-
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -147,9 +123,9 @@ def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
-def default_namespace() -> str:
+def default_namespace(config: BackendConfig) -> str:
     """``KUBERNETES_NAMESPACE``, else the pod's own namespace in-cluster, else ``default``."""
-    configured = _setting("KUBERNETES_NAMESPACE")
+    configured = config.get("KUBERNETES_NAMESPACE")
     if configured:
         return str(configured)
     if in_cluster():
@@ -316,10 +292,11 @@ class _View:
     foreign: dict[str, list[Slot]] = field(default_factory=dict)  # foreign job -> GPUs
 
 
-class KubernetesBackend:
+class KubernetesBackend(ClusterBackend):
     """A Kubernetes cluster with Volcano behind the backend interface (one instance per cycle).
 
-    Configuration (keyword arguments, else Django settings, else the environment):
+    Configuration (keyword arguments, else ``config``: the Django settings the factory
+    passes, else the environment):
     ``KUBECONFIG`` (else in-cluster credentials), ``KUBERNETES_CONTEXT``,
     ``KUBERNETES_NAMESPACE``, ``KUBERNETES_VOLCANO_QUEUE``, ``KUBERNETES_SCHEDULER_NAME``,
     ``KUBERNETES_JOB_IMAGE``, ``KUBERNETES_JOB_COMMAND`` (shell words),
@@ -356,61 +333,67 @@ class KubernetesBackend:
         checkpoint_mount: str | None = None,
         default_gpu_model: str | None = None,
         clock: Callable[[], float] = time.time,
+        config: BackendConfig | None = None,
     ) -> None:
         import shlex
 
         from kubernetes import client
 
+        cfg = config or BackendConfig()
         self._owns_client = api_client is None
         if api_client is None:
             api_client = load_api_client(
-                kubeconfig or _setting("KUBECONFIG"), context or _setting("KUBERNETES_CONTEXT")
+                cfg.pick(kubeconfig, "KUBECONFIG"), cfg.pick(context, "KUBERNETES_CONTEXT")
             )
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self.namespace = namespace or default_namespace()
-        grace = float(_first(grace_s, _setting("PREEMPTION_GRACE_SECONDS", DEFAULT_GRACE_S)))
-        cmd = _first(command, _setting("KUBERNETES_JOB_COMMAND"))
+        self.namespace = namespace or default_namespace(cfg)
+        grace = float(cfg.pick(grace_s, "PREEMPTION_GRACE_SECONDS", DEFAULT_GRACE_S))
+        cmd = cfg.pick(command, "KUBERNETES_JOB_COMMAND")
         if isinstance(cmd, str):
             cmd = shlex.split(cmd)
-        rdma = _first(rdma_resource, _setting("KUBERNETES_RDMA_RESOURCE", keep_empty=True))
-        ttl = _first(job_ttl_s, _setting("KUBERNETES_JOB_TTL_SECONDS", 86400))
+        rdma = cfg.pick(rdma_resource, "KUBERNETES_RDMA_RESOURCE", keep_empty=True)
+        ttl = cfg.pick(job_ttl_s, "KUBERNETES_JOB_TTL_SECONDS", 86400)
         self.job_settings = volcano.JobSettings(
             namespace=self.namespace,
-            queue=str(queue or _setting("KUBERNETES_VOLCANO_QUEUE", "default")),
-            scheduler_name=str(scheduler_name or _setting("KUBERNETES_SCHEDULER_NAME", "volcano")),
-            image=str(image or _setting("KUBERNETES_JOB_IMAGE", volcano.DEFAULT_IMAGE)),
+            queue=str(cfg.pick(queue, "KUBERNETES_VOLCANO_QUEUE", "default")),
+            scheduler_name=str(cfg.pick(scheduler_name, "KUBERNETES_SCHEDULER_NAME", "volcano")),
+            image=str(cfg.pick(image, "KUBERNETES_JOB_IMAGE", volcano.DEFAULT_IMAGE)),
             command=tuple(cmd) if cmd else volcano.DEMO_COMMAND,
             grace_s=max(1, math.ceil(grace)),
             rdma_resource=(
                 volcano.DEFAULT_RDMA_RESOURCE if rdma is None else str(rdma).strip() or None
             ),
             ttl_after_finished_s=int(ttl) if str(ttl) != "" else None,
-            service_account=service_account or _setting("KUBERNETES_SERVICE_ACCOUNT"),
-            priority_class=priority_class or _setting("KUBERNETES_PRIORITY_CLASS"),
-            checkpoint_pvc=checkpoint_pvc or _setting("KUBERNETES_CHECKPOINT_PVC"),
+            service_account=cfg.pick(service_account, "KUBERNETES_SERVICE_ACCOUNT"),
+            priority_class=cfg.pick(priority_class, "KUBERNETES_PRIORITY_CLASS"),
+            checkpoint_pvc=cfg.pick(checkpoint_pvc, "KUBERNETES_CHECKPOINT_PVC"),
             checkpoint_mount=str(
-                checkpoint_mount or _setting("KUBERNETES_CHECKPOINT_MOUNT", "/checkpoints")
+                cfg.pick(checkpoint_mount, "KUBERNETES_CHECKPOINT_MOUNT", "/checkpoints")
             ),
         )
-        self.node_selector = node_selector or _setting("KUBERNETES_NODE_SELECTOR")
+        self.node_selector = cfg.pick(node_selector, "KUBERNETES_NODE_SELECTOR")
         if labels is None:
             base = NodeLabels()
             labels = NodeLabels(
                 **{
-                    f: str(_setting(f"KUBERNETES_{f.upper()}_LABEL", getattr(base, f)))
+                    f: str(cfg.get(f"KUBERNETES_{f.upper()}_LABEL", getattr(base, f)))
                     for f in ("rack", "block", "gpu_model", "gpu_memory", "rdma", "inference")
                 },
                 rdma_override=base.rdma_override,
             )
         self.labels = labels
-        self.timeout = float(_first(timeout, _setting("KUBERNETES_TIMEOUT", 30.0)))
+        self.timeout = float(cfg.pick(timeout, "KUBERNETES_TIMEOUT", 30.0))
         self.default_gpu_model = str(
-            default_gpu_model or _setting("KUBERNETES_DEFAULT_GPU_MODEL", DEFAULT_GPU_MODEL)
+            cfg.pick(default_gpu_model, "KUBERNETES_DEFAULT_GPU_MODEL", DEFAULT_GPU_MODEL)
         )
         self.clock = clock
         self._view: _View | None = None
+
+    @classmethod
+    def open(cls, context: BackendContext) -> Self:
+        return cls(config=context.config)
 
     # -- plumbing -------------------------------------------------------------------------
     def _request(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -587,7 +570,7 @@ class KubernetesBackend:
             return HEALTH_DOWN, "node network unavailable" + (f" ({why})" if why else "")
         healthy = _count((status.get("allocatable") or {}).get(GPU))
         if healthy < total:
-            return HEALTH_GPU, (
+            return HEALTH_GPU_FAILURE, (
                 f"{total - healthy} of {total} GPUs reported unhealthy by the device plugin "
                 "(allocatable < capacity)"
             )
@@ -595,7 +578,7 @@ class KubernetesBackend:
             cap = _count((status.get("capacity") or {}).get(rdma_res))
             alloc = _count((status.get("allocatable") or {}).get(rdma_res))
             if cap > 0 and alloc < cap:
-                return HEALTH_RDMA, f"{rdma_res}: {alloc} of {cap} allocatable"
+                return HEALTH_RDMA_DEGRADED, f"{rdma_res}: {alloc} of {cap} allocatable"
         return HEALTH_OK, ""
 
     def _observed_job(self, name: str, job: Mapping[str, Any], view: _View) -> ObservedJob | None:
@@ -710,11 +693,7 @@ class KubernetesBackend:
     def launch(self, request: LaunchRequest) -> None:
         """Create the run's Volcano Job; nothing if the same run is already there."""
         view = self._view or self._refresh()
-        parsed = parse_run_ref(request.ref)
-        if parsed is None or parsed[0] != request.job_id:
-            raise PermanentBackendError(
-                f"run ref {request.ref!r} does not name job {request.job_id}", code="bad_ref"
-            )
+        launch_ref(request)
         existing = view.runs.get(request.ref)
         if existing is not None and self._same_live_run(existing, request):
             return
@@ -746,13 +725,7 @@ class KubernetesBackend:
                 raise
             created = self._existing(request)
         view.runs[request.ref] = created or manifest
-        for slot in request.placement:
-            if request.exclusive_node:
-                view.free[slot.node] = []
-            else:
-                view.free[slot.node] = [
-                    g for g in view.free.get(slot.node, []) if g not in slot.gpus
-                ]
+        take_gpus(view.free, request)
 
     def _same_live_run(self, job: Mapping[str, Any], request: LaunchRequest) -> bool:
         phase = ((job.get("status") or {}).get("state") or {}).get("phase", "Pending")
@@ -789,44 +762,20 @@ class KubernetesBackend:
 
     def _validate(self, view: _View, request: LaunchRequest) -> None:
         """Refuse what the cluster could not run exactly as asked (by the last observation)."""
-        if not request.placement or any(not s.gpus for s in request.placement):
-            raise PermanentBackendError(
-                "placement needs at least one GPU per node", code="invalid_placement"
-            )
-        seen: set[str] = set()
-        for slot in request.placement:
-            node = view.nodes.get(slot.node)
-            if node is None:
-                raise PermanentBackendError(
-                    f"unknown node {slot.node} (no {GPU} capacity"
-                    + (f" or not selected by {self.node_selector})" if self.node_selector else ")"),
-                    code="unknown_node",
-                )
-            if slot.node in seen:
-                raise PermanentBackendError(
-                    f"node {slot.node} listed twice", code="invalid_placement"
-                )
-            seen.add(slot.node)
-            if (node.get("spec") or {}).get("unschedulable"):
-                raise PermanentBackendError(f"node {slot.node} is cordoned", code="node_cordoned")
-            total = _count(((node.get("status") or {}).get("capacity") or {}).get(GPU))
-            gpus = tuple(slot.gpus)
-            if len(set(gpus)) != len(gpus) or any(g < 0 or g >= total for g in gpus):
-                raise PermanentBackendError(
-                    f"bad GPU indices {list(gpus)} on {slot.node} ({total} GPUs)",
-                    code="invalid_placement",
-                )
-            free = view.free.get(slot.node, [])
-            busy = [g for g in gpus if g not in free]
-            if busy:
-                raise PermanentBackendError(
-                    f"{slot.node} GPU(s) {busy} are in use", code="gpu_busy"
-                )
-            if request.exclusive_node and len(free) != total:
-                raise PermanentBackendError(
-                    f"{slot.node} is not empty; an exclusive run needs the whole node",
-                    code="gpu_busy",
-                )
+        capacity = {}
+        for name in {s.node for s in request.placement} & view.nodes.keys():
+            node = view.nodes[name]
+            cordoned = (node.get("spec") or {}).get("unschedulable")
+            capacity[name] = NodeCapacity(
+                gpus_total=_count(((node.get("status") or {}).get("capacity") or {}).get(GPU)),
+                free_gpus=view.free.get(name, []),
+                refusal=(
+                    PermanentBackendError(f"node {name} is cordoned", code="node_cordoned")
+                    if cordoned else None
+                ),
+            )  # fmt: skip
+        selected = f" or not selected by {self.node_selector})" if self.node_selector else ")"
+        check_placement(request, capacity, unknown_hint=f" (no {GPU} capacity{selected}")
 
     # -- stop, kill -----------------------------------------------------------------------------
     def _job(self, ref: str) -> dict[str, Any] | None:

@@ -1,10 +1,13 @@
-"""The built-in simulator as a backend: ``scheduling.simcore`` with its state in the database.
+"""The built-in simulator as a backend: ``scheduling.simcore`` behind the backend interface.
 
-Opening the backend locks the one ``SimulatorState`` row, rebuilds the
-simulator and advances its virtual clock by the wall time elapsed since it was
-saved times the speed factor. ``close`` saves it in the same transaction as the
-cycle's own writes, so a worker dying mid-cycle rolls the cluster back with the
-database: nothing launched twice, nothing lost.
+Django-free: the simulator is loaded from and saved to a ``SimulatorStore``
+(``scheduling/backends/sim_store.py``) the factory hands it; the portal's store is the
+one ``SimulatorState`` row (``scheduling/sim_state.py``), locked for the cycle.
+Opening the backend rebuilds the simulator (from its save, or afresh from the
+store's node inventory when that changed) and advances its virtual clock by the wall
+time elapsed since it was saved times the speed factor. ``close`` saves it in the same
+transaction as the cycle's own writes, so a worker dying mid-cycle rolls the cluster
+back with the database: nothing launched twice, nothing lost.
 """
 
 from __future__ import annotations
@@ -12,10 +15,16 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-
-from django.conf import settings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import fields
+from typing import Self
 
 from scheduling.backends.base import (
+    HEALTH_DOWN,
+    HEALTH_GPU_FAILURE,
+    HEALTH_RDMA_DEGRADED,
+    ClusterBackend,
     LaunchRequest,
     Observation,
     ObservedJob,
@@ -24,24 +33,42 @@ from scheduling.backends.base import (
     TransientBackendError,
     parse_run_ref,
 )
-from scheduling.clock import MAX_CATCH_UP_S, catch_up
+from scheduling.backends.config import BackendContext
+from scheduling.backends.sim_store import (
+    MAX_CATCH_UP_S,
+    SavedSimulator,
+    SimulatorStore,
+    catch_up,
+)
 from scheduling.engine.types import Slot
-from scheduling.models import Node, SimulatorState
 from scheduling.simcore import observation as ob
 from scheduling.simcore.cluster import SimNode
 from scheduling.simcore.errors import SimError
 from scheduling.simcore.simulator import SimConfig, Simulator
 
 HEALTH_DETAIL = {
-    "gpu_failure": "GPU reports uncorrectable ECC / Xid errors",
-    "rdma_degraded": "RDMA link degraded (packet loss on the fabric)",
-    "down": "node unreachable (no heartbeat)",
+    HEALTH_GPU_FAILURE: "GPU reports uncorrectable ECC / Xid errors",
+    HEALTH_RDMA_DEGRADED: "RDMA link degraded (packet loss on the fabric)",
+    HEALTH_DOWN: "node unreachable (no heartbeat)",
 }
+# What the simulator reports of a node as is (the rest: health words, residual GPU indices).
+_SAME_NODE_FIELDS = tuple(
+    f.name for f in fields(ObservedNode) if f.name not in ("health_detail", "residual_gpus")
+)
+DEFAULT_SPEED = 60.0  # virtual seconds per wall second when SIMULATOR_SPEED is not set
 
 
-def _wrap(err: SimError) -> Exception:
-    cls = PermanentBackendError if err.permanent else TransientBackendError
-    return cls(err.message, code=err.code)
+@contextmanager
+def _backend_errors(*, ignore: tuple[str, ...] = ()) -> Iterator[None]:
+    """The simulator's errors as backend errors (same code and permanence); codes in
+    ``ignore`` are no error at all."""
+    try:
+        yield
+    except SimError as err:
+        if err.code in ignore:
+            return
+        cls = PermanentBackendError if err.permanent else TransientBackendError
+        raise cls(err.message, code=err.code) from err
 
 
 def drawn_duration_s(ref_job_id: int, seed: int = 0) -> float:
@@ -53,54 +80,56 @@ def drawn_duration_s(ref_job_id: int, seed: int = 0) -> float:
     return max(300.0, min(7 * 86400.0, 7200.0 * math.exp(1.0 * z)))
 
 
-def build_simulator_from_nodes(seed: int, now: float) -> Simulator:
-    nodes = [
-        SimNode(
-            name=n.name,
-            rack=n.rack,
-            block=n.block,
-            gpu_model=n.gpu_model,
-            gpu_memory_gb=n.gpu_memory_gb,
-            gpus_total=n.gpus_total,
-            rdma=n.rdma,
-            inference=n.inference,
-        )  # fmt: skip
-        for n in Node.objects.order_by("name")
-    ]
+def build_simulator(nodes: Sequence[SimNode], seed: int, now: float) -> Simulator:
+    """A fresh simulated cluster of ``nodes`` at virtual time ``now``."""
     # Ended runs are reconciled within a cycle; keep them long enough to survive the
     # longest catch-up after downtime, no longer (they are most of the saved state).
     config = SimConfig(ended_job_retention_s=2 * MAX_CATCH_UP_S, residual_probability=0.005)
-    return Simulator(nodes, seed=seed, now=now, config=config)
+    return Simulator(list(nodes), seed=seed, now=now, config=config)
 
 
-class SimulatorBackend:
-    """The simulated cluster, loaded for one cycle (call ``close`` to save)."""
+class SimulatorBackend(ClusterBackend):
+    """The simulated cluster, loaded from ``store`` for one cycle (call ``close`` to save).
+
+    ``speed`` is the clock speed of a simulator saved for the first time; a saved one
+    keeps its own (operators and tests change it in the save).
+    """
 
     name = "simulator"
 
-    def __init__(self, wall_now: float | None = None, *, advance: bool = True) -> None:
-        from scheduling.models import ClusterSettings
-
+    def __init__(
+        self,
+        store: SimulatorStore,
+        *,
+        wall_now: float | None = None,
+        advance: bool = True,
+        speed: float = DEFAULT_SPEED,
+    ) -> None:
+        self.store = store
         self.wall_now = time.time() if wall_now is None else wall_now
-        row = SimulatorState.objects.select_for_update().filter(singleton=True).first()
-        if row is None or self._cluster_changed(row):
-            sim = build_simulator_from_nodes(ClusterSettings.load().seed, self.wall_now)
-            if row is None:
-                row = SimulatorState(singleton=True, speed=settings.SIMULATOR_SPEED)
-            row.saved_wall = self.wall_now
-            row.virtual_now = sim.now
+        saved = store.load()
+        nodes = store.nodes()
+        if saved is None or saved.node_names() != sorted(n.name for n in nodes):
+            # First start, or the inventory changed: a fresh cluster from now on.
+            self.sim = build_simulator(nodes, store.seed(), self.wall_now)
+            self.speed = speed if saved is None else saved.speed
+            saved_wall = self.wall_now
         else:
-            sim = Simulator.from_dict(row.state)
-        self.row = row
-        self.sim = sim
+            self.sim = Simulator.from_dict(saved.state)
+            self.speed = saved.speed
+            saved_wall = saved.saved_wall
         self.events: list[ob.SimEvent] = []
         if advance:
-            self.advance(catch_up(self.wall_now - row.saved_wall, row.speed))
+            self.advance(catch_up(self.wall_now - saved_wall, self.speed))
 
-    @staticmethod
-    def _cluster_changed(row: SimulatorState) -> bool:
-        names = [r[0] for r in row.state.get("nodes", [])]
-        return sorted(names) != list(Node.objects.order_by("name").values_list("name", flat=True))
+    @classmethod
+    def open(cls, context: BackendContext) -> Self:
+        """Needs ``context.simulator_store``; ``SIMULATOR_SPEED`` sets a first save's speed."""
+        if context.simulator_store is None:
+            raise PermanentBackendError("the simulator needs a state store", code="bad_config")
+        speed = float(context.config.get("SIMULATOR_SPEED", DEFAULT_SPEED))
+        return cls(context.simulator_store, wall_now=context.wall_now, advance=context.advance,
+                   speed=speed)  # fmt: skip
 
     # -- clock ---------------------------------------------------------------
     def advance(self, seconds: float) -> None:
@@ -116,21 +145,10 @@ class SimulatorBackend:
         raw = self.sim.observe()
         nodes = tuple(
             ObservedNode(
-                name=n.name,
-                rack=n.rack,
-                block=n.block,
-                gpu_model=n.gpu_model,
-                gpu_memory_gb=n.gpu_memory_gb,
-                gpus_total=n.gpus_total,
-                rdma=n.rdma,
-                inference=n.inference,
-                health=n.health,
+                **{f: getattr(n, f) for f in _SAME_NODE_FIELDS},
                 health_detail=HEALTH_DETAIL.get(n.health, ""),
-                cordoned=n.cordoned,
-                free_gpus=n.free_gpus,
                 residual_gpus=tuple(g for g, _ in n.residual_gpus),
-                inference_shortfall=n.inference_shortfall,
-            )  # fmt: skip
+            )
             for n in raw.nodes
         )
         jobs = []
@@ -154,7 +172,7 @@ class SimulatorBackend:
 
     def launch(self, request: LaunchRequest) -> None:
         duration = request.sim_duration_s or drawn_duration_s(request.job_id, self.sim.seed)
-        try:
+        with _backend_errors():
             self.sim.launch(
                 request.ref,
                 [(s.node, s.gpus) for s in request.placement],
@@ -162,27 +180,18 @@ class SimulatorBackend:
                 progress_s=min(request.progress_s, duration * 0.999),
                 checkpoint_interval_s=request.checkpoint_interval_s,
             )
-        except SimError as err:
-            raise _wrap(err) from err
 
     def checkpoint_and_stop(self, ref: str, grace_s: float) -> None:
-        try:
+        with _backend_errors():
             self.sim.request_checkpoint_stop(ref, grace_s)
-        except SimError as err:
-            raise _wrap(err) from err
 
     def kill(self, ref: str) -> None:
-        try:
+        with _backend_errors(ignore=("unknown_job",)):  # killing what is gone: nothing to do
             self.sim.kill(ref)
-        except SimError as err:
-            if err.code != "unknown_job":
-                raise _wrap(err) from err
 
     def cordon(self, node: str, reason: str) -> None:
-        try:
+        with _backend_errors():
             self.sim.cordon(node)
-        except SimError as err:
-            raise _wrap(err) from err
 
     def uncordon(self, node: str) -> None:
         try:
@@ -193,19 +202,20 @@ class SimulatorBackend:
             raise PermanentBackendError(f"cannot uncordon {node}: {err}") from err
 
     def clean_residual(self, node: str) -> int:
-        try:
+        with _backend_errors():
             return self.sim.clean_residual(node)
-        except SimError as err:
-            raise _wrap(err) from err
 
     def inject_fault(self, kind: str, node: str) -> None:
-        try:
+        with _backend_errors():
             self.sim.inject_fault(kind, node)
-        except SimError as err:
-            raise _wrap(err) from err
 
     def close(self) -> None:
-        self.row.state = self.sim.to_dict()
-        self.row.virtual_now = self.sim.now
-        self.row.saved_wall = self.wall_now
-        self.row.save()
+        """Save the simulator and its clock (inside the caller's transaction)."""
+        self.store.save(
+            SavedSimulator(
+                state=self.sim.to_dict(),
+                virtual_now=self.sim.now,
+                saved_wall=self.wall_now,
+                speed=self.speed,
+            )  # fmt: skip
+        )

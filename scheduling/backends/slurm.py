@@ -53,15 +53,21 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from scheduling.backends.base import (
+    DEFAULT_BLOCK,
+    DEFAULT_GPU_MODEL,
+    DEFAULT_GRACE_S,
+    DEFAULT_RACK,
     FAILED,
+    HEALTH_DOWN,
     HEALTH_OK,
     RUNNING,
     STOPPED,
     STOPPING,
     SUCCEEDED,
+    ClusterBackend,
     LaunchRequest,
     Observation,
     ObservedJob,
@@ -70,6 +76,8 @@ from scheduling.backends.base import (
     TransientBackendError,
     parse_run_ref,
 )
+from scheduling.backends.config import BackendConfig, BackendContext
+from scheduling.backends.placement import NodeCapacity, check_placement, launch_ref, take_gpus
 from scheduling.backends.slurm_cli import (
     SlurmCLI,
     SlurmError,
@@ -81,11 +89,6 @@ from scheduling.backends.slurm_cli import (
 )
 from scheduling.engine.types import Slot
 
-HEALTH_DOWN = "down"
-DEFAULT_RACK = "default"
-DEFAULT_BLOCK = "default"
-DEFAULT_GPU_MODEL = "unknown"
-DEFAULT_GRACE_S = 300.0
 MAX_SIGNAL_S = 65535  # sbatch --signal=<sig>@<time>: at most 65535 s
 PORTAL_REASON_PREFIX = "portal: "
 RESUME_WAIT_S = 5.0
@@ -291,22 +294,6 @@ def node_topology(
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Settings
-# ---------------------------------------------------------------------------------------
-def _setting(name: str, default: Any = None) -> Any:
-    """Django setting ``name`` if set, else the environment variable, else ``default``."""
-    try:
-        from django.conf import settings
-
-        value = getattr(settings, name, None)
-    except Exception:  # noqa: BLE001 - settings not configured: plain environment
-        value = None
-    if value is None or value == "":
-        value = os.environ.get(name)
-    return default if value is None or value == "" else value
-
-
 @dataclass
 class _View:
     """What Slurm reported at the last ``observe`` (plus this backend's own changes since)."""
@@ -319,10 +306,11 @@ class _View:
     limits: dict[int, float] = field(default_factory=dict)  # Slurm job id -> time limit (s)
 
 
-class SlurmBackend:
+class SlurmBackend(ClusterBackend):
     """A real Slurm cluster behind the backend interface (one instance per cycle).
 
-    Configuration (keyword arguments, else Django settings, else the environment):
+    Configuration (keyword arguments, else ``config``: the Django settings the factory
+    passes, else the environment):
     ``SLURM_CONF``, ``SLURM_PARTITION``, ``SLURM_TOPOLOGY_FILE``, ``SLURM_JOB_SCRIPT``
     (path of the batch script; default: :data:`DEMO_JOB_SCRIPT`), ``SLURM_JOB_OUTPUT``
     (sbatch ``--output``, default ``/dev/null``), ``SLURM_WORKDIR`` (default ``/tmp``),
@@ -350,19 +338,21 @@ class SlurmBackend:
         default_gpu_model: str | None = None,
         default_gpu_memory_gb: int | None = None,
         clock: Callable[[], float] = time.time,
+        config: BackendConfig | None = None,
     ) -> None:
-        self.partition = partition or _setting("SLURM_PARTITION")
+        cfg = config or BackendConfig()
+        self.partition = cfg.pick(partition, "SLURM_PARTITION")
         if cli is None:
-            conf = conf or _setting("SLURM_CONF")
+            conf = cfg.pick(conf, "SLURM_CONF")
             cli = SlurmCLI(
                 env={"SLURM_CONF": str(conf)} if conf else None,
-                timeout=float(timeout or _setting("SLURM_TIMEOUT", 30.0)),
+                timeout=float(cfg.pick(timeout, "SLURM_TIMEOUT", 30.0)),
                 partition=self.partition,
             )
         self.cli = cli
-        topo_path = topology_file or _setting("SLURM_TOPOLOGY_FILE")
+        topo_path = cfg.pick(topology_file, "SLURM_TOPOLOGY_FILE")
         self.topology = load_topology(topo_path) if topo_path else {}
-        script_path = job_script or _setting("SLURM_JOB_SCRIPT")
+        script_path = cfg.pick(job_script, "SLURM_JOB_SCRIPT")
         if script_path:
             try:
                 self.job_script = Path(script_path).read_text()
@@ -372,25 +362,23 @@ class SlurmBackend:
                 ) from err
         else:
             self.job_script = DEMO_JOB_SCRIPT
-        self.job_output = job_output or _setting("SLURM_JOB_OUTPUT", "/dev/null")
-        self.workdir = workdir or _setting("SLURM_WORKDIR", "/tmp")  # noqa: S108 - exists everywhere
-        extra = sbatch_args if sbatch_args is not None else _setting("SLURM_SBATCH_ARGS", "")
+        self.job_output = cfg.pick(job_output, "SLURM_JOB_OUTPUT", "/dev/null")
+        self.workdir = cfg.pick(workdir, "SLURM_WORKDIR", "/tmp")  # noqa: S108 - exists everywhere
+        extra = cfg.pick(sbatch_args, "SLURM_SBATCH_ARGS", "")
         self.sbatch_args = shlex.split(extra) if isinstance(extra, str) else list(extra)
-        self.grace_s = float(
-            grace_s
-            if grace_s is not None
-            else _setting("PREEMPTION_GRACE_SECONDS", DEFAULT_GRACE_S)
-        )
-        self.default_gpu_model = default_gpu_model or _setting(
-            "SLURM_DEFAULT_GPU_MODEL", DEFAULT_GPU_MODEL
+        self.grace_s = float(cfg.pick(grace_s, "PREEMPTION_GRACE_SECONDS", DEFAULT_GRACE_S))
+        self.default_gpu_model = cfg.pick(
+            default_gpu_model, "SLURM_DEFAULT_GPU_MODEL", DEFAULT_GPU_MODEL
         )
         self.default_gpu_memory_gb = int(
-            default_gpu_memory_gb
-            if default_gpu_memory_gb is not None
-            else _setting("SLURM_DEFAULT_GPU_MEMORY_GB", 0)
+            cfg.pick(default_gpu_memory_gb, "SLURM_DEFAULT_GPU_MEMORY_GB", 0)
         )
         self.clock = clock
         self._view_cache: _View | None = None
+
+    @classmethod
+    def open(cls, context: BackendContext) -> Self:
+        return cls(config=context.config)
 
     # -- plumbing ---------------------------------------------------------------
     @staticmethod
@@ -655,11 +643,7 @@ class SlurmBackend:
         GPUs the portal does not expect.
         """
         view = self._view()
-        parsed = parse_run_ref(request.ref)
-        if parsed is None or parsed[0] != request.job_id:
-            raise PermanentBackendError(
-                f"run ref {request.ref!r} does not name job {request.job_id}", code="bad_ref"
-            )
+        parsed = launch_ref(request)
         nodes = [s.node for s in request.placement]
         existing = self._current(view, request.ref)
         if existing is not None and existing.is_active:
@@ -710,13 +694,7 @@ class SlurmBackend:
             partition=self.partition,
             extra_args=extra,
         )
-        # Keep this cycle's view true: the GPUs are taken and the run exists.
-        for slot in request.placement:
-            taken = set(slot.gpus)
-            if request.exclusive_node:
-                view.free[slot.node] = []
-            else:
-                view.free[slot.node] = [g for g in view.free[slot.node] if g not in taken]
+        take_gpus(view.free, request)  # keep this cycle's view true: the GPUs are taken
         pending = SlurmJob(
             job_id=slurm_id, name=request.ref, state="PENDING", reason=None, nodes=(),
             gpus_per_node=per_node, gpu_indices={}, comment=comment, start_time=None,
@@ -726,11 +704,17 @@ class SlurmBackend:
         self._remember(view, pending)
 
     def _validate(self, view: _View, request: LaunchRequest) -> int:
-        """Refuse placements Slurm could not run exactly as asked; returns GPUs per node."""
-        if not request.placement or any(not s.gpus for s in request.placement):
-            raise PermanentBackendError(
-                "placement needs at least one GPU per node", code="invalid_placement"
-            )
+        """Refuse placements Slurm could not run exactly as asked; returns GPUs per node.
+
+        Beyond the shared check: ``--gres=gpu:N`` is per node, and Slurm gives each
+        node's lowest free GPU indices itself.
+        """
+        check_placement(
+            request,
+            {name: self._capacity(view, name) for name in {s.node for s in request.placement}
+             if name in view.nodes},
+            unknown_hint=f" in partition {self.partition}" if self.partition else "",
+        )  # fmt: skip
         counts = {len(s.gpus) for s in request.placement}
         if len(counts) != 1:
             raise PermanentBackendError(
@@ -738,58 +722,31 @@ class SlurmBackend:
                 f"of GPUs, not {sorted(len(s.gpus) for s in request.placement)}",
                 code="invalid_placement",
             )
-        seen: set[str] = set()
         for slot in request.placement:
-            n = view.nodes.get(slot.node)
-            if n is None:
-                raise PermanentBackendError(
-                    f"unknown node {slot.node}"
-                    + (f" in partition {self.partition}" if self.partition else ""),
-                    code="unknown_node",
-                )
-            if slot.node in seen:
-                raise PermanentBackendError(
-                    f"node {slot.node} listed twice", code="invalid_placement"
-                )
-            seen.add(slot.node)
-            if n.down:
-                raise PermanentBackendError(
-                    f"node {slot.node} is {n.raw_state}", code="node_unhealthy"
-                )
-            if n.not_responding:
-                raise TransientBackendError(
-                    f"node {slot.node}'s slurmd is not responding", code="node_not_responding"
-                )
-            if n.drain:
-                raise PermanentBackendError(
-                    f"node {slot.node} is drained ({n.reason or 'no reason'})",
-                    code="node_cordoned",
-                )
-            gpus = tuple(slot.gpus)
-            if len(set(gpus)) != len(gpus) or any(g < 0 or g >= n.gpus_total for g in gpus):
-                raise PermanentBackendError(
-                    f"bad GPU indices {list(gpus)} on {slot.node} ({n.gpus_total} GPUs)",
-                    code="invalid_placement",
-                )
-            free = view.free.get(slot.node, [])
-            busy = [g for g in gpus if g not in free]
-            if busy:
-                raise PermanentBackendError(
-                    f"{slot.node} GPU(s) {busy} are in use", code="gpu_busy"
-                )
-            expected = tuple(free[: len(gpus)])
-            if tuple(sorted(gpus)) != expected:
+            expected = tuple(view.free.get(slot.node, [])[: len(slot.gpus)])
+            if tuple(sorted(slot.gpus)) != expected:
                 raise TransientBackendError(
                     f"Slurm assigns GPU indices itself (lowest free first): it would give "
-                    f"{list(expected)} on {slot.node}, not {sorted(gpus)}",
+                    f"{list(expected)} on {slot.node}, not {sorted(slot.gpus)}",
                     code="gpu_choice",
                 )
-            if request.exclusive_node and len(free) != n.gpus_total:
-                raise PermanentBackendError(
-                    f"{slot.node} is not empty; an exclusive run needs the whole node",
-                    code="gpu_busy",
-                )
         return counts.pop()
+
+    @staticmethod
+    def _capacity(view: _View, name: str) -> NodeCapacity:
+        n = view.nodes[name]
+        refusal = None
+        if n.down:
+            refusal = PermanentBackendError(f"node {name} is {n.raw_state}", code="node_unhealthy")
+        elif n.not_responding:
+            refusal = TransientBackendError(
+                f"node {name}'s slurmd is not responding", code="node_not_responding"
+            )
+        elif n.drain:
+            refusal = PermanentBackendError(
+                f"node {name} is drained ({n.reason or 'no reason'})", code="node_cordoned"
+            )
+        return NodeCapacity(n.gpus_total, view.free.get(name, []), refusal)
 
     def _cancel_older_attempts(self, view: _View, parsed: tuple[int, int]) -> None:
         """A portal job has one run: earlier attempts still alive in Slurm are cancelled."""

@@ -57,6 +57,7 @@ from typing import Any
 import yaml
 
 from scheduling.backends.base import LaunchRequest, parse_run_ref, run_ref
+from scheduling.backends.placement import shape_problems
 from scheduling.engine.types import Slot
 
 # API groups, versions and resources.
@@ -222,17 +223,7 @@ def _check_request(request: LaunchRequest, settings: JobSettings) -> list[str]:
     parsed = parse_run_ref(request.ref)
     if parsed is None or parsed[0] != request.job_id:
         errors.append(f"run ref {request.ref!r} does not name job {request.job_id}")
-    if not request.placement:
-        errors.append("placement is empty")
-    seen: set[str] = set()
-    for slot in request.placement:
-        if not slot.gpus:
-            errors.append(f"no GPUs on {slot.node}")
-        if len(set(slot.gpus)) != len(slot.gpus) or any(g < 0 for g in slot.gpus):
-            errors.append(f"bad GPU indices {list(slot.gpus)} on {slot.node}")
-        if slot.node in seen:
-            errors.append(f"node {slot.node} listed twice")
-        seen.add(slot.node)
+    errors.extend(shape_problems(request.placement))
     if settings.grace_s < 1:
         errors.append("grace period must be at least 1 s (0 would force-delete pods)")
     if not settings.command:

@@ -19,7 +19,7 @@ from django.db import transaction
 from core.realtime import publish_on_commit
 from scheduling import alerts, engine
 from scheduling.alerts import raise_alert
-from scheduling.backends import open_backend
+from scheduling.backend_factory import get_backend
 from scheduling.clock import to_datetime
 from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
 from scheduling.cycle.context import Cycle, production_policy
@@ -79,7 +79,7 @@ def run_cycle(
             wait_cluster_lock(wait_s)
         elif not try_cluster_lock():
             return None
-        backend = open_backend(wall_now)
+        backend = get_backend(wall_now)
         cycle = Cycle(backend, backend.observe(), kind)
         reconcile(cycle)
         request_stops(cycle)

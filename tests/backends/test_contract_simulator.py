@@ -1,8 +1,9 @@
 """The backend contract (tests/backends/contract.py) on the simulator backend.
 
-The simulator keeps its state in the database: seeded with four uniform nodes
-(two racks of two), random failures and residual processes switched off so that
-only the contract is under test; time passes by advancing its virtual clock.
+Twice: with its state in the database (the portal's store, opened by the factory as
+the loop opens it, on four seeded uniform nodes) and with its state in memory (the
+backend alone, no Django). Random failures and residual processes are switched off
+so that only the contract is under test; time passes by advancing its virtual clock.
 """
 
 from __future__ import annotations
@@ -15,18 +16,29 @@ from django.core.management import call_command
 
 from scheduling.backends.base import Observation
 from scheduling.backends.simulator import SimulatorBackend
-from scheduling.models import Node
 from tests.backends.contract import BackendContract, Harness
+from tests.backends.sim_stores import MemorySimulatorStore
 
 STEP_S = 5.0  # virtual seconds per step while waiting
 
 
-@pytest.fixture
-def harness(db) -> Harness:
+def database_backend(request: pytest.FixtureRequest) -> SimulatorBackend:
+    from scheduling.backend_factory import open_simulator
+
+    request.getfixturevalue("db")
     call_command(
         "seed_demo", nodes=4, nodes_per_rack=2, uniform=True, no_workload=True, stdout=None
     )
-    backend = SimulatorBackend(wall_now=time.time(), advance=False)
+    return open_simulator(wall_now=time.time(), advance=False)
+
+
+def memory_backend(request: pytest.FixtureRequest) -> SimulatorBackend:
+    return SimulatorBackend(MemorySimulatorStore(), wall_now=time.time(), advance=False)
+
+
+@pytest.fixture(params=[database_backend, memory_backend], ids=["database", "memory"])
+def harness(request: pytest.FixtureRequest) -> Harness:
+    backend = request.param(request)
     sim = backend.sim
     sim.set_rates(job_failure_rate_per_gpu_hour=0.0, node_fault_rate_per_node_hour=0.0)
     sim.config = replace(sim.config, residual_probability=0.0)
@@ -44,7 +56,7 @@ def harness(db) -> Harness:
 
     return Harness(
         backend=backend,
-        nodes=tuple(Node.objects.order_by("name").values_list("name", flat=True)),
+        nodes=tuple(sorted(n.name for n in sim.nodes.values())),
         settle=settle,
         grace_s=120.0,  # a simulated checkpoint takes 60 s of cluster time
         short_run_s=600.0,

@@ -1196,7 +1196,7 @@ def test_the_scheduling_loop_drives_the_emulated_cluster(api, monkeypatch):
     names = list(Node.objects.order_by("name").values_list("name", flat=True))
     cluster = Cluster(names=names, start=_time.time())
     monkeypatch.setattr(
-        cycle_run, "open_backend",
+        cycle_run, "get_backend",
         lambda wall_now=None: backend_on(cluster, clock=lambda: cluster.now, grace_s=60)[0],
     )  # fmt: skip
     me, lead = api("researcher"), api("lead")

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from demo import workload as demo_workload
-from scheduling.backends.simulator import SimulatorBackend
+from scheduling.backend_factory import open_simulator
 from scheduling.clock import MAX_CATCH_UP_S, catch_up, cluster_now_ts
 from scheduling.models import ClusterSettings, Job, SimulatorState
 
@@ -26,7 +26,7 @@ def workload_cluster(db):
     call_command("seed_demo", nodes=64, nodes_per_rack=8, uniform=True, stdout=None)
     settings_row = ClusterSettings.load()
     assert settings_row.workload_enabled
-    SimulatorBackend().close()  # the simulator's first save
+    open_simulator().close()  # the simulator's first save
     SimulatorState.objects.update(speed=60)  # the demo's speed (the tests' default is 0)
     return settings_row
 
@@ -44,7 +44,7 @@ def test_the_catch_up_is_the_speed_times_the_gap_up_to_an_hour():
 def test_cluster_time_after_a_long_stop_is_what_the_simulator_will_load(workload_cluster):
     stopped_for(5 * 3600)  # five hours at 60x would be 300 virtual hours
     predicted = cluster_now_ts()
-    backend = SimulatorBackend()
+    backend = open_simulator()
     assert backend.now() == pytest.approx(predicted, abs=5 * 60)  # 5 s of wall clock at 60x
     assert backend.now() - SimulatorState.objects.get().virtual_now <= MAX_CATCH_UP_S + 5 * 60
 
@@ -53,7 +53,7 @@ def test_the_demo_workload_keeps_arriving_after_a_long_stop(workload_cluster):
     assert demo_workload.generate() > 0, "the first call fills the empty cluster"
     stopped_for(5 * 3600)
     demo_workload.generate()
-    SimulatorBackend().close()  # the first cycle after the restart saves the clock
+    open_simulator().close()  # the first cycle after the restart saves the clock
     SimulatorState.objects.update(saved_wall=time.time() - 120)  # two minutes later: 2 h
     Job.objects.filter(state=Job.State.PENDING).delete()  # room under MAX_PENDING
     before = Job.objects.count()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from scheduling.backends import open_backend
+from scheduling.backend_factory import get_backend
 from scheduling.backends.base import PermanentBackendError, TransientBackendError
 from scheduling.backends.simulator import SimulatorBackend
 from scheduling.consistency import find_inconsistencies
@@ -30,14 +30,14 @@ def roomy_quotas(demo):
 def inject_backend_errors(count: int) -> None:
     """The simulator's next ``count`` calls fail transiently (saved with its state)."""
     with transaction.atomic():
-        backend = open_backend(advance=False)
+        backend = get_backend(advance=False)
         backend.sim.inject_api_errors(count)
         backend.close()
 
 
 def backend_errors_left() -> int:
     with transaction.atomic():
-        backend = open_backend(advance=False)
+        backend = get_backend(advance=False)
         left = backend.sim._api_errors
         transaction.set_rollback(True)
     return left

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import transaction
 
-from scheduling.backends import open_backend
+from scheduling.backend_factory import get_backend
 from scheduling.cycle import verdicts
 from scheduling.models import Job
 from scheduling.views import CODE_TITLES
@@ -43,7 +43,7 @@ def published(monkeypatch):
 def inject_backend_errors(count: int) -> None:
     """The simulator's next ``count`` calls fail transiently (saved with its state)."""
     with transaction.atomic():
-        backend = open_backend(advance=False)
+        backend = get_backend(advance=False)
         backend.sim.inject_api_errors(count)
         backend.close()
 

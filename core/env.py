@@ -16,8 +16,6 @@ from django.core.exceptions import ImproperlyConfigured
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
-BACKENDS = ("simulator", "slurm", "kubernetes")
-
 
 def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
     env = os.environ if environ is None else environ

@@ -22,6 +22,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from core.events import channel_message
+
 log = logging.getLogger(__name__)
 _local = threading.local()
 MAX_CONCURRENT_SENDS = 8
@@ -60,10 +62,7 @@ def publish_many(events: list[Event]) -> None:
 
         async def send(topic: str, kind: str, data: dict[str, Any]) -> None:
             async with gate:
-                await layer.group_send(
-                    group_name(topic),
-                    {"type": "live.event", "kind": kind, "topic": topic, "data": data},
-                )
+                await layer.group_send(group_name(topic), channel_message(topic, kind, data))
 
         # Page-wide topics (cycles, queues, pending, nodes, alerts: a few events that every
         # dashboard waits for) go before the per-job ones (thousands after a big cycle);

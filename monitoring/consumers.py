@@ -9,6 +9,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from core.events import client_frame
 from core.realtime import group_name
 from core.roles import is_oncall_or_admin
 
@@ -85,6 +86,4 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(json.dumps({"subscribed": topic}))
 
     async def live_event(self, event: dict[str, Any]) -> None:
-        await self.send(
-            json.dumps({"type": event["kind"], "topic": event["topic"], "data": event["data"]})
-        )
+        await self.send(json.dumps(client_frame(event)))

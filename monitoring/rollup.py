@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from django.db.models import Count, Sum
 
+from core import events
 from core.realtime import publish_on_commit
 from monitoring import metrics
 from monitoring.models import Alert, MetricSample
@@ -121,9 +122,10 @@ def rollup() -> MetricSample:
     MetricSample.objects.filter(at__lt=now - RETENTION).delete()
     _raise_window_alerts(now, per_queue, per_line)
     publish_on_commit(
-        "eviction", "eviction.updated",
-        {q["name"]: q.get("eviction_ratio", 0.0) for q in per_queue.values()},
-    )  # fmt: skip
+        *events.eviction_updated(
+            {q["name"]: q.get("eviction_ratio", 0.0) for q in per_queue.values()}
+        )
+    )
     return sample
 
 

@@ -10,6 +10,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from core import events
 from core.realtime import publish_on_commit
 from monitoring.models import Alert
 
@@ -33,17 +34,7 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
                 )
         except IntegrityError:  # raced with another writer: bump theirs
             return raise_alert(kind, severity, subject, message)
-    publish_on_commit(
-        "alerts",
-        "alert.raised",
-        {
-            "id": alert.pk,
-            "kind": kind,
-            "severity": severity,
-            "subject": subject,
-            "message": message,
-        },
-    )
+    publish_on_commit(*events.alert_raised(alert.pk, kind, severity, subject, message))
     return alert
 
 
@@ -84,7 +75,7 @@ def _resolve_automatically(alerts, why: str) -> int:
             updated_at=timezone.now(), message=Concat("message", Value(f" [resolved: {why}]")),
         )  # fmt: skip
         for pk in ids:
-            publish_on_commit("alerts", "alert.updated", {"id": pk, "status": "resolved"})
+            publish_on_commit(*events.alert_updated(pk, Alert.Status.RESOLVED))
     return len(ids)
 
 
@@ -112,7 +103,7 @@ def _transition(
         alert.save()
         audit.record(user, f"alert.{'ack' if to == 'acknowledged' else 'resolve'}", alert,
                      before=before, after={"status": to}, source_ip=source_ip)  # fmt: skip
-        publish_on_commit("alerts", "alert.updated", {"id": alert.pk, "status": to})
+        publish_on_commit(*events.alert_updated(alert.pk, to))
     return alert
 
 

@@ -24,7 +24,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
 
-from core import audit
+from core import audit, events
 from core.models import Role
 from core.realtime import publish_on_commit
 from core.roles import is_admin, led_line_ids
@@ -440,17 +440,14 @@ def _write_contract(
         actor, action, target, reason=reason, before=before, after=after, source_ip=source_ip
     )
     publish_on_commit(
-        "queues",
-        "queues.updated",
-        {
-            "line": req.business_line.name,
-            "queue": req.queue.name if req.queue_id else None,
-            "quota_gpus": after["quota_gpus"],
-            "guarantee_gpus": after["guarantee_gpus"],
-            "request": req.pk,
-            "change": action,
-        },
-    )
+        *events.queues_updated(
+            queue=req.queue.name if req.queue_id else None,
+            quota=events.QuotaFigures(
+                line=req.business_line.name, quota_gpus=after["quota_gpus"],
+                guarantee_gpus=after["guarantee_gpus"], request=req.pk, change=action,
+            ),
+        )
+    )  # fmt: skip
     if req.queue_id:
         req.queue.quota_gpus, req.queue.guarantee_gpus = target.quota_gpus, target.guarantee_gpus
     else:

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from core import audit
+from core import audit, events
 from core.realtime import publish_on_commit
 from core.roles import is_oncall_or_admin
 from monitoring.models import Alert
@@ -49,8 +49,7 @@ def _change(user: Any, name: str, action: str, new_state: str, reason: str, sour
         node.save(update_fields=["state", "state_reason", "uncordon_requested", "updated_at"])
         audit.record(user, f"node.{action}", node, reason=reason, before=before,
                      after={"state": node.state}, source_ip=source_ip)  # fmt: skip
-        publish_on_commit("nodes", "node.updated",
-                          {"name": node.name, "state": node.state, "state_reason": reason})  # fmt: skip
+        publish_on_commit(*events.node_updated(node.name, node.state, reason))
     return node
 
 

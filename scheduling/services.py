@@ -17,7 +17,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from core import audit
+from core import audit, events
 from core.realtime import publish_coalesced, publish_on_commit
 from core.roles import is_admin, led_line_ids, role_of
 from quotas.models import Queue, Tier
@@ -140,11 +140,7 @@ def resolve_job_request(
 def add_event(job: Job, kind: str, message: str) -> JobEvent:
     """Append to a job's timeline and tell its watchers (after commit)."""
     event = JobEvent.objects.create(job=job, kind=kind, message=message)
-    publish_on_commit(
-        f"job.{job.pk}",
-        "job.updated",
-        {"id": job.pk, "state": job.state, "event": {"kind": kind, "message": message}},
-    )
+    publish_on_commit(*events.job_updated(job.pk, job.state, event=(kind, message)))
     return event
 
 
@@ -167,7 +163,7 @@ def submit_job(user: Any, req: JobRequest) -> Job:
             f"{job.gpus} GPUs, tier {job.tier}",
         )
     job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
-    publish_coalesced("queues", "queues.updated", {"queue": job.queue.name})
+    publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job
 
 
@@ -198,7 +194,7 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
                 user, "job.cancel", job, before=before, after={"state": job.state},
                 source_ip=source_ip,
             )  # fmt: skip
-    publish_on_commit("queues", "queues.updated", {"queue": job.queue.name})
+    publish_on_commit(*events.queues_updated(queue=job.queue.name))
     return job
 
 
@@ -259,5 +255,5 @@ def submit_jobs(
             batch_size=500,
         )  # fmt: skip
     for name in sorted({job.queue.name for job in created}):
-        publish_coalesced("queues", "queues.updated", {"queue": name})
+        publish_coalesced(*events.queues_updated(queue=name))
     return created

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from core import events
 from core.realtime import publish_on_commit
 from scheduling.backends.base import BackendError, ClusterBackend, Observation
 from scheduling.clock import to_datetime
@@ -63,10 +64,7 @@ class Cycle:
         """Add a line to the job's timeline (at cluster time) and tell its watchers."""
         job_id = job if isinstance(job, int) else job.pk
         st = state or (job.state if isinstance(job, Job) else "")
-        publish_on_commit(
-            f"job.{job_id}", "job.updated",
-            {"id": job_id, "state": st, "event": {"kind": kind, "message": message}},
-        )  # fmt: skip
+        publish_on_commit(*events.job_updated(job_id, st, event=(kind, message)))
         self.events.append(
             JobEvent(job_id=job_id, at=to_datetime(self.now), kind=kind, message=message)
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from core import events
 from core.realtime import publish_on_commit
 from scheduling.backends.base import ENDED, FAILED, ObservedJob
 from scheduling.clock import to_datetime, to_epoch
@@ -80,12 +81,10 @@ def sync_nodes(cycle: Cycle) -> None:
     if changed:
         Node.objects.bulk_update(changed, NODE_FIELDS)
         for node in changed:
-            publish_on_commit("nodes", "node.updated", node_payload(node))
-
-
-def node_payload(node: Node) -> dict:
-    return {"name": node.name, "state": node.state, "health": node.health,
-            "residual_gpus": node.residual_gpus, "state_reason": node.state_reason}  # fmt: skip
+            publish_on_commit(
+                *events.node_updated(node.name, node.state, node.state_reason,
+                                     health=node.health, residual_gpus=node.residual_gpus)
+            )  # fmt: skip
 
 
 def sync_jobs(cycle: Cycle) -> None:

@@ -16,6 +16,7 @@ import time
 
 from django.db import transaction
 
+from core import events
 from core.realtime import publish_on_commit
 from scheduling import alerts, engine
 from scheduling.alerts import raise_alert
@@ -99,8 +100,8 @@ def run_cycle(
                 f"(transient ones are retried with backoff); first: {errors[0][:300]}",
             )  # fmt: skip
         record = _record(cycle, timings, violations, by_reason, time.perf_counter() - t0)
-        publish_on_commit("cycles", "cycle.completed", cycle_payload(record))
-        publish_on_commit("queues", "queues.updated", {"cycle": record.pk})
+        publish_on_commit(*events.cycle_completed(record))
+        publish_on_commit(*events.queues_updated(cycle=record.pk))
     return record
 
 
@@ -128,13 +129,5 @@ def _record(
     )
 
 
-def cycle_payload(record: SchedulingCycle) -> dict:
-    """The summary of one iteration as the API, the command and the live event give it."""
-    return {
-        "id": record.pk, "kind": record.kind, "cluster_time": record.cluster_time.isoformat(),
-        "duration_ms": round(record.duration_ms, 1), "starts": record.starts,
-        "preemptions": record.preemptions, "finished": record.finished, "failed": record.failed,
-        "requeued": record.requeued, "pending": record.pending,
-        "pending_by_reason": record.pending_by_reason, "errors": record.errors[:5],
-        "violations": record.violations[:5], "drift": record.drift[:5],
-    }  # fmt: skip
+# The summary of one iteration as the API, the command and the live event give it.
+cycle_payload = events.cycle_summary

@@ -8,6 +8,7 @@ hears the counts per reason (``pending.updated``) every cycle.
 
 from __future__ import annotations
 
+from core import events
 from core.realtime import publish_on_commit
 from scheduling.clock import to_datetime
 from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
@@ -45,7 +46,6 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
         if new != old:
             changed.append((job_id, *new))
             if v.code != row["pending_code"]:  # a new reason: tell the job's watchers
-                publish_on_commit(f"job.{job_id}", "job.updated",
-                                  {"id": job_id, "state": "pending", "pending_code": v.code})  # fmt: skip
+                publish_on_commit(*events.job_updated(job_id, "pending", pending_code=v.code))
     bulk_set(Job, VERDICT_FIELDS, changed, where="t.state = 'pending'")
-    publish_on_commit("pending", "pending.updated", {"by_reason": counts_by_code(cycle, plan)})
+    publish_on_commit(*events.pending_updated(counts_by_code(cycle, plan)))

@@ -8,7 +8,8 @@ running with a silently wrong default.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
@@ -49,6 +50,20 @@ def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = 
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def _parsed(
+    name: str, environ: Mapping[str, str] | None, convert: Callable[[str], Any], what: str
+) -> tuple[Any, str | None]:
+    """``(convert(raw), raw)``, or ``(None, raw)`` when unset or empty; a value ``convert``
+    refuses stops start-up with "``name`` must be ``what``"."""
+    raw = _raw(name, environ)
+    if raw is None or raw == "":
+        return None, raw
+    try:
+        return convert(raw), raw
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be {what}, got {raw!r}") from None
+
+
 def env_float(
     name: str,
     default: float,
@@ -57,13 +72,9 @@ def env_float(
     minimum: float | None = None,
     maximum: float | None = None,
 ) -> float:
-    raw = _raw(name, environ)
-    if raw is None or raw == "":
+    value, raw = _parsed(name, environ, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     if minimum is not None and value < minimum:
@@ -82,13 +93,9 @@ def env_int(
     maximum: int | None = None,
 ) -> int:
     """A whole number within [minimum, maximum]; anything else stops start-up naming ``name``."""
-    raw = _raw(name, environ)
-    if raw is None or raw == "":
+    value, raw = _parsed(name, environ, lambda text: int(text.strip()), "a whole number")
+    if value is None:
         return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, got {raw!r}")
     return value

@@ -50,57 +50,58 @@ CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 WINDOW_H = int(EVICTION_WINDOW.total_seconds() // 3600)
 
 
+QUEUE_GAUGES = (
+    ("quota_gpus", "Quota of the queue in GPUs (absent: bounded only by its line's quota)"),
+    ("guarantee_gpus", "Guaranteed GPUs of the queue"),
+    ("used_gpus", "GPUs held by running jobs of the queue"),
+    ("borrowed_gpus", "GPUs the queue's jobs hold beyond quota on idle capacity"),
+    ("pending_gpus", "GPUs asked by pending jobs of the queue"),
+    ("running_jobs", "Running jobs of the queue"),
+    ("pending_jobs", "Pending jobs of the queue"),
+    ("eviction_ratio", f"Evicted over delivered GPU-seconds of the queue in the last {WINDOW_H} h "
+     "of cluster time, from the latest metrics rollup sample"),
+)  # fmt: skip
+LINE_GAUGES = (
+    ("quota_gpus", "Quota of the business line in GPUs"),
+    ("guarantee_gpus", "Guaranteed GPUs of the business line"),
+    ("used_gpus", "GPUs held by running jobs of the line"),
+    ("borrowed_gpus", "GPUs the line's jobs hold beyond quota on idle capacity"),
+    ("pending_gpus", "GPUs asked by pending jobs of the line"),
+)
+
+
+def _gauges(prefix: str, docs: tuple[tuple[str, str], ...], labels: list[str],
+            rows: Iterator[tuple[list[str], dict]]) -> Iterator[Metric]:  # fmt: skip
+    """One labelled gauge per ``docs`` entry (``prefix`` + name), a sample per row and name;
+    a None value (a queue without its own quota) is left out."""
+    families = {name: GaugeMetricFamily(prefix + name, doc, labels=labels) for name, doc in docs}
+    for label_values, values in rows:
+        for name, value in values.items():
+            if value is not None:
+                families[name].add_metric(label_values, value)
+    yield from families.values()
+
+
+def _usage_values(contract: BusinessLine | Queue, u: QueueUsage) -> dict:
+    return {"quota_gpus": contract.quota_gpus, "guarantee_gpus": contract.guarantee_gpus,
+            "used_gpus": u.used_gpus, "borrowed_gpus": u.borrowed_gpus,
+            "pending_gpus": u.pending_gpus}  # fmt: skip
+
+
 def _queue_families() -> Iterator[Metric]:
-    queue_labels = ["queue", "business_line", "tier"]
-    quota = GaugeMetricFamily(
-        "gpuportal_queue_quota_gpus",
-        "Quota of the queue in GPUs (absent: bounded only by its line's quota)",
-        labels=queue_labels,
-    )
-    guarantee = GaugeMetricFamily(
-        "gpuportal_queue_guarantee_gpus", "Guaranteed GPUs of the queue", labels=queue_labels
-    )
-    used = GaugeMetricFamily(
-        "gpuportal_queue_used_gpus", "GPUs held by running jobs of the queue", labels=queue_labels
-    )
-    borrowed = GaugeMetricFamily(
-        "gpuportal_queue_borrowed_gpus",
-        "GPUs the queue's jobs hold beyond quota on idle capacity",
-        labels=queue_labels,
-    )
-    pending_gpus = GaugeMetricFamily(
-        "gpuportal_queue_pending_gpus",
-        "GPUs asked by pending jobs of the queue",
-        labels=queue_labels,
-    )
-    running_jobs = GaugeMetricFamily(
-        "gpuportal_queue_running_jobs", "Running jobs of the queue", labels=queue_labels
-    )
-    pending_jobs = GaugeMetricFamily(
-        "gpuportal_queue_pending_jobs", "Pending jobs of the queue", labels=queue_labels
-    )
-    ratio = GaugeMetricFamily(
-        "gpuportal_queue_eviction_ratio",
-        f"Evicted over delivered GPU-seconds of the queue in the last {WINDOW_H} h of cluster "
-        "time, from the latest metrics rollup sample",
-        labels=queue_labels,
-    )
     usage = build_queue_usage()
     eviction = get_eviction_ratios()
     queues = Queue.objects.select_related("business_line").order_by("name")
-    for q in queues:
-        labels = [q.name, q.business_line.name, q.tier]
-        u = usage.get(q.pk, QueueUsage())
-        if q.quota_gpus is not None:
-            quota.add_metric(labels, q.quota_gpus)
-        guarantee.add_metric(labels, q.guarantee_gpus)
-        used.add_metric(labels, u.used_gpus)
-        borrowed.add_metric(labels, u.borrowed_gpus)
-        pending_gpus.add_metric(labels, u.pending_gpus)
-        running_jobs.add_metric(labels, u.running_jobs)
-        pending_jobs.add_metric(labels, u.pending_jobs)
-        ratio.add_metric(labels, eviction.get(q.pk, 0.0))
-    yield from (quota, guarantee, used, borrowed, pending_gpus, running_jobs, pending_jobs, ratio)
+    yield from _gauges(
+        "gpuportal_queue_", QUEUE_GAUGES, ["queue", "business_line", "tier"],
+        (
+            ([q.name, q.business_line.name, q.tier],
+             {**_usage_values(q, u), "running_jobs": u.running_jobs,
+              "pending_jobs": u.pending_jobs, "eviction_ratio": eviction.get(q.pk, 0.0)})
+            for q in queues
+            for u in [usage.get(q.pk, QueueUsage())]
+        ),
+    )  # fmt: skip
     sampled_at = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
     if sampled_at is not None:
         stamp = GaugeMetricFamily(
@@ -109,27 +110,12 @@ def _queue_families() -> Iterator[Metric]:
         )
         stamp.add_metric([], sampled_at.timestamp())
         yield stamp
-
-    line_families = {
-        name: GaugeMetricFamily(f"gpuportal_line_{name}", doc, labels=["business_line"])
-        for name, doc in (
-            ("quota_gpus", "Quota of the business line in GPUs"),
-            ("guarantee_gpus", "Guaranteed GPUs of the business line"),
-            ("used_gpus", "GPUs held by running jobs of the line"),
-            ("borrowed_gpus", "GPUs the line's jobs hold beyond quota on idle capacity"),
-            ("pending_gpus", "GPUs asked by pending jobs of the line"),
-        )
-    }
     line_usage = build_line_usage()
-    for line in BusinessLine.objects.order_by("name"):
-        u = line_usage.get(line.pk, QueueUsage())
-        for name, value in (
-            ("quota_gpus", line.quota_gpus), ("guarantee_gpus", line.guarantee_gpus),
-            ("used_gpus", u.used_gpus), ("borrowed_gpus", u.borrowed_gpus),
-            ("pending_gpus", u.pending_gpus),
-        ):  # fmt: skip
-            line_families[name].add_metric([line.name], value)
-    yield from line_families.values()
+    yield from _gauges(
+        "gpuportal_line_", LINE_GAUGES, ["business_line"],
+        (([line.name], _usage_values(line, line_usage.get(line.pk, QueueUsage())))
+         for line in BusinessLine.objects.order_by("name")),
+    )  # fmt: skip
 
 
 def _job_families() -> Iterator[Metric]:

@@ -2,42 +2,41 @@
 
 from __future__ import annotations
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, viewsets
 
 from quotas.models import BusinessLine, Queue
 from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
 
 
+@extend_schema_field(OpenApiTypes.INT)
+class UsageField(serializers.Field):
+    """One number of the row's usage (the ``QueueUsage`` field of the same name), read from
+    ``context["usage"]`` by the row's id: the view computes all rows' usage in one go."""
+
+    def __init__(self) -> None:
+        super().__init__(read_only=True, source="*")
+
+    def to_representation(self, obj: BusinessLine | Queue) -> int:
+        return getattr(self.context["usage"].get(obj.pk, QueueUsage()), self.field_name)
+
+
 class BusinessLineSerializer(serializers.ModelSerializer):
-    used_gpus = serializers.SerializerMethodField()
-    borrowed_gpus = serializers.SerializerMethodField()
-    pending_gpus = serializers.SerializerMethodField()
+    used_gpus = UsageField()
+    borrowed_gpus = UsageField()
+    pending_gpus = UsageField()
 
     class Meta:
         model = BusinessLine
         fields = ["id", "name", "display_name", "quota_gpus", "guarantee_gpus",
                   "used_gpus", "borrowed_gpus", "pending_gpus"]  # fmt: skip
 
-    def _usage(self, obj: BusinessLine) -> QueueUsage:
-        return self.context["usage"].get(obj.pk, QueueUsage())
 
-    def get_used_gpus(self, obj: BusinessLine) -> int:
-        return self._usage(obj).used_gpus
-
-    def get_borrowed_gpus(self, obj: BusinessLine) -> int:
-        return self._usage(obj).borrowed_gpus
-
-    def get_pending_gpus(self, obj: BusinessLine) -> int:
-        return self._usage(obj).pending_gpus
-
-
-class QueueSerializer(serializers.ModelSerializer):
+class QueueSerializer(BusinessLineSerializer):
     business_line = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    used_gpus = serializers.SerializerMethodField()
-    borrowed_gpus = serializers.SerializerMethodField()
-    pending_gpus = serializers.SerializerMethodField()
-    running_jobs = serializers.SerializerMethodField()
-    pending_jobs = serializers.SerializerMethodField()
+    running_jobs = UsageField()
+    pending_jobs = UsageField()
     eviction_ratio = serializers.SerializerMethodField()
 
     class Meta:
@@ -45,24 +44,6 @@ class QueueSerializer(serializers.ModelSerializer):
         fields = ["id", "name", "business_line", "nature", "tier", "quota_gpus", "guarantee_gpus",
                   "used_gpus", "borrowed_gpus", "pending_gpus", "running_jobs", "pending_jobs",
                   "eviction_ratio"]  # fmt: skip
-
-    def _usage(self, obj: Queue) -> QueueUsage:
-        return self.context["usage"].get(obj.pk, QueueUsage())
-
-    def get_used_gpus(self, obj: Queue) -> int:
-        return self._usage(obj).used_gpus
-
-    def get_borrowed_gpus(self, obj: Queue) -> int:
-        return self._usage(obj).borrowed_gpus
-
-    def get_pending_gpus(self, obj: Queue) -> int:
-        return self._usage(obj).pending_gpus
-
-    def get_running_jobs(self, obj: Queue) -> int:
-        return self._usage(obj).running_jobs
-
-    def get_pending_jobs(self, obj: Queue) -> int:
-        return self._usage(obj).pending_jobs
 
     def get_eviction_ratio(self, obj: Queue) -> float:
         return float(self.context.get("eviction", {}).get(obj.pk, 0.0))

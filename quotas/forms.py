@@ -64,13 +64,18 @@ class QuotaRequestForm(forms.Form):
         ]
 
 
-class DecisionForm(forms.Form):
-    note = forms.CharField(
-        label="Note to the requester (optional)",
+def _note_field(label: str, rows: int = 3) -> forms.CharField:
+    """A decision's note: optional for the form (the service says when one is required)."""
+    return forms.CharField(
+        label=label,
         required=False,
         max_length=NOTE_MAX,
-        widget=forms.Textarea(attrs={"rows": 3}),
+        widget=forms.Textarea(attrs={"rows": rows}),
     )
+
+
+class DecisionForm(forms.Form):
+    note = _note_field("Note to the requester (optional)")
     override_reserve = forms.BooleanField(
         label="Approve even if the guarantees eat into the admins' reserve", required=False
     )
@@ -79,23 +84,13 @@ class DecisionForm(forms.Form):
 class RejectForm(forms.Form):
     """Rendered with ``prefix="reject"`` next to the approval form."""
 
-    note = forms.CharField(
-        label="Note to the requester (required)",
-        required=False,
-        max_length=NOTE_MAX,
-        widget=forms.Textarea(attrs={"rows": 3}),
-    )
+    note = _note_field("Note to the requester (required)")
 
 
 class WithdrawForm(forms.Form):
     """Rendered with ``prefix="withdraw"``."""
 
-    note = forms.CharField(
-        label="Why withdraw (optional)",
-        required=False,
-        max_length=NOTE_MAX,
-        widget=forms.Textarea(attrs={"rows": 2}),
-    )
+    note = _note_field("Why withdraw (optional)", rows=2)
 
 
 def add_service_errors(form: forms.Form, exc: ValidationError) -> None:

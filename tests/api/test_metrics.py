@@ -8,9 +8,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
 from monitoring.rollup import get_eviction_ratios, rollup
-from quotas.models import BusinessLine, Queue
+from quotas.models import Queue
 from scheduling.models import Eviction, Job, SchedulingCycle
-from tests.drills import advance, cycle, submit
+from tests.drills import advance, cycle, make_quotas_roomy, submit
+from tests.monitoring.scenarios import an_hour_of_experiments
 
 pytestmark = pytest.mark.django_db
 
@@ -37,16 +38,9 @@ def value(samples: dict, name: str, **labels) -> float:
 @pytest.fixture
 def busy_cluster(api):
     """4 x 8 GPUs filled by experiments, then an urgent job evicting one of them."""
-    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
-    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    make_quotas_roomy()
     Queue.objects.filter(name="llm-finetune").update(quota_gpus=40, guarantee_gpus=8)
-    admin, me, lead = api("admin"), api("researcher"), api("lead")
-    for i in range(4):
-        submit(me, name=f"exp{i}", gpus=8)
-    cycle(admin)
-    rollup()
-    advance(admin, 3600)
-    rollup()
+    admin, me, lead = an_hour_of_experiments(api)
     submit(lead, name="hotfix", queue="llm-urgent", gpus=8, sim_duration_minutes=10)
     cycle(admin)
     advance(admin, 600)

@@ -10,7 +10,8 @@ from monitoring.rollup import get_eviction_ratios, rollup
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
-from tests.drills import advance, cycle, submit
+from tests.drills import advance, cycle, make_quotas_roomy, submit
+from tests.monitoring.scenarios import an_hour_of_experiments
 
 pytestmark = pytest.mark.django_db
 
@@ -39,15 +40,8 @@ def test_a_sample_counts_gpus_and_pending_reasons(api):
 
 def test_evictions_raise_the_ratio_and_an_alert(api, monkeypatch):
     monkeypatch.setattr("monitoring.rollup.EVICTION_ALERT_RATIO", 0.10)
-    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
-    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
-    admin, me, lead = api("admin"), api("researcher"), api("lead")
-    for i in range(4):
-        submit(me, name=f"e{i}", gpus=8)
-    cycle(admin)
-    rollup()
-    advance(admin, 3600)
-    rollup()
+    make_quotas_roomy()
+    admin, me, lead = an_hour_of_experiments(api)
     for i in range(3):  # three urgent waves, each evicting an experiment
         submit(lead, name=f"u{i}", queue="llm-urgent", gpus=8, sim_duration_minutes=10)
         cycle(admin)

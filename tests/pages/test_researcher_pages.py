@@ -13,7 +13,7 @@ from monitoring.models import MetricSample
 from quotas.models import BusinessLine, Queue
 from scheduling.api import JobSubmitSerializer
 from scheduling.cycle import run_cycle
-from scheduling.forms import JobSubmitForm
+from scheduling.forms import EstimatorForm, JobSubmitForm
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
 
@@ -61,6 +61,14 @@ def form_data(**overrides) -> dict:
     }
     data.update(overrides)
     return {k: v for k, v in data.items() if v is not None}
+
+
+def estimator_data(**overrides: str) -> dict:
+    """The estimator's fields as posted (prefix ``est-``): 7B in bf16 with AdamW, unsharded,
+    one replica, 4096 tokens, micro-batch 1, unless overridden."""
+    data = {"params": "7B", "precision": "bf16", "optimizer": "adamw", "zero_stage": "0",
+            "data_parallel": "1", "seq_len": "4096", "micro_batch": "1", **overrides}  # fmt: skip
+    return {f"est-{name}": value for name, value in data.items()}
 
 
 def new_job(demo, username="researcher", **kw) -> Job:
@@ -190,18 +198,8 @@ def test_every_api_submission_field_has_a_labelled_input_with_help(as_user):
         assert re.search(rf'<label[^>]*for="id_{name}"', page), name
         assert f'id="id_{name}"' in page, name
         assert f'id="id_{name}_helptext"' in page, name
-    for name in (
-        "params",
-        "precision",
-        "optimizer",
-        "zero_stage",
-        "data_parallel",
-        "seq_len",
-        "micro_batch",
-        "hidden_size",
-        "num_layers",
-        "activation_checkpointing",
-    ):
+    assert len(EstimatorForm.base_fields) == 10
+    for name in EstimatorForm.base_fields:
         assert re.search(rf'<label[^>]*for="id_est-{name}"', page), name
     inputs = re.findall(r'<(?:input|select)[^>]*\bid="(id_[^"]+)"', page)
     labels = set(re.findall(r'<label[^>]*for="(id_[^"]+)"', page))
@@ -311,15 +309,7 @@ def test_estimate_without_javascript_shows_the_breakdown_and_keeps_the_form(as_u
     data = form_data(
         action="estimate",
         name="keep-me",
-        **{
-            "est-params": "7B",
-            "est-precision": "bf16",
-            "est-optimizer": "adam",
-            "est-zero_stage": "3",
-            "est-data_parallel": "8",
-            "est-seq_len": "4096",
-            "est-micro_batch": "1",
-        },
+        **estimator_data(optimizer="adam", zero_stage="3", data_parallel="8"),
     )
     response = as_user("researcher").post("/jobs/new/", data)
     page = response.content.decode()
@@ -332,19 +322,7 @@ def test_estimate_without_javascript_shows_the_breakdown_and_keeps_the_form(as_u
 
 
 def test_fill_without_javascript_puts_the_recommendation_into_the_job_form(as_user):
-    data = form_data(
-        action="fill",
-        gpus="1",
-        **{
-            "est-params": "7B",
-            "est-precision": "bf16",
-            "est-optimizer": "adamw",
-            "est-zero_stage": "0",
-            "est-data_parallel": "1",
-            "est-seq_len": "4096",
-            "est-micro_batch": "1",
-        },
-    )
+    data = form_data(action="fill", gpus="1", **estimator_data())
     response = as_user("researcher").post("/jobs/new/", data)
     form = response.context["form"]
     rec = response.context["recommendation"]

@@ -1,7 +1,8 @@
-"""Shared API plumbing: one error shape and role permissions for DRF views."""
+"""Shared API plumbing: one error shape and the base of the apps' DRF role permissions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -10,8 +11,6 @@ from django.http import Http404
 from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
-
-from core.roles import is_admin, is_oncall_or_admin
 
 
 def _as_field_errors(detail: Any) -> dict[str, Any]:
@@ -39,18 +38,14 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     return response
 
 
-class IsAdmin(permissions.BasePermission):
-    message = "cluster admins only"
+class RolePermission(permissions.BasePermission):
+    """A DRF permission made of an app's role predicate (``<app>/permissions.py``):
+    subclasses set ``check`` (a function of the user) and ``message`` (the 403's words)."""
+
+    check: Callable[[Any], bool]
 
     def has_permission(self, request, view) -> bool:
-        return is_admin(request.user)
-
-
-class IsOncallOrAdmin(permissions.BasePermission):
-    message = "on-call engineers and admins only"
-
-    def has_permission(self, request, view) -> bool:
-        return is_oncall_or_admin(request.user)
+        return type(self).check(request.user)
 
 
 def client_ip(request) -> str | None:

@@ -1,7 +1,10 @@
-"""Who may do what: the one place role checks are written.
+"""Roles and line memberships: the base every app's permission predicates are built on.
 
-Views, API permissions, websocket subscriptions and services all ask these
-functions; nothing else decides access.
+``role_of`` (one role per user, cached on the user object), the two role tests the base
+layer itself needs (``is_admin``, ``is_oncall_or_admin``: admin site, audit log, metrics)
+and the user's lines. Who may do what in an app is that app's ``permissions`` module
+(``scheduling.permissions``, ``quotas.permissions``, ``monitoring.permissions``); views,
+API permissions, services and consumers ask those, and nothing else decides access.
 """
 
 from __future__ import annotations
@@ -65,7 +68,3 @@ def led_line_ids(user: User) -> set[int]:
             "business_line_id", flat=True
         )
     )
-
-
-def sees_all_jobs(user: User) -> bool:
-    return role_of(user) in (Role.ONCALL, Role.ADMIN)

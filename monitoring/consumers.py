@@ -11,7 +11,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from core.events import client_frame
 from core.realtime import group_name
-from core.roles import is_oncall_or_admin
+from monitoring.permissions import may_use_oncall_console
 
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
@@ -26,7 +26,7 @@ def _may_subscribe(user: Any, topic: str) -> str | None:
     if topic in PUBLIC_TOPICS:
         return None
     if topic in ONCALL_TOPICS:
-        return None if is_oncall_or_admin(user) else f"no permission for topic {topic!r}"
+        return None if may_use_oncall_console(user) else f"no permission for topic {topic!r}"
     match = JOB_TOPIC.match(topic)
     if match:
         from scheduling.selectors import get_job_for_user

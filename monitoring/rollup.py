@@ -16,13 +16,13 @@ from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now, wall_seconds
-from scheduling.models import Eviction, Job, Node
+from scheduling.models import Eviction, Job
+from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import (
     QueueUsage,
     build_cluster_summary,
     build_line_usage,
     build_queue_usage,
-    list_nodes_with_usage,
 )
 
 EVICTION_WINDOW = timedelta(hours=24)
@@ -73,10 +73,7 @@ def rollup() -> MetricSample:
     """Write one sample and raise the windowed alerts."""
     now = cluster_now()
     summary = build_cluster_summary()
-    free_per_node = [
-        max(0, n.gpus_total - n.gpus_allocated - n.residual_gpus)
-        for n in list_nodes_with_usage().filter(state=Node.State.READY, health=Node.Health.OK)
-    ]
+    free_per_node = list_usable_free_gpus()
     queue_usage = build_queue_usage()
     line_usage = build_line_usage()
     evictions = _eviction_by_queue(now, queue_usage)

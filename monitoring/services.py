@@ -85,10 +85,10 @@ def _transition(
     from django.core.exceptions import PermissionDenied, ValidationError
 
     from core import audit
-    from core.roles import is_oncall_or_admin
+    from monitoring.permissions import ONCALL_ONLY, may_use_oncall_console
 
-    if not is_oncall_or_admin(user):
-        raise PermissionDenied("on-call engineers and admins only")
+    if not may_use_oncall_console(user):
+        raise PermissionDenied(ONCALL_ONLY)
     with transaction.atomic():
         alert = Alert.objects.select_for_update().get(pk=alert_id)
         if alert.status not in allowed_from:

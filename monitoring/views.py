@@ -27,31 +27,33 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
-from core.models import AuditRecord, Role
-from core.roles import is_oncall_or_admin, role_of
 from monitoring import charts, metrics
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert, MetricSample
+from monitoring.node_actions import clean_residual_now
+from monitoring.permissions import (
+    DASHBOARD_ONLY,
+    ONCALL_ONLY,
+    may_see_dashboard,
+    may_use_oncall_console,
+)
 from monitoring.rollup import EVICTION_ALERT_RATIO
 from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
 from scheduling.cluster_lock import ClusterBusy
-from scheduling.models import Allocation, Node, SchedulingCycle
-from scheduling.node_services import (
+from scheduling.models import Node, SchedulingCycle
+from scheduling.nodes.faults import fault_choices, fault_label
+from scheduling.nodes.selectors import (
     build_blast_radius,
-    clean_residual_now,
-    cordon_node,
-    drain_node,
-    uncordon_node,
+    free_gpus,
+    get_node,
+    list_node_history,
+    list_node_jobs,
+    list_node_rows,
+    node_exists,
 )
-from scheduling.selectors import (
-    QueueUsage,
-    build_cluster_summary,
-    build_line_usage,
-    list_nodes_with_usage,
-)
-from scheduling.sim_services import inject_fault
-from scheduling.simcore.simulator import FAULT_KINDS
+from scheduling.nodes.services import cordon_node, drain_node, inject_fault, uncordon_node
+from scheduling.selectors import QueueUsage, build_cluster_summary, build_line_usage
 
 WINDOWS = {
     "1h": ("last hour", timedelta(hours=1)),
@@ -64,7 +66,7 @@ ALERTS_SHOWN = 100
 AUDIT_SHOWN = 10
 OUT_OF_POOL = ("cordoned", "draining", "unhealthy", "down")
 # Which buttons the node page offers per state. Display only: the services in
-# scheduling/node_services.py decide, and refuse anything else with a message.
+# scheduling/nodes/services.py decide, and refuse anything else with a message.
 ACTIONS_BY_STATE = {
     Node.State.READY: ("cordon", "drain"),
     Node.State.CORDONED: ("drain", "uncordon"),
@@ -72,20 +74,9 @@ ACTIONS_BY_STATE = {
     Node.State.UNHEALTHY: ("uncordon",),
     Node.State.DOWN: ("uncordon",),
 }
-FAULT_LABELS = {
-    "residual_process": "Residual process (a finished job's process keeps a GPU)",
-    "gpu_failure": "GPU failure (uncorrectable ECC / Xid errors)",
-    "rdma_degraded": "RDMA degraded (packet loss on the fabric)",
-    "node_down": "Node down (no heartbeat)",
-}
 
 
 # -- access ---------------------------------------------------------------------------
-
-
-def may_see_dashboard(user: Any) -> bool:
-    """Cluster admins and team leads."""
-    return role_of(user) in (Role.ADMIN, Role.TEAM_LEAD)
 
 
 def _role_required(check: Callable[[Any], bool], refusal: str) -> Callable:
@@ -103,8 +94,8 @@ def _role_required(check: Callable[[Any], bool], refusal: str) -> Callable:
     return decorator
 
 
-dashboard_access = _role_required(may_see_dashboard, "cluster admins and team leads only")
-oncall_access = _role_required(is_oncall_or_admin, "on-call engineers and admins only")
+dashboard_access = _role_required(may_see_dashboard, DASHBOARD_ONLY)
+oncall_access = _role_required(may_use_oncall_console, ONCALL_ONLY)
 
 
 # -- dashboard ------------------------------------------------------------------------
@@ -231,15 +222,7 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
 
 def build_node_rows(name: str | None = None) -> list[charts.NodeRow]:
     """Every node (or the one named) with its GPUs in use, in rack order: one grouped query."""
-    nodes = list_nodes_with_usage()
-    if name is not None:
-        nodes = nodes.filter(name=name)
-    rows = (
-        nodes.order_by("rack", "name")
-        .values_list("name", "rack", "state", "health", "gpus_total", "residual_gpus",
-                     "gpus_allocated")
-    )  # fmt: skip
-    return [charts.NodeRow(*row) for row in rows]
+    return [charts.NodeRow(*row) for row in list_node_rows(name)]
 
 
 def _rack_context() -> dict[str, Any]:
@@ -376,7 +359,7 @@ def alert_action(request: HttpRequest, alert_id: int, action: str) -> HttpRespon
 def node_lookup(request: HttpRequest) -> HttpResponse:
     """The "go to node" box: a name typed by keyboard users instead of tabbing the map."""
     name = request.GET.get("name", "").strip()
-    if name and Node.objects.filter(name=name).exists():
+    if name and node_exists(name):
         return redirect("monitoring:oncall-node", name=name)
     return _node_missing(request, name or "(empty)")
 
@@ -404,7 +387,7 @@ class NodeActionForm(forms.Form):
 class FaultForm(forms.Form):
     kind = forms.ChoiceField(
         label="Fault to inject",
-        choices=[(k, FAULT_LABELS.get(k, k)) for k in FAULT_KINDS],
+        choices=fault_choices(),
     )
 
 
@@ -414,13 +397,7 @@ def _node_missing(request: HttpRequest, name: str) -> HttpResponse:
 
 def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm | None = None,
                fault_form: FaultForm | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
-    jobs = list(
-        Allocation.objects.filter(node=node)
-        .values("job_id", "job__name", "job__owner__username", "job__queue__name",
-                "job__tier", "job__state", "job__gpus", "job__started_at")
-        .annotate(gpus_here=Count("id"))
-        .order_by("job_id")
-    )  # fmt: skip
+    jobs = list_node_jobs(node)
     used = sum(j["gpus_here"] for j in jobs)
     cell = charts.node_cell(
         charts.NodeRow(node.name, node.rack, node.state, node.health, node.gpus_total,
@@ -432,14 +409,11 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         gpus_by_queue[j["job__queue__name"]] = (
             gpus_by_queue.get(j["job__queue__name"], 0) + j["gpus_here"]
         )
-    history = AuditRecord.objects.filter(
-        target_type="scheduling.node", target_id=str(node.pk)
-    ).order_by("-at", "-id")[:AUDIT_SHOWN]
     context = {
         "node": node,
         "cell": cell,
         "used": used,
-        "free": max(0, node.gpus_total - used - node.residual_gpus),
+        "free": free_gpus(node.gpus_total, used, node.residual_gpus),
         "jobs": jobs,
         "blast": blast,
         "gpus_by_queue": sorted(gpus_by_queue.items()),
@@ -447,7 +421,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "action_form": action_form or NodeActionForm(),
         "fault_form": fault_form or FaultForm(),
         "simulator": settings.SCHEDULING_BACKEND == "simulator",
-        "history": history,
+        "history": list_node_history(node, AUDIT_SHOWN),
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
 
@@ -455,7 +429,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
 @oncall_access
 @require_GET
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
-    node = Node.objects.filter(name=name).first()
+    node = get_node(name)
     if node is None:
         return _node_missing(request, name)
     return _node_page(request, node)
@@ -474,64 +448,72 @@ DONE = {
 }
 
 
+def _node_post(request: HttpRequest, name: str, form_class: type[forms.Form], form_key: str,
+               act: Callable[[Node, Any], str], refused: Callable[[Node, Any, ValidationError], None],
+               verb: str) -> HttpResponse:  # fmt: skip
+    """A POST on a node page: validate ``form_class``, call ``act(node, form)`` (one service
+    call, returning the success message), then back to the node page. A refusal of the
+    service goes through ``refused``; a busy cluster is a 503 saying nothing was ``verb``."""
+    node = get_node(name)
+    if node is None:
+        return _node_missing(request, name)
+    form = form_class(request.POST)
+    status = 400
+    if form.is_valid():
+        try:
+            done = act(node, form)
+        except ValidationError as err:
+            refused(node, form, err)
+        except ClusterBusy as err:
+            messages.error(request, f"Nothing was {verb}: {err}.")
+            status = 503
+        else:
+            messages.success(request, done)
+            return redirect("monitoring:oncall-node", name=node.name)
+    return _node_page(request, node, status=status, **{form_key: form})
+
+
 @oncall_access
 @require_POST
 def node_action(request: HttpRequest, name: str) -> HttpResponse:
     """Cordon / drain / uncordon (services) or clean residual processes (a sweep now)."""
-    node = Node.objects.filter(name=name).first()
-    if node is None:
-        return _node_missing(request, name)
-    form = NodeActionForm(request.POST)
-    if not form.is_valid():
-        return _node_page(request, node, action_form=form, status=400)
-    action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
-    try:
-        if action == "clean":
-            node, record, raised = clean_residual_now(
-                request.user, node.name, reason, source_ip=client_ip(request)
-            )
-            found = (
-                f"residual processes were found and killed ({raised.message})"
-                if raised
-                else "no residual process was found on it"
-            )
-            done = f"was swept now (sweep #{record.pk}): {found}"
-        else:
-            node = NODE_SERVICES[action](request.user, node.name, reason, client_ip(request))
-            done = DONE[action]
-    except ValidationError as err:
+
+    def act(node: Node, form: NodeActionForm) -> str:
+        action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]
+        if action != "clean":
+            NODE_SERVICES[action](request.user, node.name, reason, client_ip(request))
+            return f"{node.name} {DONE[action]}."
+        node, record, raised = clean_residual_now(
+            request.user, node.name, reason, source_ip=client_ip(request)
+        )
+        found = (
+            f"residual processes were found and killed ({raised.message})"
+            if raised
+            else "no residual process was found on it"
+        )
+        return f"{node.name} was swept now (sweep #{record.pk}): {found}."
+
+    def refused(node: Node, form: NodeActionForm, err: ValidationError) -> None:
         _form_errors(form, err)
         node.refresh_from_db()
-        return _node_page(request, node, action_form=form, status=400)
-    except ClusterBusy as err:
-        messages.error(request, f"Nothing was done: {err}.")
-        return _node_page(request, node, action_form=form, status=503)
-    messages.success(request, f"{node.name} {done}.")
-    return redirect("monitoring:oncall-node", name=node.name)
+
+    return _node_post(request, name, NodeActionForm, "action_form", act, refused, "done")
 
 
 @oncall_access
 @require_POST
 def node_fault(request: HttpRequest, name: str) -> HttpResponse:
     """Drills: break a simulated node on purpose; the next cycle or sweep reacts."""
-    node = Node.objects.filter(name=name).first()
-    if node is None:
-        return _node_missing(request, name)
-    form = FaultForm(request.POST)
-    if not form.is_valid():
-        return _node_page(request, node, fault_form=form, status=400)
-    kind = form.cleaned_data["kind"]
-    try:
+
+    def act(node: Node, form: FaultForm) -> str:
+        kind = form.cleaned_data["kind"]
         inject_fault(request.user, kind, node.name, source_ip=client_ip(request))
-    except ValidationError as err:
+        return (
+            f"Drill: {fault_label(kind)} injected on {node.name}; the next cycle "
+            "or health sweep reacts (watch the alerts and the rack map)."
+        )
+
+    def refused(node: Node, form: FaultForm, err: ValidationError) -> None:
         messages.error(request, f"Nothing was injected: {'; '.join(err.messages)}.")
-        return _node_page(request, node, fault_form=form, status=400)
-    except ClusterBusy as err:
-        messages.error(request, f"Nothing was injected: {err}.")
-        return _node_page(request, node, fault_form=form, status=503)
-    messages.success(
-        request,
-        f"Drill: {FAULT_LABELS.get(kind, kind)} injected on {node.name}; the next cycle "
-        "or health sweep reacts (watch the alerts and the rack map).",
-    )
-    return redirect("monitoring:oncall-node", name=node.name)
+
+    return _node_post(request, name, FaultForm, "fault_form", act, refused, "injected")

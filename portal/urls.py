@@ -11,19 +11,14 @@ from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
 from quotas.views import queue_list
-from scheduling.api import (
-    JobViewSet,
-    NodeViewSetWithActions,
-    SchedulerCycleView,
-    SimulatorAdvanceView,
-    SimulatorFaultView,
-)
+from scheduling.api import JobViewSet, SchedulerCycleView, SimulatorAdvanceView, SimulatorFaultView
+from scheduling.nodes.api import NodeViewSet
 
 router = DefaultRouter()
 router.register("business-lines", BusinessLineViewSet, basename="business-line")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("jobs", JobViewSet, basename="job")
-router.register("nodes", NodeViewSetWithActions, basename="node")
+router.register("nodes", NodeViewSet, basename="node")
 router.register("alerts", AlertViewSet, basename="alert")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 

@@ -16,7 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import client_ip
-from quotas import services
+from core.filters import MineFilter
+from quotas import permissions, services
 from quotas.models import QuotaRequest
 from quotas.selectors import build_request_impact, list_requests_for_user
 from scheduling.clock import cluster_now
@@ -89,16 +90,11 @@ class QuotaRequestFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=QuotaRequest.State.choices)
     business_line = django_filters.CharFilter(field_name="business_line__name")
     queue = django_filters.CharFilter(field_name="queue__name")
-    mine = django_filters.ChoiceFilter(
-        method="filter_mine", choices=[("1", "yes"), ("true", "yes"), ("0", "no"), ("false", "no")]
-    )
+    mine = MineFilter("requester")
 
     class Meta:
         model = QuotaRequest
         fields = ["state", "business_line", "queue", "mine"]
-
-    def filter_mine(self, qs, name, value: str):
-        return qs.filter(requester=self.request.user) if value in ("1", "true") else qs
 
 
 class QuotaRequestViewSet(
@@ -120,7 +116,7 @@ class QuotaRequestViewSet(
 
     @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
-        services.ensure_may_request(request.user)
+        permissions.ensure_may_request(request.user)
         incoming = QuotaRequestCreateSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         req = services.create_quota_request(
@@ -165,9 +161,9 @@ class QuotaRequestViewSet(
     @action(detail=True, methods=["post"])
     def withdraw(self, request: Request, pk: str | None = None) -> Response:
         return self._decide(
-            request, services.withdraw_quota_request, NoteSerializer, services.may_withdraw
+            request, services.withdraw_quota_request, NoteSerializer, permissions.may_withdraw
         )
 
 
 def _admin_only(user, req: QuotaRequest) -> bool:
-    return services.may_decide(user)
+    return permissions.may_decide(user)

@@ -14,12 +14,14 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
-from core.roles import is_admin, line_ids, role_of
+from core.roles import line_ids, role_of
 from monitoring import metrics
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
-from scheduling.models import Eviction, Job, Node
-from scheduling.selectors import build_cluster_summary, build_queue_usage, list_nodes_with_usage
+from quotas.permissions import sees_all_requests
+from scheduling.models import Eviction, Job
+from scheduling.nodes.selectors import list_usable_free_gpus
+from scheduling.selectors import build_cluster_summary, build_queue_usage
 
 # ---------------------------------------------------------------------------
 # Requests
@@ -28,7 +30,7 @@ from scheduling.selectors import build_cluster_summary, build_queue_usage, list_
 def list_requests_for_user(user) -> QuerySet[QuotaRequest]:
     """Admins: all; others: the requests of their lines; anonymous: none."""
     qs = QuotaRequest.objects.select_related("business_line", "queue", "requester", "decided_by")
-    if is_admin(user):
+    if sees_all_requests(user):
         return qs
     if role_of(user) is None:
         return qs.none()
@@ -37,10 +39,6 @@ def list_requests_for_user(user) -> QuerySet[QuotaRequest]:
 
 def get_request_for_user(user, request_id: int) -> QuotaRequest | None:
     return list_requests_for_user(user).filter(pk=request_id).first()
-
-
-def may_see_line_history(user, line: BusinessLine) -> bool:
-    return is_admin(user) or line.pk in line_ids(user)
 
 
 def list_line_history(line: BusinessLine) -> QuerySet[QuotaChange]:
@@ -121,10 +119,7 @@ def build_cluster_state(exclude_scheduled: int | None = None) -> ledger.ClusterS
     )
     names = dict(Queue.objects.values_list("pk", "name"))
     pending = {names[qid]: u.pending_gpus for qid, u in build_queue_usage().items() if qid in names}
-    free = sum(
-        max(0, n.gpus_total - n.gpus_allocated - n.residual_gpus)
-        for n in list_nodes_with_usage().filter(state=Node.State.READY, health=Node.Health.OK)
-    )
+    free = sum(list_usable_free_gpus())
     return ledger.ClusterState(
         contracts=build_contracts(),
         holds=holds,

@@ -27,9 +27,9 @@ from django.db.models import Q
 from core import audit, events
 from core.models import Role
 from core.realtime import publish_on_commit
-from core.roles import is_admin, led_line_ids
 from quotas import ledger, transitions
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
+from quotas.permissions import ensure_may_request, may_decide, may_request_for_line, may_withdraw
 from quotas.selectors import (
     build_contracts,
     healthy_gpus,
@@ -58,31 +58,6 @@ class QuotaRequestInput:
     guarantee_gpus: int | None = None
     starts_at: datetime | None = None
     ends_at: datetime | None = None
-
-
-# ---------------------------------------------------------------------------
-# Who may do what (built on core.roles)
-
-
-def may_request(user: Any) -> bool:
-    """Team leads may request, for the lines they lead."""
-    return bool(led_line_ids(user))
-
-
-def may_decide(user: Any) -> bool:
-    return is_admin(user)
-
-
-def may_withdraw(user: Any, req: QuotaRequest) -> bool:
-    """The requester, or a lead of the request's line."""
-    return req.requester_id == getattr(user, "pk", None) or req.business_line_id in led_line_ids(
-        user
-    )
-
-
-def ensure_may_request(user: Any) -> None:
-    if not may_request(user):
-        raise PermissionDenied("only a team lead may request quota, for a line they lead")
 
 
 # ---------------------------------------------------------------------------
@@ -175,7 +150,7 @@ def create_quota_request(
         raise ValidationError(
             {"business_line": [f"unknown business line {str(data.business_line)[:60]!r}"]}
         )
-    if line.pk not in led_line_ids(user):
+    if not may_request_for_line(user, line.pk):
         raise PermissionDenied(f"you do not lead the line {line.name}; only its lead may ask")
     queue = None
     if data.queue not in (None, ""):
@@ -257,6 +232,18 @@ def _transition(req: QuotaRequest, action: str) -> str:
         raise ValidationError({"state": [str(exc)]}) from None
 
 
+def _record_decision(user: Any, req: QuotaRequest, new_state: str, note: str, now: datetime,
+                     verb: str, source_ip: str | None, **after: Any) -> None:  # fmt: skip
+    """Move the locked ``req`` to ``new_state``, decided by ``user`` at ``now`` with ``note``,
+    and write the audit record ``quota_request.<verb>`` (``after`` adds to its after)."""
+    before = _request_snapshot(req)
+    req.state = new_state
+    req.decided_by, req.decided_at, req.decision_note = user, now, note
+    req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
+    audit.record(user, f"quota_request.{verb}", req, reason=note, before=before,
+                 after={**_request_snapshot(req), **after}, source_ip=source_ip)  # fmt: skip
+
+
 def _clean_note(note: str | None, *, required: bool) -> str:
     note = (note or "").strip()
     if required and not note:
@@ -320,15 +307,8 @@ def approve_quota_request(
         errors = _fit_errors(req, include_scheduled=True, override_reserve=override_reserve)
         if errors:
             raise ValidationError(errors)
-        before = _request_snapshot(req)
-        req.state = new_state
-        req.decided_by, req.decided_at, req.decision_note = user, now, note
-        req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
-        audit.record(
-            user, "quota_request.approved", req, reason=note, before=before,
-            after={**_request_snapshot(req), "override_reserve": override_reserve},
-            source_ip=source_ip,
-        )  # fmt: skip
+        _record_decision(user, req, new_state, note, now, "approved", source_ip,
+                         override_reserve=override_reserve)  # fmt: skip
         if req.starts_at is None or req.starts_at <= now:
             _apply(req, now, actor=user, source_ip=source_ip)
     _mail_on_commit(
@@ -361,14 +341,7 @@ def reject_quota_request(
     with transaction.atomic():
         req = _locked_request(request_id)
         new_state = _transition(req, transitions.REJECT)
-        before = _request_snapshot(req)
-        req.state = new_state
-        req.decided_by, req.decided_at, req.decision_note = user, now, note
-        req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
-        audit.record(
-            user, "quota_request.rejected", req, reason=note, before=before,
-            after=_request_snapshot(req), source_ip=source_ip,
-        )  # fmt: skip
+        _record_decision(user, req, new_state, note, now, "rejected", source_ip)
     _mail_on_commit(
         f"Quota request #{req.pk} rejected",
         f"Your request for {_describe(req)} was rejected by {user.username}.\n\nNote: {note}",
@@ -393,14 +366,7 @@ def withdraw_quota_request(
         if not may_withdraw(user, req):
             raise PermissionDenied("only the requester or the line's lead may withdraw it")
         new_state = _transition(req, transitions.WITHDRAW)
-        before = _request_snapshot(req)
-        req.state = new_state
-        req.decided_by, req.decided_at, req.decision_note = user, now, note
-        req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
-        audit.record(
-            user, "quota_request.withdrawn", req, reason=note, before=before,
-            after=_request_snapshot(req), source_ip=source_ip,
-        )  # fmt: skip
+        _record_decision(user, req, new_state, note, now, "withdrawn", source_ip)
     return req
 
 

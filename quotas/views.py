@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.api import client_ip
 from core.roles import led_line_ids
 from monitoring.rollup import get_eviction_ratios
-from quotas import ledger, services
+from quotas import ledger, permissions, services
 from quotas.forms import (
     DecisionForm,
     QuotaRequestForm,
@@ -37,7 +37,6 @@ from quotas.selectors import (
     healthy_gpus,
     list_line_history,
     list_requests_for_user,
-    may_see_line_history,
 )
 from scheduling.clock import cluster_now
 from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
@@ -67,7 +66,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "guarantee_total": ledger.guarantee_total(contracts),
         "healthy_gpus": healthy_gpus(),
         "reserve_gpus": policy.reserve_gpus,
-        "may_request": services.may_request(request.user),
+        "may_request": permissions.may_request(request.user),
         "pending_count": list_requests_for_user(request.user)
         .filter(state=QuotaRequest.State.PENDING)
         .count(),
@@ -87,7 +86,7 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         {"queue": q, "usage": queue_usage.get(q.pk, QueueUsage())}
         for q in line.queues.order_by("name")
     ]
-    sees_history = may_see_line_history(request.user, line)
+    sees_history = permissions.may_see_line_history(request.user, line)
     context = {
         "line": line,
         "usage": build_line_usage().get(line.pk, QueueUsage()),
@@ -102,7 +101,7 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         "sees_history": sees_history,
         "history": list_line_history(line)[:200] if sees_history else [],
         "requests": list_requests_for_user(request.user).filter(business_line=line)[:100],
-        "is_lead": line.pk in led_line_ids(request.user),
+        "is_lead": permissions.may_request_for_line(request.user, line.pk),
     }
     return render(request, "quotas/line_detail.html", context)
 
@@ -121,8 +120,8 @@ def request_list(request: HttpRequest) -> HttpResponse:
         "decided": decided,
         "state": state,
         "states": QuotaRequest.State.values,
-        "may_request": services.may_request(request.user),
-        "may_decide": services.may_decide(request.user),
+        "may_request": permissions.may_request(request.user),
+        "may_decide": permissions.may_decide(request.user),
     }
     return render(request, "quotas/request_list.html", context)
 
@@ -145,7 +144,7 @@ def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -
 @login_required
 def request_new(request: HttpRequest) -> HttpResponse:
     """The lead's form: current contract and use, quota vs guarantee explained."""
-    services.ensure_may_request(request.user)
+    permissions.ensure_may_request(request.user)
     lines = list(
         BusinessLine.objects.filter(pk__in=led_line_ids(request.user)).prefetch_related("queues")
     )
@@ -199,9 +198,9 @@ def _render_detail(
         "req": req,
         "impact": build_request_impact(req, now) if pending else None,
         "changes": req.changes.select_related("changed_by", "queue"),
-        "may_decide": pending and services.may_decide(request.user),
-        "may_withdraw": pending and services.may_withdraw(request.user, req),
-        "may_request": services.may_request(request.user),
+        "may_decide": pending and permissions.may_decide(request.user),
+        "may_withdraw": pending and permissions.may_withdraw(request.user, req),
+        "may_request": permissions.may_request(request.user),
         "approve_form": DecisionForm(),
         "reject_form": RejectForm(prefix="reject"),
         "withdraw_form": WithdrawForm(prefix="withdraw"),
@@ -227,9 +226,9 @@ _ACTIONS = {
 def _decide(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     req = _visible_request(request, pk)  # 404 before 403: unseen requests stay unseen
     if action == "withdraw":
-        if not services.may_withdraw(request.user, req):
+        if not permissions.may_withdraw(request.user, req):
             raise PermissionDenied("only the requester or the line's lead may withdraw it")
-    elif not services.may_decide(request.user):
+    elif not permissions.may_decide(request.user):
         raise PermissionDenied("only cluster admins decide quota requests")
     form_class, prefix, done = _ACTIONS[action]
     form = form_class(request.POST, prefix=prefix)

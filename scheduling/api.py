@@ -1,6 +1,12 @@
-"""REST: jobs (list, detail, submit, cancel) and nodes."""
+"""REST: jobs (list, detail, submit, cancel), simulator drills and a loop iteration on demand.
+
+The node API is ``scheduling.nodes.api``.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import django_filters
 from drf_spectacular.utils import extend_schema
@@ -11,10 +17,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import SharedFieldsModelSerializer, client_ip
+from core.filters import MineFilter
 from quotas.models import Tier
 from scheduling import limits
-from scheduling.models import Job, Node
-from scheduling.selectors import build_placement, list_jobs_for_user, list_nodes_with_usage
+from scheduling.cluster_lock import ClusterBusy
+from scheduling.models import Job
+from scheduling.nodes.faults import FAULT_KINDS
+from scheduling.nodes.services import inject_fault
+from scheduling.selectors import build_placement, list_jobs_for_user
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
@@ -123,9 +133,7 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Job.State.choices)
     queue = django_filters.CharFilter(method="filter_queue")
     owner = django_filters.CharFilter(field_name="owner__username")
-    mine = django_filters.ChoiceFilter(
-        method="filter_mine", choices=[("1", "yes"), ("true", "yes"), ("0", "no"), ("false", "no")]
-    )
+    mine = MineFilter("owner")
 
     class Meta:
         model = Job
@@ -133,9 +141,6 @@ class JobFilter(django_filters.FilterSet):
 
     def filter_queue(self, qs, name, value: str):
         return qs.filter(queue_id=int(value)) if value.isdigit() else qs.filter(queue__name=value)
-
-    def filter_mine(self, qs, name, value: str):
-        return qs.filter(owner=self.request.user) if value in ("1", "true") else qs
 
 
 class JobViewSet(
@@ -172,89 +177,8 @@ class JobViewSet(
         return Response(JobDetailSerializer(job).data)
 
 
-class NodeSerializer(serializers.ModelSerializer):
-    gpus_free = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Node
-        fields = ["name", "rack", "block", "gpu_model", "gpu_memory_gb", "gpus_total",
-                  "gpus_free", "rdma", "inference", "state", "state_reason", "health",
-                  "health_detail", "residual_gpus"]  # fmt: skip
-
-    def get_gpus_free(self, obj: Node) -> int:
-        return max(0, obj.gpus_total - obj.gpus_allocated - obj.residual_gpus)
-
-
-class NodeViewSet(viewsets.ReadOnlyModelViewSet):
-    """Nodes with their state, health and free GPUs (everyone signed in may read)."""
-
-    serializer_class = NodeSerializer
-    lookup_field = "name"
-    lookup_value_regex = r"[A-Za-z0-9._-]+"
-    filterset_fields = ["state", "rack", "health", "gpu_model", "rdma"]
-
-    def get_queryset(self):
-        return list_nodes_with_usage().order_by("name")
-
-
-class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=300)
-
-
-class NodeActionsMixin:
-    """cordon / drain / uncordon for on-call and admins (POST {"reason": "..."})."""
-
-    def _act(self, request: Request, name: str, fn) -> Response:
-        from core.api import client_ip
-
-        body = ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        fn(request.user, name, body.validated_data["reason"], client_ip(request))
-        node = list_nodes_with_usage().get(name=name)
-        return Response(NodeSerializer(node).data)
-
-
-class NodeViewSetWithActions(NodeActionsMixin, NodeViewSet):
-    def get_permissions(self):
-        from core.api import IsOncallOrAdmin
-
-        if self.action in ("cordon", "drain", "uncordon", "blast_radius"):
-            return [*super().get_permissions(), IsOncallOrAdmin()]
-        return super().get_permissions()
-
-    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
-    @action(detail=True, methods=["post"])
-    def cordon(self, request: Request, name: str | None = None) -> Response:
-        from scheduling.node_services import cordon_node
-
-        return self._act(request, self.get_object().name, cordon_node)
-
-    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
-    @action(detail=True, methods=["post"])
-    def drain(self, request: Request, name: str | None = None) -> Response:
-        from scheduling.node_services import drain_node
-
-        return self._act(request, self.get_object().name, drain_node)
-
-    @extend_schema(request=ReasonSerializer, responses={200: NodeSerializer})
-    @action(detail=True, methods=["post"])
-    def uncordon(self, request: Request, name: str | None = None) -> Response:
-        from scheduling.node_services import uncordon_node
-
-        return self._act(request, self.get_object().name, uncordon_node)
-
-    @extend_schema(responses={200: dict})
-    @action(detail=True, methods=["get"], url_path="blast-radius")
-    def blast_radius(self, request: Request, name: str | None = None) -> Response:
-        from scheduling.node_services import build_blast_radius
-
-        return Response(build_blast_radius(self.get_object().name))
-
-
 class FaultSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(
-        choices=["residual_process", "gpu_failure", "rdma_degraded", "node_down"]
-    )
+    kind = serializers.ChoiceField(choices=list(FAULT_KINDS))
     node = serializers.CharField(max_length=64)
 
 
@@ -276,8 +200,20 @@ class CycleSerializer(serializers.Serializer):
     pending_by_reason = serializers.DictField(child=serializers.IntegerField())
 
 
-def _busy_response(exc: Exception) -> Response:
-    return Response({"errors": {"non_field_errors": [str(exc)]}}, status=status.HTTP_409_CONFLICT)
+def _unless_busy(call: Callable[[], Any]) -> Response:
+    """``call()``'s result, or 409 when the loop holds the cluster past the service's wait."""
+    try:
+        return Response(call())
+    except ClusterBusy as exc:
+        return Response(
+            {"errors": {"non_field_errors": [str(exc)]}}, status=status.HTTP_409_CONFLICT
+        )
+
+
+def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict:
+    body = serializer_class(data=request.data)
+    body.is_valid(raise_exception=True)
+    return body.validated_data
 
 
 class SimulatorFaultView(GenericAPIView):
@@ -287,17 +223,10 @@ class SimulatorFaultView(GenericAPIView):
 
     @extend_schema(request=FaultSerializer, responses={200: FaultSerializer})
     def post(self, request: Request) -> Response:
-        from scheduling.cluster_lock import ClusterBusy
-        from scheduling.sim_services import inject_fault
-
-        body = FaultSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        try:
-            result = inject_fault(request.user, body.validated_data["kind"],
-                                  body.validated_data["node"], client_ip(request))  # fmt: skip
-        except ClusterBusy as exc:
-            return _busy_response(exc)
-        return Response(result)
+        data = _valid(FaultSerializer, request)
+        return _unless_busy(
+            lambda: inject_fault(request.user, data["kind"], data["node"], client_ip(request))
+        )
 
 
 class SimulatorAdvanceView(GenericAPIView):
@@ -307,31 +236,24 @@ class SimulatorAdvanceView(GenericAPIView):
 
     @extend_schema(request=AdvanceSerializer, responses={200: dict})
     def post(self, request: Request) -> Response:
-        from scheduling.cluster_lock import ClusterBusy
         from scheduling.sim_services import advance_clock
 
-        body = AdvanceSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        try:
-            result = advance_clock(request.user, body.validated_data["seconds"], client_ip(request))
-        except ClusterBusy as exc:
-            return _busy_response(exc)
-        return Response(result)
+        data = _valid(AdvanceSerializer, request)
+        return _unless_busy(
+            lambda: advance_clock(request.user, data["seconds"], client_ip(request))
+        )
 
 
 class SchedulerCycleView(GenericAPIView):
     """Run one full loop iteration now and return its summary (admin)."""
 
+    # Runs inline, not as a queued task: API.md promises the cycle's summary in the response.
+
     serializer_class = CycleSerializer
 
     @extend_schema(request=None, responses={200: CycleSerializer})
     def post(self, request: Request) -> Response:
-        from scheduling.cluster_lock import ClusterBusy
         from scheduling.cycle import cycle_payload
         from scheduling.sim_services import run_cycle_now
 
-        try:
-            record = run_cycle_now(request.user, client_ip(request))
-        except ClusterBusy as exc:
-            return _busy_response(exc)
-        return Response(cycle_payload(record))
+        return _unless_busy(lambda: cycle_payload(run_cycle_now(request.user, client_ip(request))))

@@ -1,4 +1,4 @@
-"""Reads of scheduling data, scoped to the user asking."""
+"""Reads of scheduling data, scoped to the user asking (node reads: ``scheduling.nodes.selectors``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
-from core.roles import line_ids_query, role_of, sees_all_jobs
+from core.roles import line_ids_query, role_of
 from quotas.models import Queue
 from scheduling.models import Allocation, Job, Node
+from scheduling.permissions import sees_all_jobs, submits_to_any_queue
 
 
 def list_jobs_for_user(user) -> QuerySet[Job]:
@@ -30,7 +31,7 @@ def get_job_for_user(user, job_id: int) -> Job | None:
 def list_queues_for_submit(user) -> QuerySet[Queue]:
     """Queues the user may submit to: admins any, others their lines' queues."""
     qs = Queue.objects.select_related("business_line").order_by("business_line__name", "name")
-    if role_of(user) == "admin":
+    if submits_to_any_queue(user):
         return qs
     return qs.filter(business_line__memberships__user=user)  # one membership per line
 
@@ -102,11 +103,6 @@ def build_line_usage() -> dict[int, QueueUsage]:
         for field in ("used_gpus", "borrowed_gpus", "running_jobs", "pending_jobs", "pending_gpus"):
             agg[field] += getattr(usage, field)
     return {line_id: QueueUsage(**agg) for line_id, agg in totals.items()}
-
-
-def list_nodes_with_usage() -> QuerySet[Node]:
-    """Nodes annotated with ``gpus_allocated``; free = total - allocated - residual."""
-    return Node.objects.annotate(gpus_allocated=Count("allocations"))
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from django.db.models import Q
 
 from core import audit, events
 from core.realtime import publish_coalesced, publish_on_commit
-from core.roles import is_admin, led_line_ids, role_of
 from quotas.models import Queue, Tier
 from scheduling import limits
 from scheduling.models import Job, JobEvent
+from scheduling.permissions import may_cancel, may_submit
 from scheduling.selectors import cluster_shape, list_queues_for_submit
 from scheduling.transitions import set_state
 
@@ -151,7 +151,7 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     caller can show it without reading it back. Its ``job.<id>`` topic gets no event: a
     job that did not exist has no watchers yet. The queue pages hear of it, coalesced.
     """
-    if role_of(user) is None:
+    if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
     with transaction.atomic():
@@ -165,13 +165,6 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
     publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job
-
-
-def may_cancel(user: Any, job: Job) -> bool:
-    """Owner, the team lead of the job's line, or an admin."""
-    if job.owner_id == getattr(user, "pk", None) or is_admin(user):
-        return True
-    return job.queue.business_line_id in led_line_ids(user)
 
 
 def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
@@ -220,7 +213,7 @@ def submit_jobs(
     commit, ``queues.updated`` for each queue written to, coalesced. Inside a caller's
     transaction the jobs commit (or roll back) with it.
     """
-    if role_of(user) is None:
+    if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     if submitted_at is not None and len(submitted_at) != len(requests):
         raise ValueError(f"{len(submitted_at)} submission times for {len(requests)} requests")

@@ -1,4 +1,7 @@
-"""Drills on the simulator and one-shot loop runs (API.md: simulator/*, scheduler/cycle)."""
+"""The simulated clock and one-shot loop runs (API.md: simulator/advance, scheduler/cycle).
+
+Fault drills (simulator/faults) are node writers: ``scheduling.nodes.services``.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +12,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from core import audit
-from core.roles import is_admin, is_oncall_or_admin
+from core.roles import is_admin
 from scheduling.backend_factory import open_simulator
-from scheduling.backends.base import BackendError
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
-from scheduling.models import Node, SchedulingCycle
+from scheduling.models import SchedulingCycle
 from scheduling.sim_state import DatabaseSimulatorStore
-from scheduling.simcore.simulator import FAULT_KINDS
 
 MAX_ADVANCE_S = 7 * 86400
 LOCK_WAIT_S = 20.0
@@ -31,32 +32,6 @@ def _with_cluster_lock(fn):
 def _require_simulator() -> None:
     if settings.SCHEDULING_BACKEND != "simulator":
         raise ValidationError({"backend": ["only available with the simulator backend"]})
-
-
-def inject_fault(user: Any, kind: Any, node: Any, source_ip: str | None = None) -> dict:
-    """Break a simulated node on purpose (on-call drills); the next cycle reacts."""
-    if not is_oncall_or_admin(user):
-        raise PermissionDenied("on-call engineers and admins only")
-    _require_simulator()
-    if kind not in FAULT_KINDS:
-        raise ValidationError({"kind": [f"one of {', '.join(FAULT_KINDS)}"]})
-    if not isinstance(node, str) or not Node.objects.filter(name=node).exists():
-        raise ValidationError({"node": [f"unknown node {str(node)[:80]!r}"]})
-
-    def act() -> dict:
-        with transaction.atomic():
-            backend = open_simulator()
-            try:
-                backend.inject_fault(kind, node)
-            except BackendError as err:
-                raise ValidationError({"node": [str(err)]}) from err
-            backend.close()
-            target = Node.objects.get(name=node)
-            audit.record(user, "simulator.fault", target, reason=kind, after={"fault": kind},
-                         source_ip=source_ip)  # fmt: skip
-        return {"kind": kind, "node": node}
-
-    return _with_cluster_lock(act)
 
 
 def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict:

@@ -8,6 +8,7 @@ apply live updates (``job.<id>``, ``pending``, ``queues`` topics) and refetch on
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,21 +23,21 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.api import client_ip
-from core.roles import sees_all_jobs
 from quotas.models import Queue, Tier
 from scheduling import estimator
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
 from scheduling.models import Allocation, Job, Node
+from scheduling.nodes.selectors import free_gpus, list_nodes_with_usage
+from scheduling.permissions import may_cancel, sees_all_jobs
 from scheduling.selectors import (
     QueueUsage,
     build_placement,
     build_queue_usage,
     get_job_for_user,
     list_jobs_for_user,
-    list_nodes_with_usage,
     list_queues_for_submit,
 )
-from scheduling.services import JobRequest, cancel_job, may_cancel, resolve_job_request, submit_job
+from scheduling.services import JobRequest, cancel_job, resolve_job_request, submit_job
 
 JOBS_PER_PAGE = 50
 
@@ -172,15 +173,7 @@ def assess(user: Any, req: JobRequest) -> estimator.Feasibility:
     """
     fields = resolve_job_request(user, req)
     queue: Queue = fields["queue"]
-    ask = estimator.JobAsk(
-        gpus=fields["gpus"],
-        gpus_per_node=fields["gpus_per_node"],
-        gpu_memory_gb=fields["gpu_memory_gb"],
-        rdma=fields["rdma"],
-        exclusive_node=fields["exclusive_node"],
-        avoid_inference=fields["avoid_inference"],
-        preemptible=fields["preemptible"],
-    )
+    ask = estimator.JobAsk(**{f.name: fields[f.name] for f in dataclasses.fields(estimator.JobAsk)})
     exclusive_held = set(
         Allocation.objects.filter(job__exclusive_node=True).values_list("node_id", flat=True)
     )
@@ -188,7 +181,7 @@ def assess(user: Any, req: JobRequest) -> estimator.Feasibility:
         estimator.NodeFact(
             gpu_memory_gb=n["gpu_memory_gb"],
             gpus_total=n["gpus_total"],
-            free_gpus=max(0, n["gpus_total"] - n["gpus_allocated"] - n["residual_gpus"]),
+            free_gpus=free_gpus(n["gpus_total"], n["gpus_allocated"], n["residual_gpus"]),
             rdma=n["rdma"],
             inference=n["inference"],
             available=n["state"] == Node.State.READY
@@ -442,13 +435,19 @@ def job_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _visible_job(request: HttpRequest, job_id: int) -> Job:
+    """The job if the user may see it, else 404 (whether or not it exists)."""
+    job = get_job_for_user(request.user, job_id)
+    if job is None:
+        raise Http404("no such job")
+    return job
+
+
 @login_required
 @require_GET
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: state, placement, timeline, and for a pending job its verdict in words."""
-    job = get_job_for_user(request.user, job_id)
-    if job is None:
-        raise Http404("no such job")
+    job = _visible_job(request, job_id)
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
     context = {
@@ -475,9 +474,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     """Cancel (POST with CSRF): owner, their team lead or an admin (the service decides)."""
-    job = get_job_for_user(request.user, job_id)
-    if job is None:
-        raise Http404("no such job")
+    job = _visible_job(request, job_id)
     try:
         cancel_job(request.user, job.pk, source_ip=client_ip(request))
     except ValidationError as exc:

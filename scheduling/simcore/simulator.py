@@ -49,6 +49,7 @@ from .cluster import (
     SimNode,
 )
 from .errors import PermanentError, TransientError
+from .faults import FAULT_DOWN, FAULT_GPU, FAULT_KINDS, FAULT_RDMA, FAULT_RESIDUAL
 from .inference import inference_load, node_key
 from .observation import (
     ACTIVE_STATES,
@@ -78,11 +79,6 @@ from .observation import (
 
 STATE_VERSION = 1
 
-FAULT_RESIDUAL = "residual_process"
-FAULT_GPU = "gpu_failure"
-FAULT_RDMA = "rdma_degraded"
-FAULT_DOWN = "node_down"
-FAULT_KINDS = (FAULT_RESIDUAL, FAULT_GPU, FAULT_RDMA, FAULT_DOWN)
 _FAULT_HEALTH = {
     FAULT_GPU: HEALTH_GPU_FAILURE,
     FAULT_RDMA: HEALTH_RDMA_DEGRADED,

@@ -434,7 +434,7 @@ def test_draining_a_node_drains_it_in_slurm_moves_its_job_and_resume_undoes_it(
     portal: Portal,
 ):
     from scheduling.models import Node
-    from scheduling.node_services import drain_node, uncordon_node
+    from scheduling.nodes.services import drain_node, uncordon_node
 
     job = portal.submit(name="mover", gpus=8)
     portal.cycle()

@@ -13,7 +13,7 @@ from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, raise_alert
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Node
-from scheduling.sim_services import inject_fault
+from scheduling.nodes.services import inject_fault
 from tests.drills import cycle, submit
 
 pytestmark = pytest.mark.django_db

@@ -51,3 +51,11 @@ def run_job(owner, queue_name: str, gpus: int, *, preemptible=True, started_at=N
         [Allocation(job=job, node_id=node, gpu_index=i) for node, i in free[:gpus]]
     )
     return job
+
+
+@pytest.fixture
+def people(db):
+    """The personas of the permission tables (``tests/security/people.py``)."""
+    from tests.security.people import make_people
+
+    return make_people()

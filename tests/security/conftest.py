@@ -7,6 +7,7 @@ from django.core.cache import cache
 
 from core import security
 from tests.security.pages import World, build_world
+from tests.security.people import make_people
 
 
 def clear_rate_limits() -> None:
@@ -29,3 +30,9 @@ def clean_rate_limits(monkeypatch):
 @pytest.fixture
 def world(api) -> World:
     return build_world(api)
+
+
+@pytest.fixture
+def people(db):
+    """The personas of the permission tables (``tests/security/people.py``)."""
+    return make_people()

@@ -1,0 +1,99 @@
+"""Reads of nodes for the pages, the API and the rollup: a handful of grouped queries each.
+
+A node's free GPUs are its total less those allocated to jobs and those held by residual
+processes (never below zero: a node can briefly report more held than it has while the
+loop catches up). ``usable`` nodes are ready and healthy: the only ones the scheduler
+places work on.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Count, QuerySet
+
+from core.models import AuditRecord
+from scheduling.models import Allocation, Job, Node
+
+# The columns of ``list_node_rows``, in order (monitoring.charts.NodeRow takes them so).
+NODE_ROW_FIELDS = ("name", "rack", "state", "health", "gpus_total", "residual_gpus",
+                   "gpus_allocated")  # fmt: skip
+
+
+def free_gpus(gpus_total: int, gpus_allocated: int, residual_gpus: int) -> int:
+    """GPUs of a node no job and no residual process holds."""
+    return max(0, gpus_total - gpus_allocated - residual_gpus)
+
+
+def list_nodes_with_usage() -> QuerySet[Node]:
+    """Nodes annotated with ``gpus_allocated`` (see ``free_gpus``)."""
+    return Node.objects.annotate(gpus_allocated=Count("allocations"))
+
+
+def list_usable_free_gpus() -> list[int]:
+    """Free GPUs of each ready, healthy node (what placement may use now), one query."""
+    usable = list_nodes_with_usage().filter(state=Node.State.READY, health=Node.Health.OK)
+    return [
+        free_gpus(*row)
+        for row in usable.values_list("gpus_total", "gpus_allocated", "residual_gpus")
+    ]
+
+
+def list_node_rows(name: str | None = None) -> list[tuple]:
+    """Every node (or the one named) as ``NODE_ROW_FIELDS`` tuples, in rack order."""
+    nodes = list_nodes_with_usage()
+    if name is not None:
+        nodes = nodes.filter(name=name)
+    return list(nodes.order_by("rack", "name").values_list(*NODE_ROW_FIELDS))
+
+
+def get_node(name: str) -> Node | None:
+    """The node named so, or None."""
+    return Node.objects.filter(name=name).first()
+
+
+def node_exists(name: str) -> bool:
+    return Node.objects.filter(name=name).exists()
+
+
+def list_node_jobs(node: Node) -> list[dict]:
+    """The jobs holding GPUs of the node, by id, with ``gpus_here`` (their GPUs on it)."""
+    return list(
+        Allocation.objects.filter(node=node)
+        .values("job_id", "job__name", "job__owner__username", "job__queue__name",
+                "job__tier", "job__state", "job__gpus", "job__started_at")
+        .annotate(gpus_here=Count("id"))
+        .order_by("job_id")
+    )  # fmt: skip
+
+
+def list_node_history(node: Node, limit: int) -> QuerySet[AuditRecord]:
+    """The node's latest audit records (who cordoned, drained, injected… and why)."""
+    return AuditRecord.objects.filter(
+        target_type="scheduling.node", target_id=str(node.pk)
+    ).order_by("-at", "-id")[:limit]
+
+
+def build_blast_radius(name: str) -> dict:
+    """What isolating this node hits: its active jobs and their queues.
+
+    ``{"node", "jobs": [{id, name, queue, owner, gpus}] by id, "queues": [names]}``.
+    """
+    rows = (
+        Allocation.objects.filter(node__name=name, job__state__in=Job.ACTIVE_STATES)
+        .values("job_id", "job__name", "job__queue__name", "job__owner__username", "job__gpus")
+        .distinct()
+    )
+    jobs = {r["job_id"]: r for r in rows}
+    return {
+        "node": name,
+        "jobs": [
+            {
+                "id": j,
+                "name": r["job__name"],
+                "queue": r["job__queue__name"],
+                "owner": r["job__owner__username"],
+                "gpus": r["job__gpus"],
+            }  # fmt: skip
+            for j, r in sorted(jobs.items())
+        ],
+        "queues": sorted({r["job__queue__name"] for r in jobs.values()}),
+    }

@@ -1,0 +1,91 @@
+"""``scheduling.permissions`` over every persona: one test per (persona, predicate), and a
+check that the apps compare roles only in their ``permissions`` modules."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from quotas.models import Queue
+from scheduling import permissions
+from scheduling.models import Job
+from scheduling.permissions import OperatesNodes
+from tests.security import people as personas
+
+pytestmark = pytest.mark.django_db
+
+TABLE = {
+    "may_submit": personas.EVERYONE_SIGNED_IN,
+    "sees_all_jobs": personas.OPERATORS,
+    "submits_to_any_queue": personas.ADMINS,
+    "may_operate_nodes": personas.OPERATORS,
+    "may_drive_simulator": personas.ADMINS,
+}
+# may_cancel(user, job): the owner, a lead of the job's line, an admin.
+CANCEL = {
+    ("researcher", "alpha"): {"researcher", "lead", *personas.ADMINS},
+    ("outsider", "beta"): {"outsider", "other_lead", *personas.ADMINS},
+    ("lead", "alpha"): {"lead", *personas.ADMINS},
+    ("oncall", "beta"): {"oncall", "other_lead", *personas.ADMINS},
+}
+
+
+@pytest.mark.parametrize(("predicate", "persona"), personas.table_cases(TABLE))
+def test_each_predicate_for_each_persona(people, predicate, persona):
+    assert personas.answers_as_table(permissions, TABLE, people, predicate, persona)
+
+
+@pytest.mark.parametrize("persona", personas.PERSONAS)
+@pytest.mark.parametrize(("owner", "line"), sorted(CANCEL))
+def test_who_may_cancel_whose_job(people, owner, line, persona):
+    job = Job(owner=people[owner], queue=Queue(name="q", business_line=people["lines"][line]))
+    assert permissions.may_cancel(people[persona], job) is (persona in CANCEL[owner, line])
+
+
+@pytest.mark.parametrize("persona", personas.PERSONAS)
+def test_the_api_permission_is_the_predicate(people, persona):
+    granted = OperatesNodes().has_permission(personas.FakeRequest(people[persona]), None)
+    assert granted is permissions.may_operate_nodes(people[persona])
+    assert OperatesNodes.message == "on-call engineers and admins only"
+
+
+def test_every_predicate_of_the_module_is_in_a_table():
+    public = personas.public_predicates(permissions)
+    assert public == set(TABLE) | {"may_cancel"}
+
+
+def test_a_role_change_is_seen_by_a_fresh_user_object(people):
+    from core.models import Profile
+
+    Profile.objects.filter(user=people["researcher"]).update(role="oncall")
+    assert not permissions.may_operate_nodes(people["researcher"])  # cached on this object
+    fresh = type(people["researcher"]).objects.get(pk=people["researcher"].pk)
+    assert permissions.may_operate_nodes(fresh)
+
+
+# -- nothing else decides ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLE_TESTS = re.compile(
+    r"from core\.roles import .*\b(is_admin|is_oncall_or_admin)\b"
+    r"|role_of\([^)]*\)\s*(==|!=|in\b|not in\b)"
+    r"|Role\.(ADMIN|ONCALL|TEAM_LEAD|RESEARCHER)\b"
+)
+# Known and owned elsewhere: the simulator clock and loop-on-demand services still ask
+# core.roles.is_admin (their owner moves them to scheduling.permissions.may_drive_simulator).
+ALLOWED = {"scheduling/sim_services.py"}
+
+
+def test_the_apps_compare_roles_only_in_their_permissions_modules():
+    offenders = []
+    for app in ("scheduling", "monitoring", "quotas"):
+        for path in sorted((ROOT / app).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.name == "permissions.py" or "migrations" in rel or rel in ALLOWED:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if ROLE_TESTS.search(line) and "profile__role" not in line:
+                    offenders.append(f"{rel}:{number}: {line.strip()}")
+    assert offenders == []

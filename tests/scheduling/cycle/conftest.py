@@ -177,7 +177,8 @@ def running_job(make_job, backend):
 
     def make(node: str = "n0", gpus: tuple[int, ...] = tuple(range(8)), **fields) -> Job:
         fields.setdefault("started_at", datetime.fromtimestamp(T0 - 600, tz=UTC))
-        job = make_job(gpus=len(gpus), state="running", attempt=1, **fields)
+        fields.setdefault("state", "running")
+        job = make_job(gpus=len(gpus), attempt=1, **fields)
         job.backend_ref = backend.start(job.pk, 1, (Slot(node, gpus),))
         job.save(update_fields=["backend_ref"])
         node_id = Node.objects.get(name=node).pk
@@ -187,3 +188,14 @@ def running_job(make_job, backend):
         return job
 
     return make
+
+
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, str, dict]]:
+    """The live events the cycle's steps publish, as (topic, kind, payload), in order."""
+    from scheduling.cycle import context, reconcile, run, verdicts
+
+    published: list[tuple[str, str, dict]] = []
+    for module in (context, reconcile, run, verdicts):
+        monkeypatch.setattr(module, "publish_on_commit", lambda *e: published.append(e))
+    return published

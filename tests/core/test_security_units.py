@@ -9,6 +9,7 @@ and share no counts with other tests.
 from __future__ import annotations
 
 import json
+import uuid
 from io import BytesIO
 
 import pytest
@@ -39,7 +40,9 @@ rf = RequestFactory()
 @pytest.fixture(autouse=True)
 def local_cache(monkeypatch) -> LocMemCache:
     """A private cache for the counters, and no pause left over from another test."""
-    cache = LocMemCache(f"security-units-{id(monkeypatch)}", {})
+    # A fresh name each time: LocMemCache instances of one name share their storage, and
+    # id(monkeypatch) is reused once an earlier test's fixture has been collected.
+    cache = LocMemCache(f"security-units-{uuid.uuid4()}", {})
     monkeypatch.setattr(security, "cache", cache)
     monkeypatch.setattr(security, "_cache_paused_until", 0.0)
     return cache

@@ -12,11 +12,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from core import audit
-from core.roles import is_admin
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
 from scheduling.models import SchedulingCycle
+from scheduling.permissions import may_drive_simulator
 from scheduling.sim_state import DatabaseSimulatorStore
 
 MAX_ADVANCE_S = 7 * 86400
@@ -36,7 +36,7 @@ def _require_simulator() -> None:
 
 def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict:
     """Move the simulated cluster's clock forward (admins; drills and demos)."""
-    if not is_admin(user):
+    if not may_drive_simulator(user):
         raise PermissionDenied("cluster admins only")
     _require_simulator()
     if (
@@ -61,7 +61,7 @@ def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict
 
 def run_cycle_now(user: Any, source_ip: str | None = None) -> SchedulingCycle:
     """One full loop iteration now (admins)."""
-    if not is_admin(user):
+    if not may_drive_simulator(user):
         raise PermissionDenied("cluster admins only")
     record = run_cycle(kind="cycle", wait_s=LOCK_WAIT_S)
     audit.record(user, "scheduler.cycle", record, source_ip=source_ip)

@@ -9,14 +9,16 @@ X-Frame-Options from ``XFrameOptionsMiddleware``, HSTS in production). The middl
 sets each of those too when absent, so a response that bypassed Django's middleware
 still carries them.
 
-Rate limits: failed sign-ins are counted per client address and per username, failed
-``Authorization: Token`` attempts per client address, in the Django cache (Redis), so
-every web worker shares the counts. Past the limit the caller gets 429 with a
-Retry-After header until the window ends; nothing is checked meanwhile, so a correct
-guess inside a locked window does not get through either. The client address is
-``REMOTE_ADDR`` (``core.api.client_ip``: proxies are not trusted), so behind a reverse
-proxy the per-address limit counts everyone behind it together: the per-address limit is
-therefore larger than the per-username one.
+Rate limits (docs/security.md, "Rate limits"): failed sign-ins are counted per
+(username, client address) and per username, with the username normalized as Django
+normalizes it (NFKC, so full-width letters are the same name) and case-folded; failed
+``Authorization: Token`` attempts per client address and per token prefix. Counts live
+in the Django cache (Redis), so every web worker shares them. One address can never lock
+anybody else out: nothing is counted per address alone for sign-ins (behind a proxy or NAT
+an address is everyone), the per-username limit is above what one address may reach, and
+a valid token is never refused. Past a sign-in limit the caller gets 429 with a
+Retry-After header until the window ends, and nothing is checked meanwhile, so a correct
+guess inside a locked window does not get through either.
 
 When the cache is unreachable the limits fail open (and log it): a Redis outage must not
 lock everyone out of the portal. The cache has 1 s socket timeouts (settings.CACHES), and
@@ -30,6 +32,7 @@ import contextlib
 import hashlib
 import logging
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -172,20 +175,24 @@ def _setting(name: str, default: int) -> int:
 
 
 def login_limits() -> tuple[Limit, Limit]:
-    """(per client address, per username) limits on failed sign-ins."""
+    """(per username and client address, per username) limits on failed sign-ins.
+
+    The per-username limit is the larger: one address alone reaches only the first, so it
+    can lock itself out of that account but not the account's owner elsewhere.
+    """
     window = _setting("LOGIN_FAILURE_WINDOW_SECONDS", 300)
     return (
-        Limit("login-ip", _setting("LOGIN_FAILURES_PER_IP", 30), window),
-        Limit("login-user", _setting("LOGIN_FAILURES_PER_USERNAME", 10), window),
+        Limit("login-user-ip", _setting("LOGIN_FAILURES_PER_USERNAME_AND_IP", 10), window),
+        Limit("login-user", _setting("LOGIN_FAILURES_PER_USERNAME", 50), window),
     )
 
 
-def token_limit() -> Limit:
-    """Failed API token attempts per client address."""
-    return Limit(
-        "token-ip",
-        _setting("TOKEN_FAILURES_PER_IP", 30),
-        _setting("TOKEN_FAILURE_WINDOW_SECONDS", 300),
+def token_limits() -> tuple[Limit, Limit]:
+    """(per client address, per token prefix) limits on failed API token attempts."""
+    window = _setting("TOKEN_FAILURE_WINDOW_SECONDS", 300)
+    return (
+        Limit("token-ip", _setting("TOKEN_FAILURES_PER_IP", 30), window),
+        Limit("token-prefix", _setting("TOKEN_FAILURES_PER_PREFIX", 10), window),
     )
 
 
@@ -197,8 +204,15 @@ def _client_ip(request) -> str:
     return client_ip(request) or "unknown"
 
 
-def _normalized_username(request: HttpRequest) -> str:
-    return (request.POST.get("username") or "").strip().casefold()[:150]
+def normalize_username(raw: str) -> str:
+    """The name a sign-in attempt is counted under: what Django's login form makes of it
+    (``UsernameField``: NFKC, so ``ｒesearcher2`` is ``researcher2``), stripped and
+    case-folded, at most 150 characters."""
+    return unicodedata.normalize("NFKC", raw or "").strip().casefold()[:150]
+
+
+def _per_user_and_address(username: str, ip: str) -> str:
+    return f"{username}\x00{ip}"
 
 
 LOCKED_OUT_PAGE = """{% extends "base.html" %}
@@ -239,18 +253,20 @@ class LoginRateLimitMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method != "POST" or request.path_info not in self.login_paths():
             return self.get_response(request)
-        by_ip, by_user = login_limits()
-        ip = _client_ip(request)
-        username = _normalized_username(request)
-        if by_ip.blocked(ip) or (username and by_user.blocked(username)):
-            logger.warning("sign-in refused: too many failures (ip=%s)", ip)
-            return self.locked_out(request, max(by_ip.window, by_user.window))
+        username = normalize_username(request.POST.get("username", ""))
+        if not username:  # nothing can sign in under an empty name: nothing to count
+            return self.get_response(request)
+        by_user_ip, by_user = login_limits()
+        mine = _per_user_and_address(username, _client_ip(request))
+        if by_user_ip.blocked(mine) or by_user.blocked(username):
+            logger.warning("sign-in refused: too many failures for one username")
+            return self.locked_out(request, max(by_user_ip.window, by_user.window))
         response = self.get_response(request)
         if response.status_code == 200:
-            by_ip.hit(ip)
-            if username:
-                by_user.hit(username)
-        elif 300 <= response.status_code < 400 and username:
+            by_user_ip.hit(mine)
+            by_user.hit(username)
+        elif 300 <= response.status_code < 400:
+            by_user_ip.reset(mine)
             by_user.reset(username)
         return response
 
@@ -265,27 +281,33 @@ class LoginRateLimitMiddleware:
 
 
 class RateLimitedTokenAuthentication(TokenAuthentication):
-    """DRF token authentication that refuses (429) an address after too many bad tokens.
+    """DRF token authentication that answers 429 instead of 401 once an address, or one
+    token prefix, has failed too often.
 
-    Only requests that carry ``Authorization: Token ...`` touch the counter; session
-    requests and valid tokens cost one cache read.
+    The token is always checked first: a valid token is never refused, whatever others
+    sent from its address or with its prefix. Only failures are counted (two cache
+    writes); session requests and valid tokens touch no counter. A 40-hex-digit token
+    cannot be guessed, so the limit does not defend the keys: it tells a client that
+    loops on a revoked or mistyped token to stop, and logs it.
     """
 
     def authenticate(self, request):
         auth = get_authorization_header(request).split()
         if not auth or auth[0].lower() != self.keyword.lower().encode():
             return None
-        limit = token_limit()
-        ip = _client_ip(request)
-        if limit.blocked(ip):
-            raise exceptions.Throttled(
-                wait=limit.window,
-                detail="Too many failed token attempts from your address; try again later.",
-            )
         try:
             return super().authenticate(request)
         except exceptions.AuthenticationFailed:
-            limit.hit(ip)
+            by_ip, by_prefix = token_limits()
+            prefix = auth[1][:8].decode("latin-1") if len(auth) > 1 else ""
+            over_ip = by_ip.hit(_client_ip(request)) > by_ip.failures
+            over_prefix = by_prefix.hit(prefix) > by_prefix.failures
+            if over_ip or over_prefix:
+                logger.warning("API token refused: too many failed attempts (prefix %r)", prefix)
+                raise exceptions.Throttled(
+                    wait=max(by_ip.window, by_prefix.window),
+                    detail="Too many failed token attempts; check the token, then try again later.",
+                ) from None
             raise
 
     def authenticate_credentials(self, key: str):

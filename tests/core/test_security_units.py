@@ -31,7 +31,8 @@ from core.security import (
     SafeJSONParser,
     SecurityHeadersMiddleware,
     login_limits,
-    token_limit,
+    normalize_username,
+    token_limits,
 )
 
 rf = RequestFactory()
@@ -159,17 +160,32 @@ def test_a_failing_cache_fails_open_and_is_left_alone_for_the_pause(monkeypatch)
 
 
 @override_settings(
-    LOGIN_FAILURE_WINDOW_SECONDS=120, LOGIN_FAILURES_PER_IP=7, LOGIN_FAILURES_PER_USERNAME=2,
-    TOKEN_FAILURES_PER_IP=4, TOKEN_FAILURE_WINDOW_SECONDS=30,
+    LOGIN_FAILURE_WINDOW_SECONDS=120, LOGIN_FAILURES_PER_USERNAME_AND_IP=2,
+    LOGIN_FAILURES_PER_USERNAME=7, TOKEN_FAILURES_PER_IP=4, TOKEN_FAILURES_PER_PREFIX=3,
+    TOKEN_FAILURE_WINDOW_SECONDS=30,
 )  # fmt: skip
 def test_the_limits_are_read_from_settings_each_time():
-    assert login_limits() == (Limit("login-ip", 7, 120), Limit("login-user", 2, 120))
-    assert token_limit() == Limit("token-ip", 4, 30)
+    assert login_limits() == (Limit("login-user-ip", 2, 120), Limit("login-user", 7, 120))
+    assert token_limits() == (Limit("token-ip", 4, 30), Limit("token-prefix", 3, 30))
 
 
-def test_the_default_limits_let_an_address_fail_more_often_than_a_username():
-    by_ip, by_user = login_limits()
-    assert by_ip.failures > by_user.failures and by_ip.window == by_user.window == 300
+def test_by_default_one_address_cannot_reach_the_usernames_own_limit():
+    by_user_ip, by_user = login_limits()
+    assert by_user.failures > by_user_ip.failures and by_user_ip.window == by_user.window == 300
+
+
+@pytest.mark.parametrize(
+    "raw,name",
+    [("researcher2", "researcher2"), ("\uff52esearcher2", "researcher2"),
+     ("researcher\uff12", "researcher2"), ("  RESEARCHER2 ", "researcher2"),
+     ("Re\u0301sume\u0301", "r\u00e9sum\u00e9"), ("\u212b", "\u00e5"), ("", ""),
+     ("x" * 400, "x" * 150)],
+)  # fmt: skip
+def test_usernames_are_counted_as_django_reads_them(raw, name):
+    from django.contrib.auth.forms import UsernameField
+
+    assert normalize_username(raw) == name
+    assert normalize_username(raw) == UsernameField().to_python(raw).strip().casefold()[:150]
 
 
 # -- the sign-in limiter ----------------------------------------------------------------------
@@ -202,12 +218,12 @@ def login_paths(monkeypatch):
     )
 
 
-@override_settings(LOGIN_FAILURES_PER_USERNAME=2, LOGIN_FAILURES_PER_IP=50)
+@override_settings(LOGIN_FAILURES_PER_USERNAME_AND_IP=2, LOGIN_FAILURES_PER_USERNAME=50)
 def test_failures_lock_a_username_however_it_is_spelled_and_the_view_is_not_asked(login_paths):
     view = LoginView(200)
     middleware = LoginRateLimitMiddleware(view)
     assert sign_in(middleware, "Ann").status_code == 200
-    assert sign_in(middleware, "  ANN  ").status_code == 200
+    assert sign_in(middleware, "  \uff21NN  ").status_code == 200  # full-width A
     locked = sign_in(middleware, "ann")
     assert locked.status_code == 429 and view.calls == 2
     assert locked["Retry-After"] == "300"
@@ -215,28 +231,31 @@ def test_failures_lock_a_username_however_it_is_spelled_and_the_view_is_not_aske
     assert sign_in(middleware, "bob").status_code == 200, "other accounts are not locked"
 
 
-@override_settings(LOGIN_FAILURES_PER_USERNAME=5, LOGIN_FAILURES_PER_IP=2)
-def test_failures_from_one_address_lock_it_for_every_username(login_paths):
+@override_settings(LOGIN_FAILURES_PER_USERNAME_AND_IP=2, LOGIN_FAILURES_PER_USERNAME=3)
+def test_one_address_locks_only_itself_out_of_one_account(login_paths):
     middleware = LoginRateLimitMiddleware(LoginView(200))
-    sign_in(middleware, "a")
-    sign_in(middleware, "b")
-    assert sign_in(middleware, "c").status_code == 429
-    assert sign_in(middleware, "c", ip="10.0.0.2").status_code == 200
+    for name in ("a", "b", "c", "d", "e"):  # spraying usernames locks no address
+        assert sign_in(middleware, name).status_code == 200
+    sign_in(middleware, "ann")
+    assert sign_in(middleware, "ann").status_code == 200
+    assert sign_in(middleware, "ann").status_code == 429, "this address, this account"
+    assert sign_in(middleware, "ann", ip="10.0.0.2").status_code == 200, "owner elsewhere"
+    assert sign_in(middleware, "ann", ip="10.0.0.3").status_code == 429, "then: everywhere"
 
 
-@override_settings(LOGIN_FAILURES_PER_USERNAME=5, LOGIN_FAILURES_PER_IP=2)
-def test_a_success_clears_the_usernames_count_but_not_the_addresss(login_paths):
+@override_settings(LOGIN_FAILURES_PER_USERNAME_AND_IP=2, LOGIN_FAILURES_PER_USERNAME=5)
+def test_a_success_clears_the_accounts_counts(login_paths):
     failing = LoginRateLimitMiddleware(LoginView(200))
-    by_ip, by_user = login_limits()
+    by_user_ip, by_user = login_limits()
     sign_in(failing, "ann")
-    assert sign_in(LoginRateLimitMiddleware(LoginView(302)), "ann").status_code == 302
+    sign_in(failing, "ann", ip="10.0.0.2")
+    assert sign_in(LoginRateLimitMiddleware(LoginView(302)), "ANN").status_code == 302
     assert by_user.hit("ann") == 1, "the username starts again from nothing"
-    sign_in(failing, "ann")
-    assert by_ip.blocked("10.0.0.1"), "one good account does not unlock guessing from there"
-    assert sign_in(failing, "ann").status_code == 429
+    assert by_user_ip.hit("ann\x0010.0.0.1") == 1
+    assert by_user_ip.hit("ann\x0010.0.0.2") == 2, "another address's count is its own"
 
 
-@override_settings(LOGIN_FAILURES_PER_USERNAME=1, LOGIN_FAILURES_PER_IP=1)
+@override_settings(LOGIN_FAILURES_PER_USERNAME_AND_IP=1, LOGIN_FAILURES_PER_USERNAME=1)
 def test_gets_other_paths_and_server_errors_are_not_counted(login_paths):
     view = LoginView(200)
     middleware = LoginRateLimitMiddleware(view)
@@ -246,18 +265,17 @@ def test_gets_other_paths_and_server_errors_are_not_counted(login_paths):
         assert sign_in(middleware, path="/jobs/").status_code == 200
     assert sign_in(LoginRateLimitMiddleware(LoginView(500)), "ann").status_code == 500
     assert sign_in(LoginRateLimitMiddleware(LoginView(403)), "ann").status_code == 403
-    by_ip, by_user = login_limits()
-    assert not by_ip.blocked("10.0.0.1") and not by_user.blocked("ann")
+    by_user_ip, by_user = login_limits()
+    assert not by_user_ip.blocked("ann\x0010.0.0.1") and not by_user.blocked("ann")
 
 
-@override_settings(LOGIN_FAILURES_PER_USERNAME=1, LOGIN_FAILURES_PER_IP=2)
-def test_an_empty_username_counts_against_the_address_only(login_paths):
-    middleware = LoginRateLimitMiddleware(LoginView(200))
-    sign_in(middleware, "")
-    by_ip, by_user = login_limits()
-    assert not by_user.blocked("") and not by_ip.blocked("10.0.0.1")
-    sign_in(middleware, "   ")
-    assert by_ip.blocked("10.0.0.1")
+@override_settings(LOGIN_FAILURES_PER_USERNAME_AND_IP=1, LOGIN_FAILURES_PER_USERNAME=1)
+def test_an_empty_username_is_not_counted(login_paths, local_cache):
+    view = LoginView(200)
+    middleware = LoginRateLimitMiddleware(view)
+    for blank in ("", "   ", "", "\u3000"):  # U+3000 is a space to NFKC
+        assert sign_in(middleware, blank).status_code == 200
+    assert view.calls == 4 and not local_cache._cache
 
 
 @pytest.mark.parametrize(
@@ -288,27 +306,29 @@ def drf_request(authorization: str | None = None, ip: str = "10.0.0.9") -> Reque
 
 
 @pytest.mark.parametrize("header", [None, "Bearer abc", "Basic dXNlcjpwYXNz", "Tokens abc"])
-def test_requests_without_a_token_header_are_left_to_other_authentication(header):
+def test_requests_without_a_token_header_are_left_to_other_authentication(header, local_cache):
     assert RateLimitedTokenAuthentication().authenticate(drf_request(header)) is None
-    assert not token_limit().blocked("10.0.0.9")
+    assert not local_cache._cache
 
 
 @override_settings(TOKEN_FAILURES_PER_IP=1)
 def test_a_token_header_without_a_token_is_a_counted_failure():
+    auth = RateLimitedTokenAuthentication()
     with pytest.raises(exceptions.AuthenticationFailed, match="No credentials provided"):
-        RateLimitedTokenAuthentication().authenticate(drf_request("Token"))
-    assert token_limit().blocked("10.0.0.9")
+        auth.authenticate(drf_request("Token"))
+    with pytest.raises(exceptions.Throttled):
+        auth.authenticate(drf_request("Token"))
 
 
 @pytest.mark.django_db
-@override_settings(TOKEN_FAILURES_PER_IP=2)
-def test_bad_tokens_are_counted_per_address_and_then_refused_unchecked():
+@override_settings(TOKEN_FAILURES_PER_IP=2, TOKEN_FAILURES_PER_PREFIX=100)
+def test_bad_tokens_from_one_address_are_answered_429_once_over_its_limit():
     auth = RateLimitedTokenAuthentication()
-    for _ in range(2):
+    for i in range(2):
         with pytest.raises(exceptions.AuthenticationFailed, match="Invalid token."):
-            auth.authenticate(drf_request("Token nope"))
+            auth.authenticate(drf_request(f"Token nope{i}"))
     with pytest.raises(exceptions.Throttled) as info:
-        auth.authenticate(drf_request("Token nope"))
+        auth.authenticate(drf_request("Token nope9"))
     assert info.value.wait == 300
     assert "Too many failed token attempts" in str(info.value.detail)
     with pytest.raises(exceptions.AuthenticationFailed):
@@ -316,20 +336,38 @@ def test_bad_tokens_are_counted_per_address_and_then_refused_unchecked():
 
 
 @pytest.mark.django_db
-def test_a_valid_token_authenticates_its_user_and_an_inactive_user_is_refused(
-    django_user_model,
-):
+@override_settings(TOKEN_FAILURES_PER_IP=100, TOKEN_FAILURES_PER_PREFIX=2)
+def test_bad_tokens_sharing_a_prefix_are_limited_whatever_their_address():
+    auth = RateLimitedTokenAuthentication()
+    for i in range(2):
+        with pytest.raises(exceptions.AuthenticationFailed):
+            auth.authenticate(drf_request(f"Token abcdefgh{i}", ip=f"10.0.1.{i}"))
+    with pytest.raises(exceptions.Throttled):
+        auth.authenticate(drf_request("Token abcdefghZ", ip="10.0.1.9"))
+    with pytest.raises(exceptions.AuthenticationFailed):
+        auth.authenticate(drf_request("Token zzzzzzzz", ip="10.0.1.9"))
+
+
+@pytest.mark.django_db
+@override_settings(TOKEN_FAILURES_PER_IP=1, TOKEN_FAILURES_PER_PREFIX=1)
+def test_a_valid_token_is_never_refused_by_others_failures(django_user_model, local_cache):
     from rest_framework.authtoken.models import Token
 
     user = django_user_model.objects.create_user("tok")
     key = Token.objects.create(user=user).key
-    got_user, token = RateLimitedTokenAuthentication().authenticate(drf_request(f"Token {key}"))
+    auth = RateLimitedTokenAuthentication()
+    for bad in (key[:8] + "x" * 32, key[:8] + "y" * 32):  # its prefix, its address
+        with pytest.raises(exceptions.APIException):
+            auth.authenticate(drf_request(f"Token {bad}"))
+    counted = dict(local_cache._cache)
+    got_user, token = auth.authenticate(drf_request(f"Token {key}"))
     assert got_user == user and token.key == key
-    assert not token_limit().blocked("10.0.0.9")
+    assert dict(local_cache._cache) == counted, "a valid token is not counted"
     user.is_active = False
     user.save()
+    local_cache.clear()
     with pytest.raises(exceptions.AuthenticationFailed, match="User inactive or deleted."):
-        RateLimitedTokenAuthentication().authenticate(drf_request(f"Token {key}"))
+        auth.authenticate(drf_request(f"Token {key}", ip="10.0.0.77"))
 
 
 # -- API input --------------------------------------------------------------------------------

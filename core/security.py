@@ -35,7 +35,9 @@ import time
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
@@ -320,6 +322,57 @@ class RateLimitedTokenAuthentication(TokenAuthentication):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         return (token.user, token)
+
+
+# -- websocket origin -------------------------------------------------------------------
+
+
+def _origin_key(origin: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin, the port filled in from the scheme; None if it
+    is not an http(s) origin."""
+    try:
+        parsed = urlsplit(origin.strip().lower())
+        port = parsed.port
+    except ValueError:
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return None
+    if parsed.path or parsed.query or parsed.fragment or "@" in parsed.netloc:
+        return None  # an Origin is scheme://host[:port] and nothing else
+    return parsed.scheme, parsed.hostname, port or (443 if parsed.scheme == "https" else 80)
+
+
+def websocket_origin_allowed(origin: str, host: str, scheme: str) -> bool:
+    """Whether a websocket from page ``origin`` may connect to this site at ``host``.
+
+    Exact same origin, as a browser means it: the scheme (``wss`` pairs with ``https``),
+    the host and the port must all be this site's, or the origin is listed in
+    ``CSRF_TRUSTED_ORIGINS`` (what a TLS-terminating proxy in front needs, as Django's
+    CSRF check does). ``AllowedHostsOriginValidator`` alone compared host names only, so
+    a page on ``http://localhost:3000`` could open the portal's socket with its session.
+    """
+    own = _origin_key(f"{'https' if scheme == 'wss' else 'http'}://{host}")
+    got = _origin_key(origin)
+    if got is None or own is None:
+        return False
+    trusted = {_origin_key(o) for o in getattr(settings, "CSRF_TRUSTED_ORIGINS", [])}
+    return got == own or got in trusted
+
+
+class SameOriginWebsocket:
+    """ASGI middleware: refuses (403 before the handshake) a websocket whose Origin is not
+    exactly this site's (``websocket_origin_allowed``), before any authentication."""
+
+    def __init__(self, application: Callable) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        headers = {name: value for name, value in scope.get("headers", [])}
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        host = headers.get(b"host", b"").decode("latin-1")
+        if websocket_origin_allowed(origin, host, scope.get("scheme", "ws")):
+            return await self.application(scope, receive, send)
+        return await WebsocketDenier()(scope, receive, send)
 
 
 # -- input ------------------------------------------------------------------------------

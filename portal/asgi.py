@@ -17,14 +17,17 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from core.security import SameOriginWebsocket  # noqa: E402
 from monitoring.routing import websocket_urlpatterns  # noqa: E402
 from portal.http_threads import ThreadedWSGI  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": ThreadedWSGI(django_wsgi_app, threads=settings.WEB_THREADS),
+        # The host must be allowed, and the page's origin exactly this site's (scheme,
+        # host and port), before the session is even looked up.
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            SameOriginWebsocket(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -42,6 +42,41 @@ def test_only_the_portals_own_origin_may_open_the_live_socket(demo):
     assert connects([(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]) is False
 
 
+@pytest.mark.parametrize(
+    "origin",
+    [b"http://localhost:3000", b"http://127.0.0.1:1", b"https://127.0.0.1:8000",
+     b"http://127.0.0.1", b"null", b"ws://127.0.0.1:8000", b"http://127.0.0.1:8000/x\x00"],
+)  # fmt: skip
+def test_another_port_or_scheme_on_the_same_host_is_another_origin(demo, origin):
+    client = Client()
+    client.force_login(demo["researcher"])
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    base = [(b"host", b"127.0.0.1:8000"), (b"cookie", cookie.encode())]
+    assert connects(base + [(b"origin", b"http://127.0.0.1:8000")]) is True
+    assert connects(base + [(b"origin", origin)]) is False
+
+
+@pytest.mark.parametrize(
+    "origin,host,scheme,allowed",
+    [("http://a.example:8000", "a.example:8000", "ws", True),
+     ("HTTP://A.EXAMPLE:8000", "a.example:8000", "ws", True),
+     ("http://a.example", "a.example:80", "ws", True),
+     ("https://a.example", "a.example", "wss", True),
+     ("https://a.example", "a.example", "ws", False),
+     ("http://a.example", "a.example", "wss", False),
+     ("http://a.example:8001", "a.example:8000", "ws", False),
+     ("https://portal.example.org", "web:8000", "ws", True),  # trusted (behind the proxy)
+     ("https://portal.example.org:444", "web:8000", "ws", False),
+     ("", "a.example", "ws", False), ("http://a.example", "", "ws", False),
+     ("http://a.example:99999", "a.example", "ws", False), ("file:///etc", "a.example", "ws", False)],
+)  # fmt: skip
+def test_the_origin_rule(settings, origin, host, scheme, allowed):
+    from core.security import websocket_origin_allowed
+
+    settings.CSRF_TRUSTED_ORIGINS = ["https://portal.example.org"]
+    assert websocket_origin_allowed(origin, host, scheme) is allowed
+
+
 def test_a_deeply_nested_message_is_answered_with_an_error(demo):
     client = Client()
     client.force_login(demo["researcher"])

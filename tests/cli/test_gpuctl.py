@@ -7,7 +7,6 @@ import json
 import socket
 
 import pytest
-from django.urls import Resolver404, resolve
 
 from core.models import AuditRecord
 from monitoring.models import Alert
@@ -321,30 +320,13 @@ def test_alerts_list_ack_resolve(gpuctl):
 # -- quota requests -------------------------------------------------------------------------
 
 
-def quota_requests_routed() -> bool:
-    try:
-        resolve("/api/v1/quota-requests/")
-    except Resolver404:
-        return False
-    return True
-
-
 def test_quota_request_then_approve(gpuctl):
     """A lead requests, the admin sees the impact and approves; the contract changes.
 
-    Until the quotas app routes quota-requests/, gpuctl must say so in one line (exit 1)."""
+    (A portal without quota-requests/: tests/cli/test_gpuctl_client.py.)"""
     argv = ["quota", "request", "--line", "llm", "--quota", "20", "--guarantee", "6",
             "--reason", "more fine-tuning"]  # fmt: skip
     run = gpuctl("lead", *argv, "--json")
-    if not quota_requests_routed():
-        assert run.code == 1
-        assert one_line_error(run) == (
-            "gpuctl: error: this portal has no POST /api/v1/quota-requests/ "
-            "(an older portal version?)\n"
-        )
-        listing = gpuctl("admin", "quota", "list")
-        assert listing.code == 1 and "no GET /api/v1/quota-requests/" in one_line_error(listing)
-        return
     assert run.code == 0, run.err
     request_id = str(json.loads(run.out)["id"])
     listed = gpuctl("admin", "quota", "list", "--json")

@@ -110,6 +110,17 @@ class JobSubmitForm(forms.Form):
         "scheduler). Left empty, it is drawn at random.",
     )  # fmt: skip
 
+    # The submit page's fieldsets, (legend, field names) in page order; every field is in one.
+    FIELDSETS = (
+        ("What and where", ("name", "queue", "tier", "preemptible")),
+        ("Resources", ("gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
+                       "avoid_inference")),
+        ("Failures and checkpoints", ("max_retries", "checkpoint_path",
+                                      "checkpoint_interval_minutes")),
+        ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
+                                     "sim_duration_minutes")),
+    )  # fmt: skip
+
     # The fields that decide where and whether a job can run.
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
@@ -124,6 +135,13 @@ class JobSubmitForm(forms.Form):
         ]
         if not simulator:
             del self.fields["sim_duration_minutes"]
+
+    def fieldsets(self) -> list[tuple[str, list[forms.BoundField]]]:
+        """``FIELDSETS`` as bound fields, leaving out those this form dropped (the simulator's)."""
+        return [
+            (legend, [self[name] for name in names if name in self.fields])
+            for legend, names in self.FIELDSETS
+        ]
 
     def job_request(self) -> JobRequest:
         """The service's request from a valid form."""

@@ -218,6 +218,39 @@ def test_the_form_has_the_api_bounds():
         assert form[name].required == field.required, name
 
 
+def test_every_submit_field_is_in_exactly_one_fieldset():
+    names = [name for _, names in JobSubmitForm.FIELDSETS for name in names]
+    assert len(names) == len(set(names)), "a field in two fieldsets"
+    assert set(names) == set(JobSubmitForm.base_fields), "a field the page would not show"
+
+
+@pytest.mark.parametrize("simulator", [True, False])
+def test_the_fieldsets_show_the_fields_this_form_has(simulator):
+    form = JobSubmitForm(queues=[], simulator=simulator)
+    shown = [field.name for _, fields in form.fieldsets() for field in fields]
+    assert sorted(shown) == sorted(form.fields)
+    assert ("sim_duration_minutes" in shown) is simulator
+    assert [legend for legend, _ in form.fieldsets()] == [
+        "What and where",
+        "Resources",
+        "Failures and checkpoints",
+        "Hints for the scheduler",
+    ]
+
+
+def test_the_submit_page_lays_out_the_fieldsets_and_the_estimator_in_order(as_user):
+    page = as_user("researcher").get("/jobs/new/").content.decode()
+    legends = re.findall(r"<legend>([^<]+)</legend>", page)
+    assert legends == [legend for legend, _ in JobSubmitForm.FIELDSETS]
+    marks = ['id="id_name"', 'id="id_queue"', 'id="queue-hint"', 'id="id_tier"',
+             'id="id_preemptible"', "<legend>Resources</legend>", 'id="id_gpus"']  # fmt: skip
+    at = [page.index(mark) for mark in marks]
+    assert at == sorted(at), "the queue's hint stands right after the queue"
+    assert page.count('id="queue-hint"') == 1
+    fields = [page.index(f'id="id_est-{name}"') for name in EstimatorForm.base_fields]
+    assert fields == sorted(fields) and page.index('id="estimator"') < fields[0]
+
+
 def test_a_valid_submission_stores_the_job_with_queue_defaults_and_shows_it(demo, as_user):
     client = as_user("researcher")
     response = client.post("/jobs/new/", form_data(queue=queue_id("llm-core"), gpus="16"))

@@ -6,16 +6,10 @@
   "use strict";
   const config = JSON.parse(document.getElementById("job-live-config").textContent);
   const $ = (id) => document.getElementById(id);
+  const { el, fillList } = window.Dom;
   let state = $("job-state").dataset.state;
   let inflight = false;
   let again = false;
-
-  function el(tag, text, cls) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = text;
-    if (cls) node.className = cls;
-    return node;
-  }
 
   function when(iso) {
     if (!iso) return "—";
@@ -85,31 +79,18 @@
   }
 
   function renderPlacement(job) {
-    const ul = $("placement");
-    ul.replaceChildren();
-    if (!job.placement.length) {
-      ul.appendChild(el("li", "Not placed on any node.", "rp-muted"));
-      return;
-    }
-    for (const slot of job.placement) {
-      ul.appendChild(el("li", `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
-    }
+    fillList($("placement"), job.placement, "Not placed on any node.", (slot) =>
+      el("li", `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
   }
 
   function renderTimeline(job) {
-    const ol = $("timeline");
-    ol.replaceChildren();
-    if (!job.events.length) {
-      ol.appendChild(el("li", "No events yet.", "rp-muted"));
-      return;
-    }
-    for (const e of job.events) {
+    fillList($("timeline"), job.events, "No events yet.", (e) => {
       const li = el("li");
       const time = el("time", when(e.at));
       time.setAttribute("datetime", e.at);
       li.append(time, " ", el("strong", e.kind), " ", e.message);
-      ol.appendChild(li);
-    }
+      return li;
+    });
   }
 
   function render(job) {

@@ -13,18 +13,12 @@
   const EST_FIELDS = ["params", "precision", "optimizer", "zero_stage", "data_parallel", "seq_len",
     "micro_batch", "hidden_size", "num_layers", "activation_checkpointing"];
   const $ = (id) => document.getElementById(id);
+  const { el } = window.Dom;
   let lastRecommendation = null;
 
   function debounce(fn, ms) {
     let timer = null;
     return (...args) => { clearTimeout(timer); timer = setTimeout(() => fn(...args), ms); };
-  }
-
-  function el(tag, text, cls) {
-    const node = document.createElement(tag);
-    if (text !== undefined && text !== null) node.textContent = text;
-    if (cls) node.className = cls;
-    return node;
   }
 
   function fieldValue(input) {

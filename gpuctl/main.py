@@ -25,7 +25,15 @@ from gpuctl.client import (
     Portal,
     config_path,
 )
-from gpuctl.output import columns, fields, fmt_cell, fmt_time, print_json, table
+from gpuctl.output import (
+    columns,
+    fields,
+    fmt_cell,
+    fmt_time,
+    print_json,
+    table,
+    terminal_safe_output,
+)
 
 TOP_HELP = """\
 Command-line client of the GPU portal. It speaks only the portal's REST API.
@@ -667,16 +675,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
-    try:
-        portal = Portal(Config.load(url=args.url, timeout=args.timeout))
-        return args.func(portal, args)
-    except CliError as err:
-        print(f"gpuctl: error: {err}", file=sys.stderr)
-        return err.code
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `gpuctl jobs | head`
-        return EXIT_OK
+    with terminal_safe_output():  # names and messages come from other people
+        try:
+            portal = Portal(Config.load(url=args.url, timeout=args.timeout))
+            return args.func(portal, args)
+        except CliError as err:
+            print(f"gpuctl: error: {err}", file=sys.stderr)
+            return err.code
+        except KeyboardInterrupt:
+            return 130
+        except BrokenPipeError:  # `gpuctl jobs | head`
+            return EXIT_OK
 
 
 __all__ = ["main", "build_parser", "config_path", "EXIT_REFUSED"]

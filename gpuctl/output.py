@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
-from collections.abc import Callable, Sequence
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any, TextIO
@@ -42,7 +45,7 @@ def fmt_cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:.2f}"
-    return " ".join(str(value).split())
+    return escape_controls(" ".join(str(value).split()))  # escaped before aligning
 
 
 def table(rows: Sequence[dict], columns: Sequence[Column], out: TextIO | None = None) -> None:
@@ -79,3 +82,47 @@ def fields(pairs: Sequence[tuple[str, Any]], out: TextIO | None = None) -> None:
     for label, value in pairs:
         print(f"{label.ljust(width)}  {fmt_cell(value) if not isinstance(value, str) else value}",
               file=out)  # fmt: skip
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every character a terminal would act on or hide written out as an
+    escape (``\\x1b``, ``\\u202e``): control characters (C0, DEL, C1) and invisible
+    format characters (bidi overrides, zero-width spaces). Newlines and tabs stay."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(ch)
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
+class TerminalSafe(io.TextIOBase):
+    """A text stream that escapes what ``escape_controls`` escapes before passing it on:
+    a job name such as ``"\\x1b]0;pwned\\x07"`` is printed, not obeyed."""
+
+    def __init__(self, raw: TextIO) -> None:
+        self.raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.raw.write(escape_controls(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+@contextlib.contextmanager
+def terminal_safe_output() -> Iterator[None]:
+    """Everything printed to stdout and stderr inside is passed through ``TerminalSafe``."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalSafe(saved[0]), TerminalSafe(saved[1])
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -86,6 +86,15 @@ def _empty(layout: dict[str, Any], text: str) -> dict[str, Any]:
     return layout
 
 
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any], summary: str, *,
+            empty: str = "") -> Figure:  # fmt: skip
+    """A figure as the pages embed it; ``empty`` says why there is nothing to draw (in the
+    chart's middle, axes hidden), or is "" when there is something."""
+    if empty:
+        _empty(layout, empty)
+    return {"data": data, "layout": layout, "summary": summary}
+
+
 def downsample(points: Sequence[tuple[Any, Any]], max_points: int = MAX_POINTS) -> list:
     """At most ``max_points`` evenly spaced points, always keeping the first and the last."""
     n = len(points)
@@ -124,15 +133,14 @@ def utilization_figure(points: Sequence[tuple[Any, float]]) -> Figure:
         ],
         showlegend=False,
     )  # fmt: skip
-    if ys:
-        summary = (
-            f"Utilization {ys[-1]:.1f}% at the latest sample; "
-            f"{min(ys):.1f}–{max(ys):.1f}% over {len(points)} samples."
-        )
-    else:
+    if not ys:
         summary = "No samples yet: the metrics rollup writes one a minute."
-        _empty(layout, "No samples yet")
-    return {"data": data, "layout": layout, "summary": summary}
+        return _figure(data, layout, summary, empty="No samples yet")
+    summary = (
+        f"Utilization {ys[-1]:.1f}% at the latest sample; "
+        f"{min(ys):.1f}–{max(ys):.1f}% over {len(points)} samples."
+    )
+    return _figure(data, layout, summary)
 
 
 def fragmentation_figure(points: Sequence[tuple[Any, int]]) -> Figure:
@@ -153,15 +161,13 @@ def fragmentation_figure(points: Sequence[tuple[Any, int]]) -> Figure:
         xaxis={"type": "date", "title": {"text": "cluster time"}},
         showlegend=False,
     )
+    if not ys:
+        return _figure(data, layout, "No samples yet.", empty="No samples yet")
     summary = (
         f"{ys[-1]} free GPUs are stranded on partly used nodes at the latest sample "
         f"(peak {max(ys)} in the window)."
-        if ys
-        else "No samples yet."
     )
-    if not ys:
-        _empty(layout, "No samples yet")
-    return {"data": data, "layout": layout, "summary": summary}
+    return _figure(data, layout, summary)
 
 
 class LineRow(NamedTuple):
@@ -213,7 +219,7 @@ def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
         f"guarantee {ln.guarantee}, {ln.pending_gpus} pending"
         for ln in lines
     )
-    return {"data": data, "layout": layout, "summary": summary or "No business lines."}
+    return _figure(data, layout, summary or "No business lines.")
 
 
 def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
@@ -234,14 +240,12 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
         showlegend=False,
     )
     total = sum(xs)
-    summary = (
-        f"{total} jobs pending: " + ", ".join(f"{v} {c}" for c, v in zip(codes, xs, strict=True))
-        if total
-        else "No job is waiting."
-    )
     if not total:
-        _empty(layout, "No job is waiting")
-    return {"data": data, "layout": layout, "summary": summary}
+        return _figure(data, layout, "No job is waiting.", empty="No job is waiting")
+    summary = f"{total} jobs pending: " + ", ".join(
+        f"{v} {c}" for c, v in zip(codes, xs, strict=True)
+    )
+    return _figure(data, layout, summary)
 
 
 class QueueEviction(NamedTuple):
@@ -288,11 +292,11 @@ def eviction_ratio_figure(queues: Sequence[QueueEviction], threshold: float) -> 
         ],
         showlegend=False,
     )  # fmt: skip
-    hot = [q for q, o in zip(rows, over, strict=True) if o]
     if not rows:
         summary = "No eviction figures yet: the metrics rollup computes them once a minute."
-        _empty(layout, "No eviction figures yet")
-    elif hot:
+        return _figure(data, layout, summary, empty="No eviction figures yet")
+    hot = [q for q, o in zip(rows, over, strict=True) if o]
+    if hot:
         summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line: " + ", ".join(
             f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot
         )
@@ -302,7 +306,7 @@ def eviction_ratio_figure(queues: Sequence[QueueEviction], threshold: float) -> 
             f"Every queue is under the {threshold:.0%} alert line "
             f"(highest: {worst.name} {_pct(worst.ratio)})."
         )
-    return {"data": data, "layout": layout, "summary": summary}
+    return _figure(data, layout, summary)
 
 
 # -- rack map -------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template import engines
 from django.urls import NoReverseMatch, reverse
 from rest_framework import exceptions
@@ -322,6 +322,59 @@ class RateLimitedTokenAuthentication(TokenAuthentication):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         return (token.user, token)
+
+
+# -- control characters -----------------------------------------------------------------
+
+# Cc: C0 controls, DEL and C1 controls. A path or a query parameter never needs one, and
+# PostgreSQL refuses NUL in text outright (a 500 on any lookup that reached it).
+_CONTROLS = frozenset(chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)))
+
+
+def has_control_characters(text: str, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether ``text`` holds a control character (C0, DEL, C1) not in ``allowed``."""
+    return not _CONTROLS.isdisjoint(text) and any(
+        ch in _CONTROLS and ch not in allowed for ch in text
+    )
+
+
+class ControlCharacterMiddleware:
+    """Refuses with 400, before any view runs, a request whose path, query string or form
+    fields hold control characters (form fields may hold tabs and line breaks). API paths
+    get the JSON error envelope of API.md, pages a short plain-text answer."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        where = self.offending_part(request)
+        if where is None:
+            return self.get_response(request)
+        message = f"control characters are not allowed in the {where}"
+        if request.path_info.startswith("/api/"):
+            return JsonResponse({"errors": {"non_field_errors": [message]}}, status=400)
+        return HttpResponse(f"Bad request: {message}.\n", status=400,
+                            content_type="text/plain; charset=utf-8")  # fmt: skip
+
+    @staticmethod
+    def offending_part(request: HttpRequest) -> str | None:
+        if has_control_characters(request.path_info):
+            return "path"
+        for key, values in request.GET.lists():
+            if has_control_characters(key) or any(map(has_control_characters, values)):
+                return "query string"
+        if request.method == "POST" and request.content_type in (
+            "application/x-www-form-urlencoded", "multipart/form-data",
+        ):  # fmt: skip
+            for key, values in request.POST.lists():
+                if has_control_characters(key) or any(
+                    has_control_characters(v, _FORM_ALLOWED) for v in values
+                ):
+                    return "form"
+        return None
+
+
+_FORM_ALLOWED = frozenset("\t\n\r")
 
 
 # -- websocket origin -------------------------------------------------------------------

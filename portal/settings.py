@@ -76,6 +76,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.security.SecurityHeadersMiddleware",  # CSP, Permissions-Policy (docs/security.md)
+    "core.security.ControlCharacterMiddleware",  # 400 for NUL & co. in path, query, form
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -55,15 +55,12 @@ from scheduling.engine import (
 )
 from scheduling.engine.policy import is_demoted
 from scheduling.engine.types import COLD, PREEMPTING
-from scheduling.simcore import (
+from scheduling.simcore import SimConfig, SimNode, Simulator, build_demo_cluster
+from scheduling.simcore.observation import (
     JOB_CHECKPOINTED,
     JOB_FAILED,
     JOB_STOPPED,
     JOB_SUCCEEDED,
-    SimConfig,
-    SimNode,
-    Simulator,
-    build_demo_cluster,
 )
 
 from . import metrics as m

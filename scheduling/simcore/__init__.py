@@ -1,6 +1,11 @@
 """Pure-Python core of the cluster simulator (stdlib only: no Django, no Celery).
 
 The Django simulator backend and the trace replay both drive it in memory.
+
+The package exports the simulator, its nodes, errors and observation types. The
+vocabulary of what it reports (job states such as ``RUNNING``, event kinds such as
+``JOB_FAILED``) lives in one place, :mod:`scheduling.simcore.observation`: import it
+from there.
 """
 
 from .cluster import (
@@ -13,59 +18,16 @@ from .cluster import (
     build_demo_cluster,
 )
 from .errors import PermanentError, SimError, TransientError
-from .observation import (
-    ACTIVE_STATES,
-    ENDED_STATES,
-    FAILED,
-    INFERENCE_PRESSURE,
-    JOB_CHECKPOINTED,
-    JOB_FAILED,
-    JOB_LAUNCHED,
-    JOB_STOPPED,
-    JOB_SUCCEEDED,
-    NODE_CORDONED,
-    NODE_FAULT,
-    NODE_REPAIRED,
-    NODE_UNCORDONED,
-    RESIDUAL_CLEANED,
-    RESIDUAL_LEFT,
-    RUNNING,
-    STOPPED,
-    STOPPING,
-    SUCCEEDED,
-    ClusterObservation,
-    JobObservation,
-    NodeObservation,
-    SimEvent,
-)
+from .observation import ClusterObservation, JobObservation, NodeObservation, SimEvent
 from .simulator import FAULT_KINDS, SimConfig, SimJob, Simulator
 
 __all__ = [
-    "ACTIVE_STATES",
-    "ENDED_STATES",
-    "FAILED",
     "FAULT_KINDS",
     "HEALTH_DOWN",
     "HEALTH_GPU_FAILURE",
     "HEALTH_OK",
     "HEALTH_RDMA_DEGRADED",
     "HEALTH_STATES",
-    "INFERENCE_PRESSURE",
-    "JOB_CHECKPOINTED",
-    "JOB_FAILED",
-    "JOB_LAUNCHED",
-    "JOB_STOPPED",
-    "JOB_SUCCEEDED",
-    "NODE_CORDONED",
-    "NODE_FAULT",
-    "NODE_REPAIRED",
-    "NODE_UNCORDONED",
-    "RESIDUAL_CLEANED",
-    "RESIDUAL_LEFT",
-    "RUNNING",
-    "STOPPED",
-    "STOPPING",
-    "SUCCEEDED",
     "ClusterObservation",
     "JobObservation",
     "NodeObservation",

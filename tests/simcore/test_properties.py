@@ -5,13 +5,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.simcore import (
-    ACTIVE_STATES,
-    SimConfig,
-    SimError,
-    Simulator,
-    build_demo_cluster,
-)
+from scheduling.simcore import SimConfig, SimError, Simulator, build_demo_cluster
+from scheduling.simcore.observation import ACTIVE_STATES
 
 CONFIG = SimConfig(
     job_failure_rate_per_gpu_hour=0.05,

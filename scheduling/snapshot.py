@@ -67,27 +67,27 @@ def build_snapshot(
     running, pending = [], []
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
+        predicted = predictor.predict_row(r, queue.name)
+        # What the engine knows of every job, waiting or holding GPUs.
+        job = {
+            "id": r["id"], "queue": queue.name, "line": queue.business_line.name,
+            "tier": et.Tier.parse(r["tier"]), "gpus": r["gpus"],
+            "exclusive_node": r["exclusive_node"], "preemptible": r["preemptible"],
+            "preemption_count": r["preemption_count"], "model_name": r["model_name"] or None,
+            "owner": r["owner__username"],
+        }  # fmt: skip
         if r["state"] == Job.State.PENDING:
             pending.append(
                 et.PendingJob(
-                    id=r["id"],
-                    queue=queue.name,
-                    line=queue.business_line.name,
-                    tier=et.Tier.parse(r["tier"]),
-                    gpus=r["gpus"],
+                    **job,
                     gpus_per_node=r["gpus_per_node"],
                     gpu_memory_gb=r["gpu_memory_gb"],
                     rdma=r["rdma"],
-                    exclusive_node=r["exclusive_node"],
                     avoid_inference=r["avoid_inference"],
-                    preemptible=r["preemptible"],
                     submitted_at=to_epoch(r["submitted_at"]) or now,
-                    preemption_count=r["preemption_count"],
-                    model_name=r["model_name"] or None,
-                    predicted_runtime_s=predictor.predict_row(r, queue.name),
-                    owner=r["owner__username"],
+                    predicted_runtime_s=predicted,
                     estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
-                )  # fmt: skip
+                )
             )
             continue
         slots = tuple(
@@ -96,29 +96,19 @@ def build_snapshot(
         if r["exclusive_node"]:
             exclusive_nodes.update(s.node for s in slots)
         started = to_epoch(r["started_at"]) or now
-        predicted = predictor.predict_row(r, queue.name)
         remaining = None if predicted is None else max(0.0, predicted - r["progress_seconds"])
         running.append(
             et.RunningJob(
-                id=r["id"],
-                queue=queue.name,
-                line=queue.business_line.name,
-                tier=et.Tier.parse(r["tier"]),
-                gpus=r["gpus"],
+                **job,
                 placement=slots,
-                preemptible=r["preemptible"],
-                preemption_count=r["preemption_count"],
                 started_at=started,
                 last_checkpoint_at=to_epoch(r["last_checkpoint_at"]),
                 predicted_end=None if remaining is None else started + remaining,
                 state=et.PREEMPTING if r["state"] == Job.State.PREEMPTING else et.RUNNING,
-                exclusive_node=r["exclusive_node"],
-                model_name=r["model_name"] or None,
                 preempted_for=r["preempted_for_id"],
                 preempt_deadline=to_epoch(r["preempt_deadline"]),
                 borrowed=r["borrowed"],
-                owner=r["owner__username"],
-            )  # fmt: skip
+            )
         )
 
     nodes = []

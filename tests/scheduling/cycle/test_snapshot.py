@@ -1,0 +1,115 @@
+"""build_snapshot: the engine's view of every active job and node, field by field.
+
+Waiting and running jobs share their identity fields (queue, line, tier, size, owner…);
+each kind adds its own. The predictor is a stub that answers per job and counts the calls.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from quotas.models import Tier
+from scheduling.engine import types as et
+from scheduling.snapshot import build_snapshot
+
+from .conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+
+class StubPredictor:
+    """``predict_row`` answers ``runtimes[job name]`` (None when absent) and logs each call."""
+
+    def __init__(self, **runtimes: float) -> None:
+        self.runtimes = runtimes
+        self.asked: list[tuple[str, str]] = []
+
+    def predict_row(self, row: dict, queue_name: str) -> float | None:
+        self.asked.append((row["name"], queue_name))
+        return self.runtimes.get(row["name"])
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def snapshot_of(backend, predictor: StubPredictor) -> et.Snapshot:
+    return build_snapshot(backend.observe(), et.PolicyConfig(), predictor).snapshot
+
+
+def test_a_waiting_job_is_seen_with_every_field_of_its_row(make_job, backend, cluster):
+    job = make_job(
+        name="wait", gpus=4, gpus_per_node=2, gpu_memory_gb=40, rdma=True, exclusive_node=True,
+        avoid_inference=True, preemptible=False, submitted_at=at(T0 - 60), preemption_count=2,
+        model_name="llama-7b", estimated_runtime_minutes=30, tier=Tier.CORE,
+    )  # fmt: skip
+    predictor = StubPredictor(wait=900.0)
+    (pending,) = snapshot_of(backend, predictor).pending
+    assert pending == et.PendingJob(
+        id=job.pk, queue="llm-experiment", line="llm", tier=et.Tier.CORE, gpus=4,
+        gpus_per_node=2, gpu_memory_gb=40, rdma=True, exclusive_node=True, avoid_inference=True,
+        preemptible=False, submitted_at=T0 - 60, preemption_count=2, model_name="llama-7b",
+        predicted_runtime_s=900.0, owner="owner", estimated_runtime_s=1800,
+    )  # fmt: skip
+    assert predictor.asked == [("wait", "llm-experiment")]
+
+
+def test_a_waiting_job_without_model_or_estimate_says_none(make_job, backend):
+    make_job(name="bare", model_name="", estimated_runtime_minutes=None)
+    (pending,) = snapshot_of(backend, StubPredictor()).pending
+    assert (pending.model_name, pending.estimated_runtime_s) == (None, None)
+    assert pending.predicted_runtime_s is None
+
+
+def test_a_running_job_is_seen_with_its_placement_and_predicted_end(running_job, backend):
+    job = running_job(
+        node="n1", gpus=(5, 2, 3), name="run", exclusive_node=True, preemptible=True,
+        preemption_count=1, started_at=at(T0 - 600), last_checkpoint_at=at(T0 - 120),
+        progress_seconds=500.0, model_name="llama-7b", borrowed=True,
+        preempt_deadline=at(T0 + 300),
+    )  # fmt: skip
+    predictor = StubPredictor(run=2000.0)
+    snap = snapshot_of(backend, predictor)
+    (running,) = snap.running
+    assert running == et.RunningJob(
+        id=job.pk, queue="llm-experiment", line="llm", tier=et.Tier.EXPERIMENT, gpus=3,
+        placement=(et.Slot("n1", (2, 3, 5)),), preemptible=True, preemption_count=1,
+        started_at=T0 - 600, last_checkpoint_at=T0 - 120,
+        predicted_end=T0 - 600 + (2000.0 - 500.0), state=et.RUNNING, exclusive_node=True,
+        model_name="llama-7b", preempted_for=None, preempt_deadline=T0 + 300, borrowed=True,
+        owner="owner",
+    )  # fmt: skip
+    assert predictor.asked == [("run", "llm-experiment")]
+    exclusive = {n.name: n.exclusive for n in snap.nodes}
+    assert exclusive == {"n0": False, "n1": True}, "an exclusive job's node is marked"
+
+
+def test_a_run_past_its_prediction_is_predicted_to_end_when_it_started(running_job, backend):
+    running_job(name="late", started_at=at(T0 - 600), progress_seconds=900.0)
+    (running,) = snapshot_of(backend, StubPredictor(late=300.0)).running
+    assert running.predicted_end == T0 - 600, "remaining time never goes below zero"
+
+
+def test_a_running_job_without_prediction_has_no_predicted_end(running_job, backend):
+    running_job(name="unknown")
+    (running,) = snapshot_of(backend, StubPredictor()).running
+    assert running.predicted_end is None
+
+
+def test_a_preempting_job_holds_its_gpus_in_the_preempting_state(running_job, make_job, backend):
+    waiting = make_job(name="big", gpus=16, gpus_per_node=8)
+    running_job(name="stopping", state="preempting", preempted_for=waiting)
+    snap = snapshot_of(backend, StubPredictor())
+    (running,) = snap.running
+    assert (running.state, running.preempted_for) == (et.PREEMPTING, waiting.pk)
+    assert [p.id for p in snap.pending] == [waiting.pk]
+
+
+def test_finished_jobs_are_not_in_the_snapshot(make_job, backend):
+    for state in ("succeeded", "failed", "cancelled"):
+        make_job(name=state, state=state)
+    predictor = StubPredictor()
+    snap = snapshot_of(backend, predictor)
+    assert (snap.pending, snap.running, predictor.asked) == ((), (), [])

@@ -31,6 +31,7 @@ import requests
 from django.conf import settings
 
 from portal.devservices import Redis, free_port
+from tests.drills import make_quotas_roomy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,10 +189,7 @@ def on_own_redis(own_redis: Redis, settings) -> Redis:
 @pytest.fixture
 def roomy(demo):
     """The demo with quotas far above the 32-GPU test cluster: placement is what is tested."""
-    from quotas.models import BusinessLine, Queue
-
-    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
-    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    make_quotas_roomy()
     return demo
 
 

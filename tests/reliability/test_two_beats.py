@@ -16,9 +16,7 @@ import time
 import pytest
 
 from scheduling.consistency import find_inconsistencies
-from scheduling.cycle import run_cycle
-from scheduling.models import Job, SchedulingCycle, SimulatorState
-from scheduling.services import JobRequest, submit_job
+from scheduling.models import Job, SchedulingCycle
 from tests.reliability.conftest import (
     celery_beat,
     celery_worker,
@@ -26,6 +24,7 @@ from tests.reliability.conftest import (
     stop_process,
     wait_until,
 )
+from tests.reliability.workload import start_busy_cluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -65,13 +64,8 @@ def test_two_beats_and_one_worker_run_one_cycle_at_a_time(roomy, own_redis, scra
     rng = random.Random(3)
     shapes = [("llm-experiment", 8), ("llm-core", 16), ("llm-finetune", 2), ("llm-urgent", 4),
               ("llm-experiment", 1), ("llm-core", 8)]  # fmt: skip
-    for i in range(60):
-        queue, gpus = shapes[i % len(shapes)]
-        submit_job(roomy["lead"], JobRequest(name=f"race-{i}", queue=queue, gpus=gpus,
-                   sim_duration_minutes=rng.randint(5, 120), checkpoint_interval_minutes=10))  # fmt: skip
-    jobs = Job.objects.count()
-    run_cycle()
-    SimulatorState.objects.update(speed=600.0, saved_wall=time.time())
+    jobs = start_busy_cluster(roomy["lead"], shapes, count=60, prefix="race", rng=rng,
+                              max_minutes=120, speed=600.0)  # fmt: skip
     first_id = SchedulingCycle.objects.order_by("-id").values_list("id", flat=True).first()
 
     env = loop_env(own_redis.url, SLOW_CYCLE_S=str(SLOW_CYCLE_S))

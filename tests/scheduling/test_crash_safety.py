@@ -19,8 +19,9 @@ from django.conf import settings
 
 from scheduling.consistency import find_inconsistencies
 from scheduling.cycle import run_cycle
-from scheduling.models import Job, SchedulingCycle, SimulatorState
-from scheduling.services import JobRequest, submit_job
+from scheduling.models import Job, SchedulingCycle
+from tests.drills import make_quotas_roomy
+from tests.reliability.workload import start_busy_cluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -51,21 +52,13 @@ def _start_worker() -> subprocess.Popen:
 
 
 def test_killing_the_worker_mid_cycle_loses_and_duplicates_nothing(demo):
-    from quotas.models import BusinessLine, Queue
-
-    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
-    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    make_quotas_roomy()
     rng = random.Random(7)
     plan = [("llm-experiment", 8), ("llm-experiment", 4), ("llm-core", 8), ("llm-finetune", 2),
             ("llm-urgent", 8), ("llm-core", 16), ("llm-experiment", 1)]  # fmt: skip
-    for i in range(40):
-        queue, gpus = plan[i % len(plan)]
-        submit_job(demo["lead"], JobRequest(name=f"crash-{i}", queue=queue, gpus=gpus,
-                   sim_duration_minutes=rng.randint(5, 90), checkpoint_interval_minutes=10))  # fmt: skip
-    total = Job.objects.count()
-    run_cycle()
     # From here on the simulated clock runs 20 minutes per real second.
-    SimulatorState.objects.update(speed=1200.0, saved_wall=time.time())
+    total = start_busy_cluster(demo["lead"], plan, count=40, prefix="crash", rng=rng,
+                               max_minutes=90, speed=1200.0)  # fmt: skip
 
     from scheduling.tasks import scheduling_cycle
 

@@ -17,43 +17,31 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def _every(task: str, seconds: float, expires: float) -> dict:
+    """A beat entry: ``task`` every ``seconds``; a run not started within ``expires`` is
+    dropped (the next one is due anyway), so a busy worker never works through a backlog."""
+    return {"task": task, "schedule": seconds, "options": {"expires": expires}}
+
+
 def beat_schedule(cycle_seconds: float) -> dict:
     """The beat schedule; ``cycle_seconds`` comes from SCHEDULER_CYCLE_SECONDS."""
     return {
         # The scheduling cycle: observe, reconcile, plan, apply. A few seconds keeps
         # waits short; single-flight, so a slow cycle is skipped rather than stacked.
-        "scheduling-cycle": {
-            "task": "scheduling.tasks.scheduling_cycle",
-            "schedule": cycle_seconds,
-            "options": {"expires": cycle_seconds},
-        },
+        "scheduling-cycle": _every(
+            "scheduling.tasks.scheduling_cycle", cycle_seconds, expires=cycle_seconds
+        ),
         # Demo workload (simulator only, when enabled): new arrivals every few seconds.
-        "demo-workload": {
-            "task": "demo.tasks.demo_workload",
-            "schedule": 5.0,
-            "options": {"expires": 5.0},
-        },
+        "demo-workload": _every("demo.tasks.demo_workload", 5.0, expires=5.0),
         # Metrics rollup: one sample a minute feeds the charts, the eviction ratio (R4)
         # and the windowed alerts; finer would only grow the table.
-        "metrics-rollup": {
-            "task": "monitoring.tasks.metrics_rollup",
-            "schedule": 60.0,
-            "options": {"expires": 55.0},
-        },
+        "metrics-rollup": _every("monitoring.tasks.metrics_rollup", 60.0, expires=55.0),
         # Health sweep: residual processes and sick nodes must leave the pool
         # within a minute (R6, R7) without costing a DB scan every cycle.
-        "health-sweep": {
-            "task": "monitoring.tasks.health_sweep",
-            "schedule": 30.0,
-            "options": {"expires": 25.0},
-        },
+        "health-sweep": _every("monitoring.tasks.health_sweep", 30.0, expires=25.0),
         # Quota activation: approved contracts start and end on their dates (Q4, Q6);
         # a minute is finer than anyone schedules a contract, and it samples line use.
-        "quota-activation": {
-            "task": "quotas.tasks.quota_activation",
-            "schedule": 60.0,
-            "options": {"expires": 55.0},
-        },
+        "quota-activation": _every("quotas.tasks.quota_activation", 60.0, expires=55.0),
     }
 
 

@@ -173,7 +173,10 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
     Compare-and-set: a job already finished is refused with a clear error.
     """
     with transaction.atomic():
-        job = Job.objects.select_for_update().select_related("queue").get(pk=job_id)
+        # Only the job row, and FOR NO KEY UPDATE: a lock on its queue as well (select_related
+        # locks every joined row) deadlocked with the cycle, which refers to queues (#16).
+        rows = Job.objects.select_for_update(of=("self",), no_key=True)
+        job = rows.select_related("queue").get(pk=job_id)
         if not may_cancel(user, job):
             raise PermissionDenied("only the owner, their team lead or an admin may cancel")
         if not job.is_active:

@@ -91,7 +91,9 @@ def sync_jobs(cycle: Cycle) -> None:
     """Running and preempting jobs against the observed runs; then adopt or report the rest."""
     observed = {j.ref: j for j in cycle.obs.jobs}
     active = list(
-        Job.objects.select_for_update()
+        # The job rows only: their queues locked too would hold every submission to them
+        # (an insert takes a key-share lock on its queue) for the rest of the cycle.
+        Job.objects.select_for_update(of=("self",), no_key=True)
         .filter(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
         .select_related("queue")
     )

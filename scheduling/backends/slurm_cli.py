@@ -565,14 +565,25 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
     )
 
 
+def _records(
+    data: Mapping[str, Any] | str | bytes, key: str, command: str, output: str
+) -> list[Mapping[str, Any]]:
+    """The objects of list ``key`` in the JSON ``output`` of ``command``.
+
+    Errors the output reports are load failures (SlurmTransientError); output
+    without the list is permanent: retrying cannot give it one.
+    """
+    data = _as_json(data)
+    _check_json_errors(data, command)
+    records = data.get(key)
+    if records is None:
+        raise SlurmPermanentError(f"{output} has no '{key}' list")
+    return [r for r in records if isinstance(r, dict)]
+
+
 def parse_jobs(data: Mapping[str, Any] | str | bytes) -> list[SlurmJob]:
     """``squeue --json`` output -> jobs.  Raises SlurmTransientError on load errors."""
-    data = _as_json(data)
-    _check_json_errors(data, "squeue")
-    jobs = data.get("jobs")
-    if jobs is None:
-        raise SlurmPermanentError("squeue --json output has no 'jobs' list")
-    return [parse_job(j) for j in jobs if isinstance(j, dict)]
+    return [parse_job(j) for j in _records(data, "jobs", "squeue", "squeue --json output")]
 
 
 _BASE_NODE_STATES = (
@@ -624,12 +635,7 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
 
 def parse_nodes(data: Mapping[str, Any] | str | bytes) -> list[SlurmNode]:
     """``sinfo --json`` (22.05) or ``scontrol show nodes --json`` output -> nodes."""
-    data = _as_json(data)
-    _check_json_errors(data, "sinfo")
-    nodes = data.get("nodes")
-    if nodes is None:
-        raise SlurmPermanentError("Slurm JSON output has no 'nodes' list")
-    return [parse_node(n) for n in nodes if isinstance(n, dict)]
+    return [parse_node(n) for n in _records(data, "nodes", "sinfo", "Slurm JSON output")]
 
 
 def parse_sbatch_parsable(stdout: str) -> int:

@@ -154,6 +154,30 @@ def test_controller_down_json_is_transient_not_empty():
         parse_jobs("not json{")
 
 
+@pytest.mark.parametrize(
+    "parse, data, error, message",
+    [
+        (parse_jobs, {"errors": []}, SlurmPermanentError, "squeue --json output has no 'jobs' list"),
+        (parse_nodes, {"errors": []}, SlurmPermanentError, "Slurm JSON output has no 'nodes' list"),
+        (parse_jobs, "[]", SlurmPermanentError, "unexpected Slurm JSON: list"),
+        (parse_nodes, b"{", SlurmTransientError, "unparseable Slurm JSON"),
+        (parse_jobs, {"jobs": [], "errors": [{"error": "busy"}]}, SlurmTransientError,
+         "squeue: busy"),
+        (parse_nodes, {"nodes": [], "errors": ["down"]}, SlurmTransientError, "sinfo: down"),
+    ],
+)  # fmt: skip
+def test_json_output_without_its_list_or_with_errors_is_refused(parse, data, error, message):
+    with pytest.raises(error) as info:
+        parse(data)
+    assert str(info.value).startswith(message)
+
+
+def test_entries_of_the_list_that_are_not_objects_are_skipped():
+    assert parse_jobs({"jobs": ["x", 3, None]}) == []
+    (node,) = parse_nodes(json.dumps({"nodes": [[], {"name": "gpu1", "state": "idle"}]}))
+    assert node.name == "gpu1" and node.state == "idle"
+
+
 def test_parse_newer_shapes():
     """Shapes of Slurm >= 23.02 (synthetic, written from the OpenAPI docs: not captured)."""
     job = {

@@ -16,6 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from quotas.models import Queue, Tier
+from scheduling import transitions
 
 MAX_GPUS_PER_NODE = 8
 
@@ -89,12 +90,13 @@ class Job(models.Model):
     """
 
     class State(models.TextChoices):
-        PENDING = "pending"
-        RUNNING = "running"
-        PREEMPTING = "preempting"
-        SUCCEEDED = "succeeded"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+        # The values are the state machine's, written once in scheduling.transitions.
+        PENDING = transitions.PENDING
+        RUNNING = transitions.RUNNING
+        PREEMPTING = transitions.PREEMPTING
+        SUCCEEDED = transitions.SUCCEEDED
+        FAILED = transitions.FAILED
+        CANCELLED = transitions.CANCELLED
 
     ACTIVE_STATES = (State.PENDING, State.RUNNING, State.PREEMPTING)
     TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)

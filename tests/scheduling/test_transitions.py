@@ -39,6 +39,13 @@ def test_the_states_are_the_models():
     assert set(Job.TERMINAL_STATES) == t.FINAL_STATES
 
 
+def test_the_models_choices_are_the_state_machines_values_in_order():
+    """Job.State takes its values from the table; the choices (so the migrations) stay."""
+    api = ["pending", "running", "preempting", "succeeded", "failed", "cancelled"]
+    assert list(t.STATES) == list(Job.State.values) == api
+    assert Job._meta.get_field("state").choices == [(v, v.title()) for v in api]
+
+
 def test_the_table_is_exactly_the_allowed_moves():
     assert set(t.TRANSITIONS) == ALLOWED
     assert all(why.strip() for why in t.TRANSITIONS.values()), "every move says who makes it"

@@ -44,6 +44,8 @@ from scheduling.backends.base import (
 )
 from scheduling.engine.types import Slot
 
+Settle = Callable[[Callable[[Observation], Any], float, str], Observation]
+
 
 @dataclass
 class Harness:
@@ -58,11 +60,38 @@ class Harness:
 
     backend: ClusterBackend
     nodes: tuple[str, ...]
-    settle: Callable[[Callable[[Observation], Any], float, str], Observation]
+    settle: Settle
     grace_s: float
     short_run_s: float
     gpus_per_node: int = 8
     ready: Callable[[str], None] = field(default=lambda ref: None)
+
+
+def polling_settle(
+    backend: ClusterBackend,
+    *,
+    clock: Callable[[], float],
+    wait: Callable[[], None],
+    unit: str = "s",
+) -> Settle:
+    """A ``Harness.settle`` that observes ``backend`` until the predicate holds.
+
+    Between looks it calls ``wait`` (sleep a poll interval, or advance a virtual
+    clock); it fails the test once ``timeout`` has passed on ``clock`` (seconds of
+    that clock: ``unit`` names them in the failure).
+    """
+
+    def settle(pred: Callable[[Observation], Any], timeout: float, what: str) -> Observation:
+        deadline = clock() + timeout
+        while True:
+            obs = backend.observe()
+            if pred(obs):
+                return obs
+            if clock() >= deadline:
+                pytest.fail(f"timed out after {timeout:.0f} {unit} waiting for {what}")
+            wait()
+
+    return settle
 
 
 def launch_request(

@@ -14,9 +14,8 @@ from dataclasses import replace
 import pytest
 from django.core.management import call_command
 
-from scheduling.backends.base import Observation
 from scheduling.backends.simulator import SimulatorBackend
-from tests.backends.contract import BackendContract, Harness
+from tests.backends.contract import BackendContract, Harness, polling_settle
 from tests.backends.sim_stores import MemorySimulatorStore
 
 STEP_S = 5.0  # virtual seconds per step while waiting
@@ -43,21 +42,12 @@ def harness(request: pytest.FixtureRequest) -> Harness:
     sim.set_rates(job_failure_rate_per_gpu_hour=0.0, node_fault_rate_per_node_hour=0.0)
     sim.config = replace(sim.config, residual_probability=0.0)
 
-    def settle(pred, timeout: float, what: str) -> Observation:
-        waited = 0.0
-        while True:
-            obs = backend.observe()
-            if pred(obs):
-                return obs
-            if waited >= timeout:
-                pytest.fail(f"timed out after {timeout:.0f} virtual s waiting for {what}")
-            backend.advance(STEP_S)
-            waited += STEP_S
-
     return Harness(
         backend=backend,
         nodes=tuple(sorted(n.name for n in sim.nodes.values())),
-        settle=settle,
+        settle=polling_settle(
+            backend, clock=backend.now, wait=lambda: backend.advance(STEP_S), unit="virtual s"
+        ),
         grace_s=120.0,  # a simulated checkpoint takes 60 s of cluster time
         short_run_s=600.0,
     )

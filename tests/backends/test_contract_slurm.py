@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduling.backends.base import Observation
 from scheduling.backends.slurm import SlurmBackend
 from scheduling.backends.slurm_cli import SlurmCLI
-from tests.backends.contract import BackendContract, Harness
+from tests.backends.contract import BackendContract, Harness, polling_settle
 from tests.testbeds.slurm import SlurmTestbed, wait_until
 
 POLL_S = 0.2
@@ -52,20 +51,10 @@ def harness(slurm: SlurmCLI, slurm_cluster: SlurmTestbed, tmp_path: Path) -> Har
     tmp_path.chmod(0o755)
     backend = slurm_backend(slurm_cluster, tmp_path)
 
-    def settle(pred, timeout: float, what: str) -> Observation:
-        deadline = time.monotonic() + timeout
-        while True:
-            obs = backend.observe()
-            if pred(obs):
-                return obs
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-            time.sleep(POLL_S)
-
     return Harness(
         backend=backend,
         nodes=tuple(slurm_cluster.nodes),
-        settle=settle,
+        settle=polling_settle(backend, clock=time.monotonic, wait=lambda: time.sleep(POLL_S)),
         grace_s=20.0,
         short_run_s=2.0,
         ready=lambda ref: script_ready(tmp_path, ref),

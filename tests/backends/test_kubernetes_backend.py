@@ -45,7 +45,6 @@ from scheduling.backends.base import (
     SUCCEEDED,
     ClusterBackend,
     LaunchRequest,
-    Observation,
     ObservedJob,
     PermanentBackendError,
     TransientBackendError,
@@ -59,7 +58,7 @@ from scheduling.backends.kubernetes import (
     pod_gpus,
 )
 from scheduling.engine.types import Slot
-from tests.backends.contract import BackendContract, Harness
+from tests.backends.contract import BackendContract, Harness, polling_settle
 
 DATA = Path(__file__).parent / "data" / "k8s"
 NOW = 1748858400.0  # 2025-06-02T10:00:00Z, the instant of the recorded responses
@@ -1068,21 +1067,12 @@ def harness() -> Harness:
     cluster = Cluster()
     backend, _ = backend_on(cluster, clock=lambda: cluster.now, grace_s=20)
 
-    def settle(pred, timeout: float, what: str) -> Observation:
-        waited = 0.0
-        while True:
-            obs = backend.observe()
-            if pred(obs):
-                return obs
-            if waited >= timeout:
-                pytest.fail(f"timed out after {timeout:.0f} virtual s waiting for {what}")
-            cluster.advance(1.0)
-            waited += 1.0
-
     return Harness(
         backend=backend,
         nodes=tuple(cluster.nodes),
-        settle=settle,
+        settle=polling_settle(
+            backend, clock=lambda: cluster.now, wait=lambda: cluster.advance(1.0), unit="virtual s"
+        ),
         grace_s=20.0,
         short_run_s=30.0,
     )

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Self
 
-from scheduling.engine.types import Slot
+from scheduling.engine.types import NodeHardware, Slot
 
 if TYPE_CHECKING:
     from scheduling.backends.config import BackendContext
@@ -61,15 +61,9 @@ class PermanentBackendError(BackendError):
 
 
 @dataclass(frozen=True, slots=True)
-class ObservedNode:
+class ObservedNode(NodeHardware):
     """A node as the backend sees it. ``busy_gpus``: held by jobs or anything else."""
 
-    name: str
-    rack: str
-    block: str
-    gpu_model: str
-    gpu_memory_gb: int
-    gpus_total: int
     rdma: bool
     inference: bool
     health: str

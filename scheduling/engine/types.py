@@ -97,7 +97,25 @@ class Slot:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeView:
+class NodeHardware:
+    """What a node is, whoever looks at it: its name, its place in the topology
+    (rack within block) and its GPUs (model, memory per GPU, count).
+
+    The engine's :class:`NodeView`, a backend's ``ObservedNode`` and the
+    simulator's ``NodeObservation`` start with these fields, in this order; each
+    adds what its reader needs (free GPUs, health, ...).
+    """
+
+    name: str
+    rack: str
+    block: str
+    gpu_model: str
+    gpu_memory_gb: int
+    gpus_total: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView(NodeHardware):
     """One node as the engine sees it.
 
     ``free_gpus`` are the indices not held by any running job. ``inference``: the
@@ -107,12 +125,6 @@ class NodeView:
     partitions the cluster, e.g. one pool per virtual cluster in a trace replay.
     """
 
-    name: str
-    rack: str
-    block: str
-    gpu_model: str
-    gpu_memory_gb: int
-    gpus_total: int
     free_gpus: tuple[int, ...]
     rdma: bool = True
     state: str = READY

@@ -1,4 +1,5 @@
-"""Pure-Python core of the cluster simulator (stdlib only: no Django, no Celery).
+"""Pure-Python core of the cluster simulator (the standard library and the engine's value
+types only: no Django, no Celery).
 
 The Django simulator backend and the trace replay both drive it in memory.
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from scheduling.engine.types import NodeHardware
+
 # Event kinds (dotted, like the portal's live events).
 JOB_LAUNCHED = "job.launched"
 JOB_SUCCEEDED = "job.succeeded"
@@ -92,7 +94,7 @@ class SimEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeObservation:
+class NodeObservation(NodeHardware):
     """A node as the scheduler sees it at one instant.
 
     ``free_gpus`` are whole GPUs a training job may take now: not held by a
@@ -101,12 +103,6 @@ class NodeObservation:
     be used.
     """
 
-    name: str
-    rack: str
-    block: str
-    gpu_model: str
-    gpu_memory_gb: int
-    gpus_total: int
     rdma: bool
     inference: bool
     health: str

@@ -22,10 +22,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any, TypeVar
 
 from monitoring.metrics import eviction_ratio
 from scheduling.engine.accounting import derive_usage
 from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, RunningJob, Tier
+
+
+def _pick(obj: object, *names: str) -> dict[str, Any]:
+    """``{name: obj.<name>}`` in the order given: fields and derived numbers alike, as the
+    API and the pages print them."""
+    return {name: getattr(obj, name) for name in names}
+
+
+class _Plain:
+    """A dataclass whose ``as_dict()`` is every field by name, in order."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
 
 # ---------------------------------------------------------------------------
 # Contracts
@@ -33,6 +50,8 @@ from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, Ru
 
 @dataclass(frozen=True, slots=True)
 class LineContract:
+    """A business line's contract: a cap (``quota_gpus``) and a floor (``guarantee_gpus``)."""
+
     name: str
     quota_gpus: int
     guarantee_gpus: int = 0
@@ -40,6 +59,8 @@ class LineContract:
 
 @dataclass(frozen=True, slots=True)
 class QueueContract:
+    """A queue's contract inside its ``line``'s; ``quota_gpus`` ``None``: only the line caps it."""
+
     name: str
     line: str
     quota_gpus: int | None = None
@@ -58,6 +79,20 @@ class Change:
     @property
     def target(self) -> str:
         return f"queue {self.queue}" if self.queue else f"line {self.line}"
+
+
+_C = TypeVar("_C", LineContract, QueueContract)
+
+
+def _changed(contract: _C, change: Change) -> _C:
+    """``contract`` with the quota and guarantee ``change`` gives (``None`` keeps one)."""
+    return replace(
+        contract,
+        quota_gpus=contract.quota_gpus if change.quota_gpus is None else change.quota_gpus,
+        guarantee_gpus=contract.guarantee_gpus
+        if change.guarantee_gpus is None
+        else change.guarantee_gpus,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,23 +121,12 @@ class Contracts:
         """The contracts after ``change`` (the target must exist)."""
         if change.queue:
             old = self.queue(change.queue)
-            new_q = replace(
-                old,
-                quota_gpus=old.quota_gpus if change.quota_gpus is None else change.quota_gpus,
-                guarantee_gpus=old.guarantee_gpus
-                if change.guarantee_gpus is None
-                else change.guarantee_gpus,
-            )
-            return replace(self, queues=tuple(new_q if q is old else q for q in self.queues))
-        old_l = self.line(change.line)
-        new_l = replace(
-            old_l,
-            quota_gpus=old_l.quota_gpus if change.quota_gpus is None else change.quota_gpus,
-            guarantee_gpus=old_l.guarantee_gpus
-            if change.guarantee_gpus is None
-            else change.guarantee_gpus,
+            queues = tuple(_changed(q, change) if q is old else q for q in self.queues)
+            return replace(self, queues=queues)
+        old = self.line(change.line)
+        return replace(
+            self, lines=tuple(_changed(ln, change) if ln is old else ln for ln in self.lines)
         )
-        return replace(self, lines=tuple(new_l if ln is old_l else ln for ln in self.lines))
 
     def with_changes(self, changes: Iterable[Change]) -> Contracts:
         out = self
@@ -209,7 +233,12 @@ def validate_change(
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """A job holding GPUs (running, or ``preempting`` while it checkpoints)."""
+    """A job holding GPUs (running, or ``preempting`` while it checkpoints).
+
+    ``borrowed`` is the flag the loop last stored: only an order hint, since which jobs
+    are borrowed is re-derived from the quotas (``positions``); among borrowed jobs the
+    youngest (``started_at``) is reclaimed first.
+    """
 
     id: int
     queue: str
@@ -247,16 +276,9 @@ class Position:
         """Active use covered by the guarantee (never preempted)."""
         return min(self.active_gpus, self.guarantee_gpus)
 
-    def as_dict(self) -> dict:
-        return {
-            "quota_gpus": self.quota_gpus,
-            "guarantee_gpus": self.guarantee_gpus,
-            "used_gpus": self.used_gpus,
-            "entitled_gpus": self.entitled_gpus,
-            "borrowed_gpus": self.borrowed_gpus,
-            "headroom_gpus": self.headroom_gpus,
-            "protected_gpus": self.protected_gpus,
-        }
+    def as_dict(self) -> dict[str, Any]:
+        return _pick(self, "quota_gpus", "guarantee_gpus", "used_gpus", "entitled_gpus",
+                     "borrowed_gpus", "headroom_gpus", "protected_gpus")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,25 +318,21 @@ def positions(contracts: Contracts, holds: Iterable[Hold]) -> Positions:
         if h.id in usage.borrowed_ids:
             borrowed_q[h.queue] = borrowed_q.get(h.queue, 0) + h.gpus
             borrowed_l[h.line] = borrowed_l.get(h.line, 0) + h.gpus
+
+    def position(
+        c: LineContract | QueueContract, held: dict, borrowed: dict, active: dict
+    ) -> Position:
+        n = c.name
+        return Position(c.quota_gpus, c.guarantee_gpus, held.get(n, 0), borrowed.get(n, 0),
+                        active.get(n, 0))  # fmt: skip
+
     return Positions(
         lines={
-            ln.name: Position(
-                ln.quota_gpus,
-                ln.guarantee_gpus,
-                usage.held_line.get(ln.name, 0),
-                borrowed_l.get(ln.name, 0),
-                usage.active_line.get(ln.name, 0),
-            )
+            ln.name: position(ln, usage.held_line, borrowed_l, usage.active_line)
             for ln in contracts.lines
         },
         queues={
-            q.name: Position(
-                q.quota_gpus,
-                q.guarantee_gpus,
-                usage.held_queue.get(q.name, 0),
-                borrowed_q.get(q.name, 0),
-                usage.active_queue.get(q.name, 0),
-            )
+            q.name: position(q, usage.held_queue, borrowed_q, usage.active_queue)
             for q in contracts.queues
         },
         borrowed_ids=usage.borrowed_ids,
@@ -367,19 +385,10 @@ class GuaranteeFit:
         """Healthy GPUs left unpromised after the change (negative: over capacity)."""
         return self.healthy_gpus - self.total_after
 
-    def as_dict(self) -> dict:
-        return {
-            "total_before": self.total_before,
-            "total_after": self.total_after,
-            "healthy_gpus": self.healthy_gpus,
-            "reserve_gpus": self.reserve_gpus,
-            "limit_gpus": self.limit_gpus,
-            "room_gpus": self.room_gpus,
-            "fits_capacity": self.fits_capacity,
-            "fits_reserve": self.fits_reserve,
-            "allowed": self.allowed,
-            "needs_reserve_override": self.needs_reserve_override,
-        }
+    def as_dict(self) -> dict[str, Any]:
+        return _pick(self, "total_before", "total_after", "healthy_gpus", "reserve_gpus",
+                     "limit_gpus", "room_gpus", "fits_capacity", "fits_reserve", "allowed",
+                     "needs_reserve_override")  # fmt: skip
 
     def message(self) -> str:
         head = (
@@ -642,16 +651,13 @@ def impact(state: ClusterState, change: Change) -> Impact:
 
 
 @dataclass(frozen=True, slots=True)
-class UseSummary:
+class UseSummary(_Plain):
     samples: int
     peak_used: int
     avg_used: float
     peak_pending: int
     avg_pending: float
     since: float | None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def summarize_use(points: Sequence[tuple[float, int, int]]) -> UseSummary:
@@ -721,7 +727,7 @@ def guarantee_needed(event: EvictionEvent) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Suggestion:
+class Suggestion(_Plain):
     queue: str
     eviction_ratio: float
     target_ratio: float
@@ -733,9 +739,6 @@ class Suggestion:
     prevented_share: float
     ratio_after: float
     capped_at: int | None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def message(self) -> str:
         text = (

@@ -60,6 +60,11 @@ def worlds(draw) -> tuple[L.Contracts, tuple[L.Hold, ...]]:
     return c, draw(holds_for(c))
 
 
+def positioned() -> st.SearchStrategy[tuple[L.Contracts, tuple[L.Hold, ...], L.Positions]]:
+    """A world and the positions the ledger computes for it: ``(contracts, holds, positions)``."""
+    return worlds().map(lambda world: (*world, L.positions(*world)))
+
+
 @st.composite
 def changes_for(draw, c: L.Contracts, low: int = -2, high: int = 60) -> L.Change:
     value = st.none() | st.integers(low, high)
@@ -78,10 +83,9 @@ def held(holds, key: str, name: str, only=lambda h: True) -> int:
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_used_is_what_the_jobs_hold_and_borrowed_is_a_part_of_it(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     for scope, positions in (("line", p.lines), ("queue", p.queues)):
         for name, pos in positions.items():
             assert pos.used_gpus == held(holds, scope, name)
@@ -92,18 +96,16 @@ def test_used_is_what_the_jobs_hold_and_borrowed_is_a_part_of_it(world):
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_only_preemptible_jobs_are_borrowed(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     assert p.borrowed_ids <= {h.id for h in holds if h.preemptible}
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_a_lines_queues_add_up_to_the_line(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     for ln in c.lines:
         qs = [p.queues[q.name] for q in c.queues_of(ln.name)]
         assert sum(q.used_gpus for q in qs) == p.lines[ln.name].used_gpus
@@ -111,10 +113,9 @@ def test_a_lines_queues_add_up_to_the_line(world):
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_entitled_use_stays_within_quota_unless_non_preemptible_work_alone_exceeds_it(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     for ln in c.lines:
         firm = held(holds, "line", ln.name, lambda h: not h.preemptible)
         assert p.lines[ln.name].entitled_gpus <= max(ln.quota_gpus, firm)
@@ -125,10 +126,9 @@ def test_entitled_use_stays_within_quota_unless_non_preemptible_work_alone_excee
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_nothing_is_borrowed_in_a_line_that_is_within_all_its_quotas(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     for ln in c.lines:
         queues_fit = all(
             q.quota_gpus is None or p.queues[q.name].used_gpus <= q.quota_gpus
@@ -139,10 +139,9 @@ def test_nothing_is_borrowed_in_a_line_that_is_within_all_its_quotas(world):
 
 
 @FAST
-@given(worlds())
+@given(positioned())
 def test_headroom_is_quota_minus_entitled_floored_and_none_without_a_quota(world):
-    c, holds = world
-    p = L.positions(c, holds)
+    c, holds, p = world
     for pos in (*p.lines.values(), *p.queues.values()):
         if pos.quota_gpus is None:
             assert pos.headroom_gpus is None
@@ -553,6 +552,10 @@ def test_positions_as_dicts_carry_every_derived_number():
         "quota_gpus": 8, "guarantee_gpus": 6, "used_gpus": 12, "entitled_gpus": 7,
         "borrowed_gpus": 5, "headroom_gpus": 1, "protected_gpus": 4,
     }  # fmt: skip
+    assert list(pos.as_dict()) == [
+        "quota_gpus", "guarantee_gpus", "used_gpus", "entitled_gpus", "borrowed_gpus",
+        "headroom_gpus", "protected_gpus",
+    ], "the API's key order"  # fmt: skip
     unbounded = L.Position(None, 0, 3)
     assert unbounded.headroom_gpus is None and unbounded.protected_gpus == 0
 
@@ -563,3 +566,44 @@ def test_a_fit_as_dict_has_the_numbers_and_verdicts_the_impact_page_shows():
         "limit_gpus": 12, "room_gpus": 2, "fits_capacity": True, "fits_reserve": False,
         "allowed": True, "needs_reserve_override": True,
     }  # fmt: skip
+    assert list(L.GuaranteeFit(1, 2, 3).as_dict()) == [
+        "total_before", "total_after", "healthy_gpus", "reserve_gpus", "limit_gpus", "room_gpus",
+        "fits_capacity", "fits_reserve", "allowed", "needs_reserve_override",
+    ], "the API's key order"  # fmt: skip
+
+
+def test_plain_records_as_dicts_are_their_fields_in_order():
+    use = L.UseSummary(samples=3, peak_used=9, avg_used=4.5, peak_pending=2, avg_pending=0.5,
+                       since=100.0)  # fmt: skip
+    assert list(use.as_dict().items()) == [
+        ("samples", 3), ("peak_used", 9), ("avg_used", 4.5), ("peak_pending", 2),
+        ("avg_pending", 0.5), ("since", 100.0),
+    ]  # fmt: skip
+    suggestion = L.Suggestion("q", 0.3, 0.1, 4, 12.0, 2, 6, 3, 0.75, 0.05, None)
+    assert list(suggestion.as_dict()) == [
+        "queue", "eviction_ratio", "target_ratio", "evictions", "evicted_gpu_hours",
+        "current_guarantee", "suggested_guarantee", "prevented_evictions", "prevented_share",
+        "ratio_after", "capped_at",
+    ]  # fmt: skip
+    assert suggestion.as_dict()["capped_at"] is None and not hasattr(suggestion, "__dict__")
+
+
+@pytest.mark.parametrize(
+    ("change", "line", "queue"),
+    [
+        (L.Change("a", None, 30, None), L.LineContract("a", 30, 4), L.QueueContract("aq", "a", 8, 2)),
+        (L.Change("a", None, None, 6), L.LineContract("a", 20, 6), L.QueueContract("aq", "a", 8, 2)),
+        (L.Change("a", "aq", None, 5), L.LineContract("a", 20, 4), L.QueueContract("aq", "a", 8, 5)),
+        (L.Change("a", "aq", 12, 3), L.LineContract("a", 20, 4), L.QueueContract("aq", "a", 12, 3)),
+        (L.Change("a", "aq", None, None), L.LineContract("a", 20, 4), L.QueueContract("aq", "a", 8, 2)),
+    ],
+)  # fmt: skip
+def test_a_change_replaces_only_what_it_gives_on_its_target(change, line, queue):
+    before = L.Contracts(
+        (L.LineContract("a", 20, 4), L.LineContract("b", 10, 1)),
+        (L.QueueContract("aq", "a", 8, 2), L.QueueContract("bq", "b", None, 1)),
+    )
+    after = before.with_change(change)
+    assert after.lines == (line, before.lines[1])
+    assert after.queues == (queue, before.queues[1])
+    assert after.with_change(change) == after, "applying it twice changes nothing more"

@@ -647,31 +647,18 @@ def test_pages_render_with_bounded_queries_at_full_scale(
     queues = list(Queue.objects.all())
     owners = [users["workload"], users["researcher"], users["lead"]]
     verdict = {"code": "PRIORITY", "details": {"ahead_jobs": 12, "ahead_gpus": 96}}
+
+    def job(i: int, **fields) -> Job:
+        """The i-th job of a kind: owners and queues taken in turn."""
+        return Job(owner=owners[i % 3], queue=queues[i % len(queues)], **fields)
+
     pending = [
-        Job(
-            name=f"p{i}",
-            owner=owners[i % 3],
-            queue=queues[i % len(queues)],
-            tier="finetune",
-            gpus=1 + i % 16,
-            pending_code=verdict["code"],
-            pending_message="waiting its turn",
-            pending_details=verdict["details"],
-            queue_position=i + 1,
-        )
+        job(i, name=f"p{i}", tier="finetune", gpus=1 + i % 16, pending_code=verdict["code"],
+            pending_message="waiting its turn", pending_details=verdict["details"],
+            queue_position=i + 1)
         for i in range(5000)
-    ]
-    running = [
-        Job(
-            name=f"r{i}",
-            owner=owners[i % 3],
-            queue=queues[i % len(queues)],
-            tier="core",
-            gpus=8,
-            state="running",
-        )
-        for i in range(1000)
-    ]
+    ]  # fmt: skip
+    running = [job(i, name=f"r{i}", tier="core", gpus=8, state="running") for i in range(1000)]
     Job.objects.bulk_create(pending + running, batch_size=2000)
     nodes = list(Node.objects.order_by("name")[:1000])
     running = list(Job.objects.filter(state="running").order_by("id"))

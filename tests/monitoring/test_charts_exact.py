@@ -184,12 +184,8 @@ def test_the_y_axis_always_shows_the_alert_line_and_the_highest_bar(ratios, thre
 
 
 def test_several_queues_over_the_line_are_all_named_in_display_order():
-    queues = [
-        QueueEviction("b-exp", "b", 0.4, 9),
-        QueueEviction("a-exp", "a", 0.25, 4),
-        QueueEviction("a-core", "a", 0.01, 1),
-    ]
-    fig = charts.eviction_ratio_figure(queues, threshold=0.2)
+    rows = [("b-exp", "b", 0.4, 9), ("a-exp", "a", 0.25, 4), ("a-core", "a", 0.01, 1)]
+    fig = charts.eviction_ratio_figure([QueueEviction(*r) for r in rows], threshold=0.2)
     assert fig["data"][0]["x"] == ["a-core", "a-exp", "b-exp"]
     assert fig["summary"] == (
         "2 queue(s) above the 20% alert line: a-exp 25.0% (4 evictions), b-exp 40.0% (9 evictions)"

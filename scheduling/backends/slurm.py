@@ -51,7 +51,7 @@ import shlex
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -217,6 +217,9 @@ def _num(value: float) -> str:
 # ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeTopology:
+    """Where a node stands and what GPUs it has, beyond what Slurm reports. The field
+    names are ObservedNode's: the observation takes them as they are."""
+
     rack: str
     block: str
     rdma: bool
@@ -525,12 +528,8 @@ class SlurmBackend(ClusterBackend):
         free = () if down or n.not_responding else tuple(view.free.get(n.name, ()))
         return ObservedNode(
             name=n.name,
-            rack=topo.rack,
-            block=topo.block,
-            gpu_model=topo.gpu_model,
-            gpu_memory_gb=topo.gpu_memory_gb,
             gpus_total=n.gpus_total,
-            rdma=topo.rdma,
+            **asdict(topo),  # rack, block, RDMA, GPU model and memory: named as ObservedNode's
             inference=False,
             health=HEALTH_DOWN if down else HEALTH_OK,
             health_detail=detail[:300],

@@ -69,20 +69,9 @@ class SimNode:
 
     @classmethod
     def from_row(cls, row: list) -> SimNode:
-        name, rack, block, model, mem, total, rdma, inference, health, residual, cordoned = row
-        return cls(
-            name=name,
-            rack=rack,
-            block=block,
-            gpu_model=model,
-            gpu_memory_gb=mem,
-            gpus_total=total,
-            rdma=rdma,
-            inference=inference,
-            health=health,
-            residual={int(g): j for g, j in residual},
-            cordoned=cordoned,
-        )
+        # to_row lists the fields in their declared order (as SimJob's row does).
+        *head, residual, cordoned = row
+        return cls(*head, residual={int(g): j for g, j in residual}, cordoned=cordoned)
 
 
 def _allocate_by_deficit(sizes: list[int], shares: list[float], order: list[int]) -> dict[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +19,8 @@ from django.core.management import call_command
 
 from scheduling.backends.base import (
     FAILED,
+    HEALTH_DOWN,
+    HEALTH_OK,
     RUNNING,
     STOPPED,
     STOPPING,
@@ -91,6 +93,47 @@ def test_topology_file_wins_over_features(tmp_path: Path):
     path.write_text(json.dumps({"gpu1": {"racks": "typo"}}))
     with pytest.raises(PermanentBackendError, match="racks|keys"):
         load_topology(path)
+
+
+def observed_node(n: SlurmNode, free: tuple[int, ...] = (0, 1, 2), topology=None):
+    backend = SlurmBackend(cli=SlurmCLI(env={}), grace_s=60, clock=lambda: NOW)
+    backend.topology = topology or {}
+    view = _View(now=NOW, nodes={n.name: n}, free={n.name: list(free)}, runs={}, predicted={})
+    return backend._observed_node(n, view)
+
+
+def test_an_observed_node_takes_its_topology_as_is_and_its_gpu_count_from_slurm():
+    table = {"gpu1": {"rack": "r01", "block": "b3", "rdma": False, "gpu_model": "L40S",
+                      "gpu_memory_gb": 48}}  # fmt: skip
+    n = snode(features=("rack1", "rdma", "h100"), gpus_total=4, raw_state="idle")
+    o = observed_node(n, topology=table)
+    assert (o.name, o.rack, o.block, o.rdma, o.gpu_model, o.gpu_memory_gb, o.gpus_total) == (
+        "gpu1", "r01", "b3", False, "L40S", 48, 4,
+    )  # fmt: skip
+    assert asdict(node_topology(n, table)).items() <= asdict(o).items()
+    assert (o.health, o.health_detail, o.cordoned, o.inference) == (HEALTH_OK, "", False, False)
+    assert o.free_gpus == (0, 1, 2) and o.residual_gpus == ()
+
+
+@pytest.mark.parametrize(
+    "state, flags, reason, health, detail, free",
+    [
+        ("idle", {"drain"}, "portal: isolated", HEALTH_OK, "", (0, 1, 2)),
+        ("down", set(), "Not responding", HEALTH_DOWN,
+         "Slurm: node down (down): Not responding", ()),
+        ("down", {"drain"}, "portal: isolated", HEALTH_DOWN, "Slurm: node down (down+drain)", ()),
+        ("idle", {"not_responding"}, None, HEALTH_OK,
+         "Slurm: slurmd not responding (idle+not_responding)", ()),
+        ("unknown", set(), None, HEALTH_DOWN, "Slurm: node unknown (unknown)", ()),
+    ],
+)  # fmt: skip
+def test_an_observed_node_is_down_only_on_slurms_verdict(state, flags, reason, health, detail,
+                                                         free):  # fmt: skip
+    raw = "+".join([state, *sorted(flags)])
+    n = snode(state=state, flags=frozenset(flags), reason=reason, raw_state=raw)
+    o = observed_node(n)
+    assert (o.health, o.health_detail, o.free_gpus) == (health, detail, free)
+    assert o.cordoned == ("drain" in flags)
 
 
 def sjob(state: str, comment: str | None = "7;progress=600;every=60", **kw) -> SlurmJob:

@@ -3,6 +3,8 @@ no-ops, the inference curve's bounds, errors' codes, and the compact rows state 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import zlib
 from dataclasses import replace
@@ -391,6 +393,18 @@ def test_a_node_round_trips_with_its_stale_processes_in_gpu_order():
     assert row[9] == [[1, "y"], [3, "x"]]
     assert SimNode.from_row(row) == node
     assert SimNode.from_row([*row[:9], [["2", "z"]], False]).residual == {2: "z"}
+
+
+def test_a_node_row_lists_the_fields_in_their_declared_order_so_from_row_reads_them_back():
+    node = SimNode("n", "r1", "b0", "L40S", 48, gpus_total=2, rdma=False, inference=True,
+                   health="down", residual={0: "j"}, cordoned=True)  # fmt: skip
+    names = [f.name for f in dataclasses.fields(SimNode)]
+    row = json.loads(json.dumps(node.to_row()))  # as persisted
+    assert len(row) == len(names)
+    for name, value in zip(names, row, strict=True):
+        if name != "residual":
+            assert value == getattr(node, name), name
+    assert SimNode.from_row(row) == node
 
 
 def test_the_config_round_trips_with_its_fault_weights_as_pairs():

@@ -14,6 +14,7 @@ The scheduler never changes a contract; only approved requests do (Q4).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -233,15 +234,29 @@ def _transition(req: QuotaRequest, action: str) -> str:
 
 
 def _record_decision(user: Any, req: QuotaRequest, new_state: str, note: str, now: datetime,
-                     verb: str, source_ip: str | None, **after: Any) -> None:  # fmt: skip
+                     source_ip: str | None, **after: Any) -> None:  # fmt: skip
     """Move the locked ``req`` to ``new_state``, decided by ``user`` at ``now`` with ``note``,
-    and write the audit record ``quota_request.<verb>`` (``after`` adds to its after)."""
+    and write the audit record ``quota_request.<new_state>`` (``after`` adds to its after)."""
     before = _request_snapshot(req)
     req.state = new_state
     req.decided_by, req.decided_at, req.decision_note = user, now, note
     req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
-    audit.record(user, f"quota_request.{verb}", req, reason=note, before=before,
+    audit.record(user, f"quota_request.{new_state}", req, reason=note, before=before,
                  after={**_request_snapshot(req), **after}, source_ip=source_ip)  # fmt: skip
+
+
+def _close(user: Any, request_id: int, action: str, note: str, now: datetime | None,
+           source_ip: str | None, *, allowed: Callable[[QuotaRequest], bool] = lambda req: True,
+           refused: str = "") -> QuotaRequest:  # fmt: skip
+    """Reject or withdraw: lock the request, refuse (``refused``) unless ``allowed`` it, take
+    ``action`` and record the decision; committed when it returns."""
+    now = now or cluster_now()
+    with transaction.atomic():
+        req = _locked_request(request_id)
+        if not allowed(req):
+            raise PermissionDenied(refused)
+        _record_decision(user, req, _transition(req, action), note, now, source_ip)
+    return req
 
 
 def _clean_note(note: str | None, *, required: bool) -> str:
@@ -307,7 +322,7 @@ def approve_quota_request(
         errors = _fit_errors(req, include_scheduled=True, override_reserve=override_reserve)
         if errors:
             raise ValidationError(errors)
-        _record_decision(user, req, new_state, note, now, "approved", source_ip,
+        _record_decision(user, req, new_state, note, now, source_ip,
                          override_reserve=override_reserve)  # fmt: skip
         if req.starts_at is None or req.starts_at <= now:
             _apply(req, now, actor=user, source_ip=source_ip)
@@ -337,11 +352,7 @@ def reject_quota_request(
     if not may_decide(user):
         raise PermissionDenied("only cluster admins reject quota requests")
     note = _clean_note(note, required=True)
-    now = now or cluster_now()
-    with transaction.atomic():
-        req = _locked_request(request_id)
-        new_state = _transition(req, transitions.REJECT)
-        _record_decision(user, req, new_state, note, now, "rejected", source_ip)
+    req = _close(user, request_id, transitions.REJECT, note, now, source_ip)
     _mail_on_commit(
         f"Quota request #{req.pk} rejected",
         f"Your request for {_describe(req)} was rejected by {user.username}.\n\nNote: {note}",
@@ -360,14 +371,9 @@ def withdraw_quota_request(
 ) -> QuotaRequest:
     """The requester (or a lead of its line) withdraws a pending request."""
     note = _clean_note(note, required=False)
-    now = now or cluster_now()
-    with transaction.atomic():
-        req = _locked_request(request_id)
-        if not may_withdraw(user, req):
-            raise PermissionDenied("only the requester or the line's lead may withdraw it")
-        new_state = _transition(req, transitions.WITHDRAW)
-        _record_decision(user, req, new_state, note, now, "withdrawn", source_ip)
-    return req
+    return _close(user, request_id, transitions.WITHDRAW, note, now, source_ip,
+                  allowed=lambda req: may_withdraw(user, req),
+                  refused="only the requester or the line's lead may withdraw it")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------

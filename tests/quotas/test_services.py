@@ -194,6 +194,48 @@ def test_the_requester_or_the_lines_lead_withdraws_nobody_else(demo):
     assert AuditRecord.objects.filter(action="quota_request.withdrawn").count() == 1
 
 
+@pytest.mark.parametrize(
+    ("decide", "username", "note", "state"),
+    [
+        (services.reject_quota_request, "admin", "no capacity", "rejected"),
+        (services.withdraw_quota_request, "lead", "", "withdrawn"),
+    ],
+)
+def test_a_decision_is_recorded_once_with_who_when_and_why(demo, decide, username, note, state):
+    req = ask(demo["lead"], quota_gpus=20)
+    decide(demo[username], req.pk, note, now=NOW, source_ip="10.0.0.9")
+    req.refresh_from_db()
+    assert (req.state, req.decided_by, req.decided_at, req.decision_note) == (
+        state, demo[username], NOW, note,
+    )  # fmt: skip
+    (record,) = AuditRecord.objects.filter(action__startswith="quota_request.").exclude(
+        action="quota_request.created"
+    )
+    assert record.action == f"quota_request.{state}" and record.actor == demo[username]
+    assert (record.before["state"], record.after["state"]) == ("pending", state)
+    assert record.reason == note and record.source_ip == "10.0.0.9"
+
+
+def test_refusals_come_in_the_same_order_as_before_the_request_is_looked_up(demo):
+    """Rejecting is refused to a non-admin before anything is read (even a missing request);
+    withdrawing reads the note, then the request (a missing one is missing, whoever asks),
+    then who asks."""
+    with pytest.raises(PermissionDenied):
+        services.reject_quota_request(demo["lead"], 999_999, "", now=NOW)
+    with pytest.raises(ValidationError, match="note"):
+        services.reject_quota_request(demo["admin"], 999_999, "", now=NOW)
+    with pytest.raises(QuotaRequest.DoesNotExist):
+        services.reject_quota_request(demo["admin"], 999_999, "why", now=NOW)
+    with pytest.raises(QuotaRequest.DoesNotExist):
+        services.withdraw_quota_request(demo["oncall"], 999_999, now=NOW)
+    req = ask(demo["lead"], quota_gpus=20)
+    with pytest.raises(ValidationError, match="at most"):  # the note is read first
+        services.withdraw_quota_request(demo["oncall"], req.pk, "x" * 10_000, now=NOW)
+    with pytest.raises(PermissionDenied):
+        services.withdraw_quota_request(demo["oncall"], req.pk, "fine", now=NOW)
+    assert not AuditRecord.objects.exclude(action="quota_request.created").exists()
+
+
 def test_an_approval_that_would_push_guarantees_past_capacity_is_refused(demo):
     req = ask(demo["lead"], quota_gpus=30, guarantee_gpus=30)  # 30 + 3 + 3 > 32 healthy
     with pytest.raises(ValidationError) as exc:

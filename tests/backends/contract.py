@@ -103,15 +103,18 @@ def launch_request(
     checkpoint_interval_s: float = 3600.0,
     duration_s: float | None = 10 * 86400.0,
     exclusive: bool = False,
+    name: str | None = None,
+    checkpoint_path: str = "",
 ) -> LaunchRequest:
+    """The launch of run ``attempt`` of portal job ``job_id`` (its ref as the loop names it)."""
     return LaunchRequest(
         ref=run_ref(job_id, attempt),
         job_id=job_id,
-        name=f"contract-{job_id}",
+        name=f"contract-{job_id}" if name is None else name,
         placement=tuple(placement),
         progress_s=progress_s,
         checkpoint_interval_s=checkpoint_interval_s,
-        checkpoint_path="",
+        checkpoint_path=checkpoint_path,
         exclusive_node=exclusive,
         sim_duration_s=duration_s,
     )

@@ -26,7 +26,7 @@ import copy
 import json
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,6 @@ from scheduling.backends.base import (
     STOPPING,
     SUCCEEDED,
     ClusterBackend,
-    LaunchRequest,
     ObservedJob,
     PermanentBackendError,
     TransientBackendError,
@@ -58,7 +57,7 @@ from scheduling.backends.kubernetes import (
     pod_gpus,
 )
 from scheduling.engine.types import Slot
-from tests.backends.contract import BackendContract, Harness, polling_settle
+from tests.backends.contract import BackendContract, Harness, launch_request, polling_settle
 
 DATA = Path(__file__).parent / "data" / "k8s"
 NOW = 1748858400.0  # 2025-06-02T10:00:00Z, the instant of the recorded responses
@@ -406,15 +405,12 @@ def test_gpu_helpers():
 # ---------------------------------------------------------------------------------------
 # launch
 # ---------------------------------------------------------------------------------------
-def request(
-    job_id: int, placement, *, attempt: int = 1, exclusive: bool = False, **kw
-) -> LaunchRequest:
-    return LaunchRequest(
-        ref=f"portal-{job_id}-{attempt}", job_id=job_id, name=f"train-{job_id}",
-        placement=tuple(Slot(n, tuple(g)) for n, g in placement),
-        progress_s=kw.get("progress_s", 0.0), checkpoint_interval_s=1800.0,
-        checkpoint_path=f"/checkpoints/job-{job_id}", exclusive_node=exclusive,
-        sim_duration_s=kw.get("sim_duration_s"),
+def request(job_id: int, placement, *, attempt: int = 1, exclusive: bool = False):
+    """A launch named and checkpointed as the portal names a job's (placement: node, GPUs)."""
+    return launch_request(
+        job_id, [Slot(n, tuple(g)) for n, g in placement], attempt=attempt, exclusive=exclusive,
+        name=f"train-{job_id}", checkpoint_interval_s=1800.0,
+        checkpoint_path=f"/checkpoints/job-{job_id}", duration_s=None,
     )  # fmt: skip
 
 
@@ -499,8 +495,7 @@ def test_launch_refusals_are_permanent_and_send_nothing(recorded, placement, wor
 def test_launch_with_a_ref_of_another_job_is_refused(recorded):
     backend, pool = backend_on(recorded)
     backend.observe()
-    bad = LaunchRequest(ref="portal-5-1", job_id=6, name="x", placement=(Slot("gpu-a", (6,)),),
-                        progress_s=0, checkpoint_interval_s=0, checkpoint_path="")  # fmt: skip
+    bad = replace(request(5, [("gpu-a", (6,))]), job_id=6)  # portal-5-1 is not job 6's
     with pytest.raises(PermanentBackendError) as err:
         backend.launch(bad)
     assert err.value.code == "bad_ref"

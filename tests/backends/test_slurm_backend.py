@@ -19,8 +19,6 @@ from django.core.management import call_command
 
 from scheduling.backends.base import (
     FAILED,
-    HEALTH_DOWN,
-    HEALTH_OK,
     RUNNING,
     STOPPED,
     STOPPING,
@@ -111,20 +109,21 @@ def test_an_observed_node_takes_its_topology_as_is_and_its_gpu_count_from_slurm(
         "gpu1", "r01", "b3", False, "L40S", 48, 4,
     )  # fmt: skip
     assert asdict(node_topology(n, table)).items() <= asdict(o).items()
-    assert (o.health, o.health_detail, o.cordoned, o.inference) == (HEALTH_OK, "", False, False)
+    assert (o.health, o.health_detail, o.cordoned, o.inference) == ("ok", "", False, False)
     assert o.free_gpus == (0, 1, 2) and o.residual_gpus == ()
 
 
+# health: the words every backend reports (base.HEALTH_OK and base.HEALTH_DOWN)
 @pytest.mark.parametrize(
     "state, flags, reason, health, detail, free",
     [
-        ("idle", {"drain"}, "portal: isolated", HEALTH_OK, "", (0, 1, 2)),
-        ("down", set(), "Not responding", HEALTH_DOWN,
+        ("idle", {"drain"}, "portal: isolated", "ok", "", (0, 1, 2)),
+        ("down", set(), "Not responding", "down",
          "Slurm: node down (down): Not responding", ()),
-        ("down", {"drain"}, "portal: isolated", HEALTH_DOWN, "Slurm: node down (down+drain)", ()),
-        ("idle", {"not_responding"}, None, HEALTH_OK,
+        ("down", {"drain"}, "portal: isolated", "down", "Slurm: node down (down+drain)", ()),
+        ("idle", {"not_responding"}, None, "ok",
          "Slurm: slurmd not responding (idle+not_responding)", ()),
-        ("unknown", set(), None, HEALTH_DOWN, "Slurm: node unknown (unknown)", ()),
+        ("unknown", set(), None, "down", "Slurm: node unknown (unknown)", ()),
     ],
 )  # fmt: skip
 def test_an_observed_node_is_down_only_on_slurms_verdict(state, flags, reason, health, detail,

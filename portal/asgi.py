@@ -23,7 +23,9 @@ from portal.http_threads import ThreadedWSGI  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ThreadedWSGI(django_wsgi_app, threads=settings.WEB_THREADS),
+        "http": ThreadedWSGI(
+            django_wsgi_app, threads=settings.WEB_THREADS, max_body=settings.REQUEST_MAX_BYTES
+        ),
         # The host must be allowed, and the page's origin exactly this site's (scheme,
         # host and port), before the session is even looked up.
         "websocket": AllowedHostsOriginValidator(

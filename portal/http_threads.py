@@ -14,6 +14,7 @@ whole.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 WSGIApp = Callable[[dict[str, Any], Callable], Iterable[bytes]]
 
 BODY_IN_MEMORY_MAX = 1024 * 1024  # larger request bodies spill to a temporary file
+# Nothing the portal takes is large (a job is < 4 KiB of JSON): refuse bigger bodies
+# before reading them, before authentication (REQUEST_MAX_BYTES in settings).
+REQUEST_MAX_BYTES = 1024 * 1024
 
 
 def build_environ(scope: Scope, body: IO[bytes]) -> dict[str, Any]:
@@ -62,22 +66,41 @@ def build_environ(scope: Scope, body: IO[bytes]) -> dict[str, Any]:
     return environ
 
 
+def declared_length(scope: Scope) -> int:
+    """The request's Content-Length (0 when absent; unreadable counts as too large)."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return sys.maxsize
+    return 0
+
+
 class ThreadedWSGI:
     """An ASGI application (HTTP scopes only) serving ``wsgi_app`` on ``threads`` threads."""
 
-    def __init__(self, wsgi_app: WSGIApp, threads: int) -> None:
+    def __init__(self, wsgi_app: WSGIApp, threads: int, max_body: int = REQUEST_MAX_BYTES) -> None:
         self.wsgi_app = wsgi_app
+        self.max_body = max_body
         self.executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="http")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             raise ValueError(f"ThreadedWSGI serves HTTP only, not {scope['type']!r}")
+        if declared_length(scope) > self.max_body:
+            return await self.too_large(scope, send)  # not a byte of it is read
         with SpooledTemporaryFile(max_size=BODY_IN_MEMORY_MAX) as body:
+            size = 0
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     return  # the client left before sending its whole request
-                body.write(message.get("body", b""))
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body:  # chunked, or longer than it said
+                    return await self.too_large(scope, send)
+                body.write(chunk)
                 if not message.get("more_body"):
                     break
             body.seek(0)
@@ -86,6 +109,19 @@ class ThreadedWSGI:
                 self.executor, self.respond, scope, body
             )
         await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def too_large(self, scope: Scope, send: Send) -> None:
+        """413, in the API's error envelope on ``/api/``; the connection is then closed."""
+        message = f"the request body is larger than {self.max_body} bytes"
+        if scope["path"].startswith("/api/"):
+            content = json.dumps({"errors": {"non_field_errors": [message]}}).encode()
+            content_type = b"application/json"
+        else:
+            content, content_type = f"{message}\n".encode(), b"text/plain; charset=utf-8"
+        headers = [(b"content-type", content_type), (b"connection", b"close"),
+                   (b"x-content-type-options", b"nosniff")]  # fmt: skip
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
     def respond(self, scope: Scope, body: IO[bytes]) -> tuple[int, list, bytes]:

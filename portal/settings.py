@@ -50,6 +50,10 @@ SIMULATOR_SPEED = env_float("SIMULATOR_SPEED", 60.0, minimum=0.0, maximum=86400)
 # The web server: uvicorn processes (WEB_WORKERS, read by make run) with WEB_THREADS
 # threads each for HTTP requests (portal/http_threads.py).
 WEB_THREADS = env_int("WEB_THREADS", 4, minimum=1, maximum=64)
+# Request bodies above this are refused with 413 before they are read (portal/http_threads.py);
+# Django's own form-parsing limit is the same, so the test client and the server agree.
+REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 1024 * 1024, minimum=64 * 1024, maximum=1 << 30)
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
 
 INSTALLED_APPS = [

@@ -92,7 +92,9 @@ def serve(app, scope: dict, chunks: list[bytes]) -> list[dict]:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    run(ThreadedWSGI(app, threads=2)(scope, receive, send))
+    # Bodies up to twice the in-memory part may come in (the limit is a server setting:
+    # tests/portal/test_body_limit.py).
+    run(ThreadedWSGI(app, threads=2, max_body=2 * BODY_IN_MEMORY_MAX)(scope, receive, send))
     return sent
 
 

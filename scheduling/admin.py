@@ -1,15 +1,24 @@
 from django.contrib import admin
 
+from core.admin import AuditedAdmin, ReadOnlyAdmin
 from scheduling.models import Job, JobEvent, Node
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(AuditedAdmin):
+    """Labels may be corrected here (audited); state changes go through the on-call
+    services, and nodes come and go with the backend, never deleted here."""
+
     list_display = ["name", "rack", "block", "gpu_model", "gpus_total", "rdma", "state", "health"]
     list_filter = ["state", "health", "gpu_model", "rdma", "block"]
     search_fields = ["name", "rack"]
-    # Node state changes go through the on-call services so they are audited.
     readonly_fields = ["state", "state_reason", "health", "health_detail", "residual_gpus"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class JobEventInline(admin.TabularInline):
@@ -17,13 +26,19 @@ class JobEventInline(admin.TabularInline):
     extra = 0
     readonly_fields = ["at", "kind", "message"]
 
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ReadOnlyAdmin):
+    """Jobs are submitted and cancelled through the services (the cycle releases their
+    GPUs); deleting one here would leave the cluster running it."""
+
     list_display = ["id", "name", "owner", "queue", "tier", "gpus", "state", "pending_code"]
     list_filter = ["state", "tier", "queue"]
     search_fields = ["name", "owner__username"]
     inlines = [JobEventInline]
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False

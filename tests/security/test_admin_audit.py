@@ -1,0 +1,145 @@
+"""The Django admin goes through the audit trail and leaves history and live state alone
+(#16 finding 8): role changes, user changes and password resets are audited; contract
+history, quota requests, running jobs and alerts cannot be added, edited or deleted here."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib import admin
+from django.test import Client
+
+from core.admin import AuditedAdmin, ReadOnlyAdmin
+from core.models import AuditRecord, Profile, Role
+from quotas.models import BusinessLine, QuotaChange
+from scheduling.models import Job
+from scheduling.services import JobRequest, submit_job
+from scheduling.sim_services import run_cycle_now
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def site_admin(demo) -> Client:
+    client = Client()
+    client.force_login(demo["admin"])
+    return client
+
+
+def records(action: str) -> list[AuditRecord]:
+    return list(AuditRecord.objects.filter(action=action).order_by("id"))
+
+
+def test_every_registered_model_admin_is_audited_or_read_only():
+    loose = [
+        f"{model._meta.label}: {type(model_admin).__name__}"
+        for model, model_admin in admin.site._registry.items()
+        if not isinstance(model_admin, AuditedAdmin | ReadOnlyAdmin)
+    ]
+    assert loose == []
+
+
+def test_changing_a_role_is_audited_with_before_and_after(site_admin, demo):
+    profile = Profile.objects.get(user=demo["researcher"])
+    response = site_admin.post(
+        f"/admin/portal/profile/{profile.pk}/change/",
+        {"user": demo["researcher"].pk, "role": Role.ADMIN},
+    )
+    assert response.status_code == 302
+    [entry] = records("admin.change")
+    assert entry.actor == demo["admin"] and entry.target_type == "portal.profile"
+    assert entry.before == {"role": "researcher"} and entry.after == {"role": "admin"}
+    assert entry.source_ip == "127.0.0.1"
+
+
+def test_a_password_reset_is_audited_without_the_password(site_admin, demo):
+    user = demo["researcher2"]
+    response = site_admin.post(
+        f"/admin/auth/user/{user.pk}/password/",
+        {"password1": "Another-secret-42", "password2": "Another-secret-42",
+         "usable_password": "true"},
+    )  # fmt: skip
+    assert response.status_code == 302
+    [entry] = records("admin.change")
+    assert entry.reason == "password changed" and entry.target_id == str(user.pk)
+    assert "password" not in entry.before and "password" not in entry.after
+
+
+def test_adding_and_deleting_a_membership_is_audited(site_admin, demo):
+    line = BusinessLine.objects.first()
+    added = site_admin.post(
+        "/admin/portal/linemembership/add/",
+        {"user": demo["researcher2"].pk, "business_line": line.pk, "is_lead": "on"},
+    )
+    assert added.status_code == 302
+    [entry] = records("admin.add")
+    assert entry.after["is_lead"] is True and entry.after["business_line"] == line.pk
+    membership_id = entry.target_id
+    deleted = site_admin.post(
+        f"/admin/portal/linemembership/{membership_id}/delete/", {"post": "yes"}
+    )
+    assert deleted.status_code == 302
+    [gone] = records("admin.delete")
+    assert gone.target_id == membership_id and gone.before["user"] == demo["researcher2"].pk
+
+
+def test_contract_history_cannot_be_added_edited_or_deleted(site_admin, demo):
+    change = QuotaChange.objects.create(
+        business_line=BusinessLine.objects.first(), reason="seed", quota_after=10,
+        guarantee_before=0, guarantee_after=0,
+    )  # fmt: skip
+    assert site_admin.get("/admin/quotas/quotachange/add/").status_code == 403
+    assert (
+        site_admin.post(
+            f"/admin/quotas/quotachange/{change.pk}/delete/", {"post": "yes"}
+        ).status_code
+        == 403
+    )
+    assert site_admin.post(
+        "/admin/quotas/quotachange/",
+        {"action": "delete_selected", "_selected_action": [change.pk], "post": "yes"},
+    ).status_code in (200, 302)
+    assert QuotaChange.objects.filter(pk=change.pk).exists()
+
+
+def test_a_running_job_cannot_be_deleted_from_the_admin(site_admin, demo):
+    job = submit_job(demo["researcher"], JobRequest(name="runs", queue="llm-experiment", gpus=1))
+    run_cycle_now(demo["admin"])
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+    assert (
+        site_admin.post(f"/admin/scheduling/job/{job.pk}/delete/", {"post": "yes"}).status_code
+        == 403
+    )
+    assert site_admin.post(
+        "/admin/scheduling/job/",
+        {"action": "delete_selected", "_selected_action": [job.pk], "post": "yes"},
+    ).status_code in (200, 302)
+    assert Job.objects.filter(pk=job.pk).exists()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/admin/quotas/quotarequest/add/", "/admin/monitoring/alert/add/",
+     "/admin/scheduling/job/add/", "/admin/portal/auditrecord/add/",
+     "/admin/scheduling/node/add/"],
+)  # fmt: skip
+def test_rows_only_services_write_cannot_be_added(site_admin, path):
+    assert site_admin.get(path).status_code == 403
+
+
+def test_lines_and_queues_are_never_deleted_here(site_admin):
+    line = BusinessLine.objects.first()
+    assert (
+        site_admin.post(
+            f"/admin/quotas/businessline/{line.pk}/delete/", {"post": "yes"}
+        ).status_code
+        == 403
+    )
+    assert BusinessLine.objects.filter(pk=line.pk).exists()
+
+
+def test_a_non_admin_cannot_use_the_admin(demo):
+    client = Client()
+    client.force_login(demo["oncall"])
+    response = client.get("/admin/portal/profile/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]

@@ -338,6 +338,17 @@ def has_control_characters(text: str, allowed: frozenset[str] = frozenset()) -> 
     )
 
 
+BAD_REQUEST_PAGE = """{% extends "base.html" %}
+{% block title %}Bad request{% endblock %}
+{% block content %}
+<section class="card narrow">
+  <h1>Bad request</h1>
+  <p class="error" role="alert">Nothing was done: {{ message }}.</p>
+  <p><a href="/">Back to the start page</a></p>
+</section>
+{% endblock %}"""
+
+
 class ControlCharacterMiddleware:
     """Refuses with 400, before any view runs, a request whose path, query string or form
     fields hold control characters (form fields may hold tabs and line breaks). API paths
@@ -353,8 +364,8 @@ class ControlCharacterMiddleware:
         message = f"control characters are not allowed in the {where}"
         if request.path_info.startswith("/api/"):
             return JsonResponse({"errors": {"non_field_errors": [message]}}, status=400)
-        return HttpResponse(f"Bad request: {message}.\n", status=400,
-                            content_type="text/plain; charset=utf-8")  # fmt: skip
+        body = engines["django"].from_string(BAD_REQUEST_PAGE).render({"message": message}, request)
+        return HttpResponse(body, status=400)
 
     @staticmethod
     def offending_part(request: HttpRequest) -> str | None:

@@ -24,7 +24,6 @@ STEP_S = 5.0  # virtual seconds per step while waiting
 def database_backend(request: pytest.FixtureRequest) -> SimulatorBackend:
     from scheduling.backend_factory import open_simulator
 
-    request.getfixturevalue("db")
     call_command(
         "seed_demo", nodes=4, nodes_per_rack=2, uniform=True, no_workload=True, stdout=None
     )
@@ -35,7 +34,12 @@ def memory_backend(request: pytest.FixtureRequest) -> SimulatorBackend:
     return SimulatorBackend(MemorySimulatorStore(), wall_now=time.time(), advance=False)
 
 
-@pytest.fixture(params=[database_backend, memory_backend], ids=["database", "memory"])
+# The mark, not a fixture looked up inside ``harness``, sets the test database up: looked
+# up late, it was only there when an earlier test of the session had set it up.
+@pytest.fixture(
+    params=[pytest.param(database_backend, marks=pytest.mark.django_db), memory_backend],
+    ids=["database", "memory"],
+)
 def harness(request: pytest.FixtureRequest) -> Harness:
     backend = request.param(request)
     sim = backend.sim

@@ -25,12 +25,8 @@ class JobEventInline(admin.TabularInline):
     model = JobEvent
     extra = 0
     readonly_fields = ["at", "kind", "message"]
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
+    can_delete = False  # the timeline is history
+    max_num = 0
 
 
 @admin.register(Job)

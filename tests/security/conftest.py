@@ -36,3 +36,16 @@ def world(api) -> World:
 def people(db):
     """The personas of the permission tables (``tests/security/people.py``)."""
     return make_people()
+
+
+@pytest.fixture
+def signed_in(demo):
+    """``signed_in("oncall")``: a page client with that demo user's session."""
+    from django.test import Client
+
+    def make(username: str) -> Client:
+        client = Client()
+        client.force_login(demo[username])
+        return client
+
+    return make

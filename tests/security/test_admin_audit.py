@@ -19,10 +19,17 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def site_admin(demo) -> Client:
-    client = Client()
-    client.force_login(demo["admin"])
-    return client
+def site_admin(signed_in) -> Client:
+    return signed_in("admin")
+
+
+def assert_not_deletable(client: Client, admin_path: str, obj) -> None:
+    """Neither the delete page nor the list's bulk action deletes ``obj``."""
+    url = f"/admin/{admin_path}/"
+    assert client.post(f"{url}{obj.pk}/delete/", {"post": "yes"}).status_code == 403
+    bulk = {"action": "delete_selected", "_selected_action": [obj.pk], "post": "yes"}
+    assert client.post(url, bulk).status_code in (200, 302)
+    assert type(obj).objects.filter(pk=obj.pk).exists()
 
 
 def records(action: str) -> list[AuditRecord]:
@@ -88,17 +95,7 @@ def test_contract_history_cannot_be_added_edited_or_deleted(site_admin, demo):
         guarantee_before=0, guarantee_after=0,
     )  # fmt: skip
     assert site_admin.get("/admin/quotas/quotachange/add/").status_code == 403
-    assert (
-        site_admin.post(
-            f"/admin/quotas/quotachange/{change.pk}/delete/", {"post": "yes"}
-        ).status_code
-        == 403
-    )
-    assert site_admin.post(
-        "/admin/quotas/quotachange/",
-        {"action": "delete_selected", "_selected_action": [change.pk], "post": "yes"},
-    ).status_code in (200, 302)
-    assert QuotaChange.objects.filter(pk=change.pk).exists()
+    assert_not_deletable(site_admin, "quotas/quotachange", change)
 
 
 def test_a_running_job_cannot_be_deleted_from_the_admin(site_admin, demo):
@@ -106,15 +103,7 @@ def test_a_running_job_cannot_be_deleted_from_the_admin(site_admin, demo):
     run_cycle_now(demo["admin"])
     job.refresh_from_db()
     assert job.state == Job.State.RUNNING
-    assert (
-        site_admin.post(f"/admin/scheduling/job/{job.pk}/delete/", {"post": "yes"}).status_code
-        == 403
-    )
-    assert site_admin.post(
-        "/admin/scheduling/job/",
-        {"action": "delete_selected", "_selected_action": [job.pk], "post": "yes"},
-    ).status_code in (200, 302)
-    assert Job.objects.filter(pk=job.pk).exists()
+    assert_not_deletable(site_admin, "scheduling/job", job)
 
 
 @pytest.mark.parametrize(
@@ -128,14 +117,7 @@ def test_rows_only_services_write_cannot_be_added(site_admin, path):
 
 
 def test_lines_and_queues_are_never_deleted_here(site_admin):
-    line = BusinessLine.objects.first()
-    assert (
-        site_admin.post(
-            f"/admin/quotas/businessline/{line.pk}/delete/", {"post": "yes"}
-        ).status_code
-        == 403
-    )
-    assert BusinessLine.objects.filter(pk=line.pk).exists()
+    assert_not_deletable(site_admin, "quotas/businessline", BusinessLine.objects.first())
 
 
 def test_a_non_admin_cannot_use_the_admin(demo):

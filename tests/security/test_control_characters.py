@@ -14,10 +14,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def oncall(demo) -> Client:
-    client = Client()
-    client.force_login(demo["oncall"])
-    return client
+def oncall(signed_in) -> Client:
+    return signed_in("oncall")
 
 
 @pytest.mark.parametrize(

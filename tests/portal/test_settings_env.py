@@ -78,6 +78,6 @@ def test_check_deploy_is_clean_with_production_settings():
 
     proc = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        env=PRODUCTION_ENV, capture_output=True, text=True,
+        env=PRODUCTION_ENV, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr + proc.stdout

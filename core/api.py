@@ -73,3 +73,27 @@ class SharedFieldsModelSerializer(serializers.ModelSerializer):
             shared = serializers.Serializer.fields.real_func(template)  # DRF's own build
             cls._shared_fields = shared
         return shared
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """DRF's IntegerField, taking digits 0-9 only: Python's ``int`` also reads ``"٧"`` (7)
+    and ``"０１"`` (1), which no client means."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str):
+            digits = data.strip().removeprefix("-")
+            if not (digits.isascii() and digits.isdigit()):
+                self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class AsciiIdLookup:
+    """A viewset mixin: the object's id in the path must be digits 0-9 (a JSON 404
+    otherwise). The database would read ``/jobs/٢/`` as job 2."""
+
+    def get_object(self):
+        key = self.lookup_url_kwarg or self.lookup_field
+        value = str(self.kwargs.get(key, ""))
+        if not (value.isascii() and value.isdigit()):
+            raise exceptions.NotFound()
+        return super().get_object()

@@ -6,6 +6,8 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from rest_framework import exceptions
 
 YES = ("1", "true")
 MINE_CHOICES = [("1", "yes"), ("true", "yes"), ("0", "no"), ("false", "no")]
@@ -24,3 +26,33 @@ class MineFilter(django_filters.ChoiceFilter):
 
     def only_mine(self, qs: QuerySet, name: str, value: str) -> QuerySet:
         return qs.filter(**{name: self.parent.request.user}) if value in YES else qs
+
+
+# Query parameters every list endpoint takes besides its filters.
+PAGING_PARAMS = frozenset({"limit", "offset", "format"})
+BOOLEAN_WORDS = frozenset({"true", "false", "1", "0", "yes", "no"})
+
+
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter, with nothing silently ignored: an unknown query parameter, or a yes/no
+    filter given anything but true/false/1/0/yes/no, is a 400 naming it (``?rdma=maybe``
+    used to list every node)."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        known = set(filterset_class.base_filters) if filterset_class else set()
+        errors: dict[str, list[str]] = {}
+        for name, value in request.query_params.items():
+            if name not in known and name not in PAGING_PARAMS:
+                errors[name] = [f"unknown filter; this list takes: {', '.join(sorted(known))}"]
+            elif (
+                self.is_yes_no(filterset_class, name) and value.strip().lower() not in BOOLEAN_WORDS
+            ):
+                errors[name] = ["true or false"]
+        if errors:
+            raise exceptions.ValidationError(errors)
+        return super().filter_queryset(request, queryset, view)
+
+    @staticmethod
+    def is_yes_no(filterset_class: Any, name: str) -> bool:
+        return isinstance(filterset_class.base_filters.get(name), django_filters.BooleanFilter)

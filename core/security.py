@@ -468,5 +468,17 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
     max_limit = 1000
     max_offset = 2**31
 
+    def paginate_queryset(self, queryset, request, view=None):
+        for name in (self.limit_query_param, self.offset_query_param):
+            value = request.query_params.get(name)
+            if value is not None and not is_ascii_number(value):
+                raise exceptions.ValidationError({name: ["a whole number (digits 0-9)"]})
+        return super().paginate_queryset(queryset, request, view)
+
     def get_offset(self, request) -> int:
         return min(super().get_offset(request), self.max_offset)
+
+
+def is_ascii_number(text: str) -> bool:
+    """Digits 0-9 only: ``str.isdigit`` and ``int`` also take ``"٧"`` and ``"２"``."""
+    return text.isascii() and text.isdigit()

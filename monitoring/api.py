@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import client_ip
+from core.api import AsciiIdLookup, client_ip
 from monitoring.models import Alert
 from monitoring.permissions import UsesOncallConsole
 from monitoring.services import acknowledge_alert, resolve_alert
@@ -23,7 +23,7 @@ class AlertSerializer(serializers.ModelSerializer):
                   "created_at", "updated_at", "resolved_at"]  # fmt: skip
 
 
-class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+class AlertViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
     """Alerts (on-call engineers and admins)."""
 
     queryset = Alert.objects.all()

@@ -15,7 +15,7 @@ from monitoring.permissions import may_use_oncall_console
 
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
-JOB_TOPIC = re.compile(r"^job\.(\d{1,18})$")
+JOB_TOPIC = re.compile(r"^job\.([0-9]{1,18})$")  # ASCII digits: \d takes "٢" too
 MAX_MESSAGE_BYTES = 4096
 MAX_SUBSCRIPTIONS = 50
 

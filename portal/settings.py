@@ -187,7 +187,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["core.filters.StrictFilterBackend"],  # 400 on unknown filters
     "DEFAULT_PAGINATION_CLASS": "core.security.BoundedLimitOffsetPagination",  # no 500s
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

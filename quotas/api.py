@@ -6,6 +6,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers, viewsets
 
+from core.api import AsciiIdLookup
 from quotas.models import BusinessLine, Queue
 from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
 
@@ -49,7 +50,7 @@ class QueueSerializer(BusinessLineSerializer):
         return float(self.context.get("eviction", {}).get(obj.pk, 0.0))
 
 
-class BusinessLineViewSet(viewsets.ReadOnlyModelViewSet):
+class BusinessLineViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
     """Business lines with quota, guarantee and usage (everyone signed in may read)."""
 
     queryset = BusinessLine.objects.all()
@@ -62,7 +63,7 @@ class BusinessLineViewSet(viewsets.ReadOnlyModelViewSet):
         return {**super().get_serializer_context(), "usage": build_line_usage()}
 
 
-class QueueViewSet(viewsets.ReadOnlyModelViewSet):
+class QueueViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
     """Queues with tier, contract and usage (everyone signed in may read)."""
 
     queryset = Queue.objects.select_related("business_line")

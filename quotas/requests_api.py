@@ -15,7 +15,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import client_ip
+from core.api import AsciiIdLookup, StrictIntegerField, client_ip
 from core.filters import MineFilter
 from quotas import permissions, services
 from quotas.models import QuotaRequest
@@ -40,8 +40,8 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         max_length=80, required=False, allow_null=True, allow_blank=True, default=None,
         help_text="queue id or name (optional): the request is for this queue of the line",
     )  # fmt: skip
-    quota_gpus = serializers.IntegerField(required=False, allow_null=True, default=None)
-    guarantee_gpus = serializers.IntegerField(required=False, allow_null=True, default=None)
+    quota_gpus = StrictIntegerField(required=False, allow_null=True, default=None)
+    guarantee_gpus = StrictIntegerField(required=False, allow_null=True, default=None)
     reason = serializers.CharField(max_length=services.REASON_MAX, allow_blank=True)
     starts_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     ends_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -97,7 +97,7 @@ class QuotaRequestFilter(django_filters.FilterSet):
         fields = ["state", "business_line", "queue", "mine"]
 
 
-class QuotaRequestViewSet(
+class QuotaRequestViewSet(AsciiIdLookup,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip

@@ -16,8 +16,9 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import SharedFieldsModelSerializer, client_ip
+from core.api import AsciiIdLookup, SharedFieldsModelSerializer, StrictIntegerField, client_ip
 from core.filters import MineFilter
+from core.security import is_ascii_number
 from quotas.models import Tier
 from scheduling import limits
 from scheduling.cluster_lock import ClusterBusy
@@ -34,33 +35,33 @@ class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(min_length=1, max_length=limits.NAME_MAX, trim_whitespace=True)
     queue = serializers.CharField(max_length=80, help_text="queue id or name")
     tier = serializers.ChoiceField(choices=Tier.choices, required=False)
-    gpus = serializers.IntegerField(min_value=1, max_value=limits.GPUS_MAX)
-    gpus_per_node = serializers.IntegerField(
+    gpus = StrictIntegerField(min_value=1, max_value=limits.GPUS_MAX)
+    gpus_per_node = StrictIntegerField(
         min_value=1, max_value=limits.GPUS_PER_NODE_MAX, required=False
     )
-    gpu_memory_gb = serializers.IntegerField(
+    gpu_memory_gb = StrictIntegerField(
         min_value=1, max_value=limits.GPU_MEMORY_GB_MAX, required=False
     )
     rdma = serializers.BooleanField(required=False, allow_null=True, default=None)
     exclusive_node = serializers.BooleanField(required=False, default=False)
     avoid_inference = serializers.BooleanField(required=False, default=False)
     preemptible = serializers.BooleanField(required=False, allow_null=True, default=None)
-    max_retries = serializers.IntegerField(
+    max_retries = StrictIntegerField(
         min_value=0, max_value=limits.MAX_RETRIES_MAX, required=False, default=3
     )
     checkpoint_path = serializers.CharField(
         max_length=limits.CHECKPOINT_PATH_MAX, required=False, allow_blank=True, default=""
     )
-    checkpoint_interval_minutes = serializers.IntegerField(
+    checkpoint_interval_minutes = StrictIntegerField(
         min_value=1, max_value=limits.CHECKPOINT_INTERVAL_MAX, required=False, default=60
     )
-    estimated_runtime_minutes = serializers.IntegerField(
+    estimated_runtime_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
     model_name = serializers.CharField(
         max_length=limits.MODEL_NAME_MAX, required=False, allow_blank=True, default=""
     )
-    sim_duration_minutes = serializers.IntegerField(
+    sim_duration_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
 
@@ -140,10 +141,14 @@ class JobFilter(django_filters.FilterSet):
         fields = ["state", "queue", "owner", "mine"]
 
     def filter_queue(self, qs, name, value: str):
-        return qs.filter(queue_id=int(value)) if value.isdigit() else qs.filter(queue__name=value)
+        return (
+            qs.filter(queue_id=int(value))
+            if is_ascii_number(value)
+            else qs.filter(queue__name=value)
+        )
 
 
-class JobViewSet(
+class JobViewSet(AsciiIdLookup,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip

@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from core import audit, events
 from core.realtime import publish_coalesced, publish_on_commit
+from core.security import is_ascii_number
 from quotas.models import Queue, Tier
 from scheduling import limits
 from scheduling.models import Job, JobEvent
@@ -52,7 +53,7 @@ class JobRequest:
 def _resolve_queue(user: Any, ref: str | int) -> Queue:
     """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
     ref = str(ref)
-    number = int(ref) if ref.isdigit() and len(ref) < 19 else None  # fits a bigint
+    number = int(ref) if is_ascii_number(ref) and len(ref) < 19 else None  # fits a bigint
     match = Q(name=ref) if number is None else Q(pk=number) | Q(name=ref)
     found = list(list_queues_for_submit(user).order_by().filter(match)[:2])
     queue = next((q for q in found if q.pk == number), found[0] if found else None)
@@ -64,10 +65,12 @@ def _resolve_queue(user: Any, ref: str | int) -> Queue:
 
 
 def _check_checkpoint_path(path: str) -> None:
+    """A URI on shared storage: a known scheme, then ``//bucket-or-host/path`` with no
+    ``.``/``..`` segments (``s3:/../../etc`` is refused)."""
     if not path:
         return
-    scheme = urlparse(path).scheme.lower()
-    if scheme not in limits.SHARED_STORAGE_SCHEMES:
+    parsed = urlparse(path)
+    if parsed.scheme.lower() not in limits.SHARED_STORAGE_SCHEMES:
         raise ValidationError(
             {
                 "checkpoint_path": [
@@ -75,6 +78,17 @@ def _check_checkpoint_path(path: str) -> None:
                     + ", ".join(f"{s}://" for s in limits.SHARED_STORAGE_SCHEMES)
                 ]
             }
+        )
+    parts = [parsed.netloc, *parsed.path.split("/")]
+    if (
+        not path.startswith(f"{parsed.scheme}://")
+        or not parsed.netloc
+        or any(part in (".", "..") for part in parts)
+        or "\\" in path
+        or not path.isprintable()
+    ):
+        raise ValidationError(
+            {"checkpoint_path": ["a URI like s3://bucket/run/, with no '.' or '..' segments"]}
         )
 
 

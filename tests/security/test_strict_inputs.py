@@ -1,0 +1,103 @@
+"""Strict inputs (#16 finding 9): digits 0-9 only for ids and counts, a 400 for unknown or
+malformed filters and paging, checkpoint URIs without '.'/'..' segments."""
+
+from __future__ import annotations
+
+import pytest
+
+from monitoring.consumers import JOB_TOPIC
+from quotas.models import Queue
+from scheduling.models import Job
+from scheduling.services import JobRequest, submit_job
+
+pytestmark = pytest.mark.django_db
+
+ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+FULL_WIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
+
+
+def body(**fields) -> dict:
+    return {"name": "strict", "queue": "llm-experiment", "gpus": 1, **fields}
+
+
+def test_an_id_in_other_digits_is_not_found(api, demo):
+    job = submit_job(demo["researcher"], JobRequest(name="mine", queue="llm-experiment", gpus=1))
+    client = api("researcher")
+    assert client.get(f"/api/v1/jobs/{job.pk}/").status_code == 200
+    for digits in (ARABIC_INDIC, FULL_WIDTH):
+        other = str(job.pk).translate(digits)
+        response = client.get(f"/api/v1/jobs/{other}/")
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}
+        assert client.post(f"/api/v1/jobs/{other}/cancel/").status_code == 404
+    assert Job.objects.get(pk=job.pk).state == "pending"
+    queue = Queue.objects.first()
+    assert client.get(f"/api/v1/queues/{str(queue.pk).translate(ARABIC_INDIC)}/").status_code == 404
+
+
+@pytest.mark.parametrize("gpus", ["０１", "١", "1\u0660", " ٢ "])
+def test_counts_in_other_digits_are_refused(api, gpus):
+    count = Job.objects.count()
+    response = api("researcher").post("/api/v1/jobs/", body(gpus=gpus), format="json")
+    assert response.status_code == 400 and "gpus" in response.json()["errors"]
+    assert Job.objects.count() == count
+
+
+def test_ascii_digit_strings_still_count(api):
+    response = api("researcher").post("/api/v1/jobs/", body(gpus="2"), format="json")
+    assert response.status_code == 201 and response.json()["gpus"] == 2
+
+
+def test_a_queue_id_in_other_digits_is_not_a_queue(api):
+    queue = Queue.objects.get(name="llm-experiment")
+    client = api("researcher")
+    assert client.post("/api/v1/jobs/", body(queue=str(queue.pk)), format="json").status_code == 201
+    other = str(queue.pk).translate(ARABIC_INDIC)
+    response = client.post("/api/v1/jobs/", body(queue=other), format="json")
+    assert response.status_code == 400 and "queue" in response.json()["errors"]
+    listed = client.get(f"/api/v1/jobs/?queue={other}").json()
+    assert listed["count"] == 0, "the filter reads it as a queue name, which no queue has"
+
+
+@pytest.mark.parametrize(
+    "query,param",
+    [("?rdma=maybe", "rdma"), ("?bogus=1", "bogus"), ("?limit=abc", "limit"),
+     ("?offset=x", "offset"), ("?limit=%D9%A7", "limit"), ("?limit=-5", "limit")],
+)  # fmt: skip
+def test_malformed_or_unknown_query_parameters_are_a_400_naming_them(api, query, param):
+    response = api("oncall").get("/api/v1/nodes/" + query)
+    assert response.status_code == 400
+    assert param in response.json()["errors"]
+
+
+@pytest.mark.parametrize("query", ["?rdma=true", "?rdma=0", "?limit=2&offset=1", "?format=json"])
+def test_well_formed_queries_still_work(api, query):
+    assert api("oncall").get("/api/v1/nodes/" + query).status_code == 200
+
+
+def test_an_unknown_filter_names_the_ones_the_list_takes(api):
+    errors = api("researcher").get("/api/v1/jobs/?stat=pending").json()["errors"]
+    assert "state" in errors["stat"][0]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["s3:/../../etc", "s3://bucket/../../etc", "s3://../etc", "nfs://host/./x",
+     "s3:bucket/x", "s3://", "s3://bucket\\..\\x"],
+)  # fmt: skip
+def test_checkpoint_uris_with_dot_segments_are_refused(api, path):
+    response = api("researcher").post("/api/v1/jobs/", body(checkpoint_path=path), format="json")
+    assert response.status_code == 400
+    assert "checkpoint_path" in response.json()["errors"]
+
+
+@pytest.mark.parametrize("path", ["s3://bucket/run-1/", "nfs://filer/ckpt/llama", "gs://b/x..y"])
+def test_ordinary_checkpoint_uris_are_taken(api, path):
+    response = api("researcher").post("/api/v1/jobs/", body(checkpoint_path=path), format="json")
+    assert response.status_code == 201, response.json()
+
+
+@pytest.mark.parametrize(
+    "topic,ok", [("job.12", True), ("job.١٢", False), ("job.１２", False), ("job.", False)]
+)
+def test_job_topics_take_ascii_ids_only(topic, ok):
+    assert bool(JOB_TOPIC.match(topic)) is ok

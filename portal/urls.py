@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
@@ -42,7 +43,10 @@ urlpatterns = [
     # request, so the page runs under the Content-Security-Policy without inline script.
     path(
         "api/docs/",
-        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs.html"),
+        # Signed-in people only: the page runs "Try it out" with the visitor's session.
+        login_required(
+            SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api_docs.html")
+        ),
         name="api-docs",
     ),
     path("metrics", metrics_view, name="metrics"),

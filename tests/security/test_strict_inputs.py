@@ -101,3 +101,9 @@ def test_ordinary_checkpoint_uris_are_taken(api, path):
 )
 def test_job_topics_take_ascii_ids_only(topic, ok):
     assert bool(JOB_TOPIC.match(topic)) is ok
+
+
+def test_the_api_docs_page_is_for_signed_in_people(client, api):
+    response = client.get("/api/docs/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    assert client.get("/api/schema/").status_code == 200, "the schema stays public (API.md)"

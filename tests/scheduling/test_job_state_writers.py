@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "scheduling", "quotas", "monitoring", "portal", "demo", "bench", "replay")
 WRITER = "scheduling/transitions.py"
-NOT_SCANNED = ("scheduling/simcore/", "replay/", "scheduling/replay/")
+NOT_SCANNED = ("scheduling/simcore/", "replay/")
 
 # Objects with a ``state`` of their own, by the expression the code writes them through.
 OTHER_STATES = {

@@ -97,3 +97,58 @@ class AsciiIdLookup:
         if not (value.isascii() and value.isdigit()):
             raise exceptions.NotFound()
         return super().get_object()
+
+
+# -- the error answers in the OpenAPI schema -------------------------------------------------
+
+ERROR_SCHEMAS = {
+    "ErrorEnvelope": {
+        "type": "object",
+        "description": "Bad input: messages by field (API.md, Errors); nothing was stored.",
+        "properties": {
+            "errors": {
+                "type": "object",
+                "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            }
+        },
+        "required": ["errors"],
+    },
+    "ErrorDetail": {
+        "type": "object",
+        "description": "Refused: not signed in, not allowed, not found or too many attempts.",
+        "properties": {"detail": {"type": "string"}},
+        "required": ["detail"],
+    },
+}
+
+
+def _error(schema: str, description: str) -> dict:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+    }
+
+
+def document_errors(result: dict, generator: Any, request: Any, public: bool) -> dict:
+    """drf-spectacular postprocessing hook: every operation lists the 4xx answers it can
+    give, in the shapes the portal sends (``exception_handler`` above, the body limit of
+    the web server, the token limiter), so a client or a fuzzer finds none undocumented."""
+    result.setdefault("components", {}).setdefault("schemas", {}).update(ERROR_SCHEMAS)
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            answers = operation.setdefault("responses", {})
+            writes = method in ("post", "put", "patch")
+            codes = {
+                "401": _error("ErrorDetail", "not signed in, or an unknown or expired token"),
+                "403": _error("ErrorDetail", "your role may not do this"),
+                "429": _error("ErrorDetail", "too many failed token attempts; wait"),
+            }
+            if writes or operation.get("parameters"):
+                codes["400"] = _error("ErrorEnvelope", "bad input or query; nothing changed")
+            if "{" in path:
+                codes["404"] = _error("ErrorDetail", "no such object (or not yours to see)")
+            if writes:
+                codes["413"] = _error("ErrorEnvelope", "the request body is too large")
+            for code, answer in codes.items():
+                answers.setdefault(code, answer)
+    return result

@@ -200,6 +200,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Every 4xx the API can answer, in the portal's error shapes (core/api.py).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.api.document_errors",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "scheduling.models.Job.State",
         "NodeStateEnum": "scheduling.models.Node.State",

@@ -111,7 +111,10 @@ def test_the_real_server_refuses_a_300_mib_anonymous_post_at_once(tmp_path):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(b"POST /api/v1/jobs/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                          b"Content-Type: application/json\r\nContent-Length: 314572800\r\n\r\n{")  # fmt: skip
-            answer = sock.recv(4096).decode()
+            received = b""
+            while chunk := sock.recv(4096):  # the server closes once it has answered
+                received += chunk
+            answer = received.decode()
         assert time.monotonic() - started < 5, "answered without waiting for the body"
     assert answer.startswith("HTTP/1.1 413 ")
     assert '"the request body is larger than 1048576 bytes"' in answer

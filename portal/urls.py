@@ -7,7 +7,7 @@ from rest_framework.routers import DefaultRouter
 
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
-from portal import audit_views, views
+from portal import audit_views, health, views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
@@ -50,4 +50,6 @@ urlpatterns = [
         name="api-docs",
     ),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
 ]

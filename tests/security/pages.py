@@ -21,7 +21,7 @@ HOSTILE_ESCAPED = (
     "&quot;&#x27;&amp;amp;"
 )
 # Prefixes that are not HTML pages of the portal (each has its own tests).
-NOT_PAGES = ("api/", "admin/", "metrics", "static/")
+NOT_PAGES = ("api/", "admin/", "metrics", "static/", "healthz", "readyz")
 PARAM = re.compile(r"<(?:(?P<conv>[^>:]+):)?(?P<name>[^>]+)>")
 
 

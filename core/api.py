@@ -12,6 +12,8 @@ from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.security import is_ascii_number
+
 
 def _as_field_errors(detail: Any) -> dict[str, Any]:
     if isinstance(detail, dict):
@@ -80,10 +82,8 @@ class StrictIntegerField(serializers.IntegerField):
     and ``"０１"`` (1), which no client means."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, str):
-            digits = data.strip().removeprefix("-")
-            if not (digits.isascii() and digits.isdigit()):
-                self.fail("invalid")
+        if isinstance(data, str) and not is_ascii_number(data.strip().removeprefix("-")):
+            self.fail("invalid")
         return super().to_internal_value(data)
 
 
@@ -93,8 +93,7 @@ class AsciiIdLookup:
 
     def get_object(self):
         key = self.lookup_url_kwarg or self.lookup_field
-        value = str(self.kwargs.get(key, ""))
-        if not (value.isascii() and value.isdigit()):
+        if not is_ascii_number(str(self.kwargs.get(key, ""))):
             raise exceptions.NotFound()
         return super().get_object()
 

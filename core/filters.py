@@ -40,19 +40,16 @@ class StrictFilterBackend(DjangoFilterBackend):
 
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
-        known = set(filterset_class.base_filters) if filterset_class else set()
+        filters = filterset_class.base_filters if filterset_class else {}
+        takes = ", ".join(sorted(filters)) or "no filters"
         errors: dict[str, list[str]] = {}
         for name, value in request.query_params.items():
-            if name not in known and name not in PAGING_PARAMS:
-                errors[name] = [f"unknown filter; this list takes: {', '.join(sorted(known))}"]
-            elif (
-                self.is_yes_no(filterset_class, name) and value.strip().lower() not in BOOLEAN_WORDS
+            if name not in filters and name not in PAGING_PARAMS:
+                errors[name] = [f"unknown filter; this list takes: {takes}"]
+            elif isinstance(filters.get(name), django_filters.BooleanFilter) and (
+                value.strip().lower() not in BOOLEAN_WORDS
             ):
                 errors[name] = ["true or false"]
         if errors:
             raise exceptions.ValidationError(errors)
         return super().filter_queryset(request, queryset, view)
-
-    @staticmethod
-    def is_yes_no(filterset_class: Any, name: str) -> bool:
-        return isinstance(filterset_class.base_filters.get(name), django_filters.BooleanFilter)

@@ -107,3 +107,32 @@ def test_the_api_docs_page_is_for_signed_in_people(client, api):
     response = client.get("/api/docs/")
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
     assert client.get("/api/schema/").status_code == 200, "the schema stays public (API.md)"
+
+
+def test_a_list_without_filters_still_pages_and_names_what_it_takes():
+    from rest_framework import generics, serializers
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from core.filters import StrictFilterBackend
+    from quotas.models import BusinessLine
+
+    class Plain(generics.ListAPIView):
+        queryset = BusinessLine.objects.all()
+        serializer_class = type(
+            "S", (serializers.ModelSerializer,), {"Meta": type("Meta", (), {
+                "model": BusinessLine, "fields": ["name"]})},
+        )  # fmt: skip
+        filter_backends = [StrictFilterBackend]
+
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("plain")
+    view = Plain.as_view()
+    paged = APIRequestFactory().get("/x/?limit=1")
+    force_authenticate(paged, user)
+    assert view(paged).status_code == 200
+    unknown = APIRequestFactory().get("/x/?state=1")
+    force_authenticate(unknown, user)
+    answer = view(unknown)
+    assert answer.status_code == 400
+    assert answer.data["errors"]["state"] == ["unknown filter; this list takes: no filters"]

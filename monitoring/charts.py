@@ -257,8 +257,11 @@ class QueueEviction(NamedTuple):
     evictions: int
 
 
-def eviction_ratio_figure(queues: Sequence[QueueEviction], threshold: float) -> Figure:
-    """Eviction ratio per queue, with the alert threshold drawn and labelled.
+def eviction_ratio_figure(
+    queues: Sequence[QueueEviction], threshold: float, window: str = "last 24 h"
+) -> Figure:
+    """Eviction ratio per queue over ``window`` (named in the title), with
+    the alert threshold drawn and labelled.
 
     Queues over the threshold get a hatched bar as well as another colour.
     """
@@ -277,7 +280,7 @@ def eviction_ratio_figure(queues: Sequence[QueueEviction], threshold: float) -> 
     ]  # fmt: skip
     top = max([threshold * 100 * 1.5, *(q.ratio * 100 * 1.2 for q in rows)])
     layout = _layout(
-        "Eviction ratio per queue (evicted / delivered GPU time, 24 h)",
+        f"Eviction ratio per queue (evicted / delivered GPU time, {window})",
         yaxis={"range": [0, top], "ticksuffix": "%", "title": {"text": "evicted"}},
         xaxis={"tickangle": -30, "automargin": True},
         shapes=[

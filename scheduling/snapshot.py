@@ -33,6 +33,31 @@ JOB_FIELDS = (
 )  # fmt: skip
 
 
+def _job_fields(r: dict, queue: Queue) -> dict:
+    """What the engine knows of every job, waiting or holding GPUs (``r``: ``JOB_FIELDS``)."""
+    return {
+        "id": r["id"], "queue": queue.name, "line": queue.business_line.name,
+        "tier": et.Tier.parse(r["tier"]), "gpus": r["gpus"],
+        "exclusive_node": r["exclusive_node"], "preemptible": r["preemptible"],
+        "preemption_count": r["preemption_count"], "model_name": r["model_name"] or None,
+        "owner": r["owner__username"],
+    }  # fmt: skip
+
+
+def pending_job(r: dict, queue: Queue, predicted: float | None, now: float) -> et.PendingJob:
+    """A waiting job as the engine sees it, from its row (the cycle's and the what-if's)."""
+    return et.PendingJob(
+        **_job_fields(r, queue),
+        gpus_per_node=r["gpus_per_node"],
+        gpu_memory_gb=r["gpu_memory_gb"],
+        rdma=r["rdma"],
+        avoid_inference=r["avoid_inference"],
+        submitted_at=to_epoch(r["submitted_at"]) or now,
+        predicted_runtime_s=predicted,
+        estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
+    )
+
+
 def build_snapshot(
     obs: Observation, policy: et.PolicyConfig, predictor: RuntimePredictor
 ) -> SnapshotContext:
@@ -68,28 +93,10 @@ def build_snapshot(
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         predicted = predictor.predict_row(r, queue.name)
-        # What the engine knows of every job, waiting or holding GPUs.
-        job = {
-            "id": r["id"], "queue": queue.name, "line": queue.business_line.name,
-            "tier": et.Tier.parse(r["tier"]), "gpus": r["gpus"],
-            "exclusive_node": r["exclusive_node"], "preemptible": r["preemptible"],
-            "preemption_count": r["preemption_count"], "model_name": r["model_name"] or None,
-            "owner": r["owner__username"],
-        }  # fmt: skip
         if r["state"] == Job.State.PENDING:
-            pending.append(
-                et.PendingJob(
-                    **job,
-                    gpus_per_node=r["gpus_per_node"],
-                    gpu_memory_gb=r["gpu_memory_gb"],
-                    rdma=r["rdma"],
-                    avoid_inference=r["avoid_inference"],
-                    submitted_at=to_epoch(r["submitted_at"]) or now,
-                    predicted_runtime_s=predicted,
-                    estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
-                )
-            )
+            pending.append(pending_job(r, queue, predicted, now))
             continue
+        job = _job_fields(r, queue)
         slots = tuple(
             et.Slot(node, tuple(sorted(g))) for node, g in sorted(placements[r["id"]].items())
         )

@@ -89,6 +89,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.errors.DebugErrorPagesMiddleware",  # the portal's 404/500 pages with DEBUG on too
 ]
 
 ROOT_URLCONF = "portal.urls"

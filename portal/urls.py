@@ -7,7 +7,7 @@ from rest_framework.routers import DefaultRouter
 
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
-from portal import audit_views, health, views
+from portal import audit_views, errors, health, views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
@@ -52,4 +52,11 @@ urlpatterns = [
     path("metrics", metrics_view, name="metrics"),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("favicon.ico", errors.favicon, name="favicon"),
 ]
+
+# The portal's own error answers (pages in its layout; JSON under /api/): portal/errors.py.
+handler400 = "portal.errors.bad_request"
+handler403 = "portal.errors.permission_denied"
+handler404 = "portal.errors.page_not_found"
+handler500 = "portal.errors.server_error"

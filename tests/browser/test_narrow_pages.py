@@ -1,0 +1,84 @@
+"""Pages usable on a phone, and no failed request on any page load (#15 item 10).
+
+Every main page, signed in as the admin (the lead for the request form), on a busy cluster, in
+Chromium at 390 px wide: the page does not scroll sideways (wide tables scroll inside
+their own box) and no request of the page load fails (the favicon included).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from playwright.sync_api import expect
+
+from quotas.models import BusinessLine, Queue, QuotaRequest
+from quotas.services import QuotaRequestInput, create_quota_request
+from scheduling.models import Job, Node
+from tests.browser.conftest import in_thread
+from tests.drills import cycle, submit
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PHONE = {"width": 390, "height": 844}
+
+
+def populate(api, demo) -> None:
+    call_command("seed_demo", nodes=64, nodes_per_rack=16, uniform=True, no_workload=True,
+                 stdout=None)  # fmt: skip
+    BusinessLine.objects.update(quota_gpus=200, guarantee_gpus=0)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    me, other = api("researcher"), api("researcher2")
+    for i in range(12):
+        submit(me, name=f"a-rather-long-experiment-name-{i}", queue="llm-experiment",
+               gpus=8, sim_duration_minutes=600)  # fmt: skip
+        submit(other, name=f"rec{i}", queue="search-rec-finetune", gpus=16,
+               sim_duration_minutes=60)  # fmt: skip
+    cycle(api("admin"))
+    create_quota_request(demo["lead"], QuotaRequestInput(
+        business_line="llm", quota_gpus=260, reason="Q4 pre-training needs more"))  # fmt: skip
+
+
+def main_pages() -> list[str]:
+    job = Job.objects.filter(state="running").order_by("pk").first()
+    node = Node.objects.filter(allocations__isnull=False).order_by("name").first()
+    request = QuotaRequest.objects.get()
+    return [
+        "/",
+        "/jobs/",
+        "/jobs/new/",
+        f"/jobs/{job.pk}/",
+        "/queues/",
+        "/quotas/",
+        "/quotas/lines/llm/",
+        "/quotas/requests/",
+        f"/quotas/requests/{request.pk}/",
+        "/dashboard/",
+        "/oncall/",
+        "/oncall/rack-map/",
+        f"/oncall/nodes/{node.name}/",
+        "/audit/",
+        "/no/such/page/",
+    ]
+
+
+def test_every_main_page_fits_390_px_and_loads_without_a_failed_request(demo, api, page, login):
+    in_thread(populate, api, demo)
+    base = login("admin")
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400
+            and not r.url.endswith("/no/such/page/") else None)  # fmt: skip
+    page.on("requestfailed", lambda r: failed.append(f"failed {r.url}"))
+    page.set_viewport_size(PHONE)
+    widths = {}
+    for path in [*main_pages(), "lead", "/quotas/requests/new/"]:
+        if path == "lead":  # only leads may ask for quota
+            page.context.clear_cookies()
+            login("lead")
+            continue
+        page.goto(base + path)
+        expect(page.locator("main")).to_be_visible()
+        page.wait_for_load_state("networkidle")
+        widths[path] = page.evaluate("document.documentElement.scrollWidth")
+    too_wide = {p: w for p, w in widths.items() if w > PHONE["width"]}
+    assert not too_wide, f"pages wider than 390 px: {too_wide}"
+    assert not failed, failed

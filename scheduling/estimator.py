@@ -1,4 +1,4 @@
-"""Resource estimator (P6) and the submit form's feasibility line: pure Python, no Django.
+"""Resource estimator (P6): pure Python, no Django.
 
 Memory per GPU of data-parallel transformer training, as four parts:
 
@@ -22,19 +22,16 @@ left for the CUDA context, allocator fragmentation and communication buffers).
 
 GB here are 10**9 bytes, so 7B parameters at 16 bytes each are 112 GB.
 
-The feasibility line (``assess_feasibility``) answers "would this job start now?" from
-simple facts the view gathers (nodes with their free GPUs, quota headroom, the work of
-equal or higher tier already waiting); it is an estimate, the scheduler decides.
+The submit form's "would it start now, and when?" is not guessed here: it is the
+engine's own plan with the candidate added (``scheduling.whatif``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-
-from scheduling.engine.policy import shape_counts
 
 GB = 1e9
 USABLE_FRACTION = 0.9
@@ -453,148 +450,3 @@ def _advice(inp: EstimateInput, b: Breakdown) -> list[str]:
             f"{light.activations_gb:.1f} GB per GPU (at about a third more compute)."
         )
     return out
-
-
-# -- feasibility line ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class NodeFact:
-    """A node as the feasibility check needs it. ``available``: ready, healthy and not held
-    by an exclusive job; ``free_gpus``: GPUs held by nobody (residual processes count as
-    held)."""
-
-    gpu_memory_gb: int
-    gpus_total: int
-    free_gpus: int
-    rdma: bool = True
-    inference: bool = False
-    available: bool = True
-
-
-@dataclass(frozen=True)
-class JobAsk:
-    """A resolved submission (defaults applied by the service's rules)."""
-
-    gpus: int
-    gpus_per_node: int | None
-    gpu_memory_gb: int | None
-    rdma: bool
-    exclusive_node: bool
-    avoid_inference: bool
-    preemptible: bool
-
-
-@dataclass(frozen=True)
-class QuotaFact:
-    """``held``: GPUs the line/queue holds against its quota (borrowed ones excluded)."""
-
-    scope: str  # "line" or "queue"
-    name: str
-    held: int
-    quota: int
-
-
-@dataclass(frozen=True)
-class Feasibility:
-    status: str  # "fits_now", "would_wait", "never_fits"
-    code: str  # the pending code it would most likely get ("" when it fits)
-    message: str
-
-    def as_dict(self) -> dict:
-        return {"status": self.status, "code": self.code, "message": self.message}
-
-
-def _node_ok(node: NodeFact, ask: JobAsk, per_node: int) -> bool:
-    if node.gpu_memory_gb < (ask.gpu_memory_gb or 0) or node.gpus_total < per_node:
-        return False
-    if ask.rdma and not node.rdma:
-        return False
-    return not (node.inference and (not ask.preemptible or ask.avoid_inference))
-
-
-def assess_feasibility(
-    ask: JobAsk,
-    nodes: Iterable[NodeFact],
-    quotas: Sequence[QuotaFact] = (),
-    ahead_jobs: int = 0,
-    ahead_gpus: int = 0,
-) -> Feasibility:
-    """Would this job start now, wait, or never fit? Checked in the engine's order (never
-    fits, quota, unavailable nodes, free capacity); racks and blocks are not checked."""
-    nodes = list(nodes)
-    if not nodes:
-        return Feasibility(
-            "never_fits", "NEVER_FITS", "Can never fit: no GPU nodes are registered."
-        )
-    node_gpus = max(n.gpus_total for n in nodes)
-    k, c, _ = shape_counts(ask.gpus, ask.gpus_per_node, node_gpus)
-    whole = ask.exclusive_node or (k > 1 and c >= node_gpus)
-    matching = [n for n in nodes if _node_ok(n, ask, c)]
-    shape = f"{ask.gpus} GPUs" if k == 1 else f"{k} nodes with {c} GPUs each"
-    if len(matching) < k:
-        largest = max(n.gpu_memory_gb for n in nodes)
-        if ask.gpu_memory_gb and ask.gpu_memory_gb > largest:
-            why = f"no node has {ask.gpu_memory_gb} GB GPUs (the largest have {largest} GB)"
-        elif ask.rdma and k > 1:
-            why = f"it needs {k} RDMA nodes of this kind and the cluster has {len(matching)}"
-        else:
-            why = f"it needs {shape} of this kind and the cluster has {len(matching)} such nodes"
-        return Feasibility("never_fits", "NEVER_FITS", f"Can never fit: {why}.")
-
-    usable = [n for n in matching if n.available]
-    if whole:
-        room = [n for n in usable if n.free_gpus >= n.gpus_total]
-    else:
-        room = [n for n in usable if n.free_gpus >= c]
-    fits_physically = len(room) >= k
-    free_matching = sum(n.free_gpus for n in usable)
-
-    for q in quotas:
-        if q.held + ask.gpus > q.quota:
-            held = f"{q.scope} {q.name} holds {q.held} of its {q.quota} GPU quota"
-            if ask.gpus > q.quota:
-                return Feasibility(
-                    "would_wait",
-                    "QUOTA_EXCEEDED",
-                    f"Would wait: quota. The job asks more than the whole {q.scope} quota "
-                    f"({q.quota} GPUs) - ask your team lead for a quota increase.",
-                )
-            if ask.preemptible and fits_physically:
-                return Feasibility(
-                    "fits_now",
-                    "",
-                    f"Fits now on borrowed idle capacity: {held}, so it would run beyond "
-                    "quota and may be preempted when the owners need their GPUs back.",
-                )
-            return Feasibility(
-                "would_wait",
-                "QUOTA_EXCEEDED",
-                f"Would wait: quota ({held}; this job needs {ask.gpus}).",
-            )
-
-    if len(usable) < k:
-        down = len(matching) - len(usable)
-        return Feasibility(
-            "would_wait",
-            "NODES_UNAVAILABLE",
-            f"Would wait: nodes unavailable ({down} matching nodes are cordoned, draining, "
-            f"down, unhealthy or held exclusively; it needs {shape}).",
-        )
-
-    if fits_physically:
-        msg = f"Fits now: {len(room)} matching nodes have room for {shape}."
-        if ahead_jobs:
-            msg += (
-                f" {ahead_jobs} waiting job(s) of equal or higher tier ({ahead_gpus} GPUs) "
-                "are ahead of it and may take that room first."
-            )
-        if k > 1:
-            msg += " Rack placement is checked by the scheduler."
-        return Feasibility("fits_now", "", msg)
-    return Feasibility(
-        "would_wait",
-        "INSUFFICIENT_GPUS",
-        f"Would wait: not enough free GPUs. It needs {shape}; {len(room)} matching nodes "
-        f"have room ({free_matching} matching GPUs free in all).",
-    )

@@ -121,10 +121,11 @@ class JobSubmitForm(forms.Form):
                                      "sim_duration_minutes")),
     )  # fmt: skip
 
-    # The fields that decide where and whether a job can run.
+    # The fields that decide where, whether and when a job can run (the runtime estimate and
+    # the model feed the runtime prediction, which decides backfill): the what-if's input.
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
-        "avoid_inference", "preemptible",
+        "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name",
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
@@ -152,8 +153,8 @@ class JobSubmitForm(forms.Form):
         return JobRequest(**{k: v for k, v in data.items() if v is not None or k in NULLABLE})
 
     def feasibility_request(self) -> JobRequest | None:
-        """A request for the feasibility line when the fields that matter are valid (the
-        name and the other fields may still be missing)."""
+        """A request for the what-if when the fields that matter are valid (the name and
+        the other fields may still be missing)."""
         self.is_valid()
         if any(name in self.errors for name in self.FEASIBILITY_FIELDS):
             return None
@@ -163,6 +164,7 @@ class JobSubmitForm(forms.Form):
         data["tier"] = data["tier"] or None
         data["exclusive_node"] = bool(data["exclusive_node"])
         data["avoid_inference"] = bool(data["avoid_inference"])
+        data["model_name"] = data["model_name"] or ""
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def add_service_errors(self, exc: ValidationError) -> None:

@@ -1,14 +1,14 @@
 """Researcher pages: submit a job (with the resource estimator), my jobs, job detail, queues.
 
 Thin adapters: reads come from ``scheduling.selectors`` (scoped to the user), writes go
-through ``scheduling.services``; the estimator and the feasibility line are the pure
-``scheduling.estimator``. Pages render fully on the server; ``static/js/pages/*`` then
-apply live updates (``job.<id>``, ``pending``, ``queues`` topics) and refetch on reconnect.
+through ``scheduling.services``; the estimator is the pure ``scheduling.estimator``, and
+"would it start now?" is the engine's own what-if (``scheduling.whatif``). Pages render
+fully on the server; ``static/js/pages/*`` then apply live updates (``job.<id>``,
+``pending``, ``queues`` topics) and refetch on reconnect.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,27 +17,24 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Max, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.api import client_ip
 from quotas.models import Queue, Tier
-from scheduling import estimator
+from scheduling import estimator, whatif
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
-from scheduling.models import Allocation, Job, Node
-from scheduling.nodes.selectors import free_gpus, list_nodes_with_usage
+from scheduling.models import Job, Node
 from scheduling.permissions import may_cancel, sees_all_jobs
 from scheduling.selectors import (
-    QueueUsage,
     build_placement,
-    build_queue_usage,
     get_job_for_user,
     list_jobs_for_user,
     list_queues_for_submit,
 )
-from scheduling.services import JobRequest, cancel_job, resolve_job_request, submit_job
+from scheduling.services import JobRequest, cancel_job, submit_job
 
 JOBS_PER_PAGE = 50
 
@@ -164,63 +161,55 @@ def gpu_options() -> list[estimator.GpuOption]:
     ]
 
 
-def assess(user: Any, req: JobRequest) -> estimator.Feasibility:
-    """The feasibility line for one request against the cluster as it is now (an estimate).
+# The submit form's headline per answer (the job page's CODE_TITLES, said of a job not yet sent).
+WHATIF_TITLES: dict[str, str] = {
+    "NEVER_FITS": "Can never run as asked",
+    "QUOTA_EXCEEDED": "Would wait for quota",
+    "NODES_UNAVAILABLE": "Would wait for nodes to come back",
+    "PRIORITY": "Would wait: higher-priority work goes first",
+    "PREEMPTING": "Would wait while room is made for it",
+    "TOPOLOGY": "Would wait: the free GPUs are scattered",
+    "INSUFFICIENT_GPUS": "Would wait: not enough free GPUs",
+    "DEMOTED": "Would wait: demoted after repeated preemption",
+}
 
-    Reads only: the nodes with their free GPUs, the quota headroom of the job's queue and
-    line, and the waiting work of equal or higher tier. Raises ``ValidationError`` when the
-    request breaks a rule.
-    """
-    fields = resolve_job_request(user, req)
-    queue: Queue = fields["queue"]
-    ask = estimator.JobAsk(**{f.name: fields[f.name] for f in dataclasses.fields(estimator.JobAsk)})
-    exclusive_held = set(
-        Allocation.objects.filter(job__exclusive_node=True).values_list("node_id", flat=True)
+
+def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
+    """The what-if as the form shows it: the page and ``/jobs/feasibility/`` say the same."""
+    data = w.as_dict()
+    if w.status == "fits_now":
+        data["title"] = "Would start now, on borrowed GPUs" if w.borrowed else "Would start now"
+    else:
+        data["title"] = WHATIF_TITLES.get(w.code, f"Would wait: {w.code}")
+    data["detail_rows"] = detail_rows(w.details)
+    when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if w.cycle_at else ""
+    data["as_of_text"] = (
+        f"The scheduler's own plan on the cluster as its cycle #{w.cycle_id} left it ({when}, "
+        "cluster time), with this job added. Its next cycle decides."
+        if w.cycle_id
+        else "The scheduler's own plan on the cluster as registered (no cycle has run yet), "
+        "with this job added. Its first cycle decides."
     )
-    nodes = [
-        estimator.NodeFact(
-            gpu_memory_gb=n["gpu_memory_gb"],
-            gpus_total=n["gpus_total"],
-            free_gpus=free_gpus(n["gpus_total"], n["gpus_allocated"], n["residual_gpus"]),
-            rdma=n["rdma"],
-            inference=n["inference"],
-            available=n["state"] == Node.State.READY
-            and n["health"] == Node.Health.OK
-            and n["id"] not in exclusive_held,
-        )
-        for n in list_nodes_with_usage().values(
-            "id",
-            "gpu_memory_gb",
-            "gpus_total",
-            "gpus_allocated",
-            "residual_gpus",
-            "rdma",
-            "inference",
-            "state",
-            "health",
-        )
-    ]
-    usage = build_queue_usage()
-    line = queue.business_line
-    line_queue_ids = Queue.objects.filter(business_line=line).values_list("id", flat=True)
-    line_held = 0
-    for qid in line_queue_ids:
-        u = usage.get(qid, QueueUsage())
-        line_held += u.used_gpus - u.borrowed_gpus
-    quotas = []
-    if queue.quota_gpus is not None:
-        u = usage.get(queue.pk, QueueUsage())
-        quotas.append(
-            estimator.QuotaFact(
-                "queue", queue.name, u.used_gpus - u.borrowed_gpus, queue.quota_gpus
-            )
-        )
-    quotas.append(estimator.QuotaFact("line", line.name, line_held, line.quota_gpus))
-    rank = Tier.rank(fields["tier"])
-    ahead = Job.objects.filter(
-        state=Job.State.PENDING, tier__in=[t for t in Tier.values if Tier.rank(t) >= rank]
-    ).aggregate(n=Count("id"), g=Sum("gpus"))
-    return estimator.assess_feasibility(ask, nodes, quotas, ahead["n"], ahead["g"] or 0)
+    return data
+
+
+def refused_answer(exc: ValidationError) -> dict[str, Any]:
+    """The answer when a submission would be refused (the service's rules)."""
+    return {
+        "status": "invalid",
+        "code": "",
+        "title": "Would be refused",
+        "message": "Not valid yet: " + "; ".join(_flat_errors(exc)),
+    }
+
+
+def ask_engine(user: Any, req: JobRequest) -> dict[str, Any]:
+    """Would ``req`` start now, and when? The engine's what-if (``scheduling.whatif``), or why
+    a submission would be refused."""
+    try:
+        return whatif_answer(whatif.what_if(user, req))
+    except ValidationError as exc:
+        return refused_answer(exc)
 
 
 def _queue_info(queues: list[Queue]) -> list[dict]:
@@ -286,12 +275,7 @@ def submit(request: HttpRequest) -> HttpResponse:
         )
         req = probe.feasibility_request()
         if req is not None:
-            try:
-                feasibility = assess(request.user, req)
-            except ValidationError as exc:
-                feasibility = estimator.Feasibility(
-                    "invalid", "", "Not valid yet: " + "; ".join(_flat_errors(exc))
-                )
+            feasibility = ask_engine(request.user, req)
     context = {
         "form": form,
         "est_form": est_form,
@@ -363,7 +347,14 @@ def _messages(errors: Any) -> dict[str, list[str]]:
 @login_required
 @require_GET
 def feasibility(request: HttpRequest) -> JsonResponse:
-    """``GET /jobs/feasibility/?queue=…&gpus=…``: the feasibility line of a request."""
+    """``GET /jobs/feasibility/?queue=…&gpus=…``: would this job start now, and when?
+
+    The engine's what-if (``scheduling.whatif``): ``status`` (``fits_now``, ``would_wait``,
+    ``never_fits``), ``code``, ``title``, ``message``, ``details``/``detail_rows``,
+    ``remedy``, ``estimated_start`` (ISO, cluster time, or null) with its words, ``position``,
+    ``borrowed``, ``nodes`` and ``as_of``. A request the service would refuse: 400 naming
+    the fields, ``{"errors": {field: [messages]}}``.
+    """
     queues = list(list_queues_for_submit(request.user))
     form = JobSubmitForm(request.GET, queues=queues, simulator=_is_simulator())
     req = form.feasibility_request()
@@ -374,10 +365,11 @@ def feasibility(request: HttpRequest) -> JsonResponse:
                 wanted.setdefault(name, ["This field is required."])
         return _errors_json(wanted)
     try:
-        result = assess(request.user, req)
+        result = whatif.what_if(request.user, req)
     except ValidationError as exc:
-        return _errors_json(exc.message_dict if hasattr(exc, "error_dict") else {})
-    return JsonResponse(result.as_dict())
+        errors = exc.message_dict if hasattr(exc, "error_dict") else {"request": exc.messages}
+        return _errors_json(errors)
+    return JsonResponse(whatif_answer(result))
 
 
 # -- jobs -----------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     page.get_by_label("Queue").select_option(label="llm-core — Core training, tier core")
     expect(page.locator("#queue-hint")).to_contain_text("tier core")
     page.get_by_label("Simulated true runtime (minutes)").fill("600")
-    feasibility = page.locator("#feasibility-text")
+    feasibility = page.locator("#feasibility-title")  # the engine's what-if (#15)
     expect(feasibility).to_contain_text("Would wait: not enough free GPUs")
     expect(page.locator("#feasibility")).to_have_attribute("data-status", "would_wait")
     screenshot(page, "submit")

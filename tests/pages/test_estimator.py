@@ -1,4 +1,6 @@
-"""The resource estimator (P6) and the feasibility line: pure functions, known reference points."""
+"""The resource estimator (P6): pure functions, known reference points.
+
+("Would it start now?" is the engine's own what-if: tests/scheduling/test_whatif*.py.)"""
 
 import math
 from dataclasses import replace
@@ -9,12 +11,7 @@ from scheduling import estimator as est
 from scheduling.estimator import (
     EstimateError,
     EstimateInput,
-    Feasibility,
     GpuOption,
-    JobAsk,
-    NodeFact,
-    QuotaFact,
-    assess_feasibility,
     estimate,
     parse_params,
     recommend,
@@ -265,104 +262,6 @@ def test_candidate_counts_double_and_use_whole_nodes():
     assert est.candidate_counts(1, 8, 64) == [1, 2, 4, 8, 16, 32, 64]
     assert est.candidate_counts(3, 8, 40) == [3, 4, 8, 16, 32]
     assert est.candidate_counts(12, 8, 64) == [16, 32, 64]
-
-
-# -- feasibility ---------------------------------------------------------------------------
-
-
-def ask(**kw) -> JobAsk:
-    values = dict(
-        gpus=8,
-        gpus_per_node=None,
-        gpu_memory_gb=None,
-        rdma=False,
-        exclusive_node=False,
-        avoid_inference=False,
-        preemptible=False,
-    )
-    values.update(kw)
-    return JobAsk(**values)
-
-
-def nodes(n=4, free=8, **kw) -> list[NodeFact]:
-    return [
-        NodeFact(gpu_memory_gb=kw.pop("mem", 80), gpus_total=8, free_gpus=free, **kw)
-        for _ in range(n)
-    ]
-
-
-def test_a_job_with_room_fits_now():
-    f = assess_feasibility(ask(gpus=8), nodes(4))
-    assert f == Feasibility("fits_now", "", f.message) and "4 matching nodes" in f.message
-
-
-def test_waiting_work_of_higher_tier_is_mentioned_when_it_fits():
-    f = assess_feasibility(ask(gpus=8), nodes(4), ahead_jobs=3, ahead_gpus=24)
-    assert f.status == "fits_now" and "3 waiting job(s)" in f.message and "24 GPUs" in f.message
-
-
-def test_gpus_bigger_than_any_node_can_never_fit():
-    f = assess_feasibility(ask(gpus=8, gpu_memory_gb=141), nodes(4))
-    assert f.status == "never_fits" and f.code == "NEVER_FITS"
-    assert "no node has 141 GB GPUs" in f.message and "80 GB" in f.message
-
-
-def test_more_nodes_than_the_cluster_has_can_never_fit():
-    f = assess_feasibility(ask(gpus=64, rdma=True), nodes(4))
-    assert f.status == "never_fits" and "8 RDMA nodes" in f.message
-    f = assess_feasibility(ask(gpus=16, rdma=True), nodes(4, rdma=False))
-    assert f.status == "never_fits"
-
-
-def test_a_line_at_its_quota_would_wait_with_the_numbers():
-    quota = [QuotaFact("line", "llm", 16, 20)]
-    f = assess_feasibility(ask(gpus=8), nodes(4), quota)
-    assert (f.status, f.code) == ("would_wait", "QUOTA_EXCEEDED")
-    assert "line llm holds 16 of its 20 GPU quota" in f.message
-
-
-def test_a_preemptible_job_over_quota_may_borrow_idle_gpus():
-    quota = [QuotaFact("line", "llm", 16, 20)]
-    f = assess_feasibility(ask(gpus=8, preemptible=True), nodes(4), quota)
-    assert f.status == "fits_now" and "borrowed" in f.message and "16 of its 20" in f.message
-
-
-def test_a_job_larger_than_the_whole_quota_says_ask_for_more():
-    f = assess_feasibility(ask(gpus=32), nodes(4), [QuotaFact("queue", "llm-exp", 0, 16)])
-    assert f.code == "QUOTA_EXCEEDED" and "quota increase" in f.message
-
-
-def test_cordoned_nodes_make_it_wait_for_nodes():
-    ns = nodes(2) + nodes(2, available=False)
-    f = assess_feasibility(ask(gpus=32), ns)
-    assert (f.status, f.code) == ("would_wait", "NODES_UNAVAILABLE") and "2 matching" in f.message
-
-
-def test_busy_nodes_make_it_wait_for_gpus():
-    f = assess_feasibility(ask(gpus=8), nodes(4, free=4))
-    assert (f.status, f.code) == ("would_wait", "INSUFFICIENT_GPUS")
-    assert "16 matching GPUs free" in f.message
-    assert assess_feasibility(ask(gpus=4), nodes(4, free=4)).status == "fits_now"
-
-
-def test_exclusive_jobs_need_wholly_free_nodes():
-    ns = nodes(1, free=7)
-    assert assess_feasibility(ask(gpus=4), ns).status == "fits_now"
-    assert assess_feasibility(ask(gpus=4, exclusive_node=True), ns).status == "would_wait"
-
-
-def test_inference_nodes_take_only_willing_preemptible_training():
-    ns = nodes(1, inference=True)
-    assert assess_feasibility(ask(gpus=8), ns).status == "never_fits"
-    assert assess_feasibility(ask(gpus=8, preemptible=True), ns).status == "fits_now"
-    assert (
-        assess_feasibility(ask(gpus=8, preemptible=True, avoid_inference=True), ns).status
-        == "never_fits"
-    )
-
-
-def test_an_empty_cluster_never_fits():
-    assert assess_feasibility(ask(), []).status == "never_fits"
 
 
 def test_the_estimator_stays_pure():

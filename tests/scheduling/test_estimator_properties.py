@@ -1,6 +1,6 @@
-"""The resource estimator and the feasibility line (scheduling.estimator) as properties:
-memory only shrinks with sharding and checkpointing, grows with the model, the recommended
-GPU really holds the run, and a job never looks worse off for more free GPUs or quota.
+"""The resource estimator (scheduling.estimator) as properties: memory only shrinks with
+sharding and checkpointing, grows with the model, and the recommended GPU really holds the
+run. ("Would it start now?" is the engine's what-if: tests/scheduling/test_whatif*.py.)
 
 Reference points (the ZeRO paper, known shapes, the form's examples) are in
 tests/pages/test_estimator.py; these are the laws between them, and the input bounds.
@@ -20,10 +20,6 @@ from scheduling import estimator as est
 from scheduling.estimator import (
     EstimateInput,
     GpuOption,
-    JobAsk,
-    NodeFact,
-    QuotaFact,
-    assess_feasibility,
     candidate_counts,
     check_input,
     derive_shape,
@@ -295,103 +291,3 @@ def test_a_run_too_big_for_the_cluster_says_more_gpus_are_needed():
     )
     assert not rec.fits
     assert rec.notes == ("Does not fit: it would need more X 80 GB GPUs than the cluster has.",)
-
-
-# -- the feasibility line ---------------------------------------------------------------------
-
-
-def ask(gpus: int = 8, **kw) -> JobAsk:
-    base = {"gpus_per_node": None, "gpu_memory_gb": None, "rdma": False, "exclusive_node": False,
-            "avoid_inference": False, "preemptible": False}  # fmt: skip
-    return JobAsk(gpus=gpus, **{**base, **kw})
-
-
-@st.composite
-def clusters(draw) -> list[NodeFact]:
-    out = []
-    for _ in range(draw(st.integers(1, 6))):
-        total = draw(st.sampled_from([4, 8]))
-        out.append(NodeFact(
-            gpu_memory_gb=draw(st.sampled_from([40, 80])), gpus_total=total,
-            free_gpus=draw(st.integers(0, total)), rdma=draw(st.booleans()),
-            inference=draw(st.integers(0, 5)) == 0, available=draw(st.integers(0, 4)) > 0,
-        ))  # fmt: skip
-    return out
-
-
-@st.composite
-def asks(draw) -> JobAsk:
-    return ask(
-        gpus=draw(st.sampled_from([1, 2, 4, 8, 16, 24])),
-        gpus_per_node=draw(st.none() | st.sampled_from([1, 4, 8])),
-        gpu_memory_gb=draw(st.none() | st.sampled_from([40, 80, 96])),
-        rdma=draw(st.booleans()), exclusive_node=draw(st.booleans()),
-        avoid_inference=draw(st.booleans()), preemptible=draw(st.booleans()),
-    )  # fmt: skip
-
-
-RANK = {"fits_now": 0, "would_wait": 1, "never_fits": 2}
-
-
-@FAST
-@given(asks(), clusters(), st.lists(st.builds(QuotaFact, st.sampled_from(["line", "queue"]),
-       st.just("x"), st.integers(0, 40), st.integers(0, 40)), max_size=2))  # fmt: skip
-def test_a_verdict_has_a_code_exactly_when_the_job_would_not_start(job, nodes, quotas):
-    f = assess_feasibility(job, nodes, quotas)
-    assert f.status in RANK and (f.code == "") == (f.status == "fits_now")
-    assert f.message and f.as_dict() == {"status": f.status, "code": f.code, "message": f.message}
-    if f.status == "never_fits":
-        assert f.code == "NEVER_FITS" and f.message.startswith("Can never fit: ")
-
-
-@FAST
-@given(asks(), clusters(), st.integers(0, 40), st.integers(0, 40))
-def test_more_free_gpus_never_make_a_job_look_worse_off(job, nodes, held, quota):
-    quotas = [QuotaFact("line", "l", held, quota)]
-    before = assess_feasibility(job, nodes, quotas)
-    freed = [replace(n, free_gpus=n.gpus_total) for n in nodes]
-    assert RANK[assess_feasibility(job, freed, quotas).status] <= RANK[before.status]
-
-
-@FAST
-@given(asks(), clusters(), st.integers(0, 40), st.integers(0, 40))
-def test_more_quota_never_makes_a_job_look_worse_off(job, nodes, held, quota):
-    before = assess_feasibility(job, nodes, [QuotaFact("queue", "q", held, quota)])
-    after = assess_feasibility(job, nodes, [QuotaFact("queue", "q", held, quota + 64)])
-    assert RANK[after.status] <= RANK[before.status]
-
-
-@FAST
-@given(asks(), clusters())
-def test_taking_nodes_out_of_the_pool_never_makes_a_job_look_better_off(job, nodes):
-    before = assess_feasibility(job, nodes)
-    after = assess_feasibility(job, [replace(n, available=False) for n in nodes])
-    assert RANK[after.status] >= RANK[before.status]
-    if before.status == "never_fits":
-        assert after == before, "never fitting is about the hardware, not its state"
-
-
-def test_a_job_exactly_at_its_quota_still_fits_and_one_gpu_more_waits():
-    nodes = [NodeFact(80, 8, 8)]
-    assert assess_feasibility(ask(4), nodes, [QuotaFact("queue", "q", 4, 8)]).status == "fits_now"
-    over = assess_feasibility(ask(5), nodes, [QuotaFact("queue", "q", 4, 8)])
-    assert over.as_dict() == {
-        "status": "would_wait", "code": "QUOTA_EXCEEDED",
-        "message": "Would wait: quota (queue q holds 4 of its 8 GPU quota; this job needs 5).",
-    }  # fmt: skip
-
-
-def test_the_first_quota_over_its_limit_is_the_one_named():
-    nodes = [NodeFact(80, 8, 8)]
-    quotas = [QuotaFact("line", "llm", 0, 100), QuotaFact("queue", "core", 6, 8),
-              QuotaFact("line", "other", 99, 1)]  # fmt: skip
-    assert "queue core holds 6 of its 8" in assess_feasibility(ask(4), nodes, quotas).message
-
-
-def test_an_inference_node_takes_a_preemptible_job_unless_it_avoids_inference():
-    nodes = [NodeFact(80, 8, 8, inference=True)]
-    assert assess_feasibility(ask(8, preemptible=True), nodes).status == "fits_now"
-    assert assess_feasibility(ask(8, preemptible=True, avoid_inference=True), nodes).status == (
-        "never_fits"
-    )
-    assert assess_feasibility(ask(8), nodes).status == "never_fits"

@@ -1,6 +1,6 @@
-/* Submit page: queue defaults, the live feasibility line and the resource estimator.
+/* Submit page: queue defaults, "would it start now, and when?" and the resource estimator.
  * Works without this script (every button posts the form and the server answers);
- * with it, the estimate and the feasibility line update in place. Everything shown
+ * with it, the estimate and the scheduler's what-if update in place as you type. Everything shown
  * is set with textContent, never as HTML. */
 (function () {
   "use strict";
@@ -9,7 +9,7 @@
   const queues = JSON.parse(document.getElementById("queue-info").textContent);
   const TIERS = ["experiment", "finetune", "core", "urgent"]; // lowest first
   const FEASIBILITY_FIELDS = ["queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma",
-    "exclusive_node", "avoid_inference", "preemptible"];
+    "exclusive_node", "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name"];
   const EST_FIELDS = ["params", "precision", "optimizer", "zero_stage", "data_parallel", "seq_len",
     "micro_batch", "hidden_size", "num_layers", "activation_checkpointing"];
   const $ = (id) => document.getElementById(id);
@@ -68,34 +68,66 @@
       `${preemptible ? "" : "not "}preemptible unless you choose otherwise.`;
   }
 
-  // -- feasibility line -----------------------------------------------------------------
+  // -- would it start now, and when? (the engine's what-if) ----------------------------
+  // /jobs/feasibility/ runs the scheduler's plan() on the current cluster with this job
+  // added; the answer fills the same elements the server rendered (submit.html).
   const feasibilityBox = $("feasibility");
-  const feasibilityText = $("feasibility-text");
+  const part = {
+    title: $("feasibility-title"), code: $("feasibility-code"), text: $("feasibility-text"),
+    when: $("feasibility-when"), start: $("feasibility-start"),
+    position: $("feasibility-position"), remedy: $("feasibility-remedy"),
+    numbers: $("feasibility-numbers"), details: $("feasibility-details"),
+    asOf: $("feasibility-asof"),
+  };
   let feasibilitySeq = 0;
+  let inFlight = null;
+
+  function showAnswer(body) {
+    feasibilityBox.dataset.status = body.status || "unknown";
+    feasibilityBox.dataset.code = body.code || "";
+    part.title.textContent = body.title || "";
+    part.code.textContent = body.code || "";
+    part.code.hidden = !body.code;
+    part.text.textContent = body.message || "";
+    part.start.textContent = body.estimated_start_text || "";
+    part.position.textContent = body.position ? `; place in line: ${body.position}` : "";
+    part.when.hidden = !body.estimated_start_text;
+    part.remedy.textContent = body.remedy || "";
+    part.remedy.hidden = !body.remedy;
+    const rows = body.detail_rows || [];
+    part.details.replaceChildren();
+    for (const [label, value] of rows) part.details.append(el("dt", label), el("dd", value));
+    part.numbers.hidden = !rows.length;
+    if (body.as_of_text) part.asOf.textContent = body.as_of_text;
+  }
 
   async function checkFeasibility() {
     const seq = ++feasibilitySeq;
+    if (inFlight) inFlight.abort(); // an older question is no longer wanted
     if (!form.elements.queue.value || !form.elements.gpus.value) {
-      feasibilityBox.dataset.status = "unknown";
-      feasibilityText.textContent = "Choose a queue and a GPU count to see.";
+      showAnswer({ status: "unknown", message: "Choose a queue and a GPU count to see." });
       return;
     }
+    feasibilityBox.setAttribute("aria-busy", "true");
+    inFlight = new AbortController();
     let response, body;
     try {
       response = await fetch(`/jobs/feasibility/?${query("", FEASIBILITY_FIELDS)}`,
-        { credentials: "same-origin", headers: { Accept: "application/json" } });
+        { credentials: "same-origin", headers: { Accept: "application/json" },
+          signal: inFlight.signal });
       body = await response.json();
     } catch (e) {
-      return; // offline: keep the last answer
+      return; // offline or superseded: keep the last answer
+    } finally {
+      if (seq === feasibilitySeq) feasibilityBox.removeAttribute("aria-busy");
     }
     if (seq !== feasibilitySeq) return; // a newer check is on its way
     if (response.ok) {
-      feasibilityBox.dataset.status = body.status;
-      feasibilityText.textContent = body.message;
+      showAnswer(body);
     } else {
-      feasibilityBox.dataset.status = "invalid";
       const parts = Object.entries(body.errors || {}).map(([k, v]) => `${k}: ${v.join(" ")}`);
-      feasibilityText.textContent = "Not valid yet: " + (parts.join("; ") || "check the form");
+      showAnswer({ status: "invalid", title: "Would be refused",
+        message: "Not valid yet: " + (parts.join("; ") || "check the form") });
     }
   }
   const checkSoon = debounce(checkFeasibility, 250);

@@ -1,0 +1,368 @@
+"""The submit form's "would it start now, and when?": the real ``plan()`` plus the candidate.
+
+The submit form's answer is the scheduler's own: the snapshot the next cycle would plan
+on (``scheduling.snapshot.build_snapshot``, the cycle's code) with the candidate job
+added as one more pending job (built from ``services.resolve_job_request``, so with the
+defaults, tier and preemptibility a real submission gets, and by ``snapshot.pending_job``,
+as the cycle builds every waiting job), planned by ``engine.plan`` with the live policy
+(``cycle.context.production_policy``). The candidate either starts in that plan (perhaps
+on borrowed capacity) or gets the engine's verdict: code, message, details, remedy,
+place in line and estimated start.
+
+A what-if only: it writes nothing, moves no clock, takes no lock and makes no backend call
+that changes anything. The cluster is what the backend reports, asked read-only: on the
+simulator its saved state as the last cycle (or clock advance) left it, read without
+locking its row; elsewhere the backend's ``observe``. The database rows (nodes' states,
+active jobs, allocations, contracts) are read in the same read-only, repeatable-read
+transaction, which PostgreSQL serves without waiting on the cycle's locks. What the
+next cycle's reconcile step would do first is done to that view too: GPUs of residual
+processes are free, nodes the portal asked to uncordon are, and runs that ended no
+longer hold GPUs.
+
+Building a 10,000-GPU snapshot takes a good part of a second, so it is kept per process
+(``baseline``) while the cluster's fingerprint (the last cycle, the newest job, the
+number of active jobs, the last node change, the contracts) is unchanged and for at most
+``CACHE_SECONDS``; the plan itself runs for every question.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from quotas.models import BusinessLine, Queue
+from scheduling import engine
+from scheduling.backend_factory import backend_context, get_backend
+from scheduling.backends.base import ENDED, Observation
+from scheduling.backends.sim_store import SavedSimulator
+from scheduling.backends.simulator import SimulatorBackend
+from scheduling.clock import cluster_now_ts, to_datetime
+from scheduling.cycle.context import production_policy
+from scheduling.engine import types as et
+from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
+from scheduling.prediction import RuntimePredictor
+from scheduling.services import JobRequest, resolve_job_request
+from scheduling.sim_state import DatabaseSimulatorStore
+from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
+
+CACHE_SECONDS = 5.0
+
+# Why a waiting job has no estimated start (the engine predicts one only when it can).
+NO_ESTIMATE: dict[str, str] = {
+    et.Code.NEVER_FITS: "never: it cannot run as asked",
+    et.Code.QUOTA_EXCEEDED: "unknown: it waits for quota (running jobs of its queue or "
+    "line to end, or a quota increase), not for GPUs",
+    et.Code.NODES_UNAVAILABLE: "unknown: it waits for matching nodes to come back",
+    et.Code.DEMOTED: "unknown: demoted jobs start only when nothing else wants the GPUs",
+}
+NO_ESTIMATE_DEFAULT = (
+    "unknown: the scheduler predicts a start only for the first few jobs blocked for GPUs"
+)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The snapshot the next cycle would plan on, without the candidate, and where it came from."""
+
+    snapshot: et.Snapshot
+    key: tuple
+    predictor: RuntimePredictor
+    cycle_id: int | None
+    cycle_at: datetime | None
+    next_job_id: int
+    built_at: float  # time.monotonic()
+    build_ms: float
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """The engine's answer for a candidate job. ``status``: ``fits_now`` (it would start in
+    this plan), ``would_wait`` or ``never_fits``; ``code`` the pending code ("" when it
+    starts); times are cluster time (epoch seconds)."""
+
+    status: str
+    code: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+    remedy: str = ""
+    estimated_start: float | None = None
+    position: int | None = None
+    borrowed: bool = False
+    nodes: tuple[str, ...] = ()
+    now: float = 0.0
+    cycle_id: int | None = None
+    cycle_at: datetime | None = None
+    plan_ms: float = 0.0
+    snapshot_ms: float = 0.0
+    cached: bool = False
+
+    @property
+    def starts(self) -> bool:
+        return self.status == "fits_now"
+
+    @property
+    def estimated_start_text(self) -> str:
+        """When, in words: the time and how far off, or why it is unknown."""
+        if self.estimated_start is None:
+            return NO_ESTIMATE.get(self.code, NO_ESTIMATE_DEFAULT)
+        return when_text(self.estimated_start, self.now)
+
+    def as_dict(self) -> dict[str, Any]:
+        start = to_datetime(self.estimated_start)
+        return {
+            "status": self.status,
+            "code": self.code,
+            "message": self.message,
+            "details": dict(self.details),
+            "remedy": self.remedy,
+            "estimated_start": start.isoformat() if start else None,
+            "estimated_start_text": self.estimated_start_text,
+            "position": self.position,
+            "borrowed": self.borrowed,
+            "nodes": list(self.nodes),
+            "as_of": {
+                "cycle": self.cycle_id,
+                "cycle_at": self.cycle_at.isoformat() if self.cycle_at else None,
+                "cluster_time": to_datetime(self.now).isoformat(),  # type: ignore[union-attr]
+            },
+            "timing_ms": {"plan": round(self.plan_ms, 1), "snapshot": round(self.snapshot_ms, 1)},
+        }
+
+
+def duration_text(seconds: float) -> str:
+    """To the nearest minute: 25 s -> ``"under a minute"``, 5400 -> ``"1 h 30 min"``,
+    200000 -> ``"2 d 7 h"``."""
+    minutes = int((seconds + 30) // 60)
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def when_text(ts: float, now: float) -> str:
+    """``"2026-12-01 00:30 UTC (in 1 h 20 min)"``; ``"now"`` for a start at ``now``."""
+    if ts <= now + 1:
+        return "now"
+    at = to_datetime(ts).strftime("%Y-%m-%d %H:%M UTC")  # type: ignore[union-attr]
+    return f"{at} (in {duration_text(ts - now)})"
+
+
+# -- the snapshot -------------------------------------------------------------------------------
+
+
+def _fingerprint_sql() -> str:
+    job, cycle = Job._meta.db_table, SchedulingCycle._meta.db_table
+    node, line, queue = Node._meta.db_table, BusinessLine._meta.db_table, Queue._meta.db_table
+    active = ", ".join(f"'{s}'" for s in Job.ACTIVE_STATES)
+    return f"""
+        SELECT (SELECT max(id) FROM {cycle}),
+               (SELECT cluster_time FROM {cycle} ORDER BY id DESC LIMIT 1),
+               (SELECT max(id) FROM {job}),
+               (SELECT count(*) FROM {job} WHERE state IN ({active})),
+               (SELECT max(updated_at) FROM {node}),
+               (SELECT md5(coalesce(string_agg(concat_ws(',', id, quota_gpus, guarantee_gpus),
+                                               ';' ORDER BY id), '')) FROM {line}),
+               (SELECT md5(coalesce(string_agg(concat_ws(',', id, business_line_id, tier,
+                                                         quota_gpus, guarantee_gpus,
+                                                         preempts_tiers::text),
+                                               ';' ORDER BY id), '')) FROM {queue})
+    """  # noqa: S608 - table names from the models, no input
+
+
+def fingerprint() -> tuple:
+    """What changes the snapshot between two cycles, in one query of index-backed parts: the
+    last cycle (id, cluster time), the newest job and the number of active ones (a
+    submission, a cancel), the last node change (cordon, drain, resume) and the contracts."""
+    with connection.cursor() as cur:
+        cur.execute(_fingerprint_sql())
+        return tuple(cur.fetchone())
+
+
+class ReadOnlySimulatorStore(DatabaseSimulatorStore):
+    """The simulator as its last save left it, read without locking its row (a cycle may
+    hold that lock: a plain read does not wait for it); never saved."""
+
+    def load(self) -> SavedSimulator | None:
+        self.row = SimulatorState.objects.filter(singleton=True).first()
+        if self.row is None:
+            return None
+        return SavedSimulator(state=self.row.state, virtual_now=self.row.virtual_now,
+                              saved_wall=self.row.saved_wall, speed=self.row.speed)  # fmt: skip
+
+    def save(self, saved: SavedSimulator) -> None:
+        raise RuntimeError("a what-if never saves the simulator")
+
+
+def observe_read_only() -> Observation:
+    """What the cluster reports, asked without changing it: the simulator as the last cycle
+    (or clock advance) saved it, its clock not moved; another backend's ``observe`` (a read)."""
+    if settings.SCHEDULING_BACKEND == "simulator":
+        store = ReadOnlySimulatorStore()
+        return SimulatorBackend.open(backend_context(advance=False, store=store)).observe()
+    backend = get_backend(advance=False)
+    try:
+        return backend.observe()
+    finally:
+        backend.close()
+
+
+def as_the_cycle_would(obs: Observation) -> Observation:
+    """The observation as the next cycle plans on it, after its reconcile step: GPUs held by
+    residual processes are cleaned (free), and nodes the portal asked to uncordon are."""
+    uncordon = set(Node.objects.filter(uncordon_requested=True).values_list("name", flat=True))
+    nodes = []
+    for o in obs.nodes:
+        if o.residual_gpus or o.name in uncordon:
+            o = replace(
+                o,
+                free_gpus=tuple(sorted({*o.free_gpus, *o.residual_gpus})),
+                residual_gpus=(),
+                cordoned=o.cordoned and o.name not in uncordon,
+            )
+        nodes.append(o)
+    return replace(obs, nodes=tuple(nodes))
+
+
+def still_running(ctx: SnapshotContext, obs: Observation) -> tuple[et.RunningJob, ...]:
+    """The running jobs whose runs the backend still reports (a run that ended since the
+    last cycle is settled by the next one's reconcile step: its GPUs are free already)."""
+    alive = {j.ref for j in obs.jobs if j.state not in ENDED}
+    return tuple(r for r in ctx.snapshot.running if ctx.jobs[r.id]["backend_ref"] in alive)
+
+
+def _read_only_snapshot() -> None:
+    """Make the current (outermost) transaction one consistent, read-only view."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+
+def build_baseline() -> Baseline:
+    """Read the cluster and build the snapshot the next cycle would plan on (no candidate)."""
+    t0 = time.perf_counter()
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost:
+            _read_only_snapshot()
+        key = fingerprint()
+        predictor = RuntimePredictor.from_history()
+        obs = as_the_cycle_would(observe_read_only())
+        ctx = build_snapshot(obs, production_policy(), predictor)
+    return Baseline(
+        snapshot=replace(ctx.snapshot, running=still_running(ctx, obs)),
+        key=key,
+        predictor=predictor,
+        cycle_id=key[0],
+        cycle_at=key[1],
+        next_job_id=(key[2] or 0) + 1,
+        built_at=time.monotonic(),
+        build_ms=(time.perf_counter() - t0) * 1000,
+    )
+
+
+_lock = threading.Lock()
+_cached: Baseline | None = None
+
+
+def baseline() -> tuple[Baseline, bool]:
+    """The snapshot for what-ifs, and whether it came from the cache (see the module doc)."""
+    global _cached
+    key = fingerprint()
+    with _lock:  # one build at a time; the others wait and share it
+        got = _cached
+        if got is not None and got.key == key and time.monotonic() - got.built_at < CACHE_SECONDS:
+            return got, True
+        got = build_baseline()
+        _cached = got
+        return got, False
+
+
+def clear_cache() -> None:
+    """Forget the cached snapshot (tests; a process that changed the cluster behind our back)."""
+    global _cached
+    with _lock:
+        _cached = None
+
+
+# -- the question -------------------------------------------------------------------------------
+
+
+def candidate_row(fields: dict[str, Any], owner: str, job_id: int) -> dict[str, Any]:
+    """The candidate as the job row a submission would write (``snapshot.JOB_FIELDS`` keys)."""
+    submitted = Job._meta.get_field("submitted_at").get_default()
+    return {
+        "id": job_id, "state": Job.State.PENDING, "tier": fields["tier"], "gpus": fields["gpus"],
+        "gpus_per_node": fields["gpus_per_node"], "gpu_memory_gb": fields["gpu_memory_gb"],
+        "rdma": fields["rdma"], "exclusive_node": fields["exclusive_node"],
+        "avoid_inference": fields["avoid_inference"], "preemptible": fields["preemptible"],
+        "preemption_count": 0, "model_name": fields["model_name"],
+        "estimated_runtime_minutes": fields["estimated_runtime_minutes"],
+        "owner__username": owner, "submitted_at": submitted,
+    }  # fmt: skip
+
+
+def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
+    """What the plan says of ``job_id``: a start (with its nodes) or its verdict."""
+    start = next((s for s in plan.starts if s.job_id == job_id), None)
+    if start is not None:
+        nodes = tuple(s.node for s in start.placement)
+        shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes)} nodes ({shown})"
+        message = f"It would start now, on {where}."
+        if start.borrowed:
+            message += (
+                " It would run beyond its quota on borrowed idle GPUs, and be the first to be "
+                "preempted when their owners need them back."
+            )
+        return {"status": "fits_now", "code": "", "message": message, "borrowed": start.borrowed,
+                "nodes": nodes, "estimated_start": plan.now}  # fmt: skip
+    v = plan.verdicts[job_id]
+    return {
+        "status": "never_fits" if v.code == et.Code.NEVER_FITS else "would_wait",
+        "code": v.code, "message": v.message, "details": dict(v.details), "remedy": v.remedy,
+        "estimated_start": v.estimated_start, "position": v.position,
+    }  # fmt: skip
+
+
+def what_if(user: Any, req: JobRequest) -> WhatIf:
+    """Would ``req``, submitted by ``user`` now, start at the next cycle, and if not, why and
+    when? Raises ``ValidationError`` when a submission would be refused (the service's rules)."""
+    fields = resolve_job_request(user, req)
+    base, cached = baseline()
+    now = cluster_now_ts()
+    queue: Queue = fields["queue"]
+    row = candidate_row(fields, user.username, base.next_job_id)
+    candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
+    snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
+    t0 = time.perf_counter()
+    plan = engine.plan(snapshot, now)
+    plan_ms = (time.perf_counter() - t0) * 1000
+    return WhatIf(
+        **answer(plan, candidate.id),
+        now=now,
+        cycle_id=base.cycle_id,
+        cycle_at=base.cycle_at,
+        plan_ms=plan_ms,
+        snapshot_ms=0.0 if cached else base.build_ms,
+        cached=cached,
+    )
+
+
+def verdict_of(job: Job) -> tuple[str, str]:
+    """A job's outcome in the what-if's terms: ``("fits_now", "")`` once it started (running,
+    or already past it), else its status and pending code (tests and checks compare them)."""
+    if job.state == Job.State.PENDING:
+        status = "never_fits" if job.pending_code == et.Code.NEVER_FITS else "would_wait"
+        return status, job.pending_code
+    return "fits_now", ""

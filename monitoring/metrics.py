@@ -30,3 +30,27 @@ def delivered_gpu_seconds(samples: Sequence[tuple[float, int]], until: float) ->
 def eviction_ratio(evicted_gpu_seconds: float, delivered: float) -> float:
     """Evicted GPU time over delivered GPU time (0 when nothing was delivered)."""
     return 0.0 if delivered <= 0 else evicted_gpu_seconds / delivered
+
+
+def window_eviction_ratio(evicted_gpu_seconds: float, delivered_gpu_seconds: float) -> float | None:
+    """R4's eviction ratio of a window, the one every surface shows: evicted GPU time over
+    delivered GPU time, rounded to 4 places; ``None`` ("no data yet") when the window holds
+    neither. An evicted run was delivered too, so the ratio never exceeds 1 even when the
+    usage series starts late."""
+    if delivered_gpu_seconds <= 0 and evicted_gpu_seconds <= 0:
+        return None
+    return round(
+        eviction_ratio(evicted_gpu_seconds, max(delivered_gpu_seconds, evicted_gpu_seconds)), 4
+    )
+
+
+def window_label(seconds: float) -> str:
+    """``"last 72 h"`` (whole hours) or ``"last 90 min"``: how a window is named everywhere."""
+    if seconds >= 3600 and not seconds % 3600:
+        return f"last {int(seconds // 3600)} h"
+    return f"last {round(seconds / 60)} min"
+
+
+def ratio_text(ratio: float | None) -> str:
+    """A ratio as a page prints it: ``"12.5%"``, or ``"no data yet"`` for ``None``."""
+    return "no data yet" if ratio is None else f"{100 * ratio:.1f}%"

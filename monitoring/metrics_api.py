@@ -1,10 +1,11 @@
 """REST: ``GET /api/v1/metrics/summary/``, the cluster at a glance for scripts.
 
-Live numbers (GPUs, utilization, pending jobs by reason) are read now; the
-eviction ratio (R4: evicted over delivered GPU-seconds in the last 24 h of
-cluster time) is the one the metrics rollup computed in its latest sample
-(``monitoring.rollup``, once a minute), the same figure the queues API and
-``/metrics`` report.
+Live numbers (GPUs, utilization of healthy GPUs, pending jobs by reason) are read now;
+the eviction ratio (R4: evicted over delivered GPU-seconds in the window
+``eviction_window_seconds`` of cluster time, the quota policy's) is the one the metrics
+rollup computed in its latest sample (``monitoring.rollup``, once a minute), the same
+figure the queues API, the pages and ``/metrics`` report; ``null`` while the window
+holds no data yet.
 """
 
 from __future__ import annotations
@@ -18,9 +19,7 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from monitoring import metrics
-from monitoring.models import MetricSample
-from monitoring.rollup import EVICTION_WINDOW, get_eviction_ratios
+from monitoring.rollup import get_eviction_figures
 from quotas.models import Queue
 from scheduling.clock import cluster_now
 from scheduling.models import Job
@@ -44,44 +43,53 @@ def build_pending_by_reason() -> dict[str, int]:
 def build_metrics_summary(now: datetime | None = None) -> dict:
     """GPUs, utilization, why jobs wait, and the latest eviction ratios per queue name."""
     cluster = build_cluster_summary()
-    ratios = get_eviction_ratios()
+    eviction = get_eviction_figures()
     names = Queue.objects.order_by("name").values_list("id", "name")
     return {
         "cluster_time": now or cluster_now(),
         "gpus_total": cluster.gpus_total,
         "gpus_allocated": cluster.gpus_allocated,
+        "gpus_allocated_healthy": cluster.gpus_allocated_healthy,
         "gpus_healthy": cluster.gpus_healthy,
         "gpus_residual": cluster.gpus_residual,
-        "utilization": round(metrics.utilization(cluster.gpus_allocated, cluster.gpus_healthy), 4),
+        "utilization": cluster.utilization,
         "nodes_by_state": cluster.nodes_by_state,
         "pending_by_reason": build_pending_by_reason(),
-        "eviction_window_seconds": int(EVICTION_WINDOW.total_seconds()),
-        "eviction_sampled_at": MetricSample.objects.order_by("-at")
-        .values_list("at", flat=True)
-        .first(),
-        "eviction_ratio_by_queue": {name: ratios.get(qid, 0.0) for qid, name in names},
+        "eviction_window_seconds": eviction.window_s,
+        "eviction_window": eviction.window_label,
+        "eviction_sampled_at": eviction.sampled_at,
+        "eviction_ratio_by_queue": {name: eviction.ratio(qid) for qid, name in names},
     }
 
 
 class MetricsSummarySerializer(serializers.Serializer):
     cluster_time = serializers.DateTimeField()
     gpus_total = serializers.IntegerField()
-    gpus_allocated = serializers.IntegerField()
+    gpus_allocated = serializers.IntegerField(help_text="GPUs allocated to jobs, on any node")
+    gpus_allocated_healthy = serializers.IntegerField(
+        help_text="GPUs allocated to jobs on healthy nodes"
+    )
     gpus_healthy = serializers.IntegerField(help_text="GPUs of ready nodes whose health is ok")
     gpus_residual = serializers.IntegerField(help_text="GPUs held by stale processes")
-    utilization = serializers.FloatField(help_text="allocated over healthy GPUs, 0..1")
+    utilization = serializers.FloatField(
+        help_text="utilization of healthy GPUs: gpus_allocated_healthy over gpus_healthy, 0..1"
+    )
     nodes_by_state = serializers.DictField(child=serializers.IntegerField())
     pending_by_reason = serializers.DictField(
         child=serializers.IntegerField(),
         help_text="pending jobs per reason code; NEW: submitted since the last cycle",
     )
-    eviction_window_seconds = serializers.IntegerField()
+    eviction_window_seconds = serializers.IntegerField(
+        help_text="the window of every eviction ratio, in seconds of cluster time"
+    )
+    eviction_window = serializers.CharField(help_text='the window in words, e.g. "last 72 h"')
     eviction_sampled_at = serializers.DateTimeField(
         allow_null=True, help_text="cluster time of the rollup sample the ratios come from"
     )
     eviction_ratio_by_queue = serializers.DictField(
-        child=serializers.FloatField(),
-        help_text="per queue name: evicted over delivered GPU-seconds in the window, 0..1",
+        child=serializers.FloatField(allow_null=True),
+        help_text="per queue name: evicted over delivered GPU-seconds in the window, 0..1; "
+        "null while the window holds no data yet",
     )
 
 

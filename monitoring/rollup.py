@@ -5,27 +5,22 @@ near its limit (V4, R4)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from django.db.models import Count, Sum
+from django.db.models import Count
 
 from core import events
 from core.realtime import publish_on_commit
 from monitoring import metrics
 from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
-from quotas.models import BusinessLine, Queue
+from quotas.models import BusinessLine, Queue, QuotaPolicy
 from scheduling.clock import cluster_now, wall_seconds
 from scheduling.models import Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
-from scheduling.selectors import (
-    QueueUsage,
-    build_cluster_summary,
-    build_line_usage,
-    build_queue_usage,
-)
+from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
-EVICTION_WINDOW = timedelta(hours=24)
 EVICTION_ALERT_RATIO = 0.15
 EVICTION_ALERT_MIN_EVENTS = 3
 PENDING_TOO_LONG = timedelta(hours=6)
@@ -38,33 +33,70 @@ BACKEND_QUIET = timedelta(minutes=10)
 RETENTION = timedelta(days=14)
 
 
-def _eviction_by_queue(now, usage: dict[int, QueueUsage]) -> dict[int, dict]:
-    since = now - EVICTION_WINDOW
-    evicted = {
-        r["queue_id"]: r
-        for r in Eviction.objects.filter(at__gte=since)
-        .values("queue_id")
-        .annotate(gpu_s=Sum("gpu_seconds"), n=Count("id"))
-    }
+def eviction_window() -> timedelta:
+    """The one eviction-ratio window of the portal: the quota policy's
+    ``eviction_window_hours`` (72 by default; admins change it in the Django admin). The
+    rollup, the alerts, the guarantee advice, the pages, the API and ``/metrics`` use it."""
+    hours = QuotaPolicy.objects.values_list("eviction_window_hours", flat=True).first()
+    if hours is None:  # read-only: no policy row yet means the defaults
+        hours = QuotaPolicy._meta.get_field("eviction_window_hours").default
+    return timedelta(hours=max(1, hours))
+
+
+def queue_use_series(since: datetime, until: datetime) -> dict[int, list[tuple[float, int]]]:
+    """Each queue's GPUs in use at every rollup sample in ``[since, until]``, oldest first."""
     series: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for at, per_queue in (
-        MetricSample.objects.filter(at__gte=since).order_by("at").values_list("at", "per_queue")
-    ):
+    rows = (
+        MetricSample.objects.filter(at__gte=since, at__lte=until)
+        .order_by("at")
+        .values_list("at", "per_queue")
+    )
+    for at, per_queue in rows:
         for qid, row in per_queue.items():
             series[int(qid)].append((at.timestamp(), int(row.get("used", 0))))
+    return series
+
+
+def list_window_evictions(since: datetime, until: datetime) -> dict[int, list[tuple]]:
+    """Per queue id, the evictions in ``[since, until]`` as ``(at, gpus, gpu_seconds)``, in
+    a fixed order (the ratio and the advice sum them the same way, to the last bit)."""
+    out: dict[int, list[tuple]] = defaultdict(list)
+    rows = (
+        Eviction.objects.filter(at__gte=since, at__lte=until)
+        .order_by("at", "id")
+        .values_list("queue_id", "at", "gpus", "gpu_seconds")
+    )
+    for queue_id, at, gpus, gpu_s in rows:
+        out[queue_id].append((at, gpus, gpu_s))
+    return out
+
+
+def delivered_in_window(points: list[tuple[float, int]], since: float, now: float) -> float:
+    """GPU-seconds a queue was given in ``[since, now]``, from its sampled use (a step
+    series) and its use now as the last point."""
+    return metrics.delivered_gpu_seconds([p for p in points if p[0] >= since], now)
+
+
+def _eviction_by_queue(now: datetime, usage: dict[int, QueueUsage]) -> dict[int, dict]:
+    """Per queue: evictions, evicted and delivered GPU-seconds and the ratio in the window
+    ending ``now`` (``eviction_ratio`` None: no data yet)."""
+    window = eviction_window()
+    since = now - window
+    evictions = list_window_evictions(since, now)
+    series = queue_use_series(since, now)
     now_ts = now.timestamp()
     out = {}
     for queue_id in Queue.objects.values_list("id", flat=True):
-        points = series.get(queue_id, [])
-        points.append((now_ts, usage.get(queue_id, QueueUsage()).used_gpus))
-        delivered = metrics.delivered_gpu_seconds(points, now_ts)
-        ev = evicted.get(queue_id, {"gpu_s": 0.0, "n": 0})
+        points = [*series.get(queue_id, []), (now_ts, usage.get(queue_id, QueueUsage()).used_gpus)]
+        delivered = delivered_in_window(points, since.timestamp(), now_ts)
+        rows = evictions.get(queue_id, [])
+        evicted = sum(gpu_s for _, _, gpu_s in rows)
         out[queue_id] = {
-            "evicted_gpu_s": float(ev["gpu_s"] or 0.0),
-            "evictions": ev["n"],
-            "eviction_ratio": round(
-                metrics.eviction_ratio(float(ev["gpu_s"] or 0.0), delivered), 4
-            ),
+            "evictions": len(rows),
+            "evicted_gpu_s": evicted,
+            "delivered_gpu_s": delivered,
+            "eviction_ratio": metrics.window_eviction_ratio(evicted, delivered),
+            "eviction_window_s": int(window.total_seconds()),
         }
     return out
 
@@ -74,8 +106,8 @@ def rollup() -> MetricSample:
     now = cluster_now()
     summary = build_cluster_summary()
     free_per_node = list_usable_free_gpus()
-    queue_usage = build_queue_usage()
-    line_usage = build_line_usage()
+    usage = build_usage()
+    queue_usage, line_usage = usage.queues, usage.lines
     evictions = _eviction_by_queue(now, queue_usage)
     queues = {q.pk: q for q in Queue.objects.select_related("business_line")}
     per_queue = {
@@ -109,7 +141,7 @@ def rollup() -> MetricSample:
         gpus_total=summary.gpus_total,
         gpus_healthy=summary.gpus_healthy,
         gpus_allocated=summary.gpus_allocated,
-        utilization=round(metrics.utilization(summary.gpus_allocated, summary.gpus_healthy), 4),
+        utilization=summary.utilization,
         fragmentation_gpus=metrics.fragmentation(free_per_node),
         pending_jobs=Job.objects.filter(state=Job.State.PENDING).count(),
         pending_by_reason=pending_by_reason,
@@ -119,9 +151,7 @@ def rollup() -> MetricSample:
     MetricSample.objects.filter(at__lt=now - RETENTION).delete()
     _raise_window_alerts(now, per_queue, per_line)
     publish_on_commit(
-        *events.eviction_updated(
-            {q["name"]: q.get("eviction_ratio", 0.0) for q in per_queue.values()}
-        )
+        *events.eviction_updated({q["name"]: q.get("eviction_ratio") for q in per_queue.values()})
     )
     return sample
 
@@ -130,15 +160,19 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     """Raise the condition alerts that hold now; resolve those that no longer do."""
     firing: dict[str, set[str]] = defaultdict(set)
     for row in per_queue.values():
+        ratio = row.get("eviction_ratio")
         if (
-            row.get("eviction_ratio", 0) > EVICTION_ALERT_RATIO
+            ratio is not None
+            and ratio > EVICTION_ALERT_RATIO
             and row.get("evictions", 0) >= EVICTION_ALERT_MIN_EVENTS
         ):
             firing[Alert.Kind.EVICTION_RATIO].add(row["name"])
+            window = metrics.window_label(row["eviction_window_s"])
             raise_alert(
                 Alert.Kind.EVICTION_RATIO, Alert.Severity.WARNING, row["name"],
-                f"{row['evictions']} evictions in 24 h: {row['evicted_gpu_s'] / 3600:.0f} "
-                f"GPU-hours evicted, ratio {row['eviction_ratio']:.0%} of delivered. "
+                f"{row['evictions']} evictions in the {window}: "
+                f"{row['evicted_gpu_s'] / 3600:.0f} GPU-hours evicted, eviction ratio "
+                f"{metrics.ratio_text(ratio)} of delivered GPU time. "
                 f"Consider a guarantee for {row['name']} (see the line's page).",
             )  # fmt: skip
     stale = (
@@ -178,10 +212,83 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     )  # fmt: skip
 
 
-def get_eviction_ratios() -> dict[int, float]:
-    """Latest eviction ratio per queue id (from the last sample)."""
-    latest = MetricSample.objects.order_by("-at").values_list("per_queue", flat=True).first()
-    return {int(k): float(v.get("eviction_ratio", 0.0)) for k, v in (latest or {}).items()}
+@dataclass(frozen=True)
+class EvictionFigures:
+    """The eviction figures of the latest rollup sample (what every surface shows).
+
+    ``window_s``: the window of the ratios (the policy's when there is no sample yet);
+    ``sampled_at``: the sample's cluster time (None: no sample yet); ``by_queue``: per queue
+    id ``{evictions, evicted_gpu_s, delivered_gpu_s, eviction_ratio}``, the ratio None
+    when the window holds no data yet.
+    """
+
+    window_s: int
+    sampled_at: datetime | None
+    by_queue: dict[int, dict]
+
+    def ratio(self, queue_id: int) -> float | None:
+        return self.by_queue.get(queue_id, {}).get("eviction_ratio")
+
+    @property
+    def window_label(self) -> str:
+        return metrics.window_label(self.window_s)
 
 
-__all__ = ["get_eviction_ratios", "rollup"]
+def eviction_figures_of(sample: dict | None) -> EvictionFigures:
+    """The eviction figures of a sample read as ``{"at", "per_queue"}`` (None: no sample)."""
+    if sample is None:
+        return EvictionFigures(int(eviction_window().total_seconds()), None, {})
+    by_queue = {int(k): v for k, v in sample["per_queue"].items()}
+    windows = {v["eviction_window_s"] for v in by_queue.values() if "eviction_window_s" in v}
+    window_s = windows.pop() if len(windows) == 1 else int(eviction_window().total_seconds())
+    return EvictionFigures(
+        window_s=window_s,
+        sampled_at=sample["at"],
+        by_queue={
+            qid: {
+                "evictions": int(v.get("evictions", 0)),
+                "evicted_gpu_s": float(v.get("evicted_gpu_s", 0.0)),
+                "delivered_gpu_s": float(v.get("delivered_gpu_s", 0.0)),
+                "eviction_ratio": v.get("eviction_ratio"),
+            }
+            for qid, v in by_queue.items()
+        },
+    )
+
+
+def get_eviction_figures() -> EvictionFigures:
+    """The latest sample's eviction figures (one query; two without a sample yet)."""
+    return eviction_figures_of(
+        MetricSample.objects.order_by("-at").values("at", "per_queue").first()
+    )
+
+
+def get_eviction_ratios() -> dict[int, float | None]:
+    """Latest eviction ratio per queue id (None: no data yet), from the last sample."""
+    figures = get_eviction_figures()
+    return {qid: row["eviction_ratio"] for qid, row in figures.by_queue.items()}
+
+
+# -- cadence ------------------------------------------------------------------------------
+# One sample per cluster minute. The beat entry asks every BEAT_SECONDS of wall time
+# (portal/celery.py): on a real backend that writes one sample a minute, as before; on the
+# simulator at 60x each ask is five simulated minutes later, so it writes every time (12
+# samples per simulated hour, where one a wall minute gave the dashboard's "last hour" a
+# single point). A sample due within half a beat is written now rather than a beat late.
+SAMPLE_EVERY = timedelta(minutes=1)
+BEAT_SECONDS = 5.0
+
+
+def sample_due(now: datetime) -> bool:
+    """True when the latest sample is a cluster minute old (less half a beat) or missing."""
+    last = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
+    return last is None or now - last >= SAMPLE_EVERY - timedelta(seconds=BEAT_SECONDS / 2)
+
+
+def rollup_if_due() -> MetricSample | None:
+    """The beat's entry point: ``rollup()`` when a sample is due, else nothing."""
+    return rollup() if sample_due(cluster_now()) else None
+
+
+__all__ = ["EvictionFigures", "eviction_window", "get_eviction_figures", "get_eviction_ratios",
+           "rollup"]  # fmt: skip

@@ -27,8 +27,9 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
-from monitoring import charts, metrics
+from monitoring import charts
 from monitoring.guides import GUIDES, guide_for_alert
+from monitoring.metrics_api import build_pending_by_reason
 from monitoring.models import Alert, MetricSample
 from monitoring.node_actions import clean_residual_now
 from monitoring.permissions import (
@@ -37,7 +38,7 @@ from monitoring.permissions import (
     may_see_dashboard,
     may_use_oncall_console,
 )
-from monitoring.rollup import EVICTION_ALERT_RATIO
+from monitoring.rollup import EVICTION_ALERT_RATIO, eviction_figures_of
 from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
 from scheduling.cluster_lock import ClusterBusy
@@ -53,7 +54,7 @@ from scheduling.nodes.selectors import (
     node_exists,
 )
 from scheduling.nodes.services import cordon_node, drain_node, inject_fault, uncordon_node
-from scheduling.selectors import QueueUsage, build_cluster_summary, build_line_usage
+from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
 WINDOWS = {
     "1h": ("last hour", timedelta(hours=1)),
@@ -104,15 +105,16 @@ oncall_access = _role_required(may_use_oncall_console, ONCALL_ONLY)
 def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     """Tiles and figures of the dashboard (about ten grouped queries, whatever the scale).
 
-    "Now" numbers are read live; history and eviction ratios come from the rollup's
-    samples; pending reasons from the latest scheduling cycle.
+    "Now" numbers are read live through the selectors every other surface uses (usage and
+    borrowing: ``build_usage``; utilization of healthy GPUs: ``build_cluster_summary``;
+    pending jobs by reason: ``build_pending_by_reason``, as set by the latest cycle);
+    history and eviction ratios (over the portal's one window) come from the rollup's
+    samples.
     """
     label, span = WINDOWS.get(window, WINDOWS[DEFAULT_WINDOW])
     cluster = build_cluster_summary()
     latest = (
-        MetricSample.objects.order_by("-at")
-        .values("at", "per_queue", "fragmentation_gpus", "pending_by_reason", "pending_jobs")
-        .first()
+        MetricSample.objects.order_by("-at").values("at", "per_queue", "fragmentation_gpus").first()
     )
     series: list[tuple] = []
     if latest:
@@ -127,7 +129,8 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         .values("id", "cluster_time", "pending_by_reason", "pending")
         .first()
     )
-    usage = build_line_usage()
+    usage = build_usage().lines
+    eviction = eviction_figures_of(latest)
     lines = [
         charts.LineRow(
             name=line.name,
@@ -141,21 +144,18 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         for line in BusinessLine.objects.all()
         for u in [usage.get(line.pk, QueueUsage())]
     ]
-    queues = [
+    queues = [  # queues whose window holds no data yet are not drawn (no 0% that is not)
         charts.QueueEviction(
             name=row.get("name", qid),
             line=row.get("line", ""),
-            ratio=float(row.get("eviction_ratio", 0.0)),
+            ratio=float(row["eviction_ratio"]),
             evictions=int(row.get("evictions", 0)),
         )
         for qid, row in ((latest or {}).get("per_queue") or {}).items()
+        if row.get("eviction_ratio") is not None
     ]
-    if cycle:
-        pending_by_reason, pending = cycle["pending_by_reason"], cycle["pending"]
-    elif latest:
-        pending_by_reason, pending = latest["pending_by_reason"], latest["pending_jobs"]
-    else:
-        pending_by_reason, pending = {}, 0
+    pending_by_reason = build_pending_by_reason()
+    pending = sum(pending_by_reason.values())
     ready = cluster.nodes_by_state.get(Node.State.READY, 0)
     return {
         "window": window if window in WINDOWS else DEFAULT_WINDOW,
@@ -168,9 +168,11 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
             "cycle": cycle["id"] if cycle else None,
             "cycle_time": cycle["cluster_time"].isoformat() if cycle else None,
         },
+        "eviction_window": eviction.window_label,
         "tiles": {
-            "utilization": f"{metrics.utilization(cluster.gpus_allocated, cluster.gpus_healthy):.1%}",
-            "gpus_allocated": cluster.gpus_allocated,
+            # utilization of healthy GPUs: allocated on healthy nodes over healthy GPUs
+            "utilization": f"{cluster.utilization:.1%}",
+            "gpus_allocated": cluster.gpus_allocated_healthy,
             "gpus_healthy": cluster.gpus_healthy,
             "gpus_total": cluster.gpus_total,
             "nodes_out": cluster.nodes_total - ready,
@@ -181,7 +183,9 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
             "utilization": charts.utilization_figure([(at, u) for at, u, _ in series]),
             "lines": charts.line_usage_figure(lines),
             "pending": charts.pending_by_reason_figure(pending_by_reason),
-            "eviction": charts.eviction_ratio_figure(queues, EVICTION_ALERT_RATIO),
+            "eviction": charts.eviction_ratio_figure(
+                queues, EVICTION_ALERT_RATIO, eviction.window_label
+            ),
             "fragmentation": charts.fragmentation_figure([(at, f) for at, _, f in series]),
         },
     }

@@ -32,40 +32,37 @@ from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
 from core.roles import is_admin
-from monitoring import metrics
 from monitoring.metrics_api import build_pending_by_reason
-from monitoring.models import MetricSample
-from monitoring.rollup import EVICTION_WINDOW, get_eviction_ratios
+from monitoring.rollup import get_eviction_figures
 from quotas.models import BusinessLine, Queue
 from scheduling.models import Eviction, Job, Node, SchedulingCycle
-from scheduling.selectors import (
-    QueueUsage,
-    build_cluster_summary,
-    build_line_usage,
-    build_queue_usage,
-)
+from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
 # Cycle duration buckets in seconds: a steady 10,000-GPU cycle takes ~0.7 s (docs/benchmarks.md).
 CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-WINDOW_H = int(EVICTION_WINDOW.total_seconds() // 3600)
+BORROWED_DOC = "beyond its own quota: max(0, used - quota), 0 without a quota of its own"
 
 
-QUEUE_GAUGES = (
-    ("quota_gpus", "Quota of the queue in GPUs (absent: bounded only by its line's quota)"),
-    ("guarantee_gpus", "Guaranteed GPUs of the queue"),
-    ("used_gpus", "GPUs held by running jobs of the queue"),
-    ("borrowed_gpus", "GPUs the queue's jobs hold beyond quota on idle capacity"),
-    ("pending_gpus", "GPUs asked by pending jobs of the queue"),
-    ("running_jobs", "Running jobs of the queue"),
-    ("pending_jobs", "Pending jobs of the queue"),
-    ("eviction_ratio", f"Evicted over delivered GPU-seconds of the queue in the last {WINDOW_H} h "
-     "of cluster time, from the latest metrics rollup sample"),
-)  # fmt: skip
+def _queue_gauges(window: str) -> tuple[tuple[str, str], ...]:
+    return (
+        ("quota_gpus", "Quota of the queue in GPUs (absent: bounded only by its line's quota)"),
+        ("guarantee_gpus", "Guaranteed GPUs of the queue"),
+        ("used_gpus", "GPUs held by running and checkpointing jobs of the queue"),
+        ("borrowed_gpus", f"GPUs the queue holds {BORROWED_DOC}"),
+        ("pending_gpus", "GPUs asked by pending jobs of the queue"),
+        ("running_jobs", "Running jobs of the queue"),
+        ("pending_jobs", "Pending jobs of the queue"),
+        ("eviction_ratio", f"Eviction ratio of the queue, {window} of cluster time: evicted "
+         "over delivered GPU-seconds (0..1), from the latest metrics rollup sample; absent "
+         "while the window holds no data yet"),
+    )  # fmt: skip
+
+
 LINE_GAUGES = (
     ("quota_gpus", "Quota of the business line in GPUs"),
     ("guarantee_gpus", "Guaranteed GPUs of the business line"),
-    ("used_gpus", "GPUs held by running jobs of the line"),
-    ("borrowed_gpus", "GPUs the line's jobs hold beyond quota on idle capacity"),
+    ("used_gpus", "GPUs held by running and checkpointing jobs of the line"),
+    ("borrowed_gpus", f"GPUs the line holds {BORROWED_DOC}"),
     ("pending_gpus", "GPUs asked by pending jobs of the line"),
 )
 
@@ -89,31 +86,35 @@ def _usage_values(contract: BusinessLine | Queue, u: QueueUsage) -> dict:
 
 
 def _queue_families() -> Iterator[Metric]:
-    usage = build_queue_usage()
-    eviction = get_eviction_ratios()
+    usage = build_usage()
+    eviction = get_eviction_figures()
     queues = Queue.objects.select_related("business_line").order_by("name")
     yield from _gauges(
-        "gpuportal_queue_", QUEUE_GAUGES, ["queue", "business_line", "tier"],
+        "gpuportal_queue_", _queue_gauges(eviction.window_label), ["queue", "business_line", "tier"],
         (
             ([q.name, q.business_line.name, q.tier],
              {**_usage_values(q, u), "running_jobs": u.running_jobs,
-              "pending_jobs": u.pending_jobs, "eviction_ratio": eviction.get(q.pk, 0.0)})
+              "pending_jobs": u.pending_jobs, "eviction_ratio": eviction.ratio(q.pk)})
             for q in queues
-            for u in [usage.get(q.pk, QueueUsage())]
+            for u in [usage.queues.get(q.pk, QueueUsage())]
         ),
     )  # fmt: skip
-    sampled_at = MetricSample.objects.order_by("-at").values_list("at", flat=True).first()
-    if sampled_at is not None:
+    window = GaugeMetricFamily(
+        "gpuportal_eviction_window_seconds",
+        "Length of the window (cluster time) of gpuportal_queue_eviction_ratio",
+    )
+    window.add_metric([], eviction.window_s)
+    yield window
+    if eviction.sampled_at is not None:
         stamp = GaugeMetricFamily(
             "gpuportal_metrics_rollup_timestamp_seconds",
             "Cluster time (Unix seconds) of the rollup sample the eviction ratios come from",
         )
-        stamp.add_metric([], sampled_at.timestamp())
+        stamp.add_metric([], eviction.sampled_at.timestamp())
         yield stamp
-    line_usage = build_line_usage()
     yield from _gauges(
         "gpuportal_line_", LINE_GAUGES, ["business_line"],
-        (([line.name], _usage_values(line, line_usage.get(line.pk, QueueUsage())))
+        (([line.name], _usage_values(line, usage.lines.get(line.pk, QueueUsage())))
          for line in BusinessLine.objects.order_by("name")),
     )  # fmt: skip
 
@@ -186,13 +187,17 @@ def _cluster_families() -> Iterator[Metric]:
     summary = build_cluster_summary()
     for name, doc, value in (
         ("gpuportal_cluster_gpus", "GPUs in the cluster", summary.gpus_total),
-        ("gpuportal_cluster_allocated_gpus", "GPUs allocated to jobs", summary.gpus_allocated),
+        ("gpuportal_cluster_allocated_gpus", "GPUs allocated to jobs, on any node",
+         summary.gpus_allocated),
+        ("gpuportal_cluster_allocated_healthy_gpus", "GPUs allocated to jobs on healthy nodes",
+         summary.gpus_allocated_healthy),
         ("gpuportal_cluster_healthy_gpus", "GPUs of ready nodes whose health is ok",
          summary.gpus_healthy),
         ("gpuportal_cluster_residual_gpus", "GPUs held by stale processes of finished jobs",
          summary.gpus_residual),
-        ("gpuportal_gpu_utilization_ratio", "Allocated over healthy GPUs (0..1)",
-         metrics.utilization(summary.gpus_allocated, summary.gpus_healthy)),
+        ("gpuportal_gpu_utilization_ratio",
+         "Utilization of healthy GPUs: GPUs allocated on healthy nodes over healthy GPUs (0..1)",
+         summary.utilization),
     ):  # fmt: skip
         family = GaugeMetricFamily(name, doc)
         family.add_metric([], value)

@@ -1,4 +1,11 @@
-"""REST: business lines and queues with their contracts and live usage."""
+"""REST: business lines and queues with their contracts and live usage.
+
+Every number comes from the one computation the pages and ``/metrics`` use:
+``scheduling.selectors.build_usage`` (``borrowed_gpus``: use beyond the row's own quota,
+``max(0, used - quota)``, 0 without one; ``within_quota_gpus = used - borrowed``) and the
+latest rollup's eviction figures (``eviction_ratio`` over ``eviction_window_seconds``,
+null while the window holds no data yet).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +15,7 @@ from rest_framework import serializers, viewsets
 
 from core.api import AsciiIdLookup
 from quotas.models import BusinessLine, Queue
-from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
+from scheduling.selectors import QueueUsage, build_usage
 
 
 @extend_schema_field(OpenApiTypes.INT)
@@ -26,28 +33,40 @@ class UsageField(serializers.Field):
 class BusinessLineSerializer(serializers.ModelSerializer):
     used_gpus = UsageField()
     borrowed_gpus = UsageField()
+    within_quota_gpus = UsageField()
     pending_gpus = UsageField()
+    running_jobs = UsageField()
+    pending_jobs = UsageField()
 
     class Meta:
         model = BusinessLine
         fields = ["id", "name", "display_name", "quota_gpus", "guarantee_gpus",
-                  "used_gpus", "borrowed_gpus", "pending_gpus"]  # fmt: skip
+                  "used_gpus", "borrowed_gpus", "within_quota_gpus", "pending_gpus",
+                  "running_jobs", "pending_jobs"]  # fmt: skip
 
 
 class QueueSerializer(BusinessLineSerializer):
     business_line = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    running_jobs = UsageField()
-    pending_jobs = UsageField()
     eviction_ratio = serializers.SerializerMethodField()
+    eviction_window_seconds = serializers.SerializerMethodField()
 
     class Meta:
         model = Queue
         fields = ["id", "name", "business_line", "nature", "tier", "quota_gpus", "guarantee_gpus",
-                  "used_gpus", "borrowed_gpus", "pending_gpus", "running_jobs", "pending_jobs",
-                  "eviction_ratio"]  # fmt: skip
+                  "used_gpus", "borrowed_gpus", "within_quota_gpus", "pending_gpus",
+                  "running_jobs", "pending_jobs", "eviction_ratio",
+                  "eviction_window_seconds"]  # fmt: skip
 
-    def get_eviction_ratio(self, obj: Queue) -> float:
-        return float(self.context.get("eviction", {}).get(obj.pk, 0.0))
+    @extend_schema_field(serializers.FloatField(allow_null=True))  # null: no data yet
+    def get_eviction_ratio(self, obj: Queue) -> float | None:
+        """Evicted over delivered GPU-seconds in the window, 0..1; null: no data yet."""
+        figures = self.context.get("eviction")
+        return None if figures is None else figures.ratio(obj.pk)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_eviction_window_seconds(self, obj: Queue) -> int | None:
+        figures = self.context.get("eviction")
+        return None if figures is None else figures.window_s
 
 
 class BusinessLineViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
@@ -60,7 +79,7 @@ class BusinessLineViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
     def get_serializer_context(self) -> dict:
         if getattr(self, "swagger_fake_view", False):  # drawing the schema reads no rows
             return {**super().get_serializer_context(), "usage": {}}
-        return {**super().get_serializer_context(), "usage": build_line_usage()}
+        return {**super().get_serializer_context(), "usage": build_usage().lines}
 
 
 class QueueViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
@@ -71,12 +90,12 @@ class QueueViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
     filterset_fields = ["tier", "business_line__name", "name"]
 
     def get_serializer_context(self) -> dict:
-        from monitoring.rollup import get_eviction_ratios
+        from monitoring.rollup import get_eviction_figures
 
         if getattr(self, "swagger_fake_view", False):  # drawing the schema reads no rows
-            return {**super().get_serializer_context(), "usage": {}, "eviction": {}}
+            return {**super().get_serializer_context(), "usage": {}, "eviction": None}
         return {
             **super().get_serializer_context(),
-            "usage": build_queue_usage(),
-            "eviction": get_eviction_ratios(),
+            "usage": build_usage().queues,
+            "eviction": get_eviction_figures(),
         }

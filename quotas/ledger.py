@@ -6,12 +6,14 @@ Words used throughout:
   ``None`` on a queue means "bounded only by its line".
 - **guarantee**: GPUs of active use that are never preempted (a floor).
 - **used**: GPUs held by running (or checkpointing) jobs.
-- **borrowed**: the part of ``used`` above a quota, held by preemptible jobs on idle
-  capacity; it is what an owner reclaims first (Q7). Which jobs are borrowed is the
-  engine's own rule (``scheduling.engine.accounting.derive_usage``), reused here so the
-  portal and the scheduler never disagree.
-- **entitled**: ``used - borrowed``; it counts against the quota.
-- **headroom**: ``quota - entitled``: what the line may still start on its own right.
+- **borrowed**: the part of ``used`` beyond the scope's own quota,
+  ``max(0, used - quota)``, 0 for a queue without a quota of its own
+  (``scheduling.engine.accounting.borrowed_gpus``, the one definition every surface shows).
+- **within quota** (``entitled``): ``used - borrowed``.
+- **headroom**: ``quota - within quota``: the quota not in use.
+- **reclaimable** jobs: the running jobs the scheduler reclaims first when their owner needs
+  the GPUs (Q7), by the engine's own rule (``scheduling.engine.accounting.derive_usage``),
+  reused here so the impact's job lists and the scheduler never disagree.
 - **effective guarantee** of a line: ``max(line guarantee, sum of its queues'
   guarantees)``: what the cluster has promised that line. The sum of effective
   guarantees must stay within the healthy capacity (Q5), and within it minus the
@@ -24,7 +26,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from monitoring.metrics import eviction_ratio
+from monitoring.metrics import window_eviction_ratio
+from scheduling.engine.accounting import borrowed_gpus as beyond_quota
 from scheduling.engine.accounting import derive_usage
 from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, RunningJob, Tier
 
@@ -254,22 +257,43 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """A line's or queue's use against its contract."""
+    """A line's or queue's use against its contract.
+
+    ``reclaimable_gpus``: GPUs of its jobs the engine treats as borrowed (reclaimed first);
+    used for the impact's estimates, not shown as "borrowed" (see the module's words).
+    """
 
     quota_gpus: int | None
     guarantee_gpus: int
     used_gpus: int = 0
-    borrowed_gpus: int = 0
+    reclaimable_gpus: int = 0
     active_gpus: int = 0
 
     @property
-    def entitled_gpus(self) -> int:
+    def borrowed_gpus(self) -> int:
+        return beyond_quota(self.used_gpus, self.quota_gpus)
+
+    @property
+    def within_quota_gpus(self) -> int:
         return self.used_gpus - self.borrowed_gpus
+
+    @property
+    def entitled_gpus(self) -> int:
+        """The API's older name of ``within_quota_gpus``."""
+        return self.within_quota_gpus
 
     @property
     def headroom_gpus(self) -> int | None:
         """``None``: no cap of its own (a queue bounded only by its line)."""
-        return None if self.quota_gpus is None else max(0, self.quota_gpus - self.entitled_gpus)
+        return None if self.quota_gpus is None else self.quota_gpus - self.within_quota_gpus
+
+    @property
+    def room_gpus(self) -> int | None:
+        """What the engine lets it start on its own right: quota minus the use it does not
+        treat as reclaimable (its own reclaimable jobs make way)."""
+        if self.quota_gpus is None:
+            return None
+        return max(0, self.quota_gpus - (self.used_gpus - self.reclaimable_gpus))
 
     @property
     def protected_gpus(self) -> int:
@@ -277,8 +301,9 @@ class Position:
         return min(self.active_gpus, self.guarantee_gpus)
 
     def as_dict(self) -> dict[str, Any]:
-        return _pick(self, "quota_gpus", "guarantee_gpus", "used_gpus", "entitled_gpus",
-                     "borrowed_gpus", "headroom_gpus", "protected_gpus")  # fmt: skip
+        return _pick(self, "quota_gpus", "guarantee_gpus", "used_gpus", "within_quota_gpus",
+                     "entitled_gpus", "borrowed_gpus", "headroom_gpus",
+                     "protected_gpus")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,27 +337,27 @@ def positions(contracts: Contracts, holds: Iterable[Hold]) -> Positions:
         for q in contracts.queues
     }
     usage = derive_usage(running, queues, lines)
-    borrowed_q: dict[str, int] = {}
-    borrowed_l: dict[str, int] = {}
+    reclaimable_q: dict[str, int] = {}
+    reclaimable_l: dict[str, int] = {}
     for h in holds:
         if h.id in usage.borrowed_ids:
-            borrowed_q[h.queue] = borrowed_q.get(h.queue, 0) + h.gpus
-            borrowed_l[h.line] = borrowed_l.get(h.line, 0) + h.gpus
+            reclaimable_q[h.queue] = reclaimable_q.get(h.queue, 0) + h.gpus
+            reclaimable_l[h.line] = reclaimable_l.get(h.line, 0) + h.gpus
 
     def position(
-        c: LineContract | QueueContract, held: dict, borrowed: dict, active: dict
+        c: LineContract | QueueContract, held: dict, reclaimable: dict, active: dict
     ) -> Position:
         n = c.name
-        return Position(c.quota_gpus, c.guarantee_gpus, held.get(n, 0), borrowed.get(n, 0),
+        return Position(c.quota_gpus, c.guarantee_gpus, held.get(n, 0), reclaimable.get(n, 0),
                         active.get(n, 0))  # fmt: skip
 
     return Positions(
         lines={
-            ln.name: position(ln, usage.held_line, borrowed_l, usage.active_line)
+            ln.name: position(ln, usage.held_line, reclaimable_l, usage.active_line)
             for ln in contracts.lines
         },
         queues={
-            q.name: position(q, usage.held_queue, borrowed_q, usage.active_queue)
+            q.name: position(q, usage.held_queue, reclaimable_q, usage.active_queue)
             for q in contracts.queues
         },
         borrowed_ids=usage.borrowed_ids,
@@ -442,10 +467,14 @@ class JobRef:
 
 @dataclass(frozen=True, slots=True)
 class LineShrink:
-    """Another line's borrowing that the change lets the target reclaim."""
+    """Another line's reclaimable work that the change lets the target reclaim:
+    ``borrowed_gpus`` (its use beyond its own quota), ``reclaimable_gpus`` (GPUs of its
+    jobs the scheduler reclaims first), ``at_risk_gpus`` (how many more of those the
+    target could reclaim under the new contract)."""
 
     line: str
     borrowed_gpus: int
+    reclaimable_gpus: int
     at_risk_gpus: int
 
 
@@ -506,11 +535,12 @@ _UNBOUNDED = 1 << 40
 
 
 def _claimable(p: Positions, change: Change) -> int:
-    """GPUs the target may still start on its own right (bounded by its line)."""
-    line_room = p.lines[change.line].headroom_gpus
+    """GPUs the target may still start on its own right (bounded by its line), as the
+    engine counts it."""
+    line_room = p.lines[change.line].room_gpus
     room = _UNBOUNDED if line_room is None else line_room
     if change.queue:
-        q_room = p.queues[change.queue].headroom_gpus
+        q_room = p.queues[change.queue].room_gpus
         room = min(room, _UNBOUNDED if q_room is None else q_room)
     return room
 
@@ -599,7 +629,12 @@ def impact(state: ClusterState, change: Change) -> Impact:
     for h in _reclaim(state.holds, pa.borrowed_ids, outside, claim_a, state.free_gpus):
         risk_a[h.line] = risk_a.get(h.line, 0) + h.gpus
     shrinks = tuple(
-        LineShrink(line, pa.lines[line].borrowed_gpus, risk_a[line] - risk_b.get(line, 0))
+        LineShrink(
+            line,
+            pa.lines[line].borrowed_gpus,
+            pa.lines[line].reclaimable_gpus,
+            risk_a[line] - risk_b.get(line, 0),
+        )  # fmt: skip
         for line in sorted(risk_a)
         if risk_a[line] > risk_b.get(line, 0)
     )
@@ -621,7 +656,8 @@ def impact(state: ClusterState, change: Change) -> Impact:
         )
     for s in shrinks:
         notes.append(
-            f"Line {s.line} borrows {s.borrowed_gpus} GPUs; up to {s.at_risk_gpus} more of them "
+            f"Line {s.line} borrows {s.borrowed_gpus} GPUs beyond its quota and its "
+            f"reclaimable jobs hold {s.reclaimable_gpus}; up to {s.at_risk_gpus} more of them "
             f"could be reclaimed under the new contract."
         )
     if after.guarantee_gpus < before.guarantee_gpus and before.active_gpus > after.guarantee_gpus:
@@ -709,21 +745,78 @@ def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) ->
 
 @dataclass(frozen=True, slots=True)
 class EvictionEvent:
-    """One eviction: the victim's GPUs and GPU time, and its queue's use at that moment."""
+    """One eviction: the victim's GPUs and GPU time, its queue's use at that moment, and
+    when it happened (``at``, seconds; evictions of one instant are one plan; ``None``: a
+    plan of its own)."""
 
     gpus: int
     gpu_seconds: float
     queue_used: int
+    at: float | None = None
 
 
 def guarantee_needed(event: EvictionEvent) -> int:
-    """The smallest guarantee that would have forbidden this eviction.
+    """The smallest guarantee that would have forbidden this eviction, were it alone in
+    its plan (``replay_guarantee`` of one event).
 
     A queue may lose at most ``active - guarantee`` GPUs to preemption, so a victim of
     ``g`` GPUs out of ``active`` is protected once ``guarantee > active - g``.
     """
     active = max(event.queue_used, event.gpus)
     return active - event.gpus + 1
+
+
+def _plans(events: Sequence[EvictionEvent]) -> list[list[EvictionEvent]]:
+    """Evictions grouped by plan (same ``at``); an event without ``at`` is a plan alone."""
+    groups: dict[object, list[EvictionEvent]] = {}
+    for i, e in enumerate(events):
+        groups.setdefault(("at", e.at) if e.at is not None else ("alone", i), []).append(e)
+    return list(groups.values())
+
+
+def _plan_active(plan: Sequence[EvictionEvent]) -> int:
+    """The queue's use when the plan ran: sampled, and at least what the plan evicted."""
+    return max(max(e.queue_used for e in plan), sum(e.gpus for e in plan))
+
+
+def _kept_first(plan: Sequence[EvictionEvent]) -> list[EvictionEvent]:
+    """The order in which a replay lets a plan's victims go: the smallest first (the most
+    evictions that could still have happened), the longest runs first among equals."""
+    return sorted(plan, key=lambda e: (e.gpus, -e.gpu_seconds))
+
+
+def replay_guarantee(events: Sequence[EvictionEvent], guarantee: int) -> list[EvictionEvent]:
+    """The evictions of the window that a guarantee of ``guarantee`` GPUs would have
+    prevented, replayed plan by plan.
+
+    In each plan the queue could lose at most ``active - guarantee`` GPUs (its use then,
+    minus the guarantee). The replay lets the plan's victims go, smallest first, while they
+    fit in that budget and counts the rest as prevented: a lower bound (the scheduler
+    would have looked for victims elsewhere).
+    """
+    prevented: list[EvictionEvent] = []
+    for plan in _plans(events):
+        budget = max(0, _plan_active(plan) - guarantee)
+        lost = 0
+        for e in _kept_first(plan):
+            if lost + e.gpus <= budget:
+                lost += e.gpus
+            else:
+                prevented.append(e)
+    return prevented
+
+
+def _replay_thresholds(events: Sequence[EvictionEvent]) -> list[int]:
+    """Every guarantee at which the replay's outcome changes, ascending: in a plan whose
+    victims (smallest first) add up to ``s_1 <= s_2 <= ...``, one more is prevented once
+    the budget ``active - guarantee`` drops below ``s_j``, i.e. at ``active - s_j + 1``."""
+    out: set[int] = set()
+    for plan in _plans(events):
+        active, lost = _plan_active(plan), 0
+        for e in _kept_first(plan):
+            lost += e.gpus
+            out.add(max(1, active - lost + 1))
+    return sorted(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -747,7 +840,8 @@ class Suggestion(_Plain):
             f"{self.eviction_ratio:.1%} (target {self.target_ratio:.0%}). A guarantee of "
             f"{self.suggested_guarantee} GPUs (now {self.current_guarantee}) would have "
             f"prevented {self.prevented_evictions} of them ({self.prevented_share:.0%} of the "
-            f"lost GPU time), bringing the ratio to about {self.ratio_after:.1%}."
+            f"lost GPU time; the window's evictions replayed against it), bringing the ratio "
+            f"to about {self.ratio_after:.1%}."
         )
         if self.capped_at is not None:
             text += f" It is capped at {self.capped_at} GPUs, the most its quota allows."
@@ -763,21 +857,25 @@ def suggest_guarantee(
     target_ratio: float,
     coverage: float = 0.8,
     min_events: int = 3,
+    evicted_gpu_s: float | None = None,
 ) -> Suggestion | None:
-    """A guarantee that would have prevented ``coverage`` of the evicted GPU time, when the
-    queue's eviction ratio over the window is above ``target_ratio``; else None."""
-    evicted = sum(e.gpu_seconds for e in events)
-    # The evicted runs were delivered too: a missing usage series never makes the ratio > 1.
-    delivered_gpu_s = max(delivered_gpu_s, evicted)
-    ratio = eviction_ratio(evicted, delivered_gpu_s)
-    if len(events) < min_events or evicted <= 0 or ratio <= target_ratio:
+    """The smallest guarantee whose replay (``replay_guarantee``) prevents ``coverage`` of
+    the window's evicted GPU time, when the queue's eviction ratio over the window is above
+    ``target_ratio``; capped by ``cap``. None when the ratio is within target, when the
+    guarantee would not rise, or when the replay prevents nothing.
+
+    ``evicted_gpu_s`` (default: the events' sum) and ``delivered_gpu_s`` are the window's
+    figures, so the ratio is the one the other surfaces show (``window_eviction_ratio``);
+    ``prevented_evictions`` and ``ratio_after`` are what the replay gives.
+    """
+    evicted = sum(e.gpu_seconds for e in events) if evicted_gpu_s is None else evicted_gpu_s
+    ratio = window_eviction_ratio(evicted, delivered_gpu_s)
+    if len(events) < min_events or evicted <= 0 or ratio is None or ratio <= target_ratio:
         return None
-    needed = sorted(((guarantee_needed(e), e) for e in events), key=lambda p: p[0])
-    suggested = needed[-1][0]
-    covered = 0.0
-    for g, e in needed:
-        covered += e.gpu_seconds
-        if covered >= coverage * evicted:
+    thresholds = _replay_thresholds(events)
+    suggested = thresholds[-1]
+    for g in thresholds:
+        if sum(e.gpu_seconds for e in replay_guarantee(events, g)) >= coverage * evicted:
             suggested = g
             break
     capped_at = None
@@ -785,20 +883,21 @@ def suggest_guarantee(
         suggested, capped_at = cap, cap
     if suggested <= current_guarantee:
         return None
-    prevented = [e for g, e in needed if g <= suggested]
-    if not prevented:  # capped below what every eviction needed: it would change nothing
+    prevented = replay_guarantee(events, suggested)
+    if not prevented:  # capped below what any eviction needed: it would change nothing
         return None
     saved = sum(e.gpu_seconds for e in prevented)
+    after = window_eviction_ratio(max(0.0, evicted - saved), delivered_gpu_s)
     return Suggestion(
         queue=queue,
-        eviction_ratio=round(ratio, 4),
+        eviction_ratio=ratio,
         target_ratio=target_ratio,
         evictions=len(events),
         evicted_gpu_hours=round(evicted / 3600.0, 2),
         current_guarantee=current_guarantee,
         suggested_guarantee=suggested,
         prevented_evictions=len(prevented),
-        prevented_share=round(saved / evicted, 4),
-        ratio_after=round(eviction_ratio(evicted - saved, delivered_gpu_s), 4),
+        prevented_share=round(min(1.0, saved / evicted), 4),
+        ratio_after=after if after is not None else 0.0,
         capped_at=capped_at,
     )

@@ -15,13 +15,18 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from core.roles import line_ids, role_of
-from monitoring import metrics
+from monitoring.metrics import ratio_text
+from monitoring.rollup import (
+    EvictionFigures,
+    list_window_evictions,
+    queue_use_series,
+)
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from quotas.permissions import sees_all_requests
-from scheduling.models import Eviction, Job
+from scheduling.models import Job
 from scheduling.nodes.selectors import list_usable_free_gpus
-from scheduling.selectors import build_cluster_summary, build_queue_usage
+from scheduling.selectors import build_cluster_summary, build_usage
 
 # ---------------------------------------------------------------------------
 # Requests
@@ -118,7 +123,9 @@ def build_cluster_state(exclude_scheduled: int | None = None) -> ledger.ClusterS
         for pk, name, owner, queue, line, gpus, preemptible, borrowed, started, state in rows
     )
     names = dict(Queue.objects.values_list("pk", "name"))
-    pending = {names[qid]: u.pending_gpus for qid, u in build_queue_usage().items() if qid in names}
+    pending = {
+        names[qid]: u.pending_gpus for qid, u in build_usage().queues.items() if qid in names
+    }
     free = sum(list_usable_free_gpus())
     return ledger.ClusterState(
         contracts=build_contracts(),
@@ -164,62 +171,71 @@ def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
     return data
 
 
-def _queue_used_at(series: list[tuple[float, int]], times: list[float], at: float) -> int | None:
-    """The queue's sampled use at ``at`` (the last sample before, else the first after)."""
+def _queue_used_at(series: list[tuple[float, int]], times: list[float], at: float) -> int:
+    """The queue's sampled use at ``at`` (the last sample before, else the first after;
+    0 without samples: the replay then counts only what the plan evicted)."""
     if not series:
-        return None
+        return 0
     i = bisect.bisect_right(times, at)
     return series[i - 1][1] if i > 0 else series[0][1]
 
 
-def build_suggestions(line: BusinessLine, now: datetime) -> list[dict]:
-    """R4: for each queue of the line whose eviction ratio over the policy window is above
-    the target, the guarantee that would have prevented most of its evictions."""
+def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dict]:
+    """R4: for each queue of the line whose eviction ratio (the latest rollup's, over its
+    window) is above the policy's target, the smallest guarantee whose replay against the
+    window's evictions prevents most of them (``ledger.suggest_guarantee``)."""
+    if eviction.sampled_at is None:
+        return []
     policy = QuotaPolicy.load()
-    since = now - timedelta(hours=policy.eviction_window_hours)
+    until = eviction.sampled_at
+    since = until - timedelta(seconds=eviction.window_s)
+    queues = [
+        q
+        for q in line.queues.order_by("name")
+        if (eviction.ratio(q.pk) or 0.0) > policy.eviction_target
+    ]
+    if not queues:
+        return []
+    evictions = list_window_evictions(since, until)
+    series_by_queue = queue_use_series(since, until)
     out = []
-    for queue in line.queues.order_by("name"):
-        evictions = list(
-            Eviction.objects.filter(queue=queue, at__gte=since, at__lte=now).values_list(
-                "at", "gpus", "gpu_seconds"
-            )
-        )
-        if not evictions:
-            continue
-        series = [
-            (at.timestamp(), used)
-            for at, used in UsageSample.objects.filter(
-                queue=queue, at__gte=since, at__lte=now
-            ).values_list("at", "used_gpus")
-        ]
+    for queue in queues:
+        rows = evictions.get(queue.pk, [])
+        figures = eviction.by_queue[queue.pk]
+        series = series_by_queue.get(queue.pk, [])
         times = [t for t, _ in series]
         events = [
             ledger.EvictionEvent(
                 gpus=gpus,
                 gpu_seconds=gpu_s,
-                queue_used=_queue_used_at(series, times, at.timestamp()) or gpus,
+                queue_used=_queue_used_at(series, times, at.timestamp()),
+                at=at.timestamp(),
             )
-            for at, gpus, gpu_s in evictions
+            for at, gpus, gpu_s in rows
         ]
-        delivered = metrics.delivered_gpu_seconds(series, now.timestamp())
         cap = queue.quota_gpus if queue.quota_gpus is not None else line.quota_gpus
         suggestion = ledger.suggest_guarantee(
             queue.name,
             events,
-            delivered,
+            figures["delivered_gpu_s"],
             queue.guarantee_gpus,
             cap,
             policy.eviction_target,
             coverage=policy.suggestion_coverage,
+            evicted_gpu_s=figures["evicted_gpu_s"],
         )
         if suggestion is not None:
             out.append(
                 {
                     **suggestion.as_dict(),
                     "message": suggestion.message(),
+                    "eviction_text": ratio_text(suggestion.eviction_ratio),
+                    "target_text": ratio_text(suggestion.target_ratio),
+                    "ratio_after_text": ratio_text(suggestion.ratio_after),
                     "queue_id": queue.pk,
                     "usage_samples": len(series),
-                    "window_hours": policy.eviction_window_hours,
+                    "window": eviction.window_label,
+                    "window_hours": eviction.window_s / 3600,
                 }
             )
     return out

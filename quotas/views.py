@@ -18,7 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
 from core.roles import led_line_ids
-from monitoring.rollup import get_eviction_ratios
+from monitoring.metrics import ratio_text
+from monitoring.rollup import EvictionFigures, get_eviction_figures
 from quotas import ledger, permissions, services
 from quotas.forms import (
     DecisionForm,
@@ -39,7 +40,7 @@ from quotas.selectors import (
     list_requests_for_user,
 )
 from scheduling.clock import cluster_now
-from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
+from scheduling.selectors import QueueUsage, build_usage
 
 
 def _line_rows(lines, line_usage, contracts: ledger.Contracts) -> list[dict]:
@@ -62,7 +63,7 @@ def index(request: HttpRequest) -> HttpResponse:
     lines = BusinessLine.objects.all()
     policy = QuotaPolicy.load()
     context = {
-        "rows": _line_rows(lines, build_line_usage(), contracts),
+        "rows": _line_rows(lines, build_usage().lines, contracts),
         "guarantee_total": ledger.guarantee_total(contracts),
         "healthy_gpus": healthy_gpus(),
         "reserve_gpus": policy.reserve_gpus,
@@ -81,22 +82,28 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
     now = cluster_now()
     policy = QuotaPolicy.load()
     contracts = build_contracts()
-    queue_usage = build_queue_usage()
+    usage = build_usage()
+    eviction = get_eviction_figures()
     queues = [
-        {"queue": q, "usage": queue_usage.get(q.pk, QueueUsage())}
+        {
+            "queue": q,
+            "usage": usage.queues.get(q.pk, QueueUsage()),
+            **_eviction_cell(eviction, q.pk),
+        }
         for q in line.queues.order_by("name")
     ]
     sees_history = permissions.may_see_line_history(request.user, line)
     context = {
         "line": line,
-        "usage": build_line_usage().get(line.pk, QueueUsage()),
+        "usage": usage.lines.get(line.pk, QueueUsage()),
+        "eviction": eviction,
         "effective_guarantee": ledger.effective_guarantee(
             contracts.line(line.name), contracts.queues_of(line.name)
         ),
         "queues": queues,
         "recent": build_recent_use(line, None, now, policy.usage_days),
         "usage_days": policy.usage_days,
-        "suggestions": build_suggestions(line, now),
+        "suggestions": build_suggestions(line, eviction),
         "policy": policy,
         "sees_history": sees_history,
         "history": list_line_history(line)[:200] if sees_history else [],
@@ -128,12 +135,12 @@ def request_list(request: HttpRequest) -> HttpResponse:
 
 def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -> dict:
     contracts = build_contracts()
-    queue_usage = build_queue_usage()
+    usage = build_usage()
     return {
         "form": form,
-        "rows": _line_rows(lines, build_line_usage(), contracts),
+        "rows": _line_rows(lines, usage.lines, contracts),
         "queue_rows": [
-            {"queue": q, "usage": queue_usage.get(q.pk, QueueUsage())}
+            {"queue": q, "usage": usage.queues.get(q.pk, QueueUsage())}
             for line in lines
             for q in line.queues.all()
         ],
@@ -196,7 +203,9 @@ def _render_detail(
     pending = req.state == QuotaRequest.State.PENDING
     context = {
         "req": req,
-        "impact": build_request_impact(req, now) if pending else None,
+    impact = build_request_impact(req, now) if pending else None
+        "impact": impact,
+        "impact_rows": _impact_rows(req, impact),
         "changes": req.changes.select_related("changed_by", "queue"),
         "may_decide": pending and permissions.may_decide(request.user),
         "may_withdraw": pending and permissions.may_withdraw(request.user, req),
@@ -211,6 +220,20 @@ def _render_detail(
 
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def _impact_rows(req: QuotaRequest, impact: dict | None) -> list[tuple[str, dict]]:
+    """The before/after rows of the impact table: the target's, and its line's too when
+    the target is a queue (the line's numbers are the ones the line tables show)."""
+    if impact is None:
+        return []
+    if req.queue_id is None:
+        name = f"line {req.business_line.name}"
+        return [(f"{name} now", impact["before"]), (f"{name} after", impact["after"])]
+    queue, line = f"queue {req.queue.name}", f"line {req.business_line.name}"
+    return [(f"{queue} now", impact["before"]), (f"{queue} after", impact["after"]),
+            (f"{line} now", impact["line_before"]),
+            (f"{line} after", impact["line_after"])]  # fmt: skip
+
+
     """The request, and for a pending one its impact (the admins' approval page)."""
     return _render_detail(request, _visible_request(request, pk))
 
@@ -283,23 +306,22 @@ def _usage_row(used: int, quota: int | None) -> dict[str, Any]:
 @require_GET
 def queue_list(request: HttpRequest) -> HttpResponse:
     """Every line and its queues: contract, use, borrowing, waiting work, eviction ratio."""
-    queue_usage = build_queue_usage()
-    line_usage = build_line_usage()
-    eviction = get_eviction_ratios()
+    usage = build_usage()
+    eviction = get_eviction_figures()
     by_line: dict[int, list[dict]] = {}
     for q in Queue.objects.select_related("business_line").order_by("business_line__name", "name"):
-        u = queue_usage.get(q.pk, QueueUsage())
+        u = usage.queues.get(q.pk, QueueUsage())
         by_line.setdefault(q.business_line_id, []).append(
             {
                 "queue": q,
                 "usage": u,
-                "eviction_percent": f"{100 * eviction.get(q.pk, 0.0):.1f}",
+                **_eviction_cell(eviction, q.pk),
                 **_usage_row(u.used_gpus, q.quota_gpus),
             }
         )
     lines = []
     for line in BusinessLine.objects.all():
-        u = line_usage.get(line.pk, QueueUsage())
+        u = usage.lines.get(line.pk, QueueUsage())
         lines.append(
             {
                 "line": line,
@@ -308,4 +330,13 @@ def queue_list(request: HttpRequest) -> HttpResponse:
                 **_usage_row(u.used_gpus, line.quota_gpus),
             }
         )
-    return render(request, "quotas/queues.html", {"lines": lines})
+    return render(request, "quotas/queues.html", {"lines": lines, "eviction": eviction})
+def _eviction_cell(eviction: EvictionFigures, queue_id: int) -> dict[str, Any]:
+    """A queue's eviction ratio as the pages print it ("12.5%" or "no data yet")."""
+    row = eviction.by_queue.get(queue_id, {})
+    return {
+        "eviction_text": ratio_text(row.get("eviction_ratio")),
+        "evictions": row.get("evictions", 0),
+    }
+
+

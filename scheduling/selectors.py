@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
+from scheduling.engine.accounting import borrowed_gpus
 from scheduling.models import Allocation, Job, Node
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
 
@@ -60,74 +61,133 @@ def build_placement(job: Job) -> list[dict]:
 
 @dataclass(frozen=True)
 class QueueUsage:
+    """A queue's or a business line's use now (the one computation of these numbers).
+
+    ``used_gpus``: GPUs held by its running and checkpointing (preempting) jobs;
+    ``borrowed_gpus``: the part of it beyond its own quota
+    (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
+    quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
+    ``pending_jobs``: what its pending jobs ask for.
+    """
+
     used_gpus: int = 0
     borrowed_gpus: int = 0
     running_jobs: int = 0
     pending_jobs: int = 0
     pending_gpus: int = 0
 
+    @property
+    def within_quota_gpus(self) -> int:
+        return self.used_gpus - self.borrowed_gpus
 
-def build_queue_usage() -> dict[int, QueueUsage]:
-    """Usage per queue id, in two grouped queries."""
+
+@dataclass(frozen=True)
+class UsageNow:
+    """Every queue's and line's use, read at one instant: ``queues``/``lines`` by id."""
+
+    queues: dict[int, QueueUsage]
+    lines: dict[int, QueueUsage]
+
+
+_USAGE_FIELDS = ("used_gpus", "running_jobs", "pending_jobs", "pending_gpus")
+
+
+def build_usage() -> UsageNow:
+    """Use of every queue and line, with borrowing against each one's own quota (two
+    queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
+    read these numbers from here."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
-    rows = (
-        Job.objects.filter(state__in=Job.ACTIVE_STATES)
+    rows = {
+        r["queue_id"]: r
+        for r in Job.objects.filter(state__in=Job.ACTIVE_STATES)
         .values("queue_id")
         .annotate(
-            used=Sum("gpus", filter=running),
-            borrowed=Sum("gpus", filter=running & Q(borrowed=True)),
+            used_gpus=Sum("gpus", filter=running),
             running_jobs=Count("id", filter=running),
             pending_jobs=Count("id", filter=Q(state=Job.State.PENDING)),
             pending_gpus=Sum("gpus", filter=Q(state=Job.State.PENDING)),
         )
-    )
-    return {
-        r["queue_id"]: QueueUsage(
-            used_gpus=r["used"] or 0,
-            borrowed_gpus=r["borrowed"] or 0,
-            running_jobs=r["running_jobs"],
-            pending_jobs=r["pending_jobs"],
-            pending_gpus=r["pending_gpus"] or 0,
-        )
-        for r in rows
+        .order_by()
     }
+    queues: dict[int, QueueUsage] = {}
+    line_totals: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_USAGE_FIELDS, 0))
+    line_quota: dict[int, int] = {}
+    for queue_id, line_id, quota, of_line in Queue.objects.values_list(
+        "id", "business_line_id", "quota_gpus", "business_line__quota_gpus"
+    ):
+        line_quota[line_id] = of_line
+        r = rows.get(queue_id, {})
+        values = {f: r.get(f) or 0 for f in _USAGE_FIELDS}
+        queues[queue_id] = QueueUsage(
+            borrowed_gpus=borrowed_gpus(values["used_gpus"], quota), **values
+        )
+        totals = line_totals[line_id]
+        for f in _USAGE_FIELDS:
+            totals[f] += values[f]
+    # a line without queues holds nothing: readers default it to QueueUsage()
+    lines = {
+        line_id: QueueUsage(
+            borrowed_gpus=borrowed_gpus(totals["used_gpus"], line_quota[line_id]), **totals
+        )
+        for line_id, totals in line_totals.items()
+    }
+    return UsageNow(queues=queues, lines=lines)
+
+
+def build_queue_usage() -> dict[int, QueueUsage]:
+    """Usage per queue id (``build_usage().queues``)."""
+    return build_usage().queues
 
 
 def build_line_usage() -> dict[int, QueueUsage]:
-    """Usage per business line id (sum of its queues)."""
-    per_queue = build_queue_usage()
-    line_of = dict(Queue.objects.values_list("id", "business_line_id"))
-    totals: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for queue_id, usage in per_queue.items():
-        agg = totals[line_of[queue_id]]
-        for field in ("used_gpus", "borrowed_gpus", "running_jobs", "pending_jobs", "pending_gpus"):
-            agg[field] += getattr(usage, field)
-    return {line_id: QueueUsage(**agg) for line_id, agg in totals.items()}
+    """Usage per business line id (``build_usage().lines``): its queues' use summed, and
+    borrowing against the line's own quota (not the sum of its queues' borrowing)."""
+    return build_usage().lines
 
 
 @dataclass(frozen=True)
 class ClusterSummary:
+    """The cluster at a glance. ``gpus_healthy``: GPUs of ready nodes whose health is ok;
+    ``gpus_allocated``: GPUs held by jobs on any node; ``gpus_allocated_healthy``: those
+    on healthy nodes; ``utilization``: ``gpus_allocated_healthy / gpus_healthy`` (0..1, 0
+    with no healthy GPU), the one utilization every surface shows."""
+
     nodes_total: int
     nodes_by_state: dict[str, int]
     gpus_total: int
     gpus_healthy: int
     gpus_allocated: int
     gpus_residual: int
+    gpus_allocated_healthy: int = 0
+
+    @property
+    def utilization(self) -> float:
+        if self.gpus_healthy <= 0:
+            return 0.0
+        return round(min(1.0, self.gpus_allocated_healthy / self.gpus_healthy), 4)
+
+
+_HEALTHY = Q(state=Node.State.READY, health=Node.Health.OK)
 
 
 def build_cluster_summary() -> ClusterSummary:
-    """Cluster at a glance: nodes by state, GPUs total/healthy/allocated."""
+    """Cluster at a glance: nodes by state, GPUs total/healthy/allocated (three queries)."""
     by_state = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
     totals = Node.objects.aggregate(
         total=Sum("gpus_total"),
-        healthy=Sum("gpus_total", filter=Q(state=Node.State.READY, health=Node.Health.OK)),
+        healthy=Sum("gpus_total", filter=_HEALTHY),
         residual=Sum("residual_gpus"),
+    )
+    allocated = Allocation.objects.aggregate(
+        all=Count("id"),
+        healthy=Count("id", filter=Q(node__state=Node.State.READY, node__health=Node.Health.OK)),
     )
     return ClusterSummary(
         nodes_total=sum(by_state.values()),
         nodes_by_state=by_state,
         gpus_total=totals["total"] or 0,
         gpus_healthy=totals["healthy"] or 0,
-        gpus_allocated=Allocation.objects.count(),
+        gpus_allocated=allocated["all"],
         gpus_residual=totals["residual"] or 0,
+        gpus_allocated_healthy=allocated["healthy"],
     )

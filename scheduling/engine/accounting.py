@@ -10,6 +10,12 @@ and is the first thing reclaimed.
 
 Guarantees protect *active* use (running, not already preempting): a queue's
 victims in one plan may total at most ``active - guarantee``.
+
+The *number* every page, the API and ``/metrics`` show as a scope's borrowed GPUs is
+``borrowed_gpus(used, quota)``: its use beyond its own quota. Which *jobs* the scheduler
+reclaims first (``Usage.borrowed_ids``) is the job-level rule above; the two differ by job
+granularity (a job straddling the quota is reclaimable in full) and by level (a job
+above its queue's quota is reclaimable even while its line is within quota).
 """
 
 from __future__ import annotations
@@ -19,6 +25,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .types import RUNNING, LineView, QueueView, RunningJob, Snapshot
+
+
+def borrowed_gpus(used: int, quota: int | None) -> int:
+    """GPUs a scope (a queue or a line) holds beyond its own quota: ``max(0, used - quota)``,
+    0 for a scope without a quota of its own (a queue bounded only by its line). The one
+    definition of "borrowed" the portal shows; ``used - borrowed`` is use within quota."""
+    return 0 if quota is None else max(0, used - quota)
 
 
 @dataclass(slots=True)

@@ -186,7 +186,10 @@ def test_the_queues_page_follows_the_loop_live(demo, page, login):
     exp = page.locator(f'tr[data-queue-id="{Queue.objects.get(name="llm-experiment").pk}"]')
     totals = page.locator(f'section[data-line-id="{line.pk}"] table').first
     expect(totals.locator(".rp-usage-text")).to_have_text("24 of 14 GPUs (171%), over quota")
-    expect(totals.locator('[data-field="borrowed_gpus"]')).to_have_text("16")
+    # borrowed: the line's use beyond its own quota, 24 - 14 (#15: not the jobs' start flags)
+    expect(totals.locator('[data-field="borrowed_gpus"]')).to_have_text("10")
+    expect(totals.locator('[data-field="within_quota_gpus"]')).to_have_text("14")
+    expect(exp.locator('[data-field="borrowed_gpus"]')).to_have_text("12")
     expect(exp.locator(".rp-usage-text")).to_have_text("16 of 4 GPUs (400%), over quota")
     expect(core.locator('[data-field="pending_jobs"]')).to_have_text("0")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
@@ -202,7 +205,8 @@ def test_the_queues_page_follows_the_loop_live(demo, page, login):
     assert waiting.state == "pending" and waiting.pending_code == "QUOTA_EXCEEDED"
     expect(exp.locator('[data-field="running_jobs"]')).to_have_text("1")
     expect(totals.locator(".rp-usage-text")).to_have_text("16 of 14 GPUs (114%), over quota")
-    expect(totals.locator('[data-field="borrowed_gpus"]')).to_have_text("8")
+    expect(totals.locator('[data-field="borrowed_gpus"]')).to_have_text("2")
+    expect(exp.locator('[data-field="borrowed_gpus"]')).to_have_text("4")
     assert page.evaluate("window.__sameDocument === true"), "no reload, no navigation"
     screenshot(page, "queues")
 

@@ -95,16 +95,26 @@ def test_the_figures_are_the_chart_functions_applied_to_the_samples(client, demo
 
 
 def test_pending_reasons_come_from_the_latest_cycle(client, demo):
+    """The codes the latest cycle gave the pending jobs, counted live (#15: the same counts
+    as the API and /metrics; NEW: submitted since that cycle)."""
     add_samples(2)
     SchedulingCycle.objects.create(
         kind="cycle", cluster_time=cluster_now(), duration_ms=5, pending=7,
         pending_by_reason={"PRIORITY": 4, "TOPOLOGY": 3},
     )  # fmt: skip
     SchedulingCycle.objects.create(kind="sweep", cluster_time=cluster_now(), duration_ms=1)
+    queue = Queue.objects.get(name="llm-core")
+    Job.objects.bulk_create(
+        Job(name=f"w{i}", owner=demo["researcher"], queue=queue, tier="core", gpus=8,
+            pending_code=code)
+        for i, code in enumerate(["PRIORITY"] * 4 + ["TOPOLOGY"] * 3 + [""])
+    )  # fmt: skip
     client.force_login(demo["admin"])
     data = client.get("/dashboard/data/").json()
     trace = data["figures"]["pending"]["data"][0]
-    assert trace["x"] == [4, 3] and data["tiles"]["pending_jobs"] == 7
+    assert trace["x"] == [4, 3, 1] and data["tiles"]["pending_jobs"] == 8
+    api = client.get("/api/v1/metrics/summary/").json()
+    assert api["pending_by_reason"] == {"PRIORITY": 4, "TOPOLOGY": 3, "NEW": 1}
     assert data["as_of"]["cycle"] == SchedulingCycle.objects.get(kind="cycle").pk
 
 
@@ -141,7 +151,7 @@ def test_the_dashboard_query_count_does_not_grow_with_the_cluster(
 
     add_samples(500)
     client.force_login(demo["admin"])
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(15):
         assert client.get("/dashboard/").status_code == 200
     call_command("seed_demo", nodes=96, nodes_per_rack=32, uniform=True, no_workload=True,
                  stdout=None)  # fmt: skip
@@ -150,9 +160,9 @@ def test_the_dashboard_query_count_does_not_grow_with_the_cluster(
     Job.objects.bulk_create(
         Job(name=f"p{i}", owner=owner, queue=queue, tier="core", gpus=8) for i in range(300)
     )
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(15):
         assert client.get("/dashboard/").status_code == 200
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(13):
         assert client.get("/dashboard/data/").status_code == 200
 
 

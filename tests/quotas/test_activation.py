@@ -4,10 +4,11 @@ the scheduler uses it from the next cycle; R4 suggestions on the line page."""
 from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
+from monitoring.models import MetricSample
+from monitoring.rollup import rollup
 from portal.celery import beat_schedule
-from quotas.models import BusinessLine, Queue, QuotaChange, UsageSample
+from quotas.models import BusinessLine, Queue, QuotaChange
 from quotas.tasks import quota_activation
 from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
@@ -66,21 +67,25 @@ def test_the_scheduler_uses_a_new_contract_from_its_start_time(api):
 
 
 def _evictions(demo, queue: Queue, now, count: int, gpus: int, used: int) -> None:
+    """``count`` evictions of ``gpus`` GPUs an hour apart, while the queue held ``used`` GPUs
+    for the last 10 hours (hourly rollup samples); then the rollup computes the figures."""
     job = Job.objects.create(name="victim", owner=demo["researcher"], queue=queue,
                              tier=queue.tier, gpus=gpus)  # fmt: skip
     for h in range(10):  # the queue held ``used`` GPUs for the last 10 hours
-        UsageSample.objects.create(
-            at=now - timedelta(hours=10 - h), business_line=queue.business_line, queue=queue,
-            used_gpus=used,
+        MetricSample.objects.create(
+            at=now - timedelta(hours=10 - h), gpus_total=32, gpus_healthy=32,
+            gpus_allocated=used, utilization=used / 32, fragmentation_gpus=0, pending_jobs=0,
+            per_queue={str(queue.pk): {"name": queue.name, "used": used}},
         )  # fmt: skip
     for i in range(count):
         Eviction.objects.create(job=job, queue=queue, at=now - timedelta(hours=i + 1),
                                 reason="preemption", gpus=gpus, gpu_seconds=gpus * 3600.0)  # fmt: skip
+    rollup()
 
 
 def test_a_queue_evicted_too_often_gets_a_guarantee_suggestion_with_numbers(client, demo):
     core = Queue.objects.get(name="llm-core")
-    _evictions(demo, core, timezone.now(), count=5, gpus=2, used=8)
+    _evictions(demo, core, cluster_now(), count=5, gpus=2, used=8)
     client.force_login(demo["lead"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="suggestion-llm-core"' in page
@@ -97,7 +102,7 @@ def test_a_queue_evicted_too_often_gets_a_guarantee_suggestion_with_numbers(clie
 
 def test_no_suggestion_while_the_ratio_is_under_target(client, demo):
     core = Queue.objects.get(name="llm-core")
-    _evictions(demo, core, timezone.now(), count=3, gpus=1, used=8)  # 3 of 80 GPU-hours
+    _evictions(demo, core, cluster_now(), count=3, gpus=1, used=8)  # 3 of 80 GPU-hours
     client.force_login(demo["researcher2"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="no-suggestions"' in page and "suggestion-llm-core" not in page

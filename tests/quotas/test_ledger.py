@@ -111,24 +111,32 @@ K3 = L.Hold(13, "b-core", "b", 2, preemptible=False, started_at=3, name="k3", ow
 
 
 def test_positions_follow_the_engine_borrowing_rule():
+    """Reclaimable jobs are the engine's; the borrowed number is each scope's use beyond its
+    own quota (#15: a line within its quota borrows nothing, whatever its queues do)."""
     p = L.positions(C, (J1, J2, K1, K2, K3))
     assert p.borrowed_ids == {2, 12}, "the newest preemptible jobs above a queue quota"
     a_exp = p.queues["a-exp"]
-    assert (a_exp.used_gpus, a_exp.borrowed_gpus, a_exp.entitled_gpus, a_exp.headroom_gpus) == (
-        6, 2, 4, 0,
-    )  # fmt: skip
+    assert (a_exp.used_gpus, a_exp.borrowed_gpus, a_exp.within_quota_gpus,
+            a_exp.headroom_gpus, a_exp.reclaimable_gpus) == (6, 2, 4, 0, 2)  # fmt: skip
     a = p.lines["a"]
-    assert (a.used_gpus, a.entitled_gpus, a.headroom_gpus, a.protected_gpus) == (6, 4, 6, 4)
+    assert (a.used_gpus, a.borrowed_gpus, a.within_quota_gpus, a.headroom_gpus,
+            a.protected_gpus) == (6, 0, 6, 4, 4)  # fmt: skip
+    assert a.reclaimable_gpus == 2 and a.room_gpus == 6, "the engine lets it start 6 more"
     assert p.queues["a-core"].headroom_gpus is None, "no queue quota: bounded by its line"
-    assert p.lines["b"].borrowed_gpus == 4
+    b = p.lines["b"]
+    assert (b.used_gpus, b.borrowed_gpus, b.reclaimable_gpus) == (10, 0, 4), (
+        "line b is at its quota (10 of 10): nothing beyond it, though k2 is reclaimable"
+    )
 
 
 def test_a_quota_cut_makes_the_targets_own_jobs_reclaimable():
     state = L.ClusterState(C, holds=(J1, J2), healthy_gpus=32, free_gpus=26)
     result = L.impact(state, L.Change("a", queue="a-exp", quota_gpus=2))
     assert [j.id for j in result.newly_reclaimable] == [1]
-    # The engine's stacking: a 4-GPU job cannot sit within 2, so both are borrowed.
-    assert (result.after.borrowed_gpus, result.after.entitled_gpus) == (6, 0)
+    # The engine's stacking: a 4-GPU job cannot sit within 2, so both are reclaimable;
+    # the queue holds 4 GPUs beyond its quota of 2.
+    assert (result.after.borrowed_gpus, result.after.within_quota_gpus) == (4, 2)
+    assert result.after.reclaimable_gpus == 6
     assert result.likely_preempted == () and result.borrowing_shrinks == ()
     assert any("become the first reclaimed" in n for n in result.notes)
 
@@ -143,9 +151,12 @@ def test_a_quota_raise_with_pending_demand_reclaims_other_lines_borrowing():
     assert same_quota.likely_preempted == (), "headroom 2 is covered by the 2 free GPUs"
     result = L.impact(state, L.Change("a", quota_gpus=10))
     assert result.demand_gpus == 8
-    assert (result.before.headroom_gpus, result.after.headroom_gpus) == (2, 6)
+    # line a uses 6 of 6 (nothing unused), though the engine would let it start 2 more
+    # (j2 sits above a-exp's quota and makes way)
+    assert (result.before.headroom_gpus, result.after.headroom_gpus) == (0, 4)
+    assert (result.before.room_gpus, result.after.room_gpus) == (2, 6)
     assert [j.id for j in result.likely_preempted] == [12], "b's borrowed job, not its core job"
-    assert result.borrowing_shrinks == (L.LineShrink("b", 4, 4),)
+    assert result.borrowing_shrinks == (L.LineShrink("b", 0, 4, 4),), "b is within its quota"
     assert any("reclaim about 4 borrowed GPUs" in n for n in result.notes)
     data = result.as_dict()
     assert data["likely_preempted"][0]["owner"] == "bob" and data["fits"] is True

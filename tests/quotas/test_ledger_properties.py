@@ -91,8 +91,15 @@ def test_used_is_what_the_jobs_hold_and_borrowed_is_a_part_of_it(world):
             assert pos.used_gpus == held(holds, scope, name)
             assert pos.active_gpus == held(holds, scope, name, lambda h: not h.preempting)
             assert 0 <= pos.borrowed_gpus <= pos.used_gpus
-            assert pos.entitled_gpus == pos.used_gpus - pos.borrowed_gpus >= 0
-            assert pos.borrowed_gpus == held(holds, scope, name, lambda h: h.id in p.borrowed_ids)
+            quota = pos.quota_gpus
+            assert pos.borrowed_gpus == (0 if quota is None else max(0, pos.used_gpus - quota))
+            assert pos.entitled_gpus == pos.within_quota_gpus == pos.used_gpus - pos.borrowed_gpus
+            assert pos.reclaimable_gpus == held(
+                holds, scope, name, lambda h: h.id in p.borrowed_ids
+            )
+            assert pos.reclaimable_gpus >= pos.borrowed_gpus or any(
+                not h.preemptible for h in holds if getattr(h, scope) == name
+            ), "the engine reclaims at least the use beyond quota, unless firm work holds it"
 
 
 @FAST
@@ -109,7 +116,9 @@ def test_a_lines_queues_add_up_to_the_line(world):
     for ln in c.lines:
         qs = [p.queues[q.name] for q in c.queues_of(ln.name)]
         assert sum(q.used_gpus for q in qs) == p.lines[ln.name].used_gpus
-        assert sum(q.borrowed_gpus for q in qs) == p.lines[ln.name].borrowed_gpus
+        assert sum(q.reclaimable_gpus for q in qs) == p.lines[ln.name].reclaimable_gpus
+        # borrowing is the line's own (beyond the line's quota), not its queues' sum
+        assert p.lines[ln.name].borrowed_gpus == max(0, p.lines[ln.name].used_gpus - ln.quota_gpus)
 
 
 @FAST
@@ -458,7 +467,7 @@ def test_the_eviction_ratio_is_zero_without_delivered_time(evicted, delivered):
 
 
 def test_the_ledger_uses_the_one_eviction_ratio():
-    assert L.eviction_ratio is metrics.eviction_ratio
+    assert L.window_eviction_ratio is metrics.window_eviction_ratio
 
 
 @FAST
@@ -547,15 +556,17 @@ def test_a_change_names_its_target(change, target):
 
 
 def test_positions_as_dicts_carry_every_derived_number():
-    pos = L.Position(quota_gpus=8, guarantee_gpus=6, used_gpus=12, borrowed_gpus=5, active_gpus=4)
+    pos = L.Position(quota_gpus=8, guarantee_gpus=6, used_gpus=12, reclaimable_gpus=5,
+                     active_gpus=4)  # fmt: skip
     assert pos.as_dict() == {
-        "quota_gpus": 8, "guarantee_gpus": 6, "used_gpus": 12, "entitled_gpus": 7,
-        "borrowed_gpus": 5, "headroom_gpus": 1, "protected_gpus": 4,
+        "quota_gpus": 8, "guarantee_gpus": 6, "used_gpus": 12, "within_quota_gpus": 8,
+        "entitled_gpus": 8, "borrowed_gpus": 4, "headroom_gpus": 0, "protected_gpus": 4,
     }  # fmt: skip
     assert list(pos.as_dict()) == [
-        "quota_gpus", "guarantee_gpus", "used_gpus", "entitled_gpus", "borrowed_gpus",
-        "headroom_gpus", "protected_gpus",
+        "quota_gpus", "guarantee_gpus", "used_gpus", "within_quota_gpus", "entitled_gpus",
+        "borrowed_gpus", "headroom_gpus", "protected_gpus",
     ], "the API's key order"  # fmt: skip
+    assert pos.room_gpus == 1, "the engine's room: quota minus non-reclaimable use (7)"
     unbounded = L.Position(None, 0, 3)
     assert unbounded.headroom_gpus is None and unbounded.protected_gpus == 0
 

@@ -49,9 +49,13 @@
         set(row, "quota_gpus", q.quota_gpus === null ? "line's" : q.quota_gpus);
         set(row, "guarantee_gpus", q.guarantee_gpus);
         setUsage(row, q.used_gpus, q.quota_gpus);
+        set(row, "borrowed_gpus", q.borrowed_gpus);
         set(row, "running_jobs", q.running_jobs);
         set(row, "pending_jobs", q.pending_jobs);
-        set(row, "eviction_ratio", `${(100 * (q.eviction_ratio || 0)).toFixed(1)}%`);
+        set(row, "pending_gpus", q.pending_gpus);
+        // null: the window holds no data yet (never shown as 0.0%)
+        set(row, "eviction_ratio", q.eviction_ratio === null || q.eviction_ratio === undefined
+          ? "no data yet" : `${(100 * q.eviction_ratio).toFixed(1)}%`);
       }
       for (const line of lines) {
         const section = document.querySelector(`[data-line-id="${line.id}"]`);
@@ -60,6 +64,7 @@
         set(row, "quota_gpus", line.quota_gpus);
         set(row, "guarantee_gpus", line.guarantee_gpus);
         setUsage(row, line.used_gpus, line.quota_gpus);
+        set(row, "within_quota_gpus", line.within_quota_gpus);
         set(row, "borrowed_gpus", line.borrowed_gpus);
         set(row, "pending_gpus", line.pending_gpus);
         const sums = perLine[line.name];

@@ -1,25 +1,54 @@
 """Pending reasons in words and numbers (V1).
 
 Each builder returns ``(code, message, details, remedy)``; the planner adds the
-estimated start and the position. Details hold only numbers and strings so they
-serialise straight into the API's ``pending_reason.details``.
+estimated start and the position. ``details`` are the API's machine fields: GPU and node
+counts as integers, times as ISO 8601 strings in UTC (``..._at``), durations as whole
+seconds (``..._seconds``), names as strings; never an epoch number or a float. Messages
+and remedies say the same numbers for people: times as ``2026-12-01 00:30 UTC`` (``when``),
+durations as ``2 h 10 min`` (``duration``). A time a message names is the verdict's one
+estimated start (or the deadline it is derived from), formatted the same way everywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
+from datetime import UTC, datetime
 from typing import Any
 
 from .types import Code, PendingJob
 
 Reason = tuple[str, str, dict[str, Any], str]
 
+# ``details`` key naming why a verdict has no estimated start (absent when it has one).
+NO_ESTIMATE = "no_estimate_reason"
+
 
 def when(t: float | None) -> str:
+    """Cluster time for people: ``2026-12-01 00:30 UTC`` (to the minute, truncated, as the
+    job page, the API's readers and ``gpuctl`` show it), ``unknown`` for None."""
     if t is None:
         return "unknown"
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def iso(t: float) -> str:
+    """Cluster time for machines: ISO 8601 in UTC, to the second (``2026-12-01T00:30:57Z``)."""
+    return datetime.fromtimestamp(int(t), tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: ``45 s``, ``20 min``, ``2 h 10 min`` (up to 47 h), ``3 d 4 h``."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    minutes = s // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def kind_of(job: PendingJob) -> str:
@@ -34,7 +63,16 @@ def kind_of(job: PendingJob) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def describe_shape(job: PendingJob, k: int, c: int, exclusive: bool, node_gpus: int) -> str:
+def describe_shape(
+    job: PendingJob,
+    k: int,
+    c: int,
+    exclusive: bool,
+    node_gpus: int,
+    max_rack_nodes: int | None = None,
+) -> str:
+    """What the job needs, in words. ``max_rack_nodes``: the most nodes of its kind one rack
+    has; when fewer than ``k``, it says the job spans racks rather than "in one rack"."""
     kind = kind_of(job)
     if k == 1:
         where = "a whole node to itself" if exclusive else "one node"
@@ -42,18 +80,22 @@ def describe_shape(job: PendingJob, k: int, c: int, exclusive: bool, node_gpus: 
     rdma = "RDMA " if job.rdma else ""
     rest = kind_of(dataclasses.replace(job, rdma=False))
     if exclusive or c >= node_gpus:
-        return f"needs {k} whole {rdma}nodes{rest} in one rack (else the fewest racks of one block)"
-    return (
-        f"needs {k} {rdma}nodes{rest} with {c} free GPUs each, in one rack "
-        "(else the fewest racks of one block)"
-    )
+        nodes = f"{k} whole {rdma}nodes{rest}"
+    else:
+        nodes = f"{k} {rdma}nodes{rest} with {c} free GPUs each,"
+    if max_rack_nodes is not None and max_rack_nodes < k:
+        return (
+            f"needs {nodes} across the fewest racks of one block (no rack has {k} such nodes: "
+            f"at most {max_rack_nodes})"
+        )
+    return f"needs {nodes} in one rack (else the fewest racks of one block)"
 
 
 def never_fits(job: PendingJob, why: str, details: dict[str, Any]) -> Reason:
     return (
         Code.NEVER_FITS,
-        f"This job can never run as asked: {why}.",
-        details,
+        f"This job can never run as asked, even on an empty, healthy cluster: {why}.",
+        dict(details, **{NO_ESTIMATE: "it can never run as asked"}),
         "Change the request (fewer GPUs, fewer GPUs per node, less GPU memory, or no RDMA) "
         "and resubmit.",
     )
@@ -68,6 +110,9 @@ def quota_exceeded(
     borrow_note: str,
     room_at: float | None = None,
 ) -> Reason:
+    """Over quota. ``room_at``: when running work of the scope is predicted to have released
+    enough: the verdict's estimated start (the earliest it could start), said in the remedy
+    and stored as ``quota_room_at``."""
     room = max(0, quota - held)
     details: dict[str, Any] = {
         "scope": scope,
@@ -80,6 +125,7 @@ def quota_exceeded(
     }
     if job.gpus > quota:
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
+        details[NO_ESTIMATE] = f"it is larger than the whole {scope} quota"
     else:
         remedy = (
             f"Starts once {job.gpus - room} GPUs of {scope} {name} are released"
@@ -87,7 +133,11 @@ def quota_exceeded(
             + ", or after a quota increase."
         )
         if room_at is not None:
-            details["quota_room_at"] = room_at
+            details["quota_room_at"] = iso(room_at)
+        else:
+            details[NO_ESTIMATE] = (
+                f"no running work of {scope} {name} is predicted to release enough GPUs"
+            )
         if not job.preemptible:
             remedy += " A preemptible job could borrow idle capacity meanwhile."
     msg = (
@@ -105,7 +155,7 @@ def nodes_unavailable(job: PendingJob, shape: str, details: dict[str, Any]) -> R
         f"This job {shape}; that only exists if unavailable nodes are counted "
         f"({details['unavailable_nodes']} matching nodes are cordoned, draining, down or "
         "unhealthy).",
-        details,
+        dict(details, **{NO_ESTIMATE: "it depends on when unavailable nodes return to service"}),
         "Starts when enough of those nodes return to service; ask on-call, or request fewer GPUs.",
     )
 
@@ -115,16 +165,14 @@ def priority(
     shape: str,
     ahead_jobs: int,
     ahead_gpus: int,
-    started_jobs: int,
-    started_gpus: int,
     reservations: int,
     strict_order: bool,
 ) -> Reason:
+    """Behind higher-priority work: strict order (no backfill), or the GPUs left free this
+    cycle would fit it but are reserved for jobs ahead of it."""
     details: dict[str, Any] = {
         "ahead_jobs": ahead_jobs,
         "ahead_gpus": ahead_gpus,
-        "started_ahead_jobs": started_jobs,
-        "started_ahead_gpus": started_gpus,
         "reservations_ahead": reservations,
         "strict_order": int(strict_order),
     }
@@ -136,10 +184,9 @@ def priority(
         remedy = "Starts after the jobs ahead of it start."
     else:
         msg = (
-            f"This job {shape}; that capacity is free but taken or reserved by higher-priority "
-            f"work: {started_jobs} job(s) ahead started now with {started_gpus} GPUs, "
-            f"{reservations} reservation(s) hold nodes, and {ahead_jobs} job(s) ahead still "
-            f"wait for {ahead_gpus} GPUs."
+            f"This job {shape}; the GPUs left free this cycle would fit it, but they are "
+            f"reserved for higher-priority work ({reservations} reservation(s) hold nodes, and "
+            f"{ahead_jobs} job(s) ahead still wait for {ahead_gpus} GPUs)."
         )
         remedy = (
             "Starts when the work ahead is placed; a shorter predicted runtime lets it "
@@ -149,11 +196,18 @@ def priority(
 
 
 def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None) -> Reason:
+    """Victims checkpoint to make room; ``deadline`` (when the last has stopped) is also the
+    verdict's estimated start."""
+    details: dict[str, Any] = {"victims": victims, "victim_gpus": gpus}
+    if deadline is not None:
+        details["victims_stop_at"] = iso(deadline)
+    else:
+        details[NO_ESTIMATE] = "the jobs making room have no stop deadline"
     return (
         Code.PREEMPTING,
         f"Making room: {victims} running job(s) holding {gpus} GPUs (lower priority, or "
         f"on borrowed capacity) are being preempted and will stop by {when(deadline)}.",
-        {"victims": victims, "victim_gpus": gpus, "deadline": deadline or 0.0},
+        details,
         "Nothing to do: it starts as soon as they have stopped.",
     )
 
@@ -167,8 +221,9 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
             f"the best rack ({diag['best_rack']}) has {diag['best_rack_nodes']} and the best "
             f"block {diag['best_block_nodes']} such nodes"
         )
-    msg = f"This job {shape}; {diag['free_gpus']} such GPUs are free but scattered: {best}." + (
-        f" Free GPUs by rack: {where}." if where else ""
+    msg = (
+        f"This job {shape}; {diag['free_gpus']} such GPUs are left free this cycle but "
+        f"scattered: {best}." + (f" Free GPUs by rack: {where}." if where else "")
     )
     remedy = (
         "Starts when enough neighbouring capacity frees up; fewer GPUs, a smaller "
@@ -179,7 +234,10 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
 
 def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     short = job.gpus - diag["free_gpus"]
-    msg = f"This job {shape}; only {diag['free_gpus']} matching GPUs are free, {short} short."
+    msg = (
+        f"This job {shape}; only {diag['free_gpus']} matching GPUs are left free this cycle, "
+        f"{short} short."
+    )
     remedy = f"Starts when {short} more matching GPUs are released."
     return Code.INSUFFICIENT_GPUS, msg, dict(diag, short_gpus=short), remedy
 
@@ -193,3 +251,12 @@ def demoted(job: PendingJob, underlying: Reason, demote_after: int) -> Reason:
         dict(details, underlying_code=code, preemption_count=job.preemption_count),
         "Re-check the job's priority and queue with your team lead. " + remedy,
     )
+
+
+# Why a waiting job has no estimated start, when its reason does not say.
+NO_RESERVATION = (
+    "only the first {n} jobs blocked for capacity get a reservation and an estimated start; "
+    "jobs ahead of it hold them"
+)
+NO_PLACEMENT_AHEAD = "no placement opens up for it even when all running work ends as predicted"
+STRICT_ORDER = "in strict order it starts only after the blocked jobs ahead of it"

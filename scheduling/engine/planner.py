@@ -5,7 +5,8 @@ demoted last, then the line's share of its quota in use, then submit time;
 or submit time only under ``strict_fifo``):
 
 1. ``NEVER_FITS`` / ``QUOTA_EXCEEDED`` / ``NODES_UNAVAILABLE`` gates (static,
-   cached per job shape). A job over quota that may borrow is deferred to a
+   cached per job shape; NEVER_FITS is ``feasibility.check``, the rule the submit
+   service refuses by). A job over quota that may borrow is deferred to a
    second pass, so borrowers only get capacity nobody entitled wanted.
 2. Without backfill, the first job blocked for capacity blocks everything after
    it (head-of-line), per pool.
@@ -14,7 +15,14 @@ or submit time only under ``strict_fifo``):
    reservation starts.
 4. Otherwise: keep holding for victims already checkpointing for it; else look
    for victims (``preemption``); else reserve the earliest nodes it could get
-   (up to ``max_reservations``) and explain.
+   (up to ``max_reservations``). A preemptor claims the quota room it preempted
+   for, so later jobs of its queue / line cannot take it meanwhile.
+5. Jobs blocked for capacity are explained last, against what the plan leaves:
+   ``QUOTA_EXCEEDED`` if jobs started after it used the quota room it had; else
+   against the GPUs left free once every start is placed (reservations lifted):
+   ``PRIORITY`` if those would fit it (the nodes are reserved for work ahead),
+   else ``TOPOLOGY`` / ``INSUFFICIENT_GPUS``. That is also what the next cycle
+   sees when nothing changes, so a job's code stays put while its situation does.
 
 Failed placements are cached per shape: within one plan capacity only shrinks,
 so a shape that failed stays failed (for backfill, for every job predicted to
@@ -24,12 +32,12 @@ end no earlier).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from itertools import compress
 from typing import Any
 
-from . import explain
+from . import explain, feasibility
 from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
@@ -69,6 +77,9 @@ from .types import (
 
 ShapeT = tuple[ClassKey, int, int, int, bool]
 Record = tuple[explain.Reason, float | None]
+# A job blocked for capacity, explained once the plan is complete: (job, shape, estimated
+# start, why none, and what was ahead of it: jobs, GPUs, reservations).
+Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int]
 
 _INF = math.inf
 
@@ -80,7 +91,8 @@ class Planner:
         self.policy = snapshot.policy
         self.topo = Topology(snapshot.nodes)
         self.live = Cluster(self.topo)
-        self._initial = self.live.copy()
+        self._final: Cluster | None = None
+        self._cluster_shape: feasibility.ClusterShape | None = None
         self.queues = {q.name: q for q in snapshot.queues}
         self.lines = {line.name: line for line in snapshot.lines}
         self.usage = derive_usage(snapshot.running, self.queues, self.lines)
@@ -124,6 +136,10 @@ class Planner:
         self.n_preemptors = 0
         self.n_searches = 0
         self.records: dict[int, Record] = {}
+        self.blocked: list[Blocked] = []
+        # Jobs whose code comes after QUOTA_EXCEEDED, decided before the plan was complete:
+        # their quota is checked again once every start is counted.
+        self.recheck_quota: list[PendingJob] = []
         # caches (valid for this plan only)
         self._shape_cache: dict[tuple[Any, ...], ShapeT] = {}
         self._never: dict[ShapeT, explain.Reason | None] = {}
@@ -140,15 +156,39 @@ class Planner:
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
-        self.started_jobs = 0
-        self.started_gpus = 0
         self.hol: set[Any] = set()
 
     # -- helpers -------------------------------------------------------------------
     @property
-    def initial(self) -> Cluster:
-        """Free capacity as it was before this plan (for explaining PRIORITY)."""
-        return self._initial
+    def final(self) -> Cluster:
+        """Free capacity once this plan's starts are placed, with reservations and holds
+        lifted: the GPUs left free this cycle (read-only; for explaining blocked jobs)."""
+        view = self._final
+        if view is None:
+            view = self.live.copy()
+            ready = self.topo.ready
+            nodes = self.topo.nodes
+            for n in self.reserved:
+                if (
+                    not view.usable[n]
+                    and ready[n]
+                    and not nodes[n].exclusive
+                    and n not in self.plan_excl
+                ):
+                    view.usable[n] = 1
+                    insort(view.buckets[view.nfree[n]], n)
+            self._final = view
+        return view
+
+    def cluster_shape(self) -> feasibility.ClusterShape:
+        """Every node, whatever its state (for NEVER_FITS and for describing shapes)."""
+        if self._cluster_shape is None:
+            self._cluster_shape = feasibility.ClusterShape.of_nodes(self.s.nodes)
+        return self._cluster_shape
+
+    def ask(self, job: PendingJob, sh: ShapeT) -> feasibility.Ask:
+        mem, rdma, infer, pool, model = sh[0]
+        return feasibility.Ask(job.gpus, job.gpus_per_node, mem or None, rdma, infer, model, pool)
 
     def shape(self, job: PendingJob) -> ShapeT:
         infer = inference_ok(job)
@@ -233,38 +273,49 @@ class Planner:
             self._timeline = tl
         return tl
 
-    def record(self, job: PendingJob, reason: explain.Reason, est: float | None = None) -> None:
-        if reason[0] != Code.DEMOTED and is_demoted(job.preemption_count, self.policy):
-            code, msg, details, remedy = reason
-            reason = (
-                code,
-                msg + f" It is also demoted (preempted {job.preemption_count} times).",
-                dict(details, demoted=1, preemption_count=job.preemption_count),
-                remedy,
-            )
-        self.records[job.id] = (reason, est)
+    def record(
+        self,
+        job: PendingJob,
+        reason: explain.Reason,
+        est: float | None = None,
+        no_estimate: str = "",
+    ) -> None:
+        """Keep a job's verdict. ``est``: its one estimated start; without one, its details
+        say why (the reason's own words, else ``no_estimate``)."""
+        code, msg, details, remedy = reason
+        if code != Code.DEMOTED and is_demoted(job.preemption_count, self.policy):
+            msg += f" It is also demoted (preempted {job.preemption_count} times)."
+            details = dict(details, demoted=1, preemption_count=job.preemption_count)
+        if est is None and explain.NO_ESTIMATE not in details:
+            details = dict(details, **{explain.NO_ESTIMATE: no_estimate or "none is predicted"})
+        elif est is not None and explain.NO_ESTIMATE in details:
+            details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
+        self.records[job.id] = ((code, msg, details, remedy), est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:
         text = self._describe.get(sh)
         if text is None:
-            text = explain.describe_shape(job, sh[1], sh[2], sh[4], self.topo.max_gpus)
+            fit = feasibility.fit(self.cluster_shape(), self.ask(job, sh))
+            text = explain.describe_shape(
+                job, sh[1], sh[2], sh[4], self.topo.max_gpus, fit.max_rack
+            )
             self._describe[sh] = text
         return text
 
     # -- static gates --------------------------------------------------------------
     def never_fits(self, job: PendingJob, sh: ShapeT) -> explain.Reason | None:
+        """NEVER_FITS when not even the empty, healthy cluster could run it (cached per shape)."""
         if sh in self._never:
             return self._never[sh]
-        key, k, c, _last, _excl = sh
-        elig = self.topo.static_elig(key)
+        refusal = feasibility.check(self.cluster_shape(), self.ask(job, sh))
         res = None
-        if not self._static_feasible(key, False, k, c):
-            res = self._why_never(job, sh, elig)
+        if refusal is not None:
+            res = explain.never_fits(job, refusal.why, refusal.details_dict())
         self._never[sh] = res
         return res
 
     def _static_feasible(self, key: ClassKey, ready_only: bool, k: int, c: int) -> bool:
-        """Could the shape fit on an empty cluster (of ready nodes only)?
+        """Could the shape fit on an empty cluster of ready nodes only (NODES_UNAVAILABLE)?
 
         With every node empty a node qualifies iff it matches and has >= c GPUs
         (exclusivity is then free), and a placement exists iff some block holds
@@ -283,51 +334,6 @@ class Planner:
                 hist[block_of[n]][total[n]] += 1
             self._block_hist[ck] = hist
         return any(sum(h[c:]) >= k for h in hist)
-
-    def _why_never(self, job: PendingJob, sh: ShapeT, elig: bytearray) -> explain.Reason:
-        key, k, c, _last, excl = sh
-        topo = self.topo
-        nodes = topo.nodes
-        mem, rdma, infer, pool, model = key
-        details: dict[str, Any] = {
-            "nodes_needed": k,
-            "gpus_per_node": c,
-            "largest_node_gpus": topo.max_gpus,
-            "max_gpu_memory_gb": max((nd.gpu_memory_gb for nd in nodes), default=0),
-            "matching_nodes": sum(elig),
-        }
-        if c > topo.max_gpus:
-            why = f"it asks for {c} GPUs on one node but the largest node has {topo.max_gpus}"
-        elif not nodes:
-            why = "the cluster has no nodes"
-        elif mem and not any(nd.gpu_memory_gb >= mem for nd in nodes):
-            why = f"it asks for {mem} GB per GPU but the largest GPUs have {details['max_gpu_memory_gb']} GB"
-        elif rdma and not any(nd.rdma for nd in nodes):
-            why = "it needs RDMA but no node has RDMA"
-        elif model is not None and not any(nd.gpu_model == model for nd in nodes):
-            why = f"no node has {model} GPUs"
-        elif pool is not None and not any(nd.pool == pool for nd in nodes):
-            why = f"no node belongs to pool {pool}"
-        elif not any(elig):
-            why = "no node matches all of its requirements together"
-        else:
-            total = topo.total
-            big = [n for n in range(topo.n) if elig[n] and total[n] >= c]
-            per_block: dict[int, int] = {}
-            for n in big:
-                b = topo.rack_block[topo.rack_of[n]]
-                per_block[b] = per_block.get(b, 0) + 1
-            details["max_block_nodes"] = max(per_block.values(), default=0)
-            if len(big) < k:
-                why = (
-                    f"it needs {k} matching nodes with {c} GPUs each but the cluster has {len(big)}"
-                )
-            else:
-                why = (
-                    f"it needs {k} matching nodes inside one network block but the largest "
-                    f"block has {details['max_block_nodes']}"
-                )
-        return explain.never_fits(job, why, details)
 
     def unavailable(self, job: PendingJob, sh: ShapeT) -> dict[str, Any] | None:
         if sh in self._unavail:
@@ -370,7 +376,10 @@ class Planner:
             short_l = max(0, held + job.gpus - line.quota_gpus)
         return short_q, short_l
 
-    def quota_reason(self, job: PendingJob, short_q: int, note: str) -> explain.Reason:
+    def quota_reason(
+        self, job: PendingJob, short_q: int, note: str
+    ) -> tuple[explain.Reason, float | None]:
+        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted."""
         if short_q > 0:
             scope, name = "queue", job.queue
             quota = self.queues[job.queue].quota_gpus
@@ -383,7 +392,7 @@ class Planner:
         room_at = None
         if job.gpus <= quota:
             room_at = self._quota_room_at(scope, name, held + job.gpus - quota)
-        return explain.quota_exceeded(job, scope, name, held, quota, note, room_at)
+        return explain.quota_exceeded(job, scope, name, held, quota, note, room_at), room_at
 
     def _quota_room_at(self, scope: str, name: str, need: int) -> float | None:
         """When running work of this queue/line is predicted to release ``need`` GPUs."""
@@ -491,8 +500,6 @@ class Planner:
         if not borrowed:
             self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + job.gpus
             self.nb_line[job.line] = self.nb_line.get(job.line, 0) + job.gpus
-        self.started_jobs += 1
-        self.started_gpus += job.gpus
 
     def hold(self, job: PendingJob, nodes: Sequence[int], t: float | None) -> None:
         st = _INF if t is None else t
@@ -531,6 +538,7 @@ class Planner:
             return False
         deadline = max(running_end(v, self.now, self.policy) for v in leaving)
         self.hold(job, nodes, deadline)
+        self.claim_quota(job, leaving)
         gpus = sum(v.gpus for v in leaving)
         self.record(job, explain.preempting(job, len(leaving), gpus, deadline), deadline)
         return True
@@ -602,10 +610,22 @@ class Planner:
         if leaving:
             until = max(until, max(running_end(v, self.now, self.policy) for v in leaving))
         self.hold(job, found.nodes, until)
+        self.claim_quota(job, (*found.victims, *leaving))
         n_v = len(found.victims) + len(leaving)
         gpus = sum(v.gpus for v in found.victims) + sum(v.gpus for v in leaving)
         self.record(job, explain.preempting(job, n_v, gpus, until), until)
         self.n_preemptors += 1
+
+    def claim_quota(self, job: PendingJob, victims: Sequence[RunningJob]) -> None:
+        """A preemptor counts on quota room: what its victims free, plus the room left now.
+        Count the latter as held from now on, so no later job of its queue or line takes
+        it while the victims checkpoint (and the preemptor reads QUOTA_EXCEEDED after all)."""
+        borrowed = self.usage.borrowed_ids
+        entitled = [v for v in victims if v.id not in borrowed]
+        freed_q = sum(v.gpus for v in entitled if v.queue == job.queue)
+        freed_l = sum(v.gpus for v in entitled if v.line == job.line)
+        self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + max(0, job.gpus - freed_q)
+        self.nb_line[job.line] = self.nb_line.get(job.line, 0) + max(0, job.gpus - freed_l)
 
     def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
         key, k, c, _last, excl = sh
@@ -621,12 +641,14 @@ class Planner:
         return t
 
     def diagnose(self, job: PendingJob, sh: ShapeT) -> tuple[str, dict[str, Any]]:
-        """Why a job cannot be placed, from the capacity free before this plan."""
+        """Why a blocked job cannot be placed, from what is left free this cycle (``final``):
+        it would fit there but for reservations -> PRIORITY; enough matching GPUs but no
+        valid placement -> TOPOLOGY; else INSUFFICIENT_GPUS."""
         got = self._diag.get(sh)
         if got is not None:
             return got
         key, k, c, _last, excl = sh
-        init = self.initial
+        init = self.final
         cls = init.node_class(key)
         if init.find(cls, k, c, excl, None) is not None:
             got = (Code.PRIORITY, {})
@@ -639,13 +661,13 @@ class Planner:
         return got
 
     def _where(self, key: ClassKey, c: int, excl: bool) -> dict[str, Any]:
-        """Where the matching free GPUs were before this plan (one scan per class)."""
+        """Where the matching GPUs left free this cycle are (one scan per class)."""
         ck = (key, c, excl)
         got = self._where_cache.get(ck)
         if got is not None:
             return got
         topo = self.topo
-        init = self.initial
+        init = self.final
         cls = init.node_class(key)
         best_node = 0
         per_rack: dict[int, int] = {}
@@ -682,25 +704,32 @@ class Planner:
         self._where_cache[ck] = got
         return got
 
-    def blocked_reason(self, job: PendingJob, sh: ShapeT) -> explain.Reason:
-        code, diag = self.diagnose(job, sh)
-        shape = self.describe(job, sh)
-        if code == Code.PRIORITY:
-            reason = explain.priority(
-                job,
-                shape,
-                self.ahead_jobs,
-                self.ahead_gpus,
-                self.started_jobs,
-                self.started_gpus,
-                len(self.reservations),
-                False,
-            )
-        elif code == Code.TOPOLOGY:
-            reason = explain.topology(job, shape, dict(diag))
-        else:
-            reason = explain.insufficient(job, shape, dict(diag))
-        return self.maybe_demoted(job, reason)
+    def over_quota_now(self, job: PendingJob) -> bool:
+        """Jobs started after it may have used the quota room it had when it was considered:
+        if so, QUOTA_EXCEEDED (first in API.md's order), as the next cycle will read."""
+        short_q, short_l = self.quota_short(job, tuple(self.leaving_for.get(job.id, ())))
+        if short_q or short_l:
+            self.record(job, *self.quota_reason(job, short_q, ""))
+            return True
+        return False
+
+    def explain_blocked(self) -> None:
+        """Verdicts of the jobs blocked for capacity, now that every start is placed: as the
+        next cycle will see them if nothing else changes. Quota first, then what is left."""
+        for job in self.recheck_quota:
+            self.over_quota_now(job)
+        for job, sh, est, no_estimate, ahead_jobs, ahead_gpus, reservations in self.blocked:
+            if self.over_quota_now(job):
+                continue
+            code, diag = self.diagnose(job, sh)
+            shape = self.describe(job, sh)
+            if code == Code.PRIORITY:
+                reason = explain.priority(job, shape, ahead_jobs, ahead_gpus, reservations, False)
+            elif code == Code.TOPOLOGY:
+                reason = explain.topology(job, shape, dict(diag))
+            else:
+                reason = explain.insufficient(job, shape, dict(diag))
+            self.record(job, self.maybe_demoted(job, reason), est, no_estimate)
 
     def maybe_demoted(self, job: PendingJob, reason: explain.Reason) -> explain.Reason:
         if is_demoted(job.preemption_count, self.policy):
@@ -743,11 +772,12 @@ class Planner:
                 self.ahead_jobs += 1
                 self.ahead_gpus += job.gpus
                 return
-            self.record(job, self.quota_reason(job, short_q, ""))
+            self.record(job, *self.quota_reason(job, short_q, ""))
             return
         un = self.unavailable(job, sh)
         if un is not None:
             self.record(job, explain.nodes_unavailable(job, self.describe(job, sh), un))
+            self.recheck_quota.append(job)
             return
         if self.hol_blocked(job):
             reason = explain.priority(
@@ -755,12 +785,11 @@ class Planner:
                 self.describe(job, sh),
                 self.ahead_jobs,
                 self.ahead_gpus,
-                self.started_jobs,
-                self.started_gpus,
                 len(self.reservations),
                 True,
             )
-            self.record(job, self.maybe_demoted(job, reason))
+            self.record(job, self.maybe_demoted(job, reason), None, explain.STRICT_ORDER)
+            self.recheck_quota.append(job)
             self.ahead_jobs += 1
             self.ahead_gpus += job.gpus
             return
@@ -776,12 +805,17 @@ class Planner:
             pass
         elif waits_for_quota:
             q_short, _ = self.quota_short(job, ())
-            self.record(job, self.quota_reason(job, q_short, ""))
+            self.record(job, *self.quota_reason(job, q_short, ""))
         else:
             est = None
+            no_estimate = explain.NO_RESERVATION.format(n=self.policy.max_reservations)
+            ahead = len(self.reservations)
             if self.n_backfill_res < self.policy.max_reservations:
                 est = self.reserve(job, sh)
-            self.record(job, self.blocked_reason(job, sh), est)
+                no_estimate = explain.NO_PLACEMENT_AHEAD
+            self.blocked.append(
+                (job, sh, est, no_estimate, self.ahead_jobs, self.ahead_gpus, ahead)
+            )
         self.ahead_jobs += 1
         self.ahead_gpus += job.gpus
         if not self.policy.backfill:
@@ -801,7 +835,7 @@ class Planner:
                 self.start(job, sh, nodes, borrowed=True)
                 return
             note = "It may borrow idle capacity, but none fits it now."
-        self.record(job, self.quota_reason(job, short_q, note))
+        self.record(job, *self.quota_reason(job, short_q, note))
 
     def run(self) -> Plan:
         policy = self.policy
@@ -827,6 +861,7 @@ class Planner:
             self.consider(job, deferred)
         for job in deferred:
             self.consider_borrower(job)
+        self.explain_blocked()
         return self.assemble(order)
 
     def _line_shares(self) -> dict[str, float]:

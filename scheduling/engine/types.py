@@ -1,7 +1,8 @@
 """Engine value types: what goes into ``plan()`` and what comes out.
 
 Everything here is a frozen, slotted dataclass (or an enum) so a snapshot can be
-shared freely and a plan compared for equality. Times are float epoch seconds;
+shared freely and a plan compared for equality. Times are float epoch seconds (cluster
+time; a verdict's ``details`` carry them as ISO 8601 strings);
 GPU counts are ints; a node's GPUs are addressed by index (0..gpus_total-1).
 """
 
@@ -72,7 +73,12 @@ class Code:
     DEMOTED = "DEMOTED"
 
 
-VERDICT_CODES: tuple[str, ...] = (
+# The precedence of the codes, API.md's order, defined here once: a waiting job reads the
+# first code whose condition holds for it (docs/engine.md, "Verdicts", says what each
+# condition is). DEMOTED is the exception that proves the rule: it holds for a demoted job
+# whose only conditions are capacity ones (PRIORITY, TOPOLOGY, INSUFFICIENT_GPUS), and
+# replaces them (the underlying code stays in ``details.underlying_code``).
+PRECEDENCE: tuple[str, ...] = (
     Code.NEVER_FITS,
     Code.QUOTA_EXCEEDED,
     Code.NODES_UNAVAILABLE,
@@ -82,6 +88,19 @@ VERDICT_CODES: tuple[str, ...] = (
     Code.INSUFFICIENT_GPUS,
     Code.DEMOTED,
 )
+VERDICT_CODES: tuple[str, ...] = PRECEDENCE
+_RANK = {code: i for i, code in enumerate(PRECEDENCE)}
+
+
+def precedence(code: str) -> int:
+    """Rank of a code in ``PRECEDENCE`` (0 first); unknown codes (the loop's own
+    ``LAUNCH_RETRY``) rank after every engine code."""
+    return _RANK.get(code, len(PRECEDENCE))
+
+
+def first_code(codes: Iterable[str]) -> str | None:
+    """The code a job reads when all of ``codes`` hold for it (None for none)."""
+    return min(codes, key=precedence, default=None)
 
 
 def _tier(value: Any) -> Tier:
@@ -351,7 +370,14 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """Why a pending job does not start now, in words and numbers."""
+    """Why a pending job does not start now, in words and numbers.
+
+    ``details`` are machine fields (counts as ints, times as ISO 8601 strings ``..._at``,
+    durations as whole ``..._seconds``; never epochs or floats). ``estimated_start`` (epoch
+    seconds, cluster time) is the one estimate of the job's start: any time the message or
+    remedy names is this value (or the deadline it comes from); when it is None,
+    ``details["no_estimate_reason"]`` says why.
+    """
 
     code: str
     message: str

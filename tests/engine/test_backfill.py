@@ -14,7 +14,8 @@ def test_higher_tier_jumps_ahead_of_waiting_lower_tiers():
     ]
     plan = run(snap([node("a")], pending))
     assert list(started(plan)) == [2]
-    assert code(plan, 1) == Code.PRIORITY
+    # No GPU is left free this cycle: a capacity verdict, the same next cycle.
+    assert code(plan, 1) == Code.INSUFFICIENT_GPUS
 
 
 def test_fair_share_orders_a_tier_by_line_use_relative_to_quota():

@@ -20,6 +20,25 @@ def test_when(t, text):
 
 
 @pytest.mark.parametrize(
+    "t, text",
+    [(0, "1970-01-01T00:00:00Z"), (NOW + 0.9, "1970-01-12T13:46:40Z"),
+     (1796085057.451252, "2026-12-01T00:30:57Z")],
+)  # fmt: skip
+def test_iso_is_utc_to_the_second(t, text):
+    assert explain.iso(t) == text
+
+
+@pytest.mark.parametrize(
+    "seconds, text",
+    [(0, "0 s"), (59.9, "59 s"), (60, "1 min"), (3599, "59 min"), (3600, "1 h"),
+     (7800, "2 h 10 min"), (86400, "24 h"), (47 * 3600 + 60, "47 h 1 min"),
+     (172800, "2 d"), (180000, "2 d 2 h"), (-5, "0 s")],
+)  # fmt: skip
+def test_duration(seconds, text):
+    assert explain.duration(seconds) == text
+
+
+@pytest.mark.parametrize(
     "kw, text",
     [
         ({}, ""),
@@ -62,13 +81,23 @@ def test_kind_of(kw, text):
 )
 def test_describe_shape(job, k, c, exclusive, text):
     assert explain.describe_shape(job, k, c, exclusive, 8) == text
+    assert explain.describe_shape(job, k, c, exclusive, 8, max_rack_nodes=k) == text
+
+
+def test_describe_shape_spans_racks_when_no_rack_is_big_enough():
+    job = pjob(1, 1024, rdma=True)
+    assert explain.describe_shape(job, 128, 8, False, 8, max_rack_nodes=32) == (
+        "needs 128 whole RDMA nodes across the fewest racks of one block (no rack has 128 "
+        "such nodes: at most 32)"
+    )
 
 
 def test_never_fits():
     assert explain.never_fits(pjob(1, 8), "no node has B200 GPUs", {"n": 1}) == (
         Code.NEVER_FITS,
-        "This job can never run as asked: no node has B200 GPUs.",
-        {"n": 1},
+        "This job can never run as asked, even on an empty, healthy cluster: no node has B200 "
+        "GPUs.",
+        {"n": 1, "no_estimate_reason": "it can never run as asked"},
         "Change the request (fewer GPUs, fewer GPUs per node, less GPU memory, or no RDMA) "
         "and resubmit.",
     )
@@ -85,16 +114,19 @@ def test_quota_exceeded_details():
         "requested_gpus": 8,
         "room_gpus": 4,
         "short_gpus": 4,
+        "no_estimate_reason": "no running work of line llm is predicted to release enough GPUs",
     }
     _code, _msg, details, _remedy = explain.quota_exceeded(
         pjob(1, 8), "line", "llm", 12, 16, "", NOW
     )
-    assert details["quota_room_at"] == NOW
+    assert details["quota_room_at"] == "1970-01-12T13:46:40Z"
+    assert "no_estimate_reason" not in details
     _code, _msg, details, _remedy = explain.quota_exceeded(
         pjob(1, 32), "queue", "q", 20, 16, "", NOW
     )
     assert details["room_gpus"] == 0 and details["short_gpus"] == 32
     assert "quota_room_at" not in details  # no release makes room for it
+    assert details["no_estimate_reason"] == "it is larger than the whole queue quota"
 
 
 QUOTA_WORDS = [
@@ -130,13 +162,13 @@ def test_nodes_unavailable():
         Code.NODES_UNAVAILABLE,
         "This job needs 8 GPUs on one node; that only exists if unavailable nodes are counted "
         "(2 matching nodes are cordoned, draining, down or unhealthy).",
-        details,
+        {**details, "no_estimate_reason": "it depends on when unavailable nodes return to service"},
         "Starts when enough of those nodes return to service; ask on-call, or request fewer GPUs.",
     )
 
 
 def test_priority_in_strict_order():
-    code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, 8, 1, True)
+    code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, True)
     assert code == Code.PRIORITY
     assert msg == (
         "Waiting its turn: the policy keeps strict order and 2 job(s) ahead needing 16 GPUs "
@@ -145,8 +177,6 @@ def test_priority_in_strict_order():
     assert details == {
         "ahead_jobs": 2,
         "ahead_gpus": 16,
-        "started_ahead_jobs": 1,
-        "started_ahead_gpus": 8,
         "reservations_ahead": 1,
         "strict_order": 1,
     }
@@ -154,11 +184,11 @@ def test_priority_in_strict_order():
 
 
 def test_priority_behind_higher_priority_work():
-    _code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, 8, 1, False)
+    _code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, False)
     assert msg == (
-        "This job needs 8 GPUs on one node; that capacity is free but taken or reserved by "
-        "higher-priority work: 1 job(s) ahead started now with 8 GPUs, 1 reservation(s) hold "
-        "nodes, and 2 job(s) ahead still wait for 16 GPUs."
+        "This job needs 8 GPUs on one node; the GPUs left free this cycle would fit it, but "
+        "they are reserved for higher-priority work (1 reservation(s) hold nodes, and 2 job(s) "
+        "ahead still wait for 16 GPUs)."
     )
     assert details["strict_order"] == 0
     assert remedy.startswith("Starts when the work ahead is placed")
@@ -169,11 +199,12 @@ def test_preempting():
         Code.PREEMPTING,
         "Making room: 2 running job(s) holding 12 GPUs (lower priority, or on borrowed "
         "capacity) are being preempted and will stop by 1970-01-12 13:51 UTC.",
-        {"victims": 2, "victim_gpus": 12, "deadline": NOW + 300},
+        {"victims": 2, "victim_gpus": 12, "victims_stop_at": "1970-01-12T13:51:40Z"},
         "Nothing to do: it starts as soon as they have stopped.",
     )
     _code, msg, details, _remedy = explain.preempting(pjob(1, 8), 1, 8, None)
-    assert msg.endswith("will stop by unknown.") and details["deadline"] == 0.0
+    assert msg.endswith("will stop by unknown.") and "victims_stop_at" not in details
+    assert details["no_estimate_reason"] == "the jobs making room have no stop deadline"
 
 
 def test_topology_on_one_node_and_on_several():
@@ -181,8 +212,8 @@ def test_topology_on_one_node_and_on_several():
     code, msg, details, _remedy = explain.topology(pjob(1, 8), SHAPE, one)
     assert code == Code.TOPOLOGY and details is one
     assert msg == (
-        "This job needs 8 GPUs on one node; 10 such GPUs are free but scattered: the emptiest "
-        "matching node has 6. Free GPUs by rack: r0: 6, r1: 4."
+        "This job needs 8 GPUs on one node; 10 such GPUs are left free this cycle but "
+        "scattered: the emptiest matching node has 6. Free GPUs by rack: r0: 6, r1: 4."
     )
     several = {
         "nodes_needed": 2,
@@ -193,8 +224,8 @@ def test_topology_on_one_node_and_on_several():
     }
     _code, msg, _details, remedy = explain.topology(pjob(1, 16), "needs 2 whole nodes", several)
     assert msg == (
-        "This job needs 2 whole nodes; 14 such GPUs are free but scattered: the best rack (r0) "
-        "has 1 and the best block 1 such nodes."
+        "This job needs 2 whole nodes; 14 such GPUs are left free this cycle but scattered: "
+        "the best rack (r0) has 1 and the best block 1 such nodes."
     )
     assert remedy.startswith("Starts when enough neighbouring capacity frees up")
 
@@ -202,7 +233,8 @@ def test_topology_on_one_node_and_on_several():
 def test_insufficient():
     assert explain.insufficient(pjob(1, 8), SHAPE, {"free_gpus": 3}) == (
         Code.INSUFFICIENT_GPUS,
-        "This job needs 8 GPUs on one node; only 3 matching GPUs are free, 5 short.",
+        "This job needs 8 GPUs on one node; only 3 matching GPUs are left free this cycle, 5 "
+        "short.",
         {"free_gpus": 3, "short_gpus": 5},
         "Starts when 5 more matching GPUs are released.",
     )

@@ -116,7 +116,7 @@ def test_never_lands_on_unavailable_nodes(state):
     nodes = [node("bad", state=state), node("good", free=range(4))]
     plan = run(snap(nodes, [pjob(1, 4), pjob(2, 4)]))
     assert started(plan) == {1: {"good": (0, 1, 2, 3)}}
-    assert code(plan, 2) == Code.PRIORITY  # job 1 took the only usable GPUs
+    assert code(plan, 2) == Code.INSUFFICIENT_GPUS  # job 1 took the only usable GPUs
 
 
 def test_exclusive_job_takes_a_wholly_free_node_and_nothing_lands_beside_it():

@@ -18,6 +18,7 @@ from scheduling.engine import (
     Code,
     PendingJob,
     Plan,
+    RunningJob,
     Snapshot,
     Tier,
     check_plan,
@@ -286,11 +287,52 @@ def test_the_random_workloads_exercise_every_decision():
         assert seen[c] >= 3, (c, seen)
 
 
+def after_starts(s: Snapshot, p: Plan, job: PendingJob) -> Snapshot:
+    """The cluster as this plan leaves it (its starts running, its reservations gone) with
+    ``job`` alone waiting and no quotas: what its capacity verdict speaks of."""
+    pending = {j.id: j for j in s.pending}
+    taken: dict[str, set[int]] = defaultdict(set)
+    exclusive = {n.name for n in s.nodes if n.exclusive}
+    running = list(s.running)
+    for x in p.starts:
+        spec = pending[x.job_id]
+        for slot in x.placement:
+            taken[slot.node].update(slot.gpus)
+            if spec.exclusive_node:
+                exclusive.add(slot.node)
+        running.append(
+            RunningJob(
+                id=spec.id, queue=spec.queue, line=spec.line, tier=spec.tier, gpus=spec.gpus,
+                placement=x.placement, preemptible=bool(spec.preemptible), started_at=NOW,
+                exclusive_node=spec.exclusive_node,
+            )
+        )  # fmt: skip
+    nodes = tuple(
+        dataclasses.replace(
+            n,
+            free_gpus=tuple(g for g in n.free_gpus if g not in taken[n.name]),
+            exclusive=n.name in exclusive,
+        )
+        for n in s.nodes
+    )
+    return dataclasses.replace(
+        s,
+        nodes=nodes,
+        running=tuple(running),
+        pending=(job,),
+        lines=tuple(dataclasses.replace(line, quota_gpus=None) for line in s.lines),
+        queues=tuple(dataclasses.replace(q, quota_gpus=None) for q in s.queues),
+        policy=dataclasses.replace(s.policy, preemption=False),
+    )
+
+
 @settings(FAST, max_examples=300)
 @given(snapshots(), st.data())
 def test_capacity_verdicts_are_honest(s: Snapshot, data) -> None:
-    """PRIORITY means the job alone would start; TOPOLOGY / INSUFFICIENT_GPUS mean
-    it would not even alone, with the free-GPU numbers on the right side."""
+    """Capacity verdicts speak of the GPUs this plan leaves free: PRIORITY means the job
+    alone would start there (only reservations for work ahead stop it); TOPOLOGY /
+    INSUFFICIENT_GPUS mean it would not even alone, with the free-GPU numbers on the right
+    side."""
     p = plan(s, NOW)
     waiting = [j for j in s.pending if j.id in p.verdicts]
     if not waiting:
@@ -304,13 +346,12 @@ def test_capacity_verdicts_are_honest(s: Snapshot, data) -> None:
         return
     if any(r.preempted_for == job.id and r.state == "preempting" for r in s.running):
         return
-    alone = dataclasses.replace(
-        s, pending=(job,), policy=dataclasses.replace(s.policy, preemption=False)
-    )
+    alone = after_starts(s, p, job)
     q = plan(alone, NOW)
     assert check_plan(alone, q) == []
     if underlying == Code.PRIORITY:
         assert [x.job_id for x in q.starts] == [job.id]
+        assert v.details["reservations_ahead"] >= 1
     else:
         assert q.starts == ()
         enough = v.details["free_gpus"] >= job.gpus

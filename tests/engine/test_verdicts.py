@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduling.engine import VERDICT_CODES, Code, LineView, PolicyConfig
+from scheduling.engine import VERDICT_CODES, Code, LineView, PolicyConfig, explain
 
 from .helpers import HOUR, NOW, node, pjob, rack, rjob, run, snap, started
 
@@ -21,7 +21,7 @@ def test_never_fits_when_asking_more_gpu_memory_than_exists():
 @pytest.mark.parametrize(
     "job, phrase",
     [
-        (pjob(1, 64), "needs 8 matching nodes"),
+        (pjob(1, 64), "it needs 8 nodes with 8 GPUs each but the cluster has 2 such nodes"),
         (pjob(1, 4, gpus_per_node=16), None),
         (pjob(1, 4, rdma=True), "RDMA"),
         (pjob(1, 4, gpu_model="B200"), "B200"),
@@ -59,14 +59,25 @@ def test_nodes_unavailable_when_only_out_of_service_nodes_would_do():
     assert v.details["unavailable_nodes"] == 2 and v.details["healthy_matching_nodes"] == 1
 
 
-def test_priority_counts_the_work_ahead():
+def test_work_ahead_that_took_the_gpus_leaves_a_capacity_verdict():
     pending = [pjob(1, 8, tier="core"), pjob(2, 8, tier="core"), pjob(3, 8)]
     plan = run(snap([node("a")], pending))
     v = plan.verdicts[3]
-    assert v.code == Code.PRIORITY
-    assert v.details["started_ahead_jobs"] == 1 and v.details["started_ahead_gpus"] == 8
-    assert v.details["ahead_jobs"] == 1 and v.details["ahead_gpus"] == 8
+    assert v.code == Code.INSUFFICIENT_GPUS and v.details["free_gpus"] == 0
     assert v.position == 2 and plan.verdicts[2].position == 1
+
+
+def test_priority_counts_the_work_ahead_that_reserved_its_gpus():
+    # Job 1 (16 GPUs) waits for b and reserves a and b; job 2 would fit on a, which is
+    # free, but runs too long to backfill before job 1's reservation.
+    running = [rjob(9, {"b": range(8)}, tier="core", predicted_end=NOW + HOUR)]
+    pending = [pjob(1, 16, tier="core"), pjob(2, 8, predicted_runtime_s=2 * HOUR)]
+    plan = run(snap([node("a"), node("b")], pending, running))
+    v = plan.verdicts[2]
+    assert v.code == Code.PRIORITY
+    assert v.details["reservations_ahead"] == 1
+    assert v.details["ahead_jobs"] == 1 and v.details["ahead_gpus"] == 16
+    assert "reserved for higher-priority work" in v.message
 
 
 def test_preempting_reads_while_victims_checkpoint():
@@ -89,8 +100,10 @@ def test_topology_says_where_the_free_gpus_are():
     assert v.code == Code.TOPOLOGY
     assert v.details["free_gpus"] == 90
     assert v.details["best_rack_nodes"] == 3 and v.details["best_block_nodes"] == 5
-    assert "needs 8 whole RDMA nodes in one rack" in v.message
-    assert "90 such GPUs are free but scattered" in v.message
+    # No rack has 8 nodes: it does not say "in one rack".
+    assert "needs 8 whole RDMA nodes across the fewest racks of one block" in v.message
+    assert "(no rack has 8 such nodes: at most 5)" in v.message
+    assert "90 such GPUs are left free this cycle but scattered" in v.message
     assert "Free GPUs by rack" in v.message
 
 
@@ -177,6 +190,9 @@ def test_quota_verdict_predicts_when_the_line_frees_enough():
     plan = run(
         snap(nodes, [pjob(3, 8, tier="core"), pjob(4, 16, tier="core")], running, lines=lines)
     )
-    assert plan.verdicts[3].details["quota_room_at"] == NOW + 1 * HOUR
-    assert plan.verdicts[4].details["quota_room_at"] == NOW + 3 * HOUR
+    assert plan.verdicts[3].details["quota_room_at"] == explain.iso(NOW + 1 * HOUR)
+    assert plan.verdicts[4].details["quota_room_at"] == explain.iso(NOW + 3 * HOUR)
     assert "predicted by" in plan.verdicts[3].remedy
+    # The room is the estimated start, said the same way in the remedy.
+    assert plan.verdicts[3].estimated_start == NOW + 1 * HOUR
+    assert f"predicted by {explain.when(NOW + HOUR)}" in plan.verdicts[3].remedy

@@ -201,9 +201,9 @@ def _render_detail(
 ) -> HttpResponse:
     now = cluster_now()
     pending = req.state == QuotaRequest.State.PENDING
+    impact = build_request_impact(req, now) if pending else None
     context = {
         "req": req,
-    impact = build_request_impact(req, now) if pending else None
         "impact": impact,
         "impact_rows": _impact_rows(req, impact),
         "changes": req.changes.select_related("changed_by", "queue"),
@@ -218,8 +218,6 @@ def _render_detail(
     return render(request, "quotas/request_detail.html", context, status=status)
 
 
-@login_required
-def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def _impact_rows(req: QuotaRequest, impact: dict | None) -> list[tuple[str, dict]]:
     """The before/after rows of the impact table: the target's, and its line's too when
     the target is a queue (the line's numbers are the ones the line tables show)."""
@@ -234,6 +232,8 @@ def _impact_rows(req: QuotaRequest, impact: dict | None) -> list[tuple[str, dict
             (f"{line} after", impact["line_after"])]  # fmt: skip
 
 
+@login_required
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The request, and for a pending one its impact (the admins' approval page)."""
     return _render_detail(request, _visible_request(request, pk))
 
@@ -302,6 +302,15 @@ def _usage_row(used: int, quota: int | None) -> dict[str, Any]:
     return {"percent": percent, "bar": min(100, percent or 0), "over": bool(quota and used > quota)}
 
 
+def _eviction_cell(eviction: EvictionFigures, queue_id: int) -> dict[str, Any]:
+    """A queue's eviction ratio as the pages print it ("12.5%" or "no data yet")."""
+    row = eviction.by_queue.get(queue_id, {})
+    return {
+        "eviction_text": ratio_text(row.get("eviction_ratio")),
+        "evictions": row.get("evictions", 0),
+    }
+
+
 @login_required
 @require_GET
 def queue_list(request: HttpRequest) -> HttpResponse:
@@ -331,12 +340,3 @@ def queue_list(request: HttpRequest) -> HttpResponse:
             }
         )
     return render(request, "quotas/queues.html", {"lines": lines, "eviction": eviction})
-def _eviction_cell(eviction: EvictionFigures, queue_id: int) -> dict[str, Any]:
-    """A queue's eviction ratio as the pages print it ("12.5%" or "no data yet")."""
-    row = eviction.by_queue.get(queue_id, {})
-    return {
-        "eviction_text": ratio_text(row.get("eviction_ratio")),
-        "evictions": row.get("evictions", 0),
-    }
-
-

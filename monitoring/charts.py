@@ -12,8 +12,9 @@ differ in shape, and the alert line is labelled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 from typing import Any, NamedTuple
 
@@ -57,10 +58,29 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+MARGIN = {"l": 56, "r": 16, "t": 40, "b": 48}
+# A generous width of one character of the charts' 12 px font (system-ui averages ~6.5 px).
+CHAR_PX = 7.0
+
+
+def label_room(labels: Sequence[str], *, angle: float = 0) -> int:
+    """Pixels of margin the longest tick label needs: beside its axis, or below it when the
+    labels are tilted by ``angle`` degrees.
+
+    Given as the layout's margin, Plotly's ``automargin`` (kept on for a label longer than
+    estimated) finds nothing to add, and each chart is drawn in one pass instead of two
+    (a margin that grows redraws the whole chart)."""
+    longest = max((len(label) for label in labels), default=0) * CHAR_PX
+    if angle:
+        rad = math.radians(abs(angle))
+        return math.ceil(longest * math.sin(rad) + 12 * math.cos(rad) + 16)
+    return math.ceil(longest + 16)
+
+
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "title": {"text": title, "x": 0, "font": {"size": 15}},
-        "margin": {"l": 56, "r": 16, "t": 40, "b": 48},
+        "margin": dict(MARGIN),
         "height": 300,
         "font": {"family": "system-ui, sans-serif", "size": 12},
         "paper_bgcolor": "#ffffff",
@@ -104,23 +124,114 @@ def downsample(points: Sequence[tuple[Any, Any]], max_points: int = MAX_POINTS) 
     return [points[round(i * step)] for i in range(max_points)]
 
 
-def utilization_figure(points: Sequence[tuple[Any, float]]) -> Figure:
-    """Utilization over time: ``points`` are (cluster time, allocated/healthy 0..1)."""
-    pts = downsample(points)
-    xs = [_iso(t) for t, _ in pts]
-    ys = [round(u * 100, 2) for _, u in pts]
-    data = [
-        {
-            "type": "scatter", "mode": "lines", "name": "utilization", "x": xs, "y": ys,
-            "line": {"color": BLUE, "width": 2}, "fill": "tozeroy",
-            "fillcolor": "rgba(0,114,178,0.12)",
-            "hovertemplate": "%{x}<br>%{y:.1f}% of healthy GPUs allocated<extra></extra>",
-        }
-    ]  # fmt: skip
+class TimeWindow(NamedTuple):
+    """The span a time-series chart shows, in cluster time (UTC): the x axis is fixed to
+    ``[start, end]`` whatever the samples, so a window with few samples still reads as the
+    window (ticks in hours and minutes, or dates), never as a sliver of a second."""
+
+    start: datetime
+    end: datetime
+    label: str  # "last hour", "last 7 days", ...
+
+
+# Tick labels by the distance between ticks (Plotly picks the distance from the range and
+# the chart's width): hh:mm within a day, dates beyond; seconds only when zoomed that far.
+# Plotly takes the first stop whose range holds the distance, both ends included.
+DAY_MS = 86_400_000
+TIME_TICKS = [
+    {"dtickrange": [None, 60_000 - 1], "value": "%H:%M:%S"},
+    {"dtickrange": [60_000, DAY_MS - 1], "value": "%H:%M"},
+    {"dtickrange": [DAY_MS, None], "value": "%b %d"},
+]
+TIME_HOVER = "%Y-%m-%d %H:%M UTC"
+SEEDED_NAME = "seeded demo history"
+FEW_POINTS = 30  # below this many points a series draws markers too (one sample is a dot)
+
+
+def percent(u: float) -> str:
+    """A 0..1 share as the dashboard writes it everywhere (tiles and captions): ``82.7%``."""
+    return f"{u:.1%}"
+
+
+def _time_axis(window: TimeWindow | None) -> dict[str, Any]:
+    axis: dict[str, Any] = {
+        "type": "date", "title": {"text": "cluster time (UTC)"},
+        "tickformatstops": TIME_TICKS, "hoverformat": TIME_HOVER,
+    }  # fmt: skip
+    if window is not None:
+        axis["range"] = [_iso(window.start), _iso(window.end)]
+    return axis
+
+
+def _split_seeded(points: Sequence[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """(measured, seeded) points of a series, each (time, value), downsampled together.
+
+    A point is ``(time, value)`` or ``(time, value, seeded)``; seeded points are demo
+    history written by ``seed_demo`` (see demo/history.py), not measurements."""
+    measured, seeded = [], []
+    for p in downsample(points):
+        (seeded if len(p) > 2 and p[2] else measured).append((p[0], p[1]))
+    return measured, seeded
+
+
+def _series(name: str, pts: Sequence[tuple], ys: list, style: dict[str, Any],
+            hover: str, *, seeded: bool = False) -> dict[str, Any]:  # fmt: skip
+    trace = {
+        "type": "scatter", "mode": "lines" if len(pts) >= FEW_POINTS else "lines+markers",
+        "name": name, "x": [_iso(t) for t, _ in pts], "y": ys, **style,
+        "hovertemplate": f"%{{x}}<br>{hover}<extra>{SEEDED_NAME if seeded else ''}</extra>",
+    }  # fmt: skip
+    if seeded:
+        trace["line"] = {**style.get("line", {}), "color": GREY, "dash": "dot"}
+        trace.pop("fill", None)
+        trace.pop("fillcolor", None)
+    return trace
+
+
+def _seeded_legend(seeded: bool) -> dict[str, Any]:
+    """A legend (measured vs seeded) only when the window holds seeded demo history, below
+    the axis title."""
+    if not seeded:
+        return {"showlegend": False}
+    return {"showlegend": True, "legend": {"orientation": "h", "y": -0.32, "x": 0},
+            "margin": {**MARGIN, "b": 72}}  # fmt: skip
+
+
+def _seeded_note(points: Sequence[tuple]) -> str:
+    n = sum(1 for p in points if len(p) > 2 and p[2])
+    if not n:
+        return ""
+    return f" {n} of the samples are seeded demo history (dotted grey), not measurements."
+
+
+def utilization_figure(
+    points: Sequence[tuple],
+    *,
+    window: TimeWindow | None = None,
+    now: tuple[datetime, float] | None = None,
+) -> Figure:
+    """Utilization over time: ``points`` are (cluster time, allocated/healthy 0..1[, seeded])
+    samples of the rollup, oldest first.
+
+    ``window``: the span drawn (axis fixed to it). ``now``: the live reading (cluster time,
+    utilization) the dashboard's tile shows; it is the series' last point and the number
+    the caption gives, so the tile and the caption are the same reading.
+    """
+    measured, seeded = _split_seeded(points)
+    if now is not None:
+        measured.append(now)
+    style = {"line": {"color": BLUE, "width": 2}, "fill": "tozeroy",
+             "fillcolor": "rgba(0,114,178,0.12)", "marker": {"size": 5}}  # fmt: skip
+    hover = "%{y:.1f}% of healthy GPUs allocated"
+    data = [_series("utilization", measured, [round(u * 100, 2) for _, u in measured], style,
+                    hover)]  # fmt: skip
+    if seeded:
+        data.append(_series(SEEDED_NAME, seeded, [round(u * 100, 2) for _, u in seeded], style,
+                            hover, seeded=True))  # fmt: skip
     layout = _layout(
         "Utilization over time (% of healthy GPUs allocated)",
         yaxis={"range": [0, 100], "ticksuffix": "%", "title": {"text": "utilization"}},
-        xaxis={"type": "date", "title": {"text": "cluster time"}},
+        xaxis=_time_axis(window),
         shapes=[
             {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
              "y0": UTILIZATION_TARGET * 100, "y1": UTILIZATION_TARGET * 100,
@@ -131,43 +242,64 @@ def utilization_figure(points: Sequence[tuple[Any, float]]) -> Figure:
              "y": UTILIZATION_TARGET * 100, "yanchor": "bottom", "showarrow": False,
              "text": f"target {UTILIZATION_TARGET:.0%}", "font": {"color": GREY}}
         ],
-        showlegend=False,
+        **_seeded_legend(bool(seeded)),
     )  # fmt: skip
-    if not ys:
+    values = [float(p[1]) for p in points] + ([float(now[1])] if now is not None else [])
+    if not values:
         summary = "No samples yet: the metrics rollup writes one a minute."
         return _figure(data, layout, summary, empty="No samples yet")
-    summary = (
-        f"Utilization {ys[-1]:.1f}% at the latest sample; "
-        f"{min(ys):.1f}–{max(ys):.1f}% over {len(points)} samples."
-    )
-    return _figure(data, layout, summary)
+    span = f"{percent(min(values))[:-1]}–{percent(max(values))}"
+    if now is None:
+        summary = (
+            f"Utilization {percent(values[-1])} at the latest sample; {span} over "
+            f"{len(points)} samples."
+        )
+    elif not points:
+        summary = (
+            f"Utilization {percent(now[1])} now ({_clock(now[0])}); no rollup sample in the "
+            f"{window.label if window else 'window'} yet (one is written per cluster minute)."
+        )
+    else:
+        summary = (
+            f"Utilization {percent(now[1])} now ({_clock(now[0])}); {span} over "
+            f"{_window_words(window)}{len(points)} samples and now."
+        )
+    return _figure(data, layout, summary + _seeded_note(points))
 
 
-def fragmentation_figure(points: Sequence[tuple[Any, int]]) -> Figure:
-    """Free GPUs stranded on partly used nodes over time (unusable by whole-node jobs)."""
-    pts = downsample(points)
-    xs = [_iso(t) for t, _ in pts]
-    ys = [int(v) for _, v in pts]
-    data = [
-        {
-            "type": "scatter", "mode": "lines", "name": "fragmented free GPUs", "x": xs,
-            "y": ys, "line": {"color": ORANGE, "width": 2, "shape": "hv"},
-            "hovertemplate": "%{x}<br>%{y} free GPUs on partly used nodes<extra></extra>",
-        }
-    ]  # fmt: skip
+def _clock(at: Any) -> str:
+    return f"{at.astimezone(UTC):%H:%M} UTC" if isinstance(at, datetime) else str(at)
+
+
+def _window_words(window: TimeWindow | None) -> str:
+    return f"the {window.label}: " if window is not None else ""
+
+
+def fragmentation_figure(points: Sequence[tuple], *, window: TimeWindow | None = None) -> Figure:
+    """Free GPUs stranded on partly used nodes over time (unusable by whole-node jobs):
+    ``points`` are (cluster time, GPUs[, seeded]) rollup samples, oldest first."""
+    measured, seeded = _split_seeded(points)
+    style = {"line": {"color": ORANGE, "width": 2, "shape": "hv"}, "marker": {"size": 5}}
+    hover = "%{y} free GPUs on partly used nodes"
+    data = [_series("fragmented free GPUs", measured, [int(v) for _, v in measured], style,
+                    hover)]  # fmt: skip
+    if seeded:
+        data.append(_series(SEEDED_NAME, seeded, [int(v) for _, v in seeded], style, hover,
+                            seeded=True))  # fmt: skip
     layout = _layout(
         "Fragmentation (free GPUs on partly used nodes)",
         yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
-        xaxis={"type": "date", "title": {"text": "cluster time"}},
-        showlegend=False,
+        xaxis=_time_axis(window),
+        **_seeded_legend(bool(seeded)),
     )
-    if not ys:
+    values = [int(p[1]) for p in points]
+    if not values:
         return _figure(data, layout, "No samples yet.", empty="No samples yet")
     summary = (
-        f"{ys[-1]} free GPUs are stranded on partly used nodes at the latest sample "
-        f"(peak {max(ys)} in the window)."
+        f"{values[-1]} free GPUs are stranded on partly used nodes at the latest sample "
+        f"(peak {max(values)} in the {window.label if window else 'window'})."
     )
-    return _figure(data, layout, summary)
+    return _figure(data, layout, summary + _seeded_note(points))
 
 
 class LineRow(NamedTuple):
@@ -238,6 +370,7 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
         yaxis={"autorange": "reversed", "automargin": True},
         xaxis={"rangemode": "tozero", "title": {"text": "jobs"}},
         showlegend=False,
+        margin={**MARGIN, "l": max(MARGIN["l"], label_room(ys))},
     )
     total = sum(xs)
     if not total:
@@ -283,6 +416,7 @@ def eviction_ratio_figure(
         f"Eviction ratio per queue (evicted / delivered GPU time, {window})",
         yaxis={"range": [0, top], "ticksuffix": "%", "title": {"text": "evicted"}},
         xaxis={"tickangle": -30, "automargin": True},
+        margin={**MARGIN, "b": max(MARGIN["b"], label_room([q.name for q in rows], angle=30))},
         shapes=[
             {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
              "y0": threshold * 100, "y1": threshold * 100,

@@ -15,8 +15,11 @@ def health_sweep() -> dict:
 
 @shared_task(name="monitoring.tasks.metrics_rollup", ignore_result=True)
 def metrics_rollup() -> dict:
-    """One metrics sample and the windowed alerts (idempotent: a duplicate adds a sample)."""
-    from monitoring.rollup import rollup
+    """One metrics sample and the windowed alerts when a cluster minute has passed since
+    the last sample (asked every few seconds; see ``monitoring.rollup.sample_due``)."""
+    from monitoring.rollup import rollup_if_due
 
-    sample = rollup()
+    sample = rollup_if_due()
+    if sample is None:
+        return {"id": None, "skipped": "not due"}
     return {"id": sample.pk, "utilization": sample.utilization}

@@ -33,9 +33,12 @@ def beat_schedule(cycle_seconds: float) -> dict:
         ),
         # Demo workload (simulator only, when enabled): new arrivals every few seconds.
         "demo-workload": _every("demo.tasks.demo_workload", 5.0, expires=5.0),
-        # Metrics rollup: one sample a minute feeds the charts, the eviction ratio (R4)
-        # and the windowed alerts; finer would only grow the table.
-        "metrics-rollup": _every("monitoring.tasks.metrics_rollup", 60.0, expires=55.0),
+        # Metrics rollup: one sample per cluster minute feeds the charts, the eviction
+        # ratio (R4) and the windowed alerts. Asked every 5 s, it writes only when a
+        # cluster minute has passed (monitoring.rollup.sample_due): one a minute on real
+        # backends, one every 5 s (5 simulated minutes) on the simulator at 60x, so the
+        # dashboard's last hour has points to draw there too.
+        "metrics-rollup": _every("monitoring.tasks.metrics_rollup", 5.0, expires=5.0),
         # Health sweep: residual processes and sick nodes must leave the pool
         # within a minute (R6, R7) without costing a DB scan every cycle.
         "health-sweep": _every("monitoring.tasks.health_sweep", 30.0, expires=25.0),

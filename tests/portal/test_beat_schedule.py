@@ -13,7 +13,7 @@ from portal.celery import beat_schedule
 CADENCES = {
     "scheduling-cycle": (2.5, 2.5),
     "demo-workload": (5.0, 5.0),
-    "metrics-rollup": (60.0, 55.0),
+    "metrics-rollup": (5.0, 5.0),  # writes once per cluster minute (sample_due)
     "health-sweep": (30.0, 25.0),
     "quota-activation": (60.0, 55.0),
 }

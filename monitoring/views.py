@@ -27,6 +27,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
+from core.confirm import Confirmation, is_confirmed, render_confirmation
 from monitoring import charts
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.metrics_api import build_pending_by_reason
@@ -41,6 +42,7 @@ from monitoring.permissions import (
 from monitoring.rollup import EVICTION_ALERT_RATIO, eviction_figures_of
 from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
+from scheduling.blast import BlastRadius, grace_text, node_blast_radius
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
@@ -477,10 +479,67 @@ def _node_post(request: HttpRequest, name: str, form_class: type[forms.Form], fo
     return _node_page(request, node, status=status, **{form_key: form})
 
 
+# Actions that take GPUs away from running or future work: a second step first (#15).
+CONFIRMED_NODE_ACTIONS = ("cordon", "drain")
+
+
+def _node_confirmation(request: HttpRequest, node: Node, action: str, reason: str,
+                       blast: BlastRadius) -> HttpResponse:  # fmt: skip
+    """What cordoning or draining ``node`` hits, and the form that does it (confirm=1)."""
+    jobs = f"{blast.job_count} job{'s' if blast.job_count != 1 else ''}"
+    queues = ", ".join(blast.queues) or "no queue"
+    free = node.gpus_total - blast.gpus_here
+    if action == "drain":
+        what = (f"Draining {node.name} asks each of its jobs to checkpoint within "
+                f"{grace_text()}, then requeues it to restart elsewhere from that "
+                "checkpoint; multi-node jobs stop on all their nodes. No new work lands here.")  # fmt: skip
+        figures = [
+            (jobs, f"stopped and requeued ({queues})"),
+            (f"{blast.gpus_hit} GPUs", f"stop ({blast.gpus_here} here, the rest on their other nodes)"),
+            (f"{blast.gpu_hours_at_risk:.1f} GPU-hours",
+             "of work since their last checkpoints are lost if a job fails to checkpoint in time"),
+            (f"{node.gpus_total} GPUs", f"of {node.name} leave the pool until it is uncordoned"),
+        ]  # fmt: skip
+    else:
+        what = (f"Cordoning {node.name} lets its jobs run on; no new work lands on it until "
+                "it is uncordoned. Nothing running is lost now.")  # fmt: skip
+        figures = [
+            ("0 GPU-hours", "are lost now: running jobs keep running"),
+            (jobs, f"keep running here ({queues}); if the node is drained or fails later, "
+                   f"{blast.gpu_hours_at_risk:.1f} GPU-hours since their checkpoints are at risk"),
+            (f"{free} free GPUs", f"of {node.name} stop taking new work (of {node.gpus_total})"),
+        ]  # fmt: skip
+    return render_confirmation(request, Confirmation(
+        title=f"{action.capitalize()} node {node.name}", what=what,
+        button=f"Yes, {action} {node.name}",
+        action_url=reverse("monitoring:oncall-node-action", args=[node.name]),
+        back_url=reverse("monitoring:oncall-node", args=[node.name]),
+        figures=figures, jobs=blast.jobs, show_here=True,
+        jobs_caption=f"Jobs on {node.name}" if blast.jobs else "",
+        hidden=[("action", action), ("reason", reason)],
+        fingerprint=blast.fingerprint(), as_of=blast.now,
+    ))  # fmt: skip
+
+
 @oncall_access
 @require_POST
 def node_action(request: HttpRequest, name: str) -> HttpResponse:
-    """Cordon / drain / uncordon (services) or clean residual processes (a sweep now)."""
+    """Cordon / drain / uncordon (services) or clean residual processes (a sweep now).
+
+    Cordon and drain go in two steps: a valid post without ``confirm=1`` answers with the
+    blast radius (jobs, GPUs, GPU-hours since their checkpoints) and changes nothing; the
+    confirmation's post acts, unless the jobs hit changed meanwhile (then it shows them).
+    """
+    form = NodeActionForm(request.POST)
+    node = get_node(name)
+    if node is not None and form.is_valid():
+        action = form.cleaned_data["action"]
+        applicable = action in ACTIONS_BY_STATE.get(node.state, ())
+        if action in CONFIRMED_NODE_ACTIONS and applicable:
+            blast = node_blast_radius(node.name)
+            if not is_confirmed(request.POST, blast.fingerprint()):
+                reason = form.cleaned_data["reason"]
+                return _node_confirmation(request, node, action, reason, blast)
 
     def act(node: Node, form: NodeActionForm) -> str:
         action, reason = form.cleaned_data["action"], form.cleaned_data["reason"]

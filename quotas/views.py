@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
+from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.roles import led_line_ids
 from monitoring.metrics import ratio_text
 from monitoring.rollup import EvictionFigures, get_eviction_figures
@@ -39,6 +40,7 @@ from quotas.selectors import (
     list_line_history,
     list_requests_for_user,
 )
+from scheduling.blast import waiting_in
 from scheduling.clock import cluster_now
 from scheduling.selectors import QueueUsage, build_usage
 
@@ -282,9 +284,46 @@ def request_approve(request: HttpRequest, pk: int) -> HttpResponse:
     return _decide(request, pk, "approve")
 
 
+def _reject_confirmation(request: HttpRequest, req: QuotaRequest, note: str) -> HttpResponse:
+    """The second step of a rejection: what the request would have given, and who waits."""
+    target = f"queue {req.queue.name}" if req.queue_id else f"line {req.business_line.name}"
+    contract = req.queue if req.queue_id else req.business_line
+    waiting = waiting_in(req.business_line_id, req.queue_id)
+    figures = []
+    if req.quota_gpus is not None:
+        now_quota = contract.quota_gpus
+        figures.append((f"quota {req.quota_gpus} GPUs",
+                        f"for {target} is not granted (it stays {now_quota if now_quota is not None else 'the line’s'})"))  # fmt: skip
+    if req.guarantee_gpus is not None:
+        figures.append((f"guarantee {req.guarantee_gpus} GPUs",
+                        f"for {target} is not granted (it stays {contract.guarantee_gpus})"))  # fmt: skip
+    figures += [
+        (f"{waiting.quota_jobs} waiting jobs ({waiting.quota_gpus} GPUs)",
+         f"of {target} are held by its quota now and keep waiting"),
+        (f"{waiting.jobs} jobs ({waiting.gpus} GPUs)", f"wait in {target} in all"),
+        ("No running job", "is stopped by a rejection"),
+    ]  # fmt: skip
+    return render_confirmation(request, Confirmation(
+        title=f"Reject quota request #{req.pk}",
+        what=f"{req.requester.username} asked for {target}: “{req.reason[:200]}”. Rejecting is "
+             "final: your note is mailed to them, and asking again takes a new request.",
+        button=f"Yes, reject request #{req.pk}",
+        action_url=request.path, back_url=f"/quotas/requests/{req.pk}/",
+        figures=figures, hidden=[("reject-note", note)], as_of=cluster_now(),
+    ))  # fmt: skip
+
+
 @login_required
 @require_POST
 def request_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    """Reject in two steps on the page (the API stays one call): a valid post without
+    ``confirm=1`` shows what the rejection leaves undone and changes nothing."""
+    req = _visible_request(request, pk)
+    if req.state == QuotaRequest.State.PENDING and permissions.may_decide(request.user):
+        form = RejectForm(request.POST, prefix="reject")
+        # A missing note goes straight to the service's refusal (nothing to confirm).
+        if form.is_valid() and form.cleaned_data["note"].strip() and not is_confirmed(request.POST):
+            return _reject_confirmation(request, req, form.cleaned_data["note"])
     return _decide(request, pk, "reject")
 
 

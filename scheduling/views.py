@@ -23,8 +23,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.api import client_ip
+from core.confirm import Confirmation, is_confirmed, render_confirmation
 from quotas.models import Queue, Tier
 from scheduling import estimator, whatif
+from scheduling.blast import job_blast_radius
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
 from scheduling.models import Job, Node
 from scheduling.permissions import may_cancel, sees_all_jobs
@@ -462,11 +464,53 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, "scheduling/job_detail.html", context)
 
 
+# A cancel loses work only once the job runs: then the page asks first (#15).
+CONFIRM_CANCEL_STATES = (Job.State.RUNNING, Job.State.PREEMPTING)
+
+
+def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
+    """The second step of cancelling a running job: the work it loses, then confirm."""
+    blast = job_blast_radius(job)
+    at_risk = blast.jobs[0]
+    since = (
+        f"since its last checkpoint ({at_risk.since:%Y-%m-%d %H:%M} UTC)"
+        if at_risk.checkpointed
+        else "since it started (no checkpoint since)"
+        if at_risk.since
+        else "(it has not started)"
+    )
+    figures = [
+        (f"{blast.gpu_hours_at_risk:.1f} GPU-hours", f"of work {since} are lost"),
+        (f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}", "are released: the job ends for good"),
+    ]
+    if job.checkpoint_path:
+        figures.append((job.checkpoint_path, "keeps the last checkpoint (a new job can resume)"))
+    return render_confirmation(request, Confirmation(
+        title=f"Cancel job #{job.pk} ({job.name})",
+        what=f"Job #{job.pk} is {job.state} on {job.gpus} GPUs. Cancelling stops it and "
+             "cannot be undone; its GPUs go back to the queue at the next cycle.",
+        button=f"Yes, cancel job #{job.pk}",
+        action_url=request.path, back_url=f"/jobs/{job.pk}/",
+        figures=figures, jobs=blast.jobs, jobs_caption="The job cancelled",
+        fingerprint=blast.fingerprint(), as_of=blast.now,
+    ))  # fmt: skip
+
+
 @login_required
 @require_POST
 def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
-    """Cancel (POST with CSRF): owner, their team lead or an admin (the service decides)."""
+    """Cancel (POST with CSRF): owner, their team lead or an admin (the service decides).
+
+    A running (or checkpointing) job is cancelled in two steps: a post without
+    ``confirm=1`` answers with what the cancel loses and changes nothing (core.confirm).
+    """
     job = _visible_job(request, job_id)
+    if (
+        job.state in CONFIRM_CANCEL_STATES
+        and may_cancel(request.user, job)
+        and not is_confirmed(request.POST)
+    ):
+        return _cancel_confirmation(request, job)
     try:
         cancel_job(request.user, job.pk, source_ip=client_ip(request))
     except ValidationError as exc:

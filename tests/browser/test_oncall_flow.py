@@ -104,6 +104,8 @@ def test_cordoning_a_node_changes_the_rack_map_live_in_a_second_browser(
 
     second.get_by_label(re.compile("^Reason")).fill("ECC warnings in dmesg; hardware check")
     second.get_by_role("button", name="Cordon", exact=True).click()
+    # the second step (tests/browser/test_confirm_flow.py walks it in full)
+    second.get_by_role("button", name=f"Yes, cordon {node.name}").click()
     expect(second.locator(".messages")).to_contain_text(f"{node.name} cordoned")
     expect(second.locator("#node-state")).to_have_text("cordoned")
 

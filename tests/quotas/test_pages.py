@@ -87,7 +87,8 @@ def test_every_role_on_every_page(client, demo, req, role, url, allowed):
 ACTIONS = [
     # action, body, {role: status}; others 403
     ("approve", {"note": "ok"}, {"admin": 302, "researcher2": 404, "oncall": 404}),
-    ("reject", {"reject-note": "no"}, {"admin": 302, "researcher2": 404, "oncall": 404}),
+    ("reject", {"reject-note": "no", "confirm": "1"},
+     {"admin": 302, "researcher2": 404, "oncall": 404}),
     ("withdraw", {}, {"lead": 302, "researcher2": 404, "oncall": 404}),
 ]
 
@@ -206,7 +207,7 @@ def test_a_refused_decision_is_explained_on_the_page(client, demo):
 def test_the_request_list_puts_pending_first_for_admins(client, demo, req):
     other = ask(demo["lead"], quota_gpus=16)
     client.force_login(demo["admin"])
-    client.post(f"/quotas/requests/{other.pk}/reject/", {"reject-note": "no"})
+    client.post(f"/quotas/requests/{other.pk}/reject/", {"reject-note": "no", "confirm": "1"})
     page = client.get("/quotas/requests/").content.decode()
     assert page.index(f"#{req.pk}<") < page.index("Decided") < page.index(f"#{other.pk}<")
     assert "Waiting for your decision" in page

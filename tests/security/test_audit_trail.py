@@ -64,11 +64,12 @@ ACTIONS = {
     "withdraw": Action("lead", "/api/v1/quota-requests/{qr}/withdraw/", "quota_request.withdrawn",
                        "quotas.quotarequest", {"note": "never mind"}),
     "page: cordon": Action("oncall", "/oncall/nodes/{node}/action/", "node.cordon",
-                           "scheduling.node", {"action": "cordon", "reason": "fan"}, page=True),
+                           "scheduling.node", {"action": "cordon", "reason": "fan", "confirm": "1"},
+                           page=True),
     "page: ack": Action("oncall", "/oncall/alerts/{alert}/ack/", "alert.ack", "monitoring.alert",
                         {}, page=True),
     "page: lead cancels": Action("lead", "/jobs/{job}/cancel/", "job.cancel", "scheduling.job",
-                                 {}, page=True),
+                                 {"confirm": "1"}, page=True),
 }  # fmt: skip
 
 

@@ -3,7 +3,13 @@
  * catches up from a fresh snapshot. Pages use:
  *   Live.on("queues", (msg) => {...});      // msg = {type, topic, data}
  *   Live.onReconnect(() => {...});          // refetch a snapshot
- * The status element #live-status (if present) shows the connection state in words. */
+ *   Live.agePageMessages("Now: …");         // the flash messages are about the past now
+ * The status element #live-status (if present) shows the connection state in words.
+ *
+ * "live" is a promise about the page's content: a page whose scripts register a refetch
+ * (Live.onReconnect) updates what can change and catches up after a disconnection. On
+ * any other page the badge says "not live" (reload for the latest figures), even when a
+ * helper such as the header's clock listens to events. */
 (function () {
   "use strict";
   const handlers = new Map();
@@ -11,12 +17,17 @@
   let socket = null;
   let attempt = 0;
   let everConnected = false;
+  let loaded = false;
+
+  const NOT_LIVE_TITLE = "This page does not update itself: reload it for the latest figures.";
 
   function setStatus(text, state) {
     const el = document.getElementById("live-status");
     if (el) {
-      el.textContent = text;
-      el.dataset.state = state;
+      const live = reconnectHooks.length > 0;
+      el.textContent = live ? text : "not live";
+      el.dataset.state = live ? state : "off";
+      el.title = live ? "This page updates itself as the cluster changes." : NOT_LIVE_TITLE;
     }
   }
 
@@ -45,6 +56,39 @@
     });
   }
 
+  function start() {
+    loaded = true;
+    if (!reconnectHooks.length) setStatus("not live", "off");
+    if (handlers.size) connect();
+  }
+
+  // Flash messages say what happened when the page was made ("submitted: it waits for the
+  // next cycle"); once the page has seen the cluster move on, each is marked as earlier and
+  // one line says how things stand now (updated in place on later calls). A page without
+  // flash messages is left alone.
+  function agePageMessages(nowText) {
+    const list = document.querySelector("main > ul.messages");
+    if (!list) return;  // no flash: nothing to correct
+    list.setAttribute("aria-live", "polite");
+    for (const li of list.querySelectorAll("li:not([data-now]):not([data-earlier])")) {
+      li.dataset.earlier = "1";
+      li.classList.add("is-earlier");
+      const tag = document.createElement("span");
+      tag.className = "earlier-tag";
+      tag.textContent = "Earlier: ";
+      li.prepend(tag);
+    }
+    if (!nowText) return;
+    let now = list.querySelector("li[data-now]");
+    if (!now) {
+      now = document.createElement("li");
+      now.dataset.now = "1";
+      now.className = "info is-now";
+      list.append(now);
+    }
+    if (now.textContent !== nowText) now.textContent = nowText;
+  }
+
   window.Live = {
     on(topic, fn) {
       if (!handlers.has(topic)) {
@@ -54,10 +98,12 @@
         }
       }
       handlers.get(topic).push(fn);
+      if (loaded && !socket && document.body.dataset.live !== "off") connect();
     },
     onReconnect(fn) { reconnectHooks.push(fn); },
+    agePageMessages,
   };
   if (document.body.dataset.live !== "off") {
-    document.addEventListener("DOMContentLoaded", connect);
+    document.addEventListener("DOMContentLoaded", start);
   }
 })();

@@ -1,6 +1,7 @@
 /* Job detail, live: on `job.<id>` events (and, while the job waits, on `pending.updated`,
  * which is when the scheduler rewrites verdicts) refetch /api/v1/jobs/<id>/ and re-render
- * the state, the verdict, the status, the placement and the timeline; refetch on reconnect.
+ * the state, the verdict, the status, the placement, the timeline and the flash messages
+ * (marked as earlier once the job moved on); refetch on reconnect.
  * Text is set with textContent only. */
 (function () {
   "use strict";
@@ -8,6 +9,7 @@
   const $ = (id) => document.getElementById(id);
   const { el, fillList } = window.Dom;
   let state = $("job-state").dataset.state;
+  const loadedState = state;
   let inflight = false;
   let again = false;
 
@@ -104,6 +106,21 @@
     renderTimeline(job);
     const cancel = $("cancel-form");
     if (cancel) cancel.hidden = !config.active_states.includes(job.state);
+    const cancelNote = $("cancel-note");
+    if (cancelNote) cancelNote.hidden = job.state === "pending";
+    renderMessages(job);
+  }
+
+  // The flash of the action that led here ("submitted: it waits for the next cycle") is
+  // about the moment the page was made: once the job has moved on, it is marked as
+  // earlier and one line says where the job stands now.
+  function renderMessages(job) {
+    if (job.state === loadedState && !document.querySelector("main li[data-now]")) return;
+    let now = `Now: job #${job.id} is ${job.state}`;
+    if (job.state === "running" && job.started_at) now += ` (started ${when(job.started_at)})`;
+    else if (job.finished_at && !config.active_states.includes(job.state)) now += ` (${when(job.finished_at)})`;
+    else if (job.state === "pending" && job.pending_reason) now += `: ${job.pending_reason.code}`;
+    window.Live.agePageMessages(now + ".");
   }
 
   async function refresh() {

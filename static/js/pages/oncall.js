@@ -3,7 +3,8 @@
  *   rack-map cell as [name, status, glyph, label] (computed on the server by
  *   monitoring/charts.py) and update the cells in place: class, glyph, title, aria-label.
  * - alerts (alert.raised / alert.updated): refetch the alerts list (server-rendered HTML).
- * - after a reconnect: both. */
+ * - after a reconnect: both.
+ * - the node page: its live parts (see below). */
 (function () {
   "use strict";
   const map = document.getElementById("rack-map");
@@ -101,29 +102,23 @@
   }
 
   // -- node page ------------------------------------------------------------------------
-  if (nodeStatus && !map) {
+  // Every part that can change (state, GPUs, jobs, blast radius, buttons, history) is a
+  // live part (static/js/live_parts.js): refetched when this node changes and after every
+  // cycle (which starts, stops and moves jobs on it). Flash messages then say "Earlier".
+  if (nodeStatus && !map && window.LiveParts) {
     const name = nodeStatus.dataset.node;
-    const refreshNode = debounce(async () => {
-      const snap = await getJSON(`${nodeStatus.dataset.cellsUrl}?node=${encodeURIComponent(name)}`);
-      const cell = snap.cells.find((c) => c[0] === name);
-      if (!cell) return;
-      const [, status, glyph, label] = cell;
-      const glyphEl = document.getElementById("node-glyph");
-      if (glyphEl) { glyphEl.className = `n k-${status} big-cell`; glyphEl.textContent = glyph; }
-      setText("node-label", label);
-    }, 200);
-    if (window.Live) {
-      Live.on("nodes", (msg) => {
-        const d = msg.data || {};
-        if (d.name !== name) return;
-        if (d.state) setText("node-state", d.state);
-        if (d.state_reason !== undefined) setText("node-state-reason", d.state_reason || "—");
-        if (d.residual_gpus !== undefined) setText("node-residual", d.residual_gpus);
-        const note = document.getElementById("node-live-note");
-        if (note) note.hidden = false;
-        refreshNode();
-      });
-      Live.onReconnect(refreshNode);
-    }
+    LiveParts.watch("nodes", (msg) => (msg.data || {}).name === name);
+    LiveParts.watch("cycles");
+    const summary = (s) => `${s.state} ${s.used} ${s.jobs}`;
+    const loaded = summary(nodeStatus.dataset);
+    let aged = false;
+    LiveParts.onSwap(() => {
+      const s = document.getElementById("node-status").dataset;
+      if (!aged && summary(s) === loaded) return;  // only a relative time moved on
+      aged = true;
+      const jobs = Number(s.jobs);
+      Live.agePageMessages(`Now: ${name} is ${s.state}, ${s.used} of ${s.total} GPUs used, ` +
+        `${jobs} job${jobs === 1 ? "" : "s"} on it.`);
+    });
   }
 })();

@@ -163,7 +163,7 @@ def test_the_dashboard_query_count_does_not_grow_with_the_cluster(
     )
     with django_assert_max_num_queries(15):
         assert client.get("/dashboard/").status_code == 200
-    with django_assert_max_num_queries(13):
+    with django_assert_max_num_queries(14):
         assert client.get("/dashboard/data/").status_code == 200
 
 

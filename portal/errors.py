@@ -34,6 +34,10 @@ PAGES: dict[int, tuple[str, str]] = {
     400: ("Bad request", "The request could not be read; nothing was changed."),
     403: ("Not allowed", "Your role does not allow this; nothing was changed."),
     404: ("Not found", "There is no page at this address (or you may not see it)."),
+    405: (
+        "Not a page to open",
+        "This address only takes a form's submission; nothing was changed.",
+    ),
     500: ("Something went wrong", "The portal hit an error; it is logged for the admins."),
 }
 # DRF's words, so an unrouted /api/ path answers like a routed one (API.md, Errors).
@@ -41,6 +45,7 @@ API_DETAIL = {
     400: "Bad request.",
     403: "You do not have permission to perform this action.",
     404: "Not found.",
+    405: "Method not allowed.",
     500: "Server error.",
 }
 FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.ico"
@@ -110,7 +115,8 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 class DebugErrorPagesMiddleware:
     """With ``DEBUG`` on, 404s and uncaught errors get the portal's pages, not Django's
-    technical ones. Does nothing with ``DEBUG`` off (Django calls the handlers itself).
+    technical ones (with ``DEBUG`` off Django calls the handlers itself). In both, the
+    empty 405 of a GET on a form's address (``require_POST``) becomes the portal's page.
 
     Sits after the authentication and messages middleware (the pages show who is
     signed in). An unrouted path is a 404 Django answered before any view ran
@@ -124,6 +130,10 @@ class DebugErrorPagesMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
+        if response.status_code == 405 and not response.content and not is_api(request):
+            page = error_response(request, 405)
+            page["Allow"] = response.get("Allow", "")
+            return page
         if (
             settings.DEBUG
             and response.status_code == 404

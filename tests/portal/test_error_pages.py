@@ -167,3 +167,17 @@ def test_the_favicon_is_answered_and_named_by_every_page(demo):
     assert client.post("/favicon.ico").status_code == 405
     login = client.get("/accounts/login/").content.decode()
     assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in login
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["production", "make-run"])
+def test_opening_a_forms_address_explains_itself(demo, debug):
+    with override_settings(DEBUG=debug):
+        response = signed_in(demo).get("/jobs/1/cancel/")
+    body = assert_portal_page(response, 405, "Not a page to open")
+    assert response["Allow"] == "POST"
+    assert "only takes a form" in body and "nothing was changed" in body
+
+
+def test_an_api_405_stays_json(demo):
+    response = signed_in(demo).get("/api/v1/scheduler/cycle/")
+    assert response.status_code == 405 and response["Content-Type"] == "application/json"

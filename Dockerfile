@@ -1,12 +1,14 @@
-# Production-like image for web (daphne), worker and beat; see docker-compose.yml.
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The image of web, worker, beat and migrate (docker-compose.yml; docs/deploy.md).
+# Production requirements only (requirements-prod.txt: no test tools, no embedded dev
+# servers). Its default command is the web server exactly as compose runs it.
+FROM python:3.11.11-slim-bookworm
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt && pip check
+COPY requirements-prod.txt .
+RUN pip install --no-cache-dir -r requirements-prod.txt && pip check
 COPY . .
 RUN DEBUG=1 python manage.py collectstatic --noinput
 RUN useradd --create-home portal
 USER portal
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "portal.asgi:application"]
+CMD ["python", "-m", "portal.web", "--host", "0.0.0.0", "--port", "8000"]

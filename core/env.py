@@ -7,6 +7,7 @@ running with a silently wrong default.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -125,3 +126,17 @@ def env_url(
     if not parsed.hostname and not parsed.path and parsed.scheme != "sqlite":
         raise ImproperlyConfigured(f"{name} has no host: {raw!r}")
     return raw
+
+
+def env_networks(name: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """A comma-separated list of IP addresses or networks (``10.0.0.5``, ``172.30.0.0/24``);
+    empty when unset. ``*`` and host names are refused: trust is given to addresses."""
+    items = env_list(name, [], environ)
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"{name} must list IP addresses or networks (a.b.c.d or a.b.c.d/nn), got {item!r}"
+            ) from None
+    return items

@@ -18,6 +18,7 @@ from core.env import (
     env_float,
     env_int,
     env_list,
+    env_networks,
     env_str,
     env_url,
 )
@@ -55,6 +56,18 @@ WEB_THREADS = env_int("WEB_THREADS", 4, minimum=1, maximum=64)
 REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 1024 * 1024, minimum=64 * 1024, maximum=1 << 30)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
 PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
+# The TLS-terminating proxy in front (docker-compose.yml's `proxy`): its addresses or networks.
+# The web server (portal/web.py) takes X-Forwarded-For and X-Forwarded-Proto from these
+# peers only, and from no one when this is empty (docs/deploy.md, "TLS and the proxy").
+FORWARDED_ALLOW_IPS = env_networks("FORWARDED_ALLOW_IPS")
+# Retention (portal/retention.py, beat entry `retention`): days kept; 0 keeps rows forever.
+# Job events live as long as their job, and jobs are kept.
+_FOREVER = 36500  # days: the largest period accepted
+RETENTION_CYCLE_DAYS = env_int("RETENTION_CYCLE_DAYS", 14, minimum=0, maximum=_FOREVER)
+RETENTION_RESOLVED_ALERT_DAYS = env_int(
+    "RETENTION_RESOLVED_ALERT_DAYS", 90, minimum=0, maximum=_FOREVER
+)
+RETENTION_AUDIT_DAYS = env_int("RETENTION_AUDIT_DAYS", 365, minimum=0, maximum=_FOREVER)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -75,6 +88,7 @@ INSTALLED_APPS = [
     "quotas",
     "scheduling",
     "monitoring",
+    "portal.apps.PortalShellConfig",  # the shell's commands (prune, check_health) and tasks
 ]
 
 MIDDLEWARE = [
@@ -232,7 +246,9 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = int(env_float("SECURE_HSTS_SECONDS", 31536000, minimum=0))
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # No SECURE_PROXY_SSL_HEADER: Django would take X-Forwarded-Proto from anyone who
+    # reaches the port. The web server takes it from FORWARDED_ALLOW_IPS only and passes
+    # the scheme on (request.is_secure()); Host is passed through by the proxy unchanged.
 
 LOGGING = {
     "version": 1,

@@ -5,8 +5,10 @@ uvicorn serving ``portal.asgi:application``: ``--workers`` processes (default
 event loop for websockets. ``make run``, docker-compose.yml and the tests all start the
 web server through this module, so they run what production runs.
 
-``X-Forwarded-For`` is not trusted (the rate limits and audit records use the peer
-address; docs/security.md).
+``X-Forwarded-For`` and ``X-Forwarded-Proto`` are taken only from the peers listed in
+``FORWARDED_ALLOW_IPS`` (the TLS proxy in front: docker-compose.yml, docs/deploy.md),
+from no one when it is empty: the client address (rate limits, audit records) is the
+peer's own otherwise (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
 
-from core.env import env_int
+from core.env import env_int, env_networks
 
 # A live page sends only small subscribe messages (the consumer refuses more than 4 KiB);
 # the server closes a socket whose frame is larger than this (1009) before reading it all.
@@ -32,6 +34,14 @@ def default_workers() -> int:
         raise SystemExit(str(exc)) from None
 
 
+def trusted_proxies() -> list[str]:
+    """``FORWARDED_ALLOW_IPS``: the proxy's addresses or networks (empty: trust no one)."""
+    try:
+        return env_networks("FORWARDED_ALLOW_IPS")
+    except ImproperlyConfigured as exc:
+        raise SystemExit(str(exc)) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m portal.web", description=__doc__.split("\n")[0]
@@ -41,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=None, help="processes (WEB_WORKERS)")
     parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
     args = parser.parse_args(argv)
+    proxies = trusted_proxies()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     uvicorn.run(
         "portal.asgi:application",
@@ -48,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers or default_workers(),
         lifespan="off",  # Channels' router has no lifespan handler
-        proxy_headers=False,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=",".join(proxies) or None,
         access_log=not args.no_access_log,
         timeout_graceful_shutdown=5,
         ws_max_size=WS_MAX_BYTES,

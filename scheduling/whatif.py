@@ -21,8 +21,8 @@ longer hold GPUs.
 
 Building a 10,000-GPU snapshot takes a good part of a second, so it is kept per process
 (``baseline``) while the cluster's fingerprint (the last cycle, the newest job, the
-number of active jobs, the last node change, the contracts) is unchanged and for at most
-``CACHE_SECONDS``; the plan itself runs for every question.
+number of active jobs, the simulator's clock, the nodes' states, the contracts) is
+unchanged and for at most ``CACHE_SECONDS``; the plan itself runs for every question.
 """
 
 from __future__ import annotations
@@ -164,13 +164,17 @@ def when_text(ts: float, now: float) -> str:
 def _fingerprint_sql() -> str:
     job, cycle = Job._meta.db_table, SchedulingCycle._meta.db_table
     node, line, queue = Node._meta.db_table, BusinessLine._meta.db_table, Queue._meta.db_table
+    sim = SimulatorState._meta.db_table
     active = ", ".join(f"'{s}'" for s in Job.ACTIVE_STATES)
     return f"""
         SELECT (SELECT max(id) FROM {cycle}),
                (SELECT cluster_time FROM {cycle} ORDER BY id DESC LIMIT 1),
                (SELECT max(id) FROM {job}),
                (SELECT count(*) FROM {job} WHERE state IN ({active})),
-               (SELECT max(updated_at) FROM {node}),
+               (SELECT max(virtual_now) FROM {sim}),
+               (SELECT md5(coalesce(string_agg(concat_ws(',', id, state, health, residual_gpus,
+                                                         uncordon_requested),
+                                               ';' ORDER BY id), '')) FROM {node}),
                (SELECT md5(coalesce(string_agg(concat_ws(',', id, quota_gpus, guarantee_gpus),
                                                ';' ORDER BY id), '')) FROM {line}),
                (SELECT md5(coalesce(string_agg(concat_ws(',', id, business_line_id, tier,
@@ -181,9 +185,10 @@ def _fingerprint_sql() -> str:
 
 
 def fingerprint() -> tuple:
-    """What changes the snapshot between two cycles, in one query of index-backed parts: the
-    last cycle (id, cluster time), the newest job and the number of active ones (a
-    submission, a cancel), the last node change (cordon, drain, resume) and the contracts."""
+    """What changes the snapshot between two cycles, in one query: the last cycle (id,
+    cluster time), the newest job and the number of active ones (a submission, a cancel),
+    the simulator's clock (an advance), the nodes' states (cordon, drain, resume) and the
+    contracts. Times are not used for the rest: a paused clock stamps every change alike."""
     with connection.cursor() as cur:
         cur.execute(_fingerprint_sql())
         return tuple(cur.fetchone())
@@ -298,9 +303,12 @@ def clear_cache() -> None:
 # -- the question -------------------------------------------------------------------------------
 
 
-def candidate_row(fields: dict[str, Any], owner: str, job_id: int) -> dict[str, Any]:
-    """The candidate as the job row a submission would write (``snapshot.JOB_FIELDS`` keys)."""
-    submitted = Job._meta.get_field("submitted_at").get_default()
+def candidate_row(fields: dict[str, Any], owner: str, job_id: int, now: float) -> dict[str, Any]:
+    """The candidate as the job row a submission would write now (``snapshot.JOB_FIELDS``
+    keys). Its submission time is stamped as the row's would be: the field's default, or
+    cluster time, as a datetime (microseconds, as stored), so that ties in the queue's
+    order (same instant: the simulator's clock stands still) break the same way."""
+    submitted = Job._meta.get_field("submitted_at").get_default() or to_datetime(now)
     return {
         "id": job_id, "state": Job.State.PENDING, "tier": fields["tier"], "gpus": fields["gpus"],
         "gpus_per_node": fields["gpus_per_node"], "gpu_memory_gb": fields["gpu_memory_gb"],
@@ -342,7 +350,7 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
     base, cached = baseline()
     now = cluster_now_ts()
     queue: Queue = fields["queue"]
-    row = candidate_row(fields, user.username, base.next_job_id)
+    row = candidate_row(fields, user.username, base.next_job_id, now)
     candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
     snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
     t0 = time.perf_counter()

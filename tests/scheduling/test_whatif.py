@@ -19,11 +19,13 @@ from django.test.utils import CaptureQueriesContext
 
 from quotas.models import BusinessLine, Queue
 from scheduling import whatif
+from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.cluster_lock import try_cluster_lock
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, JobEvent, Node, SimulatorState
 from scheduling.nodes.services import cordon_node
 from scheduling.services import JobRequest, cancel_job, submit_job, submit_jobs
+from scheduling.sim_services import advance_clock
 
 pytestmark = pytest.mark.django_db
 
@@ -104,10 +106,36 @@ def test_a_job_blocked_for_gpus_gets_the_engines_estimated_start_and_place(roomy
     assert (job.pending_code, job.queue_position) == (answer.code, answer.position)
 
 
-def test_a_request_the_cluster_can_never_hold_says_so(roomy):
-    answer = whatif.what_if(roomy["researcher"], req(gpus=8, gpu_memory_gb=141))
-    assert (answer.status, answer.code) == ("never_fits", "NEVER_FITS")
-    assert answer.estimated_start is None and answer.estimated_start_text.startswith("never")
+def test_a_request_the_cluster_can_never_hold_is_refused_as_its_submission_would_be(roomy):
+    never = req(gpus=8, gpu_memory_gb=141)
+    with pytest.raises(ValidationError) as asked:
+        whatif.what_if(roomy["researcher"], never)
+    with pytest.raises(ValidationError) as submitted:
+        submit_job(roomy["researcher"], never)
+    assert asked.value.message_dict == submitted.value.message_dict
+    assert "141" in str(asked.value.message_dict)
+
+
+def test_ties_on_a_paused_clock_break_as_the_cycle_breaks_them(roomy):
+    """The simulator's clock stands still: jobs submitted now share one instant, stored to
+    the microsecond. The candidate is stamped the same way, so it queues behind them (by
+    id) as its submission will, not ahead (a float a fraction of a microsecond earlier)."""
+    fill(roomy["lead"], 4)
+    run_cycle()
+    for _ in range(50):  # a clock reading that the database rounds up
+        now = cluster_now_ts()
+        if to_datetime(now).timestamp() > now:
+            break
+        advance_clock(roomy["admin"], 0.37)
+    else:
+        pytest.fail("no clock reading that rounds up")
+    fill(roomy["lead"], 2)
+    answer = whatif.what_if(roomy["researcher"], req())
+    assert answer.position == 3, answer
+    job = submit_job(roomy["researcher"], req())
+    run_cycle()
+    job.refresh_from_db()
+    assert (job.pending_code, job.queue_position) == (answer.code, 3)
 
 
 # -- the candidate is a submission --------------------------------------------------------------
@@ -225,7 +253,9 @@ def test_the_snapshot_is_kept_while_nothing_changes_and_rebuilt_when_something_d
     run_cycle()
     assert rebuilt(), "a new cycle"
     cordon_node(admin, Node.objects.first().name, "maintenance")
-    assert rebuilt(), "a node action"
+    assert rebuilt(), "a node action (the paused clock stamps it like the last one)"
+    advance_clock(admin, 600)
+    assert rebuilt(), "the simulator's clock moved"
     BusinessLine.objects.filter(name="llm").update(quota_gpus=8)
     assert whatif.what_if(researcher, req(gpus=16)).code == "QUOTA_EXCEEDED", "a contract"
     assert not rebuilt()
@@ -240,3 +270,18 @@ def test_a_cached_snapshot_still_answers_for_the_clock_of_the_question(roomy):
     second = whatif.what_if(roomy["researcher"], req())
     assert second.cached and second.now >= first.now
     assert (second.code, second.estimated_start) == (first.code, first.estimated_start)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "under a minute"), (29, "under a minute"), (31, "1 min"), (7199.9, "2 h"),
+     (5400, "1 h 30 min"), (47 * 3600, "47 h"), (200_000, "2 d 7 h"), (3 * 86400, "3 d")],
+)  # fmt: skip
+def test_durations_read_as_words(seconds, text):
+    assert whatif.duration_text(seconds) == text
+
+
+def test_a_start_reads_as_a_date_and_how_far_off():
+    now = 1_796_000_000.0  # 2026-11-30 00:53:20 UTC
+    assert whatif.when_text(now, now) == "now"
+    assert whatif.when_text(now + 5400, now) == "2026-11-30 02:23 UTC (in 1 h 30 min)"

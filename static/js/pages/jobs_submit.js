@@ -79,6 +79,8 @@
     numbers: $("feasibility-numbers"), details: $("feasibility-details"),
     asOf: $("feasibility-asof"),
   };
+  const AS_OF = "The scheduler's own plan on the cluster as it is now, with this job added; " +
+    "its next cycle decides.";
   let feasibilitySeq = 0;
   let inFlight = null;
 
@@ -98,7 +100,7 @@
     part.details.replaceChildren();
     for (const [label, value] of rows) part.details.append(el("dt", label), el("dd", value));
     part.numbers.hidden = !rows.length;
-    if (body.as_of_text) part.asOf.textContent = body.as_of_text;
+    part.asOf.textContent = body.as_of_text || AS_OF;
   }
 
   async function checkFeasibility() {
@@ -109,6 +111,11 @@
       return;
     }
     feasibilityBox.setAttribute("aria-busy", "true");
+    // The first question after a cycle rebuilds the cluster's snapshot (up to a second or
+    // two at 10,000 GPUs): say so while the last answer stays on screen.
+    const slow = setTimeout(() => {
+      if (seq === feasibilitySeq) part.asOf.textContent = "Asking the scheduler…";
+    }, 300);
     inFlight = new AbortController();
     let response, body;
     try {
@@ -117,8 +124,13 @@
           signal: inFlight.signal });
       body = await response.json();
     } catch (e) {
-      return; // offline or superseded: keep the last answer
+      // superseded (a newer question is on its way), or no answer: keep the last one
+      if (seq === feasibilitySeq) {
+        part.asOf.textContent = "No answer from the portal: the answer above may be out of date.";
+      }
+      return;
     } finally {
+      clearTimeout(slow);
       if (seq === feasibilitySeq) feasibilityBox.removeAttribute("aria-busy");
     }
     if (seq !== feasibilitySeq) return; // a newer check is on its way

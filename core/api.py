@@ -15,28 +15,48 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from core.security import is_ascii_number
 
 
-def _as_field_errors(detail: Any) -> dict[str, Any]:
-    if isinstance(detail, dict):
-        return detail
-    if isinstance(detail, list):
-        return {"non_field_errors": detail}
-    return {"non_field_errors": [detail]}
+def _messages(value: Any) -> list[str]:
+    """Every message in a DRF error detail as a flat list of strings (the envelope's shape)."""
+    if isinstance(value, list | tuple):
+        return [message for item in value for message in _messages(item)]
+    if isinstance(value, dict):
+        return [f"{key}: {m}" for key, item in value.items() for m in _messages(item)]
+    return [str(value)]
+
+
+def _as_field_errors(exc: Exception, detail: Any) -> dict[str, list[str]]:
+    """``{field: [messages]}``: a field's errors stay under it; anything else (a parse
+    error's ``{"detail": ...}``, a list, one message) under ``non_field_errors``."""
+    if isinstance(exc, exceptions.ValidationError) and isinstance(detail, dict):
+        return {str(field): _messages(value) for field, value in detail.items()}
+    if isinstance(detail, dict) and set(detail) == {"detail"}:
+        detail = detail["detail"]
+    return {"non_field_errors": _messages(detail)}
+
+
+# A service refusal that names only the object's state (``{"state": ["job is already
+# cancelled"]}``, an alert's ``status``): the request was well formed, the object is not in a
+# state that allows it. 409 Conflict, in the same envelope (API.md, Errors).
+CONFLICT_FIELDS = frozenset({"state", "status"})
 
 
 def exception_handler(exc: Exception, context: dict) -> Response | None:
-    """Bad input -> 400 ``{"errors": {field: [msg]}}``; Django errors mapped like DRF's."""
+    """Bad input -> 400 ``{"errors": {field: [msg]}}``; a refusal by the object's state -> 409
+    in the same envelope; Django errors mapped like DRF's."""
     if isinstance(exc, DjangoValidationError):
         errors = (
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
         )
-        return Response({"errors": errors}, status=status.HTTP_400_BAD_REQUEST)
+        conflict = set(errors) <= CONFLICT_FIELDS
+        code = status.HTTP_409_CONFLICT if conflict else status.HTTP_400_BAD_REQUEST
+        return Response({"errors": errors}, status=code)
     if isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)
     if response is not None and response.status_code == 400:
-        response.data = {"errors": _as_field_errors(response.data)}
+        response.data = {"errors": _as_field_errors(exc, response.data)}
     return response
 
 
@@ -98,12 +118,31 @@ class AsciiIdLookup:
         return super().get_object()
 
 
-# -- the error answers in the OpenAPI schema -------------------------------------------------
+# -- request bodies -------------------------------------------------------------------------
+
+
+class StrictSerializer(serializers.Serializer):
+    """A request body that refuses fields it does not know: 400 naming each (at most 20),
+    so a misspelt field is never silently ignored. The schema says so
+    (``additionalProperties: false``, ``document_errors`` below)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if hasattr(data, "keys"):
+            unknown = sorted(map(str, set(data) - set(self.fields)))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name[:50]: ["unknown field"] for name in unknown[:20]}
+                )
+        return super().to_internal_value(data)
+
+
+# -- the OpenAPI schema ----------------------------------------------------------------------
 
 ERROR_SCHEMAS = {
     "ErrorEnvelope": {
         "type": "object",
-        "description": "Bad input: messages by field (API.md, Errors); nothing was stored.",
+        "description": "Bad input, or an action the object's state does not allow: messages "
+        "by field (API.md, Errors); nothing was stored.",
         "properties": {
             "errors": {
                 "type": "object",
@@ -120,6 +159,15 @@ ERROR_SCHEMAS = {
     },
 }
 
+# What the portal refuses in text (API.md, Errors; core.security): any control character
+# (C0, DEL, C1) in a query or path parameter; in a body's text all but tab and line breaks.
+_CONTROLS = r"\x00-\x1f\x7f-\x9f"
+_BODY_CONTROLS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+PARAMETER_TEXT = rf"^[^{_CONTROLS}]*$"
+BODY_TEXT = rf"^[^{_BODY_CONTROLS}]*$"
+# A field that may not be blank is blank when it holds only white space (DRF trims it).
+BODY_TEXT_NOT_BLANK = rf"^[^{_BODY_CONTROLS}]*[^\s{_BODY_CONTROLS}][^{_BODY_CONTROLS}]*$"
+
 
 def _error(schema: str, description: str) -> dict:
     return {
@@ -128,11 +176,50 @@ def _error(schema: str, description: str) -> dict:
     }
 
 
+def _plain_text(schema: dict) -> bool:
+    """A free-text string: no enum, format or pattern of its own already says what it takes."""
+    return schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema)
+
+
+def _request_serializer(generator: Any, name: str) -> serializers.Serializer | None:
+    """The serializer drf-spectacular made component ``name`` of (its registry keeps it)."""
+    registry = getattr(getattr(generator, "registry", None), "_components", {})
+    found = getattr(registry.get((name, "schemas")), "object", None)
+    if isinstance(found, type) and issubclass(found, serializers.Serializer):
+        return found()
+    return found if isinstance(found, serializers.Serializer) else None
+
+
+def _document_body(component: dict, serializer: serializers.Serializer | None) -> None:
+    """A request body as the portal reads it: no unknown fields (``StrictSerializer``), no
+    control characters in text, and a field that may not be blank needs a visible character."""
+    component["additionalProperties"] = False
+    fields = serializer.fields if serializer is not None else {}
+    for name, prop in component.get("properties", {}).items():
+        if not _plain_text(prop):
+            continue
+        field = fields.get(name)
+        not_blank = (
+            isinstance(field, serializers.CharField)
+            and not field.allow_blank
+            and field.trim_whitespace
+        )
+        prop["pattern"] = BODY_TEXT_NOT_BLANK if not_blank else BODY_TEXT
+        if not_blank:
+            prop["minLength"] = max(1, prop.get("minLength", 1))
+
+
 def document_errors(result: dict, generator: Any, request: Any, public: bool) -> dict:
-    """drf-spectacular postprocessing hook: every operation lists the 4xx answers it can
-    give, in the shapes the portal sends (``exception_handler`` above, the body limit of
-    the web server, the token limiter), so a client or a fuzzer finds none undocumented."""
-    result.setdefault("components", {}).setdefault("schemas", {}).update(ERROR_SCHEMAS)
+    """drf-spectacular postprocessing hook: the schema says what the portal refuses.
+
+    Every operation lists the 4xx answers it can give, in the shapes the portal sends
+    (``exception_handler`` above, the body limit of the web server, the token limiter), so
+    a client or a fuzzer finds none undocumented; free-text parameters and body fields
+    carry the pattern the portal enforces (no control characters), and request bodies
+    refuse unknown fields."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.update(ERROR_SCHEMAS)
+    bodies: set[str] = set()
     for path, operations in result.get("paths", {}).items():
         for method, operation in operations.items():
             answers = operation.setdefault("responses", {})
@@ -148,6 +235,25 @@ def document_errors(result: dict, generator: Any, request: Any, public: bool) ->
                 codes["404"] = _error("ErrorDetail", "no such object (or not yours to see)")
             if writes:
                 codes["413"] = _error("ErrorEnvelope", "the request body is too large")
+            if writes and "201" not in answers:
+                codes["409"] = _error(
+                    "ErrorEnvelope",
+                    "the object's state does not allow this now (a job already finished, a "
+                    "node already cordoned, a request already decided), or the cluster is "
+                    "busy; nothing changed",
+                )
             for code, answer in codes.items():
                 answers.setdefault(code, answer)
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") in ("path", "query") and _plain_text(
+                    parameter.get("schema", {})
+                ):
+                    parameter["schema"]["pattern"] = PARAMETER_TEXT
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                ref = media.get("schema", {}).get("$ref", "")
+                if ref.startswith("#/components/schemas/"):
+                    bodies.add(ref.rsplit("/", 1)[1])
+    for name in sorted(bodies):
+        if name in schemas:
+            _document_body(schemas[name], _request_serializer(generator, name))
     return result

@@ -28,15 +28,22 @@ class MineFilter(django_filters.ChoiceFilter):
         return qs.filter(**{name: self.parent.request.user}) if value in YES else qs
 
 
+def _choices(choice_filter: django_filters.ChoiceFilter) -> list[str]:
+    choices = choice_filter.extra.get("choices") or []
+    return list(
+        dict.fromkeys(str(value) for value, _ in (choices() if callable(choices) else choices))
+    )
+
+
 # Query parameters every list endpoint takes besides its filters.
 PAGING_PARAMS = frozenset({"limit", "offset", "format"})
 BOOLEAN_WORDS = frozenset({"true", "false", "1", "0", "yes", "no"})
 
 
 class StrictFilterBackend(DjangoFilterBackend):
-    """django-filter, with nothing silently ignored: an unknown query parameter, or a yes/no
-    filter given anything but true/false/1/0/yes/no, is a 400 naming it (``?rdma=maybe``
-    used to list every node)."""
+    """django-filter, with nothing silently ignored: an unknown query parameter, a yes/no
+    filter given anything but true/false/1/0/yes/no, or an empty choice (``?state=``) is a
+    400 naming it (``?rdma=maybe`` used to list every node)."""
 
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
@@ -50,6 +57,10 @@ class StrictFilterBackend(DjangoFilterBackend):
                 value.strip().lower() not in BOOLEAN_WORDS
             ):
                 errors[name] = ["true or false"]
+            elif isinstance(filters.get(name), django_filters.ChoiceFilter) and not value:
+                # django-filter reads an empty choice as "no filter": a typo'd script
+                # (``?state=$STATE``) would list everything.
+                errors[name] = [f"one of: {', '.join(_choices(filters[name]))}"]
         if errors:
             raise exceptions.ValidationError(errors)
         return super().filter_queryset(request, queryset, view)

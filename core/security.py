@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import time
 import unicodedata
 from collections.abc import Callable
@@ -440,18 +441,50 @@ class SameOriginWebsocket:
 # -- input ------------------------------------------------------------------------------
 
 
+# In JSON text (keys and values): control characters but tab and line breaks, as in forms,
+# and lone surrogates (``"\\ud800"`` parses, but is no text: an unknown field named so was a
+# 500 when its name was written into the 400's UTF-8 answer).
+_BAD_JSON_TEXT = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _bad_text_in(document: object) -> str | None:
+    """What is wrong with the first bad string in a parsed JSON document, if any."""
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and (found := _BAD_JSON_TEXT.search(item)):
+            if "\ud800" <= found.group() <= "\udfff":
+                return "text must be valid Unicode (a lone surrogate is not)"
+            return "control characters are not allowed in the body"
+    return None
+
+
 class SafeJSONParser(JSONParser):
-    """DRF's JSON parser, with too deeply nested documents refused as bad input.
+    """DRF's JSON parser, with too deeply nested documents and text no field may hold refused
+    as bad input (400).
 
     ``json.load`` raises RecursionError (not ValueError) on a body such as 5,000 ``[``;
     DRF only turns ValueError into a 400, so that body was a 500 on every JSON endpoint.
+    Text with control characters (tab and line breaks aside) is refused anywhere in the
+    body, as ``ControlCharacterMiddleware`` refuses it in forms (API.md: text fields refuse
+    NUL and control characters): an escape sequence in a job name reached the operator's
+    terminal.
     """
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
-            return super().parse(stream, media_type, parser_context)
+            document = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
+        problem = _bad_text_in(document)
+        if problem is not None:
+            raise exceptions.ParseError(problem)
+        return document
 
 
 class BoundedLimitOffsetPagination(LimitOffsetPagination):
@@ -471,10 +504,22 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
             value = request.query_params.get(name)
             if value is not None and not is_ascii_number(value):
                 raise exceptions.ValidationError({name: ["a whole number (digits 0-9)"]})
+        limit = request.query_params.get(self.limit_query_param)
+        if limit is not None and not limit.lstrip("0"):  # DRF took 0 for "the default"
+            raise exceptions.ValidationError({self.limit_query_param: ["at least 1"]})
         return super().paginate_queryset(queryset, request, view)
 
     def get_offset(self, request) -> int:
         return min(super().get_offset(request), self.max_offset)
+
+    def get_schema_operation_parameters(self, view) -> list[dict]:
+        """DRF's two parameters, with the least each takes (less is a 400). No maximum:
+        larger values are clamped, not refused."""
+        parameters = super().get_schema_operation_parameters(view)
+        least = {self.limit_query_param: 1, self.offset_query_param: 0}
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = least[parameter["name"]]
+        return parameters
 
 
 def is_ascii_number(text: str) -> bool:

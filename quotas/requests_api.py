@@ -40,9 +40,9 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         max_length=80, required=False, allow_null=True, allow_blank=True, default=None,
         help_text="queue id or name (optional): the request is for this queue of the line",
     )  # fmt: skip
-    quota_gpus = StrictIntegerField(required=False, allow_null=True, default=None)
-    guarantee_gpus = StrictIntegerField(required=False, allow_null=True, default=None)
-    reason = serializers.CharField(max_length=services.REASON_MAX, allow_blank=True)
+    quota_gpus = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0)
+    guarantee_gpus = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0)
+    reason = serializers.CharField(max_length=services.REASON_MAX)
     starts_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     ends_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
@@ -57,6 +57,12 @@ class NoteSerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         _reject_unknown_fields(self)
         return attrs
+
+
+class RejectSerializer(NoteSerializer):
+    """A rejection needs a note: the requester reads it."""
+
+    note = serializers.CharField(max_length=services.NOTE_MAX)
 
 
 class ApproveSerializer(NoteSerializer):
@@ -152,10 +158,10 @@ class QuotaRequestViewSet(AsciiIdLookup,
     def approve(self, request: Request, pk: str | None = None) -> Response:
         return self._decide(request, services.approve_quota_request, ApproveSerializer, _admin_only)
 
-    @extend_schema(request=NoteSerializer, responses={200: QuotaRequestSerializer})
+    @extend_schema(request=RejectSerializer, responses={200: QuotaRequestSerializer})
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
-        return self._decide(request, services.reject_quota_request, NoteSerializer, _admin_only)
+        return self._decide(request, services.reject_quota_request, RejectSerializer, _admin_only)
 
     @extend_schema(request=NoteSerializer, responses={200: QuotaRequestSerializer})
     @action(detail=True, methods=["post"])

@@ -16,7 +16,13 @@ from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import AsciiIdLookup, SharedFieldsModelSerializer, StrictIntegerField, client_ip
+from core.api import (
+    AsciiIdLookup,
+    SharedFieldsModelSerializer,
+    StrictIntegerField,
+    StrictSerializer,
+    client_ip,
+)
 from core.filters import MineFilter
 from core.security import is_ascii_number
 from quotas.models import Tier
@@ -182,12 +188,12 @@ class JobViewSet(AsciiIdLookup,
         return Response(JobDetailSerializer(job).data)
 
 
-class FaultSerializer(serializers.Serializer):
+class FaultSerializer(StrictSerializer):
     kind = serializers.ChoiceField(choices=list(FAULT_KINDS))
     node = serializers.CharField(max_length=64)
 
 
-class AdvanceSerializer(serializers.Serializer):
+class AdvanceSerializer(StrictSerializer):
     seconds = serializers.FloatField(min_value=1, max_value=7 * 86400)
 
 

@@ -15,7 +15,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import client_ip
+from core.api import StrictSerializer, client_ip
 from scheduling.models import Node
 from scheduling.nodes.selectors import build_blast_radius, free_gpus, list_nodes_with_usage
 from scheduling.nodes.services import REASON_MAX, cordon_node, drain_node, uncordon_node
@@ -37,7 +37,7 @@ class NodeSerializer(serializers.ModelSerializer):
         return free_gpus(obj.gpus_total, obj.gpus_allocated, obj.residual_gpus)
 
 
-class ReasonSerializer(serializers.Serializer):
+class ReasonSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=REASON_MAX)
 
 

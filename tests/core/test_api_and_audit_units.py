@@ -41,7 +41,9 @@ def handled(exc: Exception) -> tuple[int, object]:
          {"errors": {"non_field_errors": ["whole request"]}}),
         (exceptions.ValidationError("one message"), {"errors": {"non_field_errors": ["one message"]}}),
         (exceptions.ParseError("JSON parse error - nested too deeply"),
-         {"errors": {"detail": "JSON parse error - nested too deeply"}}),
+         {"errors": {"non_field_errors": ["JSON parse error - nested too deeply"]}}),
+        (exceptions.ValidationError({"gpus": "one", "nested": {"0": ["bad"]}}),
+         {"errors": {"gpus": ["one"], "nested": ["0: bad"]}}),
     ],
 )  # fmt: skip
 def test_bad_input_is_a_400_with_field_errors_under_errors(exc, data):

@@ -170,9 +170,9 @@ def test_decisions_say_what_is_wrong(api, req_id):
         == 200
     )
     again = admin.post(f"/api/v1/quota-requests/{req_id}/reject/", {"note": "x"}, format="json")
-    assert again.status_code == 400 and "already approved" in again.data["errors"]["state"][0]
+    assert again.status_code == 409 and "already approved" in again.data["errors"]["state"][0]
     late = api("lead").post(f"/api/v1/quota-requests/{req_id}/withdraw/", {}, format="json")
-    assert late.status_code == 400 and "state" in late.data["errors"]
+    assert late.status_code == 409 and "state" in late.data["errors"]
 
 
 def test_an_approval_that_does_not_fit_is_400_and_changes_nothing(api):

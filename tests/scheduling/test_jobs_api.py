@@ -106,7 +106,7 @@ def test_cancel_rules_owner_lead_admin_only(api):
     response = api("lead").post(f"/api/v1/jobs/{job_id}/cancel/")
     assert response.status_code == 200 and response.data["state"] == "cancelled"
     again = api("researcher").post(f"/api/v1/jobs/{job_id}/cancel/")
-    assert again.status_code == 400 and "already cancelled" in str(again.data)
+    assert again.status_code == 409 and "already cancelled" in str(again.data)
     from core.models import AuditRecord
 
     assert AuditRecord.objects.filter(action="job.cancel", actor_name="lead").count() == 1

@@ -58,10 +58,11 @@ def test_an_action_answers_with_the_node_as_it_is_now(demo, api, action, state):
     assert response.data["state_reason"] == "fan noise" and set(response.data) == FIELDS
 
 
-def test_a_refused_transition_is_a_400_naming_the_state(demo, api):
+def test_a_refused_transition_is_a_409_naming_the_state(demo, api):
+    """The node's state, not the request, is what refuses: 409 Conflict (#16)."""
     response = api("oncall").post(f"/api/v1/nodes/{NODE}/uncordon/", {"reason": "x"},
                                   format="json")  # fmt: skip
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert response.data == {"errors": {"state": [f"{NODE} is ready; cannot uncordon it"]}}
 
 

@@ -205,13 +205,20 @@ def refused_answer(exc: ValidationError) -> dict[str, Any]:
     }
 
 
+def unavailable_answer(exc: whatif.ClusterUnavailable) -> dict[str, Any]:
+    """The answer when the cluster cannot be read now (the scheduler's own cycle retries)."""
+    return {"status": "unknown", "code": "", "title": "No answer now", "message": f"{exc}."}
+
+
 def ask_engine(user: Any, req: JobRequest) -> dict[str, Any]:
     """Would ``req`` start now, and when? The engine's what-if (``scheduling.whatif``), or why
-    a submission would be refused."""
+    a submission would be refused, or that the cluster cannot be read now."""
     try:
         return whatif_answer(whatif.what_if(user, req))
     except ValidationError as exc:
         return refused_answer(exc)
+    except whatif.ClusterUnavailable as exc:
+        return unavailable_answer(exc)
 
 
 def _queue_info(queues: list[Queue]) -> list[dict]:
@@ -355,7 +362,8 @@ def feasibility(request: HttpRequest) -> JsonResponse:
     ``never_fits``), ``code``, ``title``, ``message``, ``details``/``detail_rows``,
     ``remedy``, ``estimated_start`` (ISO, cluster time, or null) with its words, ``position``,
     ``borrowed``, ``nodes`` and ``as_of``. A request the service would refuse: 400 naming
-    the fields, ``{"errors": {field: [messages]}}``.
+    the fields, ``{"errors": {field: [messages]}}``; the cluster unreadable now: 503,
+    ``{"errors": {"cluster": [message]}}``.
     """
     queues = list(list_queues_for_submit(request.user))
     form = JobSubmitForm(request.GET, queues=queues, simulator=_is_simulator())
@@ -371,6 +379,8 @@ def feasibility(request: HttpRequest) -> JsonResponse:
     except ValidationError as exc:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"request": exc.messages}
         return _errors_json(errors)
+    except whatif.ClusterUnavailable as exc:
+        return JsonResponse({"errors": {"cluster": [str(exc)]}}, status=503)
     return JsonResponse(whatif_answer(result))
 
 

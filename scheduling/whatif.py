@@ -39,7 +39,7 @@ from django.db import connection, transaction
 from quotas.models import BusinessLine, Queue
 from scheduling import engine
 from scheduling.backend_factory import backend_context, get_backend
-from scheduling.backends.base import ENDED, Observation
+from scheduling.backends.base import ENDED, BackendError, Observation
 from scheduling.backends.sim_store import SavedSimulator
 from scheduling.backends.simulator import SimulatorBackend
 from scheduling.clock import cluster_now_ts, to_datetime
@@ -64,6 +64,10 @@ NO_ESTIMATE: dict[str, str] = {
 NO_ESTIMATE_DEFAULT = (
     "unknown: the scheduler predicts a start only for the first few jobs blocked for GPUs"
 )
+
+
+class ClusterUnavailable(Exception):
+    """The backend could not be read (its error in words): no answer now, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -211,15 +215,19 @@ class ReadOnlySimulatorStore(DatabaseSimulatorStore):
 
 def observe_read_only() -> Observation:
     """What the cluster reports, asked without changing it: the simulator as the last cycle
-    (or clock advance) saved it, its clock not moved; another backend's ``observe`` (a read)."""
-    if settings.SCHEDULING_BACKEND == "simulator":
-        store = ReadOnlySimulatorStore()
-        return SimulatorBackend.open(backend_context(advance=False, store=store)).observe()
-    backend = get_backend(advance=False)
+    (or clock advance) saved it, its clock not moved; another backend's ``observe`` (a read).
+    Raises ``ClusterUnavailable`` when the backend cannot be read."""
     try:
-        return backend.observe()
-    finally:
-        backend.close()
+        if settings.SCHEDULING_BACKEND == "simulator":
+            store = ReadOnlySimulatorStore()
+            return SimulatorBackend.open(backend_context(advance=False, store=store)).observe()
+        backend = get_backend(advance=False)
+        try:
+            return backend.observe()
+        finally:
+            backend.close()
+    except BackendError as exc:
+        raise ClusterUnavailable(f"the cluster did not answer: {exc}") from exc
 
 
 def as_the_cycle_would(obs: Observation) -> Observation:
@@ -345,7 +353,8 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
 
 def what_if(user: Any, req: JobRequest) -> WhatIf:
     """Would ``req``, submitted by ``user`` now, start at the next cycle, and if not, why and
-    when? Raises ``ValidationError`` when a submission would be refused (the service's rules)."""
+    when? Raises ``ValidationError`` when a submission would be refused (the service's rules)
+    and ``ClusterUnavailable`` when the cluster cannot be read."""
     fields = resolve_job_request(user, req)
     base, cached = baseline()
     now = cluster_now_ts()

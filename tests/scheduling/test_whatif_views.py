@@ -138,3 +138,22 @@ def test_odd_input_is_a_400_never_a_500(client, params):
     assert response.status_code == 400
     if response["Content-Type"] == "application/json":  # (a NUL is refused before the view)
         assert response.json()["errors"]
+
+
+def test_a_cluster_that_cannot_be_read_is_no_answer_not_an_error(client, monkeypatch):
+    from scheduling.backends.base import TransientBackendError
+    from scheduling.backends.simulator import SimulatorBackend
+
+    def down(self):
+        raise TransientBackendError("connection refused")
+
+    monkeypatch.setattr(SimulatorBackend, "observe", down)
+    response = client.get("/jobs/feasibility/", {"queue": queue_id("llm-core"), "gpus": "8"})
+    assert response.status_code == 503
+    assert response.json() == {
+        "errors": {"cluster": ["the cluster did not answer: connection refused"]}
+    }
+    data = {"action": "check", "name": "x", "queue": queue_id("llm-core"), "gpus": "8",
+            "max_retries": "3", "checkpoint_interval_minutes": "60"}  # fmt: skip
+    shown = client.post("/jobs/new/", data).context["feasibility"]
+    assert (shown["status"], shown["title"]) == ("unknown", "No answer now")

@@ -136,6 +136,9 @@
     if (seq !== feasibilitySeq) return; // a newer check is on its way
     if (response.ok) {
       showAnswer(body);
+    } else if (response.status === 503) {
+      showAnswer({ status: "unknown", title: "No answer now",
+        message: ((body.errors || {}).cluster || ["The cluster did not answer."]).join(" ") });
     } else {
       const parts = Object.entries(body.errors || {}).map(([k, v]) => `${k}: ${v.join(" ")}`);
       showAnswer({ status: "invalid", title: "Would be refused",

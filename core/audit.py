@@ -1,7 +1,8 @@
-"""Writing audit records for privileged actions."""
+"""Writing audit records for privileged actions (stamped with cluster time: ``core.clock``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from core.models import AuditRecord
@@ -16,8 +17,13 @@ def record(
     before: dict | None = None,
     after: dict | None = None,
     source_ip: str | None = None,
+    at: datetime | None = None,
 ) -> AuditRecord:
-    """Write one audit record; call inside the action's transaction."""
+    """Write one audit record; call inside the action's transaction.
+
+    ``at`` is when it happened: by default ``core.clock.now()`` (cluster time); an action
+    that already read the clock passes its instant so its rows agree to the microsecond.
+    """
     target_type = target._meta.label_lower if hasattr(target, "_meta") else type(target).__name__
     target_id = str(getattr(target, "pk", target))
     return AuditRecord.objects.create(
@@ -30,4 +36,5 @@ def record(
         before=before or {},
         after=after or {},
         source_ip=source_ip,
+        **({"at": at} if at is not None else {}),
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core import clock
+
 
 class Role(models.TextChoices):
     RESEARCHER = "researcher", "Researcher"
@@ -51,7 +53,7 @@ class LineMembership(models.Model):
 class AuditRecord(models.Model):
     """One privileged action: who did what to which object, when, from where, and why."""
 
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    at = clock.ClusterTimeField(auto_now_add=True, db_index=True, help_text="cluster time")
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )

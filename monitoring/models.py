@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from core import clock
+
 
 class Alert(models.Model):
     """An alert raised by the loop or the health sweep.
@@ -38,8 +40,8 @@ class Alert(models.Model):
     message = models.TextField()
     dedupe_key = models.CharField(max_length=250, db_index=True)
     count = models.PositiveIntegerField(default=1)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
+    updated_at = clock.ClusterTimeField(auto_now=True, help_text="cluster time")
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

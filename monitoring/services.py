@@ -1,4 +1,8 @@
-"""Writers of alerts and node isolation from health observations."""
+"""Writers of alerts and node isolation from health observations.
+
+Every time an alert carries (raised, last seen, resolved) is cluster time (``core.clock``),
+the clock of the jobs and events it is about.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,8 @@ from datetime import timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Concat
-from django.utils import timezone
 
-from core import events
+from core import clock, events
 from core.realtime import publish_on_commit
 from monitoring.models import Alert
 
@@ -22,7 +25,7 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
         updated = (
             Alert.objects.filter(dedupe_key=key)
             .exclude(status=Alert.Status.RESOLVED)
-            .update(count=F("count") + 1, message=message, updated_at=timezone.now())
+            .update(count=F("count") + 1, message=message, updated_at=clock.now())
         )
         if updated:
             alert = Alert.objects.filter(dedupe_key=key).exclude(status="resolved").get()
@@ -56,12 +59,13 @@ def resolve_cleared(kind: str, firing: Iterable[str], why: str) -> int:
 
 
 def resolve_quiet(kind: str, quiet_for: timedelta, why: str) -> int:
-    """Resolve the unresolved ``kind`` alerts that did not fire again for ``quiet_for``.
+    """Resolve the unresolved ``kind`` alerts that did not fire again for ``quiet_for``
+    (cluster time, like the alerts' own times).
 
     For alerts about something already handled (a residual process the loop killed): one
     that keeps coming back stays open, with its count; a one-off closes by itself.
     """
-    stale = Alert.objects.filter(kind=kind, updated_at__lt=timezone.now() - quiet_for)
+    stale = Alert.objects.filter(kind=kind, updated_at__lt=clock.now() - quiet_for)
     return _resolve_automatically(stale.exclude(status=Alert.Status.RESOLVED), why)
 
 
@@ -70,9 +74,10 @@ def _resolve_automatically(alerts, why: str) -> int:
         ids = list(alerts.select_for_update(skip_locked=True).values_list("pk", flat=True))
         if not ids:
             return 0
+        now = clock.now()
         Alert.objects.filter(pk__in=ids).update(
-            status=Alert.Status.RESOLVED, resolved_at=timezone.now(), resolved_by=None,
-            updated_at=timezone.now(), message=Concat("message", Value(f" [resolved: {why}]")),
+            status=Alert.Status.RESOLVED, resolved_at=now, resolved_by=None,
+            updated_at=now, message=Concat("message", Value(f" [resolved: {why}]")),
         )  # fmt: skip
         for pk in ids:
             publish_on_commit(*events.alert_updated(pk, Alert.Status.RESOLVED))
@@ -99,7 +104,7 @@ def _transition(
             alert.acknowledged_by = user
         else:
             alert.resolved_by = user
-            alert.resolved_at = timezone.now()
+            alert.resolved_at = clock.now()
         alert.save()
         audit.record(user, f"alert.{'ack' if to == 'acknowledged' else 'resolve'}", alert,
                      before=before, after={"status": to}, source_ip=source_ip)  # fmt: skip

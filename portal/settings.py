@@ -104,6 +104,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.errors.DebugErrorPagesMiddleware",  # the portal's 404/500 pages with DEBUG on too
+    "core.clock.ClockMiddleware",  # one request, one instant on the cluster clock
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -122,6 +123,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.role",
             ],
+                "portal.context_processors.cluster_clock",  # the header's clock and badge
         },
     },
 ]

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from core import clock
+
 
 class Tier(models.TextChoices):
     """The four priority tiers, highest first (Q2)."""
@@ -98,7 +100,7 @@ class QuotaChange(models.Model):
     changed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
     )
-    changed_at = models.DateTimeField(auto_now_add=True)
+    changed_at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
     reason = models.TextField()
     quota_before = models.PositiveIntegerField(null=True, blank=True)
     quota_after = models.PositiveIntegerField(null=True, blank=True)
@@ -152,7 +154,7 @@ class QuotaRequest(models.Model):
     state = models.CharField(
         max_length=10, choices=State.choices, default=State.PENDING, db_index=True
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,

@@ -196,10 +196,11 @@ def create_quota_request(
             reason=reason,
             starts_at=data.starts_at,
             ends_at=data.ends_at,
+            created_at=now,
         )
         audit.record(
             user, "quota_request.created", req, reason=reason,
-            after=_request_snapshot(req), source_ip=source_ip,
+            after=_request_snapshot(req), source_ip=source_ip, at=now,
         )  # fmt: skip
     _mail_on_commit(
         f"Quota request #{req.pk}: {_describe(req)}",
@@ -242,7 +243,7 @@ def _record_decision(user: Any, req: QuotaRequest, new_state: str, note: str, no
     req.decided_by, req.decided_at, req.decision_note = user, now, note
     req.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
     audit.record(user, f"quota_request.{new_state}", req, reason=note, before=before,
-                 after={**_request_snapshot(req), **after}, source_ip=source_ip)  # fmt: skip
+                 after={**_request_snapshot(req), **after}, source_ip=source_ip, at=now)  # fmt: skip
 
 
 def _close(user: Any, request_id: int, action: str, note: str, now: datetime | None,
@@ -407,10 +408,10 @@ def _write_contract(
         guarantee_before=before["guarantee_gpus"],
         guarantee_after=after["guarantee_gpus"],
         request=req,
+        changed_at=now,
     )
-    audit.record(
-        actor, action, target, reason=reason, before=before, after=after, source_ip=source_ip
-    )
+    audit.record(actor, action, target, reason=reason, before=before, after=after,
+                 source_ip=source_ip, at=now)  # fmt: skip
     publish_on_commit(
         *events.queues_updated(
             queue=req.queue.name if req.queue_id else None,

@@ -1,14 +1,17 @@
-"""Cluster time: the clock every loop write and every estimate uses.
+"""Cluster time: the portal's one clock (``core.clock.now`` reads it; see docs/operations.md).
 
 On real backends it is the wall clock. On the simulator it is the virtual
 clock, which runs ``SIMULATOR_SPEED`` times faster than the wall clock (and
 jumps on ``simulator/advance``), so timelines, estimates and waits stay
-coherent with what the simulated cluster does.
+coherent with what the simulated cluster does. ``SchedulingConfig.ready`` registers
+``cluster_now`` as ``core.clock``'s provider, so model defaults, audit records, alerts and
+quota decisions all stamp with it; ``reading()`` is what the portal header shows.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -49,4 +52,87 @@ def wall_seconds(cluster_seconds: float) -> float:
 
 
 def cluster_now() -> datetime:
+    """Cluster time as an aware datetime (UTC)."""
     return to_datetime(cluster_now_ts())  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The cluster clock as the portal header shows it (``reading()``).
+
+    ``state``: ``wall`` (a real backend: the wall clock), ``running`` (the simulator's
+    clock moves ``speed`` times faster than the wall), ``paused`` (speed 0: it moves only
+    on ``simulator/advance``), ``stopped`` (no cycle has run for so long that the
+    simulator's catch-up is used up: it stands still until the loop runs again) or
+    ``starting`` (the simulator has not run its first cycle: the wall clock until then).
+    ``until`` is the latest time the clock reaches without another cycle (simulator).
+    """
+
+    now: datetime
+    state: str
+    speed: float
+    until: datetime | None = None
+    idle_s: float = 0.0
+
+    @property
+    def simulated(self) -> bool:
+        return self.state != "wall"
+
+    @property
+    def now_ms(self) -> int:
+        """``now`` in epoch milliseconds (what the page's script extrapolates from)."""
+        return round(self.now.timestamp() * 1000)
+
+    @property
+    def catch_up_s(self) -> float:
+        """How far the simulator's clock runs on after a cycle without another one."""
+        return MAX_CATCH_UP_S
+
+    @property
+    def until_ms(self) -> int | None:
+        return None if self.until is None else round(self.until.timestamp() * 1000)
+
+    @property
+    def ticking(self) -> float:
+        """Cluster seconds per wall second as of now (0 while paused or stopped)."""
+        if self.state == "running":
+            return self.speed
+        return 1.0 if self.state in ("wall", "starting") else 0.0
+
+    @property
+    def badge(self) -> str:
+        """The header's words: said once on every page of a simulated cluster."""
+        if self.state == "wall":
+            return ""
+        speed = f"{self.speed:g}×"
+        if self.state == "starting":
+            return "simulated cluster · starting (no cycle yet)"
+        if self.state == "paused":
+            return "simulated cluster · clock paused"
+        if self.state == "stopped":
+            return f"simulated cluster · {speed} · stopped: no cycle for {self.idle_s / 60:.0f} min"
+        return f"simulated cluster · {speed}"
+
+
+def reading() -> ClockReading:
+    """The cluster clock now, with its speed and state (one query on the simulator)."""
+    wall = time.time()
+    if settings.SCHEDULING_BACKEND != "simulator":
+        return ClockReading(now=to_datetime(wall), state="wall", speed=1.0)  # type: ignore[arg-type]
+    from scheduling.models import SimulatorState
+
+    row = SimulatorState.objects.values("virtual_now", "saved_wall", "speed").first()
+    if row is None:  # before the first cycle, which starts the simulator at the wall clock
+        return ClockReading(now=to_datetime(wall), state="starting", speed=1.0)  # type: ignore[arg-type]
+    speed, idle = row["speed"], max(0.0, wall - row["saved_wall"])
+    now = row["virtual_now"] + catch_up(idle, speed)
+    if speed <= 0:
+        state = "paused"
+    elif idle * speed >= MAX_CATCH_UP_S:
+        state = "stopped"
+    else:
+        state = "running"
+    return ClockReading(
+        now=to_datetime(now), state=state, speed=speed, idle_s=idle,  # type: ignore[arg-type]
+        until=to_datetime(row["virtual_now"] + MAX_CATCH_UP_S),
+    )  # fmt: skip

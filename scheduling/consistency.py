@@ -50,7 +50,7 @@ def find_inconsistencies() -> list[str]:
     last = SchedulingCycle.objects.filter(kind="cycle").order_by("-started_at").first()
     if last is not None:  # jobs submitted since the last cycle have not been judged yet
         waiting = Job.objects.filter(
-            state="pending", pending_code="", submitted_at__lt=last.started_at
+            state="pending", pending_code="", submitted_at__lt=last.cluster_time
         )
         for job_id in waiting.values_list("id", flat=True)[:50]:
             problems.append(f"job {job_id} waits without a reason")

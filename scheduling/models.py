@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core import clock
 from quotas.models import Queue, Tier
 from scheduling import transitions
 
@@ -59,7 +60,9 @@ class Node(models.Model):
         default=False, help_text="the portal uncordoned it; the loop tells the backend"
     )
     recent_models = models.JSONField(default=list, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = clock.ClusterTimeField(auto_now=True, help_text="cluster time")
+
+    objects = clock.ClockManager()  # a bulk insert reads the cluster clock once
 
     class Meta:
         ordering = ["name"]
@@ -153,10 +156,14 @@ class Job(models.Model):
     launch_last_failed_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
     launch_error = models.TextField(blank=True, help_text="the backend's words, last failure")
 
-    submitted_at = models.DateTimeField(default=timezone.now, db_index=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    submitted_at = clock.ClusterTimeField(
+        auto_now_add=True, db_index=True, help_text="cluster time"
+    )
+    started_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
+    updated_at = clock.ClusterTimeField(auto_now=True, help_text="cluster time")
+
+    objects = clock.ClockManager()  # a bulk insert reads the cluster clock once
 
     class Meta:
         ordering = ["-submitted_at", "-id"]
@@ -215,9 +222,11 @@ class JobEvent(models.Model):
     """One line of a job's timeline (submitted, started, preempted, checkpointed, retried...)."""
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    at = models.DateTimeField(default=timezone.now, help_text="cluster time")
+    at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
     kind = models.CharField(max_length=32)
     message = models.TextField()
+
+    objects = clock.ClockManager()  # a bulk insert reads the cluster clock once
 
     class Meta:
         ordering = ["at", "id"]
@@ -257,6 +266,7 @@ class SimulatorState(models.Model):
     virtual_now = models.FloatField()
     saved_wall = models.FloatField()
     speed = models.FloatField(default=60.0)
+    # Wall clock on purpose, like ``saved_wall``: when the row was written, read by no one.
     updated_at = models.DateTimeField(auto_now=True)
 
 
@@ -264,8 +274,10 @@ class SchedulingCycle(models.Model):
     """One iteration of the loop: what it did, how long it took, what went wrong."""
 
     kind = models.CharField(max_length=16, default="cycle", help_text="cycle or sweep")
-    started_at = models.DateTimeField(default=timezone.now, db_index=True)
-    cluster_time = models.DateTimeField()
+    # Wall clock on purpose: the loop's heartbeat (``/readyz`` compares it with the wall
+    # clock); ``cluster_time`` is when the iteration happened on the cluster (shown).
+    started_at = models.DateTimeField(default=timezone.now, db_index=True, help_text="wall clock")
+    cluster_time = models.DateTimeField(help_text="cluster time")
     duration_ms = models.FloatField()
     observe_ms = models.FloatField(default=0)
     plan_ms = models.FloatField(default=0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -60,14 +61,21 @@ class Cycle:
         # pending reasons of planned starts not launched (yet): written with the verdicts
         self.launch_verdicts: dict[int, et.Verdict] = {}
 
+    def stamp(self, job: Job | None = None) -> datetime:
+        """When this cycle did something to ``job``: the cycle's cluster time, but never
+        before the job's submission (a job submitted while this cycle ran read the clock
+        after the cycle did), so a timeline never goes back in time."""
+        at: datetime = to_datetime(self.now)  # type: ignore[assignment]
+        submitted = vars(job).get("submitted_at") if job is not None else None
+        return max(at, submitted) if submitted is not None else at
+
     def event(self, job: Job | int, kind: str, message: str, state: str = "") -> None:
         """Add a line to the job's timeline (at cluster time) and tell its watchers."""
         job_id = job if isinstance(job, int) else job.pk
         st = state or (job.state if isinstance(job, Job) else "")
+        at = self.stamp(job if isinstance(job, Job) else None)
         publish_on_commit(*events.job_updated(job_id, st, event=(kind, message)))
-        self.events.append(
-            JobEvent(job_id=job_id, at=to_datetime(self.now), kind=kind, message=message)
-        )
+        self.events.append(JobEvent(job_id=job_id, at=at, kind=kind, message=message))
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
         """Call the backend; record and swallow its error (False) so one node or job can't stop the cycle."""

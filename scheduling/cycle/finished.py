@@ -67,7 +67,7 @@ def run_ended(
     job.progress_seconds = max(0.0, progress)
     if state == SUCCEEDED:
         set_state(job, Job.State.SUCCEEDED)
-        job.finished_at = to_datetime(cycle.now)
+        job.finished_at = cycle.stamp(job)
         cycle.event(job, "succeeded", "finished successfully")
         cycle.report.counts["finished"] += 1
     elif state == STOPPED and job.state == Job.State.PREEMPTING:
@@ -86,7 +86,7 @@ def run_ended(
             cycle.report.counts["retried"] += 1
         else:
             set_state(job, Job.State.FAILED)
-            job.finished_at = to_datetime(cycle.now)
+            job.finished_at = cycle.stamp(job)
             job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
             cycle.event(job, "failed", job.failure_reason)
             cycle.report.counts["failed"] += 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 
 from scheduling.backends.base import BackendError, LaunchRequest, run_ref
-from scheduling.clock import to_datetime
 from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
@@ -61,11 +60,10 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
     bulk_set(Job, BACKOFF_FIELDS,
              [(j.pk, *(getattr(j, f) for f in BACKOFF_FIELDS)) for j in retried])  # fmt: skip
     placed = allocate_many(cycle, launched)
-    now_dt = to_datetime(cycle.now)
     for job, start in placed:
         set_state(job, Job.State.RUNNING)
         job.attempt += 1
-        job.started_at = now_dt
+        job.started_at = cycle.stamp(job)
         job.borrowed = start.borrowed
         job.pending_code = ""
         job.queue_position = None
@@ -99,7 +97,7 @@ def launch(cycle: Cycle, job: Job, start: et.Start) -> str:
             return RETRY
         set_state(job, Job.State.FAILED)
         job.failure_reason = f"the cluster refused to start it: {err}"
-        job.finished_at = to_datetime(cycle.now)
+        job.finished_at = cycle.stamp(job)
         job.save(update_fields=["state", "failure_reason", "finished_at", "updated_at"])
         cycle.event(job, "failed", job.failure_reason)
         cycle.report.counts["failed"] += 1

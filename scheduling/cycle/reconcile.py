@@ -11,6 +11,7 @@ job, killed when its job moved on, and reported as drift when it is foreign work
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from core import events
 from core.realtime import publish_on_commit
@@ -132,7 +133,10 @@ def release_cancelled(cycle: Cycle) -> None:
             cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
         else:
             job.allocations.all().delete()
-            Job.objects.filter(pk=job.pk).update(finished_at=to_datetime(cycle.now))
+            # Never before the cancel itself: its save and its timeline line (cluster time).
+            latest = job.events.aggregate(at=Max("at"))["at"]
+            finished = max(t for t in (cycle.stamp(job), job.updated_at, latest) if t)
+            Job.objects.filter(pk=job.pk).update(finished_at=finished)
 
 
 def still_running(cycle: Cycle, job: Job, o: ObservedJob, progressed: list[Job]) -> None:
@@ -170,7 +174,7 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     set_state(job, Job.State.RUNNING)
     job.backend_ref = o.ref
     job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
-    job.started_at = job.started_at or to_datetime(cycle.now)
+    job.started_at = job.started_at or cycle.stamp(job)
     clear_backoff(job)
     job.save(update_fields=["state", "backend_ref", "attempt", "started_at", *BACKOFF_FIELDS,
                             "updated_at"])  # fmt: skip

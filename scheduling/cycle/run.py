@@ -16,7 +16,7 @@ import time
 
 from django.db import transaction
 
-from core import events
+from core import clock, events
 from core.realtime import publish_on_commit
 from scheduling import alerts, engine
 from scheduling.alerts import raise_alert
@@ -82,26 +82,29 @@ def run_cycle(
             return None
         backend = get_backend(wall_now)
         cycle = Cycle(backend, backend.observe(), kind)
-        reconcile(cycle)
-        request_stops(cycle)
-        if cycle.report.touched_backend:
-            cycle.obs = backend.observe()
-            release_cancelled(cycle)  # runs killed just now may already be gone
-        timings["observe_ms"] = (time.perf_counter() - t0) * 1000
-        if kind == "cycle":
-            violations, by_reason = plan_and_apply(cycle, timings)
-        cycle.flush_events()
-        backend.close()
-        if cycle.report.errors:
-            errors = cycle.report.errors
-            raise_alert(
-                alerts.BACKEND_ERROR, alerts.WARNING, backend.name,
-                f"{len(errors)} call(s) to the {backend.name} backend failed in the last cycle "
-                f"(transient ones are retried with backoff); first: {errors[0][:300]}",
-            )  # fmt: skip
-        record = _record(cycle, timings, violations, by_reason, time.perf_counter() - t0)
-        publish_on_commit(*events.cycle_completed(record))
-        publish_on_commit(*events.queues_updated(cycle=record.pk))
+        # Every time this iteration writes (events, alerts, audit, last-change stamps) is its
+        # cluster time: one instant, read once.
+        with clock.pinned(to_datetime(cycle.now)):
+            reconcile(cycle)
+            request_stops(cycle)
+            if cycle.report.touched_backend:
+                cycle.obs = backend.observe()
+                release_cancelled(cycle)  # runs killed just now may already be gone
+            timings["observe_ms"] = (time.perf_counter() - t0) * 1000
+            if kind == "cycle":
+                violations, by_reason = plan_and_apply(cycle, timings)
+            cycle.flush_events()
+            backend.close()
+            if cycle.report.errors:
+                errors = cycle.report.errors
+                raise_alert(
+                    alerts.BACKEND_ERROR, alerts.WARNING, backend.name,
+                    f"{len(errors)} call(s) to the {backend.name} backend failed in the last cycle "
+                    f"(transient ones are retried with backoff); first: {errors[0][:300]}",
+                )  # fmt: skip
+            record = _record(cycle, timings, violations, by_reason, time.perf_counter() - t0)
+            publish_on_commit(*events.cycle_completed(record))
+            publish_on_commit(*events.queues_updated(cycle=record.pk))
     return record
 
 

@@ -1,7 +1,12 @@
 /* The DOM helpers the page scripts share. Text is always set with textContent, never
  * as HTML, so nothing a user typed (job names, messages) can become markup.
  *   Dom.el("li", "text", "rp-muted")            // an element with text and a class
- *   Dom.fillList(ul, items, "None yet.", toLi)  // one <li> per item, or the empty text */
+ *   Dom.fillList(ul, items, "None yet.", toLi)  // one <li> per item, or the empty text
+ * and the cluster clock (every time the portal shows is cluster time, in UTC; on the
+ * simulator it runs faster than the wall clock, so never measure against Date.now()):
+ *   Dom.clusterNow()   // cluster time now, epoch ms (from the header's #cluster-clock)
+ *   Dom.when(iso)      // "2026-12-01 03:10 UTC"
+ *   Dom.ago(iso)       // "5 min ago" / "in 2 h 10 min", against Dom.clusterNow() */
 (function () {
   "use strict";
 
@@ -21,5 +26,86 @@
     for (const item of items) list.appendChild(toItem(item));
   }
 
-  window.Dom = { el, fillList };
+  // -- the cluster clock ----------------------------------------------------------------
+  // The page says what cluster time it was when the server rendered it, how many cluster
+  // seconds pass per wall second (0 while paused or stopped) and, on the simulator, the
+  // latest time its clock reaches without another cycle. Cycles (topic "cycles") move it on.
+  const clockEl = document.getElementById("cluster-clock");
+  const clock = { at: Date.now(), now: Date.now(), speed: 1, rate: 1, until: null, catchUp: null };
+  if (clockEl) {
+    clock.now = Number(clockEl.dataset.nowMs) || clock.at;
+    clock.speed = Number(clockEl.dataset.speed) || 0;
+    clock.rate = Number(clockEl.dataset.rate) || 0;
+    clock.until = clockEl.dataset.untilMs ? Number(clockEl.dataset.untilMs) : null;
+    clock.catchUp = clockEl.dataset.catchUpS ? Number(clockEl.dataset.catchUpS) * 1000 : null;
+  }
+
+  function clusterNow() {
+    const t = clock.now + (Date.now() - clock.at) * clock.speed;
+    return clock.until === null ? t : Math.min(t, clock.until);
+  }
+
+  function parse(iso) {
+    // Python's isoformat() has microseconds: keep milliseconds, which every browser parses.
+    return Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
+  }
+
+  function when(iso) {
+    if (!iso) return "—";
+    const t = parse(iso);
+    return Number.isNaN(t) ? String(iso) : new Date(t).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+  }
+
+  function span(seconds) {
+    const s = Math.floor(Math.abs(seconds));
+    if (s < 60) return `${s} s`;
+    const minutes = Math.floor(s / 60);
+    if (minutes < 60) return `${minutes} min`;
+    const hours = Math.floor(minutes / 60);
+    if (hours < 48) return minutes % 60 ? `${hours} h ${minutes % 60} min` : `${hours} h`;
+    return hours % 24 ? `${Math.floor(hours / 24)} d ${hours % 24} h` : `${Math.floor(hours / 24)} d`;
+  }
+
+  function ago(iso) {
+    const t = parse(iso);
+    if (Number.isNaN(t)) return "";
+    const delta = (t - clusterNow()) / 1000;
+    if (Math.abs(delta) < 60) return "just now";
+    return delta > 0 ? `in ${span(delta)}` : `${span(delta)} ago`;
+  }
+
+  // A cycle finished at cluster time `iso`: the clock is at least there, and on the
+  // simulator it runs on for another catch-up from it. Never moves back.
+  function sawCycle(iso) {
+    const t = parse(iso);
+    if (Number.isNaN(t)) return;
+    const shown = clusterNow();
+    clock.at = Date.now();
+    clock.now = Math.max(shown, t);
+    if (clock.until !== null && clock.catchUp !== null) {
+      clock.until = Math.max(clock.until, t + clock.catchUp);
+      if (clockEl.dataset.state === "stopped" && clock.rate > 0) {
+        // A stopped clock runs again once cycles come back: say so.
+        clockEl.dataset.state = "running";
+        clock.speed = clock.rate;
+        const badge = document.getElementById("sim-badge");
+        if (badge) badge.textContent = `simulated cluster · ${clock.rate}\u00d7`;
+      }
+    }
+    tick();
+  }
+
+  const timeEl = document.getElementById("cluster-time");
+  function tick() {
+    if (!timeEl) return;
+    const iso = new Date(clusterNow()).toISOString();
+    timeEl.textContent = when(iso);
+    timeEl.setAttribute("datetime", iso);
+  }
+  if (timeEl) {
+    setInterval(tick, 1000);
+    if (window.Live) window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time));
+  }
+
+  window.Dom = { el, fillList, clusterNow, when, ago, span };
 })();

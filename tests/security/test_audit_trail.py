@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from core.models import AuditRecord
+from scheduling.clock import cluster_now
 from tests.security.pages import World
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +80,7 @@ def test_a_privileged_action_leaves_a_complete_audit_record(api, demo, world, na
     body = {k: v.format(node=world.node) if isinstance(v, str) else v
             for k, v in (action.body or {}).items()}  # fmt: skip
     known = set(AuditRecord.objects.values_list("pk", flat=True))
-    started = timezone.now()
+    started = cluster_now()  # audit records are stamped with cluster time (#15)
     if action.page:
         client = Client(REMOTE_ADDR=CALLER_IP)
         client.force_login(demo[action.role])
@@ -95,7 +95,7 @@ def test_a_privileged_action_leaves_a_complete_audit_record(api, demo, world, na
     assert entry.actor == demo[action.role] and entry.actor_name == action.role  # who
     if action.target_type:
         assert entry.target_type == action.target_type and entry.target_id  # what
-    assert started - timedelta(seconds=1) <= entry.at <= timezone.now()  # when
+    assert started - timedelta(seconds=1) <= entry.at <= cluster_now()  # when
     assert entry.source_ip == CALLER_IP  # from where
     if "reason" in body or "note" in body:
         assert entry.reason, "the reason given is not recorded"  # why

@@ -138,6 +138,16 @@ def make_cycle(backend: FakeBackend, kind: str = "cycle") -> Cycle:
     return Cycle(backend, backend.observe(), kind)
 
 
+@pytest.fixture(autouse=True)
+def one_clock():
+    """The portal's clock agrees with the backend's (#15): what the tests create here was
+    stamped an hour before ``T0``, the fake backend's time."""
+    from core import clock
+
+    with clock.pinned(datetime.fromtimestamp(T0 - 3600, tz=UTC)):
+        yield
+
+
 @pytest.fixture
 def cluster(db):
     """Two 8-GPU nodes (n0, n1), one line and one experiment queue, one owner."""

@@ -45,6 +45,10 @@ def beat_schedule(cycle_seconds: float) -> dict:
         # Quota activation: approved contracts start and end on their dates (Q4, Q6);
         # a minute is finer than anyone schedules a contract, and it samples line use.
         "quota-activation": _every("quotas.tasks.quota_activation", 60.0, expires=55.0),
+        # Retention: cycles, resolved alerts and audit records past their period go
+        # (portal/retention.py). Often enough that each run deletes a few hundred rows, and
+        # that a beat restarted by every deploy still prunes (a new beat waits one period).
+        "retention": _every("portal.tasks.prune_history", 900.0, expires=840.0),
     }
 
 

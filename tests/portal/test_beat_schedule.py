@@ -16,6 +16,7 @@ CADENCES = {
     "metrics-rollup": (5.0, 5.0),  # writes once per cluster minute (sample_due)
     "health-sweep": (30.0, 25.0),
     "quota-activation": (60.0, 55.0),
+    "retention": (900.0, 840.0),
 }
 
 

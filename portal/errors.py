@@ -78,7 +78,10 @@ def error_response(request: HttpRequest, status: int, exception: BaseException |
     """The answer for ``status``: JSON under /api/, else the page in the portal layout."""
     reason = _reason(exception, status)
     if is_api(request):
-        return JsonResponse({"detail": reason or API_DETAIL[status]}, status=status)
+        detail = reason or API_DETAIL[status]
+        if status == 400:  # bad input has the envelope's shape (API.md, Errors; core.api)
+            return JsonResponse({"errors": {"non_field_errors": [detail]}}, status=status)
+        return JsonResponse({"detail": detail}, status=status)
     title, words = PAGES[status]
     context: dict[str, Any] = {
         "status": status, "title": title, "words": words, "reason": reason,

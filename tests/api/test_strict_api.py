@@ -226,3 +226,13 @@ def test_the_schema_documents_the_refusals(schema):
 )  # fmt: skip
 def test_the_patterns_say_what_the_portal_takes(pattern, text, matches):
     assert bool(re.match(pattern, text)) is matches
+
+
+def test_a_400_from_django_itself_has_the_envelopes_shape_too(api, settings):
+    """A body past Django's own limit (``DATA_UPLOAD_MAX_MEMORY_SIZE``; the web server answers
+    413 before it, tests/portal/test_body_limit.py) is Django's 400, in the API's envelope:
+    it was ``{"detail": "Bad request."}``."""
+    big = json.dumps(job_body(name="x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1)))
+    response = raw(api("researcher"), "/api/v1/jobs/", big)
+    assert response.status_code == 400
+    assert response.json() == {"errors": {"non_field_errors": ["Bad request."]}}

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.deploy.stack import DOT_ENV, ROOT, compose_config, scratch_dir
+from tests.deploy.stack import DOT_ENV, ROOT, compose_config
 
 EXACT = {  # image -> its tag must be a full version (x.y or x.y.z), optionally -variant
     "postgres": r"\d+\.\d+(-[a-z0-9.]+)?",
@@ -20,8 +20,8 @@ EXACT = {  # image -> its tag must be a full version (x.y or x.y.z), optionally 
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict:
-    return compose_config(DOT_ENV, scratch_dir())
+def compose(tmp_path_factory) -> dict:
+    return compose_config(DOT_ENV, tmp_path_factory.mktemp("compose"))
 
 
 def test_external_images_are_pinned_to_exact_versions(compose):

@@ -277,3 +277,18 @@ def test_the_oncall_console_says_how_long_ago_an_alert_was_raised(client, demo, 
     html = client.get("/oncall/").content.decode()
     assert "(42 min ago)" in html or "(43 min ago)" in html
     assert re.search(r"raised \d{4}-\d\d-\d\d \d\d:\d\d UTC", html)
+
+
+def test_quota_pages_show_their_times_on_the_cluster_clock_in_utc(api, client, demo, ahead):
+    body = {"business_line": "llm", "quota_gpus": 20, "reason": "Q3 pretraining"}
+    created = api("lead").post("/api/v1/quota-requests/", body, format="json")
+    api("admin").post(f"/api/v1/quota-requests/{created.data['id']}/approve/", {"note": "ok"},
+                      format="json")  # fmt: skip
+    req = QuotaRequest.objects.get(pk=created.data["id"])
+    change = QuotaChange.objects.get(request=req)
+    client.force_login(demo["admin"])
+    page = client.get(f"/quotas/requests/{req.pk}/").content.decode()
+    for stamp in (req.created_at, req.decided_at, req.applied_at, change.changed_at):
+        assert stamp.strftime("%Y-%m-%d %H:%M UTC") in page
+    line_page = client.get("/quotas/lines/llm/").content.decode()
+    assert change.changed_at.strftime("%Y-%m-%d %H:%M UTC") in line_page

@@ -29,7 +29,11 @@ def shown_time(page) -> datetime:
     return datetime.strptime(text, "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
 
 
-def test_the_header_says_simulated_at_60x_and_its_clock_runs_at_that_speed(demo, page, login):
+def test_the_header_says_simulated_at_60x_and_its_clock_runs_at_that_speed(
+    demo,
+    page,
+    login,  # noqa: F811 - the imported fixture
+):
     in_thread(run_cycle)  # the simulator's state exists
     SimulatorState.objects.update(speed=60.0, virtual_now=cluster_now_ts() + 86400,
                                   saved_wall=time.time())  # fmt: skip

@@ -34,3 +34,11 @@ def job(client, job_id: int) -> dict:
     response = client.get(f"/api/v1/jobs/{job_id}/")
     assert response.status_code == 200, response.data
     return response.data
+
+
+def api_tokens(users: dict) -> dict[str, str]:
+    """An API token per user (``{username: user}``, the ``demo`` fixture), for clients that
+    talk to a live web server rather than through the test client."""
+    from rest_framework.authtoken.models import Token
+
+    return {name: Token.objects.get_or_create(user=user)[0].key for name, user in users.items()}

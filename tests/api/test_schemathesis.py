@@ -51,6 +51,7 @@ from schemathesis.transport.requests import (
     urlencoded_serializer,
 )
 
+from tests.drills import api_tokens
 from tests.reliability.conftest import child_env, scratch_dir, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -129,14 +130,12 @@ def _world(api) -> None:
 @pytest.fixture
 def live(api, demo) -> Iterator[Live]:
     """The portal's web server on the test database, with a world and API tokens."""
-    from rest_framework.authtoken.models import Token
-
     from monitoring.models import Alert
     from quotas.models import BusinessLine, Queue, QuotaRequest
     from scheduling.models import Job, Node
 
     _world(api)
-    tokens = {name: Token.objects.get_or_create(user=user)[0].key for name, user in demo.items()}
+    tokens = api_tokens(demo)
     ids: set[int] = set()
     for model in (Job, Alert, QuotaRequest, Queue, BusinessLine):
         ids.update(model.objects.values_list("pk", flat=True))

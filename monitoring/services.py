@@ -15,6 +15,7 @@ from django.db.models.functions import Concat
 
 from core import clock, events
 from core.realtime import publish_on_commit
+from monitoring import notify
 from monitoring.models import Alert
 
 
@@ -29,6 +30,7 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
         )
         if updated:
             alert = Alert.objects.filter(dedupe_key=key).exclude(status="resolved").get()
+            notify.enqueue(alert.pk, notify.REPEATED)
             return alert
         try:
             with transaction.atomic():
@@ -38,6 +40,7 @@ def raise_alert(kind: str, severity: str, subject: str, message: str) -> Alert:
         except IntegrityError:  # raced with another writer: bump theirs
             return raise_alert(kind, severity, subject, message)
     publish_on_commit(*events.alert_raised(alert.pk, kind, severity, subject, message))
+    notify.enqueue(alert.pk, notify.RAISED)
     return alert
 
 
@@ -81,6 +84,7 @@ def _resolve_automatically(alerts, why: str) -> int:
         )  # fmt: skip
         for pk in ids:
             publish_on_commit(*events.alert_updated(pk, Alert.Status.RESOLVED))
+            notify.enqueue(pk, notify.RESOLVED)
     return len(ids)
 
 
@@ -109,6 +113,9 @@ def _transition(
         audit.record(user, f"alert.{'ack' if to == 'acknowledged' else 'resolve'}", alert,
                      before=before, after={"status": to}, source_ip=source_ip)  # fmt: skip
         publish_on_commit(*events.alert_updated(alert.pk, to))
+        notify.enqueue(
+            alert.pk, notify.RESOLVED if to == Alert.Status.RESOLVED else notify.ACKNOWLEDGED
+        )
     return alert
 
 

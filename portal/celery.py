@@ -49,6 +49,10 @@ def beat_schedule(cycle_seconds: float) -> dict:
         # (portal/retention.py). Often enough that each run deletes a few hundred rows, and
         # that a beat restarted by every deploy still prunes (a new beat waits one period).
         "retention": _every("portal.tasks.prune_history", 900.0, expires=840.0),
+        # Alerts to Alertmanager (when ALERTMANAGER_URL is set; a no-op otherwise): open
+        # alerts are re-sent each minute, or Alertmanager ends them after four minutes
+        # (monitoring.notify.FIRING_FOR), as it does with Prometheus's.
+        "alerts-resend": _every("monitoring.tasks.resend_alerts", 60.0, expires=55.0),
     }
 
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.mail import send_mail
 from django.db import transaction
 from django.db.models import Q
 
@@ -29,6 +28,7 @@ from core import audit, events
 from core.models import Role
 from core.realtime import publish_on_commit
 from quotas import ledger, transitions
+from quotas.mail import mail_on_commit
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from quotas.permissions import ensure_may_request, may_decide, may_request_for_line, may_withdraw
 from quotas.selectors import (
@@ -92,17 +92,8 @@ def _contract_of(req: QuotaRequest) -> tuple[BusinessLine | Queue, dict[str, int
 
 
 def _mail_on_commit(subject: str, body: str, recipients: list[str]) -> None:
-    recipients = sorted({r for r in recipients if r})
-    if not recipients:
-        return
-
-    def send() -> None:
-        try:
-            send_mail(subject, body, None, recipients, fail_silently=False)
-        except Exception:  # noqa: BLE001 - a mail outage never undoes a decision
-            log.warning("quota mail %r not sent", subject, exc_info=True)
-
-    transaction.on_commit(send)
+    """Mail through Celery after commit (``quotas.mail``: EMAIL_* from the environment)."""
+    mail_on_commit(subject, body, recipients)
 
 
 def _admin_emails() -> list[str]:

@@ -34,3 +34,21 @@ def quota_activation() -> dict:
         "waiting": report.waiting,
         "samples": samples,
     }
+
+
+@shared_task(name="quotas.tasks.send_quota_mail", bind=True, ignore_result=True,
+             acks_late=True, max_retries=6, soft_time_limit=120, time_limit=150)  # fmt: skip
+def send_quota_mail(self, subject: str, body: str, recipients: list[str]) -> int:
+    """Send a quota mail (``quotas.mail``); a refused or unreachable server is retried with
+    exponential backoff (30 s, 60 s, 120 s ... up to 6 times)."""
+    import smtplib
+
+    from quotas.mail import send_now
+
+    try:
+        return send_now(subject, body, recipients)
+    except (smtplib.SMTPException, OSError) as exc:  # timeouts are OSErrors
+        if self.request.retries >= self.max_retries:
+            log.error("quota mail %r not sent, giving up: %s", subject, exc)
+            return 0
+        raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from exc

@@ -17,6 +17,7 @@ CADENCES = {
     "health-sweep": (30.0, 25.0),
     "quota-activation": (60.0, 55.0),
     "retention": (900.0, 840.0),
+    "alerts-resend": (60.0, 55.0),  # a no-op unless ALERTMANAGER_URL is set
 }
 
 

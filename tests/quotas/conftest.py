@@ -59,3 +59,14 @@ def people(db):
     from tests.security.people import make_people
 
     return make_people()
+
+
+@pytest.fixture(autouse=True)
+def celery_eager():
+    """Quota mail goes through Celery (quotas.mail); here its task runs in the test."""
+    from portal.celery import app
+
+    before = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = before

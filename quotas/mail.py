@@ -1,0 +1,73 @@
+"""Quota mail (a request to the admins, a decision to the requester), sent by Celery.
+
+The SMTP server comes from the environment, read when a mail is sent (``core.env``
+parsing; a bad value fails the task loudly, naming the variable): ``EMAIL_BACKEND``
+(default: Django's setting, SMTP in production), ``EMAIL_HOST``, ``EMAIL_PORT``,
+``EMAIL_HOST_USER``, ``EMAIL_HOST_PASSWORD``, ``EMAIL_USE_TLS``, ``EMAIL_USE_SSL``,
+``EMAIL_TIMEOUT`` (seconds, default 10: a silent server costs the worker that long, never
+a request) and ``DEFAULT_FROM_EMAIL``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from functools import partial
+
+from django.conf import settings
+from django.core.mail import EmailMessage, get_connection
+from django.db import transaction
+
+from core.env import env_bool, env_float, env_int, env_str
+
+log = logging.getLogger(__name__)
+
+
+def mail_settings(environ: Mapping[str, str] | None = None) -> dict:
+    """The connection's keyword arguments and the sender, from the environment."""
+    return {
+        "backend": env_str("EMAIL_BACKEND", settings.EMAIL_BACKEND, environ),
+        "host": env_str("EMAIL_HOST", settings.EMAIL_HOST, environ),
+        "port": env_int("EMAIL_PORT", settings.EMAIL_PORT, environ, minimum=1, maximum=65535),
+        "username": env_str("EMAIL_HOST_USER", settings.EMAIL_HOST_USER, environ),
+        "password": env_str("EMAIL_HOST_PASSWORD", settings.EMAIL_HOST_PASSWORD, environ),
+        "use_tls": env_bool("EMAIL_USE_TLS", settings.EMAIL_USE_TLS, environ),
+        "use_ssl": env_bool("EMAIL_USE_SSL", settings.EMAIL_USE_SSL, environ),
+        "timeout": env_float("EMAIL_TIMEOUT", 10.0, environ, minimum=0.1, maximum=300.0),
+        "from_email": env_str("DEFAULT_FROM_EMAIL", settings.DEFAULT_FROM_EMAIL, environ),
+    }
+
+
+def send_now(subject: str, body: str, recipients: list[str]) -> int:
+    """Send one mail through the configured server (in the Celery task)."""
+    options = mail_settings()
+    from_email = options.pop("from_email")
+    backend = options.pop("backend")
+    connection = get_connection(backend, fail_silently=False, **options)
+    return EmailMessage(subject, body, from_email, recipients, connection=connection).send()
+
+
+def mail_on_commit(subject: str, body: str, recipients: list[str]) -> None:
+    """Queue the mail for the Celery task ``quotas.tasks.send_quota_mail`` once the
+    decision commits; a broker outage is logged, never undoes the decision."""
+    recipients = sorted({r for r in recipients if r})
+    if recipients:
+        transaction.on_commit(partial(_queue, subject, body, recipients))
+
+
+def _queue(subject: str, body: str, recipients: list[str]) -> None:
+    from quotas.tasks import send_quota_mail
+
+    try:
+        send_quota_mail.apply_async(
+            (subject, body, recipients),
+            retry=True,
+            retry_policy={
+                "max_retries": 2,
+                "interval_start": 0.2,
+                "interval_step": 0.5,
+                "interval_max": 1.0,
+            },  # fmt: skip
+        )
+    except Exception:  # noqa: BLE001 - a broker outage never undoes a decision
+        log.warning("quota mail %r not queued", subject, exc_info=True)

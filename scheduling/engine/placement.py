@@ -7,8 +7,14 @@ Rules, applied identically by the indexed (fast) and the generic (array) paths:
   take work.
 - A job's *shape* is ``k`` nodes with ``c`` GPUs each (see
   ``policy.shape_counts``); an ``exclusive_node`` job needs each node wholly free.
-- One node (k == 1): best fit, i.e. the qualifying node with the fewest free
-  GPUs, then one that recently ran the same model, then the lowest index.
+- One node (k == 1), fragmentation-aware best fit: the qualifying node with the
+  fewest free GPUs (so partly used nodes fill before a whole node is broken);
+  among those, the one whose rack keeps the most whole-rack capacity: a rack
+  that is not wholly free before one that is, then the rack with the fewest
+  wholly free nodes, then the fewest free GPUs (the most used rack), then the
+  lowest rack; inside that rack a node that recently ran the same model, then
+  the lowest index. Small jobs thus pack onto used nodes and used racks first,
+  leaving whole nodes and whole racks for gangs.
 - Several nodes: one rack if any rack has ``k`` qualifying nodes (preferring a
   rack that recently ran the model, then the rack with the fewest qualifying
   nodes, so emptier racks stay whole); otherwise the fewest racks inside one
@@ -60,7 +66,17 @@ def node_matches(node: NodeView, key: ClassKey) -> bool:
 class NodeClass:
     """Eligibility of every node for one class, plus live per-rack histograms."""
 
-    __slots__ = ("key", "elig", "rack_nodes", "hist", "whole", "tot_hist", "tot_whole")
+    __slots__ = (
+        "key",
+        "elig",
+        "rack_nodes",
+        "hist",
+        "whole",
+        "tot_hist",
+        "tot_whole",
+        "rack_whole",
+        "rack_free",
+    )
 
     def __init__(self, key: ClassKey) -> None:
         self.key = key
@@ -70,6 +86,9 @@ class NodeClass:
         self.whole: dict[int, list[int]] = {}
         self.tot_hist: list[int] = []
         self.tot_whole: list[int] = []
+        # per rack: usable nodes of the class wholly free, and their free GPUs
+        self.rack_whole: dict[int, int] = {}
+        self.rack_free: dict[int, int] = {}
 
 
 class Topology:
@@ -224,6 +243,28 @@ def pick_nodes(
     return chosen
 
 
+def rack_capacity(
+    topo: Topology, elig: Sequence[int], counts: Sequence[int]
+) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Per rack: eligible nodes wholly free, eligible free GPUs, and eligible nodes
+    (a rack is *whole* when every eligible node of it is wholly free)."""
+    whole: dict[int, int] = {}
+    free: dict[int, int] = {}
+    size: dict[int, int] = {}
+    total = topo.total
+    rack_of = topo.rack_of
+    for n in range(topo.n):
+        if elig[n]:
+            r = rack_of[n]
+            size[r] = size.get(r, 0) + 1
+            f = counts[n]
+            if f:
+                free[r] = free.get(r, 0) + f
+                if f == total[n]:
+                    whole[r] = whole.get(r, 0) + 1
+    return whole, free, size
+
+
 def place_on_counts(
     topo: Topology,
     elig: Sequence[int],
@@ -245,12 +286,27 @@ def place_on_counts(
         if elig[n] and counts[n] >= c and (not exclusive or counts[n] == total[n])
     ]
     if k == 1:
-        best: tuple[int, int, int] | None = None
+        if not qualifying:
+            return None
+        rack_whole, rack_free, rack_size = rack_capacity(topo, elig, counts)
+        rack_of = topo.rack_of
+        models = topo.node_models
+        best: tuple[int, bool, int, int, int, int, int] | None = None
         for n in qualifying:
-            key = (counts[n], 0 if model and model in topo.node_models[n] else 1, n)
+            r = rack_of[n]
+            w = rack_whole.get(r, 0)
+            key = (
+                counts[n],
+                w == rack_size[r],
+                w,
+                rack_free.get(r, 0),
+                r,
+                0 if model and model in models[n] else 1,
+                n,
+            )
             if best is None or key < best:
                 best = key
-        return None if best is None else [best[2]]
+        return None if best is None else [best[6]]
     if len(qualifying) < k:
         return None
     qual_by_rack: dict[int, list[int]] = {}
@@ -316,15 +372,19 @@ class Cluster:
         for r, nodes in cls.rack_nodes.items():
             h = [0] * (m + 1)
             w = [0] * (m + 1)
+            rfree = 0
             for n in nodes:
                 node_classes[n].append(cls)
                 if usable[n]:
                     f = nfree[n]
                     h[f] += 1
+                    rfree += f
                     if f == total[n]:
                         w[f] += 1
             cls.hist[r] = h
             cls.whole[r] = w
+            cls.rack_whole[r] = sum(w[1:])
+            cls.rack_free[r] = rfree
             for f in range(m + 1):
                 tot_hist[f] += h[f]
                 tot_whole[f] += w[f]
@@ -343,9 +403,12 @@ class Cluster:
         for cls in self.node_classes[n]:
             cls.hist[r][f] -= 1
             cls.tot_hist[f] -= 1
+            cls.rack_free[r] -= f
             if whole:
                 cls.whole[r][f] -= 1
                 cls.tot_whole[f] -= 1
+                if f:
+                    cls.rack_whole[r] -= 1
 
     def _index(self, n: int) -> None:
         f = self.nfree[n]
@@ -355,9 +418,12 @@ class Cluster:
         for cls in self.node_classes[n]:
             cls.hist[r][f] += 1
             cls.tot_hist[f] += 1
+            cls.rack_free[r] += f
             if whole:
                 cls.whole[r][f] += 1
                 cls.tot_whole[f] += 1
+                if f:
+                    cls.rack_whole[r] += 1
 
     def take(self, n: int, count: int, exclusive: bool) -> tuple[int, ...]:
         """Allocate ``count`` GPUs on node ``n`` (lowest indices first)."""
@@ -396,44 +462,44 @@ class Cluster:
     def _find_single(
         self, cls: NodeClass, c: int, exclusive: bool, model: str | None
     ) -> int | None:
+        """Best fit (fewest free GPUs), then the rack keeping most whole-rack
+        capacity (``rack_score``), then model affinity, then the lowest index."""
         topo = self.topo
-        tot_hist = cls.tot_hist
-        elig = cls.elig
-        total = topo.total
         m = topo.max_gpus
         if c > m:
             return None
+        per_rack = cls.whole if exclusive else cls.hist
+        tot = cls.tot_whole if exclusive else cls.tot_hist
+        rack_whole = cls.rack_whole
+        rack_free = cls.rack_free
+        rack_nodes = cls.rack_nodes
         for f in range(c, m + 1):
-            if not tot_hist[f]:
+            if not tot[f]:
                 continue
-            bucket = self.buckets[f]
+            best: tuple[bool, int, int, int] | None = None
+            for r, h in per_rack.items():
+                if h[f]:
+                    w = rack_whole[r]
+                    key = (w == len(rack_nodes[r]), w, rack_free[r], r)
+                    if best is None or key < best:
+                        best = key
+            if best is None:
+                continue
+            r = best[3]
+            rack_of = topo.rack_of
+            elig = cls.elig
+            total = topo.total
             first = -1
-            for n in bucket:
-                if elig[n] and (not exclusive or total[n] == f):
+            models = topo.node_models
+            for n in self.buckets[f]:
+                if rack_of[n] != r or not elig[n] or (exclusive and total[n] != f):
+                    continue
+                if not model or model in models[n]:
+                    return n
+                if first < 0:
                     first = n
-                    break
-            if first < 0:
-                continue
-            if model:
-                mnodes = topo.model_nodes.get(model)
-                if mnodes:
-                    usable = self.usable
-                    nfree = self.nfree
-                    if len(mnodes) < len(bucket):
-                        for n in mnodes:
-                            if (
-                                usable[n]
-                                and nfree[n] == f
-                                and elig[n]
-                                and (not exclusive or total[n] == f)
-                            ):
-                                return n
-                    else:
-                        models = topo.node_models
-                        for n in bucket:
-                            if elig[n] and model in models[n] and (not exclusive or total[n] == f):
-                                return n
-            return first
+            if first >= 0:
+                return first
         return None
 
     def _find_multi(

@@ -145,7 +145,9 @@ def test_pick_nodes_takes_best_fit_first_inside_the_racks():
         ([8, 6, 2, 8], 1, 2, False, None, [2]),  # best fit
         ([8, 6, 2, 8], 1, 4, False, None, [1]),
         ([8, 6, 2, 8], 1, 8, False, None, [0]),  # lowest index on a tie
-        ([8, 6, 2, 8], 1, 8, False, "llama", [3]),  # then the model's node
+        # whole-rack capacity before the model: d (b1/r0) is a whole free rack
+        ([8, 6, 2, 8], 1, 8, False, "llama", [0]),
+        ([8, 8, 2, 8], 1, 8, False, None, [3]),  # both racks whole: break the smaller
         ([6, 6, 2, 8], 1, 4, True, None, [3]),  # exclusive: only a whole node
         ([8, 8, 2, 8], 2, 8, False, None, [0, 1]),  # one rack
         ([8, 0, 8, 8], 2, 8, False, None, [0, 2]),  # two racks of one block
@@ -226,7 +228,7 @@ def test_node_class_histograms_count_free_and_whole_nodes_per_rack():
         (1, 2, False, None, [2]),
         (1, 3, False, None, [1]),
         (1, 8, False, None, [0]),
-        (1, 8, False, "llama", [3]),
+        (1, 8, False, "llama", [0]),  # r0 is partly used, d's rack is whole: keep it
         (1, 9, False, None, None),
         (2, 6, False, None, [0, 1]),
         (2, 8, True, None, None),

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count
 
 from core import events
@@ -43,18 +44,28 @@ def eviction_window() -> timedelta:
     return timedelta(hours=max(1, hours))
 
 
-def queue_use_series(since: datetime, until: datetime) -> dict[int, list[tuple[float, int]]]:
-    """Each queue's GPUs in use at every rollup sample in ``[since, until]``, oldest first."""
-    series: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    rows = (
-        MetricSample.objects.filter(at__gte=since, at__lte=until)
-        .order_by("at")
-        .values_list("at", "per_queue")
+def list_evictions_with_use(
+    queue_id: int, since: datetime, until: datetime
+) -> list[tuple[datetime, int, float, int]]:
+    """The queue's evictions in ``[since, until]`` as ``(at, gpus, gpu_seconds, used)``, in
+    the order the ratio sums them; ``used``: the queue's GPUs in use at the last rollup
+    sample of the window at or before the eviction (else the first after; 0 without one).
+    One query: each eviction looks up one sample by the ``at`` index."""
+    samples, evictions = MetricSample._meta.db_table, Eviction._meta.db_table
+    use = "round((s.per_queue -> %s ->> 'used')::numeric)::int"
+    sql = (
+        f"SELECT e.at, e.gpus, e.gpu_seconds, COALESCE("
+        f"  (SELECT {use} FROM {samples} s WHERE s.at >= %s AND s.at <= e.at"
+        "     ORDER BY s.at DESC LIMIT 1),"
+        f"  (SELECT {use} FROM {samples} s WHERE s.at > e.at AND s.at <= %s"
+        "     ORDER BY s.at LIMIT 1), 0) "
+        f"FROM {evictions} e WHERE e.queue_id = %s AND e.at >= %s AND e.at <= %s "
+        "ORDER BY e.at, e.id"
     )
-    for at, per_queue in rows:
-        for qid, row in per_queue.items():
-            series[int(qid)].append((at.timestamp(), int(row.get("used", 0))))
-    return series
+    key = str(queue_id)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key, since, key, until, queue_id, since, until])
+        return [(at, gpus, gpu_s, used) for at, gpus, gpu_s, used in cursor.fetchall()]
 
 
 def list_window_evictions(since: datetime, until: datetime) -> dict[int, list[tuple]]:
@@ -71,24 +82,35 @@ def list_window_evictions(since: datetime, until: datetime) -> dict[int, list[tu
     return out
 
 
-def delivered_in_window(points: list[tuple[float, int]], since: float, now: float) -> float:
-    """GPU-seconds a queue was given in ``[since, now]``, from its sampled use (a step
-    series) and its use now as the last point."""
-    return metrics.delivered_gpu_seconds([p for p in points if p[0] >= since], now)
+def delivered_in_window(since: datetime, now: datetime) -> dict[int, float]:
+    """GPU-seconds each queue was given in ``[since, now]``: the integral of its sampled use
+    (a step series: each sample's use holds until the next sample, the last one's until
+    ``now``), summed by PostgreSQL (``metrics.delivered_gpu_seconds`` is the same sum)."""
+    sql = (
+        "SELECT queue_id, SUM(used * EXTRACT(EPOCH FROM (nxt - at))) FROM ("
+        "  SELECT q.key::int AS queue_id, s.at AS at,"
+        "    COALESCE((q.value->>'used')::numeric, 0) AS used,"
+        "    LEAD(s.at, 1, %s) OVER (PARTITION BY q.key ORDER BY s.at) AS nxt"
+        f"  FROM {MetricSample._meta.db_table} s"
+        "  CROSS JOIN LATERAL jsonb_each(s.per_queue) AS q(key, value)"
+        "  WHERE s.at >= %s AND s.at <= %s"
+        ") steps GROUP BY queue_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, since, now])
+        return {queue_id: float(total or 0) for queue_id, total in cursor.fetchall()}
 
 
-def _eviction_by_queue(now: datetime, usage: dict[int, QueueUsage]) -> dict[int, dict]:
+def _eviction_by_queue(now: datetime) -> dict[int, dict]:
     """Per queue: evictions, evicted and delivered GPU-seconds and the ratio in the window
     ending ``now`` (``eviction_ratio`` None: no data yet)."""
     window = eviction_window()
     since = now - window
     evictions = list_window_evictions(since, now)
-    series = queue_use_series(since, now)
-    now_ts = now.timestamp()
+    delivered_by_queue = delivered_in_window(since, now)
     out = {}
     for queue_id in Queue.objects.values_list("id", flat=True):
-        points = [*series.get(queue_id, []), (now_ts, usage.get(queue_id, QueueUsage()).used_gpus)]
-        delivered = delivered_in_window(points, since.timestamp(), now_ts)
+        delivered = delivered_by_queue.get(queue_id, 0.0)
         rows = evictions.get(queue_id, [])
         evicted = sum(gpu_s for _, _, gpu_s in rows)
         out[queue_id] = {
@@ -108,7 +130,7 @@ def rollup() -> MetricSample:
     free_per_node = list_usable_free_gpus()
     usage = build_usage()
     queue_usage, line_usage = usage.queues, usage.lines
-    evictions = _eviction_by_queue(now, queue_usage)
+    evictions = _eviction_by_queue(now)
     queues = {q.pk: q for q in Queue.objects.select_related("business_line")}
     per_queue = {
         str(qid): {

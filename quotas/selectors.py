@@ -9,18 +9,13 @@ change history (with its reasons) is shown to its members and admins.
 
 from __future__ import annotations
 
-import bisect
 from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
 from core.roles import line_ids, role_of
 from monitoring.metrics import ratio_text
-from monitoring.rollup import (
-    EvictionFigures,
-    list_window_evictions,
-    queue_use_series,
-)
+from monitoring.rollup import EvictionFigures, list_evictions_with_use
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from quotas.permissions import sees_all_requests
@@ -171,15 +166,6 @@ def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
     return data
 
 
-def _queue_used_at(series: list[tuple[float, int]], times: list[float], at: float) -> int:
-    """The queue's sampled use at ``at`` (the last sample before, else the first after;
-    0 without samples: the replay then counts only what the plan evicted)."""
-    if not series:
-        return 0
-    i = bisect.bisect_right(times, at)
-    return series[i - 1][1] if i > 0 else series[0][1]
-
-
 def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dict]:
     """R4: for each queue of the line whose eviction ratio (the latest rollup's, over its
     window) is above the policy's target, the smallest guarantee whose replay against the
@@ -196,22 +182,12 @@ def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dic
     ]
     if not queues:
         return []
-    evictions = list_window_evictions(since, until)
-    series_by_queue = queue_use_series(since, until)
     out = []
     for queue in queues:
-        rows = evictions.get(queue.pk, [])
         figures = eviction.by_queue[queue.pk]
-        series = series_by_queue.get(queue.pk, [])
-        times = [t for t, _ in series]
         events = [
-            ledger.EvictionEvent(
-                gpus=gpus,
-                gpu_seconds=gpu_s,
-                queue_used=_queue_used_at(series, times, at.timestamp()),
-                at=at.timestamp(),
-            )
-            for at, gpus, gpu_s in rows
+            ledger.EvictionEvent(gpus=gpus, gpu_seconds=gpu_s, queue_used=used, at=at.timestamp())
+            for at, gpus, gpu_s, used in list_evictions_with_use(queue.pk, since, until)
         ]
         cap = queue.quota_gpus if queue.quota_gpus is not None else line.quota_gpus
         suggestion = ledger.suggest_guarantee(
@@ -233,7 +209,6 @@ def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dic
                     "target_text": ratio_text(suggestion.target_ratio),
                     "ratio_after_text": ratio_text(suggestion.ratio_after),
                     "queue_id": queue.pk,
-                    "usage_samples": len(series),
                     "window": eviction.window_label,
                     "window_hours": eviction.window_s / 3600,
                 }

@@ -5,6 +5,8 @@ BIN := $(VENV)/bin
 
 .PHONY: install run test lint check
 
+# python-ldap (LDAP sign-in) builds from source: Debian needs gcc, python3-dev, libldap2-dev
+# and libsasl2-dev (apt; .ci/run installs them).
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt requirements-prod.txt pyproject.toml

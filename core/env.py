@@ -140,3 +140,16 @@ def env_networks(name: str, environ: Mapping[str, str] | None = None) -> list[st
                 f"{name} must list IP addresses or networks (a.b.c.d or a.b.c.d/nn), got {item!r}"
             ) from None
     return items
+
+
+def env_pairs(name: str, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """A comma-separated list of ``key=value`` pairs (``llm-team=llm,llm-leads=llm``); a key
+    may repeat. Empty when unset; an item without ``=`` or with an empty side stops start-up.
+    The value is what follows the first ``=``."""
+    pairs = []
+    for item in env_list(name, [], environ):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(f"{name} must list name=value pairs, got {item!r}")
+        pairs.append((key.strip(), value.strip()))
+    return pairs

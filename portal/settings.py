@@ -22,6 +22,7 @@ from core.env import (
     env_str,
     env_url,
 )
+from portal.auth.config import ldap_settings, oidc_settings
 from scheduling.backends import BACKENDS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -145,6 +146,21 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+# Sign-in with the organization's identity (docs/deploy.md, "Identity"; portal/auth/):
+# LDAP when LDAP_SERVER_URI is set, OpenID Connect when OIDC_ISSUER is; neither by default.
+# Local accounts come first and always work (break-glass admins, the demo users).
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+_identity = {**ldap_settings(), **oidc_settings()}
+globals().update(_identity)  # LDAP_*/AUTH_LDAP_* and OIDC_*/OIDC_RP_* (portal/auth/config.py)
+if _identity["LDAP_ENABLED"]:
+    AUTHENTICATION_BACKENDS.append("portal.auth.ldap_backend.PortalLDAPBackend")
+if _identity["OIDC_ENABLED"]:
+    AUTHENTICATION_BACKENDS.append("portal.auth.oidc.PortalOIDCBackend")
+# mozilla-django-oidc's views (/oidc/), answering 404 while OpenID Connect is off.
+OIDC_AUTHENTICATE_CLASS = "portal.auth.oidc.SignInStart"
+OIDC_CALLBACK_CLASS = "portal.auth.oidc.SignInCallback"
+LOGIN_REDIRECT_URL_FAILURE = LOGIN_URL
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

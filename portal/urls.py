@@ -27,6 +27,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/auth/oidc.py)
     path("admin/", admin.site.urls),
     path("audit/", audit_views.audit_log, name="audit"),
     path("", include("monitoring.urls")),

@@ -1,0 +1,82 @@
+"""Sign-in against the organization's LDAP directory (django-auth-ldap).
+
+``PortalLDAPBackend`` is django-auth-ldap's backend with three additions:
+
+- after the directory accepts the password, the user's groups (their ``cn``) are mapped to
+  the role and lines (``LDAP_IDENTITY_MAPPING``, ``portal.auth.sync``) at every sign-in, so
+  a change of groups takes effect at the next one;
+- a local account (one with a usable password: break-glass admins, demo users) is never
+  signed in or changed by the directory, even under the same user name;
+- a directory that cannot be reached (django-auth-ldap catches the ``LDAPError`` and sends
+  ``ldap_error``; a search for groups that fails is caught here) is said on the login page
+  (``portal.auth.notices``), not a 500: local accounts, checked first by ``ModelBackend``,
+  still sign in.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ldap
+from django.conf import settings
+from django.dispatch import receiver
+from django_auth_ldap.backend import LDAPBackend, ldap_error
+
+from portal.auth import notices
+from portal.auth.sync import apply_groups
+
+logger = logging.getLogger("portal.auth")
+SOURCE = "directory"
+
+
+class PortalLDAPBackend(LDAPBackend):
+    """django-auth-ldap with the portal's group mapping, outage notice and local-account guard."""
+
+    def get_or_build_user(self, username: str, ldap_user: Any) -> tuple[Any, bool]:
+        user, built = super().get_or_build_user(username, ldap_user)
+        if not built and user.has_usable_password():
+            logger.warning("directory sign-in as %s refused: a local account has that name", user)
+            notices.tell(ldap_user._request, notices.local_account_taken("the directory"))
+            raise ldap_user.AuthenticationFailed("a local account has this user name")
+        return user, built
+
+    def authenticate_ldap_user(self, ldap_user: Any, password: str) -> Any:
+        user = super().authenticate_ldap_user(ldap_user, password)
+        if user is None:
+            return None
+        request = ldap_user._request
+        try:
+            groups = sorted(ldap_user.group_names)
+        except ldap.LDAPError as exc:
+            logger.warning("directory group search for %s failed: %s", user, exc)
+            notices.tell(request, notices.DIRECTORY_UNREACHABLE)
+            return None
+        if not apply_groups(
+            user, settings.LDAP_IDENTITY_MAPPING, groups, source=SOURCE, request=request
+        ):
+            notices.tell(request, notices.not_let_in("directory"))
+            return None
+        return user
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Errors that mean the directory could not be asked, not that it said no."""
+    down = (ldap.SERVER_DOWN, ldap.TIMEOUT, ldap.CONNECT_ERROR, ldap.BUSY, ldap.UNAVAILABLE)
+    return isinstance(exc, down)
+
+
+@receiver(ldap_error, sender=PortalLDAPBackend, dispatch_uid="portal.auth.ldap_error")
+def _on_ldap_error(
+    sender: type, context: str, user: Any, request: Any, exception: Exception, **kwargs: Any
+) -> None:
+    """django-auth-ldap caught an ``LDAPError``: say so on the login page."""
+    logger.warning("directory error while %s: %r", context, exception)
+    if _unreachable(exception):
+        notices.tell(request, notices.DIRECTORY_UNREACHABLE)
+    else:
+        notices.tell(
+            request,
+            "The company directory (LDAP) answered with an error, so directory accounts cannot "
+            "sign in right now. Local accounts still work.",
+        )

@@ -1,0 +1,60 @@
+"""What the login page says when an organization sign-in cannot be done right now.
+
+The messages go through Django's messages (shown by ``base.html``); the request is also
+marked (``request.identity_notice``) so the login page does not add "your username and
+password didn't match" when the truth is that they could not be checked.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest
+
+logger = logging.getLogger("portal.auth")
+
+DIRECTORY_UNREACHABLE = (
+    "The company directory (LDAP) cannot be reached right now, so directory accounts "
+    "cannot sign in. Please try again in a few minutes. Local accounts still work."
+)
+
+
+def sso_label() -> str:
+    return getattr(settings, "OIDC_LABEL", "single sign-on")
+
+
+def sso_unavailable() -> str:
+    return (
+        f"Sign-in with {sso_label()} is not available right now: the identity provider "
+        "cannot be reached. Please try again in a few minutes. Local accounts still work."
+    )
+
+
+def sso_failed() -> str:
+    return f"Sign-in with {sso_label()} did not complete. Please try again."
+
+
+def not_let_in(source: str) -> str:
+    return (
+        f"Your {source} account is not in a group that may use the portal. "
+        "Ask your team lead or a cluster admin to be added to one."
+    )
+
+
+def local_account_taken(source: str) -> str:
+    return (
+        f"This user name belongs to a local portal account, which {source} cannot sign in. "
+        "Use the local password, or ask a cluster admin."
+    )
+
+
+def tell(request: HttpRequest | None, text: str) -> None:
+    """Show ``text`` once on the next page (the login page) and mark the request."""
+    if request is None:
+        return
+    if getattr(request, "identity_notice", None) == text:
+        return
+    request.identity_notice = text
+    messages.error(request, text, fail_silently=True)

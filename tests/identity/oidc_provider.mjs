@@ -1,0 +1,130 @@
+// A throw-away OpenID Connect provider for the portal's sign-in tests: `oidc-provider`
+// (a certified implementation, pinned in package.json) with a login page of its own.
+//
+//   node oidc_provider.mjs CONFIG.json
+//
+// CONFIG: {"port": N, "issuer": "http://127.0.0.1:N", "accounts": "ACCOUNTS.json",
+//          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
+// ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
+//            "preferred_username", "groups": [...]}}, read again at every sign-in and
+// every user-info call, so a test changes someone's groups by rewriting the file.
+//
+// Prints "ready <issuer>" on standard output once it listens. Keys are made at start
+// (RS256); the client is first-party, so there is no consent page.
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { parse as parseQuery } from 'node:querystring';
+
+import Provider from 'oidc-provider';
+
+const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const accounts = () => JSON.parse(readFileSync(config.accounts, 'utf8'));
+
+const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
+const CLAIMS = ['email', 'name', 'given_name', 'family_name', 'preferred_username', 'groups'];
+
+const provider = new Provider(config.issuer, {
+  clients: config.clients.map((c) => ({
+    grant_types: ['authorization_code'],
+    response_types: ['code'],
+    token_endpoint_auth_method: 'client_secret_basic',
+    ...c,
+  })),
+  jwks: { keys: [jwk] },
+  cookies: {
+    keys: [randomBytes(32).toString('hex')],
+    long: { signed: true, sameSite: 'lax' },
+    short: { signed: true, sameSite: 'lax' },
+  },
+  claims: {
+    openid: ['sub'],
+    email: ['email'],
+    profile: ['name', 'given_name', 'family_name', 'preferred_username'],
+    groups: ['groups'],
+  },
+  scopes: ['openid', 'email', 'profile', 'groups'],
+  features: { devInteractions: { enabled: false } },
+  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+  async findAccount(ctx, sub) {
+    const account = accounts()[sub];
+    if (!account) return undefined;
+    return {
+      accountId: sub,
+      async claims() {
+        const now = accounts()[sub] || {};
+        const out = { sub };
+        for (const claim of CLAIMS) if (claim in now) out[claim] = now[claim];
+        return out;
+      },
+    };
+  },
+  // First-party client: every scope and claim asked for is granted without a consent page.
+  async loadExistingGrant(ctx) {
+    const grantId = ctx.oidc.result?.consent?.grantId
+      || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+    const grant = grantId
+      ? await ctx.oidc.provider.Grant.find(grantId)
+      : new ctx.oidc.provider.Grant({
+        clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId,
+      });
+    grant.addOIDCScope(ctx.oidc.params.scope || 'openid');
+    grant.addOIDCClaims(CLAIMS);
+    await grant.save();
+    return grant;
+  },
+  pkce: { methods: ['S256'], required: () => true },
+  ttl: { Session: 3600, Interaction: 600, Grant: 3600, AccessToken: 600, IdToken: 600 },
+});
+
+const escape = (s) => String(s).replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
+
+function page(uid, error) {
+  return `<!doctype html><html><head><meta charset="utf-8"><title>Example Corp sign-in</title></head>
+<body><h1>Example Corp sign-in</h1>${error ? `<p role="alert">${escape(error)}</p>` : ''}
+<form method="post" action="/interaction/${escape(uid)}">
+<label for="login">Corporate login</label><input id="login" name="login" autocomplete="username" autofocus>
+<label for="password">Corporate password</label><input id="password" name="password" type="password">
+<button type="submit">Continue</button></form></body></html>`;
+}
+
+async function interaction(req, res, uid) {
+  const details = await provider.interactionDetails(req, res);
+  if (details.uid !== uid || details.prompt.name !== 'login') {
+    res.writeHead(400, { 'content-type': 'text/plain' }).end(`unexpected prompt ${details.prompt.name}`);
+    return;
+  }
+  if (req.method === 'GET') {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(page(uid));
+    return;
+  }
+  let body = '';
+  for await (const chunk of req) body += chunk;
+  const form = parseQuery(body);
+  const account = accounts()[form.login];
+  if (!account || account.password !== form.password) {
+    res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' })
+      .end(page(uid, 'Wrong login or password.'));
+    return;
+  }
+  await provider.interactionFinished(req, res, { login: { accountId: form.login } }, {
+    mergeWithLastSubmission: false,
+  });
+}
+
+const callback = provider.callback();
+const server = createServer((req, res) => {
+  const match = /^\/interaction\/([\w-]+)$/.exec(req.url.split('?')[0]);
+  if (match && (req.method === 'GET' || req.method === 'POST')) {
+    interaction(req, res, match[1]).catch((err) => {
+      console.error(err);
+      if (!res.headersSent) res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end(String(err.message || err));
+    });
+    return;
+  }
+  callback(req, res);
+});
+server.listen(config.port, '127.0.0.1', () => console.log(`ready ${config.issuer}`));
+for (const signal of ['SIGTERM', 'SIGINT']) process.on(signal, () => process.exit(0));

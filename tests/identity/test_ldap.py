@@ -1,0 +1,187 @@
+"""LDAP sign-in through the login form against a real OpenLDAP (``testbeds.Directory``):
+groups give the role and the lines at every sign-in, audited; local accounts are never
+taken over; a directory outage is a message, not a 500, and local accounts still work."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from core.models import AuditRecord, LineMembership, Profile
+from core.roles import role_of
+from tests.conftest import DEMO_PASSWORD
+from tests.identity.conftest import PEOPLE, prefixed
+
+pytestmark = pytest.mark.django_db
+
+UNREACHABLE = "The company directory (LDAP) cannot be reached right now"
+MISMATCH = "Your username and password didn't match"
+
+
+def sign_in(username: str, password: str | None = None) -> tuple[Client, object]:
+    client = Client()
+    password = PEOPLE[username][0] if password is None else password
+    response = client.post("/accounts/login/", {"username": username, "password": password})
+    return client, response
+
+
+def lines_of(username: str) -> dict[str, str]:
+    return {
+        m.business_line.name: "lead" if m.is_lead else "member"
+        for m in LineMembership.objects.filter(user__username=username).select_related(
+            "business_line"
+        )
+    }
+
+
+def user(username: str):
+    return get_user_model().objects.get(username=username)
+
+
+def test_a_lead_group_signs_in_as_the_lead_of_its_line(demo, ldap_on):
+    client, response = sign_in("dora")
+    assert response.status_code == 302, response.content.decode()[:2000]
+    dora = user("dora")
+    assert (role_of(dora), lines_of("dora")) == ("team_lead", {"llm": "lead"})
+    assert dora.email == "dora@example.org" and not dora.has_usable_password()
+    # the lead's page: the quota request form offers the line
+    page = client.get("/quotas/requests/new/")
+    assert page.status_code == 200
+    assert 'value="llm"' in page.content.decode() or ">llm<" in page.content.decode()
+    record = AuditRecord.objects.get(action="identity.sync", target_id=str(dora.pk))
+    assert record.actor == dora
+    assert record.before == {"role": "researcher", "superuser": False, "lines": {}}
+    assert record.after == {"role": "team_lead", "superuser": False, "lines": {"llm": "lead"}}
+    assert "directory sign-in" in record.reason and "llm-leads" in record.reason
+
+
+def test_admin_and_oncall_groups(demo, ldap_on):
+    assert sign_in("boss")[1].status_code == 302
+    assert sign_in("olga")[1].status_code == 302
+    boss, olga = user("boss"), user("olga")
+    assert role_of(boss) == "admin" and boss.is_superuser and boss.is_staff
+    assert role_of(olga) == "oncall" and not olga.is_superuser
+    client, _ = sign_in("rick")
+    assert (role_of(user("rick")), lines_of("rick")) == ("researcher", {"search-rec": "member"})
+    assert client.get("/quotas/requests/new/").status_code == 403  # not a lead
+
+
+def test_group_changes_take_effect_at_the_next_sign_in(demo, ldap_on):
+    assert sign_in("boss")[1].status_code == 302
+    assert sign_in("dora")[1].status_code == 302
+    # HR moves dora from leading llm to leading search-rec (and a member of llm); boss leaves
+    # the admins.
+    ldap_on.set_groups("dora", {"search-rec-leads", "llm-team"})
+    ldap_on.set_groups("boss", {"gpu-users"})
+    assert lines_of("dora") == {"llm": "lead"}  # nothing changes before the next sign-in
+    client, response = sign_in("dora")
+    assert response.status_code == 302
+    assert lines_of("dora") == {"llm": "member", "search-rec": "lead"}
+    form = client.get("/quotas/requests/new/").content.decode()
+    assert "search-rec" in form
+    assert sign_in("boss")[1].status_code == 302
+    boss = user("boss")
+    assert role_of(boss) == "researcher" and not boss.is_superuser and not boss.is_staff
+    demoted = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
+    assert (demoted.before["role"], demoted.after["role"]) == ("admin", "researcher")
+    # the same groups again: nothing changes, nothing is audited
+    count = AuditRecord.objects.filter(action="identity.sync").count()
+    assert sign_in("dora")[1].status_code == 302
+    assert AuditRecord.objects.filter(action="identity.sync").count() == count
+
+
+def test_memberships_outside_the_mapped_lines_are_left_alone(demo, ldap_on):
+    from quotas.models import BusinessLine
+
+    assert sign_in("rick")[1].status_code == 302
+    LineMembership.objects.create(
+        user=user("rick"), business_line=BusinessLine.objects.get(name="multimodal")
+    )  # given by hand in a line the mapping does not name
+    ldap_on.set_groups("rick", {"gpu-users"})
+    assert sign_in("rick")[1].status_code == 302
+    assert lines_of("rick") == {"multimodal": "member"}
+
+
+def test_a_wrong_directory_password_is_refused(demo, ldap_on):
+    client, response = sign_in("dora", "not-her-password")
+    assert response.status_code == 200
+    assert MISMATCH in response.content.decode()
+    assert not get_user_model().objects.filter(username="dora").exists()
+
+
+def test_the_local_break_glass_admin_is_never_taken_over_by_the_directory(demo, ldap_on):
+    local = user("admin")
+    # the directory's "admin" with the directory's password: refused, local account untouched
+    _, response = sign_in("admin", PEOPLE["admin"][0])
+    assert response.status_code == 200
+    assert "belongs to a local portal account" in response.content.decode()
+    after = user("admin")
+    assert after.check_password(DEMO_PASSWORD) and after.email == local.email
+    assert not AuditRecord.objects.filter(action="identity.sync").exists()
+    # the local password signs in, as ever
+    assert sign_in("admin", DEMO_PASSWORD)[1].status_code == 302
+
+
+def test_directory_down_is_a_message_and_local_accounts_still_sign_in(demo, ldap_on):
+    assert sign_in("dora")[1].status_code == 302  # she has an account from earlier
+    ldap_on.stop()
+    client, response = sign_in("dora")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert UNREACHABLE in body and "Local accounts still work" in body
+    assert MISMATCH not in body  # her password was not found wrong: it was not checked
+    assert "_auth_user_id" not in client.session
+    # local accounts: researcher and the break-glass admin
+    assert sign_in("researcher", DEMO_PASSWORD)[1].status_code == 302
+    client, response = sign_in("admin", DEMO_PASSWORD)
+    assert response.status_code == 302
+    assert client.get("/admin/").status_code == 200
+    ldap_on.start()
+    assert sign_in("dora")[1].status_code == 302  # and back
+
+
+def test_required_groups_keep_others_out(demo, directory, configure):
+    configure(directory.portal_env(**prefixed("LDAP", REQUIRED_GROUPS="gpu-users")))
+    client, response = sign_in("outsider")
+    assert response.status_code == 200
+    assert "not in a group that may use the portal" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert sign_in("rick")[1].status_code == 302
+
+
+def test_a_sign_in_with_nothing_configured_does_not_ask_the_directory(demo, directory):
+    # the test settings (no LDAP_* variables): directory people are unknown here
+    _, response = sign_in("dora")
+    assert response.status_code == 200
+    assert not get_user_model().objects.filter(username="dora").exists()
+    assert Profile.objects.filter(user__username="lead").get().role == "team_lead"
+
+
+def test_a_frozen_directory_costs_its_timeout_not_a_hung_sign_in(demo, directory, configure):
+    """A directory that accepts connections and never answers (a hung slapd, a black-holed
+    firewall): the sign-in gives up after ``LDAP_TIMEOUT`` and says so."""
+    import socket
+    import time
+
+    with socket.socket() as frozen:
+        frozen.bind(("127.0.0.1", 0))
+        frozen.listen(16)  # the kernel completes the handshake; nobody ever reads
+        env = directory.portal_env(**prefixed("LDAP"), LDAP_TIMEOUT="1")
+        configure({**env, "LDAP_SERVER_URI": f"ldap://127.0.0.1:{frozen.getsockname()[1]}"})
+        started = time.monotonic()
+        client, response = sign_in("dora")
+        took = time.monotonic() - started
+    assert response.status_code == 200 and UNREACHABLE in response.content.decode()
+    assert took < 5, took
+
+
+def test_a_directory_that_refuses_the_service_account_is_said_too(demo, directory, configure):
+    env = directory.portal_env(**prefixed("LDAP"), LDAP_BIND_PASSWORD="rotated-elsewhere")
+    configure(env)
+    client, response = sign_in("dora")
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "The company directory (LDAP) answered with an error" in body
+    assert MISMATCH not in body
+    assert sign_in("admin", DEMO_PASSWORD)[1].status_code == 302

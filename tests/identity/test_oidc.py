@@ -1,0 +1,213 @@
+"""OpenID Connect sign-in against a real provider (``oidc-provider`` from npm, run by
+``oidc_provider.mjs``): the portal's side in this process (Django's test client), the
+person's side over HTTP to the provider (its own login page). The groups claim gives the
+role and the lines at every sign-in; every failure is the login page with a message."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urljoin, urlparse
+
+import pytest
+import requests
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from core.models import AuditRecord, LineMembership
+from core.roles import role_of
+from tests.conftest import DEMO_PASSWORD
+from tests.identity.conftest import prefixed
+
+pytestmark = pytest.mark.django_db
+
+PORTAL = "http://testserver"
+
+
+def sso_password(uid: str) -> str:
+    return f"{uid}-sso-pw"
+
+
+def to_provider(client: Client, next_url: str = "") -> str:
+    """Start at the portal: the address of the provider's authorization endpoint."""
+    response = client.get("/oidc/authenticate/" + (f"?next={next_url}" if next_url else ""))
+    assert response.status_code == 302, response
+    return response["Location"]
+
+
+def at_provider(location: str, login: str, password: str) -> requests.Response | str:
+    """The person at the provider: its login page, then back to the portal. Returns the
+    portal address the provider sends the browser to, or the provider's page when it
+    keeps them (a wrong password)."""
+    browser = requests.Session()
+    response = browser.get(location, allow_redirects=True, timeout=10)
+    assert response.status_code == 200 and "Example Corp sign-in" in response.text, response.text
+    response = browser.post(
+        response.url, data={"login": login, "password": password}, allow_redirects=False,
+        timeout=10,
+    )  # fmt: skip
+    while response.status_code in (302, 303):
+        target = urljoin(response.url, response.headers["Location"])
+        if target.startswith(PORTAL):
+            return target
+        response = browser.get(target, allow_redirects=False, timeout=10)
+    return response
+
+
+def sign_in(uid: str, password: str | None = None, client: Client | None = None):
+    client = client or Client()
+    back = at_provider(to_provider(client), uid, password or sso_password(uid))
+    assert isinstance(back, str), getattr(back, "text", back)
+    return client, client.get(back.removeprefix(PORTAL))
+
+
+def lines_of(username: str) -> dict[str, str]:
+    return {
+        m.business_line.name: "lead" if m.is_lead else "member"
+        for m in LineMembership.objects.filter(user__username=username).select_related(
+            "business_line"
+        )
+    }
+
+
+def signed_in_as(client: Client) -> str | None:
+    user_id = client.session.get("_auth_user_id")
+    return get_user_model().objects.get(pk=user_id).username if user_id else None
+
+
+def test_the_login_page_offers_the_provider_when_configured(demo, oidc_on):
+    page = Client().get("/accounts/login/?next=/jobs/").content.decode()
+    assert "Sign in with Example Corp SSO" in page
+    assert 'href="/oidc/authenticate/?next=/jobs/"' in page
+
+
+def test_single_sign_on_signs_a_lead_in_with_the_lines_of_their_groups(demo, oidc_on):
+    client = Client()
+    location = to_provider(client, "/quotas/requests/new/")
+    query = parse_qs(urlparse(location).query)
+    assert location.startswith(oidc_on.issuer + "/auth?")
+    assert query["code_challenge_method"] == ["S256"] and query["nonce"]
+    assert query["scope"] == ["openid email profile groups"]
+    back = at_provider(location, "dora", sso_password("dora"))
+    landed = client.get(back.removeprefix(PORTAL))
+    assert landed.status_code == 302 and landed["Location"] == "/quotas/requests/new/"
+    assert signed_in_as(client) == "dora"
+    dora = get_user_model().objects.get(username="dora")
+    assert (role_of(dora), lines_of("dora")) == ("team_lead", {"llm": "lead"})
+    assert dora.email == "dora@example.org" and not dora.has_usable_password()
+    assert client.get("/quotas/requests/new/").status_code == 200
+    record = AuditRecord.objects.get(action="identity.sync", target_id=str(dora.pk))
+    assert record.after["lines"] == {"llm": "lead"} and "single sign-on" in record.reason
+
+
+def test_group_changes_take_effect_at_the_next_sign_in(demo, oidc_on):
+    sign_in("boss")
+    sign_in("dora")
+    assert role_of(get_user_model().objects.get(username="boss")) == "admin"
+    oidc_on.set_groups("dora", ["search-rec-leads"])
+    oidc_on.set_groups("boss", ["portal-oncall"])
+    client, response = sign_in("dora")
+    assert response.status_code == 302 and signed_in_as(client) == "dora"
+    assert lines_of("dora") == {"search-rec": "lead"}
+    sign_in("boss")
+    boss = get_user_model().objects.get(username="boss")
+    assert role_of(boss) == "oncall" and not boss.is_superuser
+
+
+def test_a_wrong_password_stays_at_the_provider(demo, oidc_on):
+    page = at_provider(to_provider(Client()), "dora", "wrong")
+    assert isinstance(page, requests.Response) and "Wrong login or password" in page.text
+    assert not get_user_model().objects.filter(username="dora").exists()
+
+
+def test_the_local_break_glass_admin_is_never_taken_over(demo, oidc_on):
+    client, response = sign_in("admin")
+    assert response.status_code == 302 and response["Location"] == "/accounts/login/"
+    assert signed_in_as(client) is None
+    page = client.get("/accounts/login/").content.decode()
+    assert "belongs to a local portal account" in page
+    assert get_user_model().objects.get(username="admin").check_password(DEMO_PASSWORD)
+
+
+def test_required_groups_keep_others_out(demo, provider, configure):
+    configure(provider.portal_env(**prefixed("OIDC", REQUIRED_GROUPS="gpu-users")))
+    client, response = sign_in("outsider")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    page = client.get("/accounts/login/").content.decode()
+    assert "not in a group that may use the portal" in page
+
+
+def test_provider_down_is_a_message_and_local_accounts_still_sign_in(demo, provider, configure):
+    from tests.identity.testbeds import free_port
+
+    env = provider.portal_env(**prefixed("OIDC"))
+    configure({**env, "OIDC_ISSUER": f"http://127.0.0.1:{free_port()}"})  # nothing listens
+    client = Client()
+    response = client.get("/oidc/authenticate/")
+    assert response.status_code == 302 and response["Location"] == "/accounts/login/"
+    page = client.get("/accounts/login/").content.decode()
+    assert "the identity provider cannot be reached" in page
+    local = Client().post("/accounts/login/", {"username": "admin", "password": DEMO_PASSWORD})
+    assert local.status_code == 302
+
+
+def test_a_callback_that_was_not_asked_for_is_refused_without_a_500(demo, oidc_on):
+    client = Client()
+    for query in ("?code=x&state=unknown", "?error=access_denied&state=x", "?code=x"):
+        response = client.get("/oidc/callback/" + query)
+        assert response.status_code == 302 and response["Location"] == "/accounts/login/"
+    assert signed_in_as(client) is None
+    # a replayed callback: the state was used once
+    to = to_provider(client)
+    back = at_provider(to, "rick", sso_password("rick"))
+    assert client.get(back.removeprefix(PORTAL)).status_code == 302
+    fresh = Client()
+    assert fresh.get(back.removeprefix(PORTAL))["Location"] == "/accounts/login/"
+    assert signed_in_as(fresh) is None
+
+
+def test_id_tokens_are_checked_for_issuer_and_audience(settings):
+    """mozilla-django-oidc leaves ``iss`` and ``aud`` unchecked; the portal's backend checks
+    both, with the provider's signature (a real RSA key here)."""
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from portal.auth.oidc import PortalOIDCBackend
+
+    settings.OIDC_RP_CLIENT_ID = "gpu-portal"
+    settings.OIDC_RP_SIGN_ALGO = "RS256"
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    backend = PortalOIDCBackend()
+    backend.issuer = "https://sso.example.org"
+    now = int(time.time())
+    claims = {"iss": "https://sso.example.org", "aud": "gpu-portal", "sub": "dora",
+              "exp": now + 60, "iat": now}  # fmt: skip
+
+    def token(**change):
+        return jwt.encode({**claims, **change}, key, algorithm="RS256")
+
+    assert backend._verify_jws(token(), key.public_key())["sub"] == "dora"
+    with pytest.raises(jwt.InvalidAudienceError):
+        backend._verify_jws(token(aud="another-app"), key.public_key())
+    with pytest.raises(jwt.InvalidIssuerError):
+        backend._verify_jws(token(iss="https://evil.example.org"), key.public_key())
+    with pytest.raises(jwt.ExpiredSignatureError):
+        backend._verify_jws(token(exp=now - 600), key.public_key())
+    other = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with pytest.raises(jwt.InvalidSignatureError):
+        backend._verify_jws(jwt.encode(claims, other, algorithm="RS256"), key.public_key())
+
+
+def test_a_provider_that_names_another_issuer_is_not_used(demo, provider, configure):
+    env = provider.portal_env(**prefixed("OIDC"))
+    configure({**env, "OIDC_ISSUER": provider.issuer.replace("127.0.0.1", "localhost")})
+    client = Client()
+    assert client.get("/oidc/authenticate/")["Location"] == "/accounts/login/"
+    assert "cannot be reached" in client.get("/accounts/login/").content.decode()
+
+
+def test_single_sign_on_is_off_unless_configured(demo, provider):
+    assert Client().get("/oidc/authenticate/").status_code == 404
+    assert Client().get("/oidc/callback/?code=x&state=y").status_code == 404
+    page = Client().get("/accounts/login/").content.decode()
+    assert "Sign in with" not in page and "directory" not in page

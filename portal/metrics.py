@@ -1,9 +1,16 @@
 """Prometheus text exposition at ``/metrics`` (admins, or the ``METRICS_TOKEN`` bearer).
 
-Every scrape reads the database through the same selectors as the REST API
-(``scheduling.selectors``, ``monitoring.metrics_api``), in a custom collector
-on a private registry: no process-local state, so any web worker answers the
-same. Names follow Prometheus conventions: ``gpuportal_`` prefix, base units
+Two sources, each at a cost that does not grow with history:
+
+- gauges of the present (queues, lines, pending jobs, nodes, GPUs by model, open alerts)
+  read the live tables through the same selectors as the REST API
+  (``scheduling.selectors``, ``monitoring.metrics_api``), in a custom collector;
+- counters and histograms of what happened (cycle durations, preemptions, evicted
+  GPU-seconds, admissions, wait times) are recorded where the work happens
+  (``core.telemetry``), summed across processes in multiprocess mode when
+  ``PROMETHEUS_MULTIPROC_DIR`` is set, never recounted from tables.
+
+Every known queue, reason and kind has a series from the start (0 until it happens). Names follow Prometheus conventions: ``gpuportal_`` prefix, base units
 (seconds, GPUs, ratios 0..1) and ``_total`` only on counters.
 
 Access: a cluster admin (session or ``Authorization: Token <key>``), or a
@@ -15,31 +22,34 @@ credentials) or 403 (signed in, not an admin).
 from __future__ import annotations
 
 import hmac
+import importlib.metadata
 import os
 from collections.abc import Iterator
 
-from django.db.models import Count, Q, Sum
+from django.conf import settings
+from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client import multiprocess as prometheus_multiprocess
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
+from core import telemetry
 from core.roles import is_admin
-from monitoring.metrics_api import build_pending_by_reason
+from monitoring.metrics_api import UNEXPLAINED, build_pending_by_reason
+from monitoring.models import Alert
 from monitoring.rollup import get_eviction_figures
 from quotas.models import BusinessLine, Queue
-from scheduling.models import Eviction, Job, Node, SchedulingCycle
+from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
+from scheduling.engine.types import PRECEDENCE
+from scheduling.models import Allocation, Job, Node
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
-# Cycle duration buckets in seconds: a steady 10,000-GPU cycle takes ~0.7 s (docs/benchmarks.md).
-CYCLE_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+CYCLE_BUCKETS_S = telemetry.CYCLE_BUCKETS_S
+# Every pending reason a job can show, each a series from the start.
+PENDING_REASONS = (*PRECEDENCE, LAUNCH_RETRY_CODE, UNEXPLAINED)
 BORROWED_DOC = "beyond its own quota: max(0, used - quota), 0 without a quota of its own"
 
 
@@ -125,7 +135,8 @@ def _job_families() -> Iterator[Metric]:
         "Pending jobs by pending-reason code (NEW: not yet seen by a cycle)",
         labels=["reason"],
     )
-    for reason, n in sorted(build_pending_by_reason().items()):
+    by_reason = dict.fromkeys(PENDING_REASONS, 0) | build_pending_by_reason()
+    for reason, n in sorted(by_reason.items()):
         pending.add_metric([reason], n)
     yield pending
 
@@ -135,52 +146,59 @@ def _job_families() -> Iterator[Metric]:
         jobs.add_metric([state], by_state.get(state, 0))
     yield jobs
 
-    preemptions = CounterMetricFamily(
-        "gpuportal_preemptions",
-        "Running jobs stopped to make room, by queue and reason (preemption, inference)",
-        labels=["queue", "reason"],
+
+def _alert_family() -> Metric:
+    open_alerts = GaugeMetricFamily(
+        "gpuportal_alerts",
+        "Unresolved portal alerts (open or acknowledged) by kind and severity",
+        labels=["kind", "severity"],
     )
-    evicted = CounterMetricFamily(
-        "gpuportal_evicted_gpu_seconds",
-        "GPU-seconds of runs stopped to make room, by queue",
-        labels=["queue"],
+    rows = (
+        Alert.objects.exclude(status=Alert.Status.RESOLVED)
+        .values_list("kind", "severity")
+        .annotate(n=Count("id"))
     )
-    rows = Eviction.objects.values("queue__name", "reason").annotate(
-        n=Count("id"), s=Sum("gpu_seconds")
-    )
-    evicted_by_queue: dict[str, float] = {}
-    for r in rows.order_by("queue__name", "reason"):
-        preemptions.add_metric([r["queue__name"], r["reason"]], r["n"])
-        evicted_by_queue[r["queue__name"]] = evicted_by_queue.get(r["queue__name"], 0.0) + (
-            r["s"] or 0.0
-        )
-    for queue, seconds in evicted_by_queue.items():
-        evicted.add_metric([queue], seconds)
-    yield preemptions
-    yield evicted
+    counts = {(kind, sev): 0 for kind in Alert.Kind.values for sev in Alert.Severity.values}
+    counts.update({(kind, sev): n for kind, sev, n in rows})
+    for (kind, severity), n in sorted(counts.items()):
+        open_alerts.add_metric([kind, severity], n)
+    return open_alerts
 
 
-def _cycle_family() -> Metric:
-    histogram = HistogramMetricFamily(
-        "gpuportal_scheduling_cycle_duration_seconds",
-        "Wall-clock duration of scheduling-loop iterations (kind: cycle or sweep)",
-        labels=["kind"],
+def _gpu_model_families() -> Iterator[Metric]:
+    gpus = GaugeMetricFamily(
+        "gpuportal_gpus",
+        "GPUs by model and their node's scheduling state and health",
+        labels=["gpu_model", "state", "health"],
     )
-    buckets = {
-        f"le_{i}": Count("id", filter=Q(duration_ms__lte=le * 1000))
-        for i, le in enumerate(CYCLE_BUCKETS_S)
-    }
-    rows = SchedulingCycle.objects.values("kind").annotate(
-        n=Count("id"), total_ms=Sum("duration_ms"), **buckets
+    rows = Node.objects.values_list("gpu_model", "state", "health").annotate(n=Sum("gpus_total"))
+    for model, state, health, n in sorted(rows):
+        gpus.add_metric([model, state, health], n or 0)
+    yield gpus
+    allocated = GaugeMetricFamily(
+        "gpuportal_allocated_gpus", "GPUs allocated to jobs, by GPU model", labels=["gpu_model"]
     )
-    for r in rows.order_by("kind"):
-        histogram.add_metric(
-            [r["kind"]],
-            buckets=[(str(le), r[f"le_{i}"]) for i, le in enumerate(CYCLE_BUCKETS_S)]
-            + [("+Inf", r["n"])],
-            sum_value=(r["total_ms"] or 0.0) / 1000.0,
-        )
-    return histogram
+    by_model = dict.fromkeys(Node.objects.values_list("gpu_model", flat=True).distinct(), 0)
+    by_model.update(
+        Allocation.objects.values_list("node__gpu_model").annotate(n=Count("id")).order_by()
+    )
+    for model, n in sorted(by_model.items()):
+        allocated.add_metric([model], n)
+    yield allocated
+
+
+def _build_info() -> Metric:
+    info = InfoMetricFamily("gpuportal_build", "Version of the portal serving this scrape")
+    info.add_metric([], {"version": _version(), "revision": os.environ.get("BUILD_REVISION", ""),
+                         "backend": getattr(settings, "SCHEDULING_BACKEND", "")})  # fmt: skip
+    return info
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("gpu-portal")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _cluster_families() -> Iterator[Metric]:
@@ -233,12 +251,31 @@ class PortalCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from _queue_families()
         yield from _job_families()
-        yield _cycle_family()
+        yield _alert_family()
         yield from _cluster_families()
+        yield from _gpu_model_families()
+        yield _build_info()
+
+
+class RecordedCollector(Collector):
+    """The counters and histograms ``core.telemetry`` recorded: of every process (summed
+    from PROMETHEUS_MULTIPROC_DIR) in multiprocess mode, else of this one. Each scrape
+    first gives every known queue, kind and reason its zero series."""
+
+    def collect(self) -> Iterator[Metric]:
+        telemetry.touch(list(Queue.objects.values_list("name", flat=True)))
+        path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if path:
+            source = CollectorRegistry()
+            prometheus_multiprocess.MultiProcessCollector(source, path=path)
+        else:
+            source = telemetry.REGISTRY
+        yield from source.collect()
 
 
 registry = CollectorRegistry(auto_describe=False)
 registry.register(PortalCollector())
+registry.register(RecordedCollector())
 
 
 def _deny(status: int, message: str) -> HttpResponse:

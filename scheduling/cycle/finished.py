@@ -13,6 +13,7 @@ from __future__ import annotations
 from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
+from scheduling.cycle.telemetry import record_evictions
 from scheduling.models import Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -45,6 +46,7 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str]]) -> None:
     bulk_set(Job, ENDED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in ENDED_FIELDS)) for j, *_ in ended])  # fmt: skip
     Eviction.objects.bulk_create(evictions)
+    record_evictions(evictions)
     if recent:
         remember_models(recent)
 

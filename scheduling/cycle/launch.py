@@ -18,6 +18,7 @@ from scheduling.backends.base import BackendError, LaunchRequest, run_ref
 from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
+from scheduling.cycle.telemetry import record_starts
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
@@ -74,6 +75,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)
+    record_starts([job for job, _ in placed])
 
 
 def launch(cycle: Cycle, job: Job, start: et.Start) -> str:

@@ -27,6 +27,7 @@ from scheduling.cycle.context import Cycle, production_policy
 from scheduling.cycle.launch import start_all
 from scheduling.cycle.reconcile import reconcile, release_cancelled
 from scheduling.cycle.stops import preempt, request_stops
+from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
 from scheduling.engine import types as et
 from scheduling.models import SchedulingCycle
@@ -114,6 +115,7 @@ def _record(
 ) -> SchedulingCycle:  # fmt: skip
     """The iteration's summary row (``SchedulingCycle``)."""
     counts = cycle.report.counts
+    record_cycle(cycle.kind, duration_s)
     return SchedulingCycle.objects.create(
         kind=cycle.kind,
         cluster_time=to_datetime(cycle.obs.now),

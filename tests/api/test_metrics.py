@@ -35,16 +35,27 @@ def value(samples: dict, name: str, **labels) -> float:
     return samples[name][tuple(sorted(labels.items()))]
 
 
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    """Counters and histograms are recorded in this process as the loop works
+    (core.telemetry): each test starts from zero, as a freshly started portal does."""
+    from core import telemetry
+
+    telemetry.reset()
+
+
 @pytest.fixture
-def busy_cluster(api):
-    """4 x 8 GPUs filled by experiments, then an urgent job evicting one of them."""
+def busy_cluster(api, django_capture_on_commit_callbacks):
+    """4 x 8 GPUs filled by experiments, then an urgent job evicting one of them (the
+    loop's counters are recorded on commit: the callbacks run as a commit would)."""
     make_quotas_roomy()
     Queue.objects.filter(name="llm-finetune").update(quota_gpus=40, guarantee_gpus=8)
-    admin, me, lead = an_hour_of_experiments(api)
-    submit(lead, name="hotfix", queue="llm-urgent", gpus=8, sim_duration_minutes=10)
-    cycle(admin)
-    advance(admin, 600)
-    cycle(admin)
+    with django_capture_on_commit_callbacks(execute=True):
+        admin, me, lead = an_hour_of_experiments(api)
+        submit(lead, name="hotfix", queue="llm-urgent", gpus=8, sim_duration_minutes=10)
+        cycle(admin)
+        advance(admin, 600)
+        cycle(admin)
     submit(me, name="waits", queue="llm-finetune", gpus=4)
     rollup()
     assert Eviction.objects.count() >= 1

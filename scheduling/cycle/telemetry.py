@@ -1,0 +1,54 @@
+"""What the loop records for ``/metrics`` as it works (``core.telemetry``), after commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from core import telemetry
+from quotas.models import Queue
+from scheduling.models import Eviction, Job
+
+
+def _queue_names(ids: Iterable[int]) -> dict[int, str]:
+    return dict(Queue.objects.filter(pk__in=set(ids)).values_list("id", "name"))
+
+
+def record_cycle(kind: str, duration_s: float) -> None:
+    """One loop iteration's wall-clock duration."""
+    telemetry.on_commit(lambda: telemetry.CYCLE_DURATION.labels(kind).observe(duration_s))
+
+
+def record_evictions(evictions: list[Eviction]) -> None:
+    """Runs stopped to make room: a preemption each, and their GPU-seconds."""
+    if not evictions:
+        return
+    names = _queue_names(e.queue_id for e in evictions)
+    rows = [(names.get(e.queue_id, "?"), e.reason, e.gpu_seconds) for e in evictions]
+
+    def record() -> None:
+        for queue, reason, gpu_seconds in rows:
+            telemetry.PREEMPTIONS.labels(queue, reason).inc()
+            telemetry.EVICTED_GPU_SECONDS.labels(queue).inc(gpu_seconds)
+
+    telemetry.on_commit(record)
+
+
+def record_starts(jobs: list[Job]) -> None:
+    """Runs admitted; a first start also observes the wait since submission."""
+    if not jobs:
+        return
+    names = _queue_names(j.queue_id for j in jobs)
+    rows = [
+        (names.get(j.queue_id, "?"),
+         (j.started_at - j.submitted_at).total_seconds()
+         if j.attempt == 1 and j.started_at and j.submitted_at else None)
+        for j in jobs
+    ]  # fmt: skip
+
+    def record() -> None:
+        for queue, wait_s in rows:
+            telemetry.JOBS_ADMITTED.labels(queue).inc()
+            if wait_s is not None:
+                telemetry.JOB_WAIT.labels(queue).observe(max(0.0, wait_s))
+
+    telemetry.on_commit(record)

@@ -191,6 +191,13 @@ def human_summary(result: dict) -> list[str]:
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
+    by_cause = o.get("idle_gpu_s_by_cause") or {}
+    total = sum(by_cause.values())
+    if total > 0:
+        lines += ["", "idle GPUs while jobs wait, by cause:"]
+        width = max(len(c) for c in by_cause)
+        for cause, gs in by_cause.items():
+            lines.append(f"  {cause.ljust(width)}  {gs / 3600:>12,.0f} GPU-h  {gs / total:6.1%}")
     if o.get("rejected"):
         lines.append(
             f"{o['rejected']} jobs could never fit their pool or quota and were not replayed"

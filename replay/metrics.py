@@ -116,7 +116,19 @@ class Meter:
 class FragMeter:
     """Idle GPUs of one pool on partly used nodes, integrated while its jobs wait."""
 
-    __slots__ = ("window", "idle", "whole", "waiting", "last", "scattered_s", "idle_s", "node_gpus")
+    __slots__ = (
+        "window",
+        "idle",
+        "whole",
+        "waiting",
+        "last",
+        "scattered_s",
+        "idle_s",
+        "node_gpus",
+        "claims",
+        "claimed",
+        "by_cause",
+    )
 
     def __init__(self, idle: int, whole_nodes: int, node_gpus: int, window: float) -> None:
         self.window = float(window)
@@ -127,6 +139,11 @@ class FragMeter:
         self.last = 0.0
         self.scattered_s = 0.0
         self.idle_s = 0.0
+        # idle capacity by cause (``replay.idle``): the last plan's idle GPUs per cause
+        # and their sum, and the idle GPU-seconds integrated with them
+        self.claims: dict[str, float] = {}
+        self.claimed = 0
+        self.by_cause: dict[str, float] = {}
 
     def at(self, t: float) -> None:
         last = self.last
@@ -139,7 +156,26 @@ class FragMeter:
                 dt = hi - lo
                 self.idle_s += self.idle * dt
                 self.scattered_s += (self.idle - self.whole * self.node_gpus) * dt
+                self._attribute(dt)
         self.last = t
+
+    def _attribute(self, dt: float) -> None:
+        """The last plan's causes hold for as many idle GPUs as it left (scaled down if
+        fewer are idle now); GPUs freed since then are ``awaiting_cycle``."""
+        idle = self.idle
+        claimed = self.claimed
+        by_cause = self.by_cause
+        scale = min(1.0, idle / claimed) if claimed > 0 else 0.0
+        for cause, g in self.claims.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + g * scale * dt
+        extra = idle - claimed
+        if extra > 0:
+            by_cause["awaiting_cycle"] = by_cause.get("awaiting_cycle", 0.0) + extra * dt
+
+    def set_claims(self, claims: dict[str, int]) -> None:
+        """Idle GPUs per cause after a plan (call ``at(now)`` first)."""
+        self.claims = dict(claims)
+        self.claimed = sum(claims.values())
 
     def value(self) -> float | None:
         if self.idle_s <= 0:

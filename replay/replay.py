@@ -54,7 +54,7 @@ from scheduling.engine import (
     plan,
 )
 from scheduling.engine.policy import is_demoted
-from scheduling.engine.types import COLD, PREEMPTING
+from scheduling.engine.types import COLD, PREEMPTING, READY
 from scheduling.simcore import SimConfig, SimNode, Simulator, build_demo_cluster
 from scheduling.simcore.observation import (
     JOB_CHECKPOINTED,
@@ -63,6 +63,7 @@ from scheduling.simcore.observation import (
     JOB_SUCCEEDED,
 )
 
+from . import idle
 from . import metrics as m
 from .pools import (
     DONE,
@@ -283,6 +284,7 @@ class Replay:
         jobs = candidates(pool, self.policy, self.qmeter, self.cfg.shortcuts)
         if jobs is None:
             self.plan_skips += 1
+            self._idle_causes(pool, None, now)
             return
         pool.last_plan = now
         prefix = plan_prefix(pool, jobs, self.policy, self.cfg.plan_prefix, self.qmeter)
@@ -308,6 +310,7 @@ class Replay:
             self.preemptions[v.queue] += 1
         for s in decided.starts:
             self._start(self.jobs[s.job_id], s, now)
+        self._idle_causes(pool, decided, now, jobs)
         for jid, verdict in decided.verdicts.items():
             if verdict.code == Code.NEVER_FITS:
                 j = self.jobs[jid]
@@ -315,6 +318,47 @@ class Replay:
                 self._wait(j, now, -1)
                 j.state = REJECTED
                 self.done += 1
+
+    def _idle_causes(
+        self,
+        pool: Pool,
+        decided: Plan | None,
+        now: float,
+        seen: list[ReplayJob] | None = None,
+    ) -> None:
+        """Give the idle GPUs after a plan (``decided``; None: skipped, nothing could
+        start) their causes (``replay.idle``) until the next plan."""
+        fm = pool.frag
+        fm.at(now)
+        if fm.idle <= 0 or not pool.pending:
+            fm.set_claims({})  # GPUs freed before the next plan are awaiting_cycle
+            return
+        seen_ids = {j.idx for j in seen} if seen is not None else set()
+        unseen = [
+            (j.gpus, "demoted" if j.demoted else "quota")
+            for j in pool.pending.values()
+            if j.idx not in seen_ids and self._over_quota(j)
+        ]
+        if decided is None:
+            rest = fm.idle
+            others = [
+                (j.gpus, "insufficient") for j in pool.pending.values() if not self._over_quota(j)
+            ]
+            fm.set_claims(idle.claim_rest({}, rest, [*unseen, *others]))
+            return
+        free = {name: len(g) for name, g in pool.free.items() if g}
+        not_ready = [n for n in free if pool.view(n).state != READY]
+        jobs = self.jobs
+        gpus_of = {jid: jobs[jid].gpus for jid in decided.verdicts}
+        demoted = [jid for jid in decided.verdicts if jobs[jid].demoted]
+        fm.set_claims(idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen))
+
+    def _over_quota(self, j: ReplayJob) -> bool:
+        """Whether the job's line lacks the quota room for it (the shortcuts' test)."""
+        if self.policy.borrowing and j.preemptible and not j.demoted:
+            return False  # it may borrow: what it lacks is free GPUs
+        quota = self.layout.quota[j.queue]
+        return quota is not None and j.gpus > quota - self.qmeter[j.queue].busy
 
     def _call(self, pool: Pool, pending: list[ReplayJob], now: float) -> Plan:
         snap = Snapshot(

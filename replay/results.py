@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from . import metrics as m
+from .idle import table as idle_table
 from .pools import DONE, REJECTED, ReplayJob
 
 if TYPE_CHECKING:
@@ -107,8 +108,13 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
     overall, delays = job_stats(r.jobs)
     scattered = sum(p.frag.scattered_s for p in r.pools.values())
     idle = sum(p.frag.idle_s for p in r.pools.values())
+    by_cause: dict[str, float] = {}
+    for p in r.pools.values():
+        for cause, gs in p.frag.by_cause.items():
+            by_cause[cause] = by_cause.get(cause, 0.0) + gs
     sim_days = end / DAY
     overall.update(
+        idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},
         capacity_gpus=layout.total_gpus,
         utilization=m.rounded(r.meter.utilization()),
         backlog_utilization=m.rounded(r.meter.backlog_utilization()),

@@ -17,7 +17,7 @@ from monitoring import metrics
 from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
-from scheduling.clock import cluster_now, wall_seconds
+from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
@@ -221,15 +221,15 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     for kind in (Alert.Kind.EVICTION_RATIO, Alert.Kind.PENDING_TOO_LONG,
                  Alert.Kind.QUOTA_NEAR_LIMIT):  # fmt: skip
         resolve_cleared(kind, firing[kind], "the condition cleared")
-    # The quiet periods are cluster time (the simulator demo runs 60x faster than the wall).
+    # Quiet periods are cluster time, like the alerts' own stamps (core.clock).
     resolve_quiet(
         Alert.Kind.RESIDUAL_PROCESS,
-        timedelta(seconds=wall_seconds(RESIDUAL_QUIET.total_seconds())),
+        RESIDUAL_QUIET,
         f"handled by the loop and not seen again for {RESIDUAL_QUIET.total_seconds() / 60:.0f} min",
     )  # fmt: skip
     resolve_quiet(
         Alert.Kind.BACKEND_ERROR,
-        timedelta(seconds=wall_seconds(BACKEND_QUIET.total_seconds())),
+        BACKEND_QUIET,
         f"no failed backend call for {BACKEND_QUIET.total_seconds() / 60:.0f} min",
     )  # fmt: skip
 

@@ -40,17 +40,6 @@ def cluster_now_ts() -> float:
     return row["virtual_now"] + catch_up(time.time() - row["saved_wall"], row["speed"])
 
 
-def wall_seconds(cluster_seconds: float) -> float:
-    """How long ``cluster_seconds`` of cluster time last on the wall clock: the same on
-    real backends; on the simulator, shorter by its speed (a stopped clock counts as 1)."""
-    if settings.SCHEDULING_BACKEND != "simulator":
-        return cluster_seconds
-    from scheduling.models import SimulatorState
-
-    speed = SimulatorState.objects.values_list("speed", flat=True).first() or 0.0
-    return cluster_seconds / max(1.0, speed)
-
-
 def cluster_now() -> datetime:
     """Cluster time as an aware datetime (UTC)."""
     return to_datetime(cluster_now_ts())  # type: ignore[return-value]

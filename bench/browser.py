@@ -43,13 +43,19 @@ PAGES: dict[str, str | Callable[[Any], str | None]] = {}
 
 # Set before any page script runs: resolves with the time (ms since navigation start) of
 # the first frame painted after the load event and, on a page with charts, after the
-# last chart is drawn (dashboard.js sets window.__chartsDrawn and fires "charts:drawn").
+# last chart is drawn (dashboard.js sets window.__chartsDrawn and fires "charts:drawn";
+# a page drawing its charts before its load event, as the dashboard did before it said
+# so, counts once every chart holds Plotly's SVG).
 DRAWN_PROBE = """
 window.__drawn = new Promise((resolve) => {
   const painted = () => requestAnimationFrame(() => setTimeout(() => resolve(performance.now()), 0));
+  const charts = () => [...document.querySelectorAll("[data-chart]")];
   addEventListener("load", () => {
-    if (!document.querySelector("[data-chart]") || window.__chartsDrawn !== undefined) painted();
-    else document.addEventListener("charts:drawn", painted, { once: true });
+    if (window.__chartsDrawn !== undefined || charts().every((c) => c.querySelector(".main-svg"))) {
+      painted();
+    } else {
+      document.addEventListener("charts:drawn", painted, { once: true });
+    }
   });
 });
 """

@@ -66,7 +66,9 @@ class MetricSample(models.Model):
 
     ``per_line``: {line: {used, borrowed, pending_gpus, quota, guarantee}};
     ``per_queue``: {queue_id: {name, used, pending_jobs, evicted_gpu_s, eviction_ratio}};
-    ``pending_by_reason``: {code: jobs}. ``at`` is cluster time.
+    ``pending_by_reason``: {code: jobs}. ``at`` is cluster time. ``seeded``: demo history
+    written by ``seed_demo`` (demo/history.py) so a fresh demo's charts have a past; not a
+    measurement, drawn apart on the dashboard and carrying no per-line or per-queue figures.
     """
 
     at = models.DateTimeField(db_index=True)
@@ -79,6 +81,7 @@ class MetricSample(models.Model):
     pending_by_reason = models.JSONField(default=dict)
     per_line = models.JSONField(default=dict)
     per_queue = models.JSONField(default=dict)
+    seeded = models.BooleanField(default=False, help_text="seeded demo history, not measured")
 
     class Meta:
         ordering = ["-at"]

@@ -26,6 +26,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from core import clock
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from monitoring import charts
@@ -118,13 +119,15 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     latest = (
         MetricSample.objects.order_by("-at").values("at", "per_queue", "fragmentation_gpus").first()
     )
-    series: list[tuple] = []
-    if latest:
-        series = list(
-            MetricSample.objects.filter(at__gte=latest["at"] - span)
-            .order_by("at")
-            .values_list("at", "utilization", "fragmentation_gpus")
-        )
+    # The window ends now (cluster time): its axis is the whole span, its series every
+    # rollup sample in it (seeded demo history flagged), then the live reading.
+    now = clock.now()
+    shown = charts.TimeWindow(now - span, now, label)
+    series = list(
+        MetricSample.objects.filter(at__gte=shown.start, at__lte=now)
+        .order_by("at")
+        .values_list("at", "utilization", "fragmentation_gpus", "seeded")
+    )
     cycle = (
         SchedulingCycle.objects.filter(kind="cycle")
         .order_by("-started_at", "-id")
@@ -182,13 +185,19 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
             "fragmentation": latest["fragmentation_gpus"] if latest else 0,
         },
         "figures": {
-            "utilization": charts.utilization_figure([(at, u) for at, u, _ in series]),
+            "utilization": charts.utilization_figure(
+                [(at, u, seeded) for at, u, _, seeded in series],
+                window=shown,
+                now=(now, cluster.utilization),
+            ),
             "lines": charts.line_usage_figure(lines),
             "pending": charts.pending_by_reason_figure(pending_by_reason),
             "eviction": charts.eviction_ratio_figure(
                 queues, EVICTION_ALERT_RATIO, eviction.window_label
             ),
-            "fragmentation": charts.fragmentation_figure([(at, f) for at, _, f in series]),
+            "fragmentation": charts.fragmentation_figure(
+                [(at, f, seeded) for at, _, f, seeded in series], window=shown
+            ),
         },
     }
 

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from core import clock
 from core.models import LineMembership, Profile, Role
+from demo.history import HISTORY, seed_history
 from demo.workload import WORKLOAD_USER  # the demo's generator submits as it: in every line
 from quotas.models import BusinessLine, Queue, Tier
 from scheduling.models import Allocation, ClusterSettings, Node
@@ -53,6 +54,11 @@ class Command(BaseCommand):
             "--uniform", action="store_true", help="one GPU model and memory, RDMA everywhere"
         )
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--no-history", action="store_true",
+            help="no seeded demo history of metrics samples (demo/history.py); "
+            "--no-workload implies it",
+        )  # fmt: skip
 
     def handle(self, *args, **opts) -> None:
         if not 1 <= opts["nodes"] <= 5000:
@@ -68,11 +74,20 @@ class Command(BaseCommand):
             settings.workload_enabled = not opts["no_workload"]
             settings.seed = opts["seed"]
             settings.save()
+            # A fresh live demo gets a seeded (flagged, not measured) past for its charts.
+            history = 0
+            if not (opts["no_workload"] or opts["no_history"]):
+                history = seed_history(clock.now(), gpus, seed=opts["seed"])
         self.stdout.write(
             f"demo ready: {Node.objects.count()} nodes, {gpus} GPUs, "
             f"{BusinessLine.objects.count()} lines, {Queue.objects.count()} queues, "
             f"workload {'on' if not opts['no_workload'] else 'off'}"
         )
+        if history:
+            self.stdout.write(
+                f"seeded demo history: {history} metrics samples over the last "
+                f"{HISTORY.days} days of cluster time, flagged as seeded (not measured)"
+            )
         for username, password in created:
             self.stdout.write(f"created user {username} with password {password}")
 

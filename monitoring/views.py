@@ -117,7 +117,9 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     label, span = WINDOWS.get(window, WINDOWS[DEFAULT_WINDOW])
     cluster = build_cluster_summary()
     latest = (
-        MetricSample.objects.order_by("-at").values("at", "per_queue", "fragmentation_gpus").first()
+        MetricSample.objects.order_by("-at", "-id")
+        .values("at", "per_queue", "fragmentation_gpus")
+        .first()
     )
     # The window ends now (cluster time): its axis is the whole span, its series every
     # rollup sample in it (seeded demo history flagged), then the live reading.
@@ -125,7 +127,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     shown = charts.TimeWindow(now - span, now, label)
     series = list(
         MetricSample.objects.filter(at__gte=shown.start, at__lte=now)
-        .order_by("at")
+        .order_by("at", "id")  # two samples at one instant (a paused clock): written order
         .values_list("at", "utilization", "fragmentation_gpus", "seeded")
     )
     cycle = (

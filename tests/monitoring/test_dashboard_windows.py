@@ -140,3 +140,16 @@ def test_on_the_simulator_at_60x_every_beat_writes_a_sample(api):
     hour = MetricSample.objects.filter(at__gt=clock.now() - timedelta(hours=1))
     assert hour.count() == 12
     assert metrics_rollup() == {"id": None, "skipped": "not due"}
+
+
+def test_the_fragmentation_card_caption_and_last_point_are_the_latest_sample(demo):
+    """On a paused clock two rollups write samples at one instant: the latest is the one
+    written last, for the card, the caption and the chart alike."""
+    at = clock.now() - timedelta(minutes=1)
+    for gpus in (4, 8):
+        MetricSample.objects.create(at=at, gpus_total=32, gpus_healthy=32, gpus_allocated=16,
+                                    utilization=0.5, fragmentation_gpus=gpus, pending_jobs=0)  # fmt: skip
+    data = build_dashboard("1h")
+    fig = data["figures"]["fragmentation"]
+    assert data["tiles"]["fragmentation"] == 8 == fig["data"][0]["y"][-1]
+    assert fig["summary"].startswith("8 free GPUs are stranded on partly used nodes at the latest")

@@ -71,3 +71,38 @@ class AuditRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.target_type}:{self.target_id}"
+
+
+class ApiToken(models.Model):
+    """A named, expiring API token a user created for themselves (``core.tokens``).
+
+    Only the SHA-256 of the secret is stored (``key_hash``); the secret is shown once, at
+    creation. ``prefix`` (the first characters of the secret) lets people tell their tokens
+    apart without revealing them. Times are wall-clock UTC (``django.utils.timezone.now``),
+    not cluster time: a simulator running faster than the wall must not shorten a
+    credential's life. ``last_used_at`` is written at most once a minute.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="start of the secret, for display")
+    key_hash = models.CharField(max_length=64, unique=True, help_text="SHA-256 hex of the secret")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=models.Q(revoked_at__isnull=True),
+                name="one_live_token_name_per_user",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.name} ({self.prefix}…)"

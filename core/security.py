@@ -314,7 +314,16 @@ class RateLimitedTokenAuthentication(TokenAuthentication):
             raise
 
     def authenticate_credentials(self, key: str):
-        """DRF's check, with the user's profile (their role) loaded in the same query."""
+        """DRF's check, with the user's profile (their role) loaded in the same query.
+        Self-service tokens (``gpt_…``, stored hashed) are checked by ``core.tokens``."""
+        from core import tokens  # core.tokens imports this module
+
+        if tokens.is_portal_token(key):
+            try:
+                found = tokens.authenticate(key)
+            except tokens.TokenError as exc:
+                raise exceptions.AuthenticationFailed(exc.errors["detail"][0]) from None
+            return (found.user, found)
         model = self.get_model()
         try:
             token = model.objects.select_related("user", "user__profile").get(key=key)

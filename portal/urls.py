@@ -5,9 +5,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from core.tokens_api import ApiTokenViewSet
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
-from portal import audit_views, errors, health, views
+from portal import account_views, audit_views, errors, health, views
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
@@ -22,6 +23,7 @@ router.register("jobs", JobViewSet, basename="job")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("alerts", AlertViewSet, basename="alert")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
+router.register("tokens", ApiTokenViewSet, basename="api-token")
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -30,6 +32,12 @@ urlpatterns = [
     path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/auth/oidc.py)
     path("admin/", admin.site.urls),
     path("audit/", audit_views.audit_log, name="audit"),
+    path("account/tokens/", account_views.token_list, name="account-tokens"),
+    path(
+        "account/tokens/<int:token_id>/revoke/",
+        account_views.token_revoke,
+        name="account-token-revoke",
+    ),
     path("", include("monitoring.urls")),
     path("", include("scheduling.urls")),
     path("queues/", queue_list, name="queue-list"),

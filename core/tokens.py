@@ -1,0 +1,180 @@
+"""Self-service API tokens: the only writer of ``core.models.ApiToken``.
+
+A token is ``gpt_`` followed by 43 URL-safe characters (32 random bytes from
+``secrets``). The database keeps its SHA-256 (a fast hash is enough for a secret of 256
+bits: nothing to brute-force), so a leaked database leaks no usable token; the secret is
+returned once, by ``create_token``, and never again. Requests present it as DRF's
+``Authorization: Token <secret>``; ``core.security.RateLimitedTokenAuthentication`` hands
+every key that starts with ``gpt_`` to ``authenticate`` below and everything else to DRF's
+``authtoken`` table, where ``manage.py issue_token`` keeps its automation tokens.
+
+Expiry and last use are wall-clock UTC, not cluster time (``core.models.ApiToken``).
+``last_used_at`` is written at most once a minute per token, so an API client polling
+every second costs one UPDATE a minute, not one per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core import audit
+from core.models import ApiToken
+from core.security import has_control_characters
+
+TOKEN_PREFIX = "gpt_"
+PREFIX_SHOWN = len(TOKEN_PREFIX) + 8  # "gpt_" and 8 characters of the secret
+SECRET_BYTES = 32
+MAX_NAME = 100
+MIN_DAYS, MAX_DAYS, DEFAULT_DAYS = 1, 365, 90
+LAST_USED_EVERY = timedelta(minutes=1)
+MAX_ID = 2**63 - 1  # a larger id in a path is no token (and would overflow the query)
+
+
+class TokenError(Exception):
+    """A refused request to create or use a token: messages by field (400 / 401)."""
+
+    def __init__(self, errors: dict[str, list[str]]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def hash_secret(secret: str) -> str:
+    """SHA-256 hex of a token's secret: what the database stores and looks up."""
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def is_portal_token(key: str) -> bool:
+    """Whether ``key`` has the shape of a self-service token (else: a legacy DRF token)."""
+    return key.startswith(TOKEN_PREFIX)
+
+
+def clean_name(name: Any) -> str:
+    """The token's name, trimmed; ``TokenError`` if missing, too long or with controls."""
+    if not isinstance(name, str) or not name.strip():
+        raise TokenError({"name": ["A name is required (what the token is for)."]})
+    name = name.strip()
+    if len(name) > MAX_NAME:
+        raise TokenError({"name": [f"At most {MAX_NAME} characters."]})
+    if has_control_characters(name):
+        raise TokenError({"name": ["Control characters are not allowed."]})
+    return name
+
+
+def clean_days(days: Any) -> int:
+    """Days until expiry, an integer from 1 to 365 (ASCII digits only)."""
+    if isinstance(days, bool) or not (
+        isinstance(days, int) or (isinstance(days, str) and days.strip().isascii())
+    ):
+        raise TokenError({"expires_in_days": ["A whole number of days."]})
+    try:
+        value = int(days)
+    except ValueError:
+        raise TokenError({"expires_in_days": ["A whole number of days."]}) from None
+    if not MIN_DAYS <= value <= MAX_DAYS:
+        raise TokenError({"expires_in_days": [f"From {MIN_DAYS} to {MAX_DAYS} days."]})
+    return value
+
+
+def live_tokens(user: Any):
+    """The user's tokens that are not revoked (expired ones included, marked by the caller)."""
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+
+
+def create_token(
+    user: Any, name: Any, expires_in_days: Any = DEFAULT_DAYS, *, source_ip: str | None = None
+) -> tuple[ApiToken, str]:
+    """Create a token for ``user``; returns it and its secret (shown once, never stored).
+
+    Raises ``TokenError`` for a bad name, a bad expiry or a name already used by one of the
+    user's live tokens. Writes a ``token.create`` audit record.
+    """
+    name = clean_name(name)
+    days = clean_days(expires_in_days)
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            token = ApiToken.objects.create(
+                user=user,
+                name=name,
+                prefix=secret[:PREFIX_SHOWN],
+                key_hash=hash_secret(secret),
+                created_at=now,
+                expires_at=now + timedelta(days=days),
+            )
+            audit.record(
+                user,
+                "token.create",
+                token,
+                after={
+                    "name": name,
+                    "prefix": token.prefix,
+                    "expires_at": token.expires_at.isoformat(),
+                },
+                source_ip=source_ip,
+            )
+    except IntegrityError:
+        raise TokenError({"name": ["You already have a token with this name."]}) from None
+    return token, secret
+
+
+def revoke_token(user: Any, token_id: int, *, source_ip: str | None = None) -> ApiToken:
+    """Revoke one of ``user``'s own live tokens; ``ApiToken.DoesNotExist`` for anything else
+    (another user's token, a revoked one, no such id). Writes a ``token.revoke`` record."""
+    if not 0 < token_id <= MAX_ID:
+        raise ApiToken.DoesNotExist
+    with transaction.atomic():
+        token = live_tokens(user).select_for_update().get(pk=token_id)
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit.record(
+            user,
+            "token.revoke",
+            token,
+            before={"name": token.name, "prefix": token.prefix},
+            after={"revoked_at": token.revoked_at.isoformat()},
+            source_ip=source_ip,
+        )
+    return token
+
+
+def authenticate(secret: str, *, now: datetime | None = None) -> ApiToken:
+    """The live token whose secret is ``secret``, its user loaded; ``TokenError`` if the
+    token is unknown, revoked, expired or its user inactive. Notes the use (at most one
+    write a minute)."""
+    now = now or timezone.now()
+    token = (
+        ApiToken.objects.select_related("user", "user__profile")
+        .filter(key_hash=hash_secret(secret))
+        .first()
+    )
+    if token is None or token.revoked_at is not None:
+        raise TokenError({"detail": ["Invalid token."]})
+    if token.expires_at <= now:
+        raise TokenError({"detail": ["Token expired."]})
+    if not token.user.is_active:
+        raise TokenError({"detail": ["User inactive or deleted."]})
+    if token.last_used_at is None or now - token.last_used_at >= LAST_USED_EVERY:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def describe(token: ApiToken, now: datetime | None = None) -> dict[str, Any]:
+    """A token as the API and the page show it (never its secret or hash)."""
+    now = now or timezone.now()
+    return {
+        "id": token.pk,
+        "name": token.name,
+        "prefix": token.prefix,
+        "created_at": token.created_at,
+        "expires_at": token.expires_at,
+        "last_used_at": token.last_used_at,
+        "expired": token.expires_at <= now,
+    }

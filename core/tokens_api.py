@@ -1,0 +1,100 @@
+"""``/api/v1/tokens/``: a user's own API tokens (list, create, show, revoke).
+
+Everyone signed in manages their own tokens and nobody else's: another user's token is a
+404, as if it did not exist. The secret is in the answer to the POST only. Writes go
+through ``core.tokens``.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
+from rest_framework.response import Response
+
+from core import tokens
+from core.api import AsciiIdLookup, StrictIntegerField, StrictSerializer, client_ip
+from core.models import ApiToken
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    """A token as listed: never its secret nor its hash."""
+
+    expired = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "expired"]
+        read_only_fields = fields
+
+    def get_expired(self, token: ApiToken) -> bool:
+        return tokens.describe(token)["expired"]
+
+
+class CreatedTokenSerializer(ApiTokenSerializer):
+    """The answer to a creation: the token and, this once, its secret."""
+
+    token = serializers.CharField(help_text="the secret; shown once, not stored")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class CreateTokenSerializer(StrictSerializer):
+    """``{"name": "...", "expires_in_days": 1-365}`` (default 90)."""
+
+    name = serializers.CharField(max_length=tokens.MAX_NAME)
+    expires_in_days = StrictIntegerField(
+        min_value=tokens.MIN_DAYS, max_value=tokens.MAX_DAYS, default=tokens.DEFAULT_DAYS
+    )
+
+    def validate_name(self, value: str) -> str:
+        try:
+            return tokens.clean_name(value)
+        except tokens.TokenError as exc:
+            raise serializers.ValidationError(exc.errors["name"]) from None
+
+
+class ApiTokenViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
+    """The caller's live (not revoked) tokens, newest first."""
+
+    serializer_class = ApiTokenSerializer
+    pagination_class = None
+
+    queryset = ApiToken.objects.none()  # for the schema; the real one is per user
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return ApiToken.objects.none()
+        return tokens.live_tokens(self.request.user)
+
+    def get_object(self) -> ApiToken:
+        pk = str(self.kwargs.get(self.lookup_url_kwarg or self.lookup_field, ""))
+        if pk.isascii() and pk.isdigit() and int(pk) > tokens.MAX_ID:
+            raise NotFound()  # would overflow the query
+        return super().get_object()
+
+    @extend_schema(request=CreateTokenSerializer, responses={201: CreatedTokenSerializer})
+    def create(self, request, *args, **kwargs) -> Response:
+        body = CreateTokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            token, secret = tokens.create_token(
+                request.user,
+                body.validated_data["name"],
+                body.validated_data["expires_in_days"],
+                source_ip=client_ip(request),
+            )
+        except tokens.TokenError as exc:
+            raise serializers.ValidationError(exc.errors) from None
+        token.token = secret
+        return Response(CreatedTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk: str | None = None) -> Response:
+        token = self.get_object()  # 404 for a token that is not the caller's own
+        token = tokens.revoke_token(request.user, token.pk, source_ip=client_ip(request))
+        return Response(ApiTokenSerializer(token).data)

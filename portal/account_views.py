@@ -1,0 +1,83 @@
+"""The "API tokens" page (``/account/tokens/``): a user's own tokens, made and revoked here.
+
+Every signed-in user manages their own tokens and sees nobody else's (another user's token
+id is a 404). A new token's secret is in the answer to the POST that made it, once: the
+page is rendered, not redirected, and marked ``no-store`` so no cache keeps it. Writes go
+through ``core.tokens``.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from core import tokens
+from core.api import client_ip
+from core.models import ApiToken
+
+
+class TokenForm(forms.Form):
+    """Name and life of a new token."""
+
+    name = forms.CharField(max_length=tokens.MAX_NAME, label="Name (what it is for)")
+    expires_in_days = forms.IntegerField(
+        min_value=tokens.MIN_DAYS,
+        max_value=tokens.MAX_DAYS,
+        initial=tokens.DEFAULT_DAYS,
+        label="Expires in (days)",
+    )
+
+
+def _page(request: HttpRequest, form: TokenForm, created=None, secret: str = "", status: int = 200):
+    now = timezone.now()
+    rows = [tokens.describe(t, now) for t in tokens.live_tokens(request.user)]
+    response = render(
+        request,
+        "account/tokens.html",
+        {"form": form, "rows": rows, "created": created, "secret": secret},
+        status=status,
+    )
+    return response
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def token_list(request: HttpRequest) -> HttpResponse:
+    """List the caller's tokens; POST makes one and shows its secret this once."""
+    if request.method == "GET":
+        return _page(request, TokenForm())
+    form = TokenForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form, status=400)
+    try:
+        token, secret = tokens.create_token(
+            request.user,
+            form.cleaned_data["name"],
+            form.cleaned_data["expires_in_days"],
+            source_ip=client_ip(request),
+        )
+    except tokens.TokenError as exc:
+        for field, errors in exc.errors.items():
+            for error in errors:
+                form.add_error(field if field in form.fields else None, error)
+        return _page(request, form, status=400)
+    return _page(request, TokenForm(), created=token, secret=secret)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    """Revoke one of the caller's own tokens (404 for anyone else's)."""
+    try:
+        token = tokens.revoke_token(request.user, token_id, source_ip=client_ip(request))
+    except ApiToken.DoesNotExist:
+        raise Http404("No such token.") from None
+    messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
+    return redirect("account-tokens")

@@ -13,10 +13,12 @@ sample after 14 days of cluster time.
 Only a fresh demo gets them (no sample at all yet), only when the demo workload is on (a
 quiet cluster gets no invented busy past), and never with ``seed_demo --no-history``.
 
-The shape: utilization of healthy GPUs follows a day (busier in the afternoon, quieter
-at night and at the weekend) around 80%, with a few nodes out of the pool at a time,
-fragmentation and pending jobs moving with it; a seeded random generator
-(``seed_demo --seed``) makes it reproducible. ``history_points`` is pure (no Django).
+The shape follows what the live demo measures once it is busy (10,000 GPUs, 60x, the
+demo workload): utilization of healthy GPUs around 86%, following a day (busier in the
+afternoon, quieter at night and at the weekend), 1-2% of the nodes out of the pool,
+a few hundred fragmented free GPUs and a few thousand jobs waiting, moving with it; a
+seeded random generator (``seed_demo --seed``) makes it reproducible. ``history_points``
+is pure (no Django).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def history_points(
     rng = random.Random(f"demo-history-{seed}")
     steps = int(span / every)
     nodes = max(1, gpus_total // GPUS_PER_NODE)
-    out_nodes = 0
+    out_nodes = nodes // 100
     noise = 0.0
     points = []
     for i in range(steps + 1):
@@ -61,14 +63,17 @@ def history_points(
         weekend = at.weekday() >= 5
         # a day's swing (peak mid-afternoon UTC), a quieter weekend, and slow noise
         noise = 0.9 * noise + rng.gauss(0, 0.006)
-        share = 0.80 + 0.07 * math.sin(2 * math.pi * (hour - 9) / 24) - 0.06 * weekend + noise
-        # nodes leave and rejoin the pool one at a time (at most 2% of them out)
-        out_nodes = min(max(0, out_nodes + rng.choice((-1, 0, 0, 0, 1))), nodes // 50)
+        share = 0.86 + 0.06 * math.sin(2 * math.pi * (hour - 9) / 24) - 0.05 * weekend + noise
+        share = min(0.98, max(0.30, share))
+        # nodes leave and rejoin the pool one at a time (at most 2.5% of them out)
+        out_nodes = min(max(0, out_nodes + rng.choice((-1, 0, 0, 0, 1))), nodes // 40)
         healthy = max(0, gpus_total - out_nodes * GPUS_PER_NODE)
-        allocated = round(healthy * min(0.98, max(0.30, share)))
-        frag = max(0, round(healthy * (0.012 + 0.01 * (1 - share)) + rng.gauss(0, 8)))
-        frag = min(frag, healthy - allocated)
-        pending = max(0, round(gpus_total * 0.06 * (share - 0.55) * 4 + rng.gauss(0, 25)))
+        allocated = round(healthy * share)
+        # as the live demo runs: a few hundred stranded GPUs and thousands of jobs waiting
+        # per 10,000 GPUs, more of both when it is busier
+        frag = round(healthy * (0.045 + 0.08 * (1 - share)) * (1 + rng.gauss(0, 0.15)))
+        frag = min(max(0, frag), healthy - allocated)
+        pending = max(0, round(gpus_total * (0.2 + (share - 0.8)) * (1 + rng.gauss(0, 0.05))))
         points.append(
             HistoryPoint(
                 at=at,

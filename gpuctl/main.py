@@ -29,6 +29,7 @@ from gpuctl.output import (
     columns,
     fields,
     fmt_cell,
+    fmt_detail,
     fmt_time,
     print_json,
     table,
@@ -230,6 +231,31 @@ def _details_text(details: dict) -> str:
     return "  ".join(parts) or "-"
 
 
+NO_ESTIMATE = "no_estimate_reason"
+
+
+def _verdict_numbers(reason: dict) -> str:
+    """A verdict's numbers for people: the portal's ``facts`` (each with its label and unit,
+    as the job page shows them), else its ``details`` with times and durations formatted."""
+    facts = reason.get("facts")
+    if isinstance(facts, list):
+        shown = [f"{f.get('label')}: {f.get('text')}" for f in facts if isinstance(f, dict)]
+        return "; ".join(shown) or "-"
+    details = reason.get("details") or {}
+    return _details_text({k: fmt_detail(k, v) for k, v in details.items() if k != NO_ESTIMATE})
+
+
+def _estimate_text(job: dict, reason: dict | None) -> str:
+    """The one estimated start, as the portal words it (``2026-12-01 00:30 UTC`` or
+    ``unknown: <why>``)."""
+    if reason and reason.get("estimated_start_text"):
+        return str(reason["estimated_start_text"])
+    if job.get("estimated_start"):
+        return fmt_time(job["estimated_start"]) + " UTC"
+    why = ((reason or {}).get("details") or {}).get(NO_ESTIMATE)
+    return f"unknown: {why}" if why else "- (no estimate yet)"
+
+
 def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     job = portal.get(f"jobs/{args.job}/")
     if args.json:
@@ -264,12 +290,11 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
                          "seconds"))  # fmt: skip
         else:
             rows.append(("verdict", f"{reason['code']}: {reason.get('message') or ''}".strip()))
-            rows.append(("numbers", _details_text(reason.get("details") or {})))
+            rows.append(("numbers", _verdict_numbers(reason)))
             rows.append(("remedy", reason.get("remedy") or "-"))
         if job.get("queue_position"):
             rows.append(("position", f"{job['queue_position']} in the pending order"))
-        rows.append(("estimated start", fmt_time(job.get("estimated_start"))
-                     + (" UTC" if job.get("estimated_start") else " (no estimate yet)")))  # fmt: skip
+        rows.append(("estimated start", _estimate_text(job, reason)))
     if job.get("placement"):
         rows.append(("placement", ", ".join(
             f"{p['node']}[{','.join(map(str, p['gpus']))}]" for p in job["placement"]

@@ -38,6 +38,33 @@ def fmt_time(value: str | None) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
+def fmt_duration(seconds: float) -> str:
+    """Seconds -> ``45 s``, ``20 min``, ``2 h 10 min`` (up to 47 h), ``3 d 4 h`` (as the
+    portal says them)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s} s"
+    minutes = s // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+def fmt_detail(key: str, value: Any) -> Any:
+    """One number of a verdict's ``details`` for people: ``..._at`` times as dates (UTC),
+    ``..._seconds`` as durations; anything else as it is."""
+    if key.endswith("_at") and isinstance(value, str) and value:
+        shown = fmt_time(value)
+        return f"{shown} UTC" if shown != value else value
+    if key.endswith("_seconds") and isinstance(value, int | float) and not isinstance(value, bool):
+        return fmt_duration(value)
+    return value
+
+
 def fmt_cell(value: Any) -> str:
     if value is None or value == "":
         return "-"

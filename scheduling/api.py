@@ -26,7 +26,7 @@ from core.api import (
 from core.filters import MineFilter
 from core.security import is_ascii_number
 from quotas.models import Tier
-from scheduling import limits
+from scheduling import limits, verdict_text
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
@@ -103,6 +103,10 @@ class JobSerializer(SharedFieldsModelSerializer):
         ]  # fmt: skip
 
     def get_pending_reason(self, obj: Job) -> dict | None:
+        """API.md's ``{code, message, details}`` plus ``remedy``, and the same verdict for
+        people, formatted once (``scheduling.verdict_text``) for the page and ``gpuctl``:
+        ``facts`` (each detail with its label and unit) and ``estimated_start_text`` (the
+        one estimated start, or ``unknown: <why>``)."""
         if obj.state != Job.State.PENDING or not obj.pending_code:
             return None
         return {
@@ -110,6 +114,8 @@ class JobSerializer(SharedFieldsModelSerializer):
             "message": obj.pending_message,
             "details": obj.pending_details,
             "remedy": obj.pending_remedy,
+            "facts": verdict_text.facts(obj.pending_details),
+            "estimated_start_text": verdict_text.estimate(obj.estimated_start, obj.pending_details),
         }
 
 

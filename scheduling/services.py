@@ -1,8 +1,9 @@
 """Writers of jobs: submission and cancellation (the loop's writers live in ``scheduling.cycle``).
 
 Every function here validates the business rules (who may use which queue,
-tier ceilings, sizes the cluster can hold), writes in one transaction, appends
-to the job's timeline and publishes live events after commit.
+tier ceilings, requests the cluster's shape could ever run: ``scheduling.feasibility``),
+writes in one transaction, appends to the job's timeline and publishes live events after
+commit.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from core import audit, events
 from core.realtime import publish_coalesced, publish_on_commit
 from core.security import is_ascii_number
 from quotas.models import Queue, Tier
-from scheduling import limits
+from scheduling import feasibility, limits
+from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
 from scheduling.permissions import may_cancel, may_submit
-from scheduling.selectors import cluster_shape, list_queues_for_submit
+from scheduling.selectors import list_queues_for_submit
 from scheduling.transitions import set_state
 
 
@@ -93,12 +95,20 @@ def _check_checkpoint_path(path: str) -> None:
 
 
 def resolve_job_request(
-    user: Any, req: JobRequest, *, queue: Queue | None = None, shape: tuple[int, int] | None = None
+    user: Any,
+    req: JobRequest,
+    *,
+    queue: Queue | None = None,
+    shape: ClusterShape | tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Apply the business rules and defaults; return the Job fields or raise ValidationError.
 
+    A request the cluster's shape could never run, even empty and all healthy (NEVER_FITS:
+    more GPUs per node, GPU memory, RDMA nodes or nodes in one block than it has), is
+    refused naming the field and the rule, as a request larger than the cluster is.
     ``queue`` (already resolved for ``user`` by ``_resolve_queue``) and ``shape`` (the
-    ``cluster_shape()`` just read) save a bulk caller (``submit_jobs``) two queries a job.
+    ``feasibility.read_cluster_shape()`` just read) save a bulk caller (``submit_jobs``) two
+    queries a job; any other ``shape`` (the old ``(largest node, GPUs)`` pair) is read anew.
     """
     errors: dict[str, list[str]] = {}
     queue = queue or _resolve_queue(user, req.queue)
@@ -108,7 +118,8 @@ def resolve_job_request(
     elif Tier.rank(tier) > Tier.rank(queue.tier):
         errors["tier"] = [f"queue {queue.name} allows tiers up to {queue.tier!r}, not {tier!r}"]
 
-    largest_node, cluster_gpus = shape or cluster_shape()
+    cluster = shape if isinstance(shape, ClusterShape) else feasibility.read_cluster_shape()
+    largest_node, cluster_gpus = cluster.largest_node, cluster.total_gpus
     node_size = largest_node or limits.GPUS_PER_NODE_MAX
     if req.gpus > cluster_gpus:
         errors["gpus"] = [f"the cluster has {cluster_gpus} GPUs in all; this job asks {req.gpus}"]
@@ -129,7 +140,7 @@ def resolve_job_request(
         raise ValidationError(errors)
 
     multi_node = req.gpus > per_node
-    return {
+    fields = {
         "name": req.name,
         "queue": queue,
         "tier": tier,
@@ -149,6 +160,10 @@ def resolve_job_request(
         "model_name": req.model_name,
         "sim_duration_minutes": req.sim_duration_minutes,
     }
+    refusal = feasibility.refusal_for(fields, cluster)
+    if refusal is not None:
+        raise ValidationError({refusal.field: [refusal.message]})
+    return fields
 
 
 def add_event(job: Job, kind: str, message: str) -> JobEvent:
@@ -223,7 +238,7 @@ def submit_jobs(
     All or none: the same permission check and the same rules and defaults
     (``resolve_job_request``) for every request; if any request breaks a rule nothing is
     written and the ValidationError names each field as ``jobs[<index>].<field>``. Each
-    distinct queue is resolved once and the cluster's size read once, so a batch of
+    distinct queue is resolved once and the cluster's shape read once, so a batch of
     thousands costs a few queries besides its inserts (one ``submitted`` event per job,
     in bulk). ``submitted_at`` (one per request, cluster time) stamps arrivals that a
     generator submits after the fact (the simulator demo), events included. After
@@ -234,7 +249,7 @@ def submit_jobs(
         raise PermissionDenied("log in to submit jobs")
     if submitted_at is not None and len(submitted_at) != len(requests):
         raise ValueError(f"{len(submitted_at)} submission times for {len(requests)} requests")
-    shape = cluster_shape()
+    shape = feasibility.read_cluster_shape()
     queues: dict[str, Queue] = {}
     errors: dict[str, list[str]] = {}
     jobs: list[Job] = []

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Sequence
+from heapq import merge
 from itertools import compress
 from typing import Any
 
@@ -153,6 +154,8 @@ class Planner:
         self._describe: dict[ShapeT, str] = {}
         self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
         self._release_curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        # (end, GPUs) of the jobs this plan starts within quota, per ("queue"|"line", name)
+        self._started_ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
@@ -411,8 +414,18 @@ class Planner:
                 cum += g
                 curve.append((cum, t))
             self._release_curves[ck] = curve
-        i = bisect_left(curve, (need, -_INF))
-        return curve[i][1] if i < len(curve) else None
+        started = self._started_ends.get(ck)
+        if not started:
+            i = bisect_left(curve, (need, -_INF))
+            return curve[i][1] if i < len(curve) else None
+        # Jobs started by this plan release their share too (as the next plan sees them).
+        ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+        cum = 0
+        for t, g in merge(ends, started):
+            cum += g
+            if cum >= need:
+                return t
+        return None
 
     def can_borrow(self, job: PendingJob) -> bool:
         return (
@@ -500,6 +513,8 @@ class Planner:
         if not borrowed:
             self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + job.gpus
             self.nb_line[job.line] = self.nb_line.get(job.line, 0) + job.gpus
+            for ck in (("queue", job.queue), ("line", job.line)):
+                insort(self._started_ends.setdefault(ck, []), (end, job.gpus))
 
     def hold(self, job: PendingJob, nodes: Sequence[int], t: float | None) -> None:
         st = _INF if t is None else t
@@ -898,6 +913,15 @@ class Planner:
             verdicts=verdicts,
             now=self.now,
         )
+
+
+def _steps(curve: list[tuple[int, float]]) -> list[int]:
+    """GPUs released at each point of a cumulative release curve."""
+    out, prev = [], 0
+    for cum, _t in curve:
+        out.append(cum - prev)
+        prev = cum
+    return out
 
 
 def plan(snapshot: Snapshot, now: float) -> Plan:

@@ -12,6 +12,7 @@ from core.models import AuditRecord
 from monitoring.models import Alert
 from monitoring.services import raise_alert
 from quotas.models import BusinessLine, Queue
+from scheduling import verdict_text
 from scheduling.models import Job, Node
 from tests.drills import cycle
 
@@ -158,10 +159,11 @@ def test_explain_shows_the_verdict_numbers_remedy_estimate_and_events(gpuctl, ro
         "state            pending",
     ]
     assert lines[4] == f"verdict          {job.pending_code}: {job.pending_message}"
-    assert job.pending_code in ("INSUFFICIENT_GPUS", "PRIORITY")
-    numbers = lines[5].split()
-    assert numbers[0] == "numbers" and len(numbers) > 1
-    assert set(numbers[1:]) == {f"{k}={v}" for k, v in job.pending_details.items()}
+    assert job.pending_code == "INSUFFICIENT_GPUS"
+    # The numbers as the job page shows them: each with its label and unit (#15).
+    facts = verdict_text.facts(job.pending_details)
+    assert lines[5] == "numbers          " + "; ".join(f"{f['label']}: {f['text']}" for f in facts)
+    assert "Matching GPUs left free: 0" in lines[5] and "GPUs short: 8" in lines[5]
     assert lines[6] == f"remedy           {job.pending_remedy}"
     assert job.estimated_start is not None
     assert f"estimated start  {job.estimated_start:%Y-%m-%d %H:%M} UTC" in lines
@@ -171,9 +173,9 @@ def test_explain_shows_the_verdict_numbers_remedy_estimate_and_events(gpuctl, ro
     assert "verdict          QUOTA_EXCEEDED: Queue llm-finetune holds 0 of its 4 GPU quota" in (
         quota.out
     )
-    assert "quota_gpus=4" in quota.out and "requested_gpus=8" in quota.out
+    assert "Quota (GPUs): 4" in quota.out and "GPUs this job asks: 8" in quota.out
+    assert "estimated start  unknown: it is larger than the whole queue quota" in quota.out
     assert "remedy           The job is larger than the whole queue quota" in quota.out
-    assert "estimated start  - (no estimate yet)" in quota.out
 
     started = gpuctl("researcher", "explain", str(running[0]))
     assert "state      running" in started.out

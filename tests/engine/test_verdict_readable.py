@@ -21,7 +21,7 @@ from scheduling.engine import types as et
 from scheduling.engine.explain import NO_ESTIMATE, when
 
 from .corpus import CASES, corpus_snapshot
-from .helpers import HOUR, node, pjob, rjob, run, snap
+from .helpers import HOUR, node, pjob, rjob, run, snap, standard_queues
 from .sim import Stepper
 from .strategies import NOW
 
@@ -107,3 +107,20 @@ def test_the_quota_estimate_is_the_same_in_the_remedy_and_the_estimated_start():
     assert f"predicted by {when(t0 + 2 * HOUR)}" in v.remedy
     assert v.details["quota_room_at"] == "2026-12-01T02:30:57Z"
     assert unreadable(v) == []
+
+
+def test_the_quota_estimate_counts_the_jobs_this_plan_starts_and_holds_next_plan():
+    """The jobs that fill the quota start in the same plan: the waiting job's estimate is
+    when the first of them ends, from that first plan on, and the same at the next."""
+    st = Stepper([node("a"), node("b"), node("c")], [LineView("llm", 16)],
+                 standard_queues("llm"), now=NOW)  # fmt: skip
+    for i, runtime in ((1, 2 * HOUR), (2, HOUR)):
+        st.submit(pjob(i, 8, tier="core", predicted_runtime_s=runtime), duration=10 * HOUR)
+    st.submit(pjob(3, 8, tier="core"), duration=HOUR)
+    first = st.step()
+    assert sorted(x.job_id for x in first.starts) == [1, 2]
+    v = first.verdicts[3]
+    assert v.code == Code.QUOTA_EXCEEDED and v.estimated_start == NOW + HOUR
+    assert unreadable(v) == []
+    again = st.step(60.0).verdicts[3]
+    assert (again.code, again.estimated_start, again.remedy) == (v.code, NOW + HOUR, v.remedy)

@@ -457,7 +457,7 @@ def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas
     page = as_user("researcher").get(f"/jobs/{late.pk}/").content.decode()
     assert "Why it is waiting" in page and "Not enough free GPUs" in page
     assert late.pending_message in page.replace("&#x27;", "'")
-    assert "<dt>Matching GPUs free</dt><dd>0</dd>" in page
+    assert "<dt>Matching GPUs left free</dt><dd>0</dd>" in page
     assert "<dt>GPUs short</dt><dd>8</dd>" in page
     assert "What would make it start" in page and late.pending_remedy in page
     assert f'id="queue-position">{late.queue_position}<' in page

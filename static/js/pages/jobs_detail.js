@@ -55,12 +55,17 @@
     $("verdict-message").textContent = reason.message;
     const dl = $("verdict-details");
     dl.replaceChildren();
-    for (const [key, value] of Object.entries(reason.details || {})) {
-      dl.append(el("dt", label(key)), el("dd", detailValue(key, value)));
+    if (reason.facts) {  /* formatted by the server, as the page and gpuctl show them (#15) */
+      for (const fact of reason.facts) dl.append(el("dt", fact.label), el("dd", fact.text));
+    } else {
+      for (const [key, value] of Object.entries(reason.details || {})) {
+        dl.append(el("dt", label(key)), el("dd", detailValue(key, value)));
+      }
     }
     $("verdict-remedy").textContent = reason.remedy || "—";
     $("queue-position").textContent = job.queue_position ?? "unknown";
-    $("estimated-start").textContent = job.estimated_start ? when(job.estimated_start) : "unknown";
+    $("estimated-start").textContent = reason.estimated_start_text
+      || (job.estimated_start ? when(job.estimated_start) : "unknown");
   }
 
   function renderStatus(job) {

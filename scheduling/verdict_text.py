@@ -1,0 +1,142 @@
+"""A waiting job's verdict for people: each number of ``pending_details`` with its label and
+unit, and the one estimated start (or why there is none).
+
+One formatter for every surface that shows a verdict: the job page renders these rows, and
+the API adds them to ``pending_reason`` (``facts``, ``estimate``) so the page's live updates
+and ``gpuctl explain`` say exactly the same. ``details`` stay machine fields (counts as
+ints, times as ISO 8601 ``..._at``, durations as ``..._seconds``); this turns them into
+``2026-12-01 00:30 UTC`` and ``2 h 10 min``, never an epoch or a float dump.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from scheduling.engine.explain import NO_ESTIMATE, duration, when
+
+# Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
+LABELS: dict[str, str] = {
+    "scope": "Limited by",
+    "name": "Name",
+    "held_gpus": "GPUs held now",
+    "quota_gpus": "Quota (GPUs)",
+    "requested_gpus": "GPUs this job asks",
+    "room_gpus": "Room left under the quota (GPUs)",
+    "short_gpus": "GPUs short",
+    "quota_room_at": "Quota room predicted at",
+    "constraint": "Rule it breaks",
+    "nodes_needed": "Nodes needed",
+    "gpus_per_node": "GPUs per node",
+    "largest_node_gpus": "Largest node (GPUs)",
+    "max_gpu_memory_gb": "Largest GPU memory (GB)",
+    "matching_nodes": "Nodes of the kind it asks",
+    "qualifying_nodes": "Of those, with enough GPUs",
+    "max_rack_nodes": "Most such nodes in one rack",
+    "max_block_nodes": "Most such nodes in one block",
+    "healthy_matching_nodes": "Healthy matching nodes",
+    "unavailable_nodes": "Matching nodes unavailable",
+    "ahead_jobs": "Jobs ahead still waiting",
+    "ahead_gpus": "GPUs they wait for",
+    "reservations_ahead": "Reservations holding nodes",
+    "strict_order": "Strict order policy",
+    "victims": "Jobs checkpointing to make room",
+    "victim_gpus": "GPUs they free",
+    "victims_stop_at": "They stop by",
+    "deadline": "They stop by",
+    "free_gpus": "Matching GPUs left free",
+    "best_node_free": "Most free GPUs on one node",
+    "best_rack": "Best rack",
+    "best_rack_nodes": "Nodes with room in the best rack",
+    "best_block_nodes": "Nodes with room in the best block",
+    "where": "Free GPUs by rack",
+    "underlying_code": "Underlying reason",
+    "demoted": "Demoted",
+    "preemption_count": "Times preempted",
+    "attempts": "Launch attempts failed in a row",
+    "failing_for_seconds": "Failing for",
+    "backoff_seconds": "Wait before the next attempt",
+    "next_attempt_at": "Next attempt",
+    "error": "Error from the cluster",
+}
+
+# ``details.constraint`` of NEVER_FITS, in words.
+CONSTRAINTS: dict[str, str] = {
+    "gpus": "no GPUs asked",
+    "no_nodes": "the cluster has no nodes",
+    "gpus_per_node": "more GPUs per node than any node has",
+    "gpu_memory": "more GPU memory than any GPU has",
+    "rdma": "RDMA, which no node has",
+    "gpu_model": "a GPU model no node has",
+    "pool": "a pool no node is in",
+    "inference": "only inference nodes match, which it may not share",
+    "combination": "no node has all it asks together",
+    "node_count": "more matching nodes than the cluster has",
+    "block_size": "more matching nodes than any network block has",
+}
+
+YES_NO = {"strict_order", "demoted"}
+
+
+def _time(value: Any) -> str | None:
+    """An ISO 8601 string (or, from rows written before #15, epoch seconds) as a date."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return when(value) if value else "unknown"
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return None
+
+
+def format_value(key: str, value: Any) -> str:
+    """One detail for people: dates, durations, yes/no, counts; never an epoch or a float."""
+    if key.endswith("_at") or key == "deadline":
+        text = _time(value)
+        if text is not None:
+            return text
+    if key.endswith("_seconds") and isinstance(value, int | float) and not isinstance(value, bool):
+        return duration(value)
+    if key == "constraint" and isinstance(value, str):
+        return CONSTRAINTS.get(value, value)
+    if key in YES_NO or isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return str(round(value)) if value == int(value) else f"{value:.1f}"
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "none"
+    if value is None or value == "":
+        return "none"
+    return str(value)
+
+
+def label(key: str) -> str:
+    return LABELS.get(key) or key.replace("_", " ").capitalize()
+
+
+def facts(details: Any) -> list[dict[str, str]]:
+    """``pending_details`` as rows ``{key, label, text}``, in their order; the reason for no
+    estimate is not a row (``estimate`` says it)."""
+    if not isinstance(details, dict):
+        return []
+    return [
+        {"key": str(k), "label": label(str(k)), "text": format_value(str(k), v)}
+        for k, v in details.items()
+        if k != NO_ESTIMATE
+    ]
+
+
+def estimate(estimated_start: datetime | None, details: Any) -> str:
+    """The one estimated start: ``2026-12-01 00:30 UTC``, or ``unknown: <why>``."""
+    if estimated_start is not None:
+        return estimated_start.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    why = details.get(NO_ESTIMATE) if isinstance(details, dict) else None
+    return f"unknown: {why}" if why else "unknown"

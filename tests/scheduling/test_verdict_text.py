@@ -1,0 +1,55 @@
+"""The one formatter of a verdict for people (``scheduling.verdict_text``): dates, durations,
+labels, the estimated start or why there is none; never an epoch or a float."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduling import verdict_text as vt
+
+
+@pytest.mark.parametrize(
+    "key, value, text",
+    [
+        ("quota_room_at", "2026-12-01T00:30:57Z", "2026-12-01 00:30 UTC"),
+        ("next_attempt_at", "2026-11-29T14:05:09.5+00:00", "2026-11-29 14:05 UTC"),
+        # stored by the engine before #15: epoch seconds, shown as dates all the same
+        ("quota_room_at", 1796085057.451252, "2026-12-01 00:30 UTC"),
+        ("deadline", 1_700_000_000.0, "2023-11-14 22:13 UTC"),
+        ("deadline", 0.0, "unknown"),
+        ("failing_for_seconds", 7800, "2 h 10 min"),
+        ("backoff_seconds", 20, "20 s"),
+        ("strict_order", 0, "no"),
+        ("demoted", 1, "yes"),
+        ("constraint", "block_size", "more matching nodes than any network block has"),
+        ("free_gpus", 12, "12"),
+        ("ratio", 2.0, "2"),
+        ("ratio", 0.4567, "0.5"),
+        ("where", "", "none"),
+        ("nodes", ["a", "b"], "a, b"),
+        ("quota_room_at", "soon", "soon"),
+    ],
+)
+def test_each_detail_reads_with_its_unit(key, value, text):
+    assert vt.format_value(key, value) == text
+
+
+def test_facts_keep_the_order_and_leave_the_no_estimate_reason_to_the_estimate():
+    details = {"held_gpus": 16, "no_estimate_reason": "it can never run as asked", "x_y": 3}
+    assert vt.facts(details) == [
+        {"key": "held_gpus", "label": "GPUs held now", "text": "16"},
+        {"key": "x_y", "label": "X y", "text": "3"},
+    ]
+    assert vt.facts(None) == [] and vt.facts([1]) == []
+
+
+def test_the_estimate_is_a_date_or_unknown_with_the_reason():
+    at = datetime(2026, 12, 1, 0, 30, 59, 999_999, tzinfo=UTC)
+    assert vt.estimate(at, {}) == "2026-12-01 00:30 UTC"
+    assert vt.estimate(None, {"no_estimate_reason": "it can never run as asked"}) == (
+        "unknown: it can never run as asked"
+    )
+    assert vt.estimate(None, {}) == "unknown"
+    assert vt.estimate(None, "not a dict") == "unknown"

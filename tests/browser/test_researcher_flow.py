@@ -135,7 +135,11 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     assert job.state == "pending" and job.pending_code
     expect(page.locator("#verdict-code")).to_have_text(job.pending_code)
     expect(page.locator("#verdict-message")).to_contain_text("8")
-    expect(page.locator("#verdict-details")).to_contain_text("Matching GPUs free")
+    expect(page.locator("#verdict-details")).to_contain_text("Matching GPUs left free")
+    # The live update renders the API's estimate as the page does: a date, or why none.
+    expect(page.locator("#estimated-start")).to_have_text(
+        re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$|^unknown: .+")
+    )
     expect(page.locator("#verdict-remedy")).not_to_be_empty()
     expect(page.locator("#queue-position")).to_have_text(str(job.queue_position))
 

@@ -15,7 +15,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN DEBUG=1 python manage.py collectstatic --noinput
-RUN useradd --create-home portal
+RUN useradd --create-home portal \
+    && mkdir -p /var/lib/gpu-portal/metrics && chown portal /var/lib/gpu-portal/metrics
 USER portal
 EXPOSE 8000
 CMD ["python", "-m", "portal.web", "--host", "0.0.0.0", "--port", "8000"]

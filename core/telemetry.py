@@ -14,10 +14,22 @@ start at 0 with each process, as Prometheus counters do after a restart.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable
 
 from django.db import transaction
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, values
+
+
+def _process_identifier() -> str:
+    """Host name and pid: web and worker containers share the directory (a compose volume)
+    and each has its own pid 1, so the pid alone would make two processes write one file."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    values.ValueClass = values.MultiProcessValue(process_identifier=_process_identifier)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

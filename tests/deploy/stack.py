@@ -12,7 +12,8 @@ What is translated, and nothing else:
   X-Forwarded-*) becomes 127.0.0.1, the address the proxy connects to ``web`` from here.
 - **Volumes.** A container path becomes the host folder compose mounts there:
   ``/etc/caddy`` is a copy of ``deploy/caddy`` with the ports above translated in the
-  Caddyfile, ``/certs``, ``/data``, ``/config`` and ``/tmp`` are scratch folders.
+  Caddyfile, ``/certs``, ``/data``, ``/config`` and ``/tmp`` are scratch folders, one per named
+  volume (shared by the services that mount it) or per service.
 - **The images.** The portal image is the checkout (``/app``) with its venv first on
   ``PATH`` (``python``, ``celery``); the proxy image is Debian's ``caddy``; Docker's
   ``HOSTNAME`` is set. ``postgres`` and ``redis`` run from ``portal/devservices.py``
@@ -149,9 +150,10 @@ class Stack:
                 mounts[target] = self.scratch / "etc-caddy"  # the translated copy
             elif target == "/var/lib/postgresql/data":
                 continue  # the external PostgreSQL keeps its own data
+            elif source in self.config.get("volumes", {}):
+                mounts[target] = self.scratch / "volumes" / source  # shared by name
             else:
                 mounts[target] = self.scratch / service / target.strip("/")
-                del source  # named volumes and the certificate folder start empty here
         for path in mounts.values():
             path.mkdir(parents=True, exist_ok=True)
         return mounts

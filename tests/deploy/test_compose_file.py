@@ -101,11 +101,17 @@ def documented() -> set[str]:
 
 
 def test_env_example_documents_every_variable_the_settings_read():
-    sources = [ROOT / "portal/settings.py", ROOT / "portal/web.py", ROOT / "portal/metrics.py"]
+    sources = [
+        ROOT / path
+        for path in ("portal/settings.py", "portal/web.py", "portal/metrics.py",
+                     "portal/auth/config.py", "monitoring/notify.py", "quotas/mail.py")
+    ]  # fmt: skip
     read = set()
     for path in sources:
         text = path.read_text()
-        read |= set(re.findall(r'env_[a-z]+\(\s*"([A-Z][A-Z0-9_]+)"', text))
+        read |= set(re.findall(r'(?:env_[a-z]+|_required)\(\s*"([A-Z][A-Z0-9_]+)"', text))
+        prefixed = re.findall(r'env_[a-z]+\(\s*f"\{prefix\}(_[A-Z0-9_]+)"', text)
+        read |= {f"{kind}{suffix}" for kind in ("LDAP", "OIDC") for suffix in prefixed}
         read |= set(re.findall(r'os\.environ(?:\.get)?[\[(]"([A-Z][A-Z0-9_]+)"', text))
     assert {"SECRET_KEY", "DATABASE_URL", "FORWARDED_ALLOW_IPS", "RETENTION_AUDIT_DAYS"} <= read
     assert read - {"DJANGO_SETTINGS_MODULE"} <= documented(), read - documented()

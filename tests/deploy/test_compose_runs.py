@@ -68,8 +68,8 @@ def admin(stack: Stack) -> str:
 
 
 def ca_file(stack: Stack) -> str:
-    """The root of Caddy's local CA, made on the proxy's first start (in its /data volume)."""
-    path = stack.scratch / "proxy/data/caddy/pki/authorities/local/root.crt"
+    """The root of Caddy's local CA, made on the proxy's first start (in its /data volume, caddy_data)."""
+    path = stack.scratch / "volumes/caddy_data/caddy/pki/authorities/local/root.crt"
     assert path.exists(), "the proxy made no certificate authority"
     return str(path)
 

@@ -73,3 +73,23 @@ def test_bad_options_are_refused_before_any_browser_starts(monkeypatch, options,
 def test_without_a_url_the_user_must_exist_here(monkeypatch):
     with pytest.raises(CommandError, match="no active user 'ghost' here"):
         run(user="ghost", password="x")
+
+
+def test_without_a_url_or_a_database_it_says_what_to_start():
+    """A real process on a database that is not there (nothing listens on port 1)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.conf import settings
+
+    env = {**os.environ, "DEBUG": "1", "DJANGO_SETTINGS_MODULE": "portal.settings",
+           "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "DEMO_PASSWORD": "x"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "manage.py", "bench_browser", "--runs", "1"], cwd=Path(settings.BASE_DIR),
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "start `make run` or set DATABASE_URL, or give --url" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -64,8 +64,17 @@ class Command(BaseCommand):
             raise CommandError("Chromium is missing: apt-get install -y chromium")
         if not o["url"]:
             from django.contrib.auth import get_user_model
+            from django.db import OperationalError
 
-            if not get_user_model().objects.filter(username=o["user"], is_active=True).exists():
+            try:
+                known = get_user_model().objects.filter(username=o["user"], is_active=True)
+                exists = known.exists()
+            except OperationalError as exc:
+                raise CommandError(
+                    f"no database to start a portal on ({exc}); start `make run` or set "
+                    "DATABASE_URL, or give --url"
+                ) from exc
+            if not exists:
                 raise CommandError(f"no active user {o['user']!r} here (seed_demo first?)")
         portal = nullcontext(o["url"]) if o["url"] else browser.own_portal()
         try:

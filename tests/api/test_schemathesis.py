@@ -15,14 +15,16 @@ Every response passes every check schemathesis has (``CHECKS``, none switched of
 server errors, status codes, content types, response schemas and headers, schema-valid
 data accepted, schema-violating data rejected, missing headers, ignored auth, unsupported
 methods and their Allow header, use after free, resource availability, response time.
-The one exclusion is ``RULES_BEYOND_THE_SCHEMA``, with its reasons.
+What the test tells schemathesis, each with its reason next to the code: the refusals by
+rules no schema can state (``RULES_BEYOND_THE_SCHEMA``), that names in bodies are real
+ones (``_name_real_objects``), that a form has no null (``_forms_without_nulls``).
 
 Writes are real: jobs are submitted and cancelled, nodes cordoned, drained and uncordoned,
 alerts acknowledged and resolved, quota requests made and decided, the clock advanced,
 faults injected, cycles run. Ids and node names in paths are real half the time, and names
 in bodies (queue, line, node) always (schemathesis "dictionaries" drawn from the live
 data), so actions reach real objects and not only 404s; the test checks that every write
-an admin or a researcher may make was accepted at least once.
+an admin or a researcher may make reached one (accepted, or refused by its state: 409).
 
 Bounded: ``SCHEMATHESIS_EXAMPLES`` (default 10) cases per operation and mode in the fuzzing
 phase, a 10 s Hypothesis deadline and a 10 s ``max_response_time`` check per call, the
@@ -40,11 +42,12 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from hypothesis.errors import Flaky
+from schemathesis.core.failures import FailureGroup
 from schemathesis.transport.requests import (
     REQUESTS_TRANSPORT,
     multipart_serializer,
@@ -52,7 +55,7 @@ from schemathesis.transport.requests import (
 )
 
 from tests.drills import api_tokens
-from tests.reliability.conftest import child_env, scratch_dir, web_server
+from tests.reliability.conftest import child_env, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,8 +77,9 @@ CHECKS = [
     "ensure_resource_availability", "object_level_authorization", "max_response_time",
 ]  # fmt: skip
 
-# Writes each role may make, every one of which must have been accepted (2xx) at least
-# once: so the run acts on real objects, not only on refusals.
+# Writes each role may make, every one of which must have reached a real object at least
+# once: accepted (2xx), or refused by that object's state (409; in a long run the approvals
+# decide every pending quota request before the rejections run), not only 400s and 404s.
 WRITES = {
     "admin": {
         "POST /api/v1/jobs/", "POST /api/v1/jobs/{id}/cancel/",
@@ -99,7 +103,8 @@ class Live:
     nodes: list[str]
     queues: list[str]
     lines: list[str]
-    accepted: Counter[str] = field(default_factory=Counter)
+    reached: Counter[str] = field(default_factory=Counter)  # write -> 2xx and 409 answers
+    answers: Counter[int] = field(default_factory=Counter)
 
 
 def _world(api) -> None:
@@ -128,7 +133,7 @@ def _world(api) -> None:
 
 
 @pytest.fixture
-def live(api, demo) -> Iterator[Live]:
+def live(api, demo, tmp_path) -> Iterator[Live]:
     """The portal's web server on the test database, with a world and API tokens."""
     from monitoring.models import Alert
     from quotas.models import BusinessLine, Queue, QuotaRequest
@@ -139,7 +144,7 @@ def live(api, demo) -> Iterator[Live]:
     ids: set[int] = set()
     for model in (Job, Alert, QuotaRequest, Queue, BusinessLine):
         ids.update(model.objects.values_list("pk", flat=True))
-    with web_server(child_env(), Path(scratch_dir("portal-schemathesis-")) / "web.log") as base:
+    with web_server(child_env(), tmp_path / "web.log") as base:
         yield Live(
             base=base, tokens=tokens, ids=sorted(ids),
             nodes=sorted(Node.objects.values_list("name", flat=True)),
@@ -225,6 +230,9 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "ends_at": r"its period has already ended; reject it$",
         "*": FITS,
     },
+    # Whether a node has an idle GPU for a stale process to hold is the simulator's state
+    # at that moment (its GPUs may all run jobs or hold residue already).
+    "POST /api/v1/simulator/faults/": {"node": r"no idle GPU on \S+ to hold$"},
 }
 
 
@@ -311,10 +319,11 @@ def role(request) -> str:
 @pytest.fixture
 def portal_schema(live: Live, role: str) -> Iterator[schemathesis.BaseSchema]:
     """The schema as the server serves it, for ``role``; afterwards, every write the role
-    may make must have been accepted at least once."""
+    may make must have reached a real object (``WRITES``)."""
     yield _load(live, role)
-    never = WRITES[role] - set(live.accepted)
-    assert not never, f"never accepted for {role} (only refusals reached them): {sorted(never)}"
+    print(f"schemathesis as {role}: {sum(live.answers.values())} calls,", dict(live.answers))
+    never = WRITES[role] - set(live.reached)
+    assert not never, f"no real object reached as {role} (only 400s, 404s): {sorted(never)}"
 
 
 # schemathesis 4.32 relabels the running test per operation through ``Function._nodeid``,
@@ -333,9 +342,12 @@ def test_every_operation_passes_every_check(case, live: Live):
         return
     _name_real_objects(case, live)
     response = case.call()
+    live.answers[response.status_code] += 1
     case.validate_response(response, excluded_checks=_excluded(case, response))
-    if case.method.upper() == "POST" and 200 <= response.status_code < 300:
-        live.accepted[case.operation.label] += 1
+    if case.method.upper() == "POST" and (
+        200 <= response.status_code < 300 or response.status_code == 409
+    ):
+        live.reached[case.operation.label] += 1
 
 
 # The stateful phase: a lead asks for quota and withdraws; an admin does everything else.
@@ -346,6 +358,7 @@ def test_chains_of_calls_pass_every_check(live: Live):
     loaded = _load(live, "admin")
     lead = {"Authorization": f"Token {live.tokens['lead']}"}
     steps: Counter[str] = Counter()
+    found: list[str] = []
 
     class Workflow(loaded.as_state_machine()):
         def before_call(self, case) -> None:
@@ -354,16 +367,34 @@ def test_chains_of_calls_pass_every_check(live: Live):
         def get_call_kwargs(self, case) -> dict:
             return {"headers": lead} if case.operation.label in LEAD_OPERATIONS else {}
 
+        def call(self, case, **kwargs):
+            try:
+                return super().call(case, **kwargs)
+            except Exception as exc:  # kept, then raised: a call that failed is a failure
+                found.append(f"{case.operation.label}: {exc!r}")
+                raise
+
         def validate_response(self, response, case, additional_checks=None, **kwargs) -> None:
             # As schemathesis's own (with the scenario's recorder), plus the one exclusion.
-            case.validate_response(
-                response, additional_checks=additional_checks,
-                excluded_checks=_excluded(case, response), transport_kwargs=kwargs or None,
-                recorder=self.recorder,
-            )  # fmt: skip
             steps[f"{case.operation.label} {response.status_code}"] += 1
+            try:
+                case.validate_response(
+                    response, additional_checks=additional_checks,
+                    excluded_checks=_excluded(case, response), transport_kwargs=kwargs or None,
+                    recorder=self.recorder,
+                )  # fmt: skip
+            except FailureGroup as failures:
+                found.append(str(failures))
+                raise
 
-    Workflow.run(settings=settings(max_examples=EXAMPLES, stateful_step_count=8, **HYPOTHESIS))
+    # The server keeps what each scenario did, so a scenario Hypothesis replays (to shrink a
+    # failure, or exploring) may take another path: Hypothesis calls that Flaky. As
+    # schemathesis's own runner does, that alone fails nothing; a failed check or call does,
+    # and is kept in ``found`` as it happens.
+    try:
+        Workflow.run(settings=settings(max_examples=EXAMPLES, stateful_step_count=8, **HYPOTHESIS))
+    except Flaky:
+        assert found == [], found[0]
     print("schemathesis chains:", dict(steps))
-    assert sum(steps.values()) >= EXAMPLES
+    assert sum(steps.values()) >= 10, steps  # chains ran (a Flaky replay may end them early)
     assert any(step.startswith("POST ") and step.endswith(" 200") for step in steps), steps

@@ -22,7 +22,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.drills import make_quotas_roomy
-from tests.reliability.conftest import child_env, in_a_thread, scratch_dir, web_server
+from tests.reliability.conftest import child_env, in_a_thread, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,9 +37,9 @@ def drill(base: str, seconds: float) -> dict:
     return json.loads(out.getvalue())
 
 
-def test_everyone_acts_through_the_api_while_cycles_run_and_nothing_fails(demo):
+def test_everyone_acts_through_the_api_while_cycles_run_and_nothing_fails(demo, tmp_path):
     make_quotas_roomy()  # placement, not quota, is what the cycles decide here
-    log = scratch_dir("portal-http-drill-") / "web.log"
+    log = tmp_path / "web.log"
     with web_server(child_env(WEB_THREADS="8"), log) as base:
         result = in_a_thread(drill, base, SECONDS)
     print("http drill:", result)

@@ -346,6 +346,12 @@ def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
+def _eviction_cell(queue: dict) -> str:
+    """A queue's eviction ratio over the portal's window; "-" before there is any data."""
+    ratio = queue.get("eviction_ratio")
+    return "-" if ratio is None else f"{ratio:.1%}"
+
+
 def cmd_queues(portal: Portal, args: argparse.Namespace) -> int:
     rows, _ = portal.fetch_list("queues/", business_line__name=args.line, tier=args.tier)
     if args.json:
@@ -355,7 +361,7 @@ def cmd_queues(portal: Portal, args: argparse.Namespace) -> int:
         ("QUEUE", "name"), ("LINE", "business_line"), ("TIER", "tier"),
         ("QUOTA", lambda q: q["quota_gpus"] if q["quota_gpus"] is not None else "line"),
         ("GUARANTEE", "guarantee_gpus"), ("USED", "used_gpus"), ("RUNNING", "running_jobs"),
-        ("PENDING", "pending_jobs"), ("EVICTION", lambda q: f"{q['eviction_ratio']:.1%}"),
+        ("PENDING", "pending_jobs"), ("EVICTION", _eviction_cell),
     ))  # fmt: skip
     return EXIT_OK
 
@@ -525,15 +531,18 @@ def cmd_summary(portal: Portal, args: argparse.Namespace) -> int:
         print_json(s)
         return EXIT_OK
     ratios = s.get("eviction_ratio_by_queue", {})
-    high = sorted(((v, k) for k, v in ratios.items() if v > 0), reverse=True)[:5]
+    high = sorted(((v, k) for k, v in ratios.items() if v), reverse=True)[:5]
+    known = any(v is not None for v in ratios.values())
+    window = s.get("eviction_window") or "last 24 h"  # servers before the window was named
     fields([
         ("GPUs", f"{s['gpus_total']} total, {s['gpus_healthy']} healthy, "
-                 f"{s['gpus_allocated']} allocated"),
+                 f"{s.get('gpus_allocated_healthy', s['gpus_allocated'])} allocated on healthy"),
         ("utilization", f"{s['utilization']:.1%} of healthy GPUs"),
         ("pending jobs", ", ".join(f"{k} {v}" for k, v in sorted(s["pending_by_reason"].items()))
          or "none"),
         ("nodes", ", ".join(f"{k} {v}" for k, v in sorted(s.get("nodes_by_state", {}).items()))),
-        ("eviction (24 h)", ", ".join(f"{k} {v:.1%}" for v, k in high) or "none"),
+        (f"eviction ({window})",
+         ", ".join(f"{k} {v:.1%}" for v, k in high) or ("none" if known else "no data yet")),
     ])  # fmt: skip
     return EXIT_OK
 

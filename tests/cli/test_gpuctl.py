@@ -222,7 +222,7 @@ def test_queues_and_lines_tables(gpuctl):
     finetune = Queue.objects.get(name="llm-finetune")
     row = next(line.split() for line in lines if line.startswith("llm-finetune"))
     assert row == ["llm-finetune", "llm", "finetune", str(finetune.quota_gpus),
-                   str(finetune.guarantee_gpus), "0", "0", "1", "0.0%"]  # fmt: skip
+                   str(finetune.guarantee_gpus), "0", "0", "1", "-"]  # fmt: skip
     assert next(line for line in lines if line.startswith("llm-core")).split()[3] == "line"
     assert len(json.loads(gpuctl("researcher", "queues", "--json").out)) == 12
     line_table = gpuctl("researcher2", "lines")
@@ -234,11 +234,11 @@ def test_summary(gpuctl):
     run = gpuctl("researcher", "summary")
     assert run.code == 0
     assert run.out.splitlines() == [
-        "GPUs             32 total, 32 healthy, 0 allocated",
-        "utilization      0.0% of healthy GPUs",
-        "pending jobs     none",
-        "nodes            ready 4",
-        "eviction (24 h)  none",
+        "GPUs                  32 total, 32 healthy, 0 allocated on healthy",
+        "utilization           0.0% of healthy GPUs",
+        "pending jobs          none",
+        "nodes                 ready 4",
+        "eviction (last 72 h)  no data yet",  # no rollup has run: no figures, not 0%
     ]
     assert json.loads(gpuctl("admin", "summary", "--json").out)["gpus_total"] == 32
 

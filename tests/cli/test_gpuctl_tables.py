@@ -56,12 +56,16 @@ def test_queues_table_shows_line_for_an_unbounded_queue_and_eviction_as_percent(
         {"name": "llm-experiment", "business_line": "llm", "tier": "experiment", "quota_gpus": 8,
          "guarantee_gpus": 0, "used_gpus": 12, "running_jobs": 5, "pending_jobs": 17,
          "eviction_ratio": 0.12345},
+        {"name": "new", "business_line": "llm", "tier": "experiment", "quota_gpus": 8,
+         "guarantee_gpus": 0, "used_gpus": 0, "running_jobs": 0, "pending_jobs": 0,
+         "eviction_ratio": None},
     ]  # fmt: skip
     run = cli("queues")
     assert run.out == (
         "QUEUE           LINE  TIER        QUOTA  GUARANTEE  USED  RUNNING  PENDING  EVICTION\n"
         "llm-core        llm   core        line          16    40        3        0  0.0%\n"
         "llm-experiment  llm   experiment  8              0    12        5       17  12.3%\n"
+        "new             llm   experiment  8              0     0        0        0  -\n"
     )  # fmt: skip
 
 
@@ -174,16 +178,26 @@ def test_summary_lists_the_five_highest_eviction_ratios_and_sorts_the_rest(cli, 
         "utilization": 0.70112,
         "pending_by_reason": {"PRIORITY": 12, "NEVER_FITS": 1, "QUOTA_EXCEEDED": 40},
         "nodes_by_state": {"ready": 1240, "cordoned": 8, "down": 2},
+        "gpus_allocated_healthy": 6990, "eviction_window": "last 72 h",
         "eviction_ratio_by_queue": {"a": 0.01, "b": 0.3, "c": 0.0, "d": 0.05, "e": 0.2,
-                                    "f": 0.02, "g": 0.15},
+                                    "f": 0.02, "g": 0.15, "h": None},
     }  # fmt: skip
     assert cli("summary").out == (
-        "GPUs             10000 total, 9984 healthy, 7000 allocated\n"
-        "utilization      70.1% of healthy GPUs\n"
-        "pending jobs     NEVER_FITS 1, PRIORITY 12, QUOTA_EXCEEDED 40\n"
-        "nodes            cordoned 8, down 2, ready 1240\n"
-        "eviction (24 h)  b 30.0%, e 20.0%, g 15.0%, d 5.0%, f 2.0%\n"
+        "GPUs                  10000 total, 9984 healthy, 6990 allocated on healthy\n"
+        "utilization           70.1% of healthy GPUs\n"
+        "pending jobs          NEVER_FITS 1, PRIORITY 12, QUOTA_EXCEEDED 40\n"
+        "nodes                 cordoned 8, down 2, ready 1240\n"
+        "eviction (last 72 h)  b 30.0%, e 20.0%, g 15.0%, d 5.0%, f 2.0%\n"
     )
+
+
+def test_summary_says_no_data_yet_before_the_first_eviction_figures(cli, portal):
+    portal.answers[("get", "metrics/summary/")] = {
+        "gpus_total": 8, "gpus_healthy": 8, "gpus_allocated": 0, "gpus_allocated_healthy": 0,
+        "utilization": 0.0, "pending_by_reason": {}, "nodes_by_state": {"ready": 1},
+        "eviction_window": "last 72 h", "eviction_ratio_by_queue": {"a": None, "b": None},
+    }  # fmt: skip
+    assert cli("summary").out.splitlines()[-1] == "eviction (last 72 h)  no data yet"
 
 
 def test_every_list_answers_an_empty_result_in_words_not_a_bare_header(cli, portal):

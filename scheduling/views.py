@@ -9,7 +9,7 @@ fully on the server; ``static/js/pages/*`` then apply live updates (``job.<id>``
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from quotas.models import Queue, Tier
-from scheduling import estimator, whatif
+from scheduling import estimator, verdict_text, whatif
 from scheduling.blast import job_blast_radius
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
 from scheduling.models import Job, Node
@@ -39,48 +39,6 @@ from scheduling.selectors import (
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 JOBS_PER_PAGE = 50
-
-# Words for the numbers in ``pending_details`` (unknown keys fall back to the key itself).
-DETAIL_LABELS: dict[str, str] = {
-    "scope": "Limited by",
-    "name": "Name",
-    "held_gpus": "GPUs held now",
-    "quota_gpus": "Quota (GPUs)",
-    "requested_gpus": "GPUs this job asks",
-    "room_gpus": "Room left under the quota (GPUs)",
-    "short_gpus": "GPUs short",
-    "nodes_needed": "Nodes needed",
-    "gpus_per_node": "GPUs per node",
-    "largest_node_gpus": "Largest node (GPUs)",
-    "max_gpu_memory_gb": "Largest GPU memory (GB)",
-    "matching_nodes": "Matching nodes",
-    "max_block_nodes": "Most matching nodes in one block",
-    "healthy_matching_nodes": "Healthy matching nodes",
-    "unavailable_nodes": "Matching nodes unavailable",
-    "ahead_jobs": "Jobs ahead still waiting",
-    "ahead_gpus": "GPUs they wait for",
-    "started_ahead_jobs": "Jobs ahead started this cycle",
-    "started_ahead_gpus": "GPUs they took",
-    "reservations_ahead": "Reservations holding nodes",
-    "strict_order": "Strict order policy",
-    "victims": "Jobs checkpointing to make room",
-    "victim_gpus": "GPUs they free",
-    "deadline": "They stop by",
-    "free_gpus": "Matching GPUs free",
-    "best_node_free": "Most free GPUs on one node",
-    "best_rack": "Best rack",
-    "best_rack_nodes": "Nodes with room in the best rack",
-    "best_block_nodes": "Nodes with room in the best block",
-    "where": "Free GPUs by rack",
-    "underlying_code": "Underlying reason",
-    "preemption_count": "Times preempted",
-    "attempts": "Launch attempts failed in a row",
-    "failing_for_seconds": "Failing for (seconds)",
-    "backoff_seconds": "Wait before the next attempt (seconds)",
-    "next_attempt_at": "Next attempt",
-    "error": "Error from the cluster",
-}
-TIME_DETAILS = {"deadline"}
 
 # Each pending code in plain words (the guide says the same).
 CODE_TITLES: dict[str, str] = {
@@ -96,33 +54,10 @@ CODE_TITLES: dict[str, str] = {
 }
 
 
-def _format_detail(key: str, value: Any) -> str:
-    if key in TIME_DETAILS and isinstance(value, int | float):
-        if not value:
-            return "unknown"
-        return datetime.fromtimestamp(value, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
-    if key.endswith("_at") and isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        except ValueError:
-            return value
-    if key == "strict_order":
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value) or "none"
-    return str(value) if value != "" else "none"
-
-
 def detail_rows(details: dict) -> list[tuple[str, str]]:
-    """``pending_details`` as (label, value) rows, in a readable order."""
-    if not isinstance(details, dict):
-        return []
-    return [
-        (DETAIL_LABELS.get(k, k.replace("_", " ").capitalize()), _format_detail(k, v))
-        for k, v in details.items()
-    ]
+    """``pending_details`` as (label, value) rows: the one formatter the job page, the API
+    and ``gpuctl explain`` use (``verdict_text.facts``)."""
+    return [(fact["label"], fact["text"]) for fact in verdict_text.facts(details)]
 
 
 def duration_text(seconds: float) -> str:
@@ -466,7 +401,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "live_config": {
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",
-            "labels": DETAIL_LABELS,
             "titles": CODE_TITLES,
             "active_states": list(Job.ACTIVE_STATES),
         },

@@ -80,7 +80,7 @@ def test_the_form_shows_the_engines_verdict_and_the_next_cycle_agrees(demo, busy
     expect(page.locator("#feasibility-position")).to_have_text("; place in line: 1")
     expect(page.locator("#feasibility-remedy")).to_have_text(wait["remedy"])
     page.locator("#feasibility-numbers summary").click()
-    expect(page.locator("#feasibility-details")).to_contain_text("Matching GPUs free")
+    expect(page.locator("#feasibility-details")).to_contain_text("Matching GPUs left free")
     expect(page.locator("#feasibility-asof")).to_contain_text("cycle #")
     screenshot(page, "submit-whatif")
 

@@ -57,7 +57,7 @@ def test_the_endpoint_gives_the_engines_verdict_with_its_start_and_place(demo, c
     assert body["estimated_start_text"].startswith(start.strftime("%Y-%m-%d %H:%M UTC"))
     assert "(in 2 h)" in body["estimated_start_text"]
     labels = [label for label, _ in body["detail_rows"]]
-    assert "Matching GPUs free" in labels
+    assert "Matching GPUs left free" in labels
     assert body["as_of"]["cycle"] and "cycle #" in body["as_of_text"]
 
 

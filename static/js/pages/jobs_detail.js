@@ -24,25 +24,6 @@
     return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
   }
 
-  function detailValue(key, value) {
-    if (key === "deadline" && typeof value === "number") {
-      return value ? when(new Date(value * 1000).toISOString()) : "unknown";
-    }
-    if (key.endsWith("_at") && typeof value === "string" && !Number.isNaN(Date.parse(value))) {
-      return when(value);
-    }
-    if (key === "strict_order") return value ? "yes" : "no";
-    if (Array.isArray(value)) return value.join(", ") || "none";
-    if (value !== null && typeof value === "object") return JSON.stringify(value);
-    return value === "" ? "none" : String(value);
-  }
-
-  function label(key) {
-    if (config.labels[key]) return config.labels[key];
-    const words = key.replace(/_/g, " ");
-    return words.charAt(0).toUpperCase() + words.slice(1);
-  }
-
   function renderVerdict(job) {
     const section = $("verdict");
     section.hidden = job.state !== "pending";
@@ -55,13 +36,8 @@
     $("verdict-message").textContent = reason.message;
     const dl = $("verdict-details");
     dl.replaceChildren();
-    if (reason.facts) {  /* formatted by the server, as the page and gpuctl show them (#15) */
-      for (const fact of reason.facts) dl.append(el("dt", fact.label), el("dd", fact.text));
-    } else {
-      for (const [key, value] of Object.entries(reason.details || {})) {
-        dl.append(el("dt", label(key)), el("dd", detailValue(key, value)));
-      }
-    }
+    /* formatted by the server (scheduling/verdict_text.py), as the page and gpuctl show them */
+    for (const fact of reason.facts || []) dl.append(el("dt", fact.label), el("dd", fact.text));
     $("verdict-remedy").textContent = reason.remedy || "—";
     $("queue-position").textContent = job.queue_position ?? "unknown";
     $("estimated-start").textContent = reason.estimated_start_text

@@ -28,6 +28,12 @@ class Profile(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile"
     )
     role = models.CharField(max_length=12, choices=Role.choices, default=Role.RESEARCHER)
+    time_zone = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="IANA zone the pages show times in; empty: the browser's (else UTC)",
+    )
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role})"

@@ -44,6 +44,10 @@ class TokenError(Exception):
         self.errors = errors
 
 
+class TokenNameTaken(TokenError):
+    """The user already has a live token of that name (a conflict with state: 409)."""
+
+
 def hash_secret(secret: str) -> str:
     """SHA-256 hex of a token's secret: what the database stores and looks up."""
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()
@@ -120,7 +124,7 @@ def create_token(
                 source_ip=source_ip,
             )
     except IntegrityError:
-        raise TokenError({"name": ["You already have a token with this name."]}) from None
+        raise TokenNameTaken({"name": ["You already have a token with this name."]}) from None
     return token, secret
 
 

@@ -7,7 +7,7 @@ through ``core.tokens``.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
@@ -42,10 +42,19 @@ class CreatedTokenSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
+class TextField(serializers.CharField):
+    """A CharField that takes a JSON string only (DRF's also turns ``0`` into ``"0"``)."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class CreateTokenSerializer(StrictSerializer):
     """``{"name": "...", "expires_in_days": 1-365}`` (default 90)."""
 
-    name = serializers.CharField(max_length=tokens.MAX_NAME)
+    name = TextField(max_length=tokens.MAX_NAME)
     expires_in_days = StrictIntegerField(
         min_value=tokens.MIN_DAYS, max_value=tokens.MAX_DAYS, default=tokens.DEFAULT_DAYS
     )
@@ -55,6 +64,12 @@ class CreateTokenSerializer(StrictSerializer):
             return tokens.clean_name(value)
         except tokens.TokenError as exc:
             raise serializers.ValidationError(exc.errors["name"]) from None
+
+
+class TokenConflictSerializer(serializers.Serializer):
+    """The 409 envelope: ``{"errors": {"name": ["..."]}}``."""
+
+    errors = serializers.DictField(child=serializers.ListField(child=serializers.CharField()))
 
 
 class ApiTokenViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
@@ -76,7 +91,16 @@ class ApiTokenViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
             raise NotFound()  # would overflow the query
         return super().get_object()
 
-    @extend_schema(request=CreateTokenSerializer, responses={201: CreatedTokenSerializer})
+    @extend_schema(
+        request=CreateTokenSerializer,
+        responses={
+            201: CreatedTokenSerializer,
+            409: OpenApiResponse(
+                response=TokenConflictSerializer,
+                description="you already have a live token of that name; nothing changed",
+            ),
+        },
+    )
     def create(self, request, *args, **kwargs) -> Response:
         body = CreateTokenSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -87,6 +111,8 @@ class ApiTokenViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):
                 body.validated_data["expires_in_days"],
                 source_ip=client_ip(request),
             )
+        except tokens.TokenNameTaken as exc:  # well formed; the name is in use: 409
+            return Response({"errors": exc.errors}, status=status.HTTP_409_CONFLICT)
         except tokens.TokenError as exc:
             raise serializers.ValidationError(exc.errors) from None
         token.token = secret

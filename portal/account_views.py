@@ -1,4 +1,6 @@
-"""The "API tokens" page (``/account/tokens/``): a user's own tokens, made and revoked here.
+"""The account pages: display time zone (``/account/``) and API tokens.
+
+The "API tokens" page (``/account/tokens/``): a user's own tokens, made and revoked here.
 
 Every signed-in user manages their own tokens and sees nobody else's (another user's token
 id is a 404). A new token's secret is in the answer to the POST that made it, once: the
@@ -17,9 +19,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from core import tokens
+from core import timezones, tokens
 from core.api import client_ip
-from core.models import ApiToken
+from core.models import ApiToken, Profile
 
 
 class TokenForm(forms.Form):
@@ -81,3 +83,39 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
         raise Http404("No such token.") from None
     messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
     return redirect("account-tokens")
+
+
+class ZoneForm(forms.Form):
+    """The zone the pages show times in; empty: the browser's."""
+
+    time_zone = forms.ChoiceField(required=False, label="Show times in")
+
+    def __init__(self, *args, browser_zone: str = "UTC", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["time_zone"].choices = [
+            ("", f"My browser's zone (now: {browser_zone})"),
+            *timezones.zone_choices(),
+        ]
+
+
+@never_cache
+@login_required
+@require_http_methods(["GET", "POST"])
+def account(request: HttpRequest) -> HttpResponse:
+    """The user's display time zone (times are stored in UTC; only the display changes)."""
+    profile, _ = Profile.objects.get_or_create(user=request.user)
+    browser_zone = timezones.browser_zone(request) or "UTC"
+    if request.method == "POST":
+        form = ZoneForm(request.POST, browser_zone=browser_zone)
+        if form.is_valid():
+            profile.time_zone = form.cleaned_data["time_zone"]
+            profile.save(update_fields=["time_zone"])
+            shown = profile.time_zone or browser_zone
+            messages.success(request, f"Times are now shown in {shown}.")
+            return redirect("account")
+        status = 400
+    else:
+        form = ZoneForm(initial={"time_zone": profile.time_zone}, browser_zone=browser_zone)
+        status = 200
+    context = {"form": form, "chosen": profile.time_zone, "browser_zone": browser_zone}
+    return render(request, "account/account.html", context, status=status)

@@ -9,6 +9,7 @@ from core.tokens_api import ApiTokenViewSet
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
 from portal import account_views, audit_views, errors, health, views
+from portal.csv_views import JobCSVViewSet, LineUsageCSVView, QueueCSVViewSet
 from portal.metrics import metrics_view
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
@@ -25,6 +26,8 @@ router.register("alerts", AlertViewSet, basename="alert")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("tokens", ApiTokenViewSet, basename="api-token")
 
+CSV = {"format": "csv"}
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -32,6 +35,7 @@ urlpatterns = [
     path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/auth/oidc.py)
     path("admin/", admin.site.urls),
     path("audit/", audit_views.audit_log, name="audit"),
+    path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_list, name="account-tokens"),
     path(
         "account/tokens/<int:token_id>/revoke/",
@@ -46,6 +50,22 @@ urlpatterns = [
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),
     path("api/v1/scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),
     path("api/v1/metrics/summary/", MetricsSummaryView.as_view(), name="metrics-summary"),
+    # CSV exports (portal/csv_views.py), before the router's own format suffixes
+    path("api/v1/jobs.csv", JobCSVViewSet.as_view({"get": "list"}), CSV, name="jobs-csv"),
+    path("api/v1/queues.csv", QueueCSVViewSet.as_view({"get": "list"}), CSV, name="queues-csv"),
+    path(
+        "api/v1/",
+        include(
+            [
+                path(
+                    "business-lines/<str:pk>/usage.csv",
+                    LineUsageCSVView.as_view(),
+                    CSV,
+                    name="line-usage-csv",
+                )
+            ]
+        ),
+    ),
     path("api/v1/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from local files (drf-spectacular-sidecar); its script is a separate

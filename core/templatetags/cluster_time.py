@@ -1,8 +1,11 @@
-"""Times as the portal shows them: UTC, said so, and relative times against cluster now.
+"""Times as the portal shows them: in the viewer's zone (UTC by default), said so, and
+relative times against cluster now (``core.timezones`` picks and activates the zone).
 
 ``{% load cluster_time %}``, then:
 
-- ``{{ when|utc }}`` -> ``2026-12-01 03:10 UTC`` (``{{ when|utc:"s" }}`` adds seconds);
+- ``{{ when|utc }}`` -> ``2026-12-01 03:10 UTC`` (``{{ when|utc:"s" }}`` adds seconds), or
+  ``2026-12-01 04:10 CET`` for a viewer in Europe/Paris;
+- ``{% display_zone %}`` -> ``UTC`` or ``Europe/Paris``;
 - ``{% ago when %}`` -> ``5 min ago`` / ``in 2 h 10 min``, measured from the cluster clock
   (the header's reading, ``cluster_clock``, else ``core.clock.now()``), never from the
   browser's or the server's wall clock: on the simulator they differ by hours.
@@ -14,19 +17,32 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django import template
+from django.utils import timezone
 
-from core import clock
+from core import clock, timezones
 
 register = template.Library()
 
 
 @register.filter
 def utc(value: Any, precision: str = "") -> str:
-    """A datetime in UTC with its zone: ``Y-m-d H:i UTC`` (``"s"``: with seconds)."""
+    """A datetime in the viewer's zone, named: ``Y-m-d H:i UTC`` (``"s"``: with seconds).
+
+    The zone is the one ``core.timezones.TimeZoneMiddleware`` activated (UTC unless the
+    user chose another or their browser reported one); UTC is written "UTC"."""
     if not isinstance(value, datetime):
         return "" if value in (None, "") else str(value)
-    fmt = "%Y-%m-%d %H:%M:%S UTC" if precision == "s" else "%Y-%m-%d %H:%M UTC"
-    return value.astimezone(UTC).strftime(fmt)
+    zone = timezone.get_current_timezone()
+    local = value.astimezone(UTC if timezones.is_utc(zone) else zone)
+    fmt = "%Y-%m-%d %H:%M:%S" if precision == "s" else "%Y-%m-%d %H:%M"
+    return f"{local.strftime(fmt)} {timezones.label(local, zone)}"
+
+
+@register.simple_tag
+def display_zone() -> str:
+    """The IANA name of the zone the page shows times in (``UTC`` by default)."""
+    zone = timezone.get_current_timezone()
+    return "UTC" if timezones.is_utc(zone) else getattr(zone, "key", str(zone))
 
 
 def span(seconds: float) -> str:

@@ -2,7 +2,8 @@
  * as HTML, so nothing a user typed (job names, messages) can become markup.
  *   Dom.el("li", "text", "rp-muted")            // an element with text and a class
  *   Dom.fillList(ul, items, "None yet.", toLi)  // one <li> per item, or the empty text
- * and the cluster clock (every time the portal shows is cluster time, in UTC; on the
+ * and the cluster clock (every time the portal shows is cluster time, in the viewer's zone
+ * from <html data-tz> (UTC by default); on the
  * simulator it runs faster than the wall clock, so never measure against Date.now()):
  *   Dom.clusterNow()   // cluster time now, epoch ms (from the header's #cluster-clock)
  *   Dom.when(iso)      // "2026-12-01 03:10 UTC"
@@ -50,10 +51,29 @@
     return Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
   }
 
+  // The zone the server rendered the page in (<html data-tz>, core/timezones.py).
+  const zone = document.documentElement.dataset.tz || "UTC";
+  let zoneFormat = null;
+  if (zone !== "UTC") {
+    try {
+      zoneFormat = new Intl.DateTimeFormat("en-GB", {
+        timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
+        hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
+      });
+    } catch (e) {
+      zoneFormat = null; // an unknown zone: UTC, said so
+    }
+  }
+
   function when(iso) {
     if (!iso) return "—";
     const t = parse(iso);
-    return Number.isNaN(t) ? String(iso) : new Date(t).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+    if (Number.isNaN(t)) return String(iso);
+    if (!zoneFormat) return new Date(t).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+    const p = {};
+    for (const part of zoneFormat.formatToParts(new Date(t))) p[part.type] = part.value;
+    const name = /^GMT[+-]/.test(p.timeZoneName) ? p.timeZoneName.replace("GMT", "UTC") : p.timeZoneName;
+    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute} ${name}`;
   }
 
   function span(seconds) {

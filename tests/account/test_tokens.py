@@ -151,6 +151,8 @@ def test_nobody_sees_or_revokes_another_users_token(demo, api):
     [
         ({}, "name"),
         ({"name": ""}, "name"),
+        ({"name": 0}, "name"),
+        ({"name": ["a"]}, "name"),
         ({"name": "   "}, "name"),
         ({"name": "x" * 101}, "name"),
         ({"name": "a\x00b"}, "non_field_errors"),  # the parser refuses controls in a body
@@ -176,10 +178,11 @@ def test_service_refuses_control_characters_in_names(demo):
     assert not ApiToken.objects.exists()
 
 
-def test_duplicate_live_name_is_400(demo, api):
+def test_duplicate_live_name_is_refused(demo, api):
     create_via_api(api, name="laptop")
     response = api("researcher").post("/api/v1/tokens/", {"name": "laptop"}, format="json")
-    assert response.status_code == 400 and "name" in response.json()["errors"]
+    # well formed, but the name is taken: a conflict with state, in the envelope
+    assert response.status_code == 409 and "name" in response.json()["errors"]
     page = signed_in("researcher").post(
         "/account/tokens/", {"name": "laptop", "expires_in_days": "5"}
     )

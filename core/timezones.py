@@ -1,0 +1,96 @@
+"""Display time zones: every time is stored in UTC; pages show it in the viewer's zone.
+
+The zone is, in order: the user's choice (``Profile.time_zone``, set on ``/account/``),
+else the browser's zone from the ``tz`` cookie that ``static/js/tz.js`` sets on the first
+visit (``Intl.DateTimeFormat().resolvedOptions().timeZone``), else UTC. Any name not in
+``zoneinfo.available_timezones()`` is ignored. ``TimeZoneMiddleware`` activates it with
+``django.utils.timezone.activate`` for page views read with GET/HEAD; it leaves UTC:
+
+- the API (``/api/``): its contract is ISO 8601 UTC (DRF would render in the active zone);
+- writes (POST…): the forms that take a time say "UTC" and parse it so.
+
+``core.templatetags.cluster_time`` (``|utc``, the header clock) then renders in the
+active zone and names it; UTC stays written "UTC".
+"""
+
+from __future__ import annotations
+
+import functools
+import zoneinfo
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+from urllib.parse import unquote
+
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+
+COOKIE = "tz"
+UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/Universal", "Universal", "Etc/Zulu", "Zulu"})
+
+
+@functools.cache
+def available() -> frozenset[str]:
+    """Every IANA zone name this machine knows."""
+    return frozenset(zoneinfo.available_timezones())
+
+
+def valid_zone(name: object) -> str | None:
+    """``name`` if it is a known IANA zone (at most 64 characters), else None."""
+    if isinstance(name, str) and 0 < len(name) <= 64 and name in available():
+        return name
+    return None
+
+
+def zone_choices() -> list[tuple[str, str]]:
+    """Sorted (name, name) pairs for a select."""
+    return [(name, name) for name in sorted(available())]
+
+
+def browser_zone(request: HttpRequest) -> str | None:
+    """The zone the browser reported in the ``tz`` cookie (URL-encoded by tz.js), if known."""
+    return valid_zone(unquote(request.COOKIES.get(COOKIE, "")))
+
+
+def zone_of(request: HttpRequest) -> str:
+    """The zone ``request``'s pages display in: the profile's, the cookie's, else UTC."""
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated:
+        profile = getattr(user, "profile", None) if hasattr(user, "profile") else None
+        chosen = valid_zone(getattr(profile, "time_zone", ""))
+        if chosen:
+            return chosen
+    return browser_zone(request) or "UTC"
+
+
+def is_utc(zone: tzinfo) -> bool:
+    """Whether ``zone`` is UTC itself (not merely at offset 0 today, as London in winter)."""
+    return zone is UTC or getattr(zone, "key", str(zone)) in UTC_NAMES
+
+
+def label(moment: datetime, zone: tzinfo) -> str:
+    """The zone's short name at ``moment`` (``CET``, ``JST``, ``UTC+04`` where the zone has
+    no abbreviation, ``UTC`` for UTC)."""
+    if is_utc(zone):
+        return "UTC"
+    name = moment.astimezone(zone).tzname() or getattr(zone, "key", "")
+    return f"UTC{name}" if name[:1] in "+-" else name
+
+
+class TimeZoneMiddleware:
+    """Activates the viewer's zone for page GETs (see the module's docstring)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        pages = request.method in ("GET", "HEAD") and not request.path_info.startswith("/api/")
+        zone = zone_of(request) if pages else "UTC"
+        request.display_zone = zone  # what the pages show (base.html hands it to the JS)
+        if zone == "UTC":
+            timezone.deactivate()
+        else:
+            timezone.activate(zoneinfo.ZoneInfo(zone))
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()

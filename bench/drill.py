@@ -29,6 +29,7 @@ Used by ``tests/concurrency/test_http_drill.py`` (bounded, in CI) and by
 from __future__ import annotations
 
 import random
+import secrets
 import threading
 import time
 from collections import Counter
@@ -39,8 +40,6 @@ from typing import Any
 import requests
 from django.db import close_old_connections, connection
 
-PREFIX = "drill-http-"
-REASON = "drill-http"
 # Refusals the rules call for: bad input by a rule, not allowed, gone, the state or a busy
 # cluster refuses. Anything else is an error of the portal.
 REFUSALS = frozenset({400, 403, 404, 409})
@@ -62,12 +61,16 @@ class Ledger:
     decided: dict[int, list[str]] = field(default_factory=dict)  # request -> accepted decisions
     node_actions: Counter[str] = field(default_factory=Counter)  # "cordon" -> accepted
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # This run's mark: its jobs' name prefix, its requests' reason, its actions' reason (a
+    # database may hold an earlier run's).
+    tag: str = field(default_factory=lambda: f"drill-http-{secrets.token_hex(4)}")
 
     def summary(self) -> dict[str, Any]:
         return {
             "accepted": dict(sorted(self.accepted.items())),
             "refused": dict(sorted(self.refused.items())),
             "errors": len(self.errors),
+            "tag": self.tag,
         }
 
 
@@ -127,17 +130,23 @@ class HttpDrill:
         client = self.client(username)
 
         def step(rng: random.Random) -> None:
-            body = {"name": f"{PREFIX}{rng.randrange(10**6)}", "queue": QUEUES[username],
+            body = {"name": f"{self.ledger.tag}-{rng.randrange(10**6)}", "queue": QUEUES[username],
                     "gpus": rng.choice([1, 2, 4, 8]), "sim_duration_minutes": rng.choice([1, 30])}  # fmt: skip
             made = client.call("submit", "POST", "jobs/", body)
             if made is not None:
                 with self.ledger.lock:
                     self.ledger.jobs[made["id"]] = username
-            mine = [pk for pk, owner in list(self.ledger.jobs.items()) if owner == username]
+            mine = self._jobs(lambda owner: owner == username)
             if mine and rng.random() < 0.5:
                 self._cancel(client, rng.choice(mine))
 
         return step
+
+    def _jobs(self, owned: Callable[[str], bool]) -> list[int]:
+        """The submitted jobs whose owner passes ``owned``, read under the ledger's lock (the
+        submitting threads add to it meanwhile)."""
+        with self.ledger.lock:
+            return [pk for pk, owner in self.ledger.jobs.items() if owned(owner)]
 
     def _cancel(self, client: Client, pk: int) -> None:
         if client.call("cancel", "POST", f"jobs/{pk}/cancel/") is not None:
@@ -148,16 +157,15 @@ class HttpDrill:
         client = self.client("lead")
 
         def step(rng: random.Random) -> None:
-            body = {"business_line": "llm", "quota_gpus": rng.randrange(8, 33), "reason": REASON}
+            body = {"business_line": "llm", "quota_gpus": rng.randrange(8, 33),
+                    "reason": self.ledger.tag}  # fmt: skip
             made = client.call("ask", "POST", "quota-requests/", body)
             if made is not None:
                 with self.ledger.lock:
                     self.ledger.asked.append(made["id"])
             if self.ledger.asked and rng.random() < 0.4:
                 self._decide(client, "withdraw", rng.choice(self.ledger.asked))
-            line_jobs = [
-                pk for pk, owner in list(self.ledger.jobs.items()) if owner != "researcher2"
-            ]
+            line_jobs = self._jobs(lambda owner: owner != "researcher2")
             if line_jobs and rng.random() < 0.2:
                 self._cancel(client, rng.choice(line_jobs))
             time.sleep(0.01)
@@ -165,7 +173,7 @@ class HttpDrill:
         return step
 
     def _decide(self, client: Client, decision: str, pk: int) -> None:
-        body = {"note": REASON}
+        body = {"note": self.ledger.tag}
         if client.call(decision, "POST", f"quota-requests/{pk}/{decision}/", body) is not None:
             with self.ledger.lock:
                 self.ledger.decided.setdefault(pk, []).append(decision)
@@ -188,7 +196,7 @@ class HttpDrill:
 
         def step(rng: random.Random) -> None:
             action = rng.choice(NODE_ACTIONS)
-            body = {"reason": REASON}
+            body = {"reason": self.ledger.tag}
             node = rng.choice(self.nodes)
             if client.call(action, "POST", f"nodes/{node}/{action}/", body) is not None:
                 with self.ledger.lock:
@@ -260,7 +268,8 @@ def verify(ledger: Ledger, admin_user: Any) -> list[str]:
     from scheduling.sim_services import run_cycle_now
 
     problems = list(ledger.errors)
-    made = set(Job.objects.filter(name__startswith=PREFIX).values_list("pk", flat=True))
+    mine = f"{ledger.tag}-"
+    made = set(Job.objects.filter(name__startswith=mine).values_list("pk", flat=True))
     if made != set(ledger.jobs):
         problems.append(
             f"jobs: {len(made)} in the database, {len(ledger.jobs)} submissions accepted "
@@ -279,7 +288,7 @@ def verify(ledger: Ledger, admin_user: Any) -> list[str]:
         if states.get(pk) != "cancelled" or events[pk] != 1:
             problems.append(f"job {pk}: cancel accepted, state {states.get(pk)}, "
                             f"{events[pk]} cancel events")  # fmt: skip
-    asked = set(QuotaRequest.objects.filter(reason=REASON).values_list("pk", flat=True))
+    asked = set(QuotaRequest.objects.filter(reason=ledger.tag).values_list("pk", flat=True))
     if asked != set(ledger.asked):
         problems.append(f"quota requests: {len(asked)} stored, {len(ledger.asked)} accepted")
     final = {"approve": "approved", "reject": "rejected", "withdraw": "withdrawn"}
@@ -290,7 +299,7 @@ def verify(ledger: Ledger, admin_user: Any) -> list[str]:
         if len(decisions) > 1 or stored.get(pk) != want:
             problems.append(f"quota request {pk}: decisions {decisions}, state {stored.get(pk)}")
     audited = Counter(
-        AuditRecord.objects.filter(actor_name="oncall", reason=REASON)
+        AuditRecord.objects.filter(actor_name="oncall", reason=ledger.tag)
         .values_list("action", flat=True)
     )  # fmt: skip
     for action in NODE_ACTIONS:

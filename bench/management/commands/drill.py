@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench.cli import add_output_arguments, api_token, write_result
-from bench.drill import PREFIX, HttpDrill, verify
+from bench.drill import HttpDrill, verify
 
 PEOPLE = ("admin", "oncall", "lead", "researcher", "researcher2")
 
@@ -48,15 +48,14 @@ class Command(BaseCommand):
         drill = HttpDrill(options["url"], tokens, nodes, options["seconds"], options["seed"])
         ledger = drill.run(admin)
         problems = verify(ledger, admin)
-        result = {"seconds": options["seconds"], **ledger.summary(), "problems": problems,
-                  "jobs_prefix": PREFIX}  # fmt: skip
+        result = {"seconds": options["seconds"], **ledger.summary(), "problems": problems}
         write_result(self, result, options["json"], _human)
         if problems:
             raise CommandError(f"{len(problems)} problems")
 
 
 def _human(result: dict) -> list[str]:
-    lines = [f"drill: {result['seconds']:.0f} s through the API"]
+    lines = [f"drill {result['tag']}: {result['seconds']:.0f} s through the API"]
     lines.append("accepted: " + ", ".join(f"{k} {v}" for k, v in result["accepted"].items()))
     lines.append("refused:  " + ", ".join(f"{k} {v}" for k, v in result["refused"].items()))
     lines.extend(f"PROBLEM {p}" for p in result["problems"][:50])

@@ -76,7 +76,7 @@ class Config:
         if not token:
             raise CliError(
                 "no API token: set GPUCTL_TOKEN or put token: in "
-                f"{path} (get one with `python manage.py issue_token USER`)",
+                f"{path} (get one with `gpuctl --url URL login`)",
                 EXIT_AUTH,
             )
         return cls(url=str(url).rstrip("/"), token=str(token), timeout=timeout)

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl import __version__
+from gpuctl import __version__, login
 from gpuctl.client import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -42,7 +42,8 @@ Command-line client of the GPU portal. It speaks only the portal's REST API.
 configuration (first found wins):
   --url, then GPUCTL_URL and GPUCTL_TOKEN in the environment,
   then ~/.config/gpuctl.yaml (or $GPUCTL_CONFIG) with `url:` and `token:`.
-  Get a token with: python manage.py issue_token USER
+  Get a token with: gpuctl --url URL login (saves url: and token: there), or make one
+  on the portal's "API tokens" page.
 
 examples:
   export GPUCTL_URL=http://127.0.0.1:8000 GPUCTL_TOKEN=<key>
@@ -700,6 +701,7 @@ examples:
                            help="approve even if guarantees eat into the admins' reserve")  # fmt: skip
 
     add("summary", cmd_summary, "cluster at a glance: GPUs, utilization, pending, eviction")
+    login.add_parser(sub, _Formatter)
     return parser
 
 
@@ -711,6 +713,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     with terminal_safe_output():  # names and messages come from other people
         try:
+            if getattr(args, "needs_token", True) is False:  # login makes the token
+                return args.func(args)
             portal = Portal(Config.load(url=args.url, timeout=args.timeout))
             return args.func(portal, args)
         except CliError as err:

@@ -29,7 +29,7 @@ from rest_framework.test import APIClient
 
 from demo.workload import generate
 from monitoring.rollup import rollup
-from quotas.models import BusinessLine, QuotaRequest
+from quotas.models import BusinessLine, Queue, QuotaRequest
 from quotas.services import QuotaRequestInput, approve_quota_request, create_quota_request
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, Node
@@ -66,6 +66,11 @@ def make_busy() -> dict:
         advance_clock(admin, STEP_S)
     waiting = submit(me, name="sweep-64", queue="llm-experiment", gpus=64,
                      sim_duration_minutes=600)  # fmt: skip
+    # one other line given the whole cluster as quota: its jobs wait for GPUs, priority or
+    # topology rather than quota, so the walk reads more than one kind of verdict
+    roomy = BusinessLine.objects.exclude(name="llm").order_by("name").first()
+    BusinessLine.objects.filter(pk=roomy.pk).update(quota_gpus=512)
+    Queue.objects.filter(business_line=roomy).update(quota_gpus=None)
     generate()
     run_cycle()  # the cycle every page is read at
     rollup()
@@ -344,6 +349,10 @@ def test_an_oncall_engineer_walks_a_busy_cluster(busy, page, login):
 def test_an_admin_walks_a_busy_cluster(busy, page, login):
     base = login("admin")
     visit(page, f"{base}/", "home")
+    summary = api_get(page, base, "metrics/summary/")
+    for field in ("gpus_total", "gpus_healthy", "gpus_allocated"):
+        shown = int(page.locator(f"#{field.replace('_', '-')}").inner_text())
+        assert shown == summary[field], (field, shown, summary[field])
 
     # the dashboard: the card and its caption are one reading, equal to the API's
     page.goto(f"{base}/dashboard/")
@@ -379,11 +388,32 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
                 for k in ("used_gpus",) + NUMBERS:
                     assert row[k] == on_queues[name][k], (line.name, name, k)
 
-    # a waiting job of the busy cluster, read by an admin: verdict readable everywhere
-    job = Job.objects.filter(state="pending").exclude(pending_code="").order_by("pk").first()
-    visit(page, f"{base}/jobs/{job.pk}/", "a waiting job")
-    readable_json(api_get(page, base, f"jobs/{job.pk}/"), "API waiting job")
-    timeline_in_order(page, "a waiting job")
+    # every waiting job's verdict reads well in the API; one job per verdict code: the
+    # page, the API and the job list say the same verdict and the same estimated start
+    pending = api_get(page, base, "jobs/?state=pending&limit=1000")["results"]
+    assert len(pending) > 20
+    readable_json(pending, "API pending jobs")
+    one_per_code = {
+        code: api_get(page, base, f"jobs/{pk}/")
+        for code, pk in Job.objects.filter(state="pending")
+        .exclude(pending_code="")
+        .order_by("-pk")
+        .values_list("pending_code", "pk")
+    }  # one job per verdict code (the oldest waiting)
+    assert len(one_per_code) >= 2, sorted(one_per_code)
+    for code, row in sorted(one_per_code.items()):
+        where = f"a waiting job ({code})"
+        visit(page, f"{base}/jobs/{row['id']}/", where)
+        timeline_in_order(page, where)
+        api_job = api_get(page, base, f"jobs/{row['id']}/")
+        readable_json(api_job, f"API {where}")
+        assert page.locator("#verdict-code").inner_text().strip() == code
+        assert api_job["pending_reason"]["code"] == code, "the code holds at one cycle"
+        shown = page.locator("#estimated-start").inner_text().strip()
+        assert shown == api_job["pending_reason"]["estimated_start_text"], (where, shown)
+        assert estimate_text(api_job) in (None, shown), (where, shown)
+        listed = next((r for r in pending if r["id"] == row["id"]), None)
+        assert listed is None or estimate_text(listed) == estimate_text(api_job), where
     preempted = Job.objects.filter(preemption_count__gt=0).order_by("pk").first()
     if preempted is not None:
         visit(page, f"{base}/jobs/{preempted.pk}/", "a preempted job")
@@ -409,8 +439,26 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
     expect(page.get_by_text("rejected", exact=False).first).to_be_visible()
     readable(page, "rejected request")
 
-    for url in ("/audit/", "/oncall/", "/quotas/requests/", "/jobs/?state=pending"):
+    for url in ("/audit/", "/oncall/", "/quotas/requests/"):
         visit(page, f"{base}{url}", url)
+
+    # the job list of waiting jobs: each row's verdict and estimated start are the API's
+    visit(page, f"{base}/jobs/?state=pending", "pending job list")
+    by_id = {r["id"]: r for r in pending}
+    compared = 0
+    for tr in page.locator("tbody tr").all():
+        link = tr.locator('a[href^="/jobs/"]')
+        if not link.count():
+            continue
+        job_id = int(re.search(r"/jobs/(\d+)/", link.get_attribute("href")).group(1))
+        if job_id not in by_id or not by_id[job_id]["pending_reason"]:
+            continue
+        why = tr.locator("td").nth(7).inner_text()
+        assert by_id[job_id]["pending_reason"]["code"] in why, (job_id, why)
+        expected = estimate_text(by_id[job_id])
+        assert (f"starts ~{expected}" in why) if expected else ("starts ~" not in why), why
+        compared += 1
+    assert compared >= 10, compared
     error_page(page, f"{base}/quotas/lines/no-such-line/", 404, "404 line")
 
 

@@ -37,6 +37,7 @@ from scheduling.nodes.services import drain_node
 from scheduling.sim_services import advance_clock
 from tests.browser.conftest import in_thread, screenshot
 from tests.browser.test_live_pages import LIVE_MS, go_live, same_document
+from tests.browser.test_whatif_form import ask
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
 from tests.drills import submit
@@ -226,6 +227,14 @@ def test_a_researcher_walks_a_busy_cluster(busy, page, login):
 
     visit(page, f"{base}/jobs/new/", "submit form")
     screenshot(page, "submit")
+    # the form's what-if on the busy cluster reads well too
+    page.get_by_label("Job name").fill("wide")
+    page.get_by_label("Queue").select_option(label="llm-core — Core training, tier core")
+    answer = ask(page, base, "16")
+    readable_json(answer, "what-if answer")
+    page.locator("#feasibility-numbers summary").click()
+    readable(page, "submit form with its what-if")
+    screenshot(page, "submit-whatif")
 
     # the queues: /queues/, the line page and the API agree at this cycle
     visit(page, f"{base}/queues/", "/queues/")

@@ -26,12 +26,15 @@ from gpuctl.client import (
     config_path,
 )
 from gpuctl.output import (
+    MODES,
     columns,
     fields,
     fmt_cell,
     fmt_detail,
     fmt_time,
+    mode,
     print_json,
+    set_mode,
     table,
     terminal_safe_output,
 )
@@ -200,6 +203,17 @@ JOB_COLUMNS = columns(
 )  # fmt: skip
 
 
+# -o wide: the table's columns and more of the job
+JOB_WIDE_COLUMNS = [
+    *JOB_COLUMNS[:4],
+    *columns(("LINE", "business_line"), lenient=True),
+    *JOB_COLUMNS[4:6],
+    *columns(("PER.NODE", "gpus_per_node"), ("PREEMPTED", "preemption_count"), lenient=True),
+    *JOB_COLUMNS[6:],
+    *columns(("STARTED", lambda j: fmt_time(j.get("started_at")))),
+]
+
+
 def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     limit = None if args.all else args.limit
     params = {"state": args.state, "queue": args.queue, "owner": args.owner}
@@ -212,7 +226,7 @@ def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     if not rows:
         print("no jobs match")
         return EXIT_OK
-    table(rows, JOB_COLUMNS)
+    table(rows, JOB_WIDE_COLUMNS if mode() == "wide" else JOB_COLUMNS)
     if total > len(rows):
         print(f"({len(rows)} of {total} jobs shown, newest first; --limit N or --all for more)",
               file=sys.stderr)  # fmt: skip
@@ -561,6 +575,10 @@ def _common(json_default: Any = argparse.SUPPRESS) -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--json", action="store_true", default=json_default,
                         help="print JSON (the API's objects) instead of a table")  # fmt: skip
+    parent.add_argument("-o", "--output", choices=MODES, default=argparse.SUPPRESS,
+                        help="table (default), wide, json, yaml, or name (first column)")  # fmt: skip
+    parent.add_argument("--no-headers", action="store_true", default=argparse.SUPPRESS,
+                        help="tables without their header line")  # fmt: skip
     return parent
 
 
@@ -618,9 +636,9 @@ examples:
     )
     p.add_argument("--state", choices=["pending", "running", "preempting", "succeeded",
                                         "failed", "cancelled"])  # fmt: skip
-    p.add_argument("--queue", help="queue name or id")
-    p.add_argument("--owner", help="username")
-    p.add_argument("--mine", action="store_true", help="only my jobs")
+    p.add_argument("-q", "--queue", help="queue name or id")
+    p.add_argument("-u", "--owner", "--user", dest="owner", help="username (as squeue -u)")
+    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
     p.add_argument("--limit", type=int, default=100, help="at most N jobs (100)")
     p.add_argument("--all", action="store_true", help="every matching job")
 
@@ -711,6 +729,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    output = getattr(args, "output", None) or ("json" if args.json else "table")
+    args.json = output in ("json", "yaml")  # the commands print the API's objects
+    set_mode(output, headers=not getattr(args, "no_headers", False))
     with terminal_safe_output():  # names and messages come from other people
         try:
             if getattr(args, "needs_token", True) is False:  # login makes the token

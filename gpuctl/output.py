@@ -14,6 +14,39 @@ from typing import Any, TextIO
 
 Column = tuple[str, Callable[[dict], Any]]
 
+# How lists print, set once from the command line (``-o``, ``--no-headers``): ``table``
+# (aligned, for people), ``wide`` (the table with every column a command offers), ``json``,
+# ``yaml`` (the API's objects), ``name`` (the first column only, one per line).
+MODES = ("table", "wide", "json", "yaml", "name")
+_mode = {"output": "table", "headers": True}
+
+
+def set_mode(output: str = "table", headers: bool = True) -> None:
+    """Choose how ``table`` and ``print_json`` print (``-o`` and ``--no-headers``)."""
+    _mode["output"] = output if output in MODES else "table"
+    _mode["headers"] = headers
+
+
+def mode() -> str:
+    """The chosen ``-o`` mode."""
+    return _mode["output"]
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: East Asian wide and full-width characters take two,
+    combining marks none (so CJK names line up)."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    room = " " * max(0, width - display_width(text))
+    return room + text if right else text + room
+
 
 def columns(*specs: tuple[str, str | Callable[[dict], Any]], lenient: bool = False) -> list[Column]:
     """Table columns from ``(HEADER, key)`` pairs, the cell being ``row[key]``, or from
@@ -85,20 +118,35 @@ def table(rows: Sequence[dict], columns: Sequence[Column], out: TextIO | None = 
         for _, get in columns
     ]
     headers = [name for name, _ in columns]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if _mode["output"] == "name":
+        for row in cells:
+            print(row[0], file=out)
+        return
+    widths = [
+        max([display_width(h)] + [display_width(r[i]) for r in cells])
+        for i, h in enumerate(headers)
+    ]
 
     def line(values: Sequence[str]) -> str:
-        parts = [
-            v.rjust(widths[i]) if numeric[i] else v.ljust(widths[i]) for i, v in enumerate(values)
-        ]
+        parts = [_pad(v, widths[i], numeric[i]) for i, v in enumerate(values)]
         return "  ".join(parts).rstrip()
 
-    print(line(headers), file=out)
+    if _mode["headers"]:
+        print(line(headers), file=out)
     for row in cells:
         print(line(row), file=out)
 
 
 def print_json(data: Any, out: TextIO | None = None) -> None:
+    """The API's objects as JSON, or as YAML with ``-o yaml``."""
+    if _mode["output"] == "yaml":
+        import yaml
+
+        text = yaml.safe_dump(
+            json.loads(json.dumps(data, default=str)), sort_keys=True, allow_unicode=True
+        )
+        print(text, end="", file=out or sys.stdout)
+        return
     print(json.dumps(data, indent=2, sort_keys=True, default=str), file=out or sys.stdout)
 
 

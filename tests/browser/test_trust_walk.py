@@ -421,6 +421,14 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
         shown = page.locator("#estimated-start").inner_text().strip()
         assert shown == api_job["pending_reason"]["estimated_start_text"], (where, shown)
         assert estimate_text(api_job) in (None, shown), (where, shown)
+        verdict = api_job["pending_reason"]
+        labels = page.locator("#verdict-details dt").all_inner_texts()
+        texts = page.locator("#verdict-details dd").all_inner_texts()
+        facts = list(zip(labels, texts, strict=True))
+        assert facts == [(f["label"], f["text"]) for f in verdict["facts"]], where
+        if shown.startswith("unknown"):  # no time predicted elsewhere on the same verdict
+            said = verdict["message"] + " " + (verdict["remedy"] or "")
+            assert not re.search(r"\d\d:\d\d UTC", said), (where, said)
         listed = next((r for r in pending if r["id"] == row["id"]), None)
         assert listed is None or estimate_text(listed) == estimate_text(api_job), where
     preempted = Job.objects.filter(preemption_count__gt=0).order_by("pk").first()

@@ -21,6 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from scheduling.engine.predict import PLAN_QUANTILE
+
+from .prediction_error import table as prediction_table
 from .replay import POLICIES, ReplayConfig, run_replay
 from .report import render_html, render_markdown
 
@@ -76,6 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "happened (0: only on arrivals/completions)",
     )
     parser.add_argument(
+        "--predict-quantile",
+        type=float,
+        default=None,
+        metavar="Q",
+        help="the quantile (0-1) of learnt runtimes the plans use for reservations and "
+        "backfill (default 0.8)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="verify every plan with check_plan (slower)"
     )
     parser.add_argument("--progress", action="store_true", help="progress lines on stderr")
@@ -95,6 +106,9 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
         raise CliError("--cycle-s must be > 0")
     if options.get("replan_s") is not None and options["replan_s"] < 0:
         raise CliError("--replan-s must be >= 0")
+    pq = options.get("predict_quantile")
+    if pq is not None and not 0.0 <= pq <= 1.0:
+        raise CliError("--predict-quantile must be within 0 and 1")
     return ReplayConfig(
         trace=options["trace"],
         policy=options.get("policy") or "full",
@@ -104,6 +118,7 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
         cycle_s=float(options.get("cycle_s") or 60.0),
         replan_s=float(options["replan_s"] if options.get("replan_s") is not None else 600.0),
         check=bool(options.get("check")),
+        predict_quantile=PLAN_QUANTILE if pq is None else float(pq),
     )
 
 
@@ -120,6 +135,8 @@ def command_line(config: ReplayConfig) -> str:
         parts += ["--cycle-s", f"{config.cycle_s:g}"]
     if config.replan_s != 600.0:
         parts += ["--replan-s", f"{config.replan_s:g}"]
+    if config.predict_quantile != PLAN_QUANTILE:
+        parts += ["--predict-quantile", f"{config.predict_quantile:g}"]
     return shlex.join(parts)
 
 
@@ -198,6 +215,12 @@ def human_summary(result: dict) -> list[str]:
         width = max(len(c) for c in by_cause)
         for cause, gs in by_cause.items():
             lines.append(f"  {cause.ljust(width)}  {gs / 3600:>12,.0f} GPU-h  {gs / total:6.1%}")
+    pred = o.get("prediction") or {}
+    if pred.get("jobs"):
+        lines += ["", "runtime prediction error (predicted at first start vs. true runtime):"]
+        rows = prediction_table(pred)
+        width = max(len(label) for label, _ in rows)
+        lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
     if o.get("rejected"):
         lines.append(
             f"{o['rejected']} jobs could never fit their pool or quota and were not replayed"

@@ -52,6 +52,8 @@ class ReplayJob:
         "pview",
         "rview",
         "pool",
+        "predicted_s",
+        "predicted_source",
     )
 
     def __init__(self, idx: int, tj, pool: Pool) -> None:
@@ -81,6 +83,8 @@ class ReplayJob:
         self.pview: PendingJob | None = None
         self.rview: RunningJob | None = None
         self.pool = pool
+        self.predicted_s: float | None = None  # whole runtime predicted at first start
+        self.predicted_source: str | None = None
 
     def pending_view(self, predicted_s: float, order_key: float) -> PendingJob:
         """The job waiting, as the engine sees it; ``order_key`` goes in ``submitted_at``."""

@@ -54,6 +54,7 @@ from scheduling.engine import (
     plan,
 )
 from scheduling.engine.policy import is_demoted
+from scheduling.engine.predict import PLAN_QUANTILE, Prediction
 from scheduling.engine.types import COLD, PREEMPTING, READY
 from scheduling.simcore import SimConfig, SimNode, Simulator, build_demo_cluster
 from scheduling.simcore.observation import (
@@ -119,6 +120,7 @@ class ReplayConfig:
     plan_prefix: int = 256  # without backfill, plan the first K jobs first (exact)
     shortcuts: bool = True  # the exact shortcuts (off: every plan sees every waiting job)
     max_drain_s: float = 365 * DAY  # give up this long after the window if jobs remain
+    predict_quantile: float = PLAN_QUANTILE  # the runtime quantile the plans use
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
 
@@ -137,7 +139,7 @@ class Replay:
         self.arrivals_wait = config.shortcuts and (
             p.strict_fifo and not (p.backfill or p.borrowing or p.preemption)
         )
-        self.predictor = OnlinePredictor()
+        self.predictor = OnlinePredictor(quantile=config.predict_quantile)
         window = workload.window_s
         self.window = window
         tiers = sorted(Tier, reverse=True)
@@ -252,27 +254,40 @@ class Replay:
         self._wait(j, t, +1)
 
     # -- engine views ---------------------------------------------------------------
-    def _predicted_s(self, j: ReplayJob) -> float:
-        """What the scheduler believes the job's whole run takes (learnt as jobs finish)."""
+    def _prediction(self, j: ReplayJob, elapsed_s: float = 0.0) -> Prediction:
+        """What the scheduler believes the job's whole run takes (learnt as jobs finish),
+        given that it has already run ``elapsed_s``. The traces name no users."""
         return self.predictor.predict(
-            owner="", model_name=j.model, queue=j.queue, gpus=j.gpus
-        ).seconds
+            owner="", model_name=j.model, queue=j.queue, gpus=j.gpus, elapsed_s=elapsed_s
+        )
+
+    def _predicted_s(self, j: ReplayJob, elapsed_s: float = 0.0) -> float:
+        return self._prediction(j, elapsed_s).seconds
 
     def _pending_view(self, j: ReplayJob) -> PendingJob:
         if self.oracle:
             remaining_true = j.duration - j.progress
             return j.pending_view(remaining_true, remaining_true)
-        total = self._predicted_s(j)
+        total = self._predicted_s(j, j.progress)
         pred = max(total - j.progress, self.policy.overrun_s) if j.progress else total
         return j.pending_view(pred, j.submit)
 
     def _running_view(self, j: ReplayJob) -> RunningJob:
+        """The job running, as the engine sees it. Its predicted end is learnt history
+        conditioned on how long it had run when it started; once it runs past that end
+        it is predicted again, from the runs that lasted as long as it has now."""
         v = j.rview
-        if v is None:
+        if v is None or (
+            not self.oracle
+            and j.state == RUNNING
+            and v.predicted_end is not None
+            and v.predicted_end <= self.now
+        ):
             if self.oracle:
                 remaining = j.duration - j.progress
             else:
-                remaining = max(0.0, self._predicted_s(j) - j.progress)
+                elapsed = j.progress + max(0.0, self.now - j.started_at)
+                remaining = max(0.0, self._predicted_s(j, elapsed) - j.progress)
             v = j.rview = j.running_view(remaining)
         return v
 
@@ -407,6 +422,9 @@ class Replay:
         j.runs += 1
         if j.first_start is None:
             j.first_start = now
+            got = self._prediction(j)  # what the scheduler believed, for the error table
+            j.predicted_s = got.seconds
+            j.predicted_source = got.source
         j.borrowed = s.borrowed
         if s.borrowed:
             pool.borrowed_running += 1

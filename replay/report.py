@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .prediction_error import table as prediction_table
+
 COLORS = {
     "fifo": "#7f7f7f",
     "priority": "#1f77b4",
@@ -104,6 +106,17 @@ def queue_rows(run: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def prediction_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per run: the runtime predictor's error (``replay.prediction_error``)."""
+    header = ["policy"]
+    rows = []
+    for r in runs:
+        got = prediction_table(r["overall"].get("prediction") or {})
+        header = ["policy", *(label for label, _ in got)]
+        rows.append([r["policy"], *(value for _, value in got)])
+    return header, rows
+
+
 def render_markdown(runs: Sequence[dict]) -> str:
     if not runs:
         return ""
@@ -122,6 +135,14 @@ def render_markdown(runs: Sequence[dict]) -> str:
         "",
     ]
     header, rows = overall_rows(runs)
+    lines += _md_table(header, rows)
+    lines += ["", "## Runtime prediction error", ""]
+    lines += [
+        "Predicted whole runtime at a job's first start against its true runtime, "
+        "finished jobs only.",
+        "",
+    ]
+    header, rows = prediction_rows(runs)
     lines += _md_table(header, rows)
     for r in runs:
         lines += ["", f"## Per queue: {r['policy']}", ""]
@@ -247,6 +268,8 @@ def render_html(runs: Sequence[dict]) -> str:
         f"seed {first['seed']}, a scheduling cycle every {first['cycle_s']:g} s.</p>",
         "<h2>Overall</h2>",
         _html_table(*overall_rows(runs)),
+        "<h2>Runtime prediction error</h2>",
+        _html_table(*prediction_rows(runs)),
     ]
     for i, fig in enumerate(figures(runs)):
         parts.append(pio.to_html(fig, include_plotlyjs=i == 0, full_html=False))

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import metrics as m
 from .idle import table as idle_table
 from .pools import DONE, REJECTED, ReplayJob
+from .prediction_error import prediction_error
 
 if TYPE_CHECKING:
     from .replay import Replay
@@ -114,6 +115,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
             by_cause[cause] = by_cause.get(cause, 0.0) + gs
     sim_days = end / DAY
     overall.update(
+        prediction=prediction_error(r.jobs),
         idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},
         capacity_gpus=layout.total_gpus,
         utilization=m.rounded(r.meter.utilization()),
@@ -142,6 +144,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         "seed": cfg.seed,
         "cycle_s": cfg.cycle_s,
         "replan_s": cfg.replan_s,
+        "predict_quantile": cfg.predict_quantile,
         "layout_rule": layout.rule,
         "overall": ordered(overall),
         "per_queue": per_queue(r),

@@ -1,7 +1,11 @@
 """Runtime prediction for the loop: the engine's pure ``HistoryPredictor`` fed from finished jobs.
 
 History is the most recent successful runs (their total run time, i.e. the
-progress they reached), rebuilt at most once a minute per process.
+progress they reached), rebuilt at most once a minute per process. The
+predictor answers the plan's quantile (p80) of the most specific level of
+owner + model + queue + size ... global with enough runs, the user's estimate
+ranking between their own history and everybody's (docs/engine.md, "Runtime
+prediction").
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class RuntimePredictor:
         return cls(cached[1])
 
     def predict_row(self, row: dict, queue_name: str) -> float:
+        """The predicted whole runtime (s) of a job row (``snapshot.FIELDS``) in ``queue_name``."""
         minutes = row.get("estimated_runtime_minutes")
         return self.predictor.predict(
             owner=row.get("owner__username") or "",

@@ -1,18 +1,34 @@
-"""Runtime prediction for backfill (S3): pure and pluggable.
+"""Runtime prediction (S3): quantiles of finished jobs' runtimes, pure and pluggable.
 
-``HistoryPredictor`` learns from finished jobs. It looks for the most specific
-history with enough samples, in this order:
+``HistoryPredictor`` learns from finished jobs, one at a time (``add``) or all at
+once (the constructor). Every finished job is recorded under one key per level of
+a hierarchy, from the most specific to the most general:
 
-    owner + model + queue + size bucket
-    owner + model + size bucket
-    owner + model
-    model + queue + size bucket
-    model + size bucket
-    queue + size bucket
+    owner + model + queue + size     the user's own runs of this model, here, this big
+    owner + model                    the user's own runs of this model
+    owner                            the user's own runs
+    (the user's estimate, when the job gives one)
+    model + queue + size             everybody's runs of this model, here, this big
+    model                            everybody's runs of this model
+    queue + size                     this queue's runs of this size
+    queue                            this queue's runs
+    global                           every run
 
-and predicts a high quantile (default p80) of the most recent runtimes there,
-so a backfilled job rarely overruns its prediction. With no usable history it
-falls back to the user's own estimate, then to a conservative default.
+``size`` is the power-of-two size class of the GPU count (``size_bucket``). A job
+without an owner or a model skips the levels that need one. A prediction comes
+from the first level holding at least ``min_samples`` runs; the user's own
+estimate, when given, ranks above history shared with other users (it knows this
+job; the queue's history only knows its neighbours). Nothing at all: ``default_s``.
+Every answer is capped by the job's time limit when one is given (``limit_s``):
+the job cannot run longer.
+
+Each key keeps a ``RecentQuantiles``: the ``max_samples`` most recent runtimes
+(a bounded, deterministic reservoir: recency matters more than volume, users'
+jobs drift), read as any quantile. The predictor answers a *quantile*, not a
+mean: runtimes are heavy-tailed, and a mean is both too long for most jobs and
+too short for the long ones. ``quantile`` (default p80) is the one the plan uses
+for reservations and backfill; ``predict(..., quantile=0.5)`` asks another (see
+docs/engine.md, "Runtime prediction", for which and why).
 
 The engine never calls a predictor itself: the caller fills
 ``PendingJob.predicted_runtime_s`` and ``RunningJob.predicted_end`` (see
@@ -23,14 +39,18 @@ predictor does).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .types import Snapshot
 
 DEFAULT_RUNTIME_S = 12 * 3600.0
+#: The quantile the plan uses (reservations, backfill): see docs/engine.md.
+PLAN_QUANTILE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +67,8 @@ class FinishedJob:
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
+    """A predicted whole runtime, the level it came from and how many runs it rests on."""
+
     seconds: float
     source: str  # "history:<level>", "estimate" or "default"
     samples: int = 0
@@ -57,22 +79,38 @@ def size_bucket(gpus: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, gpus))))
 
 
+#: The levels, most specific first; ``ESTIMATE_AFTER`` of them rank above the user's estimate.
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("owner", "model", "queue", "size"),
-    ("owner", "model", "size"),
     ("owner", "model"),
+    ("owner",),
     ("model", "queue", "size"),
-    ("model", "size"),
+    ("model",),
     ("queue", "size"),
+    ("queue",),
+    ("global",),
 )
+ESTIMATE_AFTER = 3
+LEVEL_NAMES: tuple[str, ...] = tuple("+".join(level) for level in LEVELS)
+
+
+def _usable(level: tuple[str, ...], owner: str | None, model: str | None) -> bool:
+    return ("model" not in level or bool(model)) and ("owner" not in level or bool(owner))
 
 
 def _key(level: tuple[str, ...], owner: str, model: str | None, queue: str, gpus: int) -> tuple:
-    values = {"owner": owner, "model": model, "queue": queue, "size": size_bucket(gpus)}
+    values = {
+        "owner": owner,
+        "model": model,
+        "queue": queue,
+        "size": size_bucket(gpus),
+        "global": "",
+    }
     return (level, *(values[f] for f in level))
 
 
 def _quantile(sorted_values: tuple[float, ...], q: float) -> float:
+    """Linear-interpolation quantile of sorted values (numpy's default)."""
     if not sorted_values:
         raise ValueError("no samples")
     pos = q * (len(sorted_values) - 1)
@@ -81,14 +119,53 @@ def _quantile(sorted_values: tuple[float, ...], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+class RecentQuantiles:
+    """A streaming quantile estimate: the ``size`` most recent values, read as quantiles.
+
+    Deterministic (no sampling), bounded (``size`` floats per key), monotone in
+    ``q`` and always within the smallest and largest retained value. The sorted
+    view is rebuilt on the first read after an ``add``.
+    """
+
+    __slots__ = ("_recent", "_sorted")
+
+    def __init__(self, size: int = 50) -> None:
+        self._recent: deque[float] = deque(maxlen=max(1, size))
+        self._sorted: tuple[float, ...] | None = ()
+
+    def add(self, value: float) -> None:
+        self._recent.append(float(value))
+        self._sorted = None
+
+    def __len__(self) -> int:
+        return len(self._recent)
+
+    def sorted(self) -> tuple[float, ...]:
+        got = self._sorted
+        if got is None:
+            got = self._sorted = tuple(sorted(self._recent))
+        return got
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile (0..1) of the retained values; ValueError when empty."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("quantile must be within [0, 1]")
+        return _quantile(self.sorted(), q)
+
+    def longer_than(self, elapsed_s: float) -> tuple[float, ...]:
+        """The retained values of at least ``elapsed_s``, sorted (runs that got that far)."""
+        values = self.sorted()
+        return values[bisect.bisect_left(values, elapsed_s) :] if elapsed_s > 0 else values
+
+
 class HistoryPredictor:
-    """Predicts from finished jobs; immutable once built."""
+    """Predicts a job's whole runtime from finished jobs (a hierarchy of quantile estimates)."""
 
     def __init__(
         self,
         history: Iterable[FinishedJob] = (),
         *,
-        quantile: float = 0.8,
+        quantile: float = PLAN_QUANTILE,
         min_samples: int = 3,
         max_samples: int = 50,
         default_s: float = DEFAULT_RUNTIME_S,
@@ -97,20 +174,33 @@ class HistoryPredictor:
             raise ValueError("quantile must be within [0, 1]")
         self.quantile = quantile
         self.min_samples = max(1, min_samples)
+        self.max_samples = max(1, max_samples)
         self.default_s = default_s
-        grouped: dict[tuple, list[tuple[float, float]]] = {}
-        for job in history:
-            if job.runtime_s is None or not job.runtime_s > 0 or math.isinf(job.runtime_s):
-                continue
-            for level in LEVELS:
-                if "model" in level and not job.model_name:
-                    continue
-                key = _key(level, job.owner, job.model_name, job.queue, job.gpus)
-                grouped.setdefault(key, []).append((job.finished_at, float(job.runtime_s)))
-        self._table: dict[tuple, tuple[float, ...]] = {}
-        for key, rows in grouped.items():
-            recent = sorted(rows)[-max_samples:]
-            self._table[key] = tuple(sorted(r for _, r in recent))
+        self._table: dict[tuple, RecentQuantiles] = {}
+        for job in sorted(history, key=lambda j: j.finished_at):
+            self.add(
+                owner=job.owner,
+                model_name=job.model_name,
+                queue=job.queue,
+                gpus=job.gpus,
+                runtime_s=job.runtime_s,
+            )
+
+    def add(
+        self, *, owner: str, model_name: str | None, queue: str, gpus: int, runtime_s: float
+    ) -> bool:
+        """Record one finished run (in completion order); False if its runtime is unusable."""
+        if runtime_s is None or not runtime_s > 0 or math.isinf(runtime_s):
+            return False
+        table = self._table
+        for level in LEVELS:
+            if _usable(level, owner, model_name):
+                key = _key(level, owner, model_name, queue, gpus)
+                est = table.get(key)
+                if est is None:
+                    est = table[key] = RecentQuantiles(self.max_samples)
+                est.add(runtime_s)
+        return True
 
     def predict(
         self,
@@ -120,17 +210,48 @@ class HistoryPredictor:
         queue: str,
         gpus: int,
         estimate_s: float | None = None,
+        limit_s: float | None = None,
+        quantile: float | None = None,
+        elapsed_s: float = 0.0,
     ) -> Prediction:
-        for level in LEVELS:
-            if "model" in level and not model_name:
+        """The whole runtime of such a job: the first level with enough history, else the
+        user's estimate, else the default; capped by ``limit_s`` (the job's time limit).
+
+        ``elapsed_s``: how long the job has already run. History is then conditioned on
+        it: the quantile of the runs that lasted at least as long (a job that has run
+        for a day is no longer a typical job of its key). A level with fewer than
+        ``min_samples`` such runs is skipped; an answer below ``elapsed_s`` (the
+        estimate, the default) is not corrected here: the caller's overrun rule is."""
+        q = self.quantile if quantile is None else quantile
+        if not 0.0 <= q <= 1.0:
+            raise ValueError("quantile must be within [0, 1]")
+        got = self._lookup(owner, model_name, queue, gpus, estimate_s, q, elapsed_s)
+        if limit_s is not None and limit_s > 0 and got.seconds > limit_s:
+            got = Prediction(float(limit_s), got.source + ":capped", got.samples)
+        return got
+
+    def _lookup(
+        self,
+        owner: str,
+        model_name: str | None,
+        queue: str,
+        gpus: int,
+        estimate_s: float | None,
+        q: float,
+        elapsed_s: float,
+    ) -> Prediction:
+        has_estimate = estimate_s is not None and estimate_s > 0
+        for i, level in enumerate(LEVELS):
+            if i == ESTIMATE_AFTER and has_estimate:
+                return Prediction(float(estimate_s), "estimate")  # type: ignore[arg-type]
+            if not _usable(level, owner, model_name):
                 continue
-            samples = self._table.get(_key(level, owner, model_name, queue, gpus))
-            if samples and len(samples) >= self.min_samples:
-                return Prediction(
-                    _quantile(samples, self.quantile), "history:" + "+".join(level), len(samples)
-                )
-        if estimate_s is not None and estimate_s > 0:
-            return Prediction(float(estimate_s), "estimate")
+            est = self._table.get(_key(level, owner, model_name, queue, gpus))
+            if est is None:
+                continue
+            runs = est.longer_than(elapsed_s)
+            if len(runs) >= self.min_samples:
+                return Prediction(_quantile(runs, q), "history:" + LEVEL_NAMES[i], len(runs))
         return Prediction(self.default_s, "default")
 
 

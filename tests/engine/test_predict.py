@@ -144,22 +144,25 @@ def test_a_minimum_of_one_sample_and_the_level_it_came_from():
     got = HistoryPredictor(history, min_samples=0).predict(
         owner="a", model_name="m", queue="other", gpus=2
     )
-    assert got == Prediction(500.0, "history:owner+model+size", 1)
+    assert got == Prediction(500.0, "history:owner+model", 1)
 
 
-def test_levels_run_from_the_owner_s_own_history_to_the_queue_s():
+def test_levels_run_from_the_owner_s_own_history_to_everybody_s():
     assert [" + ".join(level) for level in LEVELS] == [
         "owner + model + queue + size",
-        "owner + model + size",
         "owner + model",
+        "owner",
         "model + queue + size",
-        "model + size",
+        "model",
         "queue + size",
+        "queue",
+        "global",
     ]
 
 
 def test_a_job_without_a_model_is_not_learned_at_the_model_levels():
     history = [FinishedJob("a", None, "q", 4, 300) for _ in range(3)]
     p = HistoryPredictor(history)
-    assert p.predict(owner="a", model_name="m", queue="q", gpus=4).source == "history:queue+size"
-    assert p.predict(owner="a", model_name="m", queue="r", gpus=4).source == "default"
+    assert p.predict(owner="a", model_name="m", queue="q", gpus=4).source == "history:owner"
+    assert p.predict(owner="b", model_name="m", queue="q", gpus=4).source == "history:queue+size"
+    assert p.predict(owner="b", model_name="m", queue="r", gpus=4).source == "history:global"

@@ -44,15 +44,17 @@ def test_history_of_the_same_owner_model_queue_and_size_wins_over_the_estimate()
 
 
 def test_the_queue_name_is_the_one_passed_not_a_field_of_the_row():
-    p = RuntimePredictor(HistoryPredictor(history(5, 1000.0, model_name=None)))
+    p = RuntimePredictor(HistoryPredictor(history(5, 1000.0, owner="bob", model_name=None)))
     assert p.predict_row(row(model_name=""), "llm-core") == pytest.approx(1003.2)
-    assert p.predict_row(row(model_name=""), "other-queue") == DEFAULT_RUNTIME_S
+    other = p.predictor.predict(owner="ann", model_name=None, queue="other-queue", gpus=8)
+    assert other.source == "history:global", "another queue: only the global level knows"
 
 
 def test_a_blank_model_name_is_no_model_and_does_not_match_model_history():
     p = RuntimePredictor(HistoryPredictor(history(5, 1000.0, queue="q1")))
     assert p.predict_row(row(), "q2") == pytest.approx(1003.2), "owner + model, any queue"
-    assert p.predict_row(row(model_name=""), "q2") == DEFAULT_RUNTIME_S
+    blank = p.predictor.predict(owner="ann", model_name=None, queue="q2", gpus=8)
+    assert blank.source == "history:owner", "no model: the owner's own runs, not the model's"
 
 
 def test_the_predictor_is_rebuilt_from_history_at_most_once_a_minute(monkeypatch):

@@ -28,7 +28,7 @@
     bar.value = Math.min(100, percent || 0);
     bar.hidden = quota === null || quota === undefined;
     box.querySelector(".rp-usage-text").textContent = quota === null || quota === undefined
-      ? `${used} GPUs (no queue quota: the line's applies)`
+      ? `${used} GPU${used === 1 ? "" : "s"} (no queue quota: the line's applies)`
       : `${used} of ${quota} GPUs (${percent}%)${over ? ", over quota" : ""}`;
   }
 

@@ -540,6 +540,22 @@ def print_impact(impact: dict) -> None:
         print(f"note: {note}")
 
 
+def cmd_version(portal: Portal, args: argparse.Namespace) -> int:
+    """The client's version and the portal's (``GET /api/v1/version/``)."""
+    server = portal.get("version/")
+    if args.json:
+        print_json({"client": {"version": __version__}, "server": server})
+        return EXIT_OK
+    fields([
+        ("client", f"gpuctl {__version__}"),
+        ("server", f"gpu-portal {server.get('version', 'unknown')}"
+                   + (f" ({server['revision']})" if server.get("revision") else "")),
+        ("api", server.get("api", "-")),
+        ("url", portal.config.url),
+    ])  # fmt: skip
+    return EXIT_OK
+
+
 def cmd_summary(portal: Portal, args: argparse.Namespace) -> int:
     s = portal.get("metrics/summary/")
     if args.json:
@@ -719,6 +735,7 @@ examples:
                            help="approve even if guarantees eat into the admins' reserve")  # fmt: skip
 
     add("summary", cmd_summary, "cluster at a glance: GPUs, utilization, pending, eviction")
+    add("version", cmd_version, "this client's version and the portal's")
     login.add_parser(sub, _Formatter)
     return parser
 

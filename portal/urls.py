@@ -11,6 +11,7 @@ from monitoring.metrics_api import MetricsSummaryView
 from portal import account_views, audit_views, errors, health, views
 from portal.csv_views import JobCSVViewSet, LineUsageCSVView, QueueCSVViewSet
 from portal.metrics import metrics_view
+from portal.version_api import VersionView
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
 from quotas.views import queue_list
@@ -49,6 +50,7 @@ urlpatterns = [
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),
     path("api/v1/scheduler/cycle/", SchedulerCycleView.as_view(), name="scheduler-cycle"),
+    path("api/v1/version/", VersionView.as_view(), name="version"),
     path("api/v1/metrics/summary/", MetricsSummaryView.as_view(), name="metrics-summary"),
     # CSV exports (portal/csv_views.py), before the router's own format suffixes
     path("api/v1/jobs.csv", JobCSVViewSet.as_view({"get": "list"}), CSV, name="jobs-csv"),

@@ -66,3 +66,15 @@ def test_cjk_names_keep_columns_aligned(gpuctl, jobs, capsys):
     table([{"a": "ｗｉｄｅ", "b": 1}, {"a": "x", "b": 22}], columns(("A", "a"), ("B", "b")))
     out = capsys.readouterr().out.splitlines()
     assert [display_width(line) for line in out[1:]] == [12, 12]
+
+
+def test_version_shows_client_and_server(gpuctl, settings):
+    from gpuctl import __version__
+    from portal.version_api import portal_version
+
+    run = gpuctl("researcher", "version")
+    assert run.code == 0, run.err
+    assert f"gpuctl {__version__}" in run.out and f"gpu-portal {portal_version()}" in run.out
+    data = json.loads(gpuctl("researcher", "version", "-o", "json").out)
+    assert data["server"] == {"version": portal_version(), "revision": "", "api": "v1"}
+    assert gpuctl(None, "version").code == 3  # the server's version needs a token

@@ -31,6 +31,7 @@ from demo.workload import generate
 from monitoring.rollup import rollup
 from quotas.models import BusinessLine, Queue, QuotaRequest
 from quotas.services import QuotaRequestInput, approve_quota_request, create_quota_request
+from quotas.tasks import quota_activation
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, Node
 from scheduling.nodes.services import drain_node
@@ -64,6 +65,7 @@ def make_busy() -> dict:
         generate()
         run_cycle()
         rollup()
+        quota_activation()  # the beat's usage samples, as `make run` takes them
         advance_clock(admin, STEP_S)
     waiting = submit(me, name="sweep-64", queue="llm-experiment", gpus=64,
                      sim_duration_minutes=600)  # fmt: skip
@@ -281,6 +283,13 @@ def test_a_team_lead_walks_a_busy_cluster(busy, page, login):
     )
     visit(page, f"{base}/quotas/requests/{request.pk}/", "request page")
     screenshot(page, "quota-request")
+    # its impact reads the line's numbers of /queues/ (the sum of its queues' rows)
+    llm = {k: sum(r[k] for n, r in on_queues.items() if n.startswith("llm-"))
+           for k in ("used_gpus", "pending_gpus")}  # fmt: skip
+    now = page.locator('tr[data-when="line llm now"]')
+    assert int(cell(now, "used_gpus")) == llm["used_gpus"], llm
+    expect(page.locator("#recent-use")).to_contain_text(f"Pending now: {llm['pending_gpus']} GPUs")
+    expect(page.locator("#recent-use")).to_contain_text("samples)")
     visit(page, f"{base}/quotas/requests/", "request list")
 
     # the line page follows an approval without a reload, at the numbers of /queues/

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -598,6 +599,34 @@ def _common(json_default: Any = argparse.SUPPRESS) -> argparse.ArgumentParser:
     return parent
 
 
+# Commands that read (not act): ``-w`` re-runs them, as ``kubectl get -w`` / ``watch squeue``.
+WATCHABLE = frozenset({"jobs", "explain", "queues", "lines", "nodes", "alerts", "summary"})
+
+
+def watch(portal: Portal, args: argparse.Namespace) -> int:
+    """Run the command again every ``args.interval`` seconds until Ctrl-C (exit 0).
+
+    On a terminal each round clears the screen and says when it was taken; piped, rounds
+    follow each other (one JSON document each with ``-o json``)."""
+    raw = getattr(sys.stdout, "raw", sys.stdout)  # under TerminalSafe: the real stream
+    tty = raw.isatty()
+    interval = min(max(args.interval, 0.5), 3600.0)
+    try:
+        while True:
+            if tty:
+                raw.write("\x1b[H\x1b[2J")  # our own escape: clear the screen
+                print(
+                    f"every {interval:g}s: gpuctl {args.command}    {time.strftime('%H:%M:%S')}\n"
+                )
+            code = args.func(portal, args)
+            if code != EXIT_OK:
+                return code
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
@@ -612,6 +641,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=description or help_, parents=[common],
                            formatter_class=_Formatter, **kw)  # fmt: skip
         p.set_defaults(func=func)
+        if name in WATCHABLE:
+            p.add_argument("-w", "--watch", action="store_true",
+                           help="print again every --interval seconds until Ctrl-C")  # fmt: skip
+            p.add_argument("--interval", type=float, default=2.0, help="seconds (2)")
         return p
 
     p = add("submit", cmd_submit, "submit a job (flags or -f job.yaml)", SUBMIT_HELP)
@@ -754,6 +787,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "needs_token", True) is False:  # login makes the token
                 return args.func(args)
             portal = Portal(Config.load(url=args.url, timeout=args.timeout))
+            if getattr(args, "watch", False):
+                return watch(portal, args)
             return args.func(portal, args)
         except CliError as err:
             print(f"gpuctl: error: {err}", file=sys.stderr)

@@ -78,3 +78,33 @@ def test_version_shows_client_and_server(gpuctl, settings):
     data = json.loads(gpuctl("researcher", "version", "-o", "json").out)
     assert data["server"] == {"version": portal_version(), "revision": "", "api": "v1"}
     assert gpuctl(None, "version").code == 3  # the server's version needs a token
+
+
+def test_watch_prints_again_until_interrupted(live_server, demo, jobs, tmp_path):
+    """``gpuctl jobs -w`` in a real process: rounds keep coming; Ctrl-C ends it with 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rest_framework.authtoken.models import Token
+
+    env = {
+        **os.environ,
+        "GPUCTL_URL": live_server.url,
+        "GPUCTL_TOKEN": Token.objects.get_or_create(user=demo["researcher"])[0].key,
+        "XDG_CONFIG_HOME": str(tmp_path),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpuctl", "jobs", "--me", "-w", "--interval", "0.5"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    headers = 0
+    deadline = time.monotonic() + 60
+    while headers < 3 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        headers += line.startswith("ID ")
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(20) == 0, proc.stderr.read()
+    assert headers == 3

@@ -58,6 +58,7 @@ API_MD_POSTS = {
     "/api/v1/quota-requests/{id}/approve/", "/api/v1/quota-requests/{id}/reject/",
     "/api/v1/quota-requests/{id}/withdraw/", "/api/v1/simulator/faults/",
     "/api/v1/simulator/advance/", "/api/v1/scheduler/cycle/",
+    "/api/v1/tokens/", "/api/v1/tokens/{id}/revoke/",
 }  # fmt: skip
 
 
@@ -259,6 +260,13 @@ def known_values(world: World) -> dict[str, list]:
 def url_for(path: str, world: World) -> str:
     ids = {"jobs": world.job, "alerts": world.alert, "quota-requests": world.quota_request}
     resource = path.split("/")[3]
+    if resource == "tokens" and "{id}" in path:
+        from django.contrib.auth import get_user_model
+
+        from core.tokens import create_token
+
+        admin = get_user_model().objects.get(username="admin")
+        ids["tokens"] = create_token(admin, "fuzzed", 30)[0].pk  # the admin's own token
     return path.replace("{name}", world.node).replace("{id}", str(ids.get(resource)))
 
 

@@ -180,6 +180,7 @@ def error_page(page, url: str, status: int, where: str) -> None:
 def test_a_researcher_walks_a_busy_cluster(busy, page, login):
     base = login("researcher")
     visit(page, f"{base}/", "home")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     screenshot(page, "home")
 
     # the waiting job: one estimated start on the job page, the API and the job list

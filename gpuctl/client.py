@@ -21,7 +21,7 @@ from gpuctl import __version__
 # Exit codes (documented in docs/cli.md and `gpuctl --help`).
 EXIT_OK = 0
 EXIT_REFUSED = (
-    1  # the portal said no: bad input (400), not allowed (403), unknown (404), busy (409)
+    1  # the portal said no: bad input (400), not allowed (403), unknown (404), a state conflict (409: already cancelled, cordoned, decided)
 )
 EXIT_USAGE = 2  # bad command line (argparse) or unreadable job file
 EXIT_AUTH = 3  # no token, or the portal did not accept it (401)
@@ -163,7 +163,7 @@ class Portal:
             raise CliError(f"the portal failed: HTTP {status} on {method.upper()} {path}",
                            EXIT_SERVER)  # fmt: skip
         if status >= 400:
-            what = {403: "not allowed", 404: "not found", 409: "busy"}.get(status, "refused")
+            what = {403: "not allowed", 404: "not found", 409: "conflict"}.get(status, "refused")
             raise CliError(f"{what}: {error_message(response)}", EXIT_REFUSED)
         if status == 204:
             return None

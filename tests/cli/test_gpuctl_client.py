@@ -201,7 +201,7 @@ def test_api_errors_flatten_to_field_prefixed_lines(errors, lines):
          "not allowed: on-call engineers and admins only"),
         (404, {"detail": "Not found."}, EXIT_REFUSED, "not found: Not found."),
         (409, {"errors": {"state": ["job is already cancelled"]}}, EXIT_REFUSED,
-         "busy: state: job is already cancelled"),
+         "conflict: state: job is already cancelled"),
         (429, {"detail": "Too many failed token attempts"}, EXIT_REFUSED,
          "refused: Too many failed token attempts"),
         (401, {"detail": "Invalid token."}, EXIT_AUTH,

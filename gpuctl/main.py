@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl import __version__, login
+from gpuctl import __version__, completion, login
 from gpuctl.client import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -770,6 +770,7 @@ examples:
     add("summary", cmd_summary, "cluster at a glance: GPUs, utilization, pending, eviction")
     add("version", cmd_version, "this client's version and the portal's")
     login.add_parser(sub, _Formatter)
+    completion.add_parser(sub, _Formatter)
     return parser
 
 

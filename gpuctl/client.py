@@ -20,9 +20,7 @@ from gpuctl import __version__
 
 # Exit codes (documented in docs/cli.md and `gpuctl --help`).
 EXIT_OK = 0
-EXIT_REFUSED = (
-    1  # the portal said no: bad input (400), not allowed (403), unknown (404), a state conflict (409: already cancelled, cordoned, decided)
-)
+EXIT_REFUSED = 1  # the portal said no: bad input (400), not allowed (403), unknown (404), a state conflict (409: already cancelled, cordoned, decided)
 EXIT_USAGE = 2  # bad command line (argparse) or unreadable job file
 EXIT_AUTH = 3  # no token, or the portal did not accept it (401)
 EXIT_UNREACHABLE = 4  # no URL configured, or the portal cannot be reached

@@ -38,8 +38,10 @@ def posts(alert_id: int) -> list[tuple[str, dict]]:
     return [
         (f"/oncall/alerts/{alert_id}/ack/", {}),
         (f"/oncall/alerts/{alert_id}/resolve/", {}),
-        (f"/oncall/nodes/{NODE}/action/",
-         {"action": "cordon", "reason": "disk check", "confirm": "1"}),
+        (
+            f"/oncall/nodes/{NODE}/action/",
+            {"action": "cordon", "reason": "disk check", "confirm": "1"},
+        ),
         (f"/oncall/nodes/{NODE}/action/", {"action": "clean", "reason": "stale GPU memory"}),
         (f"/oncall/nodes/{NODE}/fault/", {"kind": "node_down"}),
     ]
@@ -269,8 +271,9 @@ def test_the_node_page_shows_its_jobs_and_the_blast_radius_before_the_forms(clie
 def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
     as_user(client, demo, "oncall")
     url = f"/oncall/nodes/{NODE}/action/"
-    response = client.post(url, {"action": "cordon", "reason": "fan noise", "confirm": "1"},
-                           follow=True)  # confirmed (the first step: tests/pages/test_confirmations.py)
+    response = client.post(
+        url, {"action": "cordon", "reason": "fan noise", "confirm": "1"}, follow=True
+    )  # confirmed (the first step: tests/pages/test_confirmations.py)
     assert response.redirect_chain[-1][0] == f"/oncall/nodes/{NODE}/"
     body = response.content.decode()
     assert f"{NODE} cordoned: no new work lands on it" in body
@@ -415,8 +418,10 @@ def test_the_pages_query_count_does_not_grow_with_the_cluster(client, demo, api,
         if i % 2:
             acknowledge_alert(demo["admin" if i % 4 == 1 else "oncall"], raised.pk)
     for i in range(3):
-        client.post(f"/oncall/nodes/r000-n{i:02d}/action/",
-                    {"action": "cordon", "reason": "r", "confirm": "1"})
+        client.post(
+            f"/oncall/nodes/r000-n{i:02d}/action/",
+            {"action": "cordon", "reason": "r", "confirm": "1"},
+        )
     for path, bound in pages.items():
         with django_assert_max_num_queries(bound):
             assert client.get(path).status_code == 200

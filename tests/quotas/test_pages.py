@@ -87,8 +87,11 @@ def test_every_role_on_every_page(client, demo, req, role, url, allowed):
 ACTIONS = [
     # action, body, {role: status}; others 403
     ("approve", {"note": "ok"}, {"admin": 302, "researcher2": 404, "oncall": 404}),
-    ("reject", {"reject-note": "no", "confirm": "1"},
-     {"admin": 302, "researcher2": 404, "oncall": 404}),
+    (
+        "reject",
+        {"reject-note": "no", "confirm": "1"},
+        {"admin": 302, "researcher2": 404, "oncall": 404},
+    ),
     ("withdraw", {}, {"lead": 302, "researcher2": 404, "oncall": 404}),
 ]
 

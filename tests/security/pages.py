@@ -33,6 +33,7 @@ class World:
     alert: int
     line: str
     quota_request: int | None
+    token: int | None = None
 
 
 def routes() -> list[str]:
@@ -58,6 +59,7 @@ FILL = {
     ("oncall/nodes/", "name"): "node",
     ("quotas/lines/", "name"): "line",
     ("quotas/requests/", "pk"): "quota_request",
+    ("account/tokens/", "token_id"): "token",
 }
 
 
@@ -118,9 +120,13 @@ def build_world(api) -> World:
         format="json",
     )  # fmt: skip
     assert quota.status_code == 201, quota.data
+    token = api("researcher").post(
+        "/api/v1/tokens/", {"name": "laptop", "expires_in_days": 30}, format="json"
+    )
+    assert token.status_code == 201, token.data
     return World(
         job=job, node=node, cordoned_node=cordoned, alert=alert, line=line.name,
-        quota_request=quota.data["id"],
+        quota_request=quota.data["id"], token=token.data["id"],
     )  # fmt: skip
 
 

@@ -33,11 +33,11 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, gener
 from prometheus_client import multiprocess as prometheus_multiprocess
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from core import telemetry
 from core.roles import is_admin
+from core.security import RateLimitedTokenAuthentication
 from monitoring.metrics_api import UNEXPLAINED, build_pending_by_reason
 from monitoring.models import Alert
 from monitoring.rollup import get_eviction_figures
@@ -299,8 +299,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         user = request.user
         if scheme.lower() == "token":
             try:
-                found = TokenAuthentication().authenticate(request)
-            except AuthenticationFailed as exc:
+                # The API's own check: DRF tokens and self-service ``gpt_`` tokens alike.
+                found = RateLimitedTokenAuthentication().authenticate(request)
+            except (AuthenticationFailed, Throttled) as exc:
                 return _deny(401, str(exc.detail))
             user = found[0] if found else user
         if not user.is_authenticated:

@@ -167,6 +167,18 @@ def test_only_admins_or_the_metrics_token_may_scrape(demo, monkeypatch):
     assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Token wrong").status_code == 401
     assert anonymous.post("/metrics", HTTP_AUTHORIZATION=f"Token {admin_key}").status_code == 405
 
+    from core.tokens import create_token, revoke_token  # self-service tokens (#18)
+
+    own, secret = create_token(demo["admin"], "prometheus", 30)
+    assert "gpuportal_nodes" in scrape(anonymous, HTTP_AUTHORIZATION=f"Token {secret}")
+    revoke_token(demo["admin"], own.pk)
+    assert anonymous.get("/metrics", HTTP_AUTHORIZATION=f"Token {secret}").status_code == 401
+    _, researcher_secret = create_token(demo["researcher"], "mine", 30)
+    assert (
+        anonymous.get("/metrics", HTTP_AUTHORIZATION=f"Token {researcher_secret}").status_code
+        == 403
+    )
+
 
 def test_the_summary_matches_the_cluster(busy_cluster, api):
     body = api("researcher").get("/api/v1/metrics/summary/").data

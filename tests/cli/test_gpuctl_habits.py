@@ -40,7 +40,7 @@ def test_output_modes(gpuctl, jobs):
     names = gpuctl("researcher", "jobs", "--me", "-o", "name").out.split()
     assert sorted(map(int, names)) == sorted([jobs["mine"], jobs["core"]])
     table_out = gpuctl("researcher", "jobs", "--me").out.splitlines()
-    assert table_out[0].startswith("ID") and len(table_out) == 3
+    assert table_out[0].split()[0] == "ID" and len(table_out) == 3  # ID is right-aligned
     wide = gpuctl("researcher", "jobs", "--me", "-o", "wide").out.splitlines()
     assert "LINE" in wide[0] and "PER.NODE" in wide[0] and "STARTED" in wide[0]
     bare = gpuctl("researcher", "jobs", "--me", "--no-headers").out.splitlines()

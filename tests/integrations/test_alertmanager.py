@@ -56,6 +56,9 @@ def test_a_fault_alert_reaches_alertmanager_and_resolves_there(api, tmp_path, mo
         # Alertmanager is not up yet: the worker's first pushes fail and are retried
         # with backoff; once it starts, the alert arrives.
         assert poll(lambda: hook.bodies, timeout_s=60), worker.output()
+        # The webhook may answer before the same task's push to the absent Alertmanager
+        # fails: start Alertmanager only once that failure is scheduled for a retry.
+        assert poll(lambda: "retry in" in worker.output(), timeout_s=60), worker.output()
         alertmanager, am_url2 = start_alertmanager(tmp_path / "am", am_port)
         assert am_url2 == am_url
         found = poll(lambda: _am_alerts(am_url, alertname="node_unhealthy", node=node), 60)

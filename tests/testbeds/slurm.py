@@ -182,8 +182,10 @@ def cleanup_stale_testbeds() -> None:
             owner_pid = int(owner.read_text().strip())
         except (OSError, ValueError):
             owner_pid = None
-        if owner_pid is not None and owner_pid != os.getpid() and _alive(owner_pid):
-            continue  # another live test session owns it
+        if owner_pid is not None and _alive(owner_pid):
+            # A live session owns it: another one, or this one (a second test bed of this
+            # session, e.g. a module importing the session fixture, must not kill the first).
+            continue
         _kill_and_wait(marked_pids(str(d)), signals=(signal.SIGKILL,))
         shutil.rmtree(d, ignore_errors=True)
 

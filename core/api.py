@@ -163,10 +163,15 @@ ERROR_SCHEMAS = {
 # (C0, DEL, C1) in a query or path parameter; in a body's text all but tab and line breaks.
 _CONTROLS = r"\x00-\x1f\x7f-\x9f"
 _BODY_CONTROLS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
-PARAMETER_TEXT = rf"^[^{_CONTROLS}]*$"
-BODY_TEXT = rf"^[^{_BODY_CONTROLS}]*$"
+# The end of the text, the same in ECMA-262 and Python: Python's ``$`` also matches before a
+# final line break, so generators (Hypothesis, schemathesis) would offer "name\n" as valid.
+_END = r"(?![\s\S])"
+PARAMETER_TEXT = rf"^[^{_CONTROLS}]*{_END}"
+BODY_TEXT = rf"^[^{_BODY_CONTROLS}]*{_END}"
 # A field that may not be blank is blank when it holds only white space (DRF trims it).
-BODY_TEXT_NOT_BLANK = rf"^[^{_BODY_CONTROLS}]*[^\s{_BODY_CONTROLS}][^{_BODY_CONTROLS}]*$"
+BODY_TEXT_NOT_BLANK = rf"^[^{_BODY_CONTROLS}]*[^\s{_BODY_CONTROLS}][^{_BODY_CONTROLS}]*{_END}"
+# A one-line name (a token's): no control character at all, and a visible one.
+LINE_TEXT_NOT_BLANK = rf"^[^{_CONTROLS}]*[^\s{_CONTROLS}][^{_CONTROLS}]*{_END}"
 
 
 def _error(schema: str, description: str) -> dict:

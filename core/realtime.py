@@ -88,7 +88,7 @@ def publish_many(events: list[Event]) -> None:
             log.warning("%d of %d live events dropped: %s", len(failed), len(events), failed[0])
 
     try:
-        async_to_sync(send_all)()
+        _run_from_sync_code(send_all)
     except TimeoutError:
         _paused_until = time.monotonic() + PUBLISH_PAUSE_S
         log.warning(
@@ -97,6 +97,30 @@ def publish_many(events: list[Event]) -> None:
         )  # fmt: skip
     except Exception:  # noqa: BLE001 - live updates are best effort by design
         log.warning("%d live events dropped", len(events), exc_info=True)
+
+
+def _run_from_sync_code(coroutine_function: Any) -> None:
+    """Run ``coroutine_function`` to its end from synchronous code. A thread that already
+    runs an event loop (a test driving Playwright's sync API; asgiref refuses it) hands the
+    work to a short-lived thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async_to_sync(coroutine_function)()
+        return
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            async_to_sync(coroutine_function)()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+            errors.append(exc)
+
+    worker = threading.Thread(target=run, name="realtime-publish")
+    worker.start()
+    worker.join()
+    if errors:
+        raise errors[0]
 
 
 def publish(topic: str, kind: str, data: dict[str, Any]) -> None:

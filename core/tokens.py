@@ -62,11 +62,11 @@ def clean_name(name: Any) -> str:
     """The token's name, trimmed; ``TokenError`` if missing, too long or with controls."""
     if not isinstance(name, str) or not name.strip():
         raise TokenError({"name": ["A name is required (what the token is for)."]})
+    if has_control_characters(name):  # before trimming: a name is one line, as sent
+        raise TokenError({"name": ["Control characters are not allowed."]})
     name = name.strip()
     if len(name) > MAX_NAME:
         raise TokenError({"name": [f"At most {MAX_NAME} characters."]})
-    if has_control_characters(name):
-        raise TokenError({"name": ["Control characters are not allowed."]})
     return name
 
 

@@ -7,14 +7,20 @@ through ``core.tokens``.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from core import tokens
-from core.api import AsciiIdLookup, StrictIntegerField, StrictSerializer, client_ip
+from core.api import (
+    LINE_TEXT_NOT_BLANK,
+    AsciiIdLookup,
+    StrictIntegerField,
+    StrictSerializer,
+    client_ip,
+)
 from core.models import ApiToken
 
 
@@ -51,10 +57,21 @@ class TextField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+@extend_schema_field(
+    {"type": "string", "minLength": 1, "maxLength": tokens.MAX_NAME, "pattern": LINE_TEXT_NOT_BLANK}
+)
+class TokenNameField(TextField):
+    """A token's name as sent: one line, no control character (not even a trailing line
+    break, which DRF would trim away before ``tokens.clean_name`` could refuse it)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=tokens.MAX_NAME, trim_whitespace=False, **kwargs)
+
+
 class CreateTokenSerializer(StrictSerializer):
     """``{"name": "...", "expires_in_days": 1-365}`` (default 90)."""
 
-    name = TextField(max_length=tokens.MAX_NAME)
+    name = TokenNameField()
     expires_in_days = StrictIntegerField(
         min_value=tokens.MIN_DAYS, max_value=tokens.MAX_DAYS, default=tokens.DEFAULT_DAYS
     )

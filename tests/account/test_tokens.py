@@ -171,6 +171,22 @@ def test_bad_inputs_are_400_and_store_nothing(demo, api, payload, field):
     assert not ApiToken.objects.exists()
 
 
+def test_the_schema_states_the_name_rule_the_api_enforces(demo, api):
+    """A line break in a name is refused (CI's schemathesis sent a name with a CR as valid
+    data: the schema allowed what the portal refuses), and the schema's pattern now says so."""
+    client = api("researcher")
+    schemas = client.get("/api/schema/?format=json").json()["components"]["schemas"]
+    pattern = re.compile(schemas["CreateToken"]["properties"]["name"]["pattern"])
+    for name in ("\u00a5\rT", "trailing\n", "tab\there", " "):
+        assert not pattern.search(name)
+        response = client.post("/api/v1/tokens/", {"name": name}, format="json")
+        assert response.status_code == 400 and "name" in response.json()["errors"], name
+    for name in ("laptop", "東京 GPU ✓", " padded "):
+        assert pattern.search(name)
+        assert client.post("/api/v1/tokens/", {"name": name}, format="json").status_code == 201
+    assert ApiToken.objects.filter(name="padded").exists()
+
+
 def test_service_refuses_control_characters_in_names(demo):
     for name in ("a\x00b", "tab\there", "a\u0085b"):
         with pytest.raises(tokens.TokenError):

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from core.api import BODY_TEXT, BODY_TEXT_NOT_BLANK, PARAMETER_TEXT
+from core.api import BODY_TEXT, BODY_TEXT_NOT_BLANK, LINE_TEXT_NOT_BLANK, PARAMETER_TEXT
 from monitoring.services import raise_alert
 from scheduling.models import Job, Node
 
@@ -221,7 +221,10 @@ def test_the_schema_documents_the_refusals(schema):
     [(PARAMETER_TEXT, "llm-core", True), (PARAMETER_TEXT, "a\tb", False),
      (BODY_TEXT, "", True), (BODY_TEXT, "a\tb\nc", True), (BODY_TEXT, "a\x1bb", False),
      (BODY_TEXT, "a\x85", False), (BODY_TEXT_NOT_BLANK, " \t ", False),
-     (BODY_TEXT_NOT_BLANK, " x ", True), (BODY_TEXT_NOT_BLANK, "", False)],
+     (BODY_TEXT_NOT_BLANK, " x ", True), (BODY_TEXT_NOT_BLANK, "", False),
+     # Python's ``$`` matched before a final line break: "llm-core\n" read as valid
+     (PARAMETER_TEXT, "llm-core\n", False), (LINE_TEXT_NOT_BLANK, "laptop\n", False),
+     (LINE_TEXT_NOT_BLANK, "東京 ✓", True), (LINE_TEXT_NOT_BLANK, " ", False)],
 )  # fmt: skip
 def test_the_patterns_say_what_the_portal_takes(pattern, text, matches):
     assert bool(re.match(pattern, text)) is matches

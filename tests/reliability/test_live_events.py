@@ -50,3 +50,21 @@ def test_a_flush_of_thousands_of_events_loses_none(on_own_redis, caplog):
 def test_page_wide_events_are_sent_before_the_per_job_ones(on_own_redis):
     kinds = [m["kind"] for m in receive_a_big_flush()]
     assert kinds[:2] == ["cycle.completed", "queues.updated"], kinds[:5]
+
+
+def test_a_thread_running_an_event_loop_still_publishes(on_own_redis, caplog):
+    """Synchronous code called from a thread that runs a loop (a test driving Playwright's
+    sync API seeds a demo that way): asgiref's ``async_to_sync`` refuses that thread, and
+    the events were dropped with a warning ("You cannot use AsyncToSync ...")."""
+    caplog.set_level(logging.WARNING, logger="core.realtime")
+    layer = get_channel_layer()
+
+    async def run() -> dict:
+        channel = await layer.new_channel()
+        await layer.group_add(group_name("cycles"), channel)
+        publish_many([("cycles", "cycle.completed", {"id": 7})])  # sync, inside this loop
+        return await asyncio.wait_for(layer.receive(channel), 5)
+
+    received = asyncio.run(run())
+    assert received["kind"] == "cycle.completed" and received["data"] == {"id": 7}
+    assert "dropped" not in caplog.text

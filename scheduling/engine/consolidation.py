@@ -240,6 +240,9 @@ def candidate_filter(request: MoveRequest, budget: MoveBudget, index: MoveIndex)
     """``is_candidate(id)``: a movable job this gang may move, that alone fits every budget."""
     memo: dict[int, bool] = {}
     by_id, tier = index.by_id, request.tier
+    # For a one-node gang, a job as big as what it needs could only go where the gang
+    # itself would fit: moving it gains nothing.
+    max_gpus = request.c - 1 if request.k == 1 else None
     chosen, bq, bl = budget.chosen, budget.budget_q, budget.budget_l
     used, cap = budget.per_queue_used, budget.per_queue_max
 
@@ -251,6 +254,7 @@ def candidate_filter(request: MoveRequest, budget: MoveBudget, index: MoveIndex)
                 v is not None
                 and vid not in chosen
                 and v.tier <= tier
+                and (max_gpus is None or v.gpus <= max_gpus)
                 and used.get(v.queue, 0) < cap
                 and v.gpus <= bq.get(v.queue, 0)
                 and v.gpus <= bl.get(v.line, 0)
@@ -391,6 +395,8 @@ class Consolidation:
         ck = (sh, tier)
         if ck in self.failed:
             return False
+        if p.live.free_gpus_of(p.live.node_class(key)) < job.gpus:
+            return False  # moves free no GPUs: the gang's must already be free somewhere
         self.searches += 1
         if self.index is None:
             self.index = MoveIndex(p.s.running, p.usage.borrowed_ids, p.topo, p.now, policy)
@@ -493,11 +499,13 @@ def moving(
         details["victims_stop_at"] = explain.iso(deadline)
     else:
         details[explain.NO_ESTIMATE] = "the jobs making room have no stop deadline"
+    n = len(jobs)
+    moves = "1 job moves" if n == 1 else f"{n} jobs move"
     return (
         Code.PREEMPTING,
-        f"Starts after {len(jobs)} job(s) move off {where}: they checkpoint by "
-        f"{explain.when(deadline)} and restart elsewhere from their checkpoints, freeing "
-        f"{gpus} GPUs for this job (consolidation).",
+        f"Starts after {moves} off {where} ({gpus} GPUs): they checkpoint by "
+        f"{explain.when(deadline)} and restart elsewhere from their checkpoints "
+        "(consolidation).",
         details,
         "Nothing to do: it starts as soon as they have moved.",
     )

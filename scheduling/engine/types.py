@@ -315,7 +315,7 @@ class PolicyConfig:
     max_migrations: int = 8
     max_migrations_per_queue: int = 2
     max_consolidations: int = 4
-    consolidate_min_wait_s: float = 1800.0
+    consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
 
     @classmethod

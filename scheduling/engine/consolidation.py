@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from .planner import Planner, ShapeT
 
 # Per plan, searches beyond the gangs that may get room (failed ones are cached too).
-SEARCHES_PER_CONSOLIDATION = 4
+SEARCHES_PER_CONSOLIDATION = 2
 
 
 def enabled(policy: PolicyConfig) -> bool:
@@ -126,7 +126,7 @@ def dominates(dest: NodeView, src: NodeView) -> bool:
 class MoveIndex:
     """The jobs that may move in one plan, per node (built once, on the first search)."""
 
-    __slots__ = ("by_id", "node_of", "ranked", "movable_gpus")
+    __slots__ = ("by_id", "node_of", "ranked", "movable_gpus", "cost")
 
     def __init__(
         self,
@@ -142,6 +142,7 @@ class MoveIndex:
         # jobs a little cheaper, so a node is freed by as few moves as possible.
         self.ranked: dict[int, list[tuple[float, int, int, int]]] = {}
         self.movable_gpus: dict[int, int] = {}
+        self.cost: dict[int, float] = {}
         index = topo.index
         for r in running:
             if not movable(r, borrowed, now, policy):
@@ -152,15 +153,18 @@ class MoveIndex:
             g = len(r.placement[0].gpus)
             self.by_id[r.id] = r
             self.node_of[r.id] = n
-            self.ranked.setdefault(n, []).append((move_cost(g), -g, r.id, g))
+            self.cost[r.id] = move_cost(g, topo.total[n])
+            self.ranked.setdefault(n, []).append((self.cost[r.id], -g, r.id, g))
             self.movable_gpus[n] = self.movable_gpus.get(n, 0) + g
         for lst in self.ranked.values():
             lst.sort()
 
 
-def move_cost(gpus: int) -> float:
-    """What moving one job costs the search: one move, bigger jobs slightly cheaper."""
-    return 1.0 - min(gpus, 512) / 1024.0
+def move_cost(gpus: int, node_gpus: int) -> float:
+    """What moving one job costs the search: one move, bigger jobs slightly cheaper (fewer
+    moves free a node), but a job filling its node as much as three moves (it needs a
+    wholly free node elsewhere, which is rare)."""
+    return 1.0 - min(gpus, 512) / 1024.0 + (2.0 if gpus >= node_gpus else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +224,9 @@ def find_moves(
 ) -> Moves | None:
     """The fewest moves that give the gang its nodes now, each with a destination; None if
     there are none within the budgets."""
-    if budget.total <= 0:
+    if budget.total <= 0 or not could_fit(request, capacity, index, budget.total):
         return None
-    is_candidate = candidate_filter(request, budget, index)
+    is_candidate = candidate_filter(request, budget, index, room_for(capacity))
     options = node_options(request, capacity, index, is_candidate)
     nodes = choose_nodes(options, request.k, request.c, capacity.topo)
     if nodes is None:
@@ -236,9 +240,49 @@ def find_moves(
     return Moves(tuple(nodes), tuple((index.by_id[i], dest[i]) for i in picked))
 
 
-def candidate_filter(request: MoveRequest, budget: MoveBudget, index: MoveIndex) -> Any:
-    """``is_candidate(id)``: a movable job this gang may move, that alone fits every budget."""
+def could_fit(request: MoveRequest, capacity: Capacity, index: MoveIndex, moves: int) -> bool:
+    """A quick necessary condition: some block has ``k`` nodes that are free enough, or would
+    be once their movable jobs went, with at most ``moves`` nodes needing a move."""
+    topo = capacity.topo
+    c, k, elig, exclusive = request.c, request.k, request.elig, request.exclusive
+    nfree, usable, total = capacity.nfree, capacity.usable, topo.total
+    ready: dict[int, int] = {}
+    movable: dict[int, int] = {}
+    for f in range(min(c, len(capacity.buckets)), len(capacity.buckets)):
+        for n in capacity.buckets[f]:
+            if elig[n] and (not exclusive or f == total[n]):
+                b = topo.block_of[n]
+                ready[b] = ready.get(b, 0) + 1
+    for n, g in index.movable_gpus.items():
+        f = nfree[n]
+        if elig[n] and usable[n] and f + g >= c and (f < c or (exclusive and f < total[n])):
+            b = topo.block_of[n]
+            movable[b] = movable.get(b, 0) + 1
+    return any(ready.get(b, 0) + min(m, moves) >= k for b, m in movable.items())
+
+
+def room_for(capacity: Capacity) -> tuple[int, bool]:
+    """The most GPUs free on one already used usable node, and whether a wholly free one
+    exists: a job bigger than the first (that does not fill a node) has nowhere to go."""
+    total, buckets = capacity.topo.total, capacity.buckets
+    most = 0
+    for f in range(len(buckets) - 1, 0, -1):
+        if any(f < total[n] for n in buckets[f]):
+            most = f
+            break
+    whole = any(
+        buckets[f] and any(f == total[n] for n in buckets[f]) for f in range(1, len(buckets))
+    )
+    return most, whole
+
+
+def candidate_filter(
+    request: MoveRequest, budget: MoveBudget, index: MoveIndex, room: tuple[int, bool]
+) -> Any:
+    """``is_candidate(id)``: a movable job this gang may move, that alone fits every budget
+    and could find room somewhere (``room_for``)."""
     memo: dict[int, bool] = {}
+    most, whole = room
     by_id, tier = index.by_id, request.tier
     # For a one-node gang, a job as big as what it needs could only go where the gang
     # itself would fit: moving it gains nothing.
@@ -255,6 +299,7 @@ def candidate_filter(request: MoveRequest, budget: MoveBudget, index: MoveIndex)
                 and vid not in chosen
                 and v.tier <= tier
                 and (max_gpus is None or v.gpus <= max_gpus)
+                and (v.gpus <= most or whole)
                 and used.get(v.queue, 0) < cap
                 and v.gpus <= bq.get(v.queue, 0)
                 and v.gpus <= bl.get(v.line, 0)
@@ -273,17 +318,16 @@ def node_options(
     topo = capacity.topo
     c, elig, exclusive = request.c, request.elig, request.exclusive
     nfree, usable, total = capacity.nfree, capacity.usable, topo.total
-    look = set(index.movable_gpus)
+    movable_gpus = index.movable_gpus
+    look = {n for n, g in movable_gpus.items() if nfree[n] + g >= c}
     for f in range(min(c, len(capacity.buckets)), len(capacity.buckets)):
         look.update(capacity.buckets[f])
-    cost = {i: move_cost(v.gpus) for i, v in index.by_id.items()}
+    cost = index.cost
     options: dict[int, NodeOption] = {}
     no_leaving: frozenset[int] = frozenset()
     for n in sorted(look):
         # A node held exclusively is held by a job that may not move.
         if not elig[n] or not usable[n] or n in capacity.excl_held:
-            continue
-        if nfree[n] + index.movable_gpus.get(n, 0) < c:
             continue
         if exclusive:
             if capacity.started_on[n]:
@@ -371,7 +415,9 @@ class Consolidation:
         self.per_queue: dict[str, int] = {}
         self.gangs = 0
         self.searches = 0
-        self.failed: set[tuple[Any, ...]] = set()
+        # per shape, the highest tier whose search failed: capacity, movable work and
+        # budgets only shrink within a plan, and a lower tier may move less
+        self.failed: dict[ShapeT, Tier] = {}
         self.migrations: list[Migration] = []
 
     def try_gang(self, job: PendingJob, sh: ShapeT) -> bool:
@@ -392,8 +438,8 @@ class Consolidation:
         if left <= 0 or self.searches >= SEARCHES_PER_CONSOLIDATION * policy.max_consolidations:
             return False
         tier = effective_tier(job.tier, p.queues.get(job.queue))
-        ck = (sh, tier)
-        if ck in self.failed:
+        failed = self.failed.get(sh)
+        if failed is not None and tier <= failed:
             return False
         if p.live.free_gpus_of(p.live.node_class(key)) < job.gpus:
             return False  # moves free no GPUs: the gang's must already be free somewhere
@@ -413,11 +459,11 @@ class Consolidation:
             )
             found = find_moves(request, self.capacity(), budget, self.index)
         if found is None:
-            self.failed.add(ck)
+            self.failed[sh] = max(tier, failed) if failed is not None else tier
             return False
         deadline = p.now + policy.grace_seconds
         if not self.worth_it(job, sh, deadline):
-            self.failed.add(ck)
+            self.failed[sh] = Tier.URGENT  # it will start soon anyway, whoever asks
             return False
         self.apply(job, found, deadline)
         return True

@@ -31,6 +31,7 @@ from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
 from scheduling.engine import types as et
 from scheduling.models import SchedulingCycle
+from scheduling.observers import plan_applied
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
 
@@ -58,6 +59,8 @@ def plan_and_apply(cycle: Cycle, timings: dict[str, float]) -> tuple[list[str], 
         write_verdicts(cycle, plan, ctx.jobs)
     else:
         apply(cycle, plan, ctx.jobs)
+        plan_applied.send(Cycle, snapshot=ctx.snapshot, plan=plan,
+                          not_launched=frozenset(cycle.launch_verdicts))  # fmt: skip
     by_reason = {k: v for k, v in counts_by_code(cycle, plan).items() if v}
     timings["apply_ms"] = (time.perf_counter() - t2) * 1000
     return violations, by_reason

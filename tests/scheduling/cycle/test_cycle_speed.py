@@ -13,8 +13,9 @@ from scheduling.cycle import run, run_cycle
 from scheduling.cycle.phases import PHASES, CycleTrace
 from scheduling.engine import types as et
 from scheduling.engine.predict import FinishedJob, HistoryPredictor
+from scheduling.models import Job
 from scheduling.prediction import RuntimePredictor
-from scheduling.snapshot import build_snapshot
+from scheduling.snapshot import EPOCH_FIELDS, JOB_FIELDS, Epoch, active_job_rows, build_snapshot
 from tests.scheduling.cycle.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -137,3 +138,16 @@ def test_times_reach_the_engine_to_the_microsecond(make_job, running_job, backen
     assert (held.started_at, held.last_checkpoint_at, held.preempt_deadline) == (
         started.timestamp(), checkpoint.timestamp(), deadline.timestamp()
     )  # fmt: skip
+
+
+def test_the_snapshot_reads_its_rows_as_values_would(make_job, running_job):
+    make_job(name="a", pending_code="TOPOLOGY", pending_message="scattered",
+             pending_details={"where": "r1: 3", "free": [1, 2.5], "n": None, "é": True},
+             queue_position=3, estimated_start=datetime.fromtimestamp(T0 + 60.5, UTC),
+             model_name="llama", estimated_runtime_minutes=30)  # fmt: skip
+    make_job(name="b", gpus_per_node=None, gpu_memory_gb=40, rdma=True)
+    running_job(last_checkpoint_at=datetime.fromtimestamp(T0 - 60, UTC), borrowed=True)
+    make_job(name="done", state="succeeded")
+    epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
+    expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
+    assert list(active_job_rows().values()) == expected and len(expected) == 3

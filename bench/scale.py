@@ -12,6 +12,7 @@ back: the database is left as it was. Stop the portal's loop first.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -19,13 +20,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 
 from monitoring.models import Alert
 from quotas.models import BusinessLine, Queue
+from scheduling import engine
 from scheduling.backends.base import run_ref
 from scheduling.cluster_lock import try_cluster_lock
 from scheduling.cycle import run_cycle
+from scheduling.cycle.phases import PHASES, CycleTrace
 from scheduling.models import (
     Allocation,
     ClusterSettings,
@@ -127,7 +130,21 @@ def load_scale_dataset(gpus: int, pending: int, running: int, seed: int) -> floa
     SimulatorState.objects.create(state=sim.to_dict(), virtual_now=sim.now,
                                   saved_wall=time.time(), speed=0.0)  # fmt: skip
     ClusterSettings.objects.update_or_create(singleton=True, defaults={"workload_enabled": False})
+    _analyze()
     return now
+
+
+def _analyze() -> None:
+    """Give PostgreSQL's planner statistics of the rows just loaded.
+
+    A live portal's tables are analyzed by autovacuum as they grow; rows loaded in a
+    transaction that is never committed are invisible to it, and with the statistics of
+    (say) empty tables the planner picks nested loops that take seconds at this scale. The
+    statistics are part of the transaction and rolled back with it.
+    """
+    tables = [m._meta.db_table for m in (Allocation, Job, JobEvent, Node, Queue, BusinessLine)]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE " + ", ".join(f'"{t}"' for t in tables))
 
 
 @contextmanager
@@ -151,20 +168,61 @@ def scale_dataset(gpus: int, pending: int, running: int, seed: int = 0) -> Itera
 
 
 def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0) -> dict:
-    """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards."""
+    """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards.
+
+    Besides each cycle's wall-clock time, every phase of it (``CycleTrace``) and, for the
+    same snapshot in the same run, ``plan()`` alone as ``bench.engine`` times it: on a
+    shared machine the ratios (``cycle_over_plan_alone``, ``plan_in_cycle_over_alone``)
+    mean more than the absolute figures. Medians are over the steady cycles after the
+    first (which starts most jobs).
+    """
+    cycles, traces, alone, alone_check, cpu = [], [], [], [], []
     with scale_dataset(gpus, pending, running, seed) as load_s:
-        cycles = [run_cycle() for _ in range(runs)]
+        for _ in range(runs):
+            trace = CycleTrace()
+            c0 = time.process_time()
+            cycles.append(run_cycle(trace=trace))
+            cpu.append((time.process_time() - c0) * 1000)
+            traces.append(trace)
+            assert trace.snapshot is not None and trace.now is not None
+            t0 = time.perf_counter()
+            result = engine.plan(trace.snapshot, trace.now)
+            t1 = time.perf_counter()
+            engine.check_plan(trace.snapshot, result)
+            alone.append((t1 - t0) * 1000)
+            alone_check.append((time.perf_counter() - t0) * 1000)
+    steady = slice(1, None) if runs > 1 else slice(None)
     times = [c.duration_ms for c in cycles]
-    steady = times[1:] or times
+
+    def med(values: list[float]) -> float:
+        return round(statistics.median(values[steady]), 1)
+
+    phases = {name: med([t.phases.get(name, 0.0) for t in traces]) for name in PHASES}
+    median_ms, plan_alone = med(times), med(alone)
     return {
         "gpus": gpus, "pending": pending, "running": running, "runs": runs,
-        "seed": seed, "load_s": round(load_s, 2),
+        "seed": seed, "load_s": round(load_s, 2), "loadavg": _loadavg(),
         "first_ms": round(times[0], 1),
-        "median_ms": round(statistics.median(steady), 1),
-        "p95_ms": round(percentile(steady, 95), 1),
-        "plan_median_ms": round(statistics.median(c.plan_ms for c in cycles[1:] or cycles), 1),
+        "median_ms": median_ms,
+        "p95_ms": round(percentile(times[steady], 95), 1),
+        "cpu_median_ms": med(cpu),
+        "phases_median_ms": phases,
+        "phases_cpu_median_ms": {n: med([t.cpu.get(n, 0.0) for t in traces]) for n in PHASES},
+        "plan_median_ms": round(statistics.median(c.plan_ms for c in cycles[steady]), 1),
+        "plan_alone_median_ms": plan_alone,
+        "plan_check_alone_median_ms": med(alone_check),
+        "cycle_over_plan_alone": round(median_ms / plan_alone, 2) if plan_alone else None,
+        "plan_in_cycle_over_alone": round(phases["plan"] / plan_alone, 2) if plan_alone else None,
         "starts_first": cycles[0].starts,
         "pending_by_reason_last": cycles[-1].pending_by_reason,
         "errors": sum(len(c.errors) for c in cycles),
         "violations": sum(len(c.violations) for c in cycles),
     }  # fmt: skip
+
+
+def _loadavg() -> float | None:
+    """The 1-minute load average while the benchmark ran (None where the OS has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None

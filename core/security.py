@@ -235,7 +235,8 @@ class LoginRateLimitMiddleware:
     """Limits failed sign-ins on every login form (the portal's and the Django admin's).
 
     A POST to a login page that answers 200 re-rendered the form: a failure, counted
-    against the client address and the username. A redirect is a success and clears the
+    against the client address and the username, unless the password could not be checked
+    (``request.credentials_unchecked``: the directory was down for a directory account). A redirect is a success and clears the
     username's count (not the address's: one good account must not unlock guessing at
     others). While either count is at its limit, POSTs get 429 without being checked.
     """
@@ -265,7 +266,7 @@ class LoginRateLimitMiddleware:
             logger.warning("sign-in refused: too many failures for one username")
             return self.locked_out(request, max(by_user_ip.window, by_user.window))
         response = self.get_response(request)
-        if response.status_code == 200:
+        if response.status_code == 200 and not getattr(request, "credentials_unchecked", False):
             by_user_ip.hit(mine)
             by_user.hit(username)
         elif 300 <= response.status_code < 400:

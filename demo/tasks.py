@@ -11,6 +11,7 @@ def demo_workload() -> dict:
     """Submit the simulator demo's new arrivals (no-op unless the simulator demo is on)."""
     if settings.SCHEDULING_BACKEND != "simulator":
         return {"skipped": True}
-    from demo.workload import generate
+    from demo.workload import offer
 
-    return {"submitted": generate()}
+    done = offer()
+    return {"submitted": done.submitted, "dropped": done.dropped, "minutes": done.minutes}

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any, NamedTuple
 
+from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+
 BLUE = "#0072B2"
 SKY = "#56B4E9"
 ORANGE = "#E69F00"
@@ -300,6 +302,109 @@ def fragmentation_figure(points: Sequence[tuple], *, window: TimeWindow | None =
         f"(peak {max(values)} in the {window.label if window else 'window'})."
     )
     return _figure(data, layout, summary + _seeded_note(points))
+
+
+# Idle GPUs by cause: a colour and a fill pattern each (colour is never the only signal),
+# fixed per cause so a cause looks the same in every window.
+YELLOW = "#F0E442"
+BLACK = "#000000"
+CAUSE_STYLE = {
+    "quota": (VERMILION, ""),
+    "topology": (ORANGE, "/"),
+    "insufficient": (SKY, ""),
+    "reservation": (BLUE, "x"),
+    "checkpointing": (PURPLE, "."),
+    "unavailable": (BLACK, "\\"),
+    "demoted": (PURPLE, "-"),
+    "order": (YELLOW, "|"),
+    "beyond_demand": (GREEN, ""),
+    "awaiting_cycle": (GREY, "."),
+    "other": (GREY, "+"),
+}
+AS_OF = "as_of"  # the key of a sample's idle_gpu_s that says when its totals run to
+
+
+def _gpus(n: float) -> str:
+    return f"{n:,.0f}"
+
+
+def idle_causes_figure(points: Sequence[tuple], *, window: TimeWindow | None = None) -> Figure:
+    """Why GPUs are idle while jobs wait: mean idle GPUs per cause over each interval
+    between rollup samples, stacked (``monitoring.idle``).
+
+    ``points`` are (cluster time, ``idle_gpu_s``[, seeded]) samples, oldest first;
+    ``idle_gpu_s`` is cumulative GPU-seconds per cause with ``as_of`` (epoch seconds of the
+    plan the totals run to). Each interval between two samples is drawn from the earlier
+    ``as_of`` to the later as a step (its mean: GPU-seconds over seconds). Seeded demo
+    history carries no such figures and is left out.
+    """
+    rows = [
+        (float(p[1][AS_OF]), p[1])
+        for p in downsample([p for p in points if not (len(p) > 2 and p[2])])
+        if isinstance(p[1], Mapping) and p[1].get(AS_OF) is not None
+    ]
+    steps: list[tuple[float, dict[str, float]]] = []
+    for (t0, a), (t1, b) in zip(rows, rows[1:], strict=False):
+        if t1 > t0:
+            steps.append((t0, {c: max(0.0, float(b.get(c, 0)) - float(a.get(c, 0))) / (t1 - t0)
+                               for c in CAUSES}))  # fmt: skip
+    totals = {
+        c: max(0.0, float(rows[-1][1].get(c, 0)) - float(rows[0][1].get(c, 0))) for c in CAUSES
+    } if steps else {}  # fmt: skip
+    shown = [c for c in CAUSES if totals.get(c, 0.0) > 0]
+    xs = [_iso(datetime.fromtimestamp(t, UTC)) for t, _ in steps]
+    if steps:
+        xs.append(_iso(datetime.fromtimestamp(rows[-1][0], UTC)))  # the last step's end
+    data = []
+    for cause in shown:
+        colour, pattern = CAUSE_STYLE[cause]
+        ys = [round(v[cause], 1) for _, v in steps]
+        label = CAUSE_LABELS[cause]
+        data.append({
+            "type": "scatter", "mode": "lines", "name": label, "x": xs, "y": [*ys, ys[-1]],
+            "stackgroup": "idle", "line": {"color": colour, "width": 1, "shape": "hv"},
+            "fillcolor": colour,
+            # a pattern is white lines on the cause's colour (without bgcolor Plotly
+            # draws it on a transparent ground and ignores fillcolor)
+            "fillpattern": {"shape": pattern, "bgcolor": colour, "fgcolor": "#ffffff",
+                            "solidity": 0.3},  # fmt: skip
+            "hovertemplate": f"%{{y:,.0f}} GPUs idle: {label}<extra></extra>",
+        })  # fmt: skip
+    layout = _layout(
+        "Why GPUs are idle while jobs wait (mean idle GPUs by cause)",
+        yaxis={
+            "rangemode": "tozero",
+            "title": {"text": "idle GPUs"},
+            "exponentformat": "none",
+            "separatethousands": True,
+        },  # fmt: skip
+        xaxis=_time_axis(window),
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.32, "x": 0, "traceorder": "normal"},
+        margin={**MARGIN, "b": 96},
+        hovermode="x unified",
+    )
+    where = f"the {window.label}" if window is not None else "these samples"
+    if not steps:
+        summary = ("No idle-GPU figures yet: they are counted after every cycle and "
+                   "sampled by the rollup once a cluster minute.")  # fmt: skip
+        return _figure(data, layout, summary, empty="No figures yet")
+    span = rows[-1][0] - rows[0][0]
+    total = sum(totals.values())
+    if total <= 0:
+        summary = f"No GPU sat idle while jobs waited in {where}."
+        return _figure(data, layout, summary, empty="No GPU idle while jobs waited")
+    healthy = sum(v for c, v in totals.items() if c not in NOT_HEALTHY)
+    parts = ", ".join(
+        f"{CAUSE_LABELS[c]} {totals[c] / total:.0%}"
+        for c in sorted(shown, key=lambda c: -totals[c])
+    )
+    summary = (
+        f"While jobs waited in {where}, {_gpus(total / span)} GPUs sat idle on average "
+        f"({_gpus(total / 3600)} GPU-hours; {_gpus(healthy / span)} of them on healthy "
+        f"nodes): {parts}."
+    )
+    return _figure(data, layout, summary)
 
 
 class LineRow(NamedTuple):

@@ -66,7 +66,10 @@ class MetricSample(models.Model):
 
     ``per_line``: {line: {used, borrowed, pending_gpus, quota, guarantee}};
     ``per_queue``: {queue_id: {name, used, pending_jobs, evicted_gpu_s, eviction_ratio}};
-    ``pending_by_reason``: {code: jobs}. ``at`` is cluster time. ``seeded``: demo history
+    ``pending_by_reason``: {code: jobs}; ``idle_gpu_s``: {cause: GPU-seconds} idle while
+    jobs waited, cumulative (``IdleAccount.totals``), with ``as_of`` the cluster time (epoch
+    seconds) of the plan they run up to; the dashboard draws the differences between
+    samples. ``at`` is cluster time. ``seeded``: demo history
     written by ``seed_demo`` (demo/history.py) so a fresh demo's charts have a past; not a
     measurement, drawn apart on the dashboard and carrying no per-line or per-queue figures.
     """
@@ -81,7 +84,32 @@ class MetricSample(models.Model):
     pending_by_reason = models.JSONField(default=dict)
     per_line = models.JSONField(default=dict)
     per_queue = models.JSONField(default=dict)
+    idle_gpu_s = models.JSONField(
+        default=dict, blank=True,
+        help_text="GPU-seconds idle while jobs waited, per cause, since the portal started "
+        "counting (cumulative, cluster time; monitoring.idle)",
+    )  # fmt: skip
     seeded = models.BooleanField(default=False, help_text="seeded demo history, not measured")
 
     class Meta:
         ordering = ["-at"]
+
+
+class IdleAccount(models.Model):
+    """Idle GPUs by cause (``monitoring.idle``), kept by the loop: one row (pk 1).
+
+    Written after every applied plan, inside the cycle's transaction
+    (``monitoring.idle_account.record_plan``). ``at``: cluster time of that plan;
+    ``claims``: idle GPUs per cause it left (empty when no job waits); ``free_before`` /
+    ``free_after``: free GPUs when it planned / once its starts were placed; ``waiting``:
+    some job still waited; ``totals``: GPU-seconds per cause idle while jobs waited, summed
+    over cluster time since counting began (up to ``at``; ``/metrics`` and the rollup add
+    the claims' time since).
+    """
+
+    at = models.DateTimeField(null=True, blank=True, help_text="cluster time of the last plan")
+    claims = models.JSONField(default=dict, blank=True)
+    free_before = models.PositiveIntegerField(default=0)
+    free_after = models.PositiveIntegerField(default=0)
+    waiting = models.BooleanField(default=False)
+    totals = models.JSONField(default=dict, blank=True)

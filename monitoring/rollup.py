@@ -14,6 +14,7 @@ from django.db.models import Count
 from core import events
 from core.realtime import publish_on_commit
 from monitoring import metrics
+from monitoring.idle_account import idle_totals
 from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
@@ -32,6 +33,8 @@ RESIDUAL_QUIET = timedelta(minutes=30)
 # A backend_error alert closes after this long without a failed backend call (cluster time).
 BACKEND_QUIET = timedelta(minutes=10)
 RETENTION = timedelta(days=14)
+# The key of a sample's ``idle_gpu_s`` that holds the cluster time its totals are as of.
+AS_OF = "as_of"
 
 
 def eviction_window() -> timedelta:
@@ -158,6 +161,7 @@ def rollup() -> MetricSample:
         .values_list("pending_code")
         .annotate(n=Count("id"))
     )
+    idle_as_of, idle_gpu_s = idle_totals()
     sample = MetricSample.objects.create(
         at=now,
         gpus_total=summary.gpus_total,
@@ -169,6 +173,8 @@ def rollup() -> MetricSample:
         pending_by_reason=pending_by_reason,
         per_line=per_line,
         per_queue=per_queue,
+        # cumulative, up to the latest plan (AS_OF: its cluster time, epoch seconds)
+        idle_gpu_s={**idle_gpu_s, AS_OF: idle_as_of.timestamp()} if idle_as_of else {},
     )
     MetricSample.objects.filter(at__lt=now - RETENTION).delete()
     _raise_window_alerts(now, per_queue, per_line)

@@ -128,7 +128,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     series = list(
         MetricSample.objects.filter(at__gte=shown.start, at__lte=now)
         .order_by("at", "id")  # two samples at one instant (a paused clock): written order
-        .values_list("at", "utilization", "fragmentation_gpus", "seeded")
+        .values_list("at", "utilization", "fragmentation_gpus", "seeded", "idle_gpu_s")
     )
     cycle = (
         SchedulingCycle.objects.filter(kind="cycle")
@@ -188,7 +188,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         },
         "figures": {
             "utilization": charts.utilization_figure(
-                [(at, u, seeded) for at, u, _, seeded in series],
+                [(at, u, seeded) for at, u, _, seeded, _ in series],
                 window=shown,
                 now=(now, cluster.utilization),
             ),
@@ -198,7 +198,10 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
                 queues, EVICTION_ALERT_RATIO, eviction.window_label
             ),
             "fragmentation": charts.fragmentation_figure(
-                [(at, f, seeded) for at, _, f, seeded in series], window=shown
+                [(at, f, seeded) for at, _, f, seeded, _ in series], window=shown
+            ),
+            "idle": charts.idle_causes_figure(
+                [(at, idle, seeded) for at, _, _, seeded, idle in series], window=shown
             ),
         },
     }
@@ -210,6 +213,7 @@ CHARTS = (
     ("pending", "Pending by reason"),
     ("eviction", "Eviction ratio per queue"),
     ("fragmentation", "Fragmentation"),
+    ("idle", "Why GPUs are idle while jobs wait"),
 )
 
 

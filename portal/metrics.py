@@ -31,13 +31,20 @@ from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, generate_latest
 from prometheus_client import multiprocess as prometheus_multiprocess
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from rest_framework.exceptions import AuthenticationFailed, Throttled
 
 from core import telemetry
 from core.roles import is_admin
 from core.security import RateLimitedTokenAuthentication
+from monitoring.idle import CAUSES
+from monitoring.idle_account import idle_now, idle_totals
 from monitoring.metrics_api import UNEXPLAINED, build_pending_by_reason
 from monitoring.models import Alert
 from monitoring.rollup import get_eviction_figures
@@ -245,6 +252,30 @@ def _cluster_families() -> Iterator[Metric]:
         yield family
 
 
+def _idle_families() -> Iterator[Metric]:
+    """Idle GPUs while jobs wait, by cause (``monitoring.idle``): the loop's running totals
+    (kept in the database by ``monitoring.idle_account``) and the latest plan's counts."""
+    _, totals = idle_totals()
+    seconds = CounterMetricFamily(
+        "gpuportal_idle_gpu_seconds",
+        "GPU-seconds (cluster time) GPUs sat idle while some job waited, by cause (one cause "
+        "each; cause unavailable: on nodes out of service, every other cause: healthy GPUs); "
+        "summed after every applied plan",
+        labels=["cause"],
+    )
+    now = GaugeMetricFamily(
+        "gpuportal_idle_gpus",
+        "GPUs idle while some job waits, by cause, as the latest applied plan left them",
+        labels=["cause"],
+    )
+    claims = idle_now()
+    for cause in CAUSES:
+        seconds.add_metric([cause], totals.get(cause, 0.0))
+        now.add_metric([cause], claims.get(cause, 0))
+    yield seconds
+    yield now
+
+
 class PortalCollector(Collector):
     """Reads the database on every scrape; holds no state of its own."""
 
@@ -254,6 +285,7 @@ class PortalCollector(Collector):
         yield _alert_family()
         yield from _cluster_families()
         yield from _gpu_model_families()
+        yield from _idle_families()
         yield _build_info()
 
 

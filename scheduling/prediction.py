@@ -17,7 +17,8 @@ from scheduling.models import Job
 
 HISTORY_SIZE = 5000
 REFRESH_S = 60.0
-_cache: dict[str, tuple[float, HistoryPredictor]] = {}
+# The process's predictor: when it was built, itself, and its answers so far by key.
+_cache: dict[str, tuple[float, HistoryPredictor, dict[tuple, float]]] = {}
 
 
 def load_history() -> list[FinishedJob]:
@@ -41,26 +42,34 @@ def load_history() -> list[FinishedJob]:
 
 
 class RuntimePredictor:
-    """Predicts a job's total run time in seconds from history, else the user's estimate."""
+    """Predicts a job's total run time in seconds from history, else the user's estimate.
 
-    def __init__(self, predictor: HistoryPredictor) -> None:
+    A prediction depends only on the job's key (owner, model, queue, size, estimate) and
+    the history, which is fixed while the predictor lives: answers are remembered per
+    key (``memo``), so a cycle asks the history once per kind of job, not once per job.
+    """
+
+    def __init__(self, predictor: HistoryPredictor, memo: dict[tuple, float] | None = None) -> None:
         self.predictor = predictor
+        self.memo: dict[tuple, float] = {} if memo is None else memo
 
     @classmethod
     def from_history(cls) -> RuntimePredictor:
         cached = _cache.get("p")
         if cached is None or time.monotonic() - cached[0] > REFRESH_S:
-            cached = (time.monotonic(), HistoryPredictor(load_history()))
+            cached = (time.monotonic(), HistoryPredictor(load_history()), {})
             _cache["p"] = cached
-        return cls(cached[1])
+        return cls(cached[1], cached[2])
 
     def predict_row(self, row: dict, queue_name: str) -> float:
         """The predicted whole runtime (s) of a job row (``snapshot.FIELDS``) in ``queue_name``."""
         minutes = row.get("estimated_runtime_minutes")
-        return self.predictor.predict(
-            owner=row.get("owner__username") or "",
-            model_name=row.get("model_name") or None,
-            queue=queue_name,
-            gpus=row["gpus"],
-            estimate_s=float(minutes) * 60 if minutes else None,
-        ).seconds
+        key = (row.get("owner__username") or "", row.get("model_name") or None, queue_name,
+               row["gpus"], float(minutes) * 60 if minutes else None)  # fmt: skip
+        seconds = self.memo.get(key)
+        if seconds is None:
+            owner, model_name, queue, gpus, estimate_s = key
+            seconds = self.memo[key] = self.predictor.predict(
+                owner=owner, model_name=model_name, queue=queue, gpus=gpus, estimate_s=estimate_s
+            ).seconds
+        return seconds

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.dispatch import receiver
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
+from core.security import normalize_username
 from portal.auth import notices
 from portal.auth.sync import apply_groups
 
@@ -51,6 +52,7 @@ class PortalLDAPBackend(LDAPBackend):
         except ldap.LDAPError as exc:
             logger.warning("directory group search for %s failed: %s", user, exc)
             notices.tell(request, notices.DIRECTORY_UNREACHABLE)
+            notices.not_checked(request, user.get_username())
             return None
         if not apply_groups(
             user, settings.LDAP_IDENTITY_MAPPING, groups, source=SOURCE, request=request
@@ -70,8 +72,11 @@ def _unreachable(exc: BaseException) -> bool:
 def _on_ldap_error(
     sender: type, context: str, user: Any, request: Any, exception: Exception, **kwargs: Any
 ) -> None:
-    """django-auth-ldap caught an ``LDAPError``: say so on the login page."""
+    """django-auth-ldap caught an ``LDAPError``: say so on the login page; the password was
+    not checked, so the login limiter does not count the attempt (``notices.not_checked``)."""
     logger.warning("directory error while %s: %r", context, exception)
+    if request is not None:
+        notices.not_checked(request, normalize_username(request.POST.get("username", "")))
     if _unreachable(exception):
         notices.tell(request, notices.DIRECTORY_UNREACHABLE)
     else:

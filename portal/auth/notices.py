@@ -11,6 +11,7 @@ import logging
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 
 logger = logging.getLogger("portal.auth")
@@ -48,6 +49,17 @@ def local_account_taken(source: str) -> str:
         f"This user name belongs to a local portal account, which {source} cannot sign in. "
         "Use the local password, or ask a cluster admin."
     )
+
+
+def not_checked(request: HttpRequest | None, username: str) -> None:
+    """Mark a sign-in whose password the directory could not check, so the login limiter
+    does not count it as a wrong guess. Never for a local account (one with a usable
+    password): its password was checked, by ``ModelBackend``, and found wrong."""
+    if request is None:
+        return
+    same_name = get_user_model().objects.filter(username__iexact=username)
+    if not any(user.has_usable_password() for user in same_name):
+        request.credentials_unchecked = True
 
 
 def tell(request: HttpRequest | None, text: str) -> None:

@@ -10,12 +10,15 @@ job, killed when its job moved on, and reported as drift when it is foreign work
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from core import events
 from core.realtime import publish_on_commit
-from scheduling.backends.base import ENDED, FAILED, ObservedJob
+from scheduling.backends.base import ENDED, FAILED, ObservedJob, ObservedNode
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.backoff import BACKOFF_FIELDS
 from scheduling.cycle.backoff import clear as clear_backoff
@@ -29,6 +32,11 @@ from scheduling.transitions import set_state
 
 NODE_FIELDS = ["health", "health_detail", "residual_gpus", "state", "state_reason",
                "uncordon_requested"]  # fmt: skip
+# What ``sync_nodes`` compares every node on (``_needs_attention``).
+NODE_CHECK = ("name", "health", "health_detail", "residual_gpus", "uncordon_requested", "state")
+# What ``sync_jobs`` compares every running job on (``Run``).
+RUN_FIELDS = ("id", "state", "backend_ref", "progress_seconds", "last_checkpoint_at",
+              "preempt_deadline")  # fmt: skip
 
 
 def reconcile(cycle: Cycle) -> None:
@@ -37,12 +45,34 @@ def reconcile(cycle: Cycle) -> None:
     sync_jobs(cycle)
 
 
+def _needs_attention(row: tuple, o: ObservedNode) -> bool:
+    """Would ``sync_nodes`` change, call or raise anything for this node (``NODE_CHECK`` row)?"""
+    _name, health, detail, residual, uncordon, state = row
+    ready = state == Node.State.READY
+    return (
+        (health, detail, residual) != (o.health, o.health_detail, len(o.residual_gpus))
+        or uncordon
+        or (ready and (o.health != "ok" or o.cordoned))
+        or (not ready and not o.cordoned)
+        or bool(o.residual_gpus)
+    )
+
+
 def sync_nodes(cycle: Cycle) -> None:
-    """Create discovered nodes; update health, residual GPUs and cordons of known ones."""
-    db_nodes = {n.name: n for n in Node.objects.all()}
+    """Create discovered nodes; update health, residual GPUs and cordons of known ones.
+
+    Every node is compared on a few columns; only those where something is to be done are
+    read as rows (most of a large cluster's nodes agree with the backend every cycle).
+    """
+    known = {row[0]: row for row in Node.objects.values_list(*NODE_CHECK)}
+    attention = [o.name for o in cycle.obs.nodes if o.name in known
+                 and _needs_attention(known[o.name], o)]  # fmt: skip
+    db_nodes = {n.name: n for n in Node.objects.filter(name__in=attention)} if attention else {}
     created = []
     changed: list[Node] = []
     for o in cycle.obs.nodes:
+        if o.name in known and o.name not in db_nodes:
+            continue  # agrees with the backend: nothing to do
         node = db_nodes.get(o.name)
         if node is None:  # discovered on the backend
             created.append(
@@ -88,31 +118,56 @@ def sync_nodes(cycle: Cycle) -> None:
             )  # fmt: skip
 
 
+@dataclass
+class Run:
+    """A running or preempting job as ``sync_jobs`` compares it with its run (``RUN_FIELDS``)."""
+
+    pk: int
+    state: str
+    backend_ref: str
+    progress_seconds: float
+    last_checkpoint_at: datetime | None
+    preempt_deadline: datetime | None
+
+
 def sync_jobs(cycle: Cycle) -> None:
-    """Running and preempting jobs against the observed runs; then adopt or report the rest."""
+    """Running and preempting jobs against the observed runs; then adopt or report the rest.
+
+    All of them are locked and compared on a few columns; only the jobs whose run ended
+    or must be killed are read as rows.
+    """
     observed = {j.ref: j for j in cycle.obs.jobs}
-    active = list(
+    runs = [
+        Run(*row)
         # The job rows only: their queues locked too would hold every submission to them
         # (an insert takes a key-share lock on its queue) for the rest of the cycle.
-        Job.objects.select_for_update(of=("self",), no_key=True)
+        for row in Job.objects.select_for_update(of=("self",), no_key=True)
         .filter(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
-        .select_related("queue")
-    )
-    known_refs = {j.backend_ref for j in active}
-    ended: list[tuple[Job, str, float, str]] = []
-    progressed: list[Job] = []
-    for job in active:
-        o = observed.get(job.backend_ref)
+        .values_list(*RUN_FIELDS)
+    ]
+    known_refs = {r.backend_ref for r in runs}
+    ended_runs: list[tuple[int, str, float, str]] = []
+    progressed: list[Run] = []
+    overdue: list[int] = []
+    for run in runs:
+        o = observed.get(run.backend_ref)
         if o is None:
-            ended.append((job, FAILED, job.progress_seconds, "vanished from the backend"))
+            ended_runs.append((run.pk, FAILED, run.progress_seconds, "vanished from the backend"))
         elif o.state in ENDED:
-            ended.append((job, o.state, o.progress_s, o.end_reason))
+            ended_runs.append((run.pk, o.state, o.progress_s, o.end_reason))
         else:
-            still_running(cycle, job, o, progressed)
+            still_running(cycle, run, o, progressed, overdue)
     bulk_set(Job, ["progress_seconds", "last_checkpoint_at"],
-             [(j.pk, j.progress_seconds, j.last_checkpoint_at) for j in progressed])  # fmt: skip
-    if ended:
-        finish_runs(cycle, ended)
+             [(r.pk, r.progress_seconds, r.last_checkpoint_at) for r in progressed])  # fmt: skip
+    if overdue:
+        jobs = Job.objects.in_bulk(overdue)
+        for pk in overdue:
+            job = jobs[pk]
+            cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
+            cycle.event(job, "killed", "grace period over: stopped cold at the deadline")
+    if ended_runs:
+        jobs = Job.objects.select_related("queue").in_bulk([pk for pk, *_ in ended_runs])
+        finish_runs(cycle, [(jobs[pk], *end) for pk, *end in ended_runs])
     release_cancelled(cycle)
     # Runs the database does not know: adopt lost launches, report foreign work.
     for ref, o in observed.items():
@@ -139,22 +194,24 @@ def release_cancelled(cycle: Cycle) -> None:
             Job.objects.filter(pk=job.pk).update(finished_at=finished)
 
 
-def still_running(cycle: Cycle, job: Job, o: ObservedJob, progressed: list[Job]) -> None:
-    """Note new progress (into ``progressed``); kill a run past its preemption deadline."""
+def still_running(
+    cycle: Cycle, run: Run, o: ObservedJob, progressed: list[Run], overdue: list[int]
+) -> None:
+    """Note new progress (into ``progressed``); a run past its preemption deadline goes
+    into ``overdue`` (``sync_jobs`` kills it)."""
     ckpt = to_datetime(o.last_checkpoint_at)
     # Progress is for display: write it when a checkpoint lands or every 5 minutes of work.
-    if (ckpt and ckpt != job.last_checkpoint_at) or o.progress_s - job.progress_seconds >= 300:
-        job.progress_seconds = o.progress_s
-        job.last_checkpoint_at = ckpt or job.last_checkpoint_at
-        progressed.append(job)
+    if (ckpt and ckpt != run.last_checkpoint_at) or o.progress_s - run.progress_seconds >= 300:
+        run.progress_seconds = o.progress_s
+        run.last_checkpoint_at = ckpt or run.last_checkpoint_at
+        progressed.append(run)
     if (
-        job.state == Job.State.PREEMPTING
-        and job.preempt_deadline
-        and to_epoch(job.preempt_deadline) <= cycle.now
+        run.state == Job.State.PREEMPTING
+        and run.preempt_deadline
+        and to_epoch(run.preempt_deadline) <= cycle.now
         and o.state != "stopping"
     ):
-        cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
-        cycle.event(job, "killed", "grace period over: stopped cold at the deadline")
+        overdue.append(run.pk)
 
 
 def adopt(cycle: Cycle, o: ObservedJob) -> None:

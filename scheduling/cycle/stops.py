@@ -8,11 +8,17 @@ only jobs still running are stopped.
 
 from __future__ import annotations
 
+from core import clock
 from scheduling.clock import to_datetime
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
+from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
+
+# What a preemption writes (``updated_at`` as ``save`` would stamp it), and reads first.
+PREEMPT_FIELDS = ("state", "stop_reason", "preempted_for_id", "preempt_deadline", "updated_at")
+PREEMPT_READ = ("state", "backend_ref", "submitted_at")
 
 # Why a job is asked to move, as its timeline says it (``Job.stop_reason`` -> words).
 MOVE_WORDS = {
@@ -61,9 +67,23 @@ def request_stops(cycle: Cycle) -> None:
 
 
 def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
-    """Stop the plan's victims: gracefully (checkpoint, then stop) or cold (killed)."""
+    """Stop the plan's victims: gracefully (checkpoint, then stop) or cold (killed).
+
+    The victims are read and locked in one statement, the backend is asked victim by
+    victim in the plan's order, and those it accepted are written in one statement.
+    """
+    if not preemptions:
+        return
+    victims = {
+        j.pk: j
+        for j in Job.objects.select_for_update()
+        .filter(pk__in={p.victim_id for p in preemptions})
+        .order_by("pk")
+        .only(*PREEMPT_READ)
+    }
+    stopped: list[Job] = []
     for p in preemptions:
-        victim = Job.objects.select_for_update().filter(pk=p.victim_id).first()
+        victim = victims.get(p.victim_id)
         if victim is None or victim.state != Job.State.RUNNING:
             continue  # compare-and-set: it moved on since the snapshot
         grace = max(0.0, p.grace_deadline - cycle.now) if p.mode == et.GRACEFUL else 0.0
@@ -75,9 +95,11 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
         victim.stop_reason = "preemption"
         victim.preempted_for_id = p.for_job_id
         victim.preempt_deadline = to_datetime(p.grace_deadline)
-        victim.save(update_fields=["state", "stop_reason", "preempted_for",
-                                   "preempt_deadline", "updated_at"])  # fmt: skip
+        victim.updated_at = clock.now()
+        stopped.append(victim)
         mode = "gracefully: checkpoint, then stop" if grace > 0 else "cold (killed)"
         cycle.event(victim, "preempted",
                     f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
         cycle.report.counts["preemptions"] += 1
+    bulk_set(Job, PREEMPT_FIELDS,
+             [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip

@@ -168,11 +168,13 @@ def test_the_backlog_fills_one_and_a_half_times_the_cluster():
     assert {at for _, at in jobs} == {0.0}
 
 
-def test_catching_up_stops_at_thirty_minutes():
+def test_catching_up_brings_every_minute_back_to_the_limit():
     seed(64)
     stamps = {at for _, at in workload.arrivals(0, 600 * 60.0, 0, 512, pairs())}
-    assert min(stamps) >= (600 - workload.MAX_MINUTES_PER_CALL) * 60.0
+    assert min(stamps) == (600 - workload.MAX_CATCH_UP_MINUTES + 1) * 60.0
     assert max(stamps) == 600 * 60.0
+    hour = {at for _, at in workload.arrivals(540, 600 * 60.0, 0, 512, pairs())}
+    assert min(hour) == 541 * 60.0, "an hour since the last call: all of it"
 
 
 @pytest.mark.parametrize("cluster_gpus", [4, 8, 32, 255, 256, 10_000])

@@ -185,3 +185,20 @@ def test_a_directory_that_refuses_the_service_account_is_said_too(demo, director
     assert "The company directory (LDAP) answered with an error" in body
     assert MISMATCH not in body
     assert sign_in("admin", DEMO_PASSWORD)[1].status_code == 302
+
+
+def test_sign_ins_the_directory_could_not_check_do_not_lock_the_account(demo, ldap_on, settings):
+    """During a directory outage a directory person's attempts were counted as wrong
+    passwords: after 10 of them (``LOGIN_FAILURES_PER_USERNAME_AND_IP``) she was locked out
+    for 5 minutes once the directory came back. A local account's failures still count."""
+    settings.LOGIN_FAILURES_PER_USERNAME_AND_IP = 3
+    assert sign_in("dora")[1].status_code == 302
+    ldap_on.stop()
+    for _ in range(5):
+        response = sign_in("dora")[1]
+        assert response.status_code == 200 and UNREACHABLE in response.content.decode()
+    for _ in range(3):  # a local account's password is checked (and wrong) whatever LDAP does
+        assert sign_in("researcher", "wrong-password")[1].status_code == 200
+    assert sign_in("researcher", DEMO_PASSWORD)[1].status_code == 429
+    ldap_on.start()
+    assert sign_in("dora")[1].status_code == 302

@@ -68,7 +68,14 @@ def test_the_dashboard_embeds_every_figure_and_loads_plotly_locally(client, demo
     response = client.get("/dashboard/")
     body = response.content.decode()
     data = embedded(response)
-    assert set(data["figures"]) == {"utilization", "lines", "pending", "eviction", "fragmentation"}
+    assert set(data["figures"]) == {
+        "utilization",
+        "lines",
+        "pending",
+        "eviction",
+        "fragmentation",
+        "idle",
+    }
     for key in data["figures"]:
         assert f'id="chart-{key}"' in body
         assert escape(data["figures"][key]["summary"]) in body, "each chart has a text alternative"

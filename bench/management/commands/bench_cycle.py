@@ -3,10 +3,14 @@
 The engine alone (``bench.engine.run_bench``: ``plan`` + ``check_plan`` on the random
 benchmark snapshot, no database), or with ``--with-db`` full ``run_cycle`` calls
 through the database on the same cluster loaded as rows and rolled back afterwards
-(``bench.scale.run_db_bench``).
+(``bench.scale.run_db_bench``): each cycle's phases, and ``plan()`` alone on the very
+snapshot the cycle planned on, so that ``cycle_over_plan_alone`` compares the two in
+the same minute of a shared machine.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -41,8 +45,17 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         else:
             result = run_bench(*size)
-        write_result(
-            self, result, o["json"],
-            lambda r: (f"{key:>24}: {value}" for key, value in sorted(r.items())),
-            sort_keys=True,
-        )  # fmt: skip
+        write_result(self, result, o["json"], human_lines, sort_keys=True)
+
+
+def human_lines(result: dict) -> Iterator[str]:
+    """One line per figure (sorted), then the cycle's phases (``--with-db``) as a table."""
+    wall, cpu = result.get("phases_median_ms"), result.get("phases_cpu_median_ms")
+    for key, value in sorted(result.items()):
+        if key not in ("phases_median_ms", "phases_cpu_median_ms"):
+            yield f"{key:>26}: {value}"
+    if wall and cpu:
+        yield "phases (median of the steady cycles): wall ms / CPU ms"
+        for name, ms in wall.items():
+            if ms or cpu[name]:
+                yield f"{name:>26}: {ms:8.1f} / {cpu[name]:8.1f}"

@@ -1,0 +1,307 @@
+"""The live demo, headless (``manage.py bench_demo``): what ``make run`` does, without the web
+server and Celery, on a deterministic clock, and the figures issue #19 judges it by.
+
+``make run`` seeds the demo (1,250 nodes, 10,000 GPUs, the demo workload), then beat asks
+every 5 s of wall time for the demo workload, a scheduling cycle and a metrics rollup, every
+30 s for a health sweep and every minute for quota activation, while the simulator's clock
+runs 60 times faster than the wall clock. Here the same calls run in order, one *step* of
+cluster time apart (``step_s``: 5 s at 60x = 300 s): the simulator's clock is paused and
+moved by exactly one step between them, so a run depends on its seeds, not on how fast this
+machine is. (In ``make run`` a cycle slower than 5 s stretches the step; ``--step-seconds``
+models that.) Everything goes through PostgreSQL and the portal's own code: the workload's
+``offer`` (the submit service), ``run_cycle``, ``rollup_if_due``, ``quota_activation``.
+
+Measured, after ``warmup_s`` of cluster time:
+
+- utilization of healthy GPUs, time-weighted: as the portal shows it (the rollup samples:
+  allocated GPUs as of the last cycle) and as the simulated cluster had it (GPUs held by
+  running jobs on ready, healthy nodes, read ``substeps`` times a step: GPUs freed between
+  two cycles count as idle until the next one);
+- fragmented free GPUs (free GPUs on partly used ready nodes) as a share of the cluster:
+  time-weighted mean and p95 over the samples;
+- each queue's eviction ratio over the quota policy's window (72 h by default: a 60-hour
+  run is inside it), at the end and its highest after the warm-up, and the eviction-ratio
+  alerts raised;
+- idle GPU-seconds by cause while jobs waited (``monitoring.idle``);
+- jobs waiting (time-weighted mean, end), the load offered and dropped, cycle times.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.core.management import call_command
+from django.db import transaction
+from django.db.models import Count
+
+from bench.latency import percentile
+from demo import workload
+from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+from monitoring.models import Alert, MetricSample
+from monitoring.rollup import AS_OF, EVICTION_ALERT_RATIO, rollup_if_due
+from quotas.tasks import quota_activation
+from scheduling.backend_factory import open_simulator
+from scheduling.cluster_lock import wait_cluster_lock
+from scheduling.cycle import run_cycle
+from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
+
+# A fixed start (a Monday, 00:00 UTC): the workload's minutes and the inference traffic's
+# daily curve depend on the time of day, so a run is repeatable only from a fixed instant.
+DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)
+SWEEP_EVERY_S = 1800.0  # beat: every 30 s of wall time, at 60x
+QUOTA_EVERY_S = 3600.0  # beat: every 60 s of wall time, at 60x
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """One headless demo run: its length and cadence in cluster seconds, and the seed."""
+
+    cluster_hours: float = 60.0
+    step_s: float = 300.0
+    warmup_hours: float = 2.0
+    nodes: int = 1250
+    nodes_per_rack: int = 32
+    seed: int = 0
+    start: datetime = DEFAULT_START
+    substeps: int = 10
+
+    @property
+    def steps(self) -> int:
+        return max(1, round(self.cluster_hours * 3600 / self.step_s))
+
+
+class TrueUse:
+    """Utilization of healthy GPUs as the simulated cluster had it, time-weighted."""
+
+    def __init__(self) -> None:
+        self.busy_s = 0.0
+        self.healthy_s = 0.0
+
+    def add(self, sim, seconds: float) -> None:
+        """The cluster as ``sim`` has it now, held for ``seconds``."""
+        healthy = busy = 0
+        for n in sim.observe().nodes:
+            if n.health == "ok" and not n.cordoned:
+                healthy += n.gpus_total
+                busy += len(n.allocated_gpus)
+        self.healthy_s += healthy * seconds
+        self.busy_s += busy * seconds
+
+    @property
+    def ratio(self) -> float | None:
+        return self.busy_s / self.healthy_s if self.healthy_s > 0 else None
+
+
+def seed(run: DemoRun) -> None:
+    """``make run``'s seed on this database (no seeded chart history: not measured anyway),
+    then the first cycle, which starts the simulated cluster at ``run.start``; its clock is
+    paused from then on and moved by ``advance``."""
+    call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
+                 seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
+    run_cycle(wall_now=run.start.timestamp(), wait_s=30)
+    SimulatorState.objects.update(speed=0.0)
+
+
+def advance(seconds: float, substeps: int, use: TrueUse | None) -> float:
+    """Move the simulated cluster ``seconds`` on (under the cluster lock, as
+    ``simulator/advance`` does), reading its true use ``substeps`` times on the way;
+    returns its new time."""
+    with transaction.atomic():
+        wait_cluster_lock(30)
+        backend = open_simulator()
+        part = seconds / substeps
+        for _ in range(substeps):
+            if use is not None:
+                use.add(backend.sim, part)
+            backend.advance(part)
+        backend.close()
+        return backend.now()
+
+
+def run_demo(run: DemoRun, progress: Callable[[str], None] | None = None) -> dict:
+    """Run the demo on this database (seeded here: it must hold no nodes or jobs) and
+    return the figures (``report``)."""
+    wall0 = time.perf_counter()
+    seed(run)
+    start = run.start.timestamp()
+    warm = start + run.warmup_hours * 3600
+    use = TrueUse()
+    offers: list[workload.Offer] = []
+    next_sweep, next_quota = start + SWEEP_EVERY_S, start
+    now = start
+    for step in range(run.steps):
+        offered = workload.offer()
+        if now >= warm:
+            offers.append(offered)
+        run_cycle(wait_s=30)
+        if now >= next_sweep:
+            run_cycle("sweep", wait_s=30)
+            next_sweep += SWEEP_EVERY_S
+        if now >= next_quota:
+            quota_activation()
+            next_quota += QUOTA_EVERY_S
+        rollup_if_due()
+        now = advance(run.step_s, run.substeps, use if now >= warm else None)
+        if progress and (step + 1) % max(1, round(3600 * 6 / run.step_s)) == 0:
+            progress(f"{(now - start) / 3600:.0f} of {run.cluster_hours:g} cluster hours, "
+                     f"{time.perf_counter() - wall0:.0f} s")  # fmt: skip
+    # the state after the last step: one more cycle and sample at the end
+    run_cycle(wait_s=30)
+    rollup_if_due()
+    return report(run, warm, now, use, offers, time.perf_counter() - wall0)
+
+
+def _weighted(points: list[tuple[float, float]], end: float) -> float | None:
+    """Time-weighted mean of a step series ``(t, value)`` (each holds until the next, the
+    last until ``end``)."""
+    total = span = 0.0
+    for (t, v), nxt in zip(points, [p[0] for p in points[1:]] + [end], strict=True):
+        dt = max(0.0, nxt - t)
+        total += v * dt
+        span += dt
+    return total / span if span > 0 else None
+
+
+def _pct(x: float | None, digits: int = 1) -> float | None:
+    return None if x is None else round(100 * x, digits)
+
+
+def report(
+    run: DemoRun, warm: float, end: float, use: TrueUse, offers: list, wall_s: float
+) -> dict:
+    """The figures of a finished run (``run_demo``), from the database it wrote."""
+    samples = list(
+        MetricSample.objects.filter(seeded=False, at__gte=datetime.fromtimestamp(warm, UTC))
+        .order_by("at", "id")
+        .values("at", "gpus_total", "utilization", "fragmentation_gpus", "pending_jobs",
+                "per_queue", "idle_gpu_s")
+    )  # fmt: skip
+    if not samples:
+        raise ValueError("no metrics sample after the warm-up: run longer")
+    ts = [s["at"].timestamp() for s in samples]
+    gpus = samples[-1]["gpus_total"]
+    frag = [s["fragmentation_gpus"] / s["gpus_total"] for s in samples]
+    last = samples[-1]
+    queues = {}
+    for qid, row in sorted(last["per_queue"].items(), key=lambda kv: kv[1].get("name", "")):
+        peak = max((s["per_queue"].get(qid, {}).get("eviction_ratio") or 0.0 for s in samples),
+                   default=0.0)  # fmt: skip
+        queues[row["name"]] = {
+            "eviction_ratio": row.get("eviction_ratio"),
+            "peak_eviction_ratio": peak,
+            "evictions": row.get("evictions", 0),
+            "over_alert_line": (row.get("eviction_ratio") or 0.0) > EVICTION_ALERT_RATIO,
+        }
+    first_idle, last_idle = samples[0]["idle_gpu_s"] or {}, last["idle_gpu_s"] or {}
+    idle_span = float(last_idle.get(AS_OF, 0)) - float(first_idle.get(AS_OF, 0))
+    idle_s = {c: max(0.0, float(last_idle.get(c, 0)) - float(first_idle.get(c, 0)))
+              for c in CAUSES}  # fmt: skip
+    idle_total = sum(idle_s.values())
+    cycles = list(
+        SchedulingCycle.objects.filter(kind="cycle", cluster_time__gte=datetime.fromtimestamp(
+            warm, UTC)).values_list("duration_ms", flat=True)
+    )  # fmt: skip
+    hours = (end - warm) / 3600
+    since = datetime.fromtimestamp(warm, UTC)
+    pending_end = dict(
+        Job.objects.filter(state=Job.State.PENDING).values_list("pending_code").order_by()
+        .annotate(n=Count("id"))
+    )  # fmt: skip
+    return {
+        "run": {
+            "cluster_hours": run.cluster_hours, "warmup_hours": run.warmup_hours,
+            "measured_hours": round(hours, 2), "step_s": run.step_s, "steps": run.steps,
+            "nodes": run.nodes, "gpus": gpus, "seed": run.seed, "start": run.start.isoformat(),
+            "wall_s": round(wall_s, 1),
+        },
+        "utilization": {
+            "portal_pct": _pct(_weighted([(t, s["utilization"]) for t, s in
+                                          zip(ts, samples, strict=True)], end)),
+            "simulated_pct": _pct(use.ratio),
+        },
+        "fragmented_free_gpus": {
+            "mean_pct_of_cluster": _pct(_weighted(list(zip(ts, frag, strict=True)), end), 2),
+            "p95_pct_of_cluster": _pct(percentile(frag, 95), 2),
+            "mean_gpus": round(_weighted([(t, s["fragmentation_gpus"]) for t, s in
+                                          zip(ts, samples, strict=True)], end) or 0.0),
+        },
+        "eviction": {
+            "alert_line": EVICTION_ALERT_RATIO,
+            "queues": queues,
+            "queues_over_line": sorted(q for q, v in queues.items() if v["over_alert_line"]),
+            "alerts_raised": sorted(set(
+                Alert.objects.filter(kind=Alert.Kind.EVICTION_RATIO, created_at__gte=since)
+                .values_list("subject", flat=True)
+            )),
+            "evictions": Eviction.objects.filter(at__gte=since).count(),
+        },
+        "idle_while_waiting": {
+            "gpu_hours": {c: round(v / 3600, 1) for c, v in idle_s.items()},
+            "share": {c: round(v / idle_total, 4) if idle_total else 0.0 for c, v in idle_s.items()},
+            "mean_gpus": round(idle_total / idle_span, 1) if idle_span > 0 else None,
+            "mean_healthy_gpus": round(sum(v for c, v in idle_s.items() if c not in NOT_HEALTHY)
+                                       / idle_span, 1) if idle_span > 0 else None,
+        },
+        "jobs": {
+            "waiting_mean": round(_weighted([(t, s["pending_jobs"]) for t, s in
+                                             zip(ts, samples, strict=True)], end) or 0.0),
+            "waiting_end": last["pending_jobs"],
+            "waiting_end_by_reason": dict(sorted(pending_end.items())),
+            "submitted": sum(o.submitted for o in offers),
+            "dropped_at_backlog": sum(o.dropped for o in offers),
+            "offered_load": round(sum(o.submitted_gpu_s + o.dropped_gpu_s for o in offers)
+                                  / (gpus * hours * 3600), 3) if hours > 0 else None,
+            "submitted_load": round(sum(o.submitted_gpu_s for o in offers)
+                                    / (gpus * hours * 3600), 3) if hours > 0 else None,
+            "finished": Job.objects.filter(state=Job.State.SUCCEEDED, finished_at__gte=since)
+            .count(),
+        },
+        "cycles": {
+            "count": len(cycles),
+            "median_ms": round(percentile(cycles, 50)),
+            "p95_ms": round(percentile(cycles, 95)),
+        },
+    }  # fmt: skip
+
+
+def human(result: dict) -> list[str]:
+    """The report as a person reads it."""
+    r, u, f, e, i, j, c = (result[k] for k in ("run", "utilization", "fragmented_free_gpus",
+                                                "eviction", "idle_while_waiting", "jobs",
+                                                "cycles"))  # fmt: skip
+    lines = [
+        f"live demo, headless: {r['nodes']:,} nodes, {r['gpus']:,} GPUs, seed {r['seed']}, "
+        f"{r['cluster_hours']:g} cluster hours in {r['steps']} steps of {r['step_s']:g} s "
+        f"(measured after a {r['warmup_hours']:g} h warm-up: {r['measured_hours']:g} h), "
+        f"{r['wall_s']:.0f} s of wall time",
+        f"utilization of healthy GPUs: {u['portal_pct']}% as the portal shows it (rollup), "
+        f"{u['simulated_pct']}% as the simulated cluster had it",
+        f"fragmented free GPUs: mean {f['mean_pct_of_cluster']}% of the cluster "
+        f"({f['mean_gpus']:,} GPUs), p95 {f['p95_pct_of_cluster']}%",
+        f"eviction ratio per queue ({e['evictions']:,} evictions; alert line "
+        f"{e['alert_line']:.0%}):",
+    ]
+    for name, q in e["queues"].items():
+        ratio = "no data" if q["eviction_ratio"] is None else f"{q['eviction_ratio']:.1%}"
+        lines.append(f"  {name:<24} {ratio:>8}  (peak {q['peak_eviction_ratio']:.1%}, "
+                     f"{q['evictions']} evictions){'  OVER' if q['over_alert_line'] else ''}")  # fmt: skip
+    lines.append(f"eviction-ratio alerts raised: {', '.join(e['alerts_raised']) or 'none'}")
+    lines.append(f"idle GPUs while jobs waited: {i['mean_gpus']} on average "
+                 f"({i['mean_healthy_gpus']} healthy), by cause:")  # fmt: skip
+    for cause in sorted(CAUSES, key=lambda k: -i["gpu_hours"][k]):
+        if i["gpu_hours"][cause]:
+            lines.append(f"  {CAUSE_LABELS[cause]:<34} {i['gpu_hours'][cause]:>10,.1f} GPU-h "
+                         f"{i['share'][cause]:>7.1%}")  # fmt: skip
+    lines += [
+        f"jobs waiting: {j['waiting_mean']:,} on average, {j['waiting_end']:,} at the end "
+        f"({', '.join(f'{k} {v}' for k, v in j['waiting_end_by_reason'].items())})",
+        f"load offered {j['offered_load']}x the cluster, submitted {j['submitted_load']}x "
+        f"({j['submitted']:,} jobs; {j['dropped_at_backlog']:,} dropped while 3,000 waited); "
+        f"{j['finished']:,} jobs finished",
+        f"cycles: {c['count']}, median {c['median_ms']:,} ms, p95 {c['p95_ms']:,} ms",
+    ]
+    return lines

@@ -1,0 +1,94 @@
+"""``manage.py bench_demo`` (#19): the live demo headless on a small cluster, through
+PostgreSQL, and the figures it prints agree with what the run wrote."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command, get_commands
+from django.db import connection
+
+from monitoring.idle import CAUSES
+from monitoring.models import IdleAccount, MetricSample
+from quotas.models import Queue
+from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def bench(*args: str) -> dict:
+    out = io.StringIO()
+    call_command("bench_demo", *args, "--json", "--quiet", stdout=out, stderr=io.StringIO())
+    return json.loads(out.getvalue())
+
+
+def test_it_belongs_to_the_bench_app():
+    assert get_commands()["bench_demo"] == "bench"
+
+
+def test_a_small_demo_runs_here_and_reports_what_it_wrote():
+    got = bench("--here", "--nodes", "8", "--nodes-per-rack", "4", "--cluster-hours", "3",
+                "--warmup-hours", "1")  # fmt: skip
+    run = got["run"]
+    assert (run["gpus"], run["steps"], run["measured_hours"]) == (64, 36, 2.0)
+    # the clock moved exactly the run's length, in steps, from the fixed start
+    state = SimulatorState.objects.get()
+    assert state.speed == 0.0
+    assert state.virtual_now == pytest.approx(1767571200.0 + 3 * 3600)
+    assert SchedulingCycle.objects.filter(kind="cycle").count() == 1 + 36 + 1
+    assert SchedulingCycle.objects.filter(kind="sweep").count() == 5  # every 30 minutes
+    assert MetricSample.objects.filter(seeded=False).count() == 1 + 36
+    # the workload offered and the cluster ran
+    jobs = got["jobs"]
+    assert jobs["submitted"] > 0 and jobs["finished"] > 0 and jobs["offered_load"] > 1
+    assert jobs["waiting_end"] == Job.objects.filter(state=Job.State.PENDING).count()
+    # utilization: both readings are shares of healthy GPUs
+    assert 0 < got["utilization"]["portal_pct"] <= 100
+    assert 0 < got["utilization"]["simulated_pct"] <= got["utilization"]["portal_pct"] + 1e-9
+    frag = got["fragmented_free_gpus"]
+    assert 0 <= frag["mean_pct_of_cluster"] <= frag["p95_pct_of_cluster"] <= 100
+    # one eviction figure per queue, and the idle causes the portal counted
+    assert set(got["eviction"]["queues"]) == set(Queue.objects.values_list("name", flat=True))
+    warm = got["eviction"]["evictions"]
+    assert warm <= Eviction.objects.count()
+    idle = got["idle_while_waiting"]
+    assert set(idle["gpu_hours"]) == set(CAUSES)
+    counted = sum(IdleAccount.objects.get().totals.values())
+    assert 0 < sum(idle["gpu_hours"].values()) * 3600 <= counted + 3600 * 0.05 * len(CAUSES)
+    assert got["cycles"]["count"] == 24 + 1, "the cycles after the warm-up hour, and the last"
+
+
+def test_here_refuses_a_database_with_a_cluster(demo):
+    with pytest.raises(CommandError, match="empty database"):
+        bench("--here", "--cluster-hours", "1", "--warmup-hours", "0")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--cluster-hours", "0"), "--cluster-hours"),
+        (("--step-seconds", "5"), "--step-seconds"),
+        (("--cluster-hours", "2", "--warmup-hours", "2"), "--warmup-hours"),
+        (("--start", "yesterday"), "--start"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(args, message):
+    with pytest.raises(CommandError, match=message):
+        bench(*args)
+    assert not Job.objects.exists()
+
+
+def test_by_default_it_runs_on_a_scratch_database_and_drops_it():
+    name = connection.settings_dict["NAME"]
+    got = bench("--nodes", "4", "--nodes-per-rack", "4", "--cluster-hours", "0.5",
+                "--warmup-hours", "0")  # fmt: skip
+    assert got["run"]["gpus"] == 32 and got["jobs"]["submitted"] > 0
+    assert connection.settings_dict["NAME"] == name, "back on this database"
+    assert not Job.objects.exists(), "nothing was written here"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench_demo"]
+        )
+        assert cursor.fetchone()[0] == 0, "dropped"

@@ -1,0 +1,153 @@
+"""What makes the cycle fast without changing what it does (#16): its phases are timed, the
+garbage collector rests while it runs, predictions are asked once per kind of job, and
+the snapshot reads times as epoch seconds computed by PostgreSQL, to the microsecond."""
+
+from __future__ import annotations
+
+import gc
+from datetime import UTC, datetime
+
+import pytest
+
+from scheduling.cycle import run, run_cycle
+from scheduling.cycle.phases import PHASES, CycleTrace
+from scheduling.engine import types as et
+from scheduling.engine.predict import FinishedJob, HistoryPredictor
+from scheduling.models import Job
+from scheduling.prediction import RuntimePredictor
+from scheduling.snapshot import EPOCH_FIELDS, JOB_FIELDS, Epoch, active_job_rows, build_snapshot
+from tests.scheduling.cycle.conftest import T0
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def on_fake(monkeypatch, backend):
+    monkeypatch.setattr(run, "get_backend", lambda wall_now=None: backend)
+    return backend
+
+
+def test_a_traced_cycle_reports_every_phase_and_the_snapshot_it_planned(on_fake, make_job):
+    make_job(gpus=8)
+    make_job(gpus=16)
+    trace = CycleTrace()
+    record = run_cycle(trace=trace)
+    assert set(trace.phases) <= set(PHASES) and set(trace.cpu) == set(trace.phases)
+    assert {"lock", "observe", "reconcile", "snapshot", "plan", "check", "verdicts"} <= set(
+        trace.phases
+    )
+    assert all(ms >= 0 for ms in trace.phases.values())
+    assert trace.snapshot is not None and trace.now == on_fake.now
+    assert {j.gpus for j in trace.snapshot.pending} == {8, 16}
+    # The summary row keeps its three figures, made of the phases.
+    assert record.plan_ms == pytest.approx(
+        trace.phases["snapshot"] + trace.phases["plan"] + trace.phases["check"]
+    )
+    assert record.duration_ms >= sum(trace.phases.values()) - trace.phases["record"]
+
+
+def test_a_sweep_is_traced_without_a_snapshot(on_fake):
+    trace = CycleTrace()
+    run_cycle(kind="sweep", trace=trace)
+    assert trace.snapshot is None and "plan" not in trace.phases
+
+
+def test_the_collector_rests_during_a_cycle_and_is_back_after(on_fake, make_job, monkeypatch):
+    make_job()
+    seen = []
+    reconcile = run.reconcile
+    monkeypatch.setattr(run, "reconcile", lambda cycle: seen.append(gc.isenabled()) or
+                        reconcile(cycle))  # fmt: skip
+    assert gc.isenabled()
+    run_cycle()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        run_cycle()
+        assert not gc.isenabled(), "a collector paused by the caller stays paused"
+    finally:
+        gc.enable()
+
+
+def test_the_collector_is_back_after_a_cycle_that_failed(on_fake, make_job, monkeypatch):
+    make_job()
+    monkeypatch.setattr(run, "request_stops", lambda cycle: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        run_cycle()
+    assert gc.isenabled()
+
+
+class CountingHistory(HistoryPredictor):
+    """The engine's predictor, counting how often it is asked."""
+
+    asked = 0
+
+    def predict(self, **kwargs):  # type: ignore[override]
+        CountingHistory.asked += 1
+        return super().predict(**kwargs)
+
+
+def test_a_prediction_is_asked_once_per_kind_of_job_with_the_same_answers():
+    runs = [FinishedJob(owner="ann", model_name="llama", queue="q", gpus=8, runtime_s=600.0 * k,
+                        finished_at=float(k)) for k in range(1, 11)]  # fmt: skip
+    memoized = RuntimePredictor(CountingHistory(runs))
+    plain = HistoryPredictor(runs)
+    rows = [{"owner__username": owner, "model_name": model, "gpus": gpus,
+             "estimated_runtime_minutes": minutes}
+            for owner in ("ann", "bob") for model in ("llama", "")
+            for gpus in (8, 16) for minutes in (None, 30)] * 5  # fmt: skip
+    CountingHistory.asked = 0
+    got = [memoized.predict_row(r, "q") for r in rows]
+    assert CountingHistory.asked == len(rows) // 5
+    assert got == [
+        plain.predict(owner=r["owner__username"], model_name=r["model_name"] or None, queue="q",
+                      gpus=r["gpus"], estimate_s=r["estimated_runtime_minutes"] and
+                      r["estimated_runtime_minutes"] * 60.0).seconds
+        for r in rows
+    ]  # fmt: skip
+
+
+def test_the_predictor_of_a_process_shares_its_answers_until_it_is_rebuilt(monkeypatch):
+    from scheduling import prediction
+
+    monkeypatch.setattr(prediction, "_cache", {})
+    first, second = RuntimePredictor.from_history(), RuntimePredictor.from_history()
+    assert first.memo is second.memo
+    monkeypatch.setattr(prediction, "REFRESH_S", -1.0)
+    assert RuntimePredictor.from_history().memo is not first.memo
+
+
+class NoPrediction:
+    def predict_row(self, row: dict, queue_name: str) -> None:
+        return None
+
+
+@pytest.mark.parametrize("micro", [0, 1, 123456, 499999, 500000, 999999])
+def test_times_reach_the_engine_to_the_microsecond(make_job, running_job, backend, micro):
+    submitted = datetime.fromtimestamp(T0 - 3600, UTC).replace(microsecond=micro)
+    started = datetime.fromtimestamp(T0 - 600, UTC).replace(microsecond=(micro * 7) % 10**6)
+    checkpoint = datetime.fromtimestamp(T0 - 60, UTC).replace(microsecond=(micro * 3) % 10**6)
+    deadline = datetime.fromtimestamp(T0 + 300, UTC).replace(microsecond=(micro * 9) % 10**6)
+    make_job(submitted_at=submitted)
+    running_job(started_at=started, last_checkpoint_at=checkpoint, preempt_deadline=deadline,
+                state="preempting", submitted_at=submitted)  # fmt: skip
+    snap = build_snapshot(backend.observe(), et.PolicyConfig(), NoPrediction()).snapshot
+    (pending,) = snap.pending
+    (held,) = snap.running
+    assert pending.submitted_at == submitted.timestamp()
+    assert (held.started_at, held.last_checkpoint_at, held.preempt_deadline) == (
+        started.timestamp(), checkpoint.timestamp(), deadline.timestamp()
+    )  # fmt: skip
+
+
+def test_the_snapshot_reads_its_rows_as_values_would(make_job, running_job):
+    make_job(name="a", pending_code="TOPOLOGY", pending_message="scattered",
+             pending_details={"where": "r1: 3", "free": [1, 2.5], "n": None, "é": True},
+             queue_position=3, estimated_start=datetime.fromtimestamp(T0 + 60.5, UTC),
+             model_name="llama", estimated_runtime_minutes=30)  # fmt: skip
+    make_job(name="b", gpus_per_node=None, gpu_memory_gb=40, rdma=True)
+    running_job(last_checkpoint_at=datetime.fromtimestamp(T0 - 60, UTC), borrowed=True)
+    make_job(name="done", state="succeeded")
+    epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
+    expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
+    assert list(active_job_rows().values()) == expected and len(expected) == 3

@@ -47,7 +47,7 @@ from quotas.tasks import quota_activation
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
-from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
+from scheduling.models import CONSOLIDATION, Eviction, Job, SchedulingCycle, SimulatorState
 
 # A fixed start (a Monday, 00:00 UTC): the workload's minutes and the inference traffic's
 # daily curve depend on the time of day, so a run is repeatable only from a fixed instant.
@@ -239,7 +239,10 @@ def report(
                 Alert.objects.filter(kind=Alert.Kind.EVICTION_RATIO, created_at__gte=since)
                 .values_list("subject", flat=True)
             )),
-            "evictions": Eviction.objects.filter(at__gte=since).count(),
+            "evictions": Eviction.objects.filter(at__gte=since)
+            .exclude(reason=CONSOLIDATION)
+            .count(),
+            "migrations": Eviction.objects.filter(at__gte=since, reason=CONSOLIDATION).count(),
         },
         "idle_while_waiting": {
             "gpu_hours": {c: round(v / 3600, 1) for c, v in idle_s.items()},

@@ -152,6 +152,8 @@ def build_snapshot(gpus: int, pending: int, running: int, seed: int = 0) -> Snap
                 preempted_for=preempted_for,
                 preempt_deadline=now + 120 if state == PREEMPTING else None,
                 borrowed=rng.random() < 0.05,
+                # as the demo's jobs: preemptible work checkpoints (consolidation may move it)
+                checkpointable=preemptible,
             )
         )
         jid += 1
@@ -254,6 +256,7 @@ def run_bench(
         "starts": len(result.starts),
         "started_gpus": sum(len(s.gpus) for st in result.starts for s in st.placement),
         "preemptions": len(result.preemptions),
+        "migrations": len(result.migrations),
         "reservations": len(result.reservations),
         "jobs_placed_per_s": round(len(result.starts) / (median / 1000), 1) if median else 0.0,
         "verdicts": result.counts_by_code(),
@@ -281,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             f"CPU median {res['cpu_median_ms']} ms "
             f"(plan {res['plan_median_ms']} ms + check {res['check_median_ms']} ms); "
             f"{res['starts']} starts ({res['jobs_placed_per_s']} jobs placed/s), "
-            f"{res['preemptions']} preemptions, {res['reservations']} reservations, "
+            f"{res['preemptions']} preemptions, {res['migrations']} migrations, "
+            f"{res['reservations']} reservations, "
             f"{res['violations']} violations"
         )
         print("verdicts: " + ", ".join(f"{k}={v}" for k, v in res["verdicts"].items()))

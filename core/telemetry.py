@@ -55,6 +55,12 @@ EVICTED_GPU_SECONDS = Counter(
     "GPU-seconds of runs stopped to make room, by queue",
     ["queue"], registry=REGISTRY,
 )  # fmt: skip
+MIGRATIONS = Counter(
+    "gpuportal_migrations",
+    "Running jobs moved by consolidation to make room for a gang (checkpoint, then restart "
+    "elsewhere), by queue; not preemptions, and not in the eviction ratio",
+    ["queue"], registry=REGISTRY,
+)  # fmt: skip
 JOB_WAIT = Histogram(
     "gpuportal_job_wait_seconds",
     "Cluster-time seconds from submission to first start, per queue (observed at start)",
@@ -81,11 +87,14 @@ def touch(queues: list[str]) -> None:
         JOB_WAIT.labels(queue)
         JOBS_ADMITTED.labels(queue)
         EVICTED_GPU_SECONDS.labels(queue)
+        MIGRATIONS.labels(queue)
         for reason in EVICTION_REASONS:
             PREEMPTIONS.labels(queue, reason)
 
 
 def reset() -> None:
     """Forget every recorded value of this process (tests)."""
-    for metric in (CYCLE_DURATION, PREEMPTIONS, EVICTED_GPU_SECONDS, JOB_WAIT, JOBS_ADMITTED):
+    for metric in (
+        CYCLE_DURATION, PREEMPTIONS, EVICTED_GPU_SECONDS, MIGRATIONS, JOB_WAIT, JOBS_ADMITTED
+    ):  # fmt: skip
         metric.clear()

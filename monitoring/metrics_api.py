@@ -59,6 +59,7 @@ def build_metrics_summary(now: datetime | None = None) -> dict:
         "eviction_window": eviction.window_label,
         "eviction_sampled_at": eviction.sampled_at,
         "eviction_ratio_by_queue": {name: eviction.ratio(qid) for qid, name in names},
+        "migrations_by_queue": {name: eviction.migrations(qid) for qid, name in names},
     }
 
 
@@ -90,6 +91,11 @@ class MetricsSummarySerializer(serializers.Serializer):
         child=serializers.FloatField(allow_null=True),
         help_text="per queue name: evicted over delivered GPU-seconds in the window, 0..1; "
         "null while the window holds no data yet",
+    )
+    migrations_by_queue = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="per queue name: jobs moved by consolidation in the same window (checkpoint, "
+        "then restart elsewhere to make room for a gang); not evictions, not in the ratio",
     )
 
 

@@ -19,7 +19,7 @@ from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
 from scheduling.clock import cluster_now
-from scheduling.models import Eviction, Job
+from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
@@ -53,7 +53,8 @@ def list_evictions_with_use(
     """The queue's evictions in ``[since, until]`` as ``(at, gpus, gpu_seconds, used)``, in
     the order the ratio sums them; ``used``: the queue's GPUs in use at the last rollup
     sample of the window at or before the eviction (else the first after; 0 without one).
-    One query: each eviction looks up one sample by the ``at`` index."""
+    One query: each eviction looks up one sample by the ``at`` index. Migrations
+    (consolidation) are not evictions and are left out."""
     samples, evictions = MetricSample._meta.db_table, Eviction._meta.db_table
     use = "round((s.per_queue -> %s ->> 'used')::numeric)::int"
     sql = (
@@ -63,26 +64,40 @@ def list_evictions_with_use(
         f"  (SELECT {use} FROM {samples} s WHERE s.at > e.at AND s.at <= %s"
         "     ORDER BY s.at LIMIT 1), 0) "
         f"FROM {evictions} e WHERE e.queue_id = %s AND e.at >= %s AND e.at <= %s "
-        "ORDER BY e.at, e.id"
+        "AND e.reason <> %s ORDER BY e.at, e.id"
     )
     key = str(queue_id)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [key, since, key, until, queue_id, since, until])
+        cursor.execute(sql, [key, since, key, until, queue_id, since, until, CONSOLIDATION])
         return [(at, gpus, gpu_s, used) for at, gpus, gpu_s, used in cursor.fetchall()]
 
 
 def list_window_evictions(since: datetime, until: datetime) -> dict[int, list[tuple]]:
     """Per queue id, the evictions in ``[since, until]`` as ``(at, gpus, gpu_seconds)``, in
-    a fixed order (the ratio and the advice sum them the same way, to the last bit)."""
+    a fixed order (the ratio and the advice sum them the same way, to the last bit).
+    Migrations (consolidation) are not evictions: ``window_migrations`` counts them."""
     out: dict[int, list[tuple]] = defaultdict(list)
     rows = (
         Eviction.objects.filter(at__gte=since, at__lte=until)
+        .exclude(reason=CONSOLIDATION)
         .order_by("at", "id")
         .values_list("queue_id", "at", "gpus", "gpu_seconds")
     )
     for queue_id, at, gpus, gpu_s in rows:
         out[queue_id].append((at, gpus, gpu_s))
     return out
+
+
+def window_migrations(since: datetime, until: datetime) -> dict[int, int]:
+    """Per queue id, the jobs moved by consolidation in ``[since, until]`` (#19): shown
+    beside the eviction ratio, never in it."""
+    rows = (
+        Eviction.objects.filter(at__gte=since, at__lte=until, reason=CONSOLIDATION)
+        .values("queue_id")
+        .annotate(n=Count("id"))
+        .values_list("queue_id", "n")
+    )
+    return dict(rows)
 
 
 def delivered_in_window(since: datetime, now: datetime) -> dict[int, float]:
@@ -106,10 +121,11 @@ def delivered_in_window(since: datetime, now: datetime) -> dict[int, float]:
 
 def _eviction_by_queue(now: datetime) -> dict[int, dict]:
     """Per queue: evictions, evicted and delivered GPU-seconds and the ratio in the window
-    ending ``now`` (``eviction_ratio`` None: no data yet)."""
+    ending ``now`` (``eviction_ratio`` None: no data yet), and the migrations apart."""
     window = eviction_window()
     since = now - window
     evictions = list_window_evictions(since, now)
+    migrations = window_migrations(since, now)
     delivered_by_queue = delivered_in_window(since, now)
     out = {}
     for queue_id in Queue.objects.values_list("id", flat=True):
@@ -122,6 +138,7 @@ def _eviction_by_queue(now: datetime) -> dict[int, dict]:
             "delivered_gpu_s": delivered,
             "eviction_ratio": metrics.window_eviction_ratio(evicted, delivered),
             "eviction_window_s": int(window.total_seconds()),
+            "migrations": migrations.get(queue_id, 0),
         }
     return out
 
@@ -246,8 +263,9 @@ class EvictionFigures:
 
     ``window_s``: the window of the ratios (the policy's when there is no sample yet);
     ``sampled_at``: the sample's cluster time (None: no sample yet); ``by_queue``: per queue
-    id ``{evictions, evicted_gpu_s, delivered_gpu_s, eviction_ratio}``, the ratio None
-    when the window holds no data yet.
+    id ``{evictions, evicted_gpu_s, delivered_gpu_s, eviction_ratio, migrations}``, the
+    ratio None when the window holds no data yet; ``migrations``: jobs moved by
+    consolidation in the window, not counted in the ratio.
     """
 
     window_s: int
@@ -256,6 +274,10 @@ class EvictionFigures:
 
     def ratio(self, queue_id: int) -> float | None:
         return self.by_queue.get(queue_id, {}).get("eviction_ratio")
+
+    def migrations(self, queue_id: int) -> int:
+        """Jobs of the queue moved by consolidation in the window (not evictions)."""
+        return int(self.by_queue.get(queue_id, {}).get("migrations", 0))
 
     @property
     def window_label(self) -> str:
@@ -278,6 +300,7 @@ def eviction_figures_of(sample: dict | None) -> EvictionFigures:
                 "evicted_gpu_s": float(v.get("evicted_gpu_s", 0.0)),
                 "delivered_gpu_s": float(v.get("delivered_gpu_s", 0.0)),
                 "eviction_ratio": v.get("eviction_ratio"),
+                "migrations": int(v.get("migrations", 0)),
             }
             for qid, v in by_queue.items()
         },

@@ -194,6 +194,7 @@ def human_summary(result: dict) -> list[str]:
         ("backlog_utilization", "backlog util", "ratio"),
         ("fragmentation", "frag", "ratio"),
         ("preemptions", "preempt", ""),
+        ("migrations", "moves", ""),
         ("eviction_ratio", "evict ratio", "ratio"),
         ("jobs_demoted", "demoted", ""),
     )

@@ -18,8 +18,9 @@ from .workload import NODE_GPUS
 
 RACK_NODES = 32
 
-# Job states in the replay (plain ints: compared in the hottest loops).
-FUTURE, PENDING, RUNNING, PREEMPTED, DONE, REJECTED = range(6)
+# Job states in the replay (plain ints: compared in the hottest loops). MOVING: checkpointing
+# on its way to another node (consolidation), not preempted.
+FUTURE, PENDING, RUNNING, PREEMPTED, DONE, REJECTED, MOVING = range(7)
 
 
 class ReplayJob:
@@ -43,6 +44,7 @@ class ReplayJob:
         "finish",
         "runs",
         "evictions",
+        "moves",
         "demoted",
         "placement",
         "last_placement",
@@ -74,6 +76,7 @@ class ReplayJob:
         self.finish: float | None = None
         self.runs = 0
         self.evictions = 0
+        self.moves = 0  # times moved by consolidation (not evictions)
         self.demoted = False
         self.placement: tuple = ()
         self.last_placement: tuple = ()
@@ -127,6 +130,7 @@ class ReplayJob:
             predicted_end=self.started_at + remaining_s,
             model_name=self.model,
             borrowed=self.borrowed,
+            checkpointable=True,  # the simulator checkpoints every run, and on a graceful stop
         )
 
 

@@ -19,6 +19,8 @@ How a replay runs (details and the measured results are in docs/replay.md):
   progress it kept; preemptions to ``request_checkpoint_stop`` (graceful) or
   ``kill`` (cold). A stopped job goes back to the queue with its progress, its
   submit time and ``preemption_count + 1`` (the engine demotes it after 3).
+  Migrations (consolidation, ``full``) are graceful stops too, but the moved job keeps
+  its ``preemption_count``; they are counted apart (``migrations``), not as evictions.
 * The scheduler sees no true durations: ``predicted_runtime_s`` comes from
   ``OnlinePredictor`` (the engine's history predictor, learnt from jobs as they
   finish). ``oracle-sjf`` is the ``backfill`` configuration of the same engine
@@ -68,6 +70,7 @@ from . import idle
 from . import metrics as m
 from .pools import (
     DONE,
+    MOVING,
     PENDING,
     PREEMPTED,
     RACK_NODES,
@@ -180,6 +183,7 @@ class Replay:
         self.plan_skips = 0
         self.plan_s = 0.0
         self.preemptions: dict[str, int] = dict.fromkeys(workload.queues, 0)
+        self.migrations: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.borrowed_starts: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.done = 0
         self.now = 0.0
@@ -243,6 +247,8 @@ class Replay:
                 pool.views[name] = None
 
     def _requeue(self, j: ReplayJob, t: float, progress: float | None, evicted: bool) -> None:
+        if j.state == MOVING:
+            j.moves += 1  # stopped by a move: it restarts from its checkpoint, not evicted
         self._release(j, t)
         if progress is not None:
             j.progress = max(0.0, min(progress, j.duration))
@@ -323,6 +329,18 @@ class Replay:
                 preempt_deadline=p.grace_deadline,
             )
             self.preemptions[v.queue] += 1
+        for mv in decided.migrations:
+            v = self.jobs[mv.job_id]
+            sim.request_checkpoint_stop(v.key, max(0.0, mv.grace_deadline - now))
+            v.state = MOVING
+            v.rview = replace(
+                self._running_view(v),
+                state=PREEMPTING,
+                preempted_for=mv.for_job_id,
+                preempt_deadline=mv.grace_deadline,
+                migrating=True,
+            )
+            self.migrations[v.queue] += 1
         for s in decided.starts:
             self._start(self.jobs[s.job_id], s, now)
         self._idle_causes(pool, decided, now, jobs)

@@ -60,6 +60,7 @@ QUEUE_COLUMNS = (
     ("backlog_utilization", "backlog util.", pct),
     ("fragmentation", "fragmentation", pct),
     ("preemptions", "preemptions", num),
+    ("migrations", "migrations", num),
     ("eviction_ratio", "eviction ratio", lambda x: num(x, 4)),
     ("jobs_demoted", "demoted", num),
     ("borrowed_starts", "borrowed starts", num),

@@ -36,6 +36,8 @@ FIELD_ORDER = (
     "max_waiting_jobs",
     "preemptions",
     "evictions",
+    "migrations",
+    "moves",
     "runs",
     "eviction_ratio",
     "jobs_demoted",
@@ -60,6 +62,10 @@ def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
     jcts = [j.finish - j.submit for j in finished]  # type: ignore[operator]
     runs = sum(j.runs for j in jobs)
     evictions = sum(j.evictions for j in jobs)
+    # A restart after a move (consolidation) continues the same run for the eviction
+    # ratio: the ratio is evictions over runs started other than by a move, as before #19.
+    moves = sum(j.moves for j in jobs)
+    own_runs = runs - moves
     stats = {
         "jobs": len(jobs),
         "finished": len(finished),
@@ -71,7 +77,9 @@ def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
         "avg_jct_s": m.rounded(m.mean(jcts), 1),
         "runs": runs,
         "evictions": evictions,
-        "eviction_ratio": m.rounded(evictions / runs if runs else 0.0),
+        "moves": moves,
+        "eviction_ratio": m.rounded(evictions / own_runs if own_runs > 0 else 0.0),
+        "jobs_moved": sum(1 for j in jobs if j.moves),
         "jobs_demoted": sum(1 for j in jobs if j.demoted),
     }
     return stats, delays
@@ -97,6 +105,7 @@ def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
             avg_waiting_jobs=m.rounded(qm.avg_waiting(), 2),
             max_waiting_jobs=qm.max_waiting,
             preemptions=r.preemptions[q],
+            migrations=r.migrations[q],
             borrowed_starts=r.borrowed_starts[q],
         )
         out[q] = ordered(st)
@@ -124,6 +133,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         avg_waiting_jobs=m.rounded(r.meter.avg_waiting(), 2),
         max_waiting_jobs=r.meter.max_waiting,
         preemptions=sum(r.preemptions.values()),
+        migrations=sum(r.migrations.values()),
         borrowed_starts=sum(r.borrowed_starts.values()),
         simulated_days=round(sim_days, 3),
         plan_calls=r.plan_calls,

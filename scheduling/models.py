@@ -297,11 +297,18 @@ class SchedulingCycle(models.Model):
         ordering = ["-started_at", "-id"]
 
 
+# ``Job.stop_reason`` and ``Eviction.reason`` of a job moved by consolidation (#19): it
+# checkpoints and restarts elsewhere to make room for a gang. Not an eviction: it does not
+# count towards demotion, the eviction ratio nor ``gpuportal_preemptions_total``.
+CONSOLIDATION = "consolidate"
+
+
 class Eviction(models.Model):
     """A running job stopped to make room (preemption, inference yield) for R4's ratio.
 
     ``gpu_seconds`` is the GPU time the evicted run had been given; ``lost_gpu_seconds``
-    the part of it not saved by a checkpoint.
+    the part of it not saved by a checkpoint. A row with ``reason`` ``CONSOLIDATION`` is a
+    migration (consolidation): kept to count migrations per window, left out of the ratio.
     """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="evictions")

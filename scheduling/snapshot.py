@@ -13,7 +13,7 @@ from quotas.models import BusinessLine, Queue
 from scheduling.backends.base import Observation
 from scheduling.clock import to_epoch
 from scheduling.engine import types as et
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.prediction import RuntimePredictor
 
 
@@ -33,7 +33,7 @@ JOB_FIELDS = (
     "exclusive_node", "avoid_inference", "preemptible", "preemption_count", "model_name",
     "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
-    "queue_position", "estimated_start", "progress_seconds",
+    "queue_position", "estimated_start", "progress_seconds", "checkpoint_path", "stop_reason",
 )  # fmt: skip
 # The times the engine reads, as epoch seconds computed by PostgreSQL (``<field>_ts``): a
 # float is cheap to send and read, where a timestamp is formatted by the server and parsed
@@ -168,6 +168,9 @@ def build_snapshot(
                 preempted_for=r["preempted_for_id"],
                 preempt_deadline=r["preempt_deadline_ts"],
                 borrowed=r["borrowed"],
+                # shared-storage checkpoints: consolidation may move it (#19)
+                checkpointable=bool(r["checkpoint_path"]),
+                migrating=r["stop_reason"] == CONSOLIDATION,
             )
         )
 

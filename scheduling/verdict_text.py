@@ -44,6 +44,8 @@ LABELS: dict[str, str] = {
     "victim_gpus": "GPUs they free",
     "victims_stop_at": "They stop by",
     "deadline": "They stop by",
+    "moving_off": "They move off",
+    "consolidation": "Room made by moving jobs (they restart elsewhere)",
     "free_gpus": "Matching GPUs left free",
     "best_node_free": "Most free GPUs on one node",
     "best_rack": "Best rack",
@@ -75,7 +77,7 @@ CONSTRAINTS: dict[str, str] = {
     "block_size": "more matching nodes than any network block has",
 }
 
-YES_NO = {"strict_order", "demoted"}
+YES_NO = {"strict_order", "demoted", "consolidation"}
 
 
 def _time(value: Any) -> str | None:

@@ -14,7 +14,7 @@ from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.telemetry import record_evictions
-from scheduling.models import Allocation, Eviction, Job, Node
+from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
@@ -101,8 +101,11 @@ def requeue_after_stop(
     """A requested stop happened: back in the queue with its progress kept."""
     cause = job.stop_reason or "preemption"
     counts_as_eviction = cause in ("preemption", "inference")
+    moved_for = job.preempted_for_id if cause == CONSOLIDATION else None
     if counts_as_eviction:
         job.preemption_count += 1
+    if counts_as_eviction or cause == CONSOLIDATION:
+        # A migration's row is counted apart (``rollup``), never in the eviction ratio.
         started = to_epoch(job.started_at) or cycle.now
         evictions.append(
             Eviction(
@@ -113,11 +116,19 @@ def requeue_after_stop(
         )  # fmt: skip
     set_state(job, Job.State.PENDING)
     saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
-    cycle.event(
-        job, "requeued",
-        f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress kept"
-        + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
-    )  # fmt: skip
+    if cause == CONSOLIDATION:
+        cycle.event(
+            job, "moved",
+            f"moved to make room for job #{moved_for} (consolidation): stopped {saved} and "
+            f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
+            "from its checkpoint on another node (not a preemption)",
+        )  # fmt: skip
+    else:
+        cycle.event(
+            job, "requeued",
+            f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress "
+            "kept" + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
+        )  # fmt: skip
     job.preempt_deadline = None
     job.preempted_for = None
     job.stop_reason = ""

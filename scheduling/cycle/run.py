@@ -28,7 +28,7 @@ from scheduling.cycle.context import Cycle, production_policy
 from scheduling.cycle.launch import start_all
 from scheduling.cycle.phases import CycleTrace, PhaseTimer
 from scheduling.cycle.reconcile import reconcile, release_cancelled
-from scheduling.cycle.stops import preempt, request_stops
+from scheduling.cycle.stops import migrate, preempt, request_stops
 from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
 from scheduling.engine import types as et
@@ -43,10 +43,12 @@ log = logging.getLogger(__name__)
 def apply(
     cycle: Cycle, plan: et.Plan, rows: dict[int, dict], timer: PhaseTimer | None = None
 ) -> None:
-    """Carry out the engine's plan: preemptions first, then starts, then verdicts."""
+    """Carry out the engine's plan: preemptions and migrations first, then starts, then
+    verdicts."""
     timer = timer or PhaseTimer()
     with timer.phase("preempt"):
         preempt(cycle, plan.preemptions)
+        migrate(cycle, plan.migrations)
     with timer.phase("starts"):
         start_all(cycle, plan.starts)
     with timer.phase("verdicts"):

@@ -1,4 +1,5 @@
-"""Requests to stop running jobs: moves off leaving nodes, inference yields, preemptions.
+"""Requests to stop running jobs: moves off leaving nodes, inference yields, preemptions,
+and the plan's migrations (consolidation: checkpoint, then restart elsewhere).
 
 Every stop is asked of the backend first; only when it accepts does the job become
 ``preempting`` (with a deadline after which ``reconcile.still_running`` kills it), so a
@@ -12,7 +13,7 @@ from core import clock
 from scheduling.clock import to_datetime
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
@@ -101,5 +102,43 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
         cycle.event(victim, "preempted",
                     f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
         cycle.report.counts["preemptions"] += 1
+    bulk_set(Job, PREEMPT_FIELDS,
+             [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip
+
+
+def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
+    """Move the plan's jobs for consolidation: each is asked to checkpoint and stop (as a
+    graceful preemption), and goes back to pending with its progress to restart elsewhere
+    (``finished.requeue_after_stop``); its timeline says it moves to make room, not that it
+    was preempted. Read, locked and written in one statement each, like ``preempt``."""
+    if not migrations:
+        return
+    jobs = {
+        j.pk: j
+        for j in Job.objects.select_for_update()
+        .filter(pk__in={m.job_id for m in migrations})
+        .order_by("pk")
+        .only(*PREEMPT_READ)
+    }
+    stopped: list[Job] = []
+    for m in migrations:
+        job = jobs.get(m.job_id)
+        if job is None or job.state != Job.State.RUNNING:
+            continue  # compare-and-set: it moved on since the snapshot
+        grace = max(0.0, m.grace_deadline - cycle.now)
+        if not cycle.call(f"move {job.backend_ref}", cycle.backend.checkpoint_and_stop,
+                          job.backend_ref, grace):  # fmt: skip
+            continue
+        set_state(job, Job.State.PREEMPTING)
+        job.stop_reason = CONSOLIDATION
+        job.preempted_for_id = m.for_job_id
+        job.preempt_deadline = to_datetime(m.grace_deadline)
+        job.updated_at = clock.now()
+        stopped.append(job)
+        cycle.event(job, "moving",
+                    f"asked to checkpoint and move to make room for job #{m.for_job_id} "
+                    "(consolidation): it restarts from its checkpoint on another node; "
+                    "this is not a preemption")  # fmt: skip
+        cycle.report.counts["migrations"] += 1
     bulk_set(Job, PREEMPT_FIELDS,
              [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip

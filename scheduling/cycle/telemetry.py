@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from core import telemetry
 from quotas.models import Queue
-from scheduling.models import Eviction, Job
+from scheduling.models import CONSOLIDATION, Eviction, Job
 
 
 def _queue_names(ids: Iterable[int]) -> dict[int, str]:
@@ -19,7 +19,8 @@ def record_cycle(kind: str, duration_s: float) -> None:
 
 
 def record_evictions(evictions: list[Eviction]) -> None:
-    """Runs stopped to make room: a preemption each, and their GPU-seconds."""
+    """Runs stopped to make room: a preemption each, and their GPU-seconds; a run moved by
+    consolidation is a migration instead (counted apart, no evicted GPU-seconds)."""
     if not evictions:
         return
     names = _queue_names(e.queue_id for e in evictions)
@@ -27,6 +28,9 @@ def record_evictions(evictions: list[Eviction]) -> None:
 
     def record() -> None:
         for queue, reason, gpu_seconds in rows:
+            if reason == CONSOLIDATION:
+                telemetry.MIGRATIONS.labels(queue).inc()
+                continue
             telemetry.PREEMPTIONS.labels(queue, reason).inc()
             telemetry.EVICTED_GPU_SECONDS.labels(queue).inc(gpu_seconds)
 

@@ -15,6 +15,10 @@ human-readable violations (empty = OK):
   preempting), preemptible, not demoted, of a strictly lower tier allowed by the
   preemptor's queue or running on borrowed capacity; never below a queue's or
   line's guarantee; preemption on; the preemptor waits (does not also start);
+- migrations (``consolidation.check_migrations``): movable jobs only (checkpointable,
+  never guaranteed, demoted, urgent or borrowed work), within the plan's eviction
+  budget overall and per queue and, with the preemptions, the guarantees; each with
+  room on a node that can run it; the gang waits and holds its nodes;
 - reservations: no node reserved twice; the reserved job still fits on its
   nodes at its expected start, given the predicted ends of everything running
   or started there (so backfill never delays it);
@@ -30,6 +34,7 @@ from typing import TypeVar
 
 from . import policy as rules
 from .accounting import derive_usage, preemption_budgets
+from .consolidation import check_migrations
 from .placement import ClassKey, class_key, node_matches
 from .types import (
     COLD,
@@ -103,6 +108,7 @@ class _Checker:
         self.check_starts()
         self.check_quotas()
         self.check_preemptions()
+        self.check_migrations()
         self.check_reservations()
         self.check_verdicts()
         return self.errors
@@ -270,6 +276,14 @@ class _Checker:
                 f"job {v.id} ({v.tier.label}) preempted for job {job.id} ({job.tier.label}): "
                 "not a lower tier this queue may preempt, nor borrowed capacity"
             )
+
+    # -- migrations (consolidation.py) ------------------------------------------
+    def check_migrations(self) -> None:
+        """Moved jobs: movable, within the budgets and guarantees, with room elsewhere; they
+        are gone by their deadline (for the reservations' fit)."""
+        self.errors.extend(check_migrations(self.s, self.plan, self.started))
+        for m in self.plan.migrations:
+            self.deadline_of.setdefault(m.job_id, m.grace_deadline)
 
     # -- reservations ----------------------------------------------------------
     def check_reservations(self) -> None:

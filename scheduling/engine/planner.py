@@ -41,6 +41,7 @@ from typing import Any
 from . import explain, feasibility
 from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
+from .consolidation import Consolidation, leaving_reason
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     effective_tier,
@@ -160,6 +161,8 @@ class Planner:
         self.ahead_jobs = 0
         self.ahead_gpus = 0
         self.hol: set[Any] = set()
+        # moving checkpointable jobs so a waiting gang starts (#19, consolidation.py)
+        self.consolidation = Consolidation(self)
 
     # -- helpers -------------------------------------------------------------------
     @property
@@ -368,14 +371,20 @@ class Planner:
             if leaving:
                 borrowed = self.usage.borrowed_ids
                 held -= sum(
-                    v.gpus for v in leaving if v.queue == job.queue and v.id not in borrowed
+                    v.gpus
+                    for v in leaving
+                    if v.queue == job.queue and v.id not in borrowed and not v.migrating
                 )
             short_q = max(0, held + job.gpus - q.quota_gpus)
         if line is not None and line.quota_gpus is not None:
             held = self.nb_line.get(job.line, 0)
             if leaving:
                 borrowed = self.usage.borrowed_ids
-                held -= sum(v.gpus for v in leaving if v.line == job.line and v.id not in borrowed)
+                held -= sum(
+                    v.gpus
+                    for v in leaving
+                    if v.line == job.line and v.id not in borrowed and not v.migrating
+                )
             short_l = max(0, held + job.gpus - line.quota_gpus)
         return short_q, short_l
 
@@ -555,7 +564,10 @@ class Planner:
         self.hold(job, nodes, deadline)
         self.claim_quota(job, leaving)
         gpus = sum(v.gpus for v in leaving)
-        self.record(job, explain.preempting(job, len(leaving), gpus, deadline), deadline)
+        reason = leaving_reason(job, leaving, self.topo, deadline)
+        if reason is None:
+            reason = explain.preempting(job, len(leaving), gpus, deadline)
+        self.record(job, reason, deadline)
         return True
 
     def try_preempt(
@@ -636,7 +648,8 @@ class Planner:
         Count the latter as held from now on, so no later job of its queue or line takes
         it while the victims checkpoint (and the preemptor reads QUOTA_EXCEEDED after all)."""
         borrowed = self.usage.borrowed_ids
-        entitled = [v for v in victims if v.id not in borrowed]
+        # moved jobs (consolidation) come back: the room they hold stays theirs
+        entitled = [v for v in victims if v.id not in borrowed and not v.migrating]
         freed_q = sum(v.gpus for v in entitled if v.queue == job.queue)
         freed_l = sum(v.gpus for v in entitled if v.line == job.line)
         self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + max(0, job.gpus - freed_q)
@@ -821,6 +834,8 @@ class Planner:
         elif waits_for_quota:
             q_short, _ = self.quota_short(job, ())
             self.record(job, *self.quota_reason(job, q_short, ""))
+        elif self.consolidation.try_gang(job, sh):
+            pass
         else:
             est = None
             no_estimate = explain.NO_RESERVATION.format(n=self.policy.max_reservations)
@@ -912,6 +927,7 @@ class Planner:
             reservations=tuple(self.reservations),
             verdicts=verdicts,
             now=self.now,
+            migrations=tuple(self.consolidation.migrations),
         )
 
 

@@ -240,6 +240,10 @@ class RunningJob:
     stops). ``preempted_for`` names the pending job it is making room for, and
     ``preempt_deadline`` when it will be gone at the latest. ``borrowed``: it was
     started on borrowed idle capacity (the engine re-derives this every plan).
+    ``checkpointable``: it writes checkpoints to shared storage, so it can be moved
+    (checkpoint, then restart elsewhere) by consolidation; ``migrating``: it is
+    ``preempting`` because consolidation moves it (for ``preempted_for``), not
+    because it was preempted (``consolidation.py``).
     """
 
     id: int
@@ -260,6 +264,8 @@ class RunningJob:
     preempt_deadline: float | None = None
     borrowed: bool = False
     owner: str = ""
+    checkpointable: bool = False
+    migrating: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tier", _tier(self.tier))
@@ -284,6 +290,13 @@ class PolicyConfig:
     - ``max_preemptors``/``max_preemption_searches``: bound eviction churn and
       work per plan.
     - ``preemption_mode``: ``graceful`` (checkpoint, then stop) or ``cold``.
+    - ``consolidation``: move checkpointable work off a few nodes so a waiting gang
+      starts (``consolidation.py``; only with ``preemption`` on, so the ``full``
+      preset alone consolidates); ``max_migrations`` / ``max_migrations_per_queue``:
+      the eviction budget of moved jobs per plan, overall and per queue;
+      ``max_consolidations``: gangs that may get room this way per plan;
+      ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
+      ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
     """
 
     backfill: bool = True
@@ -298,6 +311,12 @@ class PolicyConfig:
     max_preemptors: int = 16
     max_preemption_searches: int = 64
     preemption_mode: str = GRACEFUL
+    consolidation: bool = True
+    max_migrations: int = 8
+    max_migrations_per_queue: int = 2
+    max_consolidations: int = 4
+    consolidate_min_wait_s: float = 900.0
+    migrate_min_run_s: float = 1800.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:
@@ -359,6 +378,20 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class Migration:
+    """Move ``job_id`` so ``for_job_id`` (a waiting gang) can start on the nodes it leaves:
+    checkpoint, stop by ``grace_deadline``, back to pending with its progress kept, and
+    restart elsewhere from the checkpoint. ``to_node``: where the plan kept room for it
+    (on an already used node; the next plan places it again). Not a preemption: it does
+    not count towards demotion nor the eviction ratio (``consolidation.py``)."""
+
+    job_id: int
+    for_job_id: int
+    grace_deadline: float
+    to_node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """Nodes held for a blocked job (or one whose victims are checkpointing);
     other jobs may use them only if predicted to finish by ``expected_start``."""
@@ -400,13 +433,16 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The engine's decisions for one cycle. ``now`` is the time it was made for."""
+    """The engine's decisions for one cycle. ``now`` is the time it was made for;
+    ``migrations``: jobs moved to make room for a gang (consolidation), apart from
+    ``preemptions``."""
 
     starts: tuple[Start, ...]
     preemptions: tuple[Preemption, ...]
     reservations: tuple[Reservation, ...]
     verdicts: dict[int, Verdict]
     now: float | None = None
+    migrations: tuple[Migration, ...] = ()
 
     def counts_by_code(self) -> dict[str, int]:
         counts = dict.fromkeys(VERDICT_CODES, 0)

@@ -82,11 +82,22 @@ def _urgent_heavy(rng: random.Random, s: Snapshot) -> Snapshot:
 
 def fingerprint(p: Plan) -> dict[str, Any]:
     """What a plan decided, in a form that survives JSON: the preemptions in
-    full (they are what victim selection produces) and a digest of the rest."""
-    return {
+    full (they are what victim selection produces) and a digest of the rest.
+
+    The digest is of the plan's fields as they were when the corpus was written (the
+    dataclass repr before ``Plan.migrations``); migrations, when there are any, are listed
+    apart, so a plan without them keeps its recorded fingerprint."""
+    legacy = (
+        f"Plan(starts={p.starts!r}, preemptions={p.preemptions!r}, "
+        f"reservations={p.reservations!r}, verdicts={p.verdicts!r}, now={p.now!r})"
+    )
+    out: dict[str, Any] = {
         "preemptions": [[x.victim_id, x.for_job_id] for x in p.preemptions],
-        "digest": hashlib.sha256(repr(p).encode()).hexdigest()[:16],
+        "digest": hashlib.sha256(legacy.encode()).hexdigest()[:16],
     }
+    if p.migrations:
+        out["migrations"] = [[m.job_id, m.for_job_id, m.to_node] for m in p.migrations]
+    return out
 
 
 def record() -> list[dict[str, Any]]:

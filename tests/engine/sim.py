@@ -4,7 +4,9 @@ Jobs have a true duration hidden from the engine; running jobs checkpoint every
 ``ckpt_interval`` seconds; a graceful preemption stops the victim at its grace
 deadline with its progress kept (it checkpoints on the way out) and requeues it
 with ``preemption_count + 1``; a cold one requeues it at once, losing progress
-since the last checkpoint. Every plan is checked with ``check_plan`` and with
+since the last checkpoint. A migration (consolidation) stops the job at its deadline the
+same way but requeues it with its ``preemption_count`` unchanged; jobs listed in
+``checkpointable`` run as checkpointable (movable). Every plan is checked with ``check_plan`` and with
 the stepper's own bookkeeping (a GPU can only be allocated if it is free).
 """
 
@@ -61,6 +63,8 @@ class Stepper:
         self.finished: dict[int, float] = {}
         self.plans: list[tuple[float, et.Snapshot, et.Plan]] = []
         self.preempted: list[tuple[float, int, int]] = []  # (time, victim, for)
+        self.moved: list[tuple[float, int, int, str]] = []  # (time, job, for, to node)
+        self.checkpointable: set[int] = set()
 
     # -- setup -------------------------------------------------------------------
     def submit(self, job: et.PendingJob, duration: float, ckpt_interval: float = 3600.0) -> None:
@@ -105,6 +109,7 @@ class Stepper:
             last_checkpoint_at=started_at,
             predicted_end=predicted_end,
             borrowed=borrowed,
+            checkpointable=job.id in self.checkpointable,
             **{f: getattr(job, f) for f in KEPT_FIELDS},
         )
 
@@ -118,7 +123,8 @@ class Stepper:
         t = self.truth[r.id]
         t.done += progress
         spec = self.specs[r.id]
-        self.pending[r.id] = dataclasses.replace(spec, preemption_count=r.preemption_count + 1)
+        count = r.preemption_count if r.migrating else r.preemption_count + 1
+        self.pending[r.id] = dataclasses.replace(spec, preemption_count=count)
         self.specs[r.id] = self.pending[r.id]
 
     def advance(self, seconds: float) -> None:
@@ -204,6 +210,16 @@ class Stepper:
                     preempted_for=p.for_job_id,
                     preempt_deadline=p.grace_deadline,
                 )
+        for m in result.migrations:
+            r = self.running[m.job_id]
+            self.moved.append((self.now, m.job_id, m.for_job_id, m.to_node))
+            self.running[r.id] = dataclasses.replace(
+                r,
+                state="preempting",
+                preempted_for=m.for_job_id,
+                preempt_deadline=m.grace_deadline,
+                migrating=True,
+            )
 
     def run_until(self, t: float, every: float = 300.0) -> list[et.Plan]:
         out = []

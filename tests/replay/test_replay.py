@@ -74,7 +74,7 @@ def assert_sound(r: Replay, result: dict) -> None:
         assert j.state == DONE
         assert j.first_start >= j.submit
         assert j.finish - j.first_start >= j.duration - 1e-6
-        assert j.runs == 1 + j.evictions
+        assert j.runs == 1 + j.evictions + j.moves  # a move (consolidation) restarts it too
     assert 0.0 < o["utilization"] <= 1.0
     assert 0.0 <= o["eviction_ratio"] <= 1.0
     # The replay's mirror of the cluster agrees with the simulator: all free again.
@@ -162,7 +162,23 @@ def test_itp_slice_contended_pool(itp_contended, itp_slice):
     assert backfill["backlog_utilization"] > fifo["backlog_utilization"]
     assert backfill["avg_queue_s"] < fifo["avg_queue_s"]
     assert full["evictions"] == full["preemptions"]
-    assert full["runs"] == full["jobs"] + full["evictions"]
+    assert full["runs"] == full["jobs"] + full["evictions"] + full["moves"]
+
+
+def test_consolidation_moves_are_counted_apart_from_evictions(itp_contended):
+    """Under ``full`` gangs wait on this contended slice and jobs are moved for them: each
+    move restarts its job (a run) but is no eviction, and the eviction ratio is over the
+    runs not started by a move (as before #19); ``backfill`` never moves anything."""
+    r, result = itp_contended["full"]
+    o = result["overall"]
+    assert o["migrations"] > 0
+    assert o["moves"] == o["migrations"] == sum(j.moves for j in r.jobs)
+    assert o["jobs_moved"] == sum(1 for j in r.jobs if j.moves) > 0
+    assert o["eviction_ratio"] == pytest.approx(o["evictions"] / (o["runs"] - o["moves"]), abs=1e-4)
+    assert sum(q["migrations"] for q in result["per_queue"].values()) == o["migrations"]
+    for policy in ("fifo", "backfill"):
+        other = itp_contended[policy][1]["overall"]
+        assert other["migrations"] == other["moves"] == 0
 
 
 def test_itp_isolated_layout(itp_slice):

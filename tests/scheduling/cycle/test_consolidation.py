@@ -1,0 +1,188 @@
+"""Consolidation in the loop (#19): the plan's migrations applied through the services.
+
+A moved job is asked to checkpoint and stop like a graceful preemption, but its timeline
+says it moves to make room (not that it was preempted); once stopped it is back in the
+queue with its progress and its ``preemption_count`` unchanged; its ``Eviction`` row is a
+migration, counted on ``/metrics`` (``gpuportal_migrations_total``) and beside the
+eviction ratio, never in it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from core import telemetry
+from scheduling.backends.base import STOPPED, TransientBackendError
+from scheduling.cycle import finished, run, stops
+from scheduling.cycle.phases import PhaseTimer
+from scheduling.engine.types import Migration
+from scheduling.models import CONSOLIDATION, Eviction, Job, JobEvent, Node
+from scheduling.prediction import RuntimePredictor
+from scheduling.snapshot import build_snapshot
+from tests.scheduling.cycle.conftest import T0, make_cycle, observed_node
+
+pytestmark = pytest.mark.django_db
+
+CKPT = "s3://ckpt/run/"
+
+
+def when(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, tz=UTC)
+
+
+def counter(metric, *labels: str) -> float:
+    return metric.labels(*labels)._value.get()
+
+
+@pytest.fixture(autouse=True)
+def fresh_counters():
+    telemetry.reset()
+    yield
+    telemetry.reset()
+
+
+def test_a_migration_asks_the_job_to_checkpoint_and_says_it_moves(backend, running_job, make_job):
+    gang = make_job(gpus=16)
+    job = running_job("n0", (0, 1), checkpoint_path=CKPT)
+    cycle = make_cycle(backend)
+    stops.migrate(cycle, (Migration(job.pk, gang.pk, T0 + 300, "n1"),))
+    cycle.flush_events()
+    assert backend.called("checkpoint_and_stop") == [(job.backend_ref, 300.0)]
+    job.refresh_from_db()
+    assert (job.state, job.stop_reason, job.preempted_for_id) == (
+        "preempting",
+        CONSOLIDATION,
+        gang.pk,
+    )
+    assert job.preempt_deadline == when(300)
+    event = JobEvent.objects.get(job=job)
+    assert event.kind == "moving"
+    assert f"to make room for job #{gang.pk} (consolidation)" in event.message
+    assert "restarts from its checkpoint on another node" in event.message
+    assert "not a preemption" in event.message
+    assert cycle.report.counts["migrations"] == 1
+    assert cycle.report.counts["preemptions"] == 0
+
+
+def test_a_move_the_backend_refused_leaves_the_job_running(backend, running_job, make_job):
+    gang = make_job(gpus=16)
+    job = running_job("n0", (0, 1), checkpoint_path=CKPT)
+    backend.fail_next("checkpoint_and_stop", TransientBackendError("API timeout"))
+    cycle = make_cycle(backend)
+    stops.migrate(cycle, (Migration(job.pk, gang.pk, T0 + 300, "n1"),))
+    job.refresh_from_db()
+    assert (job.state, job.stop_reason) == ("running", "")
+    assert cycle.report.counts["migrations"] == 0
+
+
+def test_a_moved_job_is_requeued_with_its_progress_and_not_counted_as_preempted(
+    backend, running_job, make_job, django_capture_on_commit_callbacks
+):
+    gang = make_job(gpus=16)
+    job = running_job(
+        "n0", (0, 1), state="preempting", stop_reason=CONSOLIDATION, preempted_for=gang,
+        preempt_deadline=when(60), progress_seconds=1500, started_at=when(-1000),
+        checkpoint_path=CKPT,
+    )  # fmt: skip
+    cycle = make_cycle(backend)
+    with django_capture_on_commit_callbacks(execute=True):
+        finished.finish_runs(cycle, [(Job.objects.get(pk=job.pk), STOPPED, 1500.0, "checkpoint")])
+        cycle.flush_events()
+    job.refresh_from_db()
+    assert (job.state, job.progress_seconds, job.preemption_count) == ("pending", 1500, 0)
+    assert (job.stop_reason, job.preempted_for) == ("", None)
+    event = JobEvent.objects.filter(job=job).latest("id")
+    assert event.kind == "moved"
+    assert event.message.startswith(f"moved to make room for job #{gang.pk} (consolidation)")
+    assert "25 min of progress kept" in event.message
+    assert "preempted" not in event.message.replace("not a preemption", "")
+    row = Eviction.objects.get(job=job)
+    assert (row.reason, row.gpus) == (CONSOLIDATION, 2)
+    queue = job.queue.name
+    assert counter(telemetry.MIGRATIONS, queue) == 1
+    assert counter(telemetry.PREEMPTIONS, queue, "preemption") == 0
+    assert counter(telemetry.EVICTED_GPU_SECONDS, queue) == 0
+
+
+def test_the_snapshot_says_which_running_jobs_may_move_and_which_are_moving(
+    backend, running_job, make_job
+):
+    gang = make_job(gpus=16)
+    movable = running_job("n0", (0, 1), checkpoint_path=CKPT)
+    without = running_job("n0", (2, 3))
+    moving = running_job(
+        "n1", (0, 1), state="preempting", stop_reason=CONSOLIDATION, preempted_for=gang,
+        preempt_deadline=when(60), checkpoint_path=CKPT,
+    )  # fmt: skip
+    preempted = running_job(
+        "n1", (2, 3), state="preempting", stop_reason="preemption", preempted_for=gang,
+        preempt_deadline=when(60), checkpoint_path=CKPT,
+    )  # fmt: skip
+    ctx = build_snapshot(
+        backend.observe(), run.production_policy(), RuntimePredictor.from_history()
+    )
+    seen = {r.id: (r.checkpointable, r.migrating) for r in ctx.snapshot.running}
+    assert seen == {
+        movable.pk: (True, False),
+        without.pk: (False, False),
+        moving.pk: (True, True),
+        preempted.pk: (True, False),
+    }
+
+
+@pytest.fixture
+def four_nodes(cluster, backend):
+    """n0..n3 in one rack (n2, n3 added to the two-node cluster)."""
+    for name in ("n2", "n3"):
+        Node.objects.create(name=name, rack="r0", block="b0", gpu_model="H100",
+                            gpu_memory_gb=80, gpus_total=8)  # fmt: skip
+        backend.nodes[name] = observed_node(name)
+    return backend
+
+
+def test_a_cycle_moves_small_jobs_so_a_gang_starts_then_restarts_them_elsewhere(
+    four_nodes, running_job, make_job
+):
+    """n0 and n1 each hold a 2-GPU checkpointable job, n2 and n3 a 6-GPU job that may not
+    move; a 16-GPU gang needs two whole nodes. The first cycle moves the two small jobs
+    (to n2 and n3); once they have stopped, the next cycle starts the gang on n0 and n1 and
+    the moved jobs on n2 and n3, from their checkpoints."""
+    backend = four_nodes
+    old = dict(started_at=when(-7200), checkpoint_path=CKPT)
+    small = [running_job(n, (0, 1), **old) for n in ("n0", "n1")]
+    for n in ("n2", "n3"):
+        running_job(n, tuple(range(6)), preemptible=False, started_at=when(-7200))
+    gang = make_job(gpus=16, gpus_per_node=8)
+    cycle = make_cycle(backend)
+    run.plan_and_apply(cycle, PhaseTimer())
+    cycle.flush_events()
+    assert cycle.report.counts["migrations"] == 2
+    assert cycle.report.counts["preemptions"] == 0
+    g = Job.objects.get(pk=gang.pk)
+    assert g.state == "pending" and g.pending_code == "PREEMPTING"
+    assert g.pending_message.startswith("Starts after 2 jobs move off rack r0")
+    assert g.pending_details["consolidation"] == 1
+    for job in small:
+        job.refresh_from_db()
+        assert (job.state, job.stop_reason) == ("preempting", CONSOLIDATION)
+    # The moved runs checkpoint and stop; the next cycle settles them and plans.
+    for job in small:
+        backend.end(job.backend_ref, STOPPED, 7200.0, "checkpoint")
+    backend.now = T0 + 60
+    second = make_cycle(backend)
+    run.reconcile(second)
+    run.plan_and_apply(second, PhaseTimer())
+    second.flush_events()
+    g.refresh_from_db()
+    assert g.state == "running"
+    assert set(g.allocations.values_list("node__name", flat=True)) == {"n0", "n1"}
+    for job in small:
+        job.refresh_from_db()
+        assert job.state == "running" and job.preemption_count == 0
+        assert set(job.allocations.values_list("node__name", flat=True)) <= {"n2", "n3"}
+        kinds = list(JobEvent.objects.filter(job=job).values_list("kind", flat=True))
+        assert "moving" in kinds and "moved" in kinds and "preempted" not in kinds
+    assert Eviction.objects.filter(reason=CONSOLIDATION).count() == 2
+    assert not Eviction.objects.exclude(reason=CONSOLIDATION).exists()

@@ -231,6 +231,8 @@ def report(
         },
         "eviction": {
             "alert_line": EVICTION_ALERT_RATIO,
+            "window_h": round(next((v.get("eviction_window_s", 0) for v in
+                                    last["per_queue"].values()), 0) / 3600, 1),
             "queues": queues,
             "queues_over_line": sorted(q for q, v in queues.items() if v["over_alert_line"]),
             "alerts_raised": sorted(set(
@@ -285,8 +287,8 @@ def human(result: dict) -> list[str]:
         f"{u['simulated_pct']}% as the simulated cluster had it",
         f"fragmented free GPUs: mean {f['mean_pct_of_cluster']}% of the cluster "
         f"({f['mean_gpus']:,} GPUs), p95 {f['p95_pct_of_cluster']}%",
-        f"eviction ratio per queue ({e['evictions']:,} evictions; alert line "
-        f"{e['alert_line']:.0%}):",
+        f"eviction ratio per queue over the policy's {e['window_h']:g} h window at the end "
+        f"(alert line {e['alert_line']:.0%}; {e['evictions']:,} evictions after the warm-up):",
     ]
     for name, q in e["queues"].items():
         ratio = "no data" if q["eviction_ratio"] is None else f"{q['eviction_ratio']:.1%}"

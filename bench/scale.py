@@ -5,9 +5,11 @@ Used by ``bench_cycle --with-db`` and ``bench_pages``.
 ``scale_dataset`` builds the engine benchmark's random cluster and workload
 (``bench.engine.build_snapshot``) as real rows (nodes, lines, queues, running jobs with
 GPU allocations and a matching simulator state, pending jobs) inside one transaction
-that holds the cluster lock, lets the caller time what it wants, then rolls everything
-back: the database is left as it was. Stop the portal's loop first.
-``run_db_bench`` times full ``run_cycle`` calls through PostgreSQL on it.
+that holds the cluster lock, gives PostgreSQL statistics of them (``ANALYZE``, as
+autovacuum would), lets the caller time what it wants, then rolls everything back: the
+database is left as it was. Stop the portal's loop first.
+``run_db_bench`` times full ``run_cycle`` calls through PostgreSQL on it, phase by phase,
+and ``plan()`` alone on the same snapshots.
 """
 
 from __future__ import annotations

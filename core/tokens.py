@@ -22,9 +22,11 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
 
 from core import audit
 from core.models import ApiToken
+from core.prepared import Prepared
 from core.security import has_control_characters
 
 TOKEN_PREFIX = "gpt_"
@@ -148,16 +150,34 @@ def revoke_token(user: Any, token_id: int, *, source_ip: str | None = None) -> A
     return token
 
 
+# Every API request looks its token up: compiled once (``core.prepared``), the token, its
+# user and their profile (the role) in one query.
+_TOKEN_BY_HASH = Prepared(
+    lambda key_hash: (
+        ApiToken.objects.select_related("user", "user__profile")
+        .filter(key_hash=key_hash)
+        .order_by("pk")[:1]
+    ),
+    str,
+)
+_LEGACY_TOKEN_BY_KEY = Prepared(
+    lambda key: Token.objects.select_related("user", "user__profile").filter(key=key)[:1], str
+)
+
+
+def legacy_token(key: str) -> Token | None:
+    """The DRF token ``key`` (``manage.py issue_token``'s automation tokens) with its user and
+    profile loaded, or None. Its active user is checked by the caller
+    (``core.security.RateLimitedTokenAuthentication``)."""
+    return _LEGACY_TOKEN_BY_KEY.first(key)
+
+
 def authenticate(secret: str, *, now: datetime | None = None) -> ApiToken:
     """The live token whose secret is ``secret``, its user loaded; ``TokenError`` if the
     token is unknown, revoked, expired or its user inactive. Notes the use (at most one
     write a minute)."""
     now = now or timezone.now()
-    token = (
-        ApiToken.objects.select_related("user", "user__profile")
-        .filter(key_hash=hash_secret(secret))
-        .first()
-    )
+    token = _TOKEN_BY_HASH.first(hash_secret(secret))
     if token is None or token.revoked_at is not None:
         raise TokenError({"detail": ["Invalid token."]})
     if token.expires_at <= now:

@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from bench import baseline as bench_baseline
 from core.tokens_api import ApiTokenViewSet
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
@@ -69,6 +70,9 @@ urlpatterns = [
         ),
     ),
     path("api/v1/", include(router.urls)),
+    # The trivial insert bench_api measures submissions against: only with BENCH_ENDPOINTS=1
+    # (a benchmark stack, docs/api.md "Throughput"), never in the schema.
+    *bench_baseline.urlpatterns(),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from local files (drf-spectacular-sidecar); its script is a separate
     # request, so the page runs under the Content-Security-Policy without inline script.

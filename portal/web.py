@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import uvicorn
 from django.core.exceptions import ImproperlyConfigured
@@ -42,7 +43,12 @@ def trusted_proxies() -> list[str]:
         raise SystemExit(str(exc)) from None
 
 
+APPLICATION = "portal.asgi:application"
+TIMED_APPLICATION = "portal.timed_asgi:application"  # --cpu-timers (bench.request_cpu)
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Parse the options and serve the portal until stopped."""
     parser = argparse.ArgumentParser(
         prog="python -m portal.web", description=__doc__.split("\n")[0]
     )
@@ -50,11 +56,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--workers", type=int, default=None, help="processes (WEB_WORKERS)")
     parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
+    parser.add_argument(
+        "--cpu-timers", metavar="DIR", type=Path,
+        help="benchmarks only: time the CPU of each request's steps into DIR "
+        "(python -m bench.request_cpu DIR prints the split)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     proxies = trusted_proxies()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    app = APPLICATION
+    if args.cpu_timers is not None:
+        from bench.request_cpu import ENV_DIR
+
+        args.cpu_timers.mkdir(parents=True, exist_ok=True)
+        os.environ[ENV_DIR] = str(args.cpu_timers.resolve())  # the workers inherit it
+        app = TIMED_APPLICATION
     uvicorn.run(
-        "portal.asgi:application",
+        app,
         host=args.host,
         port=args.port,
         workers=args.workers or default_workers(),

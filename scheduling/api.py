@@ -71,6 +71,25 @@ class JobSubmitSerializer(serializers.Serializer):
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
 
+    @property
+    def fields(self) -> dict[str, serializers.Field]:
+        """The fields, built and bound once per class and shared by every instance.
+
+        DRF deep-copies its 16 declared fields for every serializer it makes: about a third
+        of validating a submission (docs/api.md, "Throughput"). Validating holds no state in
+        a field (each call gets the data and returns a value or raises), and no field here
+        reads ``self.context``, the request or ``partial``; ``core.api``'s
+        ``SharedFieldsModelSerializer`` does the same for the output serializers.
+        """
+        cls = type(self)
+        shared = cls.__dict__.get("_shared_fields")
+        if shared is None:
+            template = cls.__new__(cls)
+            serializers.Serializer.__init__(template)
+            shared = serializers.Serializer.fields.real_func(template)  # DRF's own build
+            cls._shared_fields = shared
+        return shared
+
     def validate(self, attrs: dict) -> dict:
         unknown = (
             set(self.initial_data) - set(self.fields)

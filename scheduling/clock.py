@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
+from core.prepared import Prepared
+
 # The simulator's catch-up rule lives with its store; cluster time reads it the same way.
 from scheduling.backends.sim_store import MAX_CATCH_UP_S, catch_up  # noqa: F401 - re-exported
 
@@ -28,13 +30,29 @@ def to_epoch(dt: datetime | None) -> float | None:
     return None if dt is None else dt.timestamp()
 
 
+def _simulator_clock_query():
+    from scheduling.models import SimulatorState
+
+    return SimulatorState.objects.only("virtual_now", "saved_wall", "speed").order_by("pk")[:1]
+
+
+# Read by every request that stamps a time and every page header: compiled once (#16).
+_SIMULATOR_CLOCK = Prepared(_simulator_clock_query)
+
+
+def _simulator_clock() -> dict[str, float] | None:
+    """The simulator's clock row (``virtual_now``, ``saved_wall``, ``speed``), or None."""
+    state = _SIMULATOR_CLOCK.first()
+    if state is None:
+        return None
+    return {"virtual_now": state.virtual_now, "saved_wall": state.saved_wall, "speed": state.speed}
+
+
 def cluster_now_ts() -> float:
     """Cluster time as epoch seconds (on the simulator: what its next load will read)."""
     if settings.SCHEDULING_BACKEND != "simulator":
         return time.time()
-    from scheduling.models import SimulatorState
-
-    row = SimulatorState.objects.values("virtual_now", "saved_wall", "speed").first()
+    row = _simulator_clock()
     if row is None:
         return time.time()
     return row["virtual_now"] + catch_up(time.time() - row["saved_wall"], row["speed"])
@@ -108,9 +126,7 @@ def reading() -> ClockReading:
     wall = time.time()
     if settings.SCHEDULING_BACKEND != "simulator":
         return ClockReading(now=to_datetime(wall), state="wall", speed=1.0)  # type: ignore[arg-type]
-    from scheduling.models import SimulatorState
-
-    row = SimulatorState.objects.values("virtual_now", "saved_wall", "speed").first()
+    row = _simulator_clock()
     if row is None:  # before the first cycle, which starts the simulator at the wall clock
         return ClockReading(now=to_datetime(wall), state="starting", speed=1.0)  # type: ignore[arg-type]
     speed, idle = row["speed"], max(0.0, wall - row["saved_wall"])

@@ -11,21 +11,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 from urllib.parse import urlparse
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet
 
-from core import audit, events
+from core import audit, clock, events
+from core.prepared import Prepared, PreparedInsert
 from core.realtime import publish_coalesced, publish_on_commit
 from core.security import is_ascii_number
 from quotas.models import Queue, Tier
 from scheduling import feasibility, limits
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
-from scheduling.permissions import may_cancel, may_submit
+from scheduling.permissions import may_cancel, may_submit, submits_to_any_queue
 from scheduling.selectors import list_queues_for_submit
 from scheduling.transitions import set_state
 
@@ -52,12 +55,34 @@ class JobRequest:
     sim_duration_minutes: int | None = None
 
 
+@cache
+def _queue_lookup(any_queue: bool, by_number: bool) -> Prepared:
+    """``list_queues_for_submit`` matching a name (and an id when ``by_number``), compiled
+    once (``core.prepared``: every submission resolves its queue). Compiled for a stand-in
+    user with the same permission (an admin or not: the selector's only branch), so the
+    rule stays the selector's; the values: the user's id (unless ``any_queue``: admins'
+    queues do not depend on who they are), the name, the id asked for."""
+    user_model = get_user_model()
+
+    def build(*values: Any) -> QuerySet[Queue]:
+        user_id, name, *number = values if not any_queue else (0, *values)
+        stand_in = user_model(pk=user_id, is_superuser=any_queue)
+        if submits_to_any_queue(stand_in) is not any_queue:  # the rule changed: recompile here
+            raise RuntimeError("the stand-in user no longer takes the selector's branch")
+        match = Q(pk=number[0]) | Q(name=name) if number else Q(name=name)
+        return list_queues_for_submit(stand_in).order_by().filter(match)[:2]
+
+    types = ([] if any_queue else [int]) + [str] + ([int] if by_number else [])
+    return Prepared(build, *types)
+
+
 def _resolve_queue(user: Any, ref: str | int) -> Queue:
     """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
     ref = str(ref)
     number = int(ref) if is_ascii_number(ref) and len(ref) < 19 else None  # fits a bigint
-    match = Q(name=ref) if number is None else Q(pk=number) | Q(name=ref)
-    found = list(list_queues_for_submit(user).order_by().filter(match)[:2])
+    any_queue = submits_to_any_queue(user)
+    values = ([] if any_queue else [user.pk]) + [ref] + ([] if number is None else [number])
+    found = _queue_lookup(any_queue, number is not None)(*values)
     queue = next((q for q in found if q.pk == number), found[0] if found else None)
     if queue is None:
         exists = Queue.objects.filter(Q(name=ref) | Q(pk=number or 0)).exists()
@@ -173,24 +198,57 @@ def add_event(job: Job, kind: str, message: str) -> JobEvent:
     return event
 
 
+_JOB_INSERT = PreparedInsert(Job)  # every submission: the INSERT's SQL compiled once
+
+
+def _insert_with_first_event(job: Job, kind: str, message: str) -> JobEvent:
+    """INSERT ``job`` and the first line of its timeline in one statement (one round trip).
+
+    ``WITH new_job AS (INSERT INTO job ... RETURNING id) INSERT INTO jobevent ... SELECT``:
+    one statement is atomic on its own, so a submission needs neither BEGIN nor COMMIT,
+    and its two rows cost one round trip instead of four (BEGIN, two INSERTs, COMMIT).
+    The job's INSERT is the one ``Model.save`` makes (``core.prepared.PreparedInsert``:
+    every field's ``pre_save`` and database preparation, so ``submitted_at`` and
+    ``updated_at`` stamp with the cluster clock); the event carries the job's
+    ``submitted_at``, one instant. Both instances come back saved (pk set, not ``adding``).
+    Inside a caller's transaction the rows commit or roll back with it.
+    """
+    job_sql, job_params = _JOB_INSERT(job, connection.alias)
+    event_meta = JobEvent._meta
+    event = JobEvent(job=job, at=job.submitted_at, kind=kind, message=message)
+    columns = [event_meta.get_field(name) for name in ("job", "at", "kind", "message")]
+    values = [f.get_db_prep_save(getattr(event, f.attname), connection) for f in columns[1:]]
+    qn = connection.ops.quote_name
+    sql = (
+        f"WITH new_job AS ({job_sql}) "
+        f"INSERT INTO {qn(event_meta.db_table)} ({', '.join(qn(f.column) for f in columns)}) "
+        f"SELECT new_job.{qn(Job._meta.pk.column)}, %s, %s, %s FROM new_job "
+        f"RETURNING {qn(event_meta.pk.column)}, {qn(columns[0].column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*job_params, *values])
+        event.pk, job.pk = cursor.fetchone()
+    event.job_id = job.pk
+    for saved in (job, event):
+        saved._state.adding, saved._state.db = False, connection.alias
+    return event
+
+
 def submit_job(user: Any, req: JobRequest) -> Job:
     """Create a pending job after checking the rules; the next cycle will place or explain it.
 
-    The job comes back with its timeline loaded (the one ``submitted`` event), so the
-    caller can show it without reading it back. Its ``job.<id>`` topic gets no event: a
-    job that did not exist has no watchers yet. The queue pages hear of it, coalesced.
+    The job and its ``submitted`` event are written by one statement
+    (``_insert_with_first_event``). The job comes back with its timeline loaded (that one
+    event), so the caller can show it without reading it back. Its ``job.<id>`` topic gets
+    no event: a job that did not exist has no watchers yet. The queue pages hear of it,
+    coalesced.
     """
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
-    with transaction.atomic():
-        job = Job.objects.create(owner=user, state=Job.State.PENDING, **fields)
-        event = JobEvent.objects.create(
-            job=job,
-            kind="submitted",
-            message=f"submitted by {user.username} to {job.queue.name}: "
-            f"{job.gpus} GPUs, tier {job.tier}",
-        )
+    job = Job(owner=user, state=Job.State.PENDING, **fields)
+    with clock.one_instant():  # one time for the job and its event, in a request or not
+        event = _insert_with_first_event(job, "submitted", _submitted_message(user, job))
     job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
     publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from scheduling.engine import types as et
 
-# The phases of one iteration, in the order they run (a sweep stops after ``stops``).
+# The phases of one iteration, in the order they run (a sweep plans nothing); ``collect``,
+# the garbage collection after the commit (``run.PausedGc``), is not in ``duration_ms``.
 PHASES = ("lock", "observe", "reconcile", "stops", "snapshot", "plan", "check", "preempt",
-          "starts", "verdicts", "observers", "events", "close", "record")  # fmt: skip
+          "starts", "verdicts", "observers", "events", "close", "record", "collect")  # fmt: skip
 
 
 class PhaseTimer:

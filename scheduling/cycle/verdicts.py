@@ -8,6 +8,8 @@ hears the counts per reason (``pending.updated``) every cycle.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from core import events
 from core.realtime import publish_on_commit
 from scheduling.clock import to_datetime
@@ -36,16 +38,27 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
     ``rows`` are the snapshot's job rows: what each job said before this cycle.
     """
     changed = []
+    stamps: dict[float, datetime] = {}  # estimated starts as datetimes (many jobs share one)
     for job_id, v in {**plan.verdicts, **cycle.launch_verdicts}.items():
         row = rows.get(job_id)
         if row is None or row["state"] != Job.State.PENDING:
             continue
-        est = to_datetime(v.estimated_start)
-        new = (v.code, v.message, v.details, v.remedy, v.position, est)
-        old = tuple(row[f] for f in VERDICT_FIELDS)
-        if new != old:
-            changed.append((job_id, *new))
-            if v.code != row["pending_code"]:  # a new reason: tell the job's watchers
-                publish_on_commit(*events.job_updated(job_id, "pending", pending_code=v.code))
+        est = None
+        if v.estimated_start is not None:
+            est = stamps.get(v.estimated_start)
+            if est is None:
+                est = stamps[v.estimated_start] = to_datetime(v.estimated_start)
+        if (
+            v.code == row["pending_code"]
+            and v.position == row["queue_position"]
+            and est == row["estimated_start"]
+            and v.message == row["pending_message"]
+            and v.remedy == row["pending_remedy"]
+            and v.details == row["pending_details"]
+        ):
+            continue  # unchanged: not written, not told
+        changed.append((job_id, v.code, v.message, v.details, v.remedy, v.position, est))
+        if v.code != row["pending_code"]:  # a new reason: tell the job's watchers
+            publish_on_commit(*events.job_updated(job_id, "pending", pending_code=v.code))
     bulk_set(Job, VERDICT_FIELDS, changed, where="t.state = 'pending'")
     publish_on_commit(*events.pending_updated(counts_by_code(cycle, plan)))

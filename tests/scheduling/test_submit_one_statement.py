@@ -1,0 +1,72 @@
+"""A submission writes its job and the job's ``submitted`` event in one statement (#16): no
+BEGIN/COMMIT of its own, one round trip for both rows, all or nothing; and through the API
+with a token it costs five queries in all."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DataError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from scheduling import services
+from scheduling.models import Job, JobEvent
+from scheduling.services import JobRequest, submit_job
+
+pytestmark = pytest.mark.django_db
+
+REQUEST = JobRequest(name="one", queue="llm-experiment", gpus=1)
+
+
+def test_the_job_and_its_event_are_one_insert_and_no_transaction_of_their_own(demo):
+    with CaptureQueriesContext(connection) as ctx:
+        submit_job(demo["researcher"], REQUEST)
+    statements = [q["sql"] for q in ctx.captured_queries]
+    writes = [s for s in statements if not s.lstrip().upper().startswith("SELECT")]
+    assert len(writes) == 1, statements  # no SAVEPOINT/BEGIN, no second INSERT, no COMMIT
+    assert "scheduling_job" in writes[0] and "scheduling_jobevent" in writes[0]
+
+
+def test_what_it_writes_is_what_it_returns(demo):
+    job = submit_job(demo["researcher"], REQUEST)
+    assert not job._state.adding and job._state.db == "default"
+    (event,) = job.events.all()  # prefetched: no query
+    stored_job, (stored_event,) = Job.objects.get(pk=job.pk), JobEvent.objects.filter(job=job)
+    assert (stored_event.pk, stored_event.kind, stored_event.message) == (
+        event.pk, "submitted", "submitted by researcher to llm-experiment: 1 GPUs, tier experiment"
+    )  # fmt: skip
+    assert stored_event.at == stored_job.submitted_at == stored_job.updated_at == event.at
+    assert stored_job.state == Job.State.PENDING and stored_job.owner == demo["researcher"]
+
+
+def test_all_or_nothing(demo):
+    """A statement the database refuses (here the event's text) leaves no job behind."""
+    fields = services.resolve_job_request(demo["researcher"], REQUEST)
+    job = Job(owner=demo["researcher"], state=Job.State.PENDING, **fields)
+    before = Job.objects.count()
+    with pytest.raises(DataError), transaction.atomic():
+        services._insert_with_first_event(job, "submitted", "NUL \x00 in the text")
+    assert Job.objects.count() == before
+
+
+def test_inside_a_callers_transaction_it_rolls_back_with_it(demo):
+    before = Job.objects.count()
+    with transaction.atomic():
+        submit_job(demo["researcher"], REQUEST)
+        transaction.set_rollback(True)
+    assert Job.objects.count() == before
+
+
+def test_a_token_submission_takes_five_queries(demo):
+    """Token with user and role, queue, cluster shape, cluster clock, job + event."""
+    client = APIClient()
+    key = Token.objects.get_or_create(user=demo["researcher"])[0].key
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    body = {"name": "q", "queue": "llm-experiment", "gpus": 1}
+    assert client.post("/api/v1/jobs/", body, format="json").status_code == 201
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert len(ctx.captured_queries) == 5, [q["sql"][:60] for q in ctx.captured_queries]
+    assert response.json()["events"][0]["kind"] == "submitted"

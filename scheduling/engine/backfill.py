@@ -59,8 +59,10 @@ class Timeline:
         exclusive: bool,
         model: str | None,
         now: float,
+        horizon: float | None = None,
     ) -> tuple[float, list[int]] | None:
-        """First time a placement exists on ``elig`` nodes, from ``counts0`` now."""
+        """First time a placement exists on ``elig`` nodes, from ``counts0`` now (None if
+        none, or none by ``horizon`` when given: the sweep stops there)."""
         total = topo.total
         rack_of = topo.rack_of
         rack_block = topo.rack_block
@@ -93,6 +95,8 @@ class Timeline:
         m = len(events)
         while i < m:
             t = events[i][0]
+            if horizon is not None and t > horizon:
+                return None
             hit = False
             while i < m and events[i][0] == t:
                 _, n, g, tag = events[i]

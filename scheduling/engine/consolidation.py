@@ -425,20 +425,25 @@ class Consolidation:
         worth it; True if it now waits for them (it holds its nodes)."""
         if not self.on:
             return False
+        key, k, c, _last, excl = sh
+        failed = self.failed.get(sh)
+        if failed is Tier.URGENT:  # cheapest first: most gangs of a plan share a few shapes
+            return False
         p = self.p
         policy = p.policy
-        key, k, c, _last, excl = sh
         if not (k > 1 or excl or c >= p.topo.max_gpus):
+            return False
+        left = policy.max_migrations - len(self.migrations)
+        if (
+            left <= 0
+            or self.gangs >= policy.max_consolidations
+            or self.searches >= SEARCHES_PER_CONSOLIDATION * policy.max_consolidations
+        ):
+            self.on = False  # nothing more moves in this plan
             return False
         if is_demoted(job.preemption_count, policy) or p.hol_blocked(job):
             return False
-        if self.gangs >= policy.max_consolidations:
-            return False
-        left = policy.max_migrations - len(self.migrations)
-        if left <= 0 or self.searches >= SEARCHES_PER_CONSOLIDATION * policy.max_consolidations:
-            return False
         tier = effective_tier(job.tier, p.queues.get(job.queue))
-        failed = self.failed.get(sh)
         if failed is not None and tier <= failed:
             return False
         if p.live.free_gpus_of(p.live.node_class(key)) < job.gpus:
@@ -480,13 +485,19 @@ class Consolidation:
         (and past the moved jobs' deadline): its earliest start as things are."""
         p = self.p
         key, k, c, _last, excl = sh
+        horizon = max(deadline, p.now + p.policy.consolidate_min_wait_s)
         res = p.timeline().earliest_start(
-            p.topo, p.open_elig(key), p.live.usable_counts(), k, c, excl, job.model_name, p.now
+            p.topo,
+            p.open_elig(key),
+            p.live.usable_counts(),
+            k,
+            c,
+            excl,
+            job.model_name,
+            p.now,
+            horizon,
         )
-        if res is None:
-            return True
-        t = res[0]
-        return t > deadline and t - p.now > p.policy.consolidate_min_wait_s
+        return res is None  # no start by the horizon
 
     def apply(self, job: PendingJob, found: Moves, deadline: float) -> None:
         """Move the jobs: charge the budgets, keep room on their destinations, move their

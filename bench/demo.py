@@ -16,7 +16,8 @@ Measured, after ``warmup_s`` of cluster time:
 - utilization of healthy GPUs, time-weighted: as the portal shows it (the rollup samples:
   allocated GPUs as of the last cycle) and as the simulated cluster had it (GPUs held by
   running jobs on ready, healthy nodes, read ``substeps`` times a step: GPUs freed between
-  two cycles count as idle until the next one);
+  two cycles count as idle until the next one), and the share online inference held on
+  shared nodes (allocated to no job, so unused for that figure);
 - fragmented free GPUs (free GPUs on partly used ready nodes) as a share of the cluster:
   time-weighted mean and p95 over the samples;
 - each queue's eviction ratio over the quota policy's window (72 h by default: a 60-hour
@@ -80,20 +81,29 @@ class TrueUse:
     def __init__(self) -> None:
         self.busy_s = 0.0
         self.healthy_s = 0.0
+        self.inference_s = 0.0
 
     def add(self, sim, seconds: float) -> None:
         """The cluster as ``sim`` has it now, held for ``seconds``."""
-        healthy = busy = 0
+        healthy = busy = inference = 0
         for n in sim.observe().nodes:
             if n.health == "ok" and not n.cordoned:
                 healthy += n.gpus_total
                 busy += len(n.allocated_gpus)
+                inference += len(n.inference_gpus)
         self.healthy_s += healthy * seconds
         self.busy_s += busy * seconds
+        self.inference_s += inference * seconds
 
     @property
     def ratio(self) -> float | None:
         return self.busy_s / self.healthy_s if self.healthy_s > 0 else None
+
+    @property
+    def inference_ratio(self) -> float | None:
+        """GPUs serving online inference on shared nodes: neither allocated to a job nor
+        free, so the utilization of healthy GPUs counts them as unused."""
+        return self.inference_s / self.healthy_s if self.healthy_s > 0 else None
 
 
 def seed(run: DemoRun) -> None:
@@ -222,6 +232,7 @@ def report(
             "portal_pct": _pct(_weighted([(t, s["utilization"]) for t, s in
                                           zip(ts, samples, strict=True)], end)),
             "simulated_pct": _pct(use.ratio),
+            "simulated_inference_pct": _pct(use.inference_ratio),
         },
         "fragmented_free_gpus": {
             "mean_pct_of_cluster": _pct(_weighted(list(zip(ts, frag, strict=True)), end), 2),
@@ -284,7 +295,8 @@ def human(result: dict) -> list[str]:
         f"(measured after a {r['warmup_hours']:g} h warm-up: {r['measured_hours']:g} h), "
         f"{r['wall_s']:.0f} s of wall time",
         f"utilization of healthy GPUs: {u['portal_pct']}% as the portal shows it (rollup), "
-        f"{u['simulated_pct']}% as the simulated cluster had it",
+        f"{u['simulated_pct']}% as the simulated cluster had it; online inference held "
+        f"another {u['simulated_inference_pct']}% (not counted as used)",
         f"fragmented free GPUs: mean {f['mean_pct_of_cluster']}% of the cluster "
         f"({f['mean_gpus']:,} GPUs), p95 {f['p95_pct_of_cluster']}%",
         f"eviction ratio per queue over the policy's {e['window_h']:g} h window at the end "

@@ -269,8 +269,12 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
         if not job.is_active:
             raise ValidationError({"state": [f"job is already {job.state}"]})
         before = {"state": job.state}
-        set_state(job, Job.State.CANCELLED)
-        job.save(update_fields=["state", "updated_at"])
+        was = set_state(job, Job.State.CANCELLED)
+        fields = ["state", "updated_at"]
+        if was == Job.State.PENDING and not job.allocations.exists():
+            job.finished_at = clock.now()  # nothing to release: it ends now (a run: when freed)
+            fields.append("finished_at")
+        job.save(update_fields=fields)
         add_event(job, "cancelled", f"cancelled by {user.username}")
         if job.owner_id != user.pk:
             audit.record(

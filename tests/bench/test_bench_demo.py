@@ -47,6 +47,7 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     # utilization: both readings are shares of healthy GPUs
     assert 0 < got["utilization"]["portal_pct"] <= 100
     assert 0 < got["utilization"]["simulated_pct"] <= got["utilization"]["portal_pct"] + 1e-9
+    assert 0 <= got["utilization"]["simulated_inference_pct"] < 100
     frag = got["fragmented_free_gpus"]
     assert 0 <= frag["mean_pct_of_cluster"] <= frag["p95_pct_of_cluster"] <= 100
     # one eviction figure per queue, and the idle causes the portal counted

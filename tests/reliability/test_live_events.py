@@ -12,14 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 
+from core import realtime
 from core.realtime import group_name, publish_many
 
 JOB_EVENTS = 5000
 WATCHED_JOBS = 50  # a channel holds at most 100 messages: watch a few of the job topics
 STEP = JOB_EVENTS // WATCHED_JOBS
+
+
+@pytest.fixture(autouse=True)
+def patient_publisher(monkeypatch):
+    """What these tests check is that no event is refused and the order, not Redis's speed:
+    on a loaded 2-core machine 5,000 sends took longer than the publisher's time budget
+    (then the pause it starts leaked into the next test)."""
+    monkeypatch.setattr(realtime, "PUBLISH_TIMEOUT_S", 60.0)
+    monkeypatch.setattr(realtime, "_paused_until", 0.0)
 
 
 def receive_a_big_flush() -> list[dict]:
@@ -33,7 +44,13 @@ def receive_a_big_flush() -> list[dict]:
         for topic in ["cycles", "queues", *(f"job.{i}" for i in range(0, JOB_EVENTS, STEP))]:
             await layer.group_add(group_name(topic), channel)
         await sync_to_async(publish_many)(events)
-        return [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(WATCHED_JOBS + 2)]
+        received: list[dict] = []
+        # Until every watched job's event is in: a stray page-wide event (a coalesced
+        # ``queues.updated`` an earlier test left on its timer) may come in between.
+        while sum(m["kind"] == "job.updated" for m in received) < WATCHED_JOBS:
+            received.append(await asyncio.wait_for(layer.receive(channel), 5))
+            assert len(received) < 2 * WATCHED_JOBS, "far more messages than were sent"
+        return received
 
     return async_to_sync(run)()
 
@@ -49,7 +66,9 @@ def test_a_flush_of_thousands_of_events_loses_none(on_own_redis, caplog):
 
 def test_page_wide_events_are_sent_before_the_per_job_ones(on_own_redis):
     kinds = [m["kind"] for m in receive_a_big_flush()]
-    assert kinds[:2] == ["cycle.completed", "queues.updated"], kinds[:5]
+    first_job = kinds.index("job.updated")
+    assert {"cycle.completed", "queues.updated"} <= set(kinds[:first_job]), kinds[:5]
+    assert kinds.index("cycle.completed") < kinds.index("queues.updated"), kinds[:5]
 
 
 def test_a_thread_running_an_event_loop_still_publishes(on_own_redis, caplog):

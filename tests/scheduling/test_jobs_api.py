@@ -112,6 +112,19 @@ def test_cancel_rules_owner_lead_admin_only(api):
     assert AuditRecord.objects.filter(action="job.cancel", actor_name="lead").count() == 1
 
 
+def test_a_job_cancelled_while_waiting_is_finished_at_its_cancel(api):
+    """It held no GPUs, so nothing is left to release: it ends at the cancel, in cluster
+    time (before, ``finished_at`` stayed empty for ever)."""
+    client = api("researcher")
+    job_id = _submit(client).data["id"]
+    response = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert response.status_code == 200
+    job = Job.objects.get(pk=job_id)
+    cancelled = job.events.get(kind="cancelled")
+    assert job.finished_at is not None and job.finished_at == cancelled.at
+    assert client.get(f"/api/v1/jobs/{job_id}/").data["finished_at"] is not None
+
+
 def test_nodes_list_shows_free_gpus_and_detail_by_name(api):
     client = api("researcher")
     nodes = client.get("/api/v1/nodes/").data["results"]

@@ -22,6 +22,8 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import F, Value
+from django.db.models.functions import Least
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -79,19 +81,23 @@ def busy(admin, hours: int = 6, step_s: int = 600) -> None:
         by_queue[queue_id] = by_queue.get(queue_id, 0) + gpus
     over, within = sorted(used, key=used.get, reverse=True)[:2]
     assert used[over] > 16 and used[within] > 0, used
-    BusinessLine.objects.filter(pk=over).update(quota_gpus=used[over] - 16)
-    BusinessLine.objects.filter(pk=within).update(quota_gpus=used[within] + 64)
+    set_quota(BusinessLine, over, used[over] - 16)
+    set_quota(BusinessLine, within, used[within] + 64)
     queue = max(
         Queue.objects.filter(business_line_id=within).exclude(quota_gpus=None),
         key=lambda q: by_queue.get(q.pk, 0),
     )
     assert by_queue.get(queue.pk, 0) >= 2, "a queue of the line within quota runs work"
-    Queue.objects.filter(pk=queue.pk).update(quota_gpus=by_queue[queue.pk] // 2)
-    for model in (BusinessLine, Queue):  # a guarantee never above its quota
-        for row in model.objects.exclude(quota_gpus=None):
-            if row.guarantee_gpus > row.quota_gpus:
-                model.objects.filter(pk=row.pk).update(guarantee_gpus=row.quota_gpus)
+    set_quota(Queue, queue.pk, by_queue[queue.pk] // 2)
     rollup()
+
+
+def set_quota(model, pk: int, quota: int) -> None:
+    """A new quota, the guarantee lowered with it in the same row (never above the quota:
+    a check constraint; how far depends on the workload the demo offered)."""
+    model.objects.filter(pk=pk).update(
+        quota_gpus=quota, guarantee_gpus=Least(F("guarantee_gpus"), Value(quota))
+    )
 
 
 # -- the truth, recomputed from the rows --------------------------------------------------------

@@ -75,14 +75,15 @@ def client_ip(request) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
 
 
-class SharedFieldsModelSerializer(serializers.ModelSerializer):
-    """An output-only ModelSerializer whose fields are built and bound once per class.
+class SharedFields:
+    """A serializer whose fields are built and bound once per class (mix in first).
 
-    DRF builds every field from the model each time a serializer is made: for a job's
-    30 fields, about 2 ms of every submission and every job page. Here they are built
-    once, bound to a context-free instance, and shared by every serializer of the class
-    (reading holds no state in a field). So: output only, and no field or method may
-    use ``self.context`` or the request.
+    DRF builds (or deep-copies) every field each time a serializer is made: for a job's
+    30 fields about 2 ms of every submission and every job page, a third of validating a
+    submission (docs/api.md, "Throughput"). Here they are built once, bound to a
+    context-free instance, and shared by every serializer of the class. So no field or
+    method may keep state in a field or use ``self.context``, the request or ``partial``:
+    true of reading, and of validating (each call gets the data and returns or raises).
     """
 
     @property
@@ -91,10 +92,14 @@ class SharedFieldsModelSerializer(serializers.ModelSerializer):
         shared = cls.__dict__.get("_shared_fields")
         if shared is None:
             template = cls.__new__(cls)
-            serializers.ModelSerializer.__init__(template)
+            serializers.Serializer.__init__(template)
             shared = serializers.Serializer.fields.real_func(template)  # DRF's own build
             cls._shared_fields = shared
         return shared
+
+
+class SharedFieldsModelSerializer(SharedFields, serializers.ModelSerializer):
+    """An output-only ModelSerializer with fields built once per class (``SharedFields``)."""
 
 
 class StrictIntegerField(serializers.IntegerField):

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from core.api import (
     AsciiIdLookup,
+    SharedFields,
     SharedFieldsModelSerializer,
     StrictIntegerField,
     StrictSerializer,
@@ -35,7 +36,7 @@ from scheduling.selectors import build_placement, list_jobs_for_user
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
-class JobSubmitSerializer(serializers.Serializer):
+class JobSubmitSerializer(SharedFields, serializers.Serializer):
     """The submission body of API.md; types and bounds only (rules live in the service)."""
 
     name = serializers.CharField(min_length=1, max_length=limits.NAME_MAX, trim_whitespace=True)
@@ -70,25 +71,6 @@ class JobSubmitSerializer(serializers.Serializer):
     sim_duration_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
-
-    @property
-    def fields(self) -> dict[str, serializers.Field]:
-        """The fields, built and bound once per class and shared by every instance.
-
-        DRF deep-copies its 16 declared fields for every serializer it makes: about a third
-        of validating a submission (docs/api.md, "Throughput"). Validating holds no state in
-        a field (each call gets the data and returns a value or raises), and no field here
-        reads ``self.context``, the request or ``partial``; ``core.api``'s
-        ``SharedFieldsModelSerializer`` does the same for the output serializers.
-        """
-        cls = type(self)
-        shared = cls.__dict__.get("_shared_fields")
-        if shared is None:
-            template = cls.__new__(cls)
-            serializers.Serializer.__init__(template)
-            shared = serializers.Serializer.fields.real_func(template)  # DRF's own build
-            cls._shared_fields = shared
-        return shared
 
     def validate(self, attrs: dict) -> dict:
         unknown = (

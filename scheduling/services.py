@@ -271,8 +271,8 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
         before = {"state": job.state}
         was = set_state(job, Job.State.CANCELLED)
         fields = ["state", "updated_at"]
-        if was == Job.State.PENDING and not job.allocations.exists():
-            job.finished_at = clock.now()  # nothing to release: it ends now (a run: when freed)
+        if was == Job.State.PENDING:  # it holds no GPUs: it ends now (a run: once freed)
+            job.finished_at = clock.now()
             fields.append("finished_at")
         job.save(update_fields=fields)
         add_event(job, "cancelled", f"cancelled by {user.username}")

@@ -67,6 +67,28 @@ def request_stops(cycle: Cycle) -> None:
         cycle.report.counts["moved"] += 1
 
 
+def _lock_jobs(ids: set[int]) -> dict[int, Job]:
+    """The jobs the plan stops, read and locked in one statement (in id order)."""
+    rows = Job.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    return {j.pk: j for j in rows.only(*PREEMPT_READ)}
+
+
+def _stopping(job: Job, reason: str, for_job_id: int, deadline: float) -> Job:
+    """``job`` (in memory) asked to stop by ``deadline`` to make room for ``for_job_id``."""
+    set_state(job, Job.State.PREEMPTING)
+    job.stop_reason = reason
+    job.preempted_for_id = for_job_id
+    job.preempt_deadline = to_datetime(deadline)
+    job.updated_at = clock.now()
+    return job
+
+
+def _write_stopping(stopped: list[Job]) -> None:
+    """The jobs the backend agreed to stop, written in one statement."""
+    bulk_set(Job, PREEMPT_FIELDS,
+             [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip
+
+
 def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
     """Stop the plan's victims: gracefully (checkpoint, then stop) or cold (killed).
 
@@ -75,13 +97,7 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
     """
     if not preemptions:
         return
-    victims = {
-        j.pk: j
-        for j in Job.objects.select_for_update()
-        .filter(pk__in={p.victim_id for p in preemptions})
-        .order_by("pk")
-        .only(*PREEMPT_READ)
-    }
+    victims = _lock_jobs({p.victim_id for p in preemptions})
     stopped: list[Job] = []
     for p in preemptions:
         victim = victims.get(p.victim_id)
@@ -92,18 +108,12 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
         args = (victim.backend_ref, grace) if grace > 0 else (victim.backend_ref,)
         if not cycle.call(f"preempt {victim.backend_ref}", call, *args):
             continue
-        set_state(victim, Job.State.PREEMPTING)
-        victim.stop_reason = "preemption"
-        victim.preempted_for_id = p.for_job_id
-        victim.preempt_deadline = to_datetime(p.grace_deadline)
-        victim.updated_at = clock.now()
-        stopped.append(victim)
+        stopped.append(_stopping(victim, "preemption", p.for_job_id, p.grace_deadline))
         mode = "gracefully: checkpoint, then stop" if grace > 0 else "cold (killed)"
         cycle.event(victim, "preempted",
                     f"preempted {mode} to make room for job #{p.for_job_id}")  # fmt: skip
         cycle.report.counts["preemptions"] += 1
-    bulk_set(Job, PREEMPT_FIELDS,
-             [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip
+    _write_stopping(stopped)
 
 
 def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
@@ -113,13 +123,7 @@ def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
     was preempted. Read, locked and written in one statement each, like ``preempt``."""
     if not migrations:
         return
-    jobs = {
-        j.pk: j
-        for j in Job.objects.select_for_update()
-        .filter(pk__in={m.job_id for m in migrations})
-        .order_by("pk")
-        .only(*PREEMPT_READ)
-    }
+    jobs = _lock_jobs({m.job_id for m in migrations})
     stopped: list[Job] = []
     for m in migrations:
         job = jobs.get(m.job_id)
@@ -129,16 +133,10 @@ def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
         if not cycle.call(f"move {job.backend_ref}", cycle.backend.checkpoint_and_stop,
                           job.backend_ref, grace):  # fmt: skip
             continue
-        set_state(job, Job.State.PREEMPTING)
-        job.stop_reason = CONSOLIDATION
-        job.preempted_for_id = m.for_job_id
-        job.preempt_deadline = to_datetime(m.grace_deadline)
-        job.updated_at = clock.now()
-        stopped.append(job)
+        stopped.append(_stopping(job, CONSOLIDATION, m.for_job_id, m.grace_deadline))
         cycle.event(job, "moving",
                     f"asked to checkpoint and move to make room for job #{m.for_job_id} "
                     "(consolidation): it restarts from its checkpoint on another node; "
                     "this is not a preemption")  # fmt: skip
         cycle.report.counts["migrations"] += 1
-    bulk_set(Job, PREEMPT_FIELDS,
-             [(j.pk, *(getattr(j, f) for f in PREEMPT_FIELDS)) for j in stopped])  # fmt: skip
+    _write_stopping(stopped)

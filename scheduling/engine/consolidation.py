@@ -508,12 +508,7 @@ class Consolidation:
         for v, dest in found.moves:
             self.migrations.append(Migration(v.id, job.id, deadline, topo.nodes[dest].name))
             self.per_queue[v.queue] = self.per_queue.get(v.queue, 0) + 1
-            p.victim_ids.add(v.id)
-            p.budget_q[v.queue] = p.budget_q.get(v.queue, 0) - v.gpus
-            p.budget_l[v.line] = p.budget_l.get(v.line, 0) - v.gpus
-            p._end_override[v.id] = deadline
-            if p._timeline is not None:
-                p._timeline.move(v.id, deadline, p.released(v))
+            p.mark_leaving(v, deadline)
             p.live.take(dest, v.gpus, False)
             end = max(running_end(v, p.now, policy), deadline + policy.overrun_s)
             p._start_events.append((end, dest, v.gpus))

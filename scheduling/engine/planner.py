@@ -627,12 +627,7 @@ class Planner:
             self.preemptions.append(
                 Preemption(v.id, job.id, COLD if cold else "graceful", deadline)
             )
-            self.victim_ids.add(v.id)
-            self.budget_q[v.queue] = self.budget_q.get(v.queue, 0) - v.gpus
-            self.budget_l[v.line] = self.budget_l.get(v.line, 0) - v.gpus
-            self._end_override[v.id] = deadline
-            if self._timeline is not None:
-                self._timeline.move(v.id, deadline, self.released(v))
+            self.mark_leaving(v, deadline)
         until = deadline
         if leaving:
             until = max(until, max(running_end(v, self.now, self.policy) for v in leaving))
@@ -642,6 +637,17 @@ class Planner:
         gpus = sum(v.gpus for v in found.victims) + sum(v.gpus for v in leaving)
         self.record(job, explain.preempting(job, n_v, gpus, until), until)
         self.n_preemptors += 1
+
+    def mark_leaving(self, v: RunningJob, deadline: float) -> None:
+        """``v`` stops by ``deadline`` (preempted, or moved by consolidation): no longer a
+        victim for anyone else, its GPUs spent from its queue's and line's preemption
+        budgets, and released at ``deadline`` on the backfill timeline."""
+        self.victim_ids.add(v.id)
+        self.budget_q[v.queue] = self.budget_q.get(v.queue, 0) - v.gpus
+        self.budget_l[v.line] = self.budget_l.get(v.line, 0) - v.gpus
+        self._end_override[v.id] = deadline
+        if self._timeline is not None:
+            self._timeline.move(v.id, deadline, self.released(v))
 
     def claim_quota(self, job: PendingJob, victims: Sequence[RunningJob]) -> None:
         """A preemptor counts on quota room: what its victims free, plus the room left now.

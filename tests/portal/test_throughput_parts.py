@@ -15,7 +15,12 @@ from rest_framework import serializers
 from core import realtime
 from core.env import env_int
 from portal.web import default_workers
-from scheduling.api import JobDetailSerializer, JobEventSerializer, JobSerializer
+from scheduling.api import (
+    JobDetailSerializer,
+    JobEventSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
 from scheduling.models import Job
 from tests.drills import make_quotas_roomy, submit
 
@@ -131,3 +136,19 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
     first, second = JobSerializer(jobs[0]), JobSerializer(jobs[1])
     assert first.fields is second.fields, "built once per class"
     assert JobDetailSerializer(jobs[0]).fields is not first.fields
+
+
+def test_the_submission_body_shares_its_fields_and_keeps_no_state_in_them():
+    """``JobSubmitSerializer`` builds its fields once (``core.api.SharedFields``); a bad
+    body validated between two good ones leaves nothing behind in the shared fields."""
+    good = {"name": "a", "queue": "llm-core", "gpus": 8, "model_name": "llama"}
+    first = JobSubmitSerializer(data=good)
+    assert first.is_valid(), first.errors
+    bad = JobSubmitSerializer(data={"name": "", "queue": "q", "gpus": 0})
+    assert not bad.is_valid() and {"name", "gpus"} <= set(bad.errors)
+    second = JobSubmitSerializer(data={"name": "b", "queue": "llm-core", "gpus": 2})
+    assert second.is_valid(), second.errors
+    assert first.fields is bad.fields is second.fields, "built once per class"
+    assert first.validated_data["model_name"] == "llama"
+    assert second.validated_data["name"] == "b" and second.validated_data["model_name"] == ""
+    assert second.validated_data["gpus"] == 2 and "gpus" not in second.errors

@@ -297,6 +297,11 @@ class PolicyConfig:
       ``max_consolidations``: gangs that may get room this way per plan;
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
+    - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
+      tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
+      None: no bound). ``order_by_work``: within a tier and fair-share band, the smallest
+      predicted work (GPUs x predicted runtime) first, else submit order;
+      ``share_bands``: fair-share bands per quota (0: order by the exact share).
     """
 
     backfill: bool = True
@@ -317,13 +322,23 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
+    starvation_bound_s: float | None = 4 * 3600.0
+    order_by_work: bool = True
+    share_bands: int = 4
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:
         """``fifo``, ``priority``, ``backfill`` or ``full`` (the production default)."""
         presets: dict[str, dict[str, Any]] = {
             "fifo": dict(strict_fifo=True, backfill=False, borrowing=False, preemption=False),
-            "priority": dict(backfill=False, borrowing=False, preemption=False),
+            "priority": dict(
+                backfill=False,
+                borrowing=False,
+                preemption=False,
+                starvation_bound_s=None,
+                order_by_work=False,
+                share_bands=0,
+            ),
             "backfill": dict(backfill=True, borrowing=False, preemption=False),
             "full": dict(backfill=True, borrowing=True, preemption=True),
         }

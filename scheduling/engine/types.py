@@ -322,7 +322,7 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
-    starvation_bound_s: float | None = 4 * 3600.0
+    starvation_bound_s: float | None = 24 * 3600.0
     order_by_work: bool = True
     share_bands: int = 4
 

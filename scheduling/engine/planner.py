@@ -159,6 +159,7 @@ class Planner:
         self._describe: dict[ShapeT, str] = {}
         self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
         self._release_curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        self._release_steps: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per ("queue"|"line", name)
         self._started_ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
@@ -432,7 +433,10 @@ class Planner:
             i = bisect_left(curve, (need, -_INF))
             return curve[i][1] if i < len(curve) else None
         # Jobs started by this plan release their share too (as the next plan sees them).
-        ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+        ends = self._release_steps.get(ck)
+        if ends is None:
+            ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+            self._release_steps[ck] = ends
         cum = 0
         for t, g in merge(ends, started):
             cum += g

@@ -4,12 +4,18 @@ Starts (when ``DATABASE_URL`` / ``REDIS_URL`` are unset) an embedded PostgreSQL
 and Redis under ``.devdata/``, migrates, seeds the demo (idempotent), then runs
 the web server (portal/web.py: uvicorn, HTTP + websockets), one Celery worker and exactly one Celery beat,
 prefixing their logs. Ctrl-C (or any child dying) stops every process it started.
+
+The web server and the worker share ``PROMETHEUS_MULTIPROC_DIR`` (``.devdata/metrics``,
+emptied at each start, unless the variable is already set), as compose's containers
+share the ``metrics`` volume: counters the worker's cycle records (preemptions,
+admissions, cycle durations) are summed into the web server's ``/metrics``.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +41,24 @@ def _demo_password() -> str:
     return stored.read_text().strip()
 
 
+def use_metrics_dir(env: dict[str, str], data: Path) -> Path:
+    """Give the processes started with ``env`` one ``PROMETHEUS_MULTIPROC_DIR`` for this run.
+
+    Without one, each process counts alone and the web server's ``/metrics`` never sees
+    what the worker recorded. A directory the caller already set is used as it is;
+    otherwise ``data/metrics`` is emptied (files of the last run's processes would keep
+    counting) and created."""
+    if env.get("PROMETHEUS_MULTIPROC_DIR"):
+        path = Path(env["PROMETHEUS_MULTIPROC_DIR"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    path = data / "metrics"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
 def _pipe(name: str, proc: subprocess.Popen) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -49,6 +73,7 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
     env["DEMO_PASSWORD"] = _demo_password()
+    use_metrics_dir(env, DATA)
     if not env.get("DATABASE_URL"):
         pg = Postgres(DATA / "postgres", 55432).start()
         services.append(pg)

@@ -498,8 +498,8 @@ class QueueEviction(NamedTuple):
 def eviction_ratio_figure(
     queues: Sequence[QueueEviction], threshold: float, window: str = "last 24 h"
 ) -> Figure:
-    """Eviction ratio per queue over ``window`` (named in the title), with
-    the alert threshold drawn and labelled.
+    """Eviction ratio per queue over ``window`` (named in the title and the caption),
+    with the alert threshold drawn and labelled.
 
     Queues over the threshold get a hatched bar as well as another colour.
     """
@@ -539,13 +539,13 @@ def eviction_ratio_figure(
         return _figure(data, layout, summary, empty="No eviction figures yet")
     hot = [q for q, o in zip(rows, over, strict=True) if o]
     if hot:
-        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line: " + ", ".join(
-            f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot
+        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line, {window}: " + (
+            ", ".join(f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot)
         )
     else:
         worst = max(rows, key=lambda q: q.ratio)
         summary = (
-            f"Every queue is under the {threshold:.0%} alert line "
+            f"Every queue is under the {threshold:.0%} alert line, {window} "
             f"(highest: {worst.name} {_pct(worst.ratio)})."
         )
     return _figure(data, layout, summary)

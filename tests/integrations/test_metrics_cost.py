@@ -45,6 +45,16 @@ def test_bench_metrics_time_is_flat_from_1k_to_many_cycle_rows(demo):
     assert SchedulingCycle.objects.count() == 0, "the bench rolled back its rows"
 
 
+def test_bench_metrics_runs_under_make_run_and_production_settings(demo, settings):
+    """Not only under the test settings (which allow the test client's host): ``make run``
+    allows 127.0.0.1 and localhost, production its public name and redirects to HTTPS."""
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    settings.SECURE_SSL_REDIRECT = True
+    out = StringIO()
+    call_command("bench_metrics", sizes="10", runs=2, json=True, stdout=out)
+    assert [r["cycle_rows"] for r in json.loads(out.getvalue())] == [10]
+
+
 def test_new_series_exist_from_the_start_with_zeros(demo):
     telemetry.reset()
     m = scrape(demo)

@@ -147,9 +147,17 @@ def _job_families() -> Iterator[Metric]:
         pending.add_metric([reason], n)
     yield pending
 
-    jobs = GaugeMetricFamily("gpuportal_jobs", "Jobs by state", labels=["state"])
-    by_state = dict(Job.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
-    for state in Job.State.values:
+    # Live states only: finished jobs are history, kept forever, and counting them at every
+    # scrape made /metrics grow with it (1M finished jobs: +500 ms). The (state, queue)
+    # index finds the live ones without reading the finished.
+    jobs = GaugeMetricFamily(
+        "gpuportal_jobs", "Jobs in each live state (pending, running, preempting)", labels=["state"]
+    )
+    by_state = dict(
+        Job.objects.filter(state__in=Job.ACTIVE_STATES).values("state").annotate(n=Count("id"))
+        .order_by().values_list("state", "n")
+    )  # fmt: skip
+    for state in Job.ACTIVE_STATES:
         jobs.add_metric([state], by_state.get(state, 0))
     yield jobs
 

@@ -55,6 +55,43 @@ def test_bench_metrics_runs_under_make_run_and_production_settings(demo, setting
     assert [r["cycle_rows"] for r in json.loads(out.getvalue())] == [10]
 
 
+def test_the_finished_job_history_is_not_counted_at_scrape_time(demo):
+    """Jobs are kept forever; a scrape that counted them by state grew with the history
+    (bench_metrics --finished-jobs: 1M finished jobs added ~500 ms). gpuportal_jobs is the
+    live states only, read through the (state, queue) index."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling.models import Job
+
+    out = StringIO()
+    call_command("bench_metrics", sizes="1,200", runs=1, json=True, finished_jobs=True, stdout=out)
+    assert [r["job_rows"] for r in json.loads(out.getvalue())] == [1, 200]
+    assert not Job.objects.exists(), "the bench rolled back its jobs"
+
+    from quotas.models import Queue
+
+    queue = Queue.objects.get(name="llm-core")
+    spec = {"owner": demo["researcher"], "queue": queue, "tier": queue.tier, "gpus": 1,
+            "gpus_per_node": 1}  # fmt: skip
+    Job.objects.bulk_create(
+        [Job(name=f"done-{i}", state="succeeded", **spec) for i in range(30)]
+        + [Job(name="waits", state="pending", **spec)]
+    )
+    with CaptureQueriesContext(connection) as queries:
+        m = scrape(demo)
+    jobs = {dict(labels)["state"]: v for (name, labels), v in m.items() if name == "gpuportal_jobs"}
+    assert jobs == {"pending": 1, "running": 0, "preempting": 0}
+    from scheduling.models import SchedulingCycle
+
+    job_table = Job._meta.db_table
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        assert SchedulingCycle._meta.db_table not in sql, sql  # cycles: recorded, not recounted
+        if f'FROM "{job_table}"' in sql and "GROUP BY" in sql:
+            assert '"state" IN' in sql or '"state" =' in sql, sql  # never all of history
+
+
 def test_new_series_exist_from_the_start_with_zeros(demo):
     telemetry.reset()
     m = scrape(demo)

@@ -460,7 +460,11 @@ def test_at_start_up_the_eviction_ratio_says_no_data_yet(users):
 def test_a_window_of_other_length_is_named_so_everywhere(users):
     """Admins change the window in the quota policy: every surface follows and says so."""
     QuotaPolicy.objects.update_or_create(singleton=True, defaults={"eviction_window_hours": 24})
+    generate()
+    run_cycle()
     rollup()
+    advance_clock(users["admin"], 600)
+    rollup()  # ten minutes delivered: ratios to show, so the dashboard's caption has figures
     web = Client()
     web.force_login(users["admin"])
     api = APIClient()
@@ -471,5 +475,9 @@ def test_a_window_of_other_length_is_named_so_everywhere(users):
     assert row["eviction_window_seconds"] == 24 * 3600
     _, text = metrics_samples(web)
     assert "last 24 h of cluster time" in text
-    assert "last 24 h" in web.get("/dashboard/data/").json()["eviction_window"]
-    assert timedelta(hours=24).total_seconds() == 86400
+    dash = web.get("/dashboard/data/").json()
+    assert "last 24 h" in dash["eviction_window"]
+    # the words under the chart say it too, not only its title
+    caption = dash["figures"]["eviction"]["summary"]
+    assert "alert line, last 24 h" in caption, caption
+    assert "alert line, last 24 h" in html.unescape(web.get("/dashboard/").content.decode())

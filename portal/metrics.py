@@ -193,7 +193,10 @@ def _gpu_model_families() -> Iterator[Metric]:
     allocated = GaugeMetricFamily(
         "gpuportal_allocated_gpus", "GPUs allocated to jobs, by GPU model", labels=["gpu_model"]
     )
-    by_model = dict.fromkeys(Node.objects.values_list("gpu_model", flat=True).distinct(), 0)
+    # order_by(): Node's default ordering would make it DISTINCT (gpu_model, name), a row a node
+    by_model = dict.fromkeys(
+        Node.objects.values_list("gpu_model", flat=True).order_by().distinct(), 0
+    )
     by_model.update(
         Allocation.objects.values_list("node__gpu_model").annotate(n=Count("id")).order_by()
     )

@@ -48,8 +48,13 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     assert 0 < got["utilization"]["portal_pct"] <= 100
     assert 0 < got["utilization"]["simulated_pct"] <= got["utilization"]["portal_pct"] + 1e-9
     assert 0 <= got["utilization"]["simulated_inference_pct"] < 100
+    # inference is part of the use (the portal's one definition), not beside it
+    assert got["utilization"]["simulated_inference_pct"] <= got["utilization"]["simulated_pct"]
     frag = got["fragmented_free_gpus"]
     assert 0 <= frag["mean_pct_of_cluster"] <= frag["p95_pct_of_cluster"] <= 100
+    shared, simulated = (frag["simulated_on_shared_nodes_pct_of_cluster"],
+                         frag["simulated_mean_pct_of_cluster"])  # fmt: skip
+    assert 0 <= shared <= simulated <= 100
     # one eviction figure per queue, and the idle causes the portal counted
     assert set(got["eviction"]["queues"]) == set(Queue.objects.values_list("name", flat=True))
     warm = got["eviction"]["evictions"]

@@ -10,8 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
+from bench.demo import DemoRun
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
+from portal.devstack import DEMO_CYCLE_SECONDS
 from quotas.models import Queue
 from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
 
@@ -30,7 +32,7 @@ def test_it_belongs_to_the_bench_app():
 
 def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     got = bench("--here", "--nodes", "8", "--nodes-per-rack", "4", "--cluster-hours", "3",
-                "--warmup-hours", "1")  # fmt: skip
+                "--warmup-hours", "1", "--step-seconds", "300")  # fmt: skip
     run = got["run"]
     assert (run["gpus"], run["steps"], run["measured_hours"]) == (64, 36, 2.0)
     # the clock moved exactly the run's length, in steps, from the fixed start
@@ -98,3 +100,7 @@ def test_by_default_it_runs_on_a_scratch_database_and_drops_it():
             "SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench_demo"]
         )
         assert cursor.fetchone()[0] == 0, "dropped"
+
+
+def test_by_default_a_step_is_make_runs_cycle_period_at_60x():
+    assert DemoRun().step_s == float(DEMO_CYCLE_SECONDS) * 60

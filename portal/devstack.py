@@ -9,6 +9,13 @@ The web server and the worker share ``PROMETHEUS_MULTIPROC_DIR`` (``.devdata/met
 emptied at each start, unless the variable is already set), as compose's containers
 share the ``metrics`` volume: counters the worker's cycle records (preemptions,
 admissions, cycle durations) are summed into the web server's ``/metrics``.
+
+The demo's scheduling cycle runs every ``DEMO_CYCLE_SECONDS`` (2 s) unless the caller sets
+``SCHEDULER_CYCLE_SECONDS`` (#19): the simulator runs 60 times faster than the wall clock,
+so the portal's default 5 s is 5 cluster minutes between cycles, and GPUs freed in between
+idle until the next one (about 1% of the 10,000-GPU demo, docs/benchmarks.md "Live demo
+quality"). The cycle is single-flight: one slower than the period is followed by the next
+at once, never stacked.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from portal.devservices import Postgres, Redis
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".devdata"
 HOST = os.environ.get("PORTAL_HOST", "127.0.0.1")
+DEMO_CYCLE_SECONDS = "2"  # 2 cluster minutes at the simulator's 60x
 PORT = os.environ.get("PORTAL_PORT", "8000")
 
 
@@ -59,6 +67,11 @@ def use_metrics_dir(env: dict[str, str], data: Path) -> Path:
     return path
 
 
+def use_demo_cadence(env: dict[str, str]) -> str:
+    """The demo's cycle period (``DEMO_CYCLE_SECONDS``) unless ``env`` sets one; returns it."""
+    return env.setdefault("SCHEDULER_CYCLE_SECONDS", DEMO_CYCLE_SECONDS)
+
+
 def _pipe(name: str, proc: subprocess.Popen) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -74,6 +87,7 @@ def main() -> int:
     env.setdefault("DEBUG", "1")
     env["DEMO_PASSWORD"] = _demo_password()
     use_metrics_dir(env, DATA)
+    use_demo_cadence(env)
     if not env.get("DATABASE_URL"):
         pg = Postgres(DATA / "postgres", 55432).start()
         services.append(pg)

@@ -231,8 +231,11 @@ def _cluster_families() -> Iterator[Metric]:
          summary.gpus_healthy),
         ("gpuportal_cluster_residual_gpus", "GPUs held by stale processes of finished jobs",
          summary.gpus_residual),
+        ("gpuportal_cluster_inference_healthy_gpus",
+         "GPUs serving online inference on healthy shared nodes", summary.gpus_inference_healthy),
         ("gpuportal_gpu_utilization_ratio",
-         "Utilization of healthy GPUs: GPUs allocated on healthy nodes over healthy GPUs (0..1)",
+         "Utilization of healthy GPUs: GPUs in use by jobs or by online inference on healthy "
+         "nodes over healthy GPUs (0..1)",
          summary.utilization),
     ):  # fmt: skip
         family = GaugeMetricFamily(name, doc)

@@ -384,11 +384,15 @@ class Replay:
         jobs = self.jobs
         gpus_of = {jid: jobs[jid].gpus for jid in decided.verdicts}
         demoted = [jid for jid in decided.verdicts if jobs[jid].demoted]
-        fm.set_claims(idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen))
+        borrowers = [jid for jid in decided.verdicts
+                     if idle.may_borrow(jobs[jid].preemptible, jobs[jid].demoted, self.policy)]  # fmt: skip
+        fm.set_claims(
+            idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen, borrowers)
+        )
 
     def _over_quota(self, j: ReplayJob) -> bool:
         """Whether the job's line lacks the quota room for it (the shortcuts' test)."""
-        if self.policy.borrowing and j.preemptible and not j.demoted:
+        if idle.may_borrow(j.preemptible, j.demoted, self.policy):
             return False  # it may borrow: what it lacks is free GPUs
         quota = self.layout.quota[j.queue]
         return quota is not None and j.gpus > quota - self.qmeter[j.queue].busy

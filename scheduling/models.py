@@ -27,7 +27,9 @@ class Node(models.Model):
 
     ``state`` is the scheduling state (may jobs land here); ``health`` is what the
     last observation or health sweep saw. ``residual_gpus`` counts GPUs held by
-    stale processes of finished jobs (R6): busy, but by nobody.
+    stale processes of finished jobs (R6): busy, but by nobody. ``inference_gpus``
+    counts GPUs serving online inference on a shared (``inference``) node as of the last
+    applied plan (``scheduling.nodes.inference``): in use, though by no job.
     """
 
     class State(models.TextChoices):
@@ -56,6 +58,9 @@ class Node(models.Model):
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
     health_detail = models.CharField(max_length=300, blank=True)
     residual_gpus = models.PositiveSmallIntegerField(default=0)
+    inference_gpus = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs serving online inference at the last applied plan"
+    )
     uncordon_requested = models.BooleanField(
         default=False, help_text="the portal uncordoned it; the loop tells the backend"
     )

@@ -114,3 +114,10 @@ def _no_leak(monkeypatch):
     import os
 
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+
+
+def test_the_demo_cycles_every_two_seconds_unless_the_caller_says_otherwise():
+    env = {"PATH": "/usr/bin:/bin"}
+    assert devstack.use_demo_cadence(env) == "2" == env["SCHEDULER_CYCLE_SECONDS"]
+    mine = {"SCHEDULER_CYCLE_SECONDS": "7"}
+    assert devstack.use_demo_cadence(mine) == "7" == mine["SCHEDULER_CYCLE_SECONDS"]

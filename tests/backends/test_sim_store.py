@@ -204,6 +204,41 @@ def test_a_save_rolled_back_with_its_transaction_leaves_the_cluster_as_it_was(de
 
 
 @pytest.mark.django_db
+def test_the_next_load_in_the_same_thread_takes_the_simulator_just_saved(demo):
+    """No decoding of the state the thread itself wrote: the very object comes back, once,
+    and it is the simulator the row holds."""
+    from scheduling.backend_factory import open_simulator
+    from scheduling.models import SimulatorState
+    from scheduling.sim_state import DatabaseSimulatorStore
+    from scheduling.simcore.simulator import Simulator
+
+    first = open_simulator(wall_now=T0, advance=False)
+    node = min(first.sim.nodes)
+    first.launch(launch_request(9, [Slot(node, (0,))]))
+    first.close()
+    again = open_simulator(wall_now=T0, advance=False)
+    assert again.sim is first.sim
+    assert again.sim.to_dict() == Simulator.from_dict(SimulatorState.objects.get().state).to_dict()
+    second = DatabaseSimulatorStore().load()
+    assert second.live is None and second.state is not None, "taken once: the next load reads"
+
+
+@pytest.mark.django_db
+def test_any_other_write_of_the_row_makes_the_next_load_read_it(demo):
+    """A direct write in the same transaction (not through the store) is a new row version:
+    the object saved before it is not handed back."""
+    from scheduling.backend_factory import open_simulator
+    from scheduling.models import SimulatorState
+
+    first = open_simulator(wall_now=T0, advance=False)
+    first.close()
+    row = SimulatorState.objects.get()
+    SimulatorState.objects.update(state={**row.state, "launch_seq": 77})
+    again = open_simulator(wall_now=T0, advance=False)
+    assert again.sim is not first.sim and again.sim._launch_seq == 77
+
+
+@pytest.mark.django_db
 def test_the_simulator_drills_audit_the_saved_row(demo):
     from django.contrib.auth import get_user_model
 

@@ -183,3 +183,16 @@ def test_the_snapshot_reads_its_rows_as_values_would(make_job, running_job):
     epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
     expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
     assert list(active_job_rows().values()) == expected and len(expected) == 3
+
+
+def test_the_snapshot_decodes_each_distinct_verdict_once(make_job):
+    """Waiting jobs held by the same cause say the same: one decoded dict for equal texts."""
+    same = {"queue": "q", "short_gpus": 8, "room": [1, 2]}
+    for name in ("a", "b", "c"):
+        make_job(name=name, pending_code="QUOTA_EXCEEDED", pending_details=dict(same))
+    make_job(name="d", pending_code="TOPOLOGY", pending_details={"where": "r1"})
+    make_job(name="e")  # no verdict yet: {}
+    by_name = {r["name"]: r["pending_details"] for r in active_job_rows().values()}
+    assert by_name == {"a": same, "b": same, "c": same, "d": {"where": "r1"}, "e": {}}
+    assert by_name["a"] is by_name["b"] is by_name["c"], "one decoding for one text"
+    assert by_name["d"] is not by_name["a"]

@@ -196,3 +196,23 @@ def test_the_snapshot_decodes_each_distinct_verdict_once(make_job):
     assert by_name == {"a": same, "b": same, "c": same, "d": {"where": "r1"}, "e": {}}
     assert by_name["a"] is by_name["b"] is by_name["c"], "one decoding for one text"
     assert by_name["d"] is not by_name["a"]
+
+
+def test_the_snapshot_rows_come_in_the_model_order_with_exact_estimated_starts(make_job):
+    """Sorted in Python as ``Job.Meta.ordering`` sorts (equal submissions: highest id first,
+    whatever order the server sends them in); estimated starts read as epochs come back as
+    the stored microsecond."""
+    same = datetime.fromtimestamp(T0 - 300, UTC).replace(microsecond=123457)
+    for i, pk in enumerate((500, 100, 900, 300, 700, 200)):
+        micro = (pk * 7919) % 10**6
+        make_job(id=pk, name=f"j{i}", submitted_at=same if i < 4 else same.replace(microsecond=micro),
+                 estimated_start=datetime.fromtimestamp(T0 + 3600 * i, UTC).replace(
+                     microsecond=(micro * 13) % 10**6))  # fmt: skip
+    make_job(name="none", estimated_start=None)
+    epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
+    expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
+    got = list(active_job_rows().values())
+    assert [r["id"] for r in expected if r["id"] in (100, 300, 500, 900)] == [900, 500, 300, 100]
+    assert [r["id"] for r in got] == [r["id"] for r in expected]
+    assert got == expected
+    assert [r["estimated_start"] for r in got] == [r["estimated_start"] for r in expected]

@@ -158,6 +158,34 @@ def test_the_database_store_round_trips_a_save():
 
 
 @pytest.mark.django_db
+def test_the_state_is_kept_as_json_text_lz4_compressed_where_the_server_can():
+    """Not jsonb: the server neither parses nor re-renders the 0.7 MB save (#16)."""
+    from django.db import connection, transaction
+
+    from scheduling.models import SimulatorState
+
+    state = {"nodes": [["a", 8]], "now": 1.5e9 + 0.123456789, "x": [None, True, "é", {"k": 1}]}
+    SimulatorState.objects.create(state=state, virtual_now=0, saved_wall=0)
+    assert SimulatorState.objects.get().state == state
+    SimulatorState.objects.update(state={**state, "now": 2.0})
+    assert SimulatorState.objects.get().state["now"] == 2.0
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT format_type(atttypid, atttypmod), attcompression FROM pg_attribute "
+            "WHERE attrelid = 'scheduling_simulatorstate'::regclass AND attname = 'state'"
+        )
+        kind, compression = cur.fetchone()
+        try:
+            with transaction.atomic():
+                cur.execute("CREATE TEMPORARY TABLE lz4_probe (t text COMPRESSION lz4)")
+            has_lz4 = True
+        except Exception:  # noqa: BLE001 - a server built without lz4
+            has_lz4 = False
+    assert kind == "text"
+    assert compression == ("l" if has_lz4 else "")
+
+
+@pytest.mark.django_db
 def test_the_database_store_lists_the_node_inventory_and_the_seed():
     from scheduling.models import ClusterSettings, Node
     from scheduling.sim_state import DatabaseSimulatorStore

@@ -216,3 +216,53 @@ def test_the_snapshot_rows_come_in_the_model_order_with_exact_estimated_starts(m
     assert [r["id"] for r in got] == [r["id"] for r in expected]
     assert got == expected
     assert [r["estimated_start"] for r in got] == [r["estimated_start"] for r in expected]
+
+
+class FixedPrediction:
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+
+    def predict_row(self, row: dict, queue_name: str) -> float | None:
+        return self.seconds
+
+
+def test_the_next_snapshot_reuses_what_did_not_change_and_rebuilds_the_rest(
+    make_job, backend, cluster
+):
+    """Unchanged rows and waiting jobs come back as the same objects; a changed row, queue,
+    line or prediction gives a new view, equal to one built afresh."""
+    from dataclasses import replace
+
+    from quotas.models import BusinessLine
+
+    kept, verdict, moved = make_job(name="kept"), make_job(name="verdict"), make_job(name="moved")
+    prediction = FixedPrediction(3600.0)
+
+    def views() -> dict[str, et.PendingJob]:
+        ctx = build_snapshot(backend.observe(), et.PolicyConfig(), prediction)
+        return {ctx.jobs[p.id]["name"]: p for p in ctx.snapshot.pending}
+
+    first = views()
+    rows = active_job_rows()
+    second = views()
+    assert all(second[name] is first[name] for name in first), "nothing changed: all reused"
+    assert active_job_rows()[kept.pk] is rows[kept.pk]
+
+    Job.objects.filter(pk=verdict.pk).update(pending_code="TOPOLOGY", pending_details={"a": 1})
+    other = BusinessLine.objects.create(name="cv", display_name="CV", quota_gpus=10)
+    queue = cluster["queue"]
+    queue.business_line = other
+    queue.save()
+    third = views()
+    assert active_job_rows()[verdict.pk]["pending_details"] == {"a": 1}
+    assert third["moved"] is not second["moved"] and third["moved"].line == "cv"
+    assert third["moved"] == replace(second["moved"], line="cv")
+
+    queue.business_line = BusinessLine.objects.get(name="llm")
+    queue.save()
+    views()
+    prediction.seconds = 60.0
+    fourth = views()
+    assert {p.predicted_runtime_s for p in fourth.values()} == {60.0}
+    assert fourth["kept"] == replace(first["kept"], predicted_runtime_s=60.0)
+    assert moved.pk in {p.id for p in fourth.values()}

@@ -11,6 +11,7 @@ State changes go through the services and the loop (``scheduling.cycle``); a job
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -265,10 +266,11 @@ class JSONTextField(models.JSONField):
     most of the save (55 -> 6 ms as lz4-compressed text, measured in ``docs/benchmarks.md``).
     """
 
-    def db_type(self, connection) -> str:
+    def db_type(self, connection: Any) -> str:
         return "text"
 
-    def get_db_prep_value(self, value, connection, prepared=False):
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> str | None:
+        """The value as JSON text (SQL NULL for None, as ``JSONField`` stores it)."""
         if value is None:
             return None
         return json.dumps(value if prepared else self.get_prep_value(value), cls=self.encoder)

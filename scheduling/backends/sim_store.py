@@ -36,7 +36,7 @@ class SavedSimulator:
 
     ``live`` is the simulator object itself. ``close`` passes it with every save; a
     store may hand it back from ``load`` (with ``state`` None) when it can prove the save
-    is still the current one, so the next cycle of the same process need not rebuild
+    is still the current one, so the next cycle of the same thread need not rebuild
     the simulator from its state (the portal's store: ``scheduling/sim_state.py``).
     """
 

@@ -22,7 +22,7 @@ END $$;
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduling", "0004_one_clock"),
+        ("scheduling", "0005_node_inference_gpus"),
     ]
 
     operations = [

@@ -68,6 +68,7 @@ from scheduling.simcore.observation import (
 
 from . import idle
 from . import metrics as m
+from .borrow_history import BorrowHistory
 from .pools import (
     DONE,
     MOVING,
@@ -143,6 +144,8 @@ class Replay:
             p.strict_fifo and not (p.backfill or p.borrowing or p.preemption)
         )
         self.predictor = OnlinePredictor(quantile=config.predict_quantile)
+        # demand peaks and eviction figures for the borrowing rules (#19)
+        self.history = BorrowHistory() if self.policy.borrowing else None
         window = workload.window_s
         self.window = window
         tiers = sorted(Tier, reverse=True)
@@ -255,6 +258,9 @@ class Replay:
         if evicted:
             j.evictions += 1
             j.demoted = j.demoted or is_demoted(j.evictions, self.policy)
+            j.evicted_at = t
+            if self.history is not None:
+                self.history.evicted(j.equeue, t)
         j.state = PENDING
         j.pool.pending[j.idx] = j
         self._wait(j, t, +1)
@@ -394,10 +400,18 @@ class Replay:
         return quota is not None and j.gpus > quota - self.qmeter[j.queue].busy
 
     def _call(self, pool: Pool, pending: list[ReplayJob], now: float) -> Plan:
+        lines, queues = pool.lines, pool.queues
+        history = self.history
+        if history is not None:
+            demand = {line.name: self.qmeter[line.name].busy for line in lines}
+            for j in pool.pending.values():
+                demand[j.queue] = demand.get(j.queue, 0) + j.gpus
+            history.sample(demand, now)
+            lines, queues = history.lines(lines), history.queues(queues, now)
         snap = Snapshot(
             nodes=tuple(pool.view(n) for n in pool.names),
-            lines=pool.lines,
-            queues=pool.queues,
+            lines=lines,
+            queues=queues,
             running=tuple(self._running_view(j) for j in pool.running.values()),
             pending=tuple(self._pending_view(j) for j in pending),
             policy=self.policy,
@@ -438,6 +452,8 @@ class Replay:
         j.started_at = now
         j.last_ckpt = None
         j.runs += 1
+        if self.history is not None:
+            self.history.run_started(j.equeue, now)
         if j.first_start is None:
             j.first_start = now
             got = self._prediction(j)  # what the scheduler believed, for the error table

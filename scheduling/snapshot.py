@@ -10,8 +10,9 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
+from scheduling import borrow_inputs
 from scheduling.backends.base import Observation
-from scheduling.clock import to_epoch
+from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import types as et
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.prediction import RuntimePredictor
@@ -71,7 +72,11 @@ def pending_job(r: dict, queue: Queue, predicted: float | None, now: float) -> e
 
 
 def _pending_job(
-    r: dict, queue: Queue, predicted: float | None, submitted_at: float
+    r: dict,
+    queue: Queue,
+    predicted: float | None,
+    submitted_at: float,
+    last_evicted_at: float | None = None,
 ) -> et.PendingJob:
     return et.PendingJob(
         **_job_fields(r, queue),
@@ -82,6 +87,7 @@ def _pending_job(
         submitted_at=submitted_at,
         predicted_runtime_s=predicted,
         estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
+        last_evicted_at=last_evicted_at,
     )
 
 
@@ -117,8 +123,19 @@ def build_snapshot(
     now = obs.now
     db_nodes = {n["name"]: n for n in Node.objects.values(*NODE_FIELDS)}
     node_name = {n["id"]: name for name, n in db_nodes.items()}
+    # borrowing (#19): demand peaks, recent evictions, eviction ratios (borrow_inputs)
+    at = to_datetime(now)
+    assert at is not None
+    peaks = borrow_inputs.line_demand_peaks(at) if policy.borrowing else {}
+    evicted_job, evicted_queue = borrow_inputs.recent_evictions(at, policy.borrow_cooldown_s)
+    ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
-        et.LineView(name=ln.name, quota_gpus=ln.quota_gpus, guarantee_gpus=ln.guarantee_gpus)
+        et.LineView(
+            name=ln.name,
+            quota_gpus=ln.quota_gpus,
+            guarantee_gpus=ln.guarantee_gpus,
+            demand_peaks=peaks.get(ln.pk, ()),
+        )
         for ln in BusinessLine.objects.all()
     )
     queue_rows = list(Queue.objects.select_related("business_line"))
@@ -133,6 +150,8 @@ def build_snapshot(
             preempts_tiers=frozenset(et.Tier.parse(t) for t in q.preempts_tiers)
             if q.preempts_tiers
             else None,
+            eviction_ratio=ratios.get(q.pk),
+            last_reclaim_at=evicted_queue.get(q.pk),
         )  # fmt: skip
         for q in queue_rows
     )
@@ -147,7 +166,11 @@ def build_snapshot(
         queue = queue_of[r["queue_id"]]
         predicted = predictor.predict_row(r, queue.name)
         if r["state"] == Job.State.PENDING:
-            pending.append(_pending_job(r, queue, predicted, r["submitted_at_ts"] or now))
+            pending.append(
+                _pending_job(
+                    r, queue, predicted, r["submitted_at_ts"] or now, evicted_job.get(r["id"])
+                )
+            )
             continue
         job = _job_fields(r, queue)
         slots = tuple(

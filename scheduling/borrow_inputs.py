@@ -1,0 +1,98 @@
+"""What the engine's borrowing rules (#19, ``scheduling.engine.borrowing``) read from the
+portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production_policy``.
+
+* the knobs: ``QuotaPolicy.borrow_cooldown_minutes`` and ``QuotaPolicy.eviction_target``
+  (the target above which the guarantee advice speaks, and borrowing tightens);
+* per line, its peak entitled demand over each look-ahead of ``HORIZONS_S``, from the
+  per-minute ``UsageSample`` rows (held within quota plus waiting: ``used - borrowed +
+  pending``);
+* per job and per queue, the last eviction within the cool-down (``Eviction`` rows; moves
+  by consolidation are not evictions);
+* per queue, the eviction ratio of the monitoring rollup. Monitoring sits above
+  scheduling, so it registers its reader here (``provide_eviction_ratios``, in
+  ``MonitoringConfig.ready``) as it connects to the loop's signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db.models import Case, F, IntegerField, Max, When
+
+from quotas.models import QuotaPolicy, UsageSample
+from scheduling.clock import to_epoch
+from scheduling.engine.borrowing import HORIZONS_S
+from scheduling.models import CONSOLIDATION, Eviction
+
+EvictionRatios = Callable[[], dict[int, float | None]]
+_ratio_source: list[EvictionRatios] = []
+
+
+def provide_eviction_ratios(source: EvictionRatios) -> None:
+    """Register the reader of the latest per-queue eviction ratios (queue id -> ratio)."""
+    _ratio_source[:] = [source]
+
+
+def queue_eviction_ratios() -> dict[int, float | None]:
+    """Latest eviction ratio per queue id ({} when monitoring is not installed)."""
+    return _ratio_source[0]() if _ratio_source else {}
+
+
+def policy_knobs() -> dict[str, float]:
+    """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
+    row = QuotaPolicy.objects.values("borrow_cooldown_minutes", "eviction_target").first()
+    if row is None:
+        row = {
+            name: QuotaPolicy._meta.get_field(name).get_default()
+            for name in ("borrow_cooldown_minutes", "eviction_target")
+        }
+    return {
+        "borrow_cooldown_s": float(row["borrow_cooldown_minutes"]) * 60.0,
+        "borrow_eviction_target": float(row["eviction_target"]),
+    }
+
+
+def line_demand_peaks(now: datetime) -> dict[int, tuple[int, ...]]:
+    """Per line id: peak of ``used - borrowed + pending`` over each horizon (one query)."""
+    demand = F("used_gpus") - F("borrowed_gpus") + F("pending_gpus")
+    aggs = {
+        f"h{i}": Max(
+            Case(
+                When(at__gte=now - timedelta(seconds=h), then=demand),
+                output_field=IntegerField(),
+            )
+        )
+        for i, h in enumerate(HORIZONS_S)
+    }
+    rows = (
+        UsageSample.objects.filter(
+            queue__isnull=True, at__gte=now - timedelta(seconds=HORIZONS_S[-1])
+        )
+        .values("business_line_id")
+        .annotate(**aggs)
+    )
+    return {
+        r["business_line_id"]: tuple(max(0, r[f"h{i}"] or 0) for i in range(len(HORIZONS_S)))
+        for r in rows
+    }
+
+
+def recent_evictions(now: datetime, cooldown_s: float) -> tuple[dict[int, float], dict[int, float]]:
+    """Last eviction (epoch seconds) within the cool-down, per job id and per queue id."""
+    if cooldown_s <= 0:
+        return {}, {}
+    rows = (
+        Eviction.objects.filter(at__gte=now - timedelta(seconds=cooldown_s))
+        .exclude(reason=CONSOLIDATION)
+        .values_list("job_id", "queue_id", "at")
+    )
+    by_job: dict[int, float] = {}
+    by_queue: dict[int, float] = {}
+    for job_id, queue_id, at in rows:
+        t = to_epoch(at)
+        if t is None:
+            continue
+        by_job[job_id] = max(by_job.get(job_id, t), t)
+        by_queue[queue_id] = max(by_queue.get(queue_id, t), t)
+    return by_job, by_queue

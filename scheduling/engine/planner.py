@@ -867,14 +867,15 @@ class Planner:
             note = "It could borrow idle capacity, but the nodes it needs are unavailable."
         elif self.hol_blocked(job):
             note = "It may borrow idle capacity once the jobs ahead of it start."
-        elif (refused := self.borrowing.refusal(job)) is not None:
-            reason, est = self.quota_reason(job, short_q, refused[1])
-            self.record(job, refused_reason(reason, refused[0]), est)
-            return
         else:
             end = self.now + job_runtime(job, self.policy)
             nodes = self.try_place(job, sh, end)
             if nodes is not None:
+                refused = self.borrowing.refusal(job)  # borrowing.py (#19)
+                if refused is not None:
+                    reason, est = self.quota_reason(job, short_q, refused[1])
+                    self.record(job, refused_reason(reason, refused[0]), est)
+                    return
                 self.start(job, sh, nodes, borrowed=True)
                 self.borrowing.started(job, end)
                 return

@@ -1,9 +1,10 @@
 """What the engine's borrowing rules (#19, ``scheduling.engine.borrowing``) need from the
 past, kept by the replay as the portal keeps it from its own records:
 
-* per line, its *entitled demand* (GPUs it holds plus GPUs its waiting jobs ask for; the
-  engine caps it at the quota) sampled at every plan, as a maximum per 15-minute bucket;
-  the peak over each look-ahead of ``borrowing.HORIZONS_S`` is ``LineView.demand_peaks``;
+* the pool's *entitled demand* (summed over lines: the GPUs a line holds plus the GPUs
+  its waiting jobs ask for, at most its quota) sampled at every plan, as a maximum per
+  15-minute bucket; the peak over each look-ahead of ``borrowing.HORIZONS_S`` is
+  ``Snapshot.demand_peaks``;
 * per engine queue, its runs started and its evictions over the last ``window_s``
   (72 h, the portal's default eviction window): ``QueueView.eviction_ratio`` (once it
   has at least ``MIN_EVICTIONS`` evictions, as the portal's alert) and the time of its
@@ -15,64 +16,46 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
-from scheduling.engine import LineView, QueueView
+from scheduling.engine import QueueView
 from scheduling.engine.borrowing import HORIZONS_S
 
 BUCKET_S = 900.0
-_KEEP = int(HORIZONS_S[-1] // BUCKET_S)  # buckets kept per line (24 h)
+_KEEP = int(HORIZONS_S[-1] // BUCKET_S)  # buckets kept (24 h)
 MIN_EVICTIONS = 3
 
 
 class BorrowHistory:
-    """Demand peaks per line and eviction figures per queue, in virtual time."""
+    """Entitled-demand peaks of the pool and eviction figures per queue, in virtual time."""
 
     def __init__(self, window_s: float = 72 * 3600.0) -> None:
         self.window_s = window_s
-        # per line: finished buckets (index, max demand), newest last; the current bucket
-        self._buckets: dict[str, deque[tuple[int, int]]] = {}
-        self._cur: dict[str, tuple[int, int]] = {}
-        self._base: dict[str, list[int]] = {}  # peaks of the finished buckets per horizon
+        self._buckets: deque[tuple[int, int]] = deque(maxlen=_KEEP)  # finished, newest last
+        self._cur: tuple[int, int] | None = None  # (bucket, max demand) of the current one
+        self._base = [0] * len(HORIZONS_S)  # peaks of the finished buckets per horizon
         self._runs: dict[str, deque[float]] = {}
         self._evictions: dict[str, deque[float]] = {}
         self._views: dict[tuple, QueueView] = {}
 
     # -- demand -----------------------------------------------------------------------
-    def sample(self, demand: dict[str, int], now: float) -> None:
-        """Record each line's entitled demand now (lines absent: 0)."""
+    def sample(self, demand: int, now: float) -> None:
+        """Record the pool's entitled demand now."""
         b = int(now // BUCKET_S)
-        for line in set(demand) | set(self._cur):
-            d = demand.get(line, 0)
-            cur = self._cur.get(line)
-            if cur is None:
-                self._cur[line] = (b, d)
-                self._buckets[line] = deque(maxlen=_KEEP)
-                self._base[line] = [0] * len(HORIZONS_S)
-            elif cur[0] == b:
-                if d > cur[1]:
-                    self._cur[line] = (b, d)
-            else:
-                self._buckets[line].append(cur)
-                self._cur[line] = (b, d)
-                self._rebase(line, b)
-
-    def _rebase(self, line: str, b: int) -> None:
-        """Peaks per horizon over the finished buckets still inside it (once per bucket)."""
-        base = [0] * len(HORIZONS_S)
-        buckets = self._buckets[line]
-        for i, h in enumerate(HORIZONS_S):
+        cur = self._cur
+        if cur is None or cur[0] == b:
+            if cur is None or demand > cur[1]:
+                self._cur = (b, demand)
+            return
+        self._buckets.append(cur)
+        self._cur = (b, demand)
+        for i, h in enumerate(HORIZONS_S):  # once per bucket: the finished ones per horizon
             oldest = b - int(h // BUCKET_S) + 1
-            base[i] = max((d for k, d in buckets if k >= oldest), default=0)
-        self._base[line] = base
+            self._base[i] = max((d for k, d in self._buckets if k >= oldest), default=0)
 
-    def peaks(self, line: str) -> tuple[int, ...]:
-        cur = self._cur.get(line)
-        if cur is None:
+    def peaks(self) -> tuple[int, ...]:
+        if self._cur is None:
             return ()
-        d = cur[1]
-        return tuple(x if x > d else d for x in self._base[line])
-
-    def lines(self, lines: tuple[LineView, ...]) -> tuple[LineView, ...]:
-        return tuple(replace(ln, demand_peaks=self.peaks(ln.name)) for ln in lines)
+        d = self._cur[1]
+        return tuple(x if x > d else d for x in self._base)
 
     # -- evictions --------------------------------------------------------------------
     def run_started(self, queue: str, t: float) -> None:

@@ -400,21 +400,25 @@ class Replay:
         return quota is not None and j.gpus > quota - self.qmeter[j.queue].busy
 
     def _call(self, pool: Pool, pending: list[ReplayJob], now: float) -> Plan:
-        lines, queues = pool.lines, pool.queues
+        queues, peaks = pool.queues, ()
         history = self.history
         if history is not None:
-            demand = {line.name: self.qmeter[line.name].busy for line in lines}
+            demand = {line.name: self.qmeter[line.name].busy for line in pool.lines}
             for j in pool.pending.values():
                 demand[j.queue] = demand.get(j.queue, 0) + j.gpus
-            history.sample(demand, now)
-            lines, queues = history.lines(lines), history.queues(queues, now)
+            quota = self.layout.quota
+            history.sample(
+                sum(d if quota[q] is None else min(d, quota[q]) for q, d in demand.items()), now
+            )
+            queues, peaks = history.queues(queues, now), history.peaks()
         snap = Snapshot(
             nodes=tuple(pool.view(n) for n in pool.names),
-            lines=lines,
+            lines=pool.lines,
             queues=queues,
             running=tuple(self._running_view(j) for j in pool.running.values()),
             pending=tuple(self._pending_view(j) for j in pending),
             policy=self.policy,
+            demand_peaks=peaks,
         )
         t0 = time.perf_counter()
         decided = plan(snap, now)

@@ -3,9 +3,9 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
 
 * the knobs: ``QuotaPolicy.borrow_cooldown_minutes`` and ``QuotaPolicy.eviction_target``
   (the target above which the guarantee advice speaks, and borrowing tightens);
-* per line, its peak entitled demand over each look-ahead of ``HORIZONS_S``, from the
-  per-minute ``UsageSample`` rows (held within quota plus waiting: ``used - borrowed +
-  pending``);
+* the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
+  the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
+  ``used - borrowed + pending``, at most the line's quota, summed per sample);
 * per job and per queue, the last eviction within the cool-down (``Eviction`` rows; moves
   by consolidation are not evictions);
 * per queue, the eviction ratio of the monitoring rollup. Monitoring sits above
@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db.models import Case, F, IntegerField, Max, When
+from django.db.models import Case, F, IntegerField, Sum, When
+from django.db.models.functions import Least
 
 from quotas.models import QuotaPolicy, UsageSample
 from scheduling.clock import to_epoch
@@ -53,29 +54,30 @@ def policy_knobs() -> dict[str, float]:
     }
 
 
-def line_demand_peaks(now: datetime) -> dict[int, tuple[int, ...]]:
-    """Per line id: peak of ``used - borrowed + pending`` over each horizon (one query)."""
+def entitled_demand_peaks(now: datetime) -> tuple[int, ...]:
+    """Peak of the cluster's entitled demand over each horizon: per usage sample, summed
+    over lines, ``used - borrowed + pending`` at most the line's quota (one query)."""
     demand = F("used_gpus") - F("borrowed_gpus") + F("pending_gpus")
-    aggs = {
-        f"h{i}": Max(
-            Case(
-                When(at__gte=now - timedelta(seconds=h), then=demand),
-                output_field=IntegerField(),
-            )
-        )
-        for i, h in enumerate(HORIZONS_S)
-    }
-    rows = (
-        UsageSample.objects.filter(
-            queue__isnull=True, at__gte=now - timedelta(seconds=HORIZONS_S[-1])
-        )
-        .values("business_line_id")
-        .annotate(**aggs)
+    capped = Case(
+        When(business_line__quota_gpus__isnull=True, then=demand),
+        default=Least(demand, F("business_line__quota_gpus")),
+        output_field=IntegerField(),
     )
-    return {
-        r["business_line_id"]: tuple(max(0, r[f"h{i}"] or 0) for i in range(len(HORIZONS_S)))
-        for r in rows
-    }
+    rows = list(
+        UsageSample.objects.filter(
+            queue__isnull=True, at__gte=now - timedelta(seconds=HORIZONS_S[-1]), at__lte=now
+        )
+        .values("at")
+        .annotate(total=Sum(capped))
+        .values_list("at", "total")
+    )
+    peaks = [0] * len(HORIZONS_S)
+    for at, total in rows:
+        age = (now - at).total_seconds()
+        for i, h in enumerate(HORIZONS_S):
+            if age <= h and (total or 0) > peaks[i]:
+                peaks[i] = total
+    return tuple(peaks) if rows else ()
 
 
 def recent_evictions(now: datetime, cooldown_s: float) -> tuple[dict[int, float], dict[int, float]]:

@@ -126,7 +126,7 @@ def build_snapshot(
     # borrowing (#19): demand peaks, recent evictions, eviction ratios (borrow_inputs)
     at = to_datetime(now)
     assert at is not None
-    peaks = borrow_inputs.line_demand_peaks(at) if policy.borrowing else {}
+    peaks = borrow_inputs.entitled_demand_peaks(at) if policy.borrowing else ()
     evicted_job, evicted_queue = borrow_inputs.recent_evictions(at, policy.borrow_cooldown_s)
     ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
@@ -134,7 +134,6 @@ def build_snapshot(
             name=ln.name,
             quota_gpus=ln.quota_gpus,
             guarantee_gpus=ln.guarantee_gpus,
-            demand_peaks=peaks.get(ln.pk, ()),
         )
         for ln in BusinessLine.objects.all()
     )
@@ -223,6 +222,6 @@ def build_snapshot(
         )
     snapshot = et.Snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
-        pending=tuple(pending), policy=policy,
+        pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes)

@@ -8,12 +8,12 @@ minutes later and borrow again (ITP on 1,280 GPUs: eviction ratio 0.32, 8% of jo
 demoted). Three rules, checked here before a borrower is placed, keep that from
 happening:
 
-1. **It must end before the lenders return.** The lenders' *entitled demand* (per line:
-   the GPUs it holds within quota plus the GPUs its waiting jobs ask for, at most its
-   quota) is forecast per look-ahead ``h`` in ``HORIZONS_S`` as the line's peak of the
-   last ``h`` (``LineView.demand_peaks``, kept by the caller): *within the next h, a line
-   is predicted to need back as much as it used at peak in the last h*, and never less
-   than it needs now. A reclaim happens when entitled demand no longer finds room beside
+1. **It must end before the lenders return.** The cluster's *entitled demand* (summed
+   over lines: the GPUs a line holds within quota plus the GPUs its waiting jobs ask
+   for, at most its quota) is forecast per look-ahead ``h`` in ``HORIZONS_S`` as its peak
+   of the last ``h`` (``Snapshot.demand_peaks``, kept by the caller): *within the next h,
+   the lenders are predicted to need back as much as they used at peak in the last h*,
+   and never less than they need now. A reclaim happens when entitled demand no longer finds room beside
    the borrowed work, so a borrower of ``g`` GPUs and predicted runtime ``R`` (the plan's
    own quantile, ``predicted_runtime_s``) starts only if, at every instant of ``[now,
    now + R]``::
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from . import explain
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from .planner import Planner
 
 #: Look-aheads (seconds) of the lenders' demand forecast: 15 min .. 24 h. The caller keeps
-#: one peak per horizon in ``LineView.demand_peaks``.
+#: one peak per horizon in ``Snapshot.demand_peaks``.
 HORIZONS_S: tuple[float, ...] = (900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0)
 # Segment i of the look-ahead covers [STARTS[i], HORIZONS_S[i]).
 _STARTS: tuple[float, ...] = (0.0, *HORIZONS_S[:-1])
@@ -85,24 +85,20 @@ def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
     return t is not None and cooldown_s > 0 and now - t < cooldown_s
 
 
-def forecast_demand(lines: Mapping[str, LineView], demand_now: Mapping[str, int]) -> list[int]:
-    """Forecast entitled demand of every line, summed, per horizon (rule 1)."""
-    out = []
-    names = set(lines) | set(demand_now)
-    for i in range(len(HORIZONS_S)):
-        total = 0
-        for name in names:
-            d = demand_now.get(name, 0)
-            line = lines.get(name)
-            if line is not None:
-                peaks = line.demand_peaks
-                if i < len(peaks) and peaks[i] > d:
-                    d = peaks[i]
-                if line.quota_gpus is not None and d > line.quota_gpus:
-                    d = line.quota_gpus
-            total += d
-        out.append(total)
-    return out
+def entitled_now(lines: Mapping[str, LineView], demand_now: Mapping[str, int]) -> int:
+    """The cluster's entitled demand now: per line at most its quota, summed."""
+    total = 0
+    for name, d in demand_now.items():
+        line = lines.get(name)
+        if line is not None and line.quota_gpus is not None and d > line.quota_gpus:
+            d = line.quota_gpus
+        total += d
+    return total
+
+
+def forecast_demand(now_gpus: int, peaks: Sequence[int]) -> list[int]:
+    """Forecast entitled demand per horizon (rule 1): the recent peak, never less than now."""
+    return [max(now_gpus, peaks[i] if i < len(peaks) else 0) for i in range(len(HORIZONS_S))]
 
 
 def entitled_demand_now(
@@ -164,7 +160,10 @@ class Borrowing:
                 if r.id not in p.victim_ids:
                     qb[r.queue] = qb.get(r.queue, 0) + r.gpus
         bl = BorrowedLoad(load)
-        demand = forecast_demand(p.lines, entitled_demand_now(p.usage.nb_line, s.pending))
+        demand = forecast_demand(
+            entitled_now(p.lines, entitled_demand_now(p.usage.nb_line, s.pending)),
+            s.demand_peaks,
+        )
         self._slack = [
             self.capacity - demand[i] - bl.at(now + _STARTS[i]) for i in range(len(HORIZONS_S))
         ]
@@ -248,7 +247,10 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
             if r.id not in leaving:
                 qb[r.queue] = qb.get(r.queue, 0) + r.gpus
     ready = sum(n.gpus_total for n in snapshot.nodes if n.state == READY)
-    demand = forecast_demand(lines, entitled_demand_now(usage.nb_line, snapshot.pending))
+    demand = forecast_demand(
+        entitled_now(lines, entitled_demand_now(usage.nb_line, snapshot.pending)),
+        snapshot.demand_peaks,
+    )
     errors: list[str] = []
     for s in borrowed_starts:
         j = pending.get(s.job_id)

@@ -160,10 +160,6 @@ class LineView:
     name: str
     quota_gpus: int | None
     guarantee_gpus: int = 0
-    # Borrowing (#19, ``borrowing.py``): the line's peak entitled demand (GPUs it held
-    # within quota plus GPUs its jobs waited for) over the last ``borrowing.HORIZONS_S[i]``
-    # seconds, one int per horizon; empty when unknown (only today's demand is forecast).
-    demand_peaks: tuple[int, ...] = ()
 
 
 def default_preempts(tier: Tier) -> frozenset[Tier]:
@@ -363,7 +359,13 @@ def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything ``plan()`` needs, at one instant."""
+    """Everything ``plan()`` needs, at one instant.
+
+    ``demand_peaks`` (borrowing, #19, ``borrowing.py``): the peak of the cluster's
+    *entitled demand* (summed over lines: GPUs held within quota plus GPUs waiting, at
+    most the line's quota) over the last ``borrowing.HORIZONS_S[i]`` seconds, one int per
+    horizon, kept by the caller; empty when unknown (only the demand of now is forecast).
+    """
 
     nodes: tuple[NodeView, ...]
     lines: tuple[LineView, ...]
@@ -371,6 +373,7 @@ class Snapshot:
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    demand_peaks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodes", "lines", "queues", "running", "pending"):

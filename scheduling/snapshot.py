@@ -127,7 +127,9 @@ def build_snapshot(
     at = to_datetime(now)
     assert at is not None
     peaks = borrow_inputs.entitled_demand_peaks(at) if policy.borrowing else ()
-    evicted_job, evicted_queue = borrow_inputs.recent_evictions(at, policy.borrow_cooldown_s)
+    evicted_job, evicted_queue = borrow_inputs.recent_evictions(
+        at, max(policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s)
+    )
     ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
         et.LineView(

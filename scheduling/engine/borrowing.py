@@ -182,8 +182,9 @@ class Borrowing:
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."
             )
-        if queue is not None and in_cooldown(queue.last_reclaim_at, now, cool):
-            until = queue.last_reclaim_at + cool  # type: ignore[operator]
+        qcool = policy.borrow_queue_cooldown_s
+        if queue is not None and in_cooldown(queue.last_reclaim_at, now, qcool):
+            until = queue.last_reclaim_at + qcool  # type: ignore[operator]
             return QUEUE_COOLDOWN, (
                 f"Queue {job.queue} had work preempted "
                 f"{explain.duration(now - queue.last_reclaim_at)} ago; its jobs may borrow "  # type: ignore[operator]
@@ -259,7 +260,7 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         q = queues.get(j.queue)
         if in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
             errors.append(f"job {j.id} borrows within its cool-down")
-        if q is not None and in_cooldown(q.last_reclaim_at, now, policy.borrow_cooldown_s):
+        if q is not None and in_cooldown(q.last_reclaim_at, now, policy.borrow_queue_cooldown_s):
             errors.append(f"job {j.id} borrows within its queue's cool-down")
         cap = eviction_cap(q, lines.get(j.line), policy.borrow_eviction_target)
         held = qb.get(j.queue, 0)

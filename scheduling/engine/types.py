@@ -307,8 +307,9 @@ class PolicyConfig:
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
       ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
-      lenders are predicted to need the capacity back; ``borrow_cooldown_s``: a job or
-      queue evicted this recently does not borrow; ``borrow_eviction_target``: a queue
+      lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
+      ``borrow_queue_cooldown_s``: a job evicted this recently, or any job of a queue that
+      had one evicted this recently, does not borrow; ``borrow_eviction_target``: a queue
       whose eviction ratio is above it may borrow less (a cap that shrinks to 0 at twice
       the target).
     """
@@ -333,6 +334,7 @@ class PolicyConfig:
     migrate_min_run_s: float = 1800.0
     borrow_forecast: bool = True
     borrow_cooldown_s: float = 1800.0
+    borrow_queue_cooldown_s: float = 1800.0
     borrow_eviction_target: float = 0.10
 
     @classmethod

@@ -135,7 +135,8 @@ def test_a_queue_reclaimed_recently_does_not_borrow():
     result = run(scenario(pending, queues=queues))
     assert refused(result, 10) == "queue_cooldown"
     assert borrowed(result) == [11]  # another queue of the line is not cooling down
-    assert sorted(borrowed(run(scenario(pending, queues=queues, borrow_cooldown_s=0)))) == [10, 11]
+    relaxed = scenario(pending, queues=queues, borrow_queue_cooldown_s=0)
+    assert sorted(borrowed(run(relaxed))) == [10, 11]
 
 
 # -- rule 3: a queue above its eviction target borrows less ----------------------------
@@ -212,6 +213,7 @@ def borrowing_snapshots(draw) -> et.Snapshot:
         s.policy,
         borrowing=True,
         borrow_cooldown_s=rng.choice([0.0, 1800.0]),
+        borrow_queue_cooldown_s=rng.choice([0.0, 600.0, 1800.0]),
         borrow_eviction_target=rng.choice([0.0, 0.1]),
     )
     return dataclasses.replace(
@@ -271,8 +273,10 @@ def test_no_borrower_is_predicted_to_be_reclaimed_before_it_ends(s: et.Snapshot)
             assert (
                 job.last_evicted_at is None or NOW - job.last_evicted_at >= policy.borrow_cooldown_s
             )
+        if policy.borrow_queue_cooldown_s:
             q = queues[job.queue]
-            assert q.last_reclaim_at is None or NOW - q.last_reclaim_at >= policy.borrow_cooldown_s
+            since = NOW - q.last_reclaim_at if q.last_reclaim_at is not None else None
+            assert since is None or since >= policy.borrow_queue_cooldown_s
         end = NOW + job_runtime(job, policy)
         instants = {NOW, *(NOW + h for h in HORIZONS_S), *(t for t, _ in load)}
         for t in sorted(x for x in instants if NOW <= x < end):

@@ -201,7 +201,7 @@ class Borrowing:
                     f"{policy.borrow_eviction_target:.0%} target, so it may hold at most "
                     f"{cap} borrowed GPUs ({held} now)."
                 )
-        if policy.borrow_forecast:
+        if policy.borrow_forecast and (policy.borrow_forecast_all or job.preemption_count):
             runtime = job_runtime(job, policy)
             if min(slack[: segments(runtime)]) < job.gpus:
                 return LENDERS_RETURN, (
@@ -267,7 +267,7 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         if cap is not None and held + j.gpus > cap:
             errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")
         runtime = job_runtime(j, policy)
-        if policy.borrow_forecast:
+        if policy.borrow_forecast and (policy.borrow_forecast_all or j.preemption_count):
             bl = BorrowedLoad(load)
             for i in range(segments(runtime)):
                 if demand[i] + bl.at(now + _STARTS[i]) + j.gpus > ready:

@@ -333,7 +333,7 @@ class PolicyConfig:
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
     borrow_forecast: bool = True
-    borrow_forecast_all: bool = True
+    borrow_forecast_all: bool = False
     borrow_cooldown_s: float = 1800.0
     borrow_queue_cooldown_s: float = 1800.0
     borrow_eviction_target: float = 0.10

@@ -34,6 +34,9 @@ def scenario(
     running: list[et.RunningJob] | None = None,
     **policy: object,
 ) -> et.Snapshot:
+    """The rules on, the forecast for every borrower (``borrow_forecast_all``) unless
+    ``policy`` says otherwise."""
+    policy.setdefault("borrow_forecast_all", True)
     lines = [et.LineView("llm", 8), et.LineView("search", 24)]
     if queues is None:
         queues = standard_queues("llm") + standard_queues("search")
@@ -106,6 +109,14 @@ def test_waiting_lender_work_is_demand_now():
     result = run(scenario(pending))
     assert 20 in {s.job_id for s in result.starts}
     assert borrowed(result) == []
+
+
+def test_by_default_the_forecast_gates_only_jobs_already_preempted():
+    fresh = pjob(10, 8, predicted_runtime_s=5 * HOUR)
+    again = pjob(11, 8, predicted_runtime_s=5 * HOUR, preemption_count=1)
+    result = run(scenario([fresh, again], PEAKS, borrow_forecast_all=False))
+    assert borrowed(result) == [10]
+    assert refused(result, 11) == "lenders_return"
 
 
 def test_forecast_off_keeps_the_old_rule():
@@ -212,6 +223,7 @@ def borrowing_snapshots(draw) -> et.Snapshot:
     policy = dataclasses.replace(
         s.policy,
         borrowing=True,
+        borrow_forecast_all=rng.random() < 0.7,
         borrow_cooldown_s=rng.choice([0.0, 1800.0]),
         borrow_queue_cooldown_s=rng.choice([0.0, 600.0, 1800.0]),
         borrow_eviction_target=rng.choice([0.0, 0.1]),
@@ -278,6 +290,9 @@ def test_no_borrower_is_predicted_to_be_reclaimed_before_it_ends(s: et.Snapshot)
             since = NOW - q.last_reclaim_at if q.last_reclaim_at is not None else None
             assert since is None or since >= policy.borrow_queue_cooldown_s
         end = NOW + job_runtime(job, policy)
+        if not (policy.borrow_forecast_all or job.preemption_count):
+            load.append((end, job.gpus))  # a first borrow is not forecast by default
+            continue
         instants = {NOW, *(NOW + h for h in HORIZONS_S), *(t for t, _ in load)}
         for t in sorted(x for x in instants if NOW <= x < end):
             running_borrowed = sum(g for e, g in load if e > t)

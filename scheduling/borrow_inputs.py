@@ -48,8 +48,10 @@ def policy_knobs() -> dict[str, float]:
             name: QuotaPolicy._meta.get_field(name).get_default()
             for name in ("borrow_cooldown_minutes", "eviction_target")
         }
+    cooldown = float(row["borrow_cooldown_minutes"]) * 60.0
     return {
-        "borrow_cooldown_s": float(row["borrow_cooldown_minutes"]) * 60.0,
+        "borrow_cooldown_s": cooldown,
+        "borrow_queue_cooldown_s": cooldown,
         "borrow_eviction_target": float(row["eviction_target"]),
     }
 

@@ -87,6 +87,14 @@ from .shortcuts import candidates, head_blocked, plan_prefix
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
 POLICIES = ("fifo", "priority", "backfill", "full", "oracle-sjf")
+#: The engine's borrowing rules a replay may set (``--borrow NAME=VALUE``) and their types.
+BORROW_KNOBS: dict[str, type] = {
+    "borrow_forecast": bool,
+    "borrow_forecast_all": bool,
+    "borrow_cooldown_s": float,
+    "borrow_queue_cooldown_s": float,
+    "borrow_eviction_target": float,
+}
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
 REPLAY_SIM_CONFIG = SimConfig(
@@ -125,6 +133,8 @@ class ReplayConfig:
     shortcuts: bool = True  # the exact shortcuts (off: every plan sees every waiting job)
     max_drain_s: float = 365 * DAY  # give up this long after the window if jobs remain
     predict_quantile: float = PLAN_QUANTILE  # the runtime quantile the plans use
+    # borrowing rules set apart from the engine's defaults (#19): ((field, value), ...)
+    borrow: tuple[tuple[str, float | bool], ...] = ()
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
 
@@ -135,7 +145,7 @@ class Replay:
         self.w = workload
         self.layout = layout
         self.cfg = config
-        self.policy = policy_config(config.policy)
+        self.policy = replace(policy_config(config.policy), **dict(config.borrow))
         self.oracle = config.policy == "oracle-sjf"
         p = self.policy
         # Strict FIFO without backfill: a new arrival queues behind a job already blocked

@@ -14,8 +14,9 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
+from scheduling import borrow_inputs
 from scheduling.backends.base import Observation
-from scheduling.clock import to_epoch
+from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import types as et
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.prediction import RuntimePredictor
@@ -84,7 +85,11 @@ def pending_job(r: dict, queue: Queue, predicted: float | None, now: float) -> e
 
 
 def _pending_job(
-    r: dict, queue: Queue, predicted: float | None, submitted_at: float
+    r: dict,
+    queue: Queue,
+    predicted: float | None,
+    submitted_at: float,
+    last_evicted_at: float | None = None,
 ) -> et.PendingJob:
     return et.PendingJob(
         **_job_fields(r, queue),
@@ -95,6 +100,7 @@ def _pending_job(
         submitted_at=submitted_at,
         predicted_runtime_s=predicted,
         estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
+        last_evicted_at=last_evicted_at,
     )
 
 
@@ -175,8 +181,20 @@ def build_snapshot(
     now = obs.now
     db_nodes = {n["name"]: n for n in Node.objects.values(*NODE_FIELDS)}
     node_name = {n["id"]: name for name, n in db_nodes.items()}
+    # borrowing (#19): demand peaks, recent evictions, eviction ratios (borrow_inputs)
+    at = to_datetime(now)
+    assert at is not None
+    peaks = borrow_inputs.entitled_demand_peaks(at) if policy.borrowing else ()
+    evicted_job, evicted_queue = borrow_inputs.recent_evictions(
+        at, max(policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s)
+    )
+    ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
-        et.LineView(name=ln.name, quota_gpus=ln.quota_gpus, guarantee_gpus=ln.guarantee_gpus)
+        et.LineView(
+            name=ln.name,
+            quota_gpus=ln.quota_gpus,
+            guarantee_gpus=ln.guarantee_gpus,
+        )
         for ln in BusinessLine.objects.all()
     )
     queue_rows = list(Queue.objects.select_related("business_line"))
@@ -191,6 +209,8 @@ def build_snapshot(
             preempts_tiers=frozenset(et.Tier.parse(t) for t in q.preempts_tiers)
             if q.preempts_tiers
             else None,
+            eviction_ratio=ratios.get(q.pk),
+            last_reclaim_at=evicted_queue.get(q.pk),
         )  # fmt: skip
         for q in queue_rows
     )
@@ -206,12 +226,18 @@ def build_snapshot(
         queue = queue_of[r["queue_id"]]
         predicted = predictor.predict_row(r, queue.name)
         if r["state"] == Job.State.PENDING:
-            inputs = (queue.name, queue.business_line.name, predicted, r["submitted_at_ts"] or now)
+            inputs = (
+                queue.name,
+                queue.business_line.name,
+                predicted,
+                r["submitted_at_ts"] or now,
+                evicted_job.get(r["id"]),
+            )
             before = reused.get(r["id"])
             if before is not None and before[0] is r and before[1] == inputs:
                 view = before[2]
             else:
-                view = _pending_job(r, queue, predicted, inputs[3])
+                view = _pending_job(r, queue, predicted, inputs[3], inputs[4])
             built[r["id"]] = (r, inputs, view)
             pending.append(view)
             continue
@@ -267,6 +293,6 @@ def build_snapshot(
     _previous.pending = built
     snapshot = et.Snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
-        pending=tuple(pending), policy=policy,
+        pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes)

@@ -2,7 +2,9 @@
 
 Built on the standard library's ``csv``: ``CSVRenderer`` is a DRF renderer (format ``csv``,
 so DRF's format suffix ``.csv`` and ``?format=csv`` choose it) and ``CSVExportMixin`` makes
-a list view export every row its filters select, unpaginated, up to ``MAX_ROWS``.
+a list view export every row its filters select, unpaginated, up to ``MAX_ROWS``; a
+selection larger than that is cut at ``MAX_ROWS`` rows and says so in the
+``X-Export-Truncated`` header (narrow the filters, or page with ``limit``/``offset``).
 
 Cells are safe to open in a spreadsheet: a text cell starting with ``=``, ``+``, ``-``,
 ``@`` (or a tab or carriage return, which some spreadsheets skip before reading a
@@ -25,6 +27,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
 MAX_ROWS = 100_000
+TRUNCATED_HEADER = "X-Export-Truncated"
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -126,7 +129,7 @@ class CSVExportMixin:
     def filter_queryset(self, queryset):
         queryset = super().filter_queryset(queryset)
         if self._wants_csv() and hasattr(queryset, "__getitem__"):
-            queryset = queryset[:MAX_ROWS]
+            queryset = queryset[: MAX_ROWS + 1]  # one more: finalize_response says it was cut
         return queryset
 
     def finalize_response(self, request, response, *args, **kwargs):
@@ -136,4 +139,9 @@ class CSVExportMixin:
         response = super().finalize_response(request, response, *args, **kwargs)
         if self._wants_csv() and response.status_code < 400 and isinstance(response, Response):
             response["Content-Disposition"] = f'attachment; filename="{self.csv_filename}"'
+            if isinstance(response.data, list) and len(response.data) > MAX_ROWS:
+                response.data = response.data[:MAX_ROWS]
+                response[TRUNCATED_HEADER] = (
+                    f"{MAX_ROWS} rows; more matched: narrow the filters or page with limit and offset"
+                )
         return response

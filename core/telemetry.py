@@ -8,7 +8,8 @@ Processes: with ``PROMETHEUS_MULTIPROC_DIR`` set (a directory shared by the web 
 worker processes of a host or pod, emptied before they start), prometheus_client writes
 each process's values to memory-mapped files there and ``/metrics`` sums them
 (``multiprocess.MultiProcessCollector``). Without it the values live in this process
-(``REGISTRY``): right for one process (tests, ``make run``'s single server). Values
+(``REGISTRY``): right for one process (tests). ``make run`` sets a directory per run
+(``portal/devstack.py``), compose a shared volume. Values
 start at 0 with each process, as Prometheus counters do after a restart.
 """
 

@@ -568,7 +568,9 @@ def cmd_summary(portal: Portal, args: argparse.Namespace) -> int:
     window = s.get("eviction_window") or "last 24 h"  # servers before the window was named
     fields([
         ("GPUs", f"{s['gpus_total']} total, {s['gpus_healthy']} healthy, "
-                 f"{s.get('gpus_allocated_healthy', s['gpus_allocated'])} allocated on healthy"),
+                 f"{s.get('gpus_allocated_healthy', s['gpus_allocated'])} allocated on healthy"
+                 + (f", {s['gpus_inference_healthy']} serving inference"
+                    if s.get("gpus_inference_healthy") else "")),
         ("utilization", f"{s['utilization']:.1%} of healthy GPUs"),
         ("pending jobs", ", ".join(f"{k} {v}" for k, v in sorted(s["pending_by_reason"].items()))
          or "none"),

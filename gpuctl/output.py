@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +31,40 @@ def set_mode(output: str = "table", headers: bool = True) -> None:
 def mode() -> str:
     """The chosen ``-o`` mode."""
     return _mode["output"]
+
+
+# Colour, on a terminal only: the values people scan a table for, in the columns that hold
+# them. Green: working or healthy; yellow: waiting or on the way out; red: broken or needs
+# someone. Anything else (finished, cancelled, resolved) stays plain.
+COLOURED_COLUMNS = frozenset({"STATE", "STATUS", "HEALTH", "SEVERITY"})
+GREEN, YELLOW, RED = "32", "33", "31"
+COLOURS = {
+    **dict.fromkeys(("running", "ready", "ok", "approved", "info"), GREEN),
+    **dict.fromkeys(("pending", "preempting", "checkpointing", "cordoned", "draining",
+                     "acknowledged", "warning"), YELLOW),
+    **dict.fromkeys(("failed", "down", "unhealthy", "gpu_failure", "rdma_degraded", "open",
+                     "critical", "rejected"), RED),
+}  # fmt: skip
+
+
+def wants_colour(stream: TextIO, environ: dict[str, str] | None = None) -> bool:
+    """Colour only on a terminal: not when ``stream`` is piped or redirected, not when
+    ``NO_COLOR`` is set to anything (https://no-color.org), not on ``TERM=dumb``."""
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR") or env.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or unusual stream
+        return False
+
+
+def _paint(cell: str, padded: str) -> str:
+    """``padded`` (``cell`` with its alignment spaces) with ``cell`` in its colour, if any."""
+    code = COLOURS.get(cell)
+    if code is None:
+        return padded
+    return padded.replace(cell, f"\x1b[{code}m{cell}\x1b[0m", 1)
 
 
 def display_width(text: str) -> int:
@@ -133,8 +168,18 @@ def table(rows: Sequence[dict], columns: Sequence[Column], out: TextIO | None = 
 
     if _mode["headers"]:
         print(line(headers), file=out)
+    # Colour goes around cells already escaped (fmt_cell) and aligned, straight to the
+    # terminal under TerminalSafe (which would print our escapes, as it does anyone's).
+    raw = getattr(out, "raw", out)
+    painted = [i for i, h in enumerate(headers) if h in COLOURED_COLUMNS]
+    colour = bool(painted) and wants_colour(raw)
     for row in cells:
-        print(line(row), file=out)
+        if not colour:
+            print(line(row), file=out)
+            continue
+        parts = [_pad(v, widths[i], numeric[i]) for i, v in enumerate(row)]
+        parts = [_paint(row[i], part) if i in painted else part for i, part in enumerate(parts)]
+        raw.write("  ".join(parts).rstrip() + "\n")
 
 
 def print_json(data: Any, out: TextIO | None = None) -> None:

@@ -212,7 +212,7 @@ def utilization_figure(
     window: TimeWindow | None = None,
     now: tuple[datetime, float] | None = None,
 ) -> Figure:
-    """Utilization over time: ``points`` are (cluster time, allocated/healthy 0..1[, seeded])
+    """Utilization over time: ``points`` are (cluster time, in use/healthy 0..1[, seeded])
     samples of the rollup, oldest first.
 
     ``window``: the span drawn (axis fixed to it). ``now``: the live reading (cluster time,
@@ -224,14 +224,14 @@ def utilization_figure(
         measured.append(now)
     style = {"line": {"color": BLUE, "width": 2}, "fill": "tozeroy",
              "fillcolor": "rgba(0,114,178,0.12)", "marker": {"size": 5}}  # fmt: skip
-    hover = "%{y:.1f}% of healthy GPUs allocated"
+    hover = "%{y:.1f}% of healthy GPUs in use"
     data = [_series("utilization", measured, [round(u * 100, 2) for _, u in measured], style,
                     hover)]  # fmt: skip
     if seeded:
         data.append(_series(SEEDED_NAME, seeded, [round(u * 100, 2) for _, u in seeded], style,
                             hover, seeded=True))  # fmt: skip
     layout = _layout(
-        "Utilization over time (% of healthy GPUs allocated)",
+        "Utilization over time (% of healthy GPUs in use by jobs or inference)",
         yaxis={"range": [0, 100], "ticksuffix": "%", "title": {"text": "utilization"}},
         xaxis=_time_axis(window),
         shapes=[
@@ -498,8 +498,8 @@ class QueueEviction(NamedTuple):
 def eviction_ratio_figure(
     queues: Sequence[QueueEviction], threshold: float, window: str = "last 24 h"
 ) -> Figure:
-    """Eviction ratio per queue over ``window`` (named in the title), with
-    the alert threshold drawn and labelled.
+    """Eviction ratio per queue over ``window`` (named in the title and the caption),
+    with the alert threshold drawn and labelled.
 
     Queues over the threshold get a hatched bar as well as another colour.
     """
@@ -539,13 +539,13 @@ def eviction_ratio_figure(
         return _figure(data, layout, summary, empty="No eviction figures yet")
     hot = [q for q, o in zip(rows, over, strict=True) if o]
     if hot:
-        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line: " + ", ".join(
-            f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot
+        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line, {window}: " + (
+            ", ".join(f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot)
         )
     else:
         worst = max(rows, key=lambda q: q.ratio)
         summary = (
-            f"Every queue is under the {threshold:.0%} alert line "
+            f"Every queue is under the {threshold:.0%} alert line, {window} "
             f"(highest: {worst.name} {_pct(worst.ratio)})."
         )
     return _figure(data, layout, summary)

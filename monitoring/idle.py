@@ -18,6 +18,11 @@ given exactly one cause, in this order:
    verdict gives: ``demoted`` (``DEMOTED``, or over quota while demoted: a demoted
    job may not borrow), ``quota`` (``QUOTA_EXCEEDED``: over quota and not allowed
    to borrow), ``topology`` (``TOPOLOGY``: enough GPUs free but scattered),
+   ``topology`` or ``insufficient`` too for a ``QUOTA_EXCEEDED`` job that *may*
+   borrow (preemptible, not demoted, borrowing on: its verdict says "none fits it
+   now"): what it lacks is free GPUs it can use, not permission, so ``topology``
+   when the idle GPUs left are at least its size, else ``insufficient`` (as the
+   replay's shortcuts count such a job),
    ``insufficient`` (``INSUFFICIENT_GPUS``: it needs more GPUs than are free),
    ``order`` (``PRIORITY``: held behind jobs ahead of it), ``unavailable``
    (``NODES_UNAVAILABLE``), ``checkpointing`` (``PREEMPTING``), ``other``
@@ -50,7 +55,7 @@ from dataclasses import dataclass, field
 
 from scheduling.engine import Code, Plan, Snapshot
 from scheduling.engine.policy import is_demoted
-from scheduling.engine.types import READY
+from scheduling.engine.types import READY, PolicyConfig
 
 CAUSES = (
     "quota",
@@ -100,13 +105,15 @@ def idle_claims(
     gpus_of: Mapping[int, int],
     demoted: Iterable[int],
     also_waiting: Iterable[tuple[int, str]] = (),
+    may_borrow: Iterable[int] = (),
 ) -> dict[str, int]:
     """Idle GPUs per cause after ``decided`` (free GPUs per node once its starts are placed).
 
     ``gpus_of``: GPUs asked by each waiting job of the plan; ``demoted``: the ids of
     the demoted ones; ``also_waiting``: ``(GPUs, cause)`` of waiting jobs the plan did
-    not see (left out by the replay's shortcuts), claiming after the plan's jobs. The
-    counts add up to the free GPUs.
+    not see (left out by the replay's shortcuts), claiming after the plan's jobs;
+    ``may_borrow``: the ids of those the policy lets borrow (``may_borrow``). The counts
+    add up to the free GPUs.
     """
     out: dict[str, int] = {}
     left = dict(free)
@@ -128,6 +135,7 @@ def idle_claims(
     if rest <= 0:
         return out
     demoted_ids = set(demoted)
+    borrowers = set(may_borrow)
     waiting = sorted(
         (v.position if v.position is not None else 1 << 30, jid, v.code)
         for jid, v in verdicts.items()
@@ -136,15 +144,25 @@ def idle_claims(
     for _pos, jid, code in waiting:
         if rest <= 0:
             break
+        size = gpus_of.get(jid, 0)
         if code == Code.QUOTA_EXCEEDED and jid in demoted_ids:
             cause = "demoted"
+        elif code == Code.QUOTA_EXCEEDED and jid in borrowers:
+            cause = "topology" if size <= rest else "insufficient"
         else:
             cause = _BY_CODE.get(code, "other")
-        g = min(rest, gpus_of.get(jid, 0))
+        g = min(rest, size)
         if g:
             out[cause] = out.get(cause, 0) + g
             rest -= g
     return claim_rest(out, rest, also_waiting)
+
+
+def may_borrow(preemptible: bool, demoted: bool, policy: PolicyConfig) -> bool:
+    """Whether the policy lets a waiting job borrow idle capacity beyond its quota (the
+    engine's rule, ``Planner.can_borrow``: borrowing on, the job preemptible and not
+    demoted)."""
+    return policy.borrowing and bool(preemptible) and not demoted
 
 
 def claim_rest(
@@ -212,9 +230,12 @@ def plan_idle(snapshot: Snapshot, decided: Plan, not_launched: Iterable[int] = (
         return PlanIdle(free_before, free_after, waiting)
     not_ready = [n.name for n in snapshot.nodes if n.state != READY]
     gpus_of = {j.id: j.gpus for j in snapshot.pending}
-    demoted = [j.id for j in snapshot.pending if is_demoted(j.preemption_count, snapshot.policy)]
+    policy = snapshot.policy
+    demoted = [j.id for j in snapshot.pending if is_demoted(j.preemption_count, policy)]
+    borrowers = [j.id for j in snapshot.pending
+                 if may_borrow(j.preemptible, is_demoted(j.preemption_count, policy), policy)]  # fmt: skip
     retrying = [(gpus_of.get(jid, 0), "other") for jid in sorted(failed)]
-    claims = idle_claims(free, not_ready, decided, gpus_of, demoted, retrying)
+    claims = idle_claims(free, not_ready, decided, gpus_of, demoted, retrying, borrowers)
     return PlanIdle(free_before, free_after, waiting, claims)
 
 

@@ -52,6 +52,7 @@ def build_metrics_summary(now: datetime | None = None) -> dict:
         "gpus_allocated_healthy": cluster.gpus_allocated_healthy,
         "gpus_healthy": cluster.gpus_healthy,
         "gpus_residual": cluster.gpus_residual,
+        "gpus_inference_healthy": cluster.gpus_inference_healthy,
         "utilization": cluster.utilization,
         "nodes_by_state": cluster.nodes_by_state,
         "pending_by_reason": build_pending_by_reason(),
@@ -72,8 +73,13 @@ class MetricsSummarySerializer(serializers.Serializer):
     )
     gpus_healthy = serializers.IntegerField(help_text="GPUs of ready nodes whose health is ok")
     gpus_residual = serializers.IntegerField(help_text="GPUs held by stale processes")
+    gpus_inference_healthy = serializers.IntegerField(
+        help_text="GPUs serving online inference on healthy shared nodes (in use, by no job)"
+    )
     utilization = serializers.FloatField(
-        help_text="utilization of healthy GPUs: gpus_allocated_healthy over gpus_healthy, 0..1"
+        help_text="utilization of healthy GPUs: GPUs in use by jobs or by online inference "
+        "over healthy GPUs, (gpus_allocated_healthy + gpus_inference_healthy) / gpus_healthy, "
+        "0..1"
     )
     nodes_by_state = serializers.DictField(child=serializers.IntegerField())
     pending_by_reason = serializers.DictField(

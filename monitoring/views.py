@@ -177,9 +177,11 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         },
         "eviction_window": eviction.window_label,
         "tiles": {
-            # utilization of healthy GPUs: allocated on healthy nodes over healthy GPUs
+            # utilization of healthy GPUs: in use by jobs or by online inference on healthy
+            # nodes over healthy GPUs (ClusterSummary.utilization)
             "utilization": f"{cluster.utilization:.1%}",
             "gpus_allocated": cluster.gpus_allocated_healthy,
+            "gpus_inference": cluster.gpus_inference_healthy,
             "gpus_healthy": cluster.gpus_healthy,
             "gpus_total": cluster.gpus_total,
             "nodes_out": cluster.nodes_total - ready,
@@ -434,7 +436,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "node": node,
         "cell": cell,
         "used": used,
-        "free": free_gpus(node.gpus_total, used, node.residual_gpus),
+        "free": free_gpus(node.gpus_total, used, node.residual_gpus, node.inference_gpus),
         "jobs": jobs,
         "blast": blast,
         "gpus_by_queue": sorted(gpus_by_queue.items()),

@@ -4,12 +4,25 @@ Starts (when ``DATABASE_URL`` / ``REDIS_URL`` are unset) an embedded PostgreSQL
 and Redis under ``.devdata/``, migrates, seeds the demo (idempotent), then runs
 the web server (portal/web.py: uvicorn, HTTP + websockets), one Celery worker and exactly one Celery beat,
 prefixing their logs. Ctrl-C (or any child dying) stops every process it started.
+
+The web server and the worker share ``PROMETHEUS_MULTIPROC_DIR`` (``.devdata/metrics``,
+emptied at each start, unless the variable is already set), as compose's containers
+share the ``metrics`` volume: counters the worker's cycle records (preemptions,
+admissions, cycle durations) are summed into the web server's ``/metrics``.
+
+The demo's scheduling cycle runs every ``DEMO_CYCLE_SECONDS`` (2 s) unless the caller sets
+``SCHEDULER_CYCLE_SECONDS`` (#19): the simulator runs 60 times faster than the wall clock,
+so the portal's default 5 s is 5 cluster minutes between cycles, and GPUs freed in between
+idle until the next one (about 1% of the 10,000-GPU demo, docs/benchmarks.md "Live demo
+quality"). The cycle is single-flight: one slower than the period is followed by the next
+at once, never stacked.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +35,7 @@ from portal.devservices import Postgres, Redis
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / ".devdata"
 HOST = os.environ.get("PORTAL_HOST", "127.0.0.1")
+DEMO_CYCLE_SECONDS = "2"  # 2 cluster minutes at the simulator's 60x
 PORT = os.environ.get("PORTAL_PORT", "8000")
 
 
@@ -33,6 +47,29 @@ def _demo_password() -> str:
         stored.write_text(secrets.token_urlsafe(12))
         stored.chmod(0o600)
     return stored.read_text().strip()
+
+
+def use_metrics_dir(env: dict[str, str], data: Path) -> Path:
+    """Give the processes started with ``env`` one ``PROMETHEUS_MULTIPROC_DIR`` for this run.
+
+    Without one, each process counts alone and the web server's ``/metrics`` never sees
+    what the worker recorded. A directory the caller already set is used as it is;
+    otherwise ``data/metrics`` is emptied (files of the last run's processes would keep
+    counting) and created."""
+    if env.get("PROMETHEUS_MULTIPROC_DIR"):
+        path = Path(env["PROMETHEUS_MULTIPROC_DIR"])
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    path = data / "metrics"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(path)
+    return path
+
+
+def use_demo_cadence(env: dict[str, str]) -> str:
+    """The demo's cycle period (``DEMO_CYCLE_SECONDS``) unless ``env`` sets one; returns it."""
+    return env.setdefault("SCHEDULER_CYCLE_SECONDS", DEMO_CYCLE_SECONDS)
 
 
 def _pipe(name: str, proc: subprocess.Popen) -> None:
@@ -49,6 +86,8 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("DEBUG", "1")
     env["DEMO_PASSWORD"] = _demo_password()
+    use_metrics_dir(env, DATA)
+    use_demo_cadence(env)
     if not env.get("DATABASE_URL"):
         pg = Postgres(DATA / "postgres", 55432).start()
         services.append(pg)

@@ -141,11 +141,12 @@ DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Argon2id first (Django's recommended hasher: ~0.1 s a check here where PBKDF2 at 1,000,000
-# iterations took 0.5-1.2 s of a sign-in on the shared demo machine, docs/benchmarks.md);
-# PBKDF2 hashes still verify and are upgraded to Argon2 at the user's next sign-in.
+# Argon2id first, at OWASP's 19 MiB / 2 passes / 1 lane (core/hashers.py): ~0.1 s a check
+# here where PBKDF2 at 1,000,000 iterations, and Django's own Argon2 parameters (100 MiB,
+# 8 lanes), took 0.5-1.2 s of a sign-in on the shared demo machine (docs/benchmarks.md).
+# PBKDF2 and default-Argon2 hashes still verify and are rewritten at the next sign-in.
 PASSWORD_HASHERS = [
-    "django.contrib.auth.hashers.Argon2PasswordHasher",
+    "core.hashers.OwaspArgon2PasswordHasher",
     "django.contrib.auth.hashers.PBKDF2PasswordHasher",
     "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
     "django.contrib.auth.hashers.ScryptPasswordHasher",

@@ -832,6 +832,11 @@ class Suggestion(_Plain):
     prevented_share: float
     ratio_after: float
     capped_at: int | None
+    # The guaranteed floor that would have kept the queue under its target (#19): the
+    # smallest guarantee whose replay brings the ratio to the target or below; None when
+    # none within the cap does (the suggestion above is then not enough either).
+    floor_for_target: int | None = None
+    ratio_at_floor: float | None = None
 
     def message(self) -> str:
         text = (
@@ -845,6 +850,18 @@ class Suggestion(_Plain):
         )
         if self.capped_at is not None:
             text += f" It is capped at {self.capped_at} GPUs, the most its quota allows."
+        if self.floor_for_target is None:
+            text += (
+                f" No guaranteed floor within its quota would have kept it under its "
+                f"{self.target_ratio:.0%} target."
+            )
+        elif self.floor_for_target != self.suggested_guarantee or self.ratio_after > (
+            self.target_ratio
+        ):
+            text += (
+                f" A guaranteed floor of {self.floor_for_target} GPUs would have kept it "
+                f"under its {self.target_ratio:.0%} target (about {self.ratio_at_floor:.1%})."
+            )
         return text
 
 
@@ -888,6 +905,7 @@ def suggest_guarantee(
         return None
     saved = sum(e.gpu_seconds for e in prevented)
     after = window_eviction_ratio(max(0.0, evicted - saved), delivered_gpu_s)
+    floor, at_floor = floor_for_target(events, evicted, delivered_gpu_s, target_ratio, cap)
     return Suggestion(
         queue=queue,
         eviction_ratio=ratio,
@@ -900,4 +918,27 @@ def suggest_guarantee(
         prevented_share=round(min(1.0, saved / evicted), 4),
         ratio_after=after if after is not None else 0.0,
         capped_at=capped_at,
+        floor_for_target=floor,
+        ratio_at_floor=at_floor,
     )
+
+
+def floor_for_target(
+    events: Sequence[EvictionEvent],
+    evicted_gpu_s: float,
+    delivered_gpu_s: float,
+    target_ratio: float,
+    cap: int | None,
+) -> tuple[int | None, float | None]:
+    """The smallest guarantee (at most ``cap``) whose replay (``replay_guarantee``) brings
+    the window's eviction ratio to ``target_ratio`` or below, and that ratio; ``(None,
+    None)`` when no such guarantee exists. The replay only changes at its thresholds, so
+    they are the only candidates."""
+    for g in _replay_thresholds(events):
+        if cap is not None and g > cap:
+            break
+        saved = sum(e.gpu_seconds for e in replay_guarantee(events, g))
+        ratio = window_eviction_ratio(max(0.0, evicted_gpu_s - saved), delivered_gpu_s)
+        if ratio is not None and ratio <= target_ratio:
+            return g, ratio
+    return None, None

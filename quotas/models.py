@@ -222,7 +222,9 @@ class QuotaPolicy(models.Model):
     ``reserve_gpus``: healthy GPUs kept out of guarantees; approving into it needs an
     explicit override. ``eviction_target``/``eviction_window_hours``: a queue whose
     eviction ratio over the window is above the target gets a guarantee suggestion that
-    would have prevented ``suggestion_coverage`` of its lost GPU time (R4).
+    would have prevented ``suggestion_coverage`` of its lost GPU time (R4); the scheduler
+    also tightens the borrowing of such a queue (#19). ``borrow_cooldown_minutes``: a job
+    or queue preempted this recently does not borrow idle capacity again (#19).
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -230,6 +232,9 @@ class QuotaPolicy(models.Model):
     eviction_target = models.FloatField(default=0.10)
     eviction_window_hours = models.PositiveIntegerField(default=72)
     suggestion_coverage = models.FloatField(default=0.8)
+    borrow_cooldown_minutes = models.PositiveIntegerField(
+        default=30, help_text="minutes a preempted job or queue waits before borrowing again"
+    )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"
     )

@@ -208,6 +208,9 @@ def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dic
                     "eviction_text": ratio_text(suggestion.eviction_ratio),
                     "target_text": ratio_text(suggestion.target_ratio),
                     "ratio_after_text": ratio_text(suggestion.ratio_after),
+                    "ratio_at_floor_text": ratio_text(suggestion.ratio_at_floor)
+                    if suggestion.ratio_at_floor is not None
+                    else "",
                     "queue_id": queue.pk,
                     "window": eviction.window_label,
                     "window_hours": eviction.window_s / 3600,

@@ -24,7 +24,7 @@ from typing import Any
 from scheduling.engine.predict import PLAN_QUANTILE
 
 from .prediction_error import table as prediction_table
-from .replay import POLICIES, ReplayConfig, run_replay
+from .replay import BORROW_KNOBS, POLICIES, ReplayConfig, run_replay
 from .report import render_html, render_markdown
 
 Writer = Callable[[str], None]
@@ -87,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "backfill (default 0.8)",
     )
     parser.add_argument(
+        "--borrow",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="set a borrowing rule of the engine's policy (#19), repeatable: "
+        + ", ".join(f"{name}" for name in BORROW_KNOBS),
+    )
+    parser.add_argument(
         "--check", action="store_true", help="verify every plan with check_plan (slower)"
     )
     parser.add_argument("--progress", action="store_true", help="progress lines on stderr")
@@ -109,6 +117,21 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
     pq = options.get("predict_quantile")
     if pq is not None and not 0.0 <= pq <= 1.0:
         raise CliError("--predict-quantile must be within 0 and 1")
+    borrow = []
+    for item in options.get("borrow") or ():
+        name, _, value = str(item).partition("=")
+        kind = BORROW_KNOBS.get(name)
+        if kind is None or not value:
+            raise CliError(f"--borrow takes NAME=VALUE with NAME one of {', '.join(BORROW_KNOBS)}")
+        if kind is bool:
+            if value not in ("true", "false"):
+                raise CliError(f"--borrow {name} takes true or false")
+            borrow.append((name, value == "true"))
+        else:
+            try:
+                borrow.append((name, float(value)))
+            except ValueError:
+                raise CliError(f"--borrow {name} takes a number") from None
     return ReplayConfig(
         trace=options["trace"],
         policy=options.get("policy") or "full",
@@ -119,6 +142,7 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
         replan_s=float(options["replan_s"] if options.get("replan_s") is not None else 600.0),
         check=bool(options.get("check")),
         predict_quantile=PLAN_QUANTILE if pq is None else float(pq),
+        borrow=tuple(borrow),
     )
 
 
@@ -137,6 +161,9 @@ def command_line(config: ReplayConfig) -> str:
         parts += ["--replan-s", f"{config.replan_s:g}"]
     if config.predict_quantile != PLAN_QUANTILE:
         parts += ["--predict-quantile", f"{config.predict_quantile:g}"]
+    for name, value in config.borrow:
+        text = str(value).lower() if isinstance(value, bool) else f"{value:g}"
+        parts += ["--borrow", f"{name}={text}"]
     return shlex.join(parts)
 
 

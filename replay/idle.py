@@ -8,6 +8,6 @@ states the rule.
 
 from __future__ import annotations
 
-from monitoring.idle import CAUSE_LABELS, CAUSES, claim_rest, idle_claims, table
+from monitoring.idle import CAUSE_LABELS, CAUSES, claim_rest, idle_claims, may_borrow, table
 
-__all__ = ["CAUSES", "CAUSE_LABELS", "claim_rest", "idle_claims", "table"]
+__all__ = ["CAUSES", "CAUSE_LABELS", "claim_rest", "idle_claims", "may_borrow", "table"]

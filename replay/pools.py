@@ -56,6 +56,7 @@ class ReplayJob:
         "pool",
         "predicted_s",
         "predicted_source",
+        "evicted_at",
     )
 
     def __init__(self, idx: int, tj, pool: Pool) -> None:
@@ -88,6 +89,7 @@ class ReplayJob:
         self.pool = pool
         self.predicted_s: float | None = None  # whole runtime predicted at first start
         self.predicted_source: str | None = None
+        self.evicted_at: float | None = None  # last eviction (the borrowing cool-down)
 
     def pending_view(self, predicted_s: float, order_key: float) -> PendingJob:
         """The job waiting, as the engine sees it; ``order_key`` goes in ``submitted_at``."""
@@ -97,6 +99,7 @@ class ReplayJob:
             or v.predicted_runtime_s != predicted_s
             or v.preemption_count != self.evictions
             or v.submitted_at != order_key
+            or v.last_evicted_at != self.evicted_at
         ):
             v = self.pview = PendingJob(
                 id=self.idx,
@@ -111,6 +114,7 @@ class ReplayJob:
                 model_name=self.model,
                 predicted_runtime_s=predicted_s,
                 pool=self.pool.name,
+                last_evicted_at=self.evicted_at,
             )
         return v
 

@@ -68,6 +68,7 @@ from scheduling.simcore.observation import (
 
 from . import idle
 from . import metrics as m
+from .borrow_history import BorrowHistory
 from .pools import (
     DONE,
     MOVING,
@@ -86,6 +87,14 @@ from .shortcuts import candidates, head_blocked, plan_prefix
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
 POLICIES = ("fifo", "priority", "backfill", "full", "oracle-sjf")
+#: The engine's borrowing rules a replay may set (``--borrow NAME=VALUE``) and their types.
+BORROW_KNOBS: dict[str, type] = {
+    "borrow_forecast": bool,
+    "borrow_forecast_all": bool,
+    "borrow_cooldown_s": float,
+    "borrow_queue_cooldown_s": float,
+    "borrow_eviction_target": float,
+}
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
 REPLAY_SIM_CONFIG = SimConfig(
@@ -124,6 +133,8 @@ class ReplayConfig:
     shortcuts: bool = True  # the exact shortcuts (off: every plan sees every waiting job)
     max_drain_s: float = 365 * DAY  # give up this long after the window if jobs remain
     predict_quantile: float = PLAN_QUANTILE  # the runtime quantile the plans use
+    # borrowing rules set apart from the engine's defaults (#19): ((field, value), ...)
+    borrow: tuple[tuple[str, float | bool], ...] = ()
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
 
@@ -134,7 +145,7 @@ class Replay:
         self.w = workload
         self.layout = layout
         self.cfg = config
-        self.policy = policy_config(config.policy)
+        self.policy = replace(policy_config(config.policy), **dict(config.borrow))
         self.oracle = config.policy == "oracle-sjf"
         p = self.policy
         # Strict FIFO without backfill: a new arrival queues behind a job already blocked
@@ -143,6 +154,8 @@ class Replay:
             p.strict_fifo and not (p.backfill or p.borrowing or p.preemption)
         )
         self.predictor = OnlinePredictor(quantile=config.predict_quantile)
+        # demand peaks and eviction figures for the borrowing rules (#19)
+        self.history = BorrowHistory() if self.policy.borrowing else None
         window = workload.window_s
         self.window = window
         tiers = sorted(Tier, reverse=True)
@@ -255,6 +268,9 @@ class Replay:
         if evicted:
             j.evictions += 1
             j.demoted = j.demoted or is_demoted(j.evictions, self.policy)
+            j.evicted_at = t
+            if self.history is not None:
+                self.history.evicted(j.equeue, t)
         j.state = PENDING
         j.pool.pending[j.idx] = j
         self._wait(j, t, +1)
@@ -384,23 +400,39 @@ class Replay:
         jobs = self.jobs
         gpus_of = {jid: jobs[jid].gpus for jid in decided.verdicts}
         demoted = [jid for jid in decided.verdicts if jobs[jid].demoted]
-        fm.set_claims(idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen))
+        borrowers = [jid for jid in decided.verdicts
+                     if idle.may_borrow(jobs[jid].preemptible, jobs[jid].demoted, self.policy)]  # fmt: skip
+        fm.set_claims(
+            idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen, borrowers)
+        )
 
     def _over_quota(self, j: ReplayJob) -> bool:
         """Whether the job's line lacks the quota room for it (the shortcuts' test)."""
-        if self.policy.borrowing and j.preemptible and not j.demoted:
+        if idle.may_borrow(j.preemptible, j.demoted, self.policy):
             return False  # it may borrow: what it lacks is free GPUs
         quota = self.layout.quota[j.queue]
         return quota is not None and j.gpus > quota - self.qmeter[j.queue].busy
 
     def _call(self, pool: Pool, pending: list[ReplayJob], now: float) -> Plan:
+        queues, peaks = pool.queues, ()
+        history = self.history
+        if history is not None:
+            demand = {line.name: self.qmeter[line.name].busy for line in pool.lines}
+            for j in pool.pending.values():
+                demand[j.queue] = demand.get(j.queue, 0) + j.gpus
+            quota = self.layout.quota
+            history.sample(
+                sum(d if quota[q] is None else min(d, quota[q]) for q, d in demand.items()), now
+            )
+            queues, peaks = history.queues(queues, now), history.peaks()
         snap = Snapshot(
             nodes=tuple(pool.view(n) for n in pool.names),
             lines=pool.lines,
-            queues=pool.queues,
+            queues=queues,
             running=tuple(self._running_view(j) for j in pool.running.values()),
             pending=tuple(self._pending_view(j) for j in pending),
             policy=self.policy,
+            demand_peaks=peaks,
         )
         t0 = time.perf_counter()
         decided = plan(snap, now)
@@ -438,6 +470,8 @@ class Replay:
         j.started_at = now
         j.last_ckpt = None
         j.runs += 1
+        if self.history is not None:
+            self.history.run_started(j.equeue, now)
         if j.first_start is None:
             j.first_start = now
             got = self._prediction(j)  # what the scheduler believed, for the error table

@@ -155,6 +155,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         "cycle_s": cfg.cycle_s,
         "replan_s": cfg.replan_s,
         "predict_quantile": cfg.predict_quantile,
+        "borrow": dict(cfg.borrow),
         "layout_rule": layout.rule,
         "overall": ordered(overall),
         "per_queue": per_queue(r),

@@ -10,6 +10,9 @@ State changes go through the services and the loop (``scheduling.cycle``); a job
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -27,7 +30,9 @@ class Node(models.Model):
 
     ``state`` is the scheduling state (may jobs land here); ``health`` is what the
     last observation or health sweep saw. ``residual_gpus`` counts GPUs held by
-    stale processes of finished jobs (R6): busy, but by nobody.
+    stale processes of finished jobs (R6): busy, but by nobody. ``inference_gpus``
+    counts GPUs serving online inference on a shared (``inference``) node as of the last
+    applied plan (``scheduling.nodes.inference``): in use, though by no job.
     """
 
     class State(models.TextChoices):
@@ -56,6 +61,9 @@ class Node(models.Model):
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.OK)
     health_detail = models.CharField(max_length=300, blank=True)
     residual_gpus = models.PositiveSmallIntegerField(default=0)
+    inference_gpus = models.PositiveSmallIntegerField(
+        default=0, help_text="GPUs serving online inference at the last applied plan"
+    )
     uncordon_requested = models.BooleanField(
         default=False, help_text="the portal uncordoned it; the loop tells the backend"
     )
@@ -253,6 +261,26 @@ class ClusterSettings(models.Model):
         return obj
 
 
+class JSONTextField(models.JSONField):
+    """A JSON value kept as ``text`` (not ``jsonb``): read and written as JSON like any
+    ``JSONField``, but PostgreSQL neither parses nor re-renders it, and nothing queries
+    into it.
+
+    For a large document written whole and read whole (the simulator's 0.7 MB state at
+    10,000 GPUs, saved every cycle): parsing it into ``jsonb`` and compressing that took
+    most of the save (55 -> 6 ms as lz4-compressed text, measured in ``docs/benchmarks.md``).
+    """
+
+    def db_type(self, connection: Any) -> str:
+        return "text"
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> str | None:
+        """The value as JSON text (SQL NULL for None, as ``JSONField`` stores it)."""
+        if value is None:
+            return None
+        return json.dumps(value if prepared else self.get_prep_value(value), cls=self.encoder)
+
+
 class SimulatorState(models.Model):
     """The simulated cluster's whole state (``Simulator.to_dict``), so it survives restarts.
 
@@ -262,7 +290,8 @@ class SimulatorState(models.Model):
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
-    state = models.JSONField()
+    # JSON as lz4-compressed text where the server has lz4 (migration 0005).
+    state = JSONTextField()
     virtual_now = models.FloatField()
     saved_wall = models.FloatField()
     speed = models.FloatField(default=60.0)

@@ -149,8 +149,11 @@ def build_line_usage() -> dict[int, QueueUsage]:
 class ClusterSummary:
     """The cluster at a glance. ``gpus_healthy``: GPUs of ready nodes whose health is ok;
     ``gpus_allocated``: GPUs held by jobs on any node; ``gpus_allocated_healthy``: those
-    on healthy nodes; ``utilization``: ``gpus_allocated_healthy / gpus_healthy`` (0..1, 0
-    with no healthy GPU), the one utilization every surface shows."""
+    on healthy nodes; ``gpus_inference_healthy``: GPUs serving online inference on healthy
+    shared nodes (``Node.inference_gpus``: in use, by no job); ``utilization``:
+    ``(gpus_allocated_healthy + gpus_inference_healthy) / gpus_healthy`` (0..1, 0 with no
+    healthy GPU): healthy GPUs in use by jobs or by inference, the one utilization every
+    surface shows (#19: inference is work, not idle capacity)."""
 
     nodes_total: int
     nodes_by_state: dict[str, int]
@@ -159,24 +162,28 @@ class ClusterSummary:
     gpus_allocated: int
     gpus_residual: int
     gpus_allocated_healthy: int = 0
+    gpus_inference_healthy: int = 0
 
     @property
     def utilization(self) -> float:
         if self.gpus_healthy <= 0:
             return 0.0
-        return round(min(1.0, self.gpus_allocated_healthy / self.gpus_healthy), 4)
+        in_use = self.gpus_allocated_healthy + self.gpus_inference_healthy
+        return round(min(1.0, in_use / self.gpus_healthy), 4)
 
 
 _HEALTHY = Q(state=Node.State.READY, health=Node.Health.OK)
 
 
 def build_cluster_summary() -> ClusterSummary:
-    """Cluster at a glance: nodes by state, GPUs total/healthy/allocated (three queries)."""
+    """Cluster at a glance: nodes by state, GPUs total/healthy/allocated/serving inference
+    (three queries)."""
     by_state = dict(Node.objects.values("state").annotate(n=Count("id")).values_list("state", "n"))
     totals = Node.objects.aggregate(
         total=Sum("gpus_total"),
         healthy=Sum("gpus_total", filter=_HEALTHY),
         residual=Sum("residual_gpus"),
+        inference=Sum("inference_gpus", filter=_HEALTHY),
     )
     allocated = Allocation.objects.aggregate(
         all=Count("id"),
@@ -190,4 +197,5 @@ def build_cluster_summary() -> ClusterSummary:
         gpus_allocated=allocated["all"],
         gpus_residual=totals["residual"] or 0,
         gpus_allocated_healthy=allocated["healthy"],
+        gpus_inference_healthy=totals["inference"] or 0,
     )

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
+from operator import itemgetter
+from typing import Any
 
 from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
+from scheduling import borrow_inputs
 from scheduling.backends.base import Observation
-from scheduling.clock import to_epoch
+from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import types as et
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.prediction import RuntimePredictor
@@ -40,6 +45,15 @@ JOB_FIELDS = (
 # in Python, thousands of times a cycle. ``date_part`` divides the stored microseconds by
 # a million as ``datetime.timestamp()`` does: the same float.
 EPOCH_FIELDS = ("submitted_at", "started_at", "last_checkpoint_at", "preempt_deadline")
+# A time in ``JOB_FIELDS`` read as a datetime (the verdict writer compares it with the new
+# one): sent as epoch seconds too and turned into a datetime here, once per distinct
+# instant (thousands of waiting jobs share a few estimated starts); ``fromtimestamp``
+# rounds to the stored microsecond. psycopg parses a timestamp in Python (~4 µs each).
+DATETIME_FIELDS = ("estimated_start",)
+# The order of ``Job.Meta.ordering`` (newest submission first, then the highest id),
+# applied in Python on the epochs: the server sorted thousands of wide rows, or walked the
+# ``submitted_at`` index backwards fetching them one by one, for this order.
+ORDER = ("submitted_at_ts", "id")
 NODE_FIELDS = ("id", "name", "state", "recent_models")
 
 
@@ -71,7 +85,11 @@ def pending_job(r: dict, queue: Queue, predicted: float | None, now: float) -> e
 
 
 def _pending_job(
-    r: dict, queue: Queue, predicted: float | None, submitted_at: float
+    r: dict,
+    queue: Queue,
+    predicted: float | None,
+    submitted_at: float,
+    last_evicted_at: float | None = None,
 ) -> et.PendingJob:
     return et.PendingJob(
         **_job_fields(r, queue),
@@ -82,31 +100,77 @@ def _pending_job(
         submitted_at=submitted_at,
         predicted_runtime_s=predicted,
         estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
+        last_evicted_at=last_evicted_at,
     )
+
+
+class _Previous(threading.local):
+    """What this thread's previous snapshot built, reused where its inputs are unchanged.
+
+    ``rows``: each active job's row dict by the very values fetched for it (a row is a
+    function of them alone); ``pending``: each waiting job's engine view by job id, with
+    the row object and the other inputs it was built from (queue, line, prediction,
+    submission time). Between two cycles most of thousands of waiting jobs are unchanged:
+    their rows and views are taken back instead of being built again. Both are replaced
+    by what the current snapshot used, so nothing outlives one cycle more. Rows and views
+    are read, never changed, by everything that gets them.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, dict] = {}
+        self.pending: dict[int, tuple[dict, tuple, et.PendingJob]] = {}
+
+
+_previous = _Previous()
 
 
 def active_job_rows() -> dict[int, dict]:
     """The active jobs' rows by id: ``JOB_FIELDS`` and the ``<field>_ts`` epochs of
-    ``EPOCH_FIELDS``, as ``values()`` gives them, in the model's order.
+    ``EPOCH_FIELDS``, equal to what ``values()`` gives, in the model's order.
 
     Django's ``values()`` query, read through a plain cursor: at thousands of rows its
     per-value converters and per-row dictionaries cost more than the query itself. The
-    one column that needs converting is ``pending_details`` (JSON text), decoded by its
-    field's ``from_db_value`` as ``values()`` would.
+    columns converted here: ``DATETIME_FIELDS`` (see there) and ``pending_details`` (JSON
+    text), decoded by its field's ``from_db_value`` as ``values()`` would, once per
+    distinct text: waiting jobs blocked by the same quota or the same shortage say the
+    same (at 7,000 jobs a few hundred texts), so rows with equal texts share one decoded
+    dict. A row fetched with the same values as in this thread's previous call is that
+    call's dict (``_Previous``).
     """
-    epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
-    query = Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs).query
+    as_epochs = (*EPOCH_FIELDS, *DATETIME_FIELDS)
+    columns = [name for name in JOB_FIELDS if name not in DATETIME_FIELDS]
+    query = (
+        Job.objects.filter(state__in=Job.ACTIVE_STATES)
+        .order_by()
+        .values(*columns, **{f"{name}_ts": Epoch(name) for name in as_epochs})
+        .query
+    )
     names = [*query.extra_select, *query.values_select, *query.annotation_select]
     details = Job._meta.get_field("pending_details")
     sql, params = query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         fetched = cursor.fetchall()
+    fetched.sort(key=itemgetter(*(names.index(name) for name in ORDER)), reverse=True)
+    previous, current = _previous.rows, {}
     rows = {}
+    decoded: dict[str | None, Any] = {}
+    instants: dict[float | None, datetime | None] = {None: None}
     for values in fetched:
-        r = dict(zip(names, values, strict=True))
-        r["pending_details"] = details.from_db_value(r["pending_details"], None, connection)
-        rows[r["id"]] = r
+        r = previous.get(values)
+        if r is None:
+            r = dict(zip(names, values, strict=True))
+            text = r["pending_details"]
+            if text not in decoded:
+                decoded[text] = details.from_db_value(text, None, connection)
+            r["pending_details"] = decoded[text]
+            for name in DATETIME_FIELDS:
+                ts = r.pop(f"{name}_ts")
+                if ts not in instants:
+                    instants[ts] = datetime.fromtimestamp(ts, UTC)
+                r[name] = instants[ts]
+        current[values] = rows[r["id"]] = r
+    _previous.rows = current
     return rows
 
 
@@ -117,8 +181,20 @@ def build_snapshot(
     now = obs.now
     db_nodes = {n["name"]: n for n in Node.objects.values(*NODE_FIELDS)}
     node_name = {n["id"]: name for name, n in db_nodes.items()}
+    # borrowing (#19): demand peaks, recent evictions, eviction ratios (borrow_inputs)
+    at = to_datetime(now)
+    assert at is not None
+    peaks = borrow_inputs.entitled_demand_peaks(at) if policy.borrowing else ()
+    evicted_job, evicted_queue = borrow_inputs.recent_evictions(
+        at, max(policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s)
+    )
+    ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
-        et.LineView(name=ln.name, quota_gpus=ln.quota_gpus, guarantee_gpus=ln.guarantee_gpus)
+        et.LineView(
+            name=ln.name,
+            quota_gpus=ln.quota_gpus,
+            guarantee_gpus=ln.guarantee_gpus,
+        )
         for ln in BusinessLine.objects.all()
     )
     queue_rows = list(Queue.objects.select_related("business_line"))
@@ -133,6 +209,8 @@ def build_snapshot(
             preempts_tiers=frozenset(et.Tier.parse(t) for t in q.preempts_tiers)
             if q.preempts_tiers
             else None,
+            eviction_ratio=ratios.get(q.pk),
+            last_reclaim_at=evicted_queue.get(q.pk),
         )  # fmt: skip
         for q in queue_rows
     )
@@ -143,11 +221,25 @@ def build_snapshot(
 
     exclusive_nodes: set[str] = set()
     running, pending = [], []
+    built, reused = {}, _previous.pending
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         predicted = predictor.predict_row(r, queue.name)
         if r["state"] == Job.State.PENDING:
-            pending.append(_pending_job(r, queue, predicted, r["submitted_at_ts"] or now))
+            inputs = (
+                queue.name,
+                queue.business_line.name,
+                predicted,
+                r["submitted_at_ts"] or now,
+                evicted_job.get(r["id"]),
+            )
+            before = reused.get(r["id"])
+            if before is not None and before[0] is r and before[1] == inputs:
+                view = before[2]
+            else:
+                view = _pending_job(r, queue, predicted, inputs[3], inputs[4])
+            built[r["id"]] = (r, inputs, view)
+            pending.append(view)
             continue
         job = _job_fields(r, queue)
         slots = tuple(
@@ -198,8 +290,9 @@ def build_snapshot(
                 exclusive=o.name in exclusive_nodes,
             )  # fmt: skip
         )
+    _previous.pending = built
     snapshot = et.Snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
-        pending=tuple(pending), policy=policy,
+        pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from scheduling.engine import borrowing
 from scheduling.engine.explain import NO_ESTIMATE, duration, when
 
 # Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
@@ -61,6 +62,15 @@ LABELS: dict[str, str] = {
     "backoff_seconds": "Wait before the next attempt",
     "next_attempt_at": "Next attempt",
     "error": "Error from the cluster",
+    "borrow_refused": "Not borrowing idle capacity because",
+}
+
+# ``details.borrow_refused`` of QUOTA_EXCEEDED (#19, ``scheduling.engine.borrowing``), in words.
+BORROW_RULES: dict[str, str] = {
+    borrowing.COOLDOWN: "it was preempted recently (cool-down)",
+    borrowing.QUEUE_COOLDOWN: "its queue had work preempted recently (cool-down)",
+    borrowing.EVICTION_CAP: "its queue's eviction ratio is above target (borrowing capped)",
+    borrowing.LENDERS_RETURN: "the lenders are predicted to need the GPUs back before it ends",
 }
 
 # ``details.constraint`` of NEVER_FITS, in words.
@@ -108,6 +118,8 @@ def format_value(key: str, value: Any) -> str:
         return duration(value)
     if key == "constraint" and isinstance(value, str):
         return CONSTRAINTS.get(value, value)
+    if key == "borrow_refused" and isinstance(value, str):
+        return BORROW_RULES.get(value, value)
     if key in YES_NO or isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):

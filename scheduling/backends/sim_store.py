@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduling.simcore.cluster import SimNode
+from scheduling.simcore.simulator import Simulator
 
 # After downtime the simulator's clock catches up by at most this much (a long stop is
 # not replayed): the simulator backend advances by ``catch_up`` when it loads.
@@ -31,16 +32,32 @@ def catch_up(wall_gap_s: float, speed: float) -> float:
 
 @dataclass(frozen=True)
 class SavedSimulator:
-    """One save: ``Simulator.to_dict()`` and the clock (see the module docstring)."""
+    """One save: ``Simulator.to_dict()`` and the clock (see the module docstring).
 
-    state: dict[str, Any]
+    ``live`` is the simulator object itself. ``close`` passes it with every save; a
+    store may hand it back from ``load`` (with ``state`` None) when it can prove the save
+    is still the current one, so the next cycle of the same thread need not rebuild
+    the simulator from its state (the portal's store: ``scheduling/sim_state.py``).
+    """
+
+    state: dict[str, Any] | None
     virtual_now: float
     saved_wall: float
     speed: float
+    live: Simulator | None = None
 
     def node_names(self) -> list[str]:
         """The nodes the saved simulator was built with, sorted."""
-        return sorted(row[0] for row in self.state.get("nodes", []))
+        if self.live is not None:
+            return sorted(self.live.nodes)
+        return sorted(row[0] for row in (self.state or {}).get("nodes", []))
+
+    def simulator(self) -> Simulator:
+        """The saved simulator: the live object when there is one, else rebuilt."""
+        if self.live is not None:
+            return self.live
+        assert self.state is not None, "a save has its state or its live simulator"
+        return Simulator.from_dict(self.state)
 
 
 class SimulatorStore(Protocol):

@@ -115,7 +115,7 @@ class SimulatorBackend(ClusterBackend):
             self.speed = speed if saved is None else saved.speed
             saved_wall = self.wall_now
         else:
-            self.sim = Simulator.from_dict(saved.state)
+            self.sim = saved.simulator()
             self.speed = saved.speed
             saved_wall = saved.saved_wall
         self.events: list[ob.SimEvent] = []
@@ -217,5 +217,6 @@ class SimulatorBackend(ClusterBackend):
                 virtual_now=self.sim.now,
                 saved_wall=self.wall_now,
                 speed=self.speed,
+                live=self.sim,
             )  # fmt: skip
         )

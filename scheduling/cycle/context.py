@@ -20,6 +20,7 @@ from django.conf import settings
 
 from core import events
 from core.realtime import publish_on_commit
+from scheduling import borrow_inputs
 from scheduling.backends.base import BackendError, ClusterBackend, Observation
 from scheduling.clock import to_datetime
 from scheduling.engine import types as et
@@ -27,9 +28,12 @@ from scheduling.models import Job, JobEvent
 
 
 def production_policy() -> et.PolicyConfig:
-    """The policy the live loop runs (the ``full`` preset)."""
+    """The policy the live loop runs (the ``full`` preset): the grace period from the
+    settings, the borrowing knobs (#19) from the admins' quota policy."""
     return et.PolicyConfig.preset(
-        "full", grace_seconds=float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300))
+        "full",
+        grace_seconds=float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300)),
+        **borrow_inputs.policy_knobs(),
     )
 
 

@@ -225,6 +225,8 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     where = diag.get("where", "")
     if diag["nodes_needed"] == 1:
         best = f"the emptiest matching node has {diag['best_node_free']}"
+    elif not diag["best_rack"]:
+        best = "no rack has a whole matching node free"
     else:
         best = (
             f"the best rack ({diag['best_rack']}) has {diag['best_rack_nodes']} and the best "

@@ -19,6 +19,8 @@ human-readable violations (empty = OK):
   never guaranteed, demoted, urgent or borrowed work), within the plan's eviction
   budget overall and per queue and, with the preemptions, the guarantees; each with
   room on a node that can run it; the gang waits and holds its nodes;
+- borrowing (``borrowing.check_borrowing``): no borrowed start within a cool-down, over
+  its queue's eviction cap, or predicted to be reclaimed before its predicted end;
 - reservations: no node reserved twice; the reserved job still fits on its
   nodes at its expected start, given the predicted ends of everything running
   or started there (so backfill never delays it);
@@ -34,6 +36,7 @@ from typing import TypeVar
 
 from . import policy as rules
 from .accounting import derive_usage, preemption_budgets
+from .borrowing import check_borrowing
 from .consolidation import check_migrations
 from .placement import ClassKey, class_key, node_matches
 from .types import (
@@ -109,6 +112,7 @@ class _Checker:
         self.check_quotas()
         self.check_preemptions()
         self.check_migrations()
+        self.errors.extend(check_borrowing(self.s, self.plan))
         self.check_reservations()
         self.check_verdicts()
         return self.errors

@@ -42,6 +42,7 @@ from typing import Any
 from . import aging, explain, feasibility
 from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
+from .borrowing import Borrowing, refused_reason
 from .consolidation import Consolidation, leaving_reason
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
@@ -168,6 +169,8 @@ class Planner:
         self.hol: set[Any] = set()
         # moving checkpointable jobs so a waiting gang starts (#19, consolidation.py)
         self.consolidation = Consolidation(self)
+        # who may borrow, and for how long (#19, borrowing.py)
+        self.borrowing = Borrowing(self)
 
     # -- helpers -------------------------------------------------------------------
     @property
@@ -898,7 +901,13 @@ class Planner:
             end = self.now + job_runtime(job, self.policy)
             nodes = self.try_place(job, sh, end)
             if nodes is not None:
+                refused = self.borrowing.refusal(job)  # borrowing.py (#19)
+                if refused is not None:
+                    reason, est = self.quota_reason(job, short_q, refused[1])
+                    self.record(job, refused_reason(reason, refused[0]), est)
+                    return
                 self.start(job, sh, nodes, borrowed=True)
+                self.borrowing.started(job, end)
                 return
             note = "It may borrow idle capacity, but none fits it now."
         self.record(job, *self.quota_reason(job, short_q, note))

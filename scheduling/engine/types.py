@@ -177,6 +177,10 @@ class QueueView:
     may preempt; only tiers strictly below the preemptor's are ever used. Left as
     None it defaults to {experiment, finetune, core} for urgent queues and to
     nothing otherwise.
+
+    Borrowing (#19, ``borrowing.py``): ``eviction_ratio`` is the queue's recent eviction
+    ratio (None: unknown), ``last_reclaim_at`` when a job of it was last evicted (None:
+    not recently); the caller computes both over its own window.
     """
 
     name: str
@@ -185,6 +189,8 @@ class QueueView:
     quota_gpus: int | None = None
     guarantee_gpus: int = 0
     preempts_tiers: frozenset[Tier] = None  # type: ignore[assignment]
+    eviction_ratio: float | None = None
+    last_reclaim_at: float | None = None
 
     def __post_init__(self) -> None:
         tier = _tier(self.tier)
@@ -204,7 +210,8 @@ class PendingJob:
     ``preemptible`` defaults to True below ``core`` (API.md). ``predicted_runtime_s``
     is filled by the caller from ``predict.py``; None means "unknown" and the
     policy's conservative ``default_runtime_s`` is used. ``gpu_model``/``pool``
-    optionally restrict the nodes it may use.
+    optionally restrict the nodes it may use. ``last_evicted_at``: when it was last
+    preempted (None: never, or long ago), for the borrowing cool-down (``borrowing.py``).
     """
 
     id: int
@@ -226,6 +233,7 @@ class PendingJob:
     estimated_runtime_s: float | None = None
     gpu_model: str | None = None
     pool: str | None = None
+    last_evicted_at: float | None = None
 
     def __post_init__(self) -> None:
         tier = _tier(self.tier)
@@ -302,6 +310,13 @@ class PolicyConfig:
       None: no bound). ``order_by_work``: within a tier and fair-share band, the smallest
       predicted work (GPUs x predicted runtime) first, else submit order;
       ``share_bands``: fair-share bands per quota (0: order by the exact share).
+    - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
+      ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
+      lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
+      ``borrow_queue_cooldown_s``: a job evicted this recently, or any job of a queue that
+      had one evicted this recently, does not borrow; ``borrow_eviction_target``: a queue
+      whose eviction ratio is above it may borrow less (a cap that shrinks to 0 at twice
+      the target).
     """
 
     backfill: bool = True
@@ -325,6 +340,11 @@ class PolicyConfig:
     starvation_bound_s: float | None = 24 * 3600.0
     order_by_work: bool = True
     share_bands: int = 4
+    borrow_forecast: bool = True
+    borrow_forecast_all: bool = False
+    borrow_cooldown_s: float = 1800.0
+    borrow_queue_cooldown_s: float = 1800.0
+    borrow_eviction_target: float = 0.10
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:
@@ -357,7 +377,13 @@ def _tuple(items: Iterable[Any]) -> tuple[Any, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything ``plan()`` needs, at one instant."""
+    """Everything ``plan()`` needs, at one instant.
+
+    ``demand_peaks`` (borrowing, #19, ``borrowing.py``): the peak of the cluster's
+    *entitled demand* (summed over lines: GPUs held within quota plus GPUs waiting, at
+    most the line's quota) over the last ``borrowing.HORIZONS_S[i]`` seconds, one int per
+    horizon, kept by the caller; empty when unknown (only the demand of now is forecast).
+    """
 
     nodes: tuple[NodeView, ...]
     lines: tuple[LineView, ...]
@@ -365,6 +391,7 @@ class Snapshot:
     running: tuple[RunningJob, ...]
     pending: tuple[PendingJob, ...]
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    demand_peaks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("nodes", "lines", "queues", "running", "pending"):

@@ -31,10 +31,10 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = ["name", "rack", "block", "gpu_model", "gpu_memory_gb", "gpus_total",
                   "gpus_free", "rdma", "inference", "state", "state_reason", "health",
-                  "health_detail", "residual_gpus"]  # fmt: skip
+                  "health_detail", "residual_gpus", "inference_gpus"]  # fmt: skip
 
     def get_gpus_free(self, obj: Node) -> int:
-        return free_gpus(obj.gpus_total, obj.gpus_allocated, obj.residual_gpus)
+        return free_gpus(obj.gpus_total, obj.gpus_allocated, obj.residual_gpus, obj.inference_gpus)
 
 
 class ReasonSerializer(StrictSerializer):

@@ -1,8 +1,9 @@
 """Reads of nodes for the pages, the API and the rollup: a handful of grouped queries each.
 
-A node's free GPUs are its total less those allocated to jobs and those held by residual
-processes (never below zero: a node can briefly report more held than it has while the
-loop catches up). ``usable`` nodes are ready and healthy: the only ones the scheduler
+A node's free GPUs are its total less those allocated to jobs, those held by residual
+processes and those serving online inference on a shared node (``Node.inference_gpus``, as
+of the last applied plan; never below zero: a node can briefly report more held than it
+has while the loop catches up). ``usable`` nodes are ready and healthy: the only ones the scheduler
 places work on.
 """
 
@@ -18,9 +19,11 @@ NODE_ROW_FIELDS = ("name", "rack", "state", "health", "gpus_total", "residual_gp
                    "gpus_allocated")  # fmt: skip
 
 
-def free_gpus(gpus_total: int, gpus_allocated: int, residual_gpus: int) -> int:
-    """GPUs of a node no job and no residual process holds."""
-    return max(0, gpus_total - gpus_allocated - residual_gpus)
+def free_gpus(
+    gpus_total: int, gpus_allocated: int, residual_gpus: int, inference_gpus: int = 0
+) -> int:
+    """GPUs of a node no job, no residual process and no online inference holds."""
+    return max(0, gpus_total - gpus_allocated - residual_gpus - inference_gpus)
 
 
 def list_nodes_with_usage() -> QuerySet[Node]:
@@ -33,7 +36,9 @@ def list_usable_free_gpus() -> list[int]:
     usable = list_nodes_with_usage().filter(state=Node.State.READY, health=Node.Health.OK)
     return [
         free_gpus(*row)
-        for row in usable.values_list("gpus_total", "gpus_allocated", "residual_gpus")
+        for row in usable.values_list(
+            "gpus_total", "gpus_allocated", "residual_gpus", "inference_gpus"
+        )
     ]
 
 

@@ -158,6 +158,34 @@ def test_the_database_store_round_trips_a_save():
 
 
 @pytest.mark.django_db
+def test_the_state_is_kept_as_json_text_lz4_compressed_where_the_server_can():
+    """Not jsonb: the server neither parses nor re-renders the 0.7 MB save (#16)."""
+    from django.db import connection, transaction
+
+    from scheduling.models import SimulatorState
+
+    state = {"nodes": [["a", 8]], "now": 1.5e9 + 0.123456789, "x": [None, True, "é", {"k": 1}]}
+    SimulatorState.objects.create(state=state, virtual_now=0, saved_wall=0)
+    assert SimulatorState.objects.get().state == state
+    SimulatorState.objects.update(state={**state, "now": 2.0})
+    assert SimulatorState.objects.get().state["now"] == 2.0
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT format_type(atttypid, atttypmod), attcompression FROM pg_attribute "
+            "WHERE attrelid = 'scheduling_simulatorstate'::regclass AND attname = 'state'"
+        )
+        kind, compression = cur.fetchone()
+        try:
+            with transaction.atomic():
+                cur.execute("CREATE TEMPORARY TABLE lz4_probe (t text COMPRESSION lz4)")
+            has_lz4 = True
+        except Exception:  # noqa: BLE001 - a server built without lz4
+            has_lz4 = False
+    assert kind == "text"
+    assert compression == ("l" if has_lz4 else "")
+
+
+@pytest.mark.django_db
 def test_the_database_store_lists_the_node_inventory_and_the_seed():
     from scheduling.models import ClusterSettings, Node
     from scheduling.sim_state import DatabaseSimulatorStore
@@ -201,6 +229,41 @@ def test_a_save_rolled_back_with_its_transaction_leaves_the_cluster_as_it_was(de
     with transaction.atomic():
         reopened = open_simulator(wall_now=T0, advance=False)
         assert run_ref(9, 1) not in {j.ref for j in reopened.observe().jobs}
+
+
+@pytest.mark.django_db
+def test_the_next_load_in_the_same_thread_takes_the_simulator_just_saved(demo):
+    """No decoding of the state the thread itself wrote: the very object comes back, once,
+    and it is the simulator the row holds."""
+    from scheduling.backend_factory import open_simulator
+    from scheduling.models import SimulatorState
+    from scheduling.sim_state import DatabaseSimulatorStore
+    from scheduling.simcore.simulator import Simulator
+
+    first = open_simulator(wall_now=T0, advance=False)
+    node = min(first.sim.nodes)
+    first.launch(launch_request(9, [Slot(node, (0,))]))
+    first.close()
+    again = open_simulator(wall_now=T0, advance=False)
+    assert again.sim is first.sim
+    assert again.sim.to_dict() == Simulator.from_dict(SimulatorState.objects.get().state).to_dict()
+    second = DatabaseSimulatorStore().load()
+    assert second.live is None and second.state is not None, "taken once: the next load reads"
+
+
+@pytest.mark.django_db
+def test_any_other_write_of_the_row_makes_the_next_load_read_it(demo):
+    """A direct write in the same transaction (not through the store) is a new row version:
+    the object saved before it is not handed back."""
+    from scheduling.backend_factory import open_simulator
+    from scheduling.models import SimulatorState
+
+    first = open_simulator(wall_now=T0, advance=False)
+    first.close()
+    row = SimulatorState.objects.get()
+    SimulatorState.objects.update(state={**row.state, "launch_seq": 77})
+    again = open_simulator(wall_now=T0, advance=False)
+    assert again.sim is not first.sim and again.sim._launch_seq == 77
 
 
 @pytest.mark.django_db

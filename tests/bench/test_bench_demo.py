@@ -10,8 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
+from bench.demo import DemoRun
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
+from portal.devstack import DEMO_CYCLE_SECONDS
 from quotas.models import Queue
 from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
 
@@ -30,7 +32,7 @@ def test_it_belongs_to_the_bench_app():
 
 def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     got = bench("--here", "--nodes", "8", "--nodes-per-rack", "4", "--cluster-hours", "3",
-                "--warmup-hours", "1")  # fmt: skip
+                "--warmup-hours", "1", "--step-seconds", "300")  # fmt: skip
     run = got["run"]
     assert (run["gpus"], run["steps"], run["measured_hours"]) == (64, 36, 2.0)
     # the clock moved exactly the run's length, in steps, from the fixed start
@@ -48,8 +50,13 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     assert 0 < got["utilization"]["portal_pct"] <= 100
     assert 0 < got["utilization"]["simulated_pct"] <= got["utilization"]["portal_pct"] + 1e-9
     assert 0 <= got["utilization"]["simulated_inference_pct"] < 100
+    # inference is part of the use (the portal's one definition), not beside it
+    assert got["utilization"]["simulated_inference_pct"] <= got["utilization"]["simulated_pct"]
     frag = got["fragmented_free_gpus"]
     assert 0 <= frag["mean_pct_of_cluster"] <= frag["p95_pct_of_cluster"] <= 100
+    shared, simulated = (frag["simulated_on_shared_nodes_pct_of_cluster"],
+                         frag["simulated_mean_pct_of_cluster"])  # fmt: skip
+    assert 0 <= shared <= simulated <= 100
     # one eviction figure per queue, and the idle causes the portal counted
     assert set(got["eviction"]["queues"]) == set(Queue.objects.values_list("name", flat=True))
     warm = got["eviction"]["evictions"]
@@ -93,3 +100,7 @@ def test_by_default_it_runs_on_a_scratch_database_and_drops_it():
             "SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench_demo"]
         )
         assert cursor.fetchone()[0] == 0, "dropped"
+
+
+def test_by_default_a_step_is_make_runs_cycle_period_at_60x():
+    assert DemoRun().step_s == float(DEMO_CYCLE_SECONDS) * 60

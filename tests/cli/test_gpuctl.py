@@ -76,6 +76,14 @@ def test_a_refused_submission_is_one_line_exit_1_and_stores_nothing(gpuctl, tmp_
     run = gpuctl("researcher", "submit", "huge", "-q", "llm-finetune", "-g", "64")
     assert run.code == 1
     assert "gpus: the cluster has 32 GPUs in all; this job asks 64" in one_line_error(run)
+    # a shape the cluster could never run, even empty (#15 NEVER_FITS at submit), names its rule
+    run = gpuctl("researcher", "submit", "wide", "-q", "llm-finetune", "-g", "8",
+                 "--gpu-memory-gb", "500")  # fmt: skip
+    assert run.code == 1
+    assert (
+        "gpu_memory_gb: This job could never run on this cluster, even empty: it asks for "
+        "500 GB per GPU" in one_line_error(run)
+    )
     run = gpuctl("researcher2", "submit", "x", "-q", "llm-finetune", "-g", "1")
     assert run.code == 1 and "queue: you may not submit to this queue" in one_line_error(run)
     spec = tmp_path / "job.yaml"

@@ -1,9 +1,11 @@
 """gpuctl with kubectl and squeue habits (#18), against a live portal: ``-o`` modes,
-``--no-headers``, ``--me`` / ``-u`` / ``-q`` and CJK-aware column widths."""
+``--no-headers``, ``--me`` / ``-u`` / ``-q``, CJK-aware column widths, ``-w`` and colour
+on a terminal only (``NO_COLOR``, ``TERM=dumb`` and pipes get none)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -108,3 +110,102 @@ def test_watch_prints_again_until_interrupted(live_server, demo, jobs, tmp_path)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(20) == 0, proc.stderr.read()
     assert headers == 3
+
+
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def run_on_a_terminal(live_server, demo, tmp_path, *argv: str, **env: str) -> str:
+    """``gpuctl ARGV`` in a real process whose stdout is a pseudo-terminal; what it printed."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from rest_framework.authtoken.models import Token
+
+    environment = {
+        **{k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")},
+        "GPUCTL_URL": live_server.url,
+        "GPUCTL_TOKEN": Token.objects.get_or_create(user=demo["researcher"])[0].key,
+        "XDG_CONFIG_HOME": str(tmp_path),
+        "TERM": "xterm",
+        **env,
+    }
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuctl", *argv], env=environment,
+                            stdout=follower, stderr=subprocess.PIPE)  # fmt: skip
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(60) == 0, proc.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color(live_server, demo, jobs, tmp_path):
+    coloured = run_on_a_terminal(live_server, demo, tmp_path, "jobs", "--me")
+    # the pending jobs' STATE in yellow, nothing else coloured, and the columns still line
+    # up exactly as without colour (escapes take no terminal column)
+    assert coloured.count("\x1b[33mpending\x1b[0m") == 2, repr(coloured)
+    assert set(SGR.findall(coloured)) == {"\x1b[33m", "\x1b[0m"}
+    plain = run_on_a_terminal(live_server, demo, tmp_path, "jobs", "--me", NO_COLOR="1")
+    assert "\x1b" not in plain and SGR.sub("", coloured) == plain
+    dumb = run_on_a_terminal(live_server, demo, tmp_path, "jobs", "--me", TERM="dumb")
+    assert dumb == plain
+    # on a terminal, JSON and names are for programs: never coloured
+    assert "\x1b" not in run_on_a_terminal(
+        live_server, demo, tmp_path, "jobs", "--me", "-o", "json"
+    )
+
+
+def test_no_colour_when_piped(gpuctl, jobs):
+    run = gpuctl("researcher", "jobs", "--me")  # stdout: pytest's capture, not a terminal
+    assert "pending" in run.out and "\x1b" not in run.out
+
+
+@pytest.mark.parametrize(
+    ("environ", "tty", "expected"),
+    [
+        ({}, True, True),
+        ({}, False, False),
+        ({"NO_COLOR": "1"}, True, False),
+        ({"NO_COLOR": ""}, True, True),  # no-color.org: set to a non-empty value
+        ({"TERM": "dumb"}, True, False),
+    ],
+)
+def test_wants_colour(environ, tty, expected):
+    from gpuctl.output import wants_colour
+
+    class Stream:
+        def isatty(self) -> bool:
+            return tty
+
+    assert wants_colour(Stream(), environ) is expected
+
+
+def test_a_hostile_name_stays_escaped_when_coloured(capsys, monkeypatch):
+    """Colour bypasses the escaping stream; the cells must already be escaped."""
+    import io
+
+    from gpuctl.output import TerminalSafe
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("TERM", raising=False)
+    screen = Terminal()
+    rows = [{"name": "\x1b]0;pwned\x07", "state": "failed"}]
+    table(rows, columns(("NAME", "name"), ("STATE", "state")), out=TerminalSafe(screen))
+    shown = screen.getvalue()
+    assert "\\x1b]0;pwned\\x07" in shown and "\x07" not in shown
+    assert "\x1b[31mfailed\x1b[0m" in shown

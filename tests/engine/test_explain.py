@@ -230,6 +230,22 @@ def test_topology_on_one_node_and_on_several():
     assert remedy.startswith("Starts when enough neighbouring capacity frees up")
 
 
+def test_topology_with_no_rack_holding_a_whole_matching_node():
+    # Seen on the live demo: "the best rack () has 0 and the best block 0 such nodes".
+    none = {
+        "nodes_needed": 8,
+        "best_rack": "",
+        "best_rack_nodes": 0,
+        "best_block_nodes": 0,
+        "free_gpus": 40,
+    }
+    _code, msg, _details, _remedy = explain.topology(pjob(1, 64), "needs 8 whole nodes", none)
+    assert msg == (
+        "This job needs 8 whole nodes; 40 such GPUs are left free this cycle but scattered: "
+        "no rack has a whole matching node free."
+    )
+
+
 def test_insufficient():
     assert explain.insufficient(pjob(1, 8), SHAPE, {"free_gpus": 3}) == (
         Code.INSUFFICIENT_GPUS,

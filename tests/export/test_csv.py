@@ -138,3 +138,20 @@ def test_pages_link_their_csv_with_their_filters(demo, api):
     detail = client.get(f"/quotas/lines/{line.name}/").content.decode()
     usage = re.search(r'<a href="([^"]+)" id="usage-csv"', detail).group(1)
     assert rows_of(client.get(usage)) == []
+
+
+def test_an_export_cut_at_the_row_cap_says_so(demo, api, monkeypatch):
+    """``every row`` up to MAX_ROWS; past it the CSV is cut and the header says so, never
+    silently (a million-job history exported whole would be cut without a word)."""
+    from core import csv_export
+
+    queue = llm_queue(api)
+    for i in range(3):
+        submit(api, "researcher", f"run-{i}", queue)
+    monkeypatch.setattr(csv_export, "MAX_ROWS", 2)
+    response = api("researcher").get("/api/v1/jobs.csv?mine=1")
+    assert len(rows_of(response)) == 2
+    assert response[csv_export.TRUNCATED_HEADER].startswith("2 rows; more matched")
+    monkeypatch.setattr(csv_export, "MAX_ROWS", 3)
+    response = api("researcher").get("/api/v1/jobs.csv?mine=1")
+    assert len(rows_of(response)) == 3 and csv_export.TRUNCATED_HEADER not in response

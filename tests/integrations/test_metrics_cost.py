@@ -31,18 +31,68 @@ def scrape(demo) -> dict:
     return out
 
 
-def test_bench_metrics_time_is_flat_from_1k_to_many_cycle_rows(demo):
-    sizes = os.environ.get("BENCH_METRICS_SIZES", "1000,50000")
+def test_bench_metrics_prints_each_size_and_rolls_back(demo):
+    """The command prints one timing row per size and leaves no rows behind. Whether the
+    time stays flat is the command's figure (docs/benchmarks.md), not a timed test: that
+    the scrape does not recount cycles or the job history is checked through its SQL in
+    test_the_finished_job_history_is_not_counted_at_scrape_time."""
     out = StringIO()
-    call_command("bench_metrics", sizes=sizes, runs=15, json=True, stdout=out)
+    call_command("bench_metrics", sizes="1000,5000", runs=3, json=True, stdout=out)
     rows = json.loads(out.getvalue())
-    assert [r["cycle_rows"] for r in rows] == [int(s) for s in sizes.split(",")]
-    first, last = rows[0], rows[-1]
-    print(rows)
-    assert last["median_ms"] < first["median_ms"] * 1.5 + 10, rows
+    assert [r["cycle_rows"] for r in rows] == [1000, 5000]
+    assert all(r["runs"] == 3 and 0 < r["median_ms"] <= r["p95_ms"] for r in rows), rows
     from scheduling.models import SchedulingCycle
 
     assert SchedulingCycle.objects.count() == 0, "the bench rolled back its rows"
+
+
+def test_bench_metrics_runs_under_make_run_and_production_settings(demo, settings):
+    """Not only under the test settings (which allow the test client's host): ``make run``
+    allows 127.0.0.1 and localhost, production its public name and redirects to HTTPS."""
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    settings.SECURE_SSL_REDIRECT = True
+    out = StringIO()
+    call_command("bench_metrics", sizes="10", runs=2, json=True, stdout=out)
+    assert [r["cycle_rows"] for r in json.loads(out.getvalue())] == [10]
+
+
+def test_the_finished_job_history_is_not_counted_at_scrape_time(demo):
+    """Jobs are kept forever; a scrape that counted them by state grew with the history
+    (bench_metrics --finished-jobs: 1M finished jobs added ~500 ms). gpuportal_jobs is the
+    live states only, read through the (state, queue) index."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduling.models import Job
+
+    out = StringIO()
+    call_command("bench_metrics", sizes="1,200", runs=1, json=True, finished_jobs=True, stdout=out)
+    assert [r["job_rows"] for r in json.loads(out.getvalue())] == [1, 200]
+    assert not Job.objects.exists(), "the bench rolled back its jobs"
+
+    from quotas.models import Queue
+
+    queue = Queue.objects.get(name="llm-core")
+    spec = {"owner": demo["researcher"], "queue": queue, "tier": queue.tier, "gpus": 1,
+            "gpus_per_node": 1}  # fmt: skip
+    Job.objects.bulk_create(
+        [Job(name=f"done-{i}", state="succeeded", **spec) for i in range(30)]
+        + [Job(name="waits", state="pending", **spec)]
+    )
+    with CaptureQueriesContext(connection) as queries:
+        m = scrape(demo)
+    jobs = {dict(labels)["state"]: v for (name, labels), v in m.items() if name == "gpuportal_jobs"}
+    assert jobs == {"pending": 1, "running": 0, "preempting": 0}
+    from scheduling.models import SchedulingCycle
+
+    job_table = Job._meta.db_table
+    for query in queries.captured_queries:
+        sql = query["sql"]
+        assert SchedulingCycle._meta.db_table not in sql, sql  # cycles: recorded, not recounted
+        if sql.startswith("SELECT DISTINCT"):
+            assert '"name"' not in sql, sql  # one row per GPU model, not one per node
+        if f'FROM "{job_table}"' in sql and "GROUP BY" in sql:
+            assert '"state" IN' in sql or '"state" =' in sql, sql  # never all of history
 
 
 def test_new_series_exist_from_the_start_with_zeros(demo):

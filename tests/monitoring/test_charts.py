@@ -139,10 +139,23 @@ def test_eviction_ratio_marks_queues_over_the_alert_line_by_text_and_pattern_too
     assert fig["layout"]["annotations"][0]["text"] == "alert above 15%"
     assert fig["layout"]["yaxis"]["range"][1] >= 32.0
     assert (
-        fig["summary"] == "1 queue(s) above the 15% alert line: llm-experiment 32.0% (7 evictions)"
+        fig["summary"]
+        == "1 queue(s) above the 15% alert line, last 24 h: llm-experiment 32.0% (7 evictions)"
     )
     calm = charts.eviction_ratio_figure(queues[1:], threshold=0.15)
-    assert calm["summary"] == "Every queue is under the 15% alert line (highest: llm-core 2.0%)."
+    assert calm["summary"] == (
+        "Every queue is under the 15% alert line, last 24 h (highest: llm-core 2.0%)."
+    )
+
+
+def test_the_eviction_caption_names_the_window_it_was_given():
+    """#15: the eviction ratio's window is said on every surface, the dashboard caption too
+    (not only in the chart's title): '0.3%' alone does not say over how long."""
+    queues = [QueueEviction("llm-experiment", "llm", 0.32, 7), QueueEviction("c", "llm", 0.0, 0)]
+    for shown in (queues, queues[1:]):
+        fig = charts.eviction_ratio_figure(shown, threshold=0.15, window="last 72 h")
+        assert "last 72 h" in fig["layout"]["title"]["text"]
+        assert "alert line, last 72 h" in fig["summary"], fig["summary"]
 
 
 @pytest.mark.parametrize(

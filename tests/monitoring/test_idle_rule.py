@@ -10,6 +10,7 @@ import pytest
 import replay.idle
 from monitoring import idle
 from scheduling.engine import (
+    Code,
     LineView,
     NodeView,
     PendingJob,
@@ -108,3 +109,32 @@ def test_the_replay_uses_the_same_rule():
     assert replay.idle.idle_claims is idle.idle_claims
     assert replay.idle.claim_rest is idle.claim_rest
     assert replay.idle.CAUSES is idle.CAUSES
+
+
+def test_a_job_over_quota_that_may_borrow_lacks_gpus_it_fits_not_permission():
+    """The line is at its quota (16, all held); idle GPUs sit 4 to a node. A preemptible
+    gang of whole nodes may borrow but fits nowhere ("none fits it now"): topology; a
+    non-preemptible job may not borrow: quota; a preemptible job larger than the idle
+    GPUs left: insufficient."""
+    base = snapshot()
+    pending = (
+        PendingJob(2, "q", "L", "core", 8, gpus_per_node=8, preemptible=True),
+        PendingJob(3, "q", "L", "core", 4, preemptible=False, submitted_at=1.0),
+        PendingJob(4, "q", "L", "core", 32, gpus_per_node=8, preemptible=True,
+                   submitted_at=2.0),
+    )  # fmt: skip
+    snap = replace(base, lines=(LineView("L", 16),), pending=pending,
+                   policy=PolicyConfig.preset("full"))  # fmt: skip
+    decided = plan(snap, 10.0)
+    assert not decided.starts and not decided.reservations
+    assert {v.code for v in decided.verdicts.values()} == {Code.QUOTA_EXCEEDED}
+    assert "none fits it now" in decided.verdicts[2].message
+    got = idle.plan_idle(snap, decided)
+    assert got.claims == {"topology": 8, "quota": 4, "insufficient": 4}
+    # without borrowing every one of them lacks permission
+    strict = replace(snap, policy=PolicyConfig.preset("backfill"))
+    assert idle.plan_idle(strict, plan(strict, 10.0)).claims == {"quota": 16}
+    assert idle.may_borrow(True, False, snap.policy)
+    assert not idle.may_borrow(True, True, snap.policy)
+    assert not idle.may_borrow(False, False, snap.policy)
+    assert not idle.may_borrow(True, False, strict.policy)

@@ -268,6 +268,17 @@ def test_the_node_page_shows_its_jobs_and_the_blast_radius_before_the_forms(clie
     assert 'value="cordon"' in body and 'value="drain"' in body and 'value="uncordon"' not in body
 
 
+def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
+    Node.objects.filter(name="r000-n01").update(inference=True, inference_gpus=3,
+                                                residual_gpus=1)  # fmt: skip
+    page = as_user(client, demo, "oncall")
+    body = page.get("/oncall/nodes/r000-n01/").content.decode()
+    assert re.search(r'id="node-gpus">0 used, 4 free, .*>1</span> held by residual processes, '
+                     r'<span id="node-inference">3</span> serving online inference, of 8', body)  # fmt: skip
+    plain = page.get("/oncall/nodes/r000-n02/").content.decode()
+    assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
+
+
 def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
     as_user(client, demo, "oncall")
     url = f"/oncall/nodes/{NODE}/action/"

@@ -60,7 +60,9 @@ def test_readyz_is_200_with_a_recent_cycle_and_sweep():
 def test_a_stale_cycle_or_a_silent_beat_is_named():
     ran("cycle", 31)  # more than max(3 x 5 s, 30 s)
     ran("sweep", 91)  # more than 3 x 30 s
-    checks = Client().get("/readyz").json()["checks"]
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
     assert not checks["last_cycle"]["ok"] and "limit 30 s" in checks["last_cycle"]["detail"]
     assert not checks["beat"]["ok"] and "limit 90 s" in checks["beat"]["detail"]
 
@@ -77,3 +79,49 @@ def test_a_failing_dependency_is_a_503_not_a_500(monkeypatch):
     assert response.status_code == 503
     assert response.json()["checks"]["redis"] == {"ok": False, "detail": "redis is down"}
     assert response.json()["checks"]["database"]["ok"]
+
+
+@pytest.mark.parametrize("stale", ["cycle", "sweep"])
+def test_one_stale_loop_alone_turns_readyz_503(stale):
+    ran("cycle", 1)
+    ran("sweep", 1)
+    SchedulingCycle.objects.filter(kind=stale).update(
+        started_at=timezone.now() - timedelta(hours=1)
+    )
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    failed = [name for name, check in response.json()["checks"].items() if not check["ok"]]
+    assert failed == ["last_cycle" if stale == "cycle" else "beat"]
+
+
+def test_the_database_down_is_a_503_naming_it(monkeypatch):
+    from django.db import OperationalError
+
+    ran("cycle", 1)
+    ran("sweep", 1)
+    connection = health.connections[health.DEFAULT_DB_ALIAS]
+
+    def refused(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(connection, "cursor", refused)
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["database"] == {"ok": False, "detail": "connection refused"}
+
+
+def test_a_migration_not_applied_is_a_503_naming_it():
+    """A real unapplied migration: its row taken out of django_migrations (rolled back with
+    the test), as on a database an upgrade's new code reaches before ``migrate`` ran."""
+    from django.db.migrations.recorder import MigrationRecorder
+
+    ran("cycle", 1)
+    ran("sweep", 1)
+    assert Client().get("/readyz").status_code == 200
+    latest = MigrationRecorder.Migration.objects.filter(app="scheduling").latest("id")
+    latest.delete()
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["migrations"] == {
+        "ok": False, "detail": "1 migration(s) not applied"
+    }  # fmt: skip

@@ -594,7 +594,7 @@ def test_plain_records_as_dicts_are_their_fields_in_order():
     assert list(suggestion.as_dict()) == [
         "queue", "eviction_ratio", "target_ratio", "evictions", "evicted_gpu_hours",
         "current_guarantee", "suggested_guarantee", "prevented_evictions", "prevented_share",
-        "ratio_after", "capped_at",
+        "ratio_after", "capped_at", "floor_for_target", "ratio_at_floor",
     ]  # fmt: skip
     assert suggestion.as_dict()["capped_at"] is None and not hasattr(suggestion, "__dict__")
 

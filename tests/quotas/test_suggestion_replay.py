@@ -48,6 +48,22 @@ def test_the_suggestion_is_the_smallest_guarantee_whose_replay_covers_enough():
     assert (s.suggested_guarantee, s.prevented_evictions, s.ratio_after) == (57, 4, 0.0)
 
 
+def test_the_suggestion_says_what_floor_would_have_kept_the_queue_under_target():
+    """#19: 4 evictions of 3,600 GPU-s out of 57,600 delivered (25%); the 10% target needs
+    3 of them prevented: a floor of 49 (the 25% coverage suggests 33, which leaves 18.8%)."""
+    plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
+    s = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
+    assert s is not None and s.suggested_guarantee == 33
+    assert (s.floor_for_target, s.ratio_at_floor) == (49, 0.0625)
+    assert "A guaranteed floor of 49 GPUs would have kept it under its 10% target" in s.message()
+    capped = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, 40, 0.1, coverage=0.25)
+    assert capped is not None and capped.floor_for_target is None
+    assert "No guaranteed floor within its quota" in capped.message()
+    enough = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1)  # 80%: 57, ratio 0
+    assert enough is not None and enough.floor_for_target == 49
+    assert "floor" in enough.message()  # 49 < 57: the smaller floor is named
+
+
 def test_a_cap_the_replay_prevents_nothing_under_gives_no_suggestion():
     plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
     assert L.suggest_guarantee("q", plan, 10 * 3600.0, 0, cap=32, target_ratio=0.1) is None

@@ -113,6 +113,8 @@ def test_human_output(tmp_path):
         (("itp", "--pool-gpus", "12"), "multiple of 8"),
         (("philly", "--window", "2017-10-03:2017-10-01"), "END must be after START"),
         (("itp", "--window", "100d:101d"), "no jobs"),
+        (("itp", "--borrow", "cooldown=5"), "--borrow takes NAME=VALUE"),
+        (("itp", "--borrow", "borrow_forecast=maybe"), "takes true or false"),
     ],
 )
 def test_bad_arguments_are_command_errors(args, message):
@@ -140,3 +142,22 @@ def test_scenario_slug_names_the_layout():
     assert scenario_slug({**base, "layout": "shared", "pool_gpus": 2816}).startswith(
         "philly-shared2816-"
     )
+
+
+def test_borrow_options_set_the_engines_borrowing_rules_and_are_reproducible():
+    """#19: ``--borrow NAME=VALUE`` sets a borrowing rule of the run's policy, is recorded in
+    the JSON and written back into the command line that reproduces the run."""
+    from replay.cli import build_parser, command_line, config_from
+    from replay.replay import Replay
+    from replay.workload import build_layout, load_workload
+
+    args = ["itp", "--window", "0:1h", "--borrow", "borrow_cooldown_s=0"]
+    args += ["--borrow", "borrow_forecast_all=true"]
+    config = config_from(vars(build_parser().parse_args(args)))
+    assert config.borrow == (("borrow_cooldown_s", 0.0), ("borrow_forecast_all", True))
+    line = command_line(config)
+    assert "--borrow borrow_cooldown_s=0 --borrow borrow_forecast_all=true" in line
+    w = load_workload("itp", "0:1h", 0)
+    policy = Replay(w, build_layout(w, None), config).policy
+    assert (policy.borrow_cooldown_s, policy.borrow_forecast_all) == (0.0, True)
+    assert policy.borrow_queue_cooldown_s == 1800.0  # the engine's default, untouched

@@ -24,6 +24,13 @@ from scheduling import verdict_text as vt
         ("strict_order", 0, "no"),
         ("demoted", 1, "yes"),
         ("constraint", "block_size", "more matching nodes than any network block has"),
+        # the borrowing rule that keeps a job from borrowing (#19)
+        ("borrow_refused", "cooldown", "it was preempted recently (cool-down)"),
+        (
+            "borrow_refused",
+            "lenders_return",
+            "the lenders are predicted to need the GPUs back before it ends",
+        ),
         ("free_gpus", 12, "12"),
         ("ratio", 2.0, "2"),
         ("ratio", 0.4567, "0.5"),

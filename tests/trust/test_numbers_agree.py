@@ -9,7 +9,8 @@ data. They must be equal to each other and to the numbers recomputed here from t
 jobs, the allocations and the evictions themselves, and obey the definitions of
 docs/quotas.md: used = what running and checkpointing jobs hold; borrowed =
 max(0, used - own quota), 0 without a quota of its own; within quota = used - borrowed;
-utilization = GPUs allocated on healthy nodes over healthy GPUs; one eviction window,
+utilization = GPUs in use by jobs or by online inference on healthy nodes over healthy GPUs
+(inference as the simulated cluster itself holds it); one eviction window,
 named everywhere, and "no data yet" rather than 0.0% while it holds nothing.
 """
 
@@ -33,6 +34,7 @@ from monitoring.models import MetricSample
 from monitoring.rollup import rollup
 from quotas import ledger
 from quotas.models import BusinessLine, Queue, QuotaPolicy
+from scheduling.backend_factory import open_simulator
 from scheduling.cycle import run_cycle
 from scheduling.models import Allocation, Eviction, Job, Node
 from scheduling.sim_services import advance_clock
@@ -139,6 +141,12 @@ def truth() -> dict:
     healthy = Node.objects.filter(state="ready", health="ok")
     out["gpus_healthy"] = sum(healthy.values_list("gpus_total", flat=True))
     out["gpus_allocated_healthy"] = Allocation.objects.filter(node__in=healthy).count()
+    names = set(healthy.values_list("name", flat=True))
+    out["gpus_inference_healthy"] = sum(
+        len(n.inference_gpus)
+        for n in open_simulator(advance=False).sim.observe().nodes
+        if n.name in names
+    )
     return out
 
 
@@ -306,16 +314,20 @@ def test_every_number_agrees_on_every_surface_at_the_same_cycle(users):
     assert f"Eviction ratio of the queue, {WINDOW} of cluster time" in text
 
     # utilization of healthy GPUs, everywhere
-    utilization = round(t["gpus_allocated_healthy"] / t["gpus_healthy"], 4)
+    in_use = t["gpus_allocated_healthy"] + t["gpus_inference_healthy"]
+    assert t["gpus_inference_healthy"] > 0, "the shared nodes serve inference at this hour"
+    utilization = round(in_use / t["gpus_healthy"], 4)
     summary = api.get("/api/v1/metrics/summary/").json()
     assert summary["utilization"] == utilization
     assert summary["gpus_allocated_healthy"] == t["gpus_allocated_healthy"]
+    assert summary["gpus_inference_healthy"] == t["gpus_inference_healthy"]
     assert summary["gpus_healthy"] == t["gpus_healthy"]
     assert samples[("gpuportal_gpu_utilization_ratio", frozenset())] == utilization
     dash = web.get("/dashboard/data/").json()
     assert dash["tiles"]["utilization"] == f"{utilization:.1%}"
-    assert (dash["tiles"]["gpus_allocated"], dash["tiles"]["gpus_healthy"]) == (
-        t["gpus_allocated_healthy"], t["gpus_healthy"],
+    assert (dash["tiles"]["gpus_allocated"], dash["tiles"]["gpus_inference"],
+            dash["tiles"]["gpus_healthy"]) == (
+        t["gpus_allocated_healthy"], t["gpus_inference_healthy"], t["gpus_healthy"],
     )  # fmt: skip
     pending_jobs = Job.objects.filter(state="pending").count()
     assert dash["tiles"]["pending_jobs"] == sum(summary["pending_by_reason"].values())
@@ -460,7 +472,11 @@ def test_at_start_up_the_eviction_ratio_says_no_data_yet(users):
 def test_a_window_of_other_length_is_named_so_everywhere(users):
     """Admins change the window in the quota policy: every surface follows and says so."""
     QuotaPolicy.objects.update_or_create(singleton=True, defaults={"eviction_window_hours": 24})
+    generate()
+    run_cycle()
     rollup()
+    advance_clock(users["admin"], 600)
+    rollup()  # ten minutes delivered: ratios to show, so the dashboard's caption has figures
     web = Client()
     web.force_login(users["admin"])
     api = APIClient()
@@ -471,5 +487,9 @@ def test_a_window_of_other_length_is_named_so_everywhere(users):
     assert row["eviction_window_seconds"] == 24 * 3600
     _, text = metrics_samples(web)
     assert "last 24 h of cluster time" in text
-    assert "last 24 h" in web.get("/dashboard/data/").json()["eviction_window"]
-    assert timedelta(hours=24).total_seconds() == 86400
+    dash = web.get("/dashboard/data/").json()
+    assert "last 24 h" in dash["eviction_window"]
+    # the words under the chart say it too, not only its title
+    caption = dash["figures"]["eviction"]["summary"]
+    assert "alert line, last 24 h" in caption, caption
+    assert "alert line, last 24 h" in html.unescape(web.get("/dashboard/").content.decode())

@@ -52,8 +52,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--step-seconds",
             type=float,
-            default=300.0,
-            help="cluster seconds between beat rounds (default 300: 5 s at 60x)",
+            default=120.0,
+            help="cluster seconds between scheduling cycles (default 120: make run's 2 s at "
+            "60x; 300 is the 5 s of runs before #19)",
         )
         parser.add_argument(
             "--warmup-hours",

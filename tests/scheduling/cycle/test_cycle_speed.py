@@ -183,3 +183,86 @@ def test_the_snapshot_reads_its_rows_as_values_would(make_job, running_job):
     epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
     expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
     assert list(active_job_rows().values()) == expected and len(expected) == 3
+
+
+def test_the_snapshot_decodes_each_distinct_verdict_once(make_job):
+    """Waiting jobs held by the same cause say the same: one decoded dict for equal texts."""
+    same = {"queue": "q", "short_gpus": 8, "room": [1, 2]}
+    for name in ("a", "b", "c"):
+        make_job(name=name, pending_code="QUOTA_EXCEEDED", pending_details=dict(same))
+    make_job(name="d", pending_code="TOPOLOGY", pending_details={"where": "r1"})
+    make_job(name="e")  # no verdict yet: {}
+    by_name = {r["name"]: r["pending_details"] for r in active_job_rows().values()}
+    assert by_name == {"a": same, "b": same, "c": same, "d": {"where": "r1"}, "e": {}}
+    assert by_name["a"] is by_name["b"] is by_name["c"], "one decoding for one text"
+    assert by_name["d"] is not by_name["a"]
+
+
+def test_the_snapshot_rows_come_in_the_model_order_with_exact_estimated_starts(make_job):
+    """Sorted in Python as ``Job.Meta.ordering`` sorts (equal submissions: highest id first,
+    whatever order the server sends them in); estimated starts read as epochs come back as
+    the stored microsecond."""
+    same = datetime.fromtimestamp(T0 - 300, UTC).replace(microsecond=123457)
+    for i, pk in enumerate((500, 100, 900, 300, 700, 200)):
+        micro = (pk * 7919) % 10**6
+        make_job(id=pk, name=f"j{i}", submitted_at=same if i < 4 else same.replace(microsecond=micro),
+                 estimated_start=datetime.fromtimestamp(T0 + 3600 * i, UTC).replace(
+                     microsecond=(micro * 13) % 10**6))  # fmt: skip
+    make_job(name="none", estimated_start=None)
+    epochs = {f"{name}_ts": Epoch(name) for name in EPOCH_FIELDS}
+    expected = list(Job.objects.filter(state__in=Job.ACTIVE_STATES).values(*JOB_FIELDS, **epochs))
+    got = list(active_job_rows().values())
+    assert [r["id"] for r in expected if r["id"] in (100, 300, 500, 900)] == [900, 500, 300, 100]
+    assert [r["id"] for r in got] == [r["id"] for r in expected]
+    assert got == expected
+    assert [r["estimated_start"] for r in got] == [r["estimated_start"] for r in expected]
+
+
+class FixedPrediction:
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+
+    def predict_row(self, row: dict, queue_name: str) -> float | None:
+        return self.seconds
+
+
+def test_the_next_snapshot_reuses_what_did_not_change_and_rebuilds_the_rest(
+    make_job, backend, cluster
+):
+    """Unchanged rows and waiting jobs come back as the same objects; a changed row, queue,
+    line or prediction gives a new view, equal to one built afresh."""
+    from dataclasses import replace
+
+    from quotas.models import BusinessLine
+
+    kept, verdict, moved = make_job(name="kept"), make_job(name="verdict"), make_job(name="moved")
+    prediction = FixedPrediction(3600.0)
+
+    def views() -> dict[str, et.PendingJob]:
+        ctx = build_snapshot(backend.observe(), et.PolicyConfig(), prediction)
+        return {ctx.jobs[p.id]["name"]: p for p in ctx.snapshot.pending}
+
+    first = views()
+    rows = active_job_rows()
+    second = views()
+    assert all(second[name] is first[name] for name in first), "nothing changed: all reused"
+    assert active_job_rows()[kept.pk] is rows[kept.pk]
+
+    Job.objects.filter(pk=verdict.pk).update(pending_code="TOPOLOGY", pending_details={"a": 1})
+    other = BusinessLine.objects.create(name="cv", display_name="CV", quota_gpus=10)
+    queue = cluster["queue"]
+    queue.business_line = other
+    queue.save()
+    third = views()
+    assert active_job_rows()[verdict.pk]["pending_details"] == {"a": 1}
+    assert third["moved"] is not second["moved"] and third["moved"].line == "cv"
+    assert third["moved"] == replace(second["moved"], line="cv")
+
+    queue.business_line = BusinessLine.objects.get(name="llm")
+    queue.save()
+    views()
+    prediction.seconds = 60.0
+    fourth = views()
+    assert {p.predicted_runtime_s for p in fourth.values()} == {60.0}
+    assert fourth["kept"] == replace(first["kept"], predicted_runtime_s=60.0)
+    assert moved.pk in {p.id for p in fourth.values()}

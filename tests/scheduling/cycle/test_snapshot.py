@@ -113,3 +113,53 @@ def test_finished_jobs_are_not_in_the_snapshot(make_job, backend):
     predictor = StubPredictor()
     snap = snapshot_of(backend, predictor)
     assert (snap.pending, snap.running, predictor.asked) == ((), (), [])
+
+
+# -- borrowing inputs (#19, scheduling/borrow_inputs.py) -----------------------------------
+def test_borrowing_inputs_reach_the_snapshot(make_job, backend, cluster):
+    """A job preempted 10 min ago and its queue carry the time (the cool-down); the lines'
+    usage samples give the entitled-demand peaks; the rollup's ratio reaches the queue."""
+    from quotas.models import UsageSample
+    from scheduling import borrow_inputs
+    from scheduling.engine.borrowing import HORIZONS_S
+    from scheduling.models import Eviction
+
+    queue = cluster["queue"]
+    job = make_job(name="again", preemption_count=1)
+    make_job(name="fresh")
+    Eviction.objects.create(job=job, queue=queue, at=at(T0 - 600), reason="preemption",
+                            gpus=8, gpu_seconds=3600.0)  # fmt: skip
+    Eviction.objects.create(
+        job=job, queue=queue, at=at(T0 - 7200), reason="preemption", gpus=8, gpu_seconds=3600.0
+    )  # fmt: skip: outside the cool-down
+    line = queue.business_line
+    # entitled demand = used - borrowed + pending, at most the quota (100)
+    for age, used, borrowed, pending in ((60, 40, 10, 0), (3000, 90, 0, 50), (40_000, 20, 0, 0)):
+        UsageSample.objects.create(at=at(T0 - age), business_line=line, used_gpus=used,
+                                   borrowed_gpus=borrowed, pending_gpus=pending)  # fmt: skip
+    borrow_inputs.provide_eviction_ratios(lambda: {queue.pk: 0.25})
+    try:
+        s = snapshot_of(backend, StubPredictor())
+    finally:
+        from monitoring.rollup import get_eviction_ratios
+
+        borrow_inputs.provide_eviction_ratios(get_eviction_ratios)
+    by_name = {p.id: p for p in s.pending}
+    assert by_name[job.pk].last_evicted_at == T0 - 600
+    assert len(s.pending) == 2 and [p.last_evicted_at for p in s.pending].count(None) == 1
+    (q,) = s.queues
+    assert (q.last_reclaim_at, q.eviction_ratio) == (T0 - 600, 0.25)
+    # 30 min: only the sample of a minute ago (30); from 1 h on the 100 (capped 140) counts
+    expected = tuple(30 if h < 3000 else 100 for h in HORIZONS_S)
+    assert s.demand_peaks == expected
+
+
+def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
+    from quotas.models import QuotaPolicy
+    from scheduling.cycle.context import production_policy
+
+    assert production_policy().borrow_cooldown_s == 1800.0  # the default, without a row
+    QuotaPolicy.objects.create(borrow_cooldown_minutes=45, eviction_target=0.2)
+    policy = production_policy()
+    assert (policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s) == (2700.0, 2700.0)
+    assert policy.borrow_eviction_target == 0.2

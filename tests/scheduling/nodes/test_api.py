@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 NODE = "r000-n01"
 FIELDS = {"name", "rack", "block", "gpu_model", "gpu_memory_gb", "gpus_total", "gpus_free",
           "rdma", "inference", "state", "state_reason", "health", "health_detail",
-          "residual_gpus"}  # fmt: skip
+          "residual_gpus", "inference_gpus"}  # fmt: skip
 
 
 def hold(demo, node: str, indices: list[int]) -> None:
@@ -40,6 +40,13 @@ def test_free_gpus_leave_out_allocated_and_residual_ones(demo, api):
     Node.objects.filter(name=NODE).update(residual_gpus=2)
     body = api("researcher").get(f"/api/v1/nodes/{NODE}/").data
     assert (body["gpus_total"], body["gpus_free"], body["residual_gpus"]) == (8, 3, 2)
+
+
+def test_free_gpus_leave_out_those_serving_online_inference(demo, api):
+    hold(demo, NODE, [0, 1])
+    Node.objects.filter(name=NODE).update(inference=True, inference_gpus=4)
+    body = api("researcher").get(f"/api/v1/nodes/{NODE}/").data
+    assert (body["gpus_total"], body["gpus_free"], body["inference_gpus"]) == (8, 2, 4)
 
 
 def test_filters_narrow_the_list(demo, api):

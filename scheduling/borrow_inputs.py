@@ -1,0 +1,102 @@
+"""What the engine's borrowing rules (#19, ``scheduling.engine.borrowing``) read from the
+portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production_policy``.
+
+* the knobs: ``QuotaPolicy.borrow_cooldown_minutes`` and ``QuotaPolicy.eviction_target``
+  (the target above which the guarantee advice speaks, and borrowing tightens);
+* the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
+  the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
+  ``used - borrowed + pending``, at most the line's quota, summed per sample);
+* per job and per queue, the last eviction within the cool-down (``Eviction`` rows; moves
+  by consolidation are not evictions);
+* per queue, the eviction ratio of the monitoring rollup. Monitoring sits above
+  scheduling, so it registers its reader here (``provide_eviction_ratios``, in
+  ``MonitoringConfig.ready``) as it connects to the loop's signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.db.models import Case, F, IntegerField, Sum, When
+from django.db.models.functions import Least
+
+from quotas.models import QuotaPolicy, UsageSample
+from scheduling.clock import to_epoch
+from scheduling.engine.borrowing import HORIZONS_S
+from scheduling.models import CONSOLIDATION, Eviction
+
+EvictionRatios = Callable[[], dict[int, float | None]]
+_ratio_source: list[EvictionRatios] = []
+
+
+def provide_eviction_ratios(source: EvictionRatios) -> None:
+    """Register the reader of the latest per-queue eviction ratios (queue id -> ratio)."""
+    _ratio_source[:] = [source]
+
+
+def queue_eviction_ratios() -> dict[int, float | None]:
+    """Latest eviction ratio per queue id ({} when monitoring is not installed)."""
+    return _ratio_source[0]() if _ratio_source else {}
+
+
+def policy_knobs() -> dict[str, float]:
+    """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
+    row = QuotaPolicy.objects.values("borrow_cooldown_minutes", "eviction_target").first()
+    if row is None:
+        row = {
+            name: QuotaPolicy._meta.get_field(name).get_default()
+            for name in ("borrow_cooldown_minutes", "eviction_target")
+        }
+    cooldown = float(row["borrow_cooldown_minutes"]) * 60.0
+    return {
+        "borrow_cooldown_s": cooldown,
+        "borrow_queue_cooldown_s": cooldown,
+        "borrow_eviction_target": float(row["eviction_target"]),
+    }
+
+
+def entitled_demand_peaks(now: datetime) -> tuple[int, ...]:
+    """Peak of the cluster's entitled demand over each horizon: per usage sample, summed
+    over lines, ``used - borrowed + pending`` at most the line's quota (one query)."""
+    demand = F("used_gpus") - F("borrowed_gpus") + F("pending_gpus")
+    capped = Case(
+        When(business_line__quota_gpus__isnull=True, then=demand),
+        default=Least(demand, F("business_line__quota_gpus")),
+        output_field=IntegerField(),
+    )
+    rows = list(
+        UsageSample.objects.filter(
+            queue__isnull=True, at__gte=now - timedelta(seconds=HORIZONS_S[-1]), at__lte=now
+        )
+        .values("at")
+        .annotate(total=Sum(capped))
+        .values_list("at", "total")
+    )
+    peaks = [0] * len(HORIZONS_S)
+    for at, total in rows:
+        age = (now - at).total_seconds()
+        for i, h in enumerate(HORIZONS_S):
+            if age <= h and (total or 0) > peaks[i]:
+                peaks[i] = total
+    return tuple(peaks) if rows else ()
+
+
+def recent_evictions(now: datetime, cooldown_s: float) -> tuple[dict[int, float], dict[int, float]]:
+    """Last eviction (epoch seconds) within the cool-down, per job id and per queue id."""
+    if cooldown_s <= 0:
+        return {}, {}
+    rows = (
+        Eviction.objects.filter(at__gte=now - timedelta(seconds=cooldown_s))
+        .exclude(reason=CONSOLIDATION)
+        .values_list("job_id", "queue_id", "at")
+    )
+    by_job: dict[int, float] = {}
+    by_queue: dict[int, float] = {}
+    for job_id, queue_id, at in rows:
+        t = to_epoch(at)
+        if t is None:
+            continue
+        by_job[job_id] = max(by_job.get(job_id, t), t)
+        by_queue[queue_id] = max(by_queue.get(queue_id, t), t)
+    return by_job, by_queue

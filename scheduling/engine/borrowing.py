@@ -1,0 +1,280 @@
+"""Borrowing that does not thrash (#19): who may borrow idle quota, and for how long.
+
+A job over its quota that is preemptible and not demoted may *borrow*: start on capacity
+other lines are entitled to but leave idle (``planner.consider_borrower``, in the plan's
+second pass). Borrowed work is the first thing reclaimed (preempted) when a lender's own
+work needs the GPUs back. Without further rules, small jobs borrow, are reclaimed a few
+minutes later and borrow again (ITP on 1,280 GPUs: eviction ratio 0.32, 8% of jobs
+demoted). Three rules, checked here before a borrower is placed, keep that from
+happening:
+
+1. **It must end before the lenders return.** The cluster's *entitled demand* (summed
+   over lines: the GPUs a line holds within quota plus the GPUs its waiting jobs ask
+   for, at most its quota) is forecast per look-ahead ``h`` in ``HORIZONS_S`` as its peak
+   of the last ``h`` (``Snapshot.demand_peaks``, kept by the caller): *within the next h,
+   the lenders are predicted to need back as much as they used at peak in the last h*,
+   and never less than they need now. A reclaim happens when entitled demand no longer finds room beside
+   the borrowed work, so a borrower of ``g`` GPUs and predicted runtime ``R`` (the plan's
+   own quantile, ``predicted_runtime_s``) starts only if, at every instant of ``[now,
+   now + R]``::
+
+       forecast entitled demand(t) + borrowed GPUs still running at t + g <= ready GPUs
+
+   where the borrowed work still running counts running borrowed jobs until their
+   predicted end (victims until their deadline) and the jobs this plan already let
+   borrow. The forecast is a step function (one step per horizon) and borrowed work only
+   decreases, so the check is one inequality per horizon segment. A runtime longer than
+   the last horizon uses the last horizon's peak.
+2. **Cool-down.** A job evicted less than ``borrow_cooldown_s`` ago
+   (``PendingJob.last_evicted_at``), or any job of a queue that had a job evicted that
+   recently (``QueueView.last_reclaim_at``), does not borrow: it waits within its quota.
+3. **Eviction ratio above target tightens.** A queue whose recent eviction ratio
+   (``QueueView.eviction_ratio``) is above ``borrow_eviction_target`` may hold at most
+   ``floor(quota x (2 - ratio / target))`` borrowed GPUs (its own quota, else its line's),
+   a cap that shrinks as the ratio climbs and is 0 from twice the target; as the ratio
+   falls back (the caller's window moves on), the cap grows back.
+
+A refused borrower reads ``QUOTA_EXCEEDED`` as before, with the rule in its message and
+``details.borrow_refused`` (``cooldown``, ``queue_cooldown``, ``eviction_cap`` or
+``lenders_return``). Rule 1 is on with ``borrow_forecast``; rules 2 and 3 with a
+positive cool-down / target. ``check_borrowing`` re-derives rule 1-3 for a finished plan
+(``check_plan`` calls it).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from . import explain
+from .accounting import derive_usage
+from .policy import job_runtime, running_end
+from .types import READY, LineView, PendingJob, Plan, PolicyConfig, QueueView, Snapshot
+
+if TYPE_CHECKING:
+    from .planner import Planner
+
+#: Look-aheads (seconds) of the lenders' demand forecast: 15 min .. 24 h. The caller keeps
+#: one peak per horizon in ``Snapshot.demand_peaks``.
+HORIZONS_S: tuple[float, ...] = (900.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 57600.0, 86400.0)
+# Segment i of the look-ahead covers [STARTS[i], HORIZONS_S[i]).
+_STARTS: tuple[float, ...] = (0.0, *HORIZONS_S[:-1])
+
+COOLDOWN = "cooldown"
+QUEUE_COOLDOWN = "queue_cooldown"
+EVICTION_CAP = "eviction_cap"
+LENDERS_RETURN = "lenders_return"
+
+
+def eviction_cap(queue: QueueView | None, line: LineView | None, target: float) -> int | None:
+    """Borrowed GPUs a queue may hold (rule 3); None: no cap (ratio unknown or on target)."""
+    if queue is None or target <= 0:
+        return None
+    ratio = queue.eviction_ratio
+    if ratio is None or ratio <= target:
+        return None
+    base = queue.quota_gpus
+    if base is None and line is not None:
+        base = line.quota_gpus
+    return max(0, math.floor((base or 0) * (2.0 - ratio / target)))
+
+
+def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
+    return t is not None and cooldown_s > 0 and now - t < cooldown_s
+
+
+def entitled_now(lines: Mapping[str, LineView], demand_now: Mapping[str, int]) -> int:
+    """The cluster's entitled demand now: per line at most its quota, summed."""
+    total = 0
+    for name, d in demand_now.items():
+        line = lines.get(name)
+        if line is not None and line.quota_gpus is not None and d > line.quota_gpus:
+            d = line.quota_gpus
+        total += d
+    return total
+
+
+def forecast_demand(now_gpus: int, peaks: Sequence[int]) -> list[int]:
+    """Forecast entitled demand per horizon (rule 1): the recent peak, never less than now."""
+    return [max(now_gpus, peaks[i] if i < len(peaks) else 0) for i in range(len(HORIZONS_S))]
+
+
+def entitled_demand_now(
+    nb_line: Mapping[str, int], pending: Iterable[PendingJob]
+) -> dict[str, int]:
+    """Per line: GPUs held within quota plus GPUs its waiting jobs ask for (uncapped)."""
+    out = dict(nb_line)
+    for j in pending:
+        out[j.line] = out.get(j.line, 0) + j.gpus
+    return out
+
+
+def segments(runtime_s: float) -> int:
+    """How many horizon segments a run of ``runtime_s`` overlaps (at least 1)."""
+    return max(1, min(len(HORIZONS_S), bisect_left(_STARTS, runtime_s)))
+
+
+class BorrowedLoad:
+    """Borrowed GPUs over time: running borrowed work until its end, plus new borrowers."""
+
+    __slots__ = ("ends", "gpus", "suffix")
+
+    def __init__(self, items: Iterable[tuple[float, int]]) -> None:
+        pairs = sorted(items)
+        self.ends = [t for t, _ in pairs]
+        self.gpus = [g for _, g in pairs]
+        self.suffix = [0] * (len(pairs) + 1)
+        for k in range(len(pairs) - 1, -1, -1):
+            self.suffix[k] = self.suffix[k + 1] + self.gpus[k]
+
+    def at(self, t: float) -> int:
+        """GPUs of borrowed work still running at ``t`` (ending strictly after it)."""
+        return self.suffix[bisect_right(self.ends, t)]
+
+
+class Borrowing:
+    """The plan's borrowing rules (one per plan, built lazily at the first borrower)."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.p = planner
+        self._slack: list[int] | None = None
+        self._queue_borrowed: dict[str, int] = {}
+        self.capacity = 0
+
+    def _prepare(self) -> list[int]:
+        p = self.p
+        s = p.s
+        self.capacity = sum(t for t, r in zip(p.topo.total, p.topo.ready, strict=True) if r)
+        borrowed = p.usage.borrowed_ids
+        now = p.now
+        load: list[tuple[float, int]] = []
+        qb = self._queue_borrowed
+        for r in s.running:
+            if r.id in borrowed:
+                end = p._end_override.get(r.id)
+                if end is None:
+                    end = running_end(r, now, p.policy)
+                load.append((end, r.gpus))
+                if r.id not in p.victim_ids:
+                    qb[r.queue] = qb.get(r.queue, 0) + r.gpus
+        bl = BorrowedLoad(load)
+        demand = forecast_demand(
+            entitled_now(p.lines, entitled_demand_now(p.usage.nb_line, s.pending)),
+            s.demand_peaks,
+        )
+        self._slack = [
+            self.capacity - demand[i] - bl.at(now + _STARTS[i]) for i in range(len(HORIZONS_S))
+        ]
+        return self._slack
+
+    def refusal(self, job: PendingJob) -> tuple[str, str] | None:
+        """Why ``job`` may not borrow now (``(kind, note)``), or None if it may."""
+        p = self.p
+        policy = p.policy
+        now = p.now
+        queue = p.queues.get(job.queue)
+        cool = policy.borrow_cooldown_s
+        if in_cooldown(job.last_evicted_at, now, cool):
+            until = job.last_evicted_at + cool  # type: ignore[operator]
+            return COOLDOWN, (
+                f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
+                f"borrow idle capacity again from {explain.when(until)} (cool-down)."
+            )
+        qcool = policy.borrow_queue_cooldown_s
+        if queue is not None and in_cooldown(queue.last_reclaim_at, now, qcool):
+            until = queue.last_reclaim_at + qcool  # type: ignore[operator]
+            return QUEUE_COOLDOWN, (
+                f"Queue {job.queue} had work preempted "
+                f"{explain.duration(now - queue.last_reclaim_at)} ago; its jobs may borrow "  # type: ignore[operator]
+                f"idle capacity again from {explain.when(until)} (cool-down)."
+            )
+        slack = self._slack if self._slack is not None else self._prepare()
+        cap = eviction_cap(queue, p.lines.get(job.line), policy.borrow_eviction_target)
+        if cap is not None:
+            held = self._queue_borrowed.get(job.queue, 0)
+            if held + job.gpus > cap:
+                ratio = queue.eviction_ratio  # type: ignore[union-attr]
+                return EVICTION_CAP, (
+                    f"Queue {job.queue} has an eviction ratio of {ratio:.0%}, above the "
+                    f"{policy.borrow_eviction_target:.0%} target, so it may hold at most "
+                    f"{cap} borrowed GPUs ({held} now)."
+                )
+        if policy.borrow_forecast and (policy.borrow_forecast_all or job.preemption_count):
+            runtime = job_runtime(job, policy)
+            if min(slack[: segments(runtime)]) < job.gpus:
+                return LENDERS_RETURN, (
+                    f"It is predicted to run {explain.duration(runtime)}, and the lenders "
+                    "are predicted to need their idle GPUs back before then."
+                )
+        return None
+
+    def started(self, job: PendingJob, end: float) -> None:
+        """``job`` starts on borrowed capacity until ``end`` (its predicted end)."""
+        slack = self._slack if self._slack is not None else self._prepare()
+        run = end - self.p.now
+        for i, t0 in enumerate(_STARTS):
+            if t0 < run:
+                slack[i] -= job.gpus
+        self._queue_borrowed[job.queue] = self._queue_borrowed.get(job.queue, 0) + job.gpus
+
+
+def refused_reason(reason: explain.Reason, kind: str) -> explain.Reason:
+    """A QUOTA_EXCEEDED reason with the borrowing rule that refused it in its details."""
+    code, msg, details, remedy = reason
+    return code, msg, dict(details, borrow_refused=kind), remedy
+
+
+def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
+    """Rules 1-3 for every borrowed start of ``plan``, re-derived from the snapshot alone
+    (in the plan's order of starts, so each borrower counts the ones before it)."""
+    policy: PolicyConfig = snapshot.policy
+    now = float(plan.now if plan.now is not None else 0.0)
+    borrowed_starts = [s for s in plan.starts if s.borrowed]
+    if not borrowed_starts:
+        return []
+    pending = {j.id: j for j in snapshot.pending}
+    queues = {q.name: q for q in snapshot.queues}
+    lines = {line.name: line for line in snapshot.lines}
+    usage = derive_usage(snapshot.running, queues, lines)
+    leaving = {p.victim_id: p.grace_deadline for p in plan.preemptions}
+    leaving.update({m.job_id: m.grace_deadline for m in plan.migrations})
+    load: list[tuple[float, int]] = []
+    qb: dict[str, int] = {}
+    for r in snapshot.running:
+        if r.id in usage.borrowed_ids:
+            load.append((leaving.get(r.id, running_end(r, now, policy)), r.gpus))
+            if r.id not in leaving:
+                qb[r.queue] = qb.get(r.queue, 0) + r.gpus
+    ready = sum(n.gpus_total for n in snapshot.nodes if n.state == READY)
+    demand = forecast_demand(
+        entitled_now(lines, entitled_demand_now(usage.nb_line, snapshot.pending)),
+        snapshot.demand_peaks,
+    )
+    errors: list[str] = []
+    for s in borrowed_starts:
+        j = pending.get(s.job_id)
+        if j is None:
+            continue
+        q = queues.get(j.queue)
+        if in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
+            errors.append(f"job {j.id} borrows within its cool-down")
+        if q is not None and in_cooldown(q.last_reclaim_at, now, policy.borrow_queue_cooldown_s):
+            errors.append(f"job {j.id} borrows within its queue's cool-down")
+        cap = eviction_cap(q, lines.get(j.line), policy.borrow_eviction_target)
+        held = qb.get(j.queue, 0)
+        if cap is not None and held + j.gpus > cap:
+            errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")
+        runtime = job_runtime(j, policy)
+        if policy.borrow_forecast and (policy.borrow_forecast_all or j.preemption_count):
+            bl = BorrowedLoad(load)
+            for i in range(segments(runtime)):
+                if demand[i] + bl.at(now + _STARTS[i]) + j.gpus > ready:
+                    errors.append(
+                        f"job {j.id} borrows but is predicted to be reclaimed before it ends"
+                    )
+                    break
+        load.append((now + runtime, j.gpus))
+        qb[j.queue] = held + j.gpus
+    return errors

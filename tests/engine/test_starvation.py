@@ -27,7 +27,9 @@ LINES = ("llm", "vision")
 
 
 def _policy(bound: float | None = BOUND) -> et.PolicyConfig:
-    return et.PolicyConfig.preset("backfill", starvation_bound_s=bound)
+    return et.PolicyConfig.preset(
+        "backfill", starvation_bound_s=bound, order_by_work=True, share_bands=4
+    )
 
 
 arrival = st.tuples(

@@ -84,6 +84,8 @@ def plan_prefix(
     if policy.strict_fifo:
         jobs.sort(key=lambda j: (j.submit, j.idx))
         return jobs[:k]
+    if policy.starvation_bound_s is not None or policy.order_by_work or policy.share_bands:
+        return None  # the prefix below mirrors only the exact-share order (``aging.py``)
     share: dict[str, float] = {}
     for line in pool.lines:
         busy = held[line.name].busy

@@ -167,15 +167,19 @@ def priority(
     ahead_gpus: int,
     reservations: int,
     strict_order: bool,
+    overdue: int = 0,
 ) -> Reason:
     """Behind higher-priority work: strict order (no backfill), or the GPUs left free this
-    cycle would fit it but are reserved for jobs ahead of it."""
+    cycle would fit it but are reserved for jobs ahead of it (``overdue`` of those
+    reservations for jobs past the starvation bound, which go first in their tier)."""
     details: dict[str, Any] = {
         "ahead_jobs": ahead_jobs,
         "ahead_gpus": ahead_gpus,
         "reservations_ahead": reservations,
         "strict_order": int(strict_order),
     }
+    if overdue:
+        details["overdue_reservations_ahead"] = overdue
     if strict_order:
         msg = (
             f"Waiting its turn: the policy keeps strict order and {ahead_jobs} job(s) ahead "
@@ -188,6 +192,11 @@ def priority(
             f"reserved for higher-priority work ({reservations} reservation(s) hold nodes, and "
             f"{ahead_jobs} job(s) ahead still wait for {ahead_gpus} GPUs)."
         )
+        if overdue:
+            msg += (
+                f" {overdue} of the reservations are for jobs that have waited past the "
+                "starvation bound; they go first."
+            )
         remedy = (
             "Starts when the work ahead is placed; a shorter predicted runtime lets it "
             "backfill before reservations."

@@ -1,8 +1,9 @@
 """``plan(snapshot, now)``: who starts, where, who is preempted, who waits and why.
 
-One pass over the pending jobs in policy order (``Planner.run``: tier, then
-demoted last, then the line's share of its quota in use, then submit time;
-or submit time only under ``strict_fifo``):
+One pass over the pending jobs in policy order (``aging.order``: tier, then jobs past
+the starvation bound oldest first, then demoted last, then the line's fair-share band,
+then the smallest predicted work, then submit time; or submit time only under
+``strict_fifo``):
 
 1. ``NEVER_FITS`` / ``QUOTA_EXCEEDED`` / ``NODES_UNAVAILABLE`` gates (static,
    cached per job shape; NEVER_FITS is ``feasibility.check``, the rule the submit
@@ -38,14 +39,13 @@ from heapq import merge
 from itertools import compress
 from typing import Any
 
-from . import explain, feasibility
+from . import aging, explain, feasibility
 from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
 from .borrowing import Borrowing, refused_reason
 from .consolidation import Consolidation, leaving_reason
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
-    effective_tier,
     gc_paused,
     inference_ok,
     is_demoted,
@@ -81,8 +81,9 @@ from .types import (
 ShapeT = tuple[ClassKey, int, int, int, bool]
 Record = tuple[explain.Reason, float | None]
 # A job blocked for capacity, explained once the plan is complete: (job, shape, estimated
-# start, why none, and what was ahead of it: jobs, GPUs, reservations).
-Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int]
+# start, why none, and what was ahead of it: jobs, GPUs, reservations, of which for
+# overdue jobs).
+Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int, int]
 
 _INF = math.inf
 
@@ -135,6 +136,9 @@ class Planner:
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
+        # jobs past the starvation bound (``aging``): submitted at or before this instant
+        self.overdue_since = aging.overdue_since(self.now, self.policy)
+        self.n_overdue_res = 0
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
@@ -156,6 +160,7 @@ class Planner:
         self._describe: dict[ShapeT, str] = {}
         self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
         self._release_curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        self._release_steps: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per ("queue"|"line", name)
         self._started_ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
@@ -431,7 +436,10 @@ class Planner:
             i = bisect_left(curve, (need, -_INF))
             return curve[i][1] if i < len(curve) else None
         # Jobs started by this plan release their share too (as the next plan sees them).
-        ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+        ends = self._release_steps.get(ck)
+        if ends is None:
+            ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+            self._release_steps[ck] = ends
         cum = 0
         for t, g in merge(ends, started):
             cum += g
@@ -537,6 +545,8 @@ class Planner:
             self.max_res_start = st
         names = tuple(self.topo.nodes[n].name for n in nodes)
         self.reservations.append(Reservation(job.id, names, t))
+        if job.submitted_at <= self.overdue_since:
+            self.n_overdue_res += 1
 
     # -- blocked jobs --------------------------------------------------------------
     def counts_with(self, freed: dict[int, int], gone: set[int]) -> list[int]:
@@ -755,13 +765,24 @@ class Planner:
         next cycle will see them if nothing else changes. Quota first, then what is left."""
         for job in self.recheck_quota:
             self.over_quota_now(job)
-        for job, sh, est, no_estimate, ahead_jobs, ahead_gpus, reservations in self.blocked:
+        for (
+            job,
+            sh,
+            est,
+            no_estimate,
+            ahead_jobs,
+            ahead_gpus,
+            reservations,
+            overdue,
+        ) in self.blocked:
             if self.over_quota_now(job):
                 continue
             code, diag = self.diagnose(job, sh)
             shape = self.describe(job, sh)
             if code == Code.PRIORITY:
-                reason = explain.priority(job, shape, ahead_jobs, ahead_gpus, reservations, False)
+                reason = explain.priority(
+                    job, shape, ahead_jobs, ahead_gpus, reservations, False, overdue
+                )
             elif code == Code.TOPOLOGY:
                 reason = explain.topology(job, shape, dict(diag))
             else:
@@ -853,7 +874,16 @@ class Planner:
                 est = self.reserve(job, sh)
                 no_estimate = explain.NO_PLACEMENT_AHEAD
             self.blocked.append(
-                (job, sh, est, no_estimate, self.ahead_jobs, self.ahead_gpus, ahead)
+                (
+                    job,
+                    sh,
+                    est,
+                    no_estimate,
+                    self.ahead_jobs,
+                    self.ahead_gpus,
+                    ahead,
+                    self.n_overdue_res,
+                )
             )
         self.ahead_jobs += 1
         self.ahead_gpus += job.gpus
@@ -883,24 +913,13 @@ class Planner:
         self.record(job, *self.quota_reason(job, short_q, note))
 
     def run(self) -> Plan:
-        policy = self.policy
-        pending = self.s.pending
-        if policy.strict_fifo:
-            order = sorted(pending, key=lambda j: (j.submitted_at, j.id))
-        else:
-            share = self._line_shares()
-            demote_after = policy.demote_after
-            queues = self.queues
-            order = sorted(
-                pending,
-                key=lambda j: (
-                    -effective_tier(j.tier, queues.get(j.queue)),
-                    j.preemption_count > demote_after,
-                    share.get(j.line, 0.0),
-                    j.submitted_at,
-                    j.id,
-                ),
-            )
+        order = aging.order(
+            self.s.pending,
+            self.now,
+            self.policy,
+            self.queues,
+            {} if self.policy.strict_fifo else self._line_shares(),
+        )
         deferred: list[PendingJob] = []
         for job in order:
             self.consider(job, deferred)

@@ -305,6 +305,11 @@ class PolicyConfig:
       ``max_consolidations``: gangs that may get room this way per plan;
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
+    - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
+      tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
+      None: no bound). ``order_by_work``: within a tier and fair-share band, the smallest
+      predicted work (GPUs x predicted runtime) first, else submit order;
+      ``share_bands``: fair-share bands per quota (0: order by the exact share).
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
       ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
       lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
@@ -332,6 +337,9 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
+    starvation_bound_s: float | None = 24 * 3600.0
+    order_by_work: bool = True
+    share_bands: int = 4
     borrow_forecast: bool = True
     borrow_forecast_all: bool = False
     borrow_cooldown_s: float = 1800.0
@@ -343,7 +351,14 @@ class PolicyConfig:
         """``fifo``, ``priority``, ``backfill`` or ``full`` (the production default)."""
         presets: dict[str, dict[str, Any]] = {
             "fifo": dict(strict_fifo=True, backfill=False, borrowing=False, preemption=False),
-            "priority": dict(backfill=False, borrowing=False, preemption=False),
+            "priority": dict(
+                backfill=False,
+                borrowing=False,
+                preemption=False,
+                starvation_bound_s=None,
+                order_by_work=False,
+                share_bands=0,
+            ),
             "backfill": dict(backfill=True, borrowing=False, preemption=False),
             "full": dict(backfill=True, borrowing=True, preemption=True),
         }

@@ -22,8 +22,9 @@ def test_fair_share_orders_a_tier_by_line_use_relative_to_quota():
     lines = [LineView("llm", 32), LineView("search", 32)]
     running = [rjob(1, {"x": range(8)}, tier="core", line="llm")]  # llm at 25 %, search 0 %
     pending = [
-        pjob(2, 8, tier="core", line="llm", submitted_at=0),
-        pjob(3, 8, tier="core", line="search", submitted_at=50),
+        # (recent: jobs waiting past the starvation bound go first whatever the share)
+        pjob(2, 8, tier="core", line="llm", submitted_at=NOW - 100),
+        pjob(3, 8, tier="core", line="search", submitted_at=NOW - 50),
     ]
     plan = run(snap([node("a"), node("x")], pending, running, lines=lines))
     assert list(started(plan)) == [3]
@@ -37,8 +38,8 @@ def test_submit_time_breaks_ties_within_a_tier_and_share():
 
 def test_demoted_job_goes_to_the_back_of_its_tier():
     pending = [
-        pjob(1, 8, tier="core", preemption_count=4, submitted_at=0),
-        pjob(2, 8, tier="core", submitted_at=100),
+        pjob(1, 8, tier="core", preemption_count=4, submitted_at=NOW - 200),
+        pjob(2, 8, tier="core", submitted_at=NOW - 100),
     ]
     plan = run(snap([node("a")], pending))
     assert list(started(plan)) == [2]

@@ -307,7 +307,8 @@ class PolicyConfig:
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
-      None: no bound). ``order_by_work``: within a tier and fair-share band, the smallest
+      None, the default: no bound; off by default because, with borrowing, a 24 h bound
+      made Philly 640's average wait 12% and its p95 34% longer, docs/replay.md). ``order_by_work``: within a tier and fair-share band, the smallest
       predicted work (GPUs x predicted runtime) first, else submit order;
       ``share_bands``: fair-share bands per quota (0: order by the exact share).
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
@@ -337,9 +338,9 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
-    starvation_bound_s: float | None = 24 * 3600.0
-    order_by_work: bool = True
-    share_bands: int = 4
+    starvation_bound_s: float | None = None
+    order_by_work: bool = False
+    share_bands: int = 0
     borrow_forecast: bool = True
     borrow_forecast_all: bool = False
     borrow_cooldown_s: float = 1800.0

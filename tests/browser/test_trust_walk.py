@@ -19,7 +19,7 @@ also refresh docs/screenshots/ with the busy cluster.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -45,6 +45,7 @@ from tests.drills import submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+BUSY_START = datetime(2026, 1, 5, 9, tzinfo=UTC)  # a Monday morning, cluster time
 HOURS, STEP_S = 3, 600  # cluster time of the busy history, one cycle + sample per step
 NUMBERS = ("borrowed_gpus", "pending_gpus", "pending_jobs", "running_jobs")
 
@@ -57,6 +58,10 @@ def make_busy() -> dict:
     running from the start (urgent tier, checkpointed hourly), one too big to start now."""
     people = {u.username: u for u in get_user_model().objects.all()}
     admin = people["admin"]
+    # The simulated cluster starts at a fixed instant, not at the wall clock: the demo's
+    # arrivals are drawn per cluster minute and online inference follows the time of day,
+    # so a cluster started "now" was busy at some hours and nearly idle at others.
+    run_cycle(wall_now=BUSY_START.timestamp(), wait_s=30)
     me = APIClient()
     me.force_authenticate(people["researcher"])
     running = submit(me, name="pretrain-7b", queue="llm-urgent", gpus=8,

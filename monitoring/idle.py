@@ -54,8 +54,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduling.engine import Code, Plan, Snapshot
-from scheduling.engine.policy import is_demoted
-from scheduling.engine.types import READY, PolicyConfig
+from scheduling.engine.policy import is_demoted, may_borrow
+from scheduling.engine.types import READY
 
 CAUSES = (
     "quota",
@@ -156,13 +156,6 @@ def idle_claims(
             out[cause] = out.get(cause, 0) + g
             rest -= g
     return claim_rest(out, rest, also_waiting)
-
-
-def may_borrow(preemptible: bool, demoted: bool, policy: PolicyConfig) -> bool:
-    """Whether the policy lets a waiting job borrow idle capacity beyond its quota (the
-    engine's rule, ``Planner.can_borrow``: borrowing on, the job preemptible and not
-    demoted)."""
-    return policy.borrowing and bool(preemptible) and not demoted
 
 
 def claim_rest(

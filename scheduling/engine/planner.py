@@ -50,6 +50,7 @@ from .policy import (
     inference_ok,
     is_demoted,
     job_runtime,
+    may_borrow,
     queue_preempts,
     running_end,
     shape_counts,
@@ -448,10 +449,8 @@ class Planner:
         return None
 
     def can_borrow(self, job: PendingJob) -> bool:
-        return (
-            self.policy.borrowing
-            and bool(job.preemptible)
-            and not is_demoted(job.preemption_count, self.policy)
+        return may_borrow(
+            job.preemptible, is_demoted(job.preemption_count, self.policy), self.policy
         )
 
     # -- head-of-line blocking (no backfill) -------------------------------------------

@@ -28,6 +28,14 @@ def is_demoted(preemption_count: int, policy: PolicyConfig) -> bool:
     return preemption_count > policy.demote_after
 
 
+def may_borrow(preemptible: bool, demoted: bool, policy: PolicyConfig) -> bool:
+    """Whether the policy lets a waiting job borrow idle capacity beyond its quota at all:
+    borrowing on, the job preemptible and not demoted (the plan's own rules, cool-downs,
+    forecast and cap, come on top: ``borrowing.py``). One rule for the planner, the
+    idle-by-cause reading and the replay."""
+    return policy.borrowing and bool(preemptible) and not demoted
+
+
 def queue_preempts(queue: QueueView | None, tier: Tier) -> frozenset[Tier]:
     """Tiers a job of ``tier`` in ``queue`` may preempt (strictly lower only)."""
     tier = effective_tier(tier, queue)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 
 def make_quotas_roomy() -> None:
     """Quotas far above the 32-GPU test cluster, so placement, not quota, is under test."""
@@ -42,3 +44,19 @@ def api_tokens(users: dict) -> dict[str, str]:
     from rest_framework.authtoken.models import Token
 
     return {name: Token.objects.get_or_create(user=user)[0].key for name, user in users.items()}
+
+
+BUSY_START = datetime(2030, 1, 7, 9, tzinfo=UTC)  # a Monday morning, cluster time
+
+
+def start_busy_cluster() -> None:
+    """Start the seeded demo's simulated cluster at a fixed cluster instant, not at the
+    wall clock: the demo's arrivals are drawn per cluster minute (and online inference
+    follows the time of day), so a cluster started "now" was busy on some runs and nearly
+    idle on others (the walks' "the cluster is busy" checks failed at 15:00 UTC on
+    2026-12-01). The instant lies after every row the seed stamps, so the one clock only
+    moves forward."""
+    from scheduling.cycle import run_cycle
+
+    assert datetime.now(UTC) < BUSY_START, "move BUSY_START past today"
+    run_cycle(wall_now=BUSY_START.timestamp(), wait_s=30)

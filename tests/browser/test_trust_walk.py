@@ -19,7 +19,7 @@ also refresh docs/screenshots/ with the busy cluster.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -41,11 +41,10 @@ from tests.browser.test_live_pages import LIVE_MS, go_live, same_document
 from tests.browser.test_whatif_form import ask
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
-from tests.drills import submit
+from tests.drills import start_busy_cluster, submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-BUSY_START = datetime(2026, 1, 5, 9, tzinfo=UTC)  # a Monday morning, cluster time
 HOURS, STEP_S = 3, 600  # cluster time of the busy history, one cycle + sample per step
 NUMBERS = ("borrowed_gpus", "pending_gpus", "pending_jobs", "running_jobs")
 
@@ -58,10 +57,7 @@ def make_busy() -> dict:
     running from the start (urgent tier, checkpointed hourly), one too big to start now."""
     people = {u.username: u for u in get_user_model().objects.all()}
     admin = people["admin"]
-    # The simulated cluster starts at a fixed instant, not at the wall clock: the demo's
-    # arrivals are drawn per cluster minute and online inference follows the time of day,
-    # so a cluster started "now" was busy at some hours and nearly idle at others.
-    run_cycle(wall_now=BUSY_START.timestamp(), wait_s=30)
+    start_busy_cluster()
     me = APIClient()
     me.force_authenticate(people["researcher"])
     running = submit(me, name="pretrain-7b", queue="llm-urgent", gpus=8,
@@ -74,6 +70,14 @@ def make_busy() -> dict:
         advance_clock(admin, STEP_S)
     waiting = submit(me, name="sweep-64", queue="llm-experiment", gpus=64,
                      sim_duration_minutes=600)  # fmt: skip
+    # and a burst from another researcher, so work waits whatever the random arrivals of
+    # these cluster hours made of the 512 GPUs (the walk reads many waiting verdicts)
+    other = APIClient()
+    other.force_authenticate(people["researcher2"])
+    for i in range(24):
+        queue = ("search-rec-core", "search-rec-finetune", "search-rec-experiment")[i % 3]
+        submit(other, name=f"burst-{i}", queue=queue, gpus=16, gpus_per_node=8,
+               sim_duration_minutes=300)  # fmt: skip
     # one other line given the whole cluster as quota: its jobs wait for GPUs, priority or
     # topology rather than quota, so the walk reads more than one kind of verdict
     roomy = BusinessLine.objects.exclude(name="llm").order_by("name").first()

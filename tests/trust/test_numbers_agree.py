@@ -39,6 +39,7 @@ from scheduling.cycle import run_cycle
 from scheduling.models import Allocation, Eviction, Job, Node
 from scheduling.sim_services import advance_clock
 from tests.conftest import DEMO_PASSWORD
+from tests.drills import start_busy_cluster
 
 pytestmark = pytest.mark.django_db
 
@@ -67,6 +68,7 @@ def busy(admin, hours: int = 6, step_s: int = 600) -> None:
     """Arrivals, cycles and a rollup sample every ``step_s`` of cluster time; then, whatever
     the generator made of it, contracts that put one line above its quota, another within
     its quota with one of its queues above the queue's, as a quota cut would."""
+    start_busy_cluster()
     for _ in range(hours * 3600 // step_s):
         generate()
         run_cycle()

@@ -94,6 +94,9 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_cooldown_s": float,
     "borrow_queue_cooldown_s": float,
     "borrow_eviction_target": float,
+    "borrow_cap": bool,
+    "borrow_forecast_over_target": bool,
+    "borrow_queue_cooldown_over_target": bool,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

@@ -81,6 +81,23 @@ def eviction_cap(queue: QueueView | None, line: LineView | None, target: float) 
     return max(0, math.floor((base or 0) * (2.0 - ratio / target)))
 
 
+def over_target(queue: QueueView | None, target: float) -> bool:
+    """Whether ``queue``'s recent eviction ratio is above ``target`` (rule 3's trigger)."""
+    if queue is None or target <= 0 or queue.eviction_ratio is None:
+        return False
+    return queue.eviction_ratio > target
+
+
+def forecast_applies(job: PendingJob, over: bool, policy: PolicyConfig) -> bool:
+    """Whether rule 1 gates ``job``: every borrower, one already reclaimed, or (with
+    ``borrow_forecast_over_target``) any borrower of a queue above its eviction target."""
+    return (
+        policy.borrow_forecast_all
+        or job.preemption_count > 0
+        or (over and policy.borrow_forecast_over_target)
+    )
+
+
 def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
     return t is not None and cooldown_s > 0 and now - t < cooldown_s
 
@@ -182,7 +199,10 @@ class Borrowing:
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."
             )
+        over = over_target(queue, policy.borrow_eviction_target)
         qcool = policy.borrow_queue_cooldown_s
+        if policy.borrow_queue_cooldown_over_target and not over:
+            qcool = 0.0
         if queue is not None and in_cooldown(queue.last_reclaim_at, now, qcool):
             until = queue.last_reclaim_at + qcool  # type: ignore[operator]
             return QUEUE_COOLDOWN, (
@@ -191,7 +211,9 @@ class Borrowing:
                 f"idle capacity again from {explain.when(until)} (cool-down)."
             )
         slack = self._slack if self._slack is not None else self._prepare()
-        cap = eviction_cap(queue, p.lines.get(job.line), policy.borrow_eviction_target)
+        cap = None
+        if policy.borrow_cap:
+            cap = eviction_cap(queue, p.lines.get(job.line), policy.borrow_eviction_target)
         if cap is not None:
             held = self._queue_borrowed.get(job.queue, 0)
             if held + job.gpus > cap:
@@ -201,7 +223,7 @@ class Borrowing:
                     f"{policy.borrow_eviction_target:.0%} target, so it may hold at most "
                     f"{cap} borrowed GPUs ({held} now)."
                 )
-        if policy.borrow_forecast and (policy.borrow_forecast_all or job.preemption_count):
+        if policy.borrow_forecast and forecast_applies(job, over, policy):
             runtime = job_runtime(job, policy)
             if min(slack[: segments(runtime)]) < job.gpus:
                 return LENDERS_RETURN, (
@@ -260,14 +282,20 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         q = queues.get(j.queue)
         if in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
             errors.append(f"job {j.id} borrows within its cool-down")
-        if q is not None and in_cooldown(q.last_reclaim_at, now, policy.borrow_queue_cooldown_s):
+        over = over_target(q, policy.borrow_eviction_target)
+        qcool = policy.borrow_queue_cooldown_s
+        if policy.borrow_queue_cooldown_over_target and not over:
+            qcool = 0.0
+        if q is not None and in_cooldown(q.last_reclaim_at, now, qcool):
             errors.append(f"job {j.id} borrows within its queue's cool-down")
-        cap = eviction_cap(q, lines.get(j.line), policy.borrow_eviction_target)
+        cap = None
+        if policy.borrow_cap:
+            cap = eviction_cap(q, lines.get(j.line), policy.borrow_eviction_target)
         held = qb.get(j.queue, 0)
         if cap is not None and held + j.gpus > cap:
             errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")
         runtime = job_runtime(j, policy)
-        if policy.borrow_forecast and (policy.borrow_forecast_all or j.preemption_count):
+        if policy.borrow_forecast and forecast_applies(j, over, policy):
             bl = BorrowedLoad(load)
             for i in range(segments(runtime)):
                 if demand[i] + bl.at(now + _STARTS[i]) + j.gpus > ready:

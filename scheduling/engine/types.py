@@ -346,6 +346,9 @@ class PolicyConfig:
     borrow_cooldown_s: float = 1800.0
     borrow_queue_cooldown_s: float = 1800.0
     borrow_eviction_target: float = 0.10
+    borrow_cap: bool = True
+    borrow_forecast_over_target: bool = False
+    borrow_queue_cooldown_over_target: bool = False
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

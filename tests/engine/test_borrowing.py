@@ -180,6 +180,41 @@ def test_cap_counts_borrowed_work_already_running():
     assert refused(result, 10) == "eviction_cap"
 
 
+def test_cap_off_lets_a_queue_above_target_borrow():
+    pending = [pjob(10, 4, predicted_runtime_s=600.0), pjob(11, 4, predicted_runtime_s=600.0)]
+    result = run(scenario(pending, queues=ratio_queues(0.2), borrow_cap=False))
+    assert borrowed(result) == [10, 11]
+
+
+def test_above_target_the_forecast_gates_every_borrower_of_the_queue():
+    # the forecast only for jobs already preempted, and for a queue above its target
+    fresh = [pjob(10, 8, predicted_runtime_s=5 * HOUR)]
+    knobs = dict(borrow_forecast_all=False, borrow_cap=False, borrow_forecast_over_target=True)
+    below = run(scenario(fresh, PEAKS, queues=ratio_queues(0.05), **knobs))
+    assert borrowed(below) == [10]
+    above = run(scenario(fresh, PEAKS, queues=ratio_queues(0.15), **knobs))
+    assert borrowed(above) == []
+    assert refused(above, 10) == "lenders_return"
+    short = [pjob(10, 8, predicted_runtime_s=HOUR)]  # ends before the lender returns
+    assert borrowed(run(scenario(short, PEAKS, queues=ratio_queues(0.15), **knobs))) == [10]
+
+
+def test_queue_cooldown_can_apply_only_above_target():
+    def queues(ratio: float) -> list[et.QueueView]:
+        return [
+            dataclasses.replace(q, last_reclaim_at=NOW - 300, eviction_ratio=ratio)
+            if q.name == "llm-experiment"
+            else q
+            for q in standard_queues("llm") + standard_queues("search")
+        ]
+
+    pending = [pjob(10, 8, predicted_runtime_s=600.0)]
+    knobs = dict(borrow_cap=False, borrow_queue_cooldown_over_target=True)
+    assert borrowed(run(scenario(pending, queues=queues(0.05), **knobs))) == [10]
+    above = run(scenario(pending, queues=queues(0.15), **knobs))
+    assert refused(above, 10) == "queue_cooldown"
+
+
 # -- check_plan enforces the rules -----------------------------------------------------
 def test_check_plan_reports_a_borrower_in_cooldown_or_outliving_the_lender():
     s = scenario([pjob(10, 8, predicted_runtime_s=5 * HOUR, last_evicted_at=NOW - 60)], PEAKS)
@@ -227,6 +262,9 @@ def borrowing_snapshots(draw) -> et.Snapshot:
         borrow_cooldown_s=rng.choice([0.0, 1800.0]),
         borrow_queue_cooldown_s=rng.choice([0.0, 600.0, 1800.0]),
         borrow_eviction_target=rng.choice([0.0, 0.1]),
+        borrow_cap=rng.random() < 0.7,
+        borrow_forecast_over_target=rng.random() < 0.5,
+        borrow_queue_cooldown_over_target=rng.random() < 0.5,
     )
     return dataclasses.replace(
         s,
@@ -285,12 +323,17 @@ def test_no_borrower_is_predicted_to_be_reclaimed_before_it_ends(s: et.Snapshot)
             assert (
                 job.last_evicted_at is None or NOW - job.last_evicted_at >= policy.borrow_cooldown_s
             )
-        if policy.borrow_queue_cooldown_s:
-            q = queues[job.queue]
+        q = queues[job.queue]
+        target = policy.borrow_eviction_target
+        over = target > 0 and q.eviction_ratio is not None and q.eviction_ratio > target
+        if policy.borrow_queue_cooldown_s and (
+            over or not policy.borrow_queue_cooldown_over_target
+        ):
             since = NOW - q.last_reclaim_at if q.last_reclaim_at is not None else None
             assert since is None or since >= policy.borrow_queue_cooldown_s
         end = NOW + job_runtime(job, policy)
-        if not (policy.borrow_forecast_all or job.preemption_count):
+        gated = policy.borrow_forecast_all or job.preemption_count
+        if not (gated or (over and policy.borrow_forecast_over_target)):
             load.append((end, job.gpus))  # a first borrow is not forecast by default
             continue
         instants = {NOW, *(NOW + h for h in HORIZONS_S), *(t for t, _ in load)}

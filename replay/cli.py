@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import shlex
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 from scheduling.engine.predict import PLAN_QUANTILE
 
 from .prediction_error import table as prediction_table
-from .replay import BORROW_KNOBS, POLICIES, ReplayConfig, run_replay
+from .replay import BORROW_KNOBS, ORDER_KNOBS, POLICIES, ReplayConfig, run_replay
 from .report import render_html, render_markdown
 
 Writer = Callable[[str], None]
@@ -95,6 +96,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         + ", ".join(f"{name}" for name in BORROW_KNOBS),
     )
     parser.add_argument(
+        "--order",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE",
+        help="set an ordering rule of the engine's policy (#19), repeatable: "
+        + ", ".join(f"{name}" for name in ORDER_KNOBS),
+    )
+    parser.add_argument(
         "--check", action="store_true", help="verify every plan with check_plan (slower)"
     )
     parser.add_argument("--progress", action="store_true", help="progress lines on stderr")
@@ -117,21 +126,6 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
     pq = options.get("predict_quantile")
     if pq is not None and not 0.0 <= pq <= 1.0:
         raise CliError("--predict-quantile must be within 0 and 1")
-    borrow = []
-    for item in options.get("borrow") or ():
-        name, _, value = str(item).partition("=")
-        kind = BORROW_KNOBS.get(name)
-        if kind is None or not value:
-            raise CliError(f"--borrow takes NAME=VALUE with NAME one of {', '.join(BORROW_KNOBS)}")
-        if kind is bool:
-            if value not in ("true", "false"):
-                raise CliError(f"--borrow {name} takes true or false")
-            borrow.append((name, value == "true"))
-        else:
-            try:
-                borrow.append((name, float(value)))
-            except ValueError:
-                raise CliError(f"--borrow {name} takes a number") from None
     return ReplayConfig(
         trace=options["trace"],
         policy=options.get("policy") or "full",
@@ -142,8 +136,34 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
         replan_s=float(options["replan_s"] if options.get("replan_s") is not None else 600.0),
         check=bool(options.get("check")),
         predict_quantile=PLAN_QUANTILE if pq is None else float(pq),
-        borrow=tuple(borrow),
+        borrow=knobs("--borrow", options.get("borrow"), BORROW_KNOBS),
+        order=knobs("--order", options.get("order"), ORDER_KNOBS),
     )
+
+
+def knobs(flag: str, items: Any, allowed: dict[str, type]) -> tuple[tuple[str, Any], ...]:
+    """``NAME=VALUE`` items of ``flag`` as (name, typed value) pairs."""
+    out: list[tuple[str, Any]] = []
+    for item in items or ():
+        name, _, value = str(item).partition("=")
+        kind = allowed.get(name)
+        if kind is None or not value:
+            raise CliError(f"{flag} takes NAME=VALUE with NAME one of {', '.join(allowed)}")
+        if kind is bool:
+            if value not in ("true", "false"):
+                raise CliError(f"{flag} {name} takes true or false")
+            out.append((name, value == "true"))
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            raise CliError(f"{flag} {name} takes a number") from None
+        if not math.isfinite(number) or number < 0 or (kind is int and number != int(number)):
+            raise CliError(
+                f"{flag} {name} takes a number >= 0" + (", whole" if kind is int else "")
+            )
+        out.append((name, int(number) if kind is int else number))
+    return tuple(out)
 
 
 def command_line(config: ReplayConfig) -> str:
@@ -161,9 +181,10 @@ def command_line(config: ReplayConfig) -> str:
         parts += ["--replan-s", f"{config.replan_s:g}"]
     if config.predict_quantile != PLAN_QUANTILE:
         parts += ["--predict-quantile", f"{config.predict_quantile:g}"]
-    for name, value in config.borrow:
-        text = str(value).lower() if isinstance(value, bool) else f"{value:g}"
-        parts += ["--borrow", f"{name}={text}"]
+    for flag, pairs in (("--borrow", config.borrow), ("--order", config.order)):
+        for name, value in pairs:
+            text = str(value).lower() if isinstance(value, bool) else f"{value:g}"
+            parts += [flag, f"{name}={text}"]
     return shlex.join(parts)
 
 

@@ -98,6 +98,13 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_forecast_over_target": bool,
     "borrow_queue_cooldown_over_target": bool,
 }
+#: The engine's order rules a replay may set (``--order NAME=VALUE``, #19's starvation work).
+ORDER_KNOBS: dict[str, type] = {
+    "starvation_bound_s": float,
+    "order_by_work": bool,
+    "share_bands": int,
+    "hold_quota_when_overdue": bool,
+}
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
 REPLAY_SIM_CONFIG = SimConfig(
@@ -138,6 +145,7 @@ class ReplayConfig:
     predict_quantile: float = PLAN_QUANTILE  # the runtime quantile the plans use
     # borrowing rules set apart from the engine's defaults (#19): ((field, value), ...)
     borrow: tuple[tuple[str, float | bool], ...] = ()
+    order: tuple[tuple[str, float | bool], ...] = ()
     bucket_s: float = 3600.0  # utilization-over-time resolution
 
 
@@ -148,7 +156,9 @@ class Replay:
         self.w = workload
         self.layout = layout
         self.cfg = config
-        self.policy = replace(policy_config(config.policy), **dict(config.borrow))
+        self.policy = replace(
+            policy_config(config.policy), **dict(config.borrow), **dict(config.order)
+        )
         self.oracle = config.policy == "oracle-sjf"
         p = self.policy
         # Strict FIFO without backfill: a new arrival queues behind a job already blocked

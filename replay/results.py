@@ -156,6 +156,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         "replan_s": cfg.replan_s,
         "predict_quantile": cfg.predict_quantile,
         "borrow": dict(cfg.borrow),
+        "order": dict(cfg.order),
         "layout_rule": layout.rule,
         "overall": ordered(overall),
         "per_queue": per_queue(r),

@@ -63,6 +63,7 @@ LABELS: dict[str, str] = {
     "next_attempt_at": "Next attempt",
     "error": "Error from the cluster",
     "borrow_refused": "Not borrowing idle capacity because",
+    "quota_held_for": "Quota room held for job",
 }
 
 # ``details.borrow_refused`` of QUOTA_EXCEEDED (#19, ``scheduling.engine.borrowing``), in words.

@@ -204,6 +204,24 @@ def priority(
     return Code.PRIORITY, msg, details, remedy
 
 
+def quota_held(
+    job: PendingJob, scope: str, name: str, holder: int, room_at: float | None
+) -> Reason:
+    """Behind an overdue job of its queue or line that holds the quota room it waits for
+    (#19): this job would take room that job needs and is not predicted to end before."""
+    details: dict[str, Any] = {"scope": scope, "name": name, "quota_held_for": holder}
+    if room_at is not None:
+        details["quota_room_at"] = iso(room_at)
+    msg = (
+        f"Job {holder} of {scope} {name} has waited past the starvation bound and holds the "
+        f"{scope}'s quota room as it is released; this job would take some of it"
+        + (f" and is not predicted to end by {when(room_at)}." if room_at is not None else ".")
+    )
+    remedy = f"Starts once job {holder} has started, or earlier if predicted to end sooner."
+    details[NO_ESTIMATE] = f"it waits for job {holder} to start first"
+    return Code.PRIORITY, msg, details, remedy
+
+
 def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None) -> Reason:
     """Victims checkpoint to make room; ``deadline`` (when the last has stopped) is also the
     verdict's estimated start."""

@@ -140,6 +140,8 @@ class Planner:
         # jobs past the starvation bound (``aging``): submitted at or before this instant
         self.overdue_since = aging.overdue_since(self.now, self.policy)
         self.n_overdue_res = 0
+        # quota room held for overdue jobs (``quota_hold``): (scope, name) -> (holder, room at)
+        self.quota_holds: dict[tuple[str, str], tuple[int, float | None]] = {}
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
@@ -446,6 +448,43 @@ class Planner:
             cum += g
             if cum >= need:
                 return t
+        return None
+
+    # -- quota room held for overdue jobs (#19) ---------------------------------------
+    def hold_quota(self, job: PendingJob, short_q: int, room_at: float | None) -> None:
+        """An overdue job over quota holds its queue's (or line's) quota room: as a
+        reservation holds nodes, later jobs of that scope start within quota only if
+        predicted to end before the room is due (``quota_held``). Without it, a tenant's
+        small jobs take every GPU of quota released before a large one fits (ITP)."""
+        if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
+            return
+        if job.gpus > self._scope_quota(job, short_q):
+            return  # larger than the whole quota: it never starts, holds nothing
+        key = ("queue", job.queue) if short_q else ("line", job.line)
+        self.quota_holds.setdefault(key, (job.id, room_at))
+
+    def _scope_quota(self, job: PendingJob, short_q: int) -> int:
+        if short_q:
+            return self.queues[job.queue].quota_gpus or 0
+        return self.lines[job.line].quota_gpus or 0
+
+    def quota_held(self, job: PendingJob) -> explain.Reason | None:
+        """PRIORITY if an overdue job of this queue or line holds its quota room and
+        ``job`` is not predicted to end before the room is due."""
+        holds = self.quota_holds
+        if not holds:
+            return None
+        end = None
+        for key in (("queue", job.queue), ("line", job.line)):
+            got = holds.get(key)
+            if got is None or got[0] == job.id:
+                continue
+            holder, room_at = got
+            if end is None:
+                end = self.now + job_runtime(job, self.policy)
+            if room_at is not None and end <= room_at:
+                continue
+            return explain.quota_held(job, key[0], key[1], holder, room_at)
         return None
 
     def can_borrow(self, job: PendingJob) -> bool:
@@ -829,7 +868,14 @@ class Planner:
                 self.ahead_jobs += 1
                 self.ahead_gpus += job.gpus
                 return
-            self.record(job, *self.quota_reason(job, short_q, ""))
+            reason, room_at = self.quota_reason(job, short_q, "")
+            self.hold_quota(job, short_q, room_at)
+            self.record(job, reason, room_at)
+            return
+        held = self.quota_held(job)
+        if held is not None:
+            self.record(job, held)
+            self.recheck_quota.append(job)
             return
         un = self.unavailable(job, sh)
         if un is not None:

@@ -341,6 +341,7 @@ class PolicyConfig:
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0
+    hold_quota_when_overdue: bool = False
     borrow_forecast: bool = True
     borrow_forecast_all: bool = False
     borrow_cooldown_s: float = 1800.0

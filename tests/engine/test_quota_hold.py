@@ -1,0 +1,86 @@
+"""Quota room held for an overdue job (#19, ``Planner.hold_quota`` / ``quota_held``).
+
+On ITP a tenant's small jobs took every GPU of quota released before one of its large
+jobs fitted, so under backfill the large job waited days longer than under strict FIFO.
+With ``hold_quota_when_overdue`` an overdue job over quota holds its queue's or line's
+room as a reservation holds nodes: later jobs of that scope start within quota only if
+predicted to end before the room is due.
+"""
+
+from __future__ import annotations
+
+from scheduling.engine import types as et
+
+from .helpers import HOUR, NOW, code, pjob, rack, rjob, run, snap
+
+DAY = 24 * HOUR
+# line llm: quota 8; job 1 holds 4 of it until NOW + 2 h
+RUNNING = [rjob(1, {"a00": range(4)}, tier="core", predicted_end=NOW + 2 * HOUR)]
+
+
+def scenario(pending: list[et.PendingJob], **policy: object) -> et.Snapshot:
+    knobs: dict[str, object] = dict(starvation_bound_s=DAY, hold_quota_when_overdue=True)
+    knobs.update(policy)
+    return snap(
+        rack("a", 4, "r0"),
+        pending,
+        RUNNING,
+        lines=[et.LineView("llm", 8)],
+        policy=et.PolicyConfig.preset("backfill", **knobs),  # type: ignore[arg-type]
+    )
+
+
+OVERDUE = pjob(10, 8, tier="core", submitted_at=NOW - 2 * DAY)  # needs the whole quota
+LONG = pjob(11, 4, tier="core", predicted_runtime_s=3 * HOUR)  # would end after the room
+SHORT = pjob(12, 4, tier="core", predicted_runtime_s=HOUR)  # ends before it
+
+
+def started_ids(result: et.Plan) -> list[int]:
+    return [s.job_id for s in result.starts]
+
+
+def test_without_the_hold_later_jobs_take_the_room():
+    result = run(scenario([OVERDUE, LONG], hold_quota_when_overdue=False))
+    assert started_ids(result) == [11]
+    assert code(result, 10) == "QUOTA_EXCEEDED"
+
+
+def test_an_overdue_job_holds_its_lines_quota_room():
+    result = run(scenario([OVERDUE, LONG]))
+    assert started_ids(result) == []
+    assert code(result, 10) == "QUOTA_EXCEEDED"
+    v = result.verdicts[11]
+    assert v.code == "PRIORITY"
+    assert v.details["quota_held_for"] == 10
+    assert (v.details["scope"], v.details["name"]) == ("line", "llm")
+    assert "starvation bound" in v.message
+
+
+def test_work_predicted_to_end_before_the_room_is_due_still_starts():
+    result = run(scenario([OVERDUE, LONG, SHORT]))
+    assert started_ids(result) == [12]
+    assert code(result, 11) == "QUOTA_EXCEEDED"  # the line is full now: the first code
+
+
+def test_a_job_not_yet_overdue_holds_nothing():
+    fresh = pjob(10, 8, tier="core", submitted_at=NOW - HOUR)
+    assert started_ids(run(scenario([fresh, LONG]))) == [11]
+
+
+def test_a_job_larger_than_the_whole_quota_holds_nothing():
+    huge = pjob(10, 16, tier="core", submitted_at=NOW - 2 * DAY)
+    assert started_ids(run(scenario([huge, LONG]))) == [11]
+
+
+def test_other_lines_are_not_held():
+    other = pjob(13, 4, tier="core", line="search", predicted_runtime_s=3 * HOUR)
+    s = snap(
+        rack("a", 4, "r0"),
+        [OVERDUE, other],
+        RUNNING,
+        lines=[et.LineView("llm", 8), et.LineView("search", 8)],
+        policy=et.PolicyConfig.preset(
+            "backfill", starvation_bound_s=DAY, hold_quota_when_overdue=True
+        ),
+    )
+    assert started_ids(run(s)) == [13]

@@ -104,6 +104,7 @@ ORDER_KNOBS: dict[str, type] = {
     "order_by_work": bool,
     "share_bands": int,
     "hold_quota_when_overdue": bool,
+    "overdue_across_tiers": bool,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

@@ -7,7 +7,10 @@ capacity in that order. Without ``strict_fifo`` the order is:
 1. tier, highest first (a job never ranks above its queue's tier);
 2. **overdue jobs first**: a job waiting ``PolicyConfig.starvation_bound_s`` or longer
    since it was submitted is *overdue*; overdue jobs of a tier come before every other
-   job of that tier, oldest first, whatever their line's share, size or demotion;
+   job of that tier, oldest first, whatever their line's share, size or demotion (with
+   ``overdue_across_tiers``, before every job that is not overdue, whatever its tier:
+   a steady stream of higher-tier work of a line at its quota otherwise keeps its
+   lower tiers waiting for ever);
 3. demoted jobs last (preempted more than ``demote_after`` times);
 4. the line's fair-share band: the share of its quota the line holds, in steps of
    ``1 / share_bands`` (``share_bands`` 0: the exact share, the order before #19);
@@ -83,10 +86,12 @@ def order_key(
     by_work = policy.order_by_work
     band: dict[str, float] = {name: share_band(s, bands) for name, s in shares.items()}
 
+    across = policy.overdue_across_tiers
+
     def key(j: PendingJob) -> tuple[Any, ...]:
         tier = -effective_tier(j.tier, queues.get(j.queue))
         if j.submitted_at <= since:
-            return (tier, 0, False, 0.0, 0.0, j.submitted_at, j.id)
+            return (-math.inf if across else tier, 0, False, 0.0, 0.0, j.submitted_at, j.id)
         work = j.gpus * job_runtime(j, policy) if by_work else 0.0
         return (
             tier,

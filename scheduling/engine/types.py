@@ -342,6 +342,7 @@ class PolicyConfig:
     order_by_work: bool = False
     share_bands: int = 0
     hold_quota_when_overdue: bool = False
+    overdue_across_tiers: bool = False
     borrow_forecast: bool = True
     borrow_forecast_all: bool = False
     borrow_cooldown_s: float = 1800.0

@@ -158,6 +158,19 @@ def test_overdue_job_goes_first_in_its_tier_and_holds_the_reservation() -> None:
     assert [s.job_id for s in without.starts] == [3]
 
 
+def test_overdue_across_tiers_puts_an_overdue_job_before_higher_tiers() -> None:
+    """With ``overdue_across_tiers`` an overdue experiment job goes before a fresh urgent
+    one (a stream of higher-tier work no longer holds it back for ever); without it, after."""
+    old = pjob(1, 8, submitted_at=NOW - BOUND - 10, predicted_runtime_s=HOUR)
+    urgent = pjob(2, 8, tier="urgent", submitted_at=NOW - 30, predicted_runtime_s=HOUR)
+    core = pjob(3, 8, tier="core", submitted_at=NOW - BOUND - 5, predicted_runtime_s=HOUR)
+    queues = {q.name: q for q in standard_queues()}
+    across = dataclasses.replace(_policy(), overdue_across_tiers=True)
+    pending = [urgent, core, old]
+    assert [j.id for j in aging.order(pending, NOW, across, queues, {})] == [1, 3, 2]
+    assert [j.id for j in aging.order(pending, NOW, _policy(), queues, {})] == [2, 3, 1]
+
+
 def test_within_the_bound_smallest_predicted_work_goes_first() -> None:
     """Same tier and share band, none overdue: GPUs x predicted runtime, smallest first;
     unknown runtimes count as ``default_runtime_s``; ties by submit time."""

@@ -172,6 +172,7 @@ class Planner:
         self.hol: set[Any] = set()
         # moving checkpointable jobs so a waiting gang starts (#19, consolidation.py)
         self.consolidation = Consolidation(self)
+        self.has_inference = any(nd.inference for nd in snapshot.nodes)
         # who may borrow, and for how long (#19, borrowing.py)
         self.borrowing = Borrowing(self)
 
@@ -507,7 +508,9 @@ class Planner:
         live = self.live
         cls = live.node_class(key)
         if sh not in self._live_failed:
-            nodes = live.find(cls, k, c, excl, job.model_name)
+            nodes = self._find_dedicated(job, sh) if key[2] and self.has_inference else None
+            if nodes is None:
+                nodes = live.find(cls, k, c, excl, job.model_name)
             if nodes is not None:
                 return nodes
             self._live_failed.add(sh)
@@ -517,6 +520,21 @@ class Planner:
                 return nodes
         self._fail_end[sh] = end if fail is None else min(fail, end)
         return None
+
+    def _find_dedicated(self, job: PendingJob, sh: ShapeT) -> list[int] | None:
+        """A job allowed beside online inference goes to nodes without inference first:
+        there inference traffic cannot stop it (#19: on the live demo about a third of the
+        experiment queues' evictions were inference taking its GPUs back); the shared
+        nodes' free GPUs are its fallback."""
+        key, k, c, _last, excl = sh
+        dkey = (key[0], key[1], False, key[3], key[4])
+        dsh = (dkey, k, c, _last, excl)
+        if dsh in self._live_failed:
+            return None
+        nodes = self.live.find(self.live.node_class(dkey), k, c, excl, job.model_name)
+        if nodes is None:
+            self._live_failed.add(dsh)
+        return nodes
 
     def _place_backfill(
         self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float

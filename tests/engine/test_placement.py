@@ -154,6 +154,18 @@ def test_training_on_inference_nodes_only_if_preemptible_and_willing(preemptible
     assert (1 in started(plan)) is lands
 
 
+def test_preemptible_work_goes_to_nodes_without_inference_first():
+    """Best fit alone would pick the shared node (4 free beside inference); inference
+    traffic could stop the job there, so a node without inference comes first (#19) and
+    the shared node's GPUs are the fallback."""
+    nodes = [node("inf", free=range(4), inference=True), node("a", free=range(6))]
+    job = pjob(1, 4, preemptible=True)
+    assert list(started(run(snap(nodes, [job])))[1]) == ["a"]
+    second = pjob(2, 4, preemptible=True)  # "a" has 2 left: the shared node takes it
+    placed = started(run(snap(nodes, [job, second])))
+    assert (list(placed[1]), list(placed[2])) == (["a"], ["inf"])
+
+
 def test_prefers_node_that_recently_ran_the_same_model_among_equal_fits():
     nodes = [node("a", free=range(4)), node("b", free=range(4), recent_models=("llama",))]
     plan = run(snap(nodes, [pjob(1, 4, model_name="llama")]))

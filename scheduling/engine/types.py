@@ -365,7 +365,16 @@ class PolicyConfig:
                 order_by_work=False,
                 share_bands=0,
             ),
-            "backfill": dict(backfill=True, borrowing=False, preemption=False),
+            # no starvation (#19): ITP 1,280 GPUs, p95 wait 340,332 s -> 206,950 s, FIFO's
+            # 213,612 s (docs/replay.md); not in "full": Philly 640's average +55%
+            "backfill": dict(
+                backfill=True,
+                borrowing=False,
+                preemption=False,
+                starvation_bound_s=86400.0,
+                overdue_across_tiers=True,
+                hold_quota_when_overdue=True,
+            ),
             "full": dict(backfill=True, borrowing=True, preemption=True),
         }
         try:

@@ -28,7 +28,11 @@ LINES = ("llm", "vision")
 
 def _policy(bound: float | None = BOUND) -> et.PolicyConfig:
     return et.PolicyConfig.preset(
-        "backfill", starvation_bound_s=bound, order_by_work=True, share_bands=4
+        "backfill",
+        starvation_bound_s=bound,
+        order_by_work=True,
+        share_bands=4,
+        overdue_across_tiers=False,  # the promise within a tier; across: its own test
     )
 
 

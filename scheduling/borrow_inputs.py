@@ -24,7 +24,7 @@ from django.db.models.functions import Least
 from quotas.models import QuotaPolicy, UsageSample
 from scheduling.clock import to_epoch
 from scheduling.engine.borrowing import HORIZONS_S
-from scheduling.models import CONSOLIDATION, Eviction
+from scheduling.models import CONSOLIDATION, INFERENCE_STOP, Eviction
 
 EvictionRatios = Callable[[], dict[int, float | None]]
 _ratio_source: list[EvictionRatios] = []
@@ -83,20 +83,26 @@ def entitled_demand_peaks(now: datetime) -> tuple[int, ...]:
 
 
 def recent_evictions(now: datetime, cooldown_s: float) -> tuple[dict[int, float], dict[int, float]]:
-    """Last eviction (epoch seconds) within the cool-down, per job id and per queue id."""
+    """Last eviction (epoch seconds) within the cool-down, per job id and per queue id.
+
+    A stop for online inference (reason ``inference``: traffic took a shared node's GPUs
+    back) starts the job's own cool-down but not its queue's: the queue cool-down is for
+    lenders reclaiming what the queue borrowed, and on the live demo inference stops on
+    shared nodes kept whole experiment queues from borrowing most of the time."""
     if cooldown_s <= 0:
         return {}, {}
     rows = (
         Eviction.objects.filter(at__gte=now - timedelta(seconds=cooldown_s))
         .exclude(reason=CONSOLIDATION)
-        .values_list("job_id", "queue_id", "at")
+        .values_list("job_id", "queue_id", "at", "reason")
     )
     by_job: dict[int, float] = {}
     by_queue: dict[int, float] = {}
-    for job_id, queue_id, at in rows:
+    for job_id, queue_id, at, reason in rows:
         t = to_epoch(at)
         if t is None:
             continue
         by_job[job_id] = max(by_job.get(job_id, t), t)
-        by_queue[queue_id] = max(by_queue.get(queue_id, t), t)
+        if reason != INFERENCE_STOP:
+            by_queue[queue_id] = max(by_queue.get(queue_id, t), t)
     return by_job, by_queue

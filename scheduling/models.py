@@ -330,6 +330,8 @@ class SchedulingCycle(models.Model):
 # checkpoints and restarts elsewhere to make room for a gang. Not an eviction: it does not
 # count towards demotion, the eviction ratio nor ``gpuportal_preemptions_total``.
 CONSOLIDATION = "consolidate"
+# Eviction.reason of a stop for online inference (traffic took a shared node's GPUs back).
+INFERENCE_STOP = "inference"
 
 
 class Eviction(models.Model):

@@ -154,6 +154,21 @@ def test_borrowing_inputs_reach_the_snapshot(make_job, backend, cluster):
     assert s.demand_peaks == expected
 
 
+def test_an_inference_stop_cools_the_job_down_but_not_its_queue(make_job, backend, cluster):
+    """Inference taking a shared node's GPUs back is not a lender's reclaim: the stopped
+    job waits out its own cool-down, the rest of its queue may still borrow."""
+    from scheduling.models import Eviction
+
+    queue = cluster["queue"]
+    job = make_job(name="stopped", preemption_count=1)
+    Eviction.objects.create(job=job, queue=queue, at=at(T0 - 600), reason="inference",
+                            gpus=8, gpu_seconds=3600.0)  # fmt: skip
+    s = snapshot_of(backend, StubPredictor())
+    (pending,) = s.pending
+    (q,) = s.queues
+    assert (pending.last_evicted_at, q.last_reclaim_at) == (T0 - 600, None)
+
+
 def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
     from quotas.models import QuotaPolicy
     from scheduling.cycle.context import production_policy

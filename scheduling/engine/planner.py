@@ -231,7 +231,11 @@ class Planner:
     def victim_index(self) -> VictimIndex:
         if self._victim_index is None:
             self._victim_index = VictimIndex(
-                self.victim_pool, self.usage.borrowed_ids, self.topo, self.now
+                self.victim_pool,
+                self.usage.borrowed_ids,
+                self.topo,
+                self.now,
+                self.policy.eviction_cost_gpu_h,
             )
         return self._victim_index
 

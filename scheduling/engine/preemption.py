@@ -112,12 +112,19 @@ class VictimIndex:
     __slots__ = ("cost", "by_tier", "borrowed", "on_node", "ordered", "by_id", "_base")
 
     def __init__(
-        self, pool: list[RunningJob], borrowed: frozenset[int], topo: Topology, now: float
+        self,
+        pool: list[RunningJob],
+        borrowed: frozenset[int],
+        topo: Topology,
+        now: float,
+        per_eviction: float = 0.0,
     ) -> None:
         # Borrowed work is reclaimed first (Q7): any entitled victim weighs more
-        # than every borrowed one; then lost GPU-hours decide.
+        # than every borrowed one; then lost GPU-hours plus ``per_eviction`` a job
+        # (``PolicyConfig.eviction_cost_gpu_h``: fewer victims, R2) decide.
         self.cost = {
-            v.id: loss_gpu_hours(v, now) + (0.0 if v.id in borrowed else ENTITLED) for v in pool
+            v.id: loss_gpu_hours(v, now) + per_eviction + (0.0 if v.id in borrowed else ENTITLED)
+            for v in pool
         }
         self.by_tier: dict[Tier, list[RunningJob]] = {}
         self.borrowed = [v for v in pool if v.id in borrowed]
@@ -277,13 +284,26 @@ def add_quota_victims(s: Search, base: Sequence[RunningJob], victims: set[int]) 
             ),
             key=lambda v: (cost[v.id], -v.gpus, v.id),
         )
+        greedy: list[RunningJob] = []
+        got = 0
         for v in extra:
-            if rem <= 0:
+            if got >= rem:
                 break
-            victims.add(v.id)
-            rem -= v.gpus
-        if rem > 0:
+            greedy.append(v)
+            got += v.gpus
+        if got < rem:
             return False
+        # R2, fewest victims: one job that frees the room alone (the smallest such,
+        # then the cheapest) when it costs no more than the cheapest-first set.
+        single = min(
+            (v for v in extra if v.gpus >= rem), key=lambda v: (v.gpus, cost[v.id]), default=None
+        )
+        # (quota victims are entitled: compare without the ENTITLED weight each carries)
+        if single is not None and cost[single.id] - ENTITLED <= sum(
+            cost[v.id] - ENTITLED for v in greedy
+        ):
+            greedy = [single]
+        victims.update(v.id for v in greedy)
     return True
 
 

@@ -331,6 +331,7 @@ class PolicyConfig:
     overrun_s: float = 1800.0
     max_preemptors: int = 16
     max_preemption_searches: int = 64
+    eviction_cost_gpu_h: float = 1.0
     preemption_mode: str = GRACEFUL
     consolidation: bool = True
     max_migrations: int = 8

@@ -220,3 +220,37 @@ def test_borrowed_work_is_reclaimed_before_entitled_work():
     ]
     plan = run(snap(full(2), [pjob(9, 8, tier="urgent", line="search")], running, lines=lines))
     assert victims(plan) == {2: 9}
+
+
+# -- fewer victims (R2, #19): a fixed cost per eviction ----------------------------------
+def test_a_reclaim_takes_one_borrower_over_many_fresh_small_ones():
+    """Line search (quota 0) borrows both nodes: n0 holds eight 1-GPU jobs that just
+    checkpointed (8 x ~0 GPU-h lost), n1 one 8-GPU job 30 min after its checkpoint (4
+    GPU-h). llm's urgent 8-GPU job, within its quota, reclaims a node. Lost work alone
+    picks n0 (8 evictions); each eviction also costs ``eviction_cost_gpu_h`` (1 GPU-h),
+    so n1 (1 eviction) wins. (Entitled victims already count one by one: each weighs
+    ``ENTITLED``.)"""
+    running = [
+        rjob(i + 1, {"n0": [i]}, line="search", last_checkpoint_at=NOW - 60) for i in range(8)
+    ]
+    running.append(rjob(20, {"n1": range(8)}, line="search", last_checkpoint_at=NOW - HOUR / 2))
+    pending = [pjob(99, 8, tier="urgent")]
+    lines = [LineView("llm", 8), LineView("search", 0)]
+    assert victims(run(snap(full(2), pending, running, lines=lines))) == {20: 99}
+    lost_work_only = PolicyConfig(eviction_cost_gpu_h=0.0)
+    got = victims(run(snap(full(2), pending, running, lines=lines, policy=lost_work_only)))
+    assert sorted(got) == list(range(1, 9))
+
+
+def test_quota_room_comes_from_one_job_when_that_costs_no_more():
+    """Line llm (quota 8) is full: four fresh 1-GPU experiments and one 4-GPU experiment
+    30 min after its checkpoint (2 GPU-h). An urgent 4-GPU job needs 4 GPUs of quota room:
+    the four 1-GPU jobs cost 4 x 1 GPU-h, the 4-GPU job 1 + 2: one victim."""
+    running = [rjob(i + 1, {"n0": [i]}, last_checkpoint_at=NOW - 60) for i in range(4)]
+    running.append(rjob(20, {"n1": range(4)}, last_checkpoint_at=NOW - HOUR / 2))
+    pending = [pjob(99, 4, tier="urgent")]
+    lines = [LineView("llm", 8)]
+    assert victims(run(snap(full(3), pending, running, lines=lines))) == {20: 99}
+    lost_work_only = PolicyConfig(eviction_cost_gpu_h=0.0)
+    got = victims(run(snap(full(3), pending, running, lines=lines, policy=lost_work_only)))
+    assert sorted(got) == [1, 2, 3, 4]

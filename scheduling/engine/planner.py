@@ -527,7 +527,7 @@ class Planner:
 
     def _find_dedicated(self, job: PendingJob, sh: ShapeT) -> list[int] | None:
         """A job allowed beside online inference goes to nodes without inference first:
-        there inference traffic cannot stop it (#19: on the live demo about a third of the
+        there inference traffic cannot stop it (#19: on the live demo about a quarter of the
         experiment queues' evictions were inference taking its GPUs back); the shared
         nodes' free GPUs are its fallback."""
         key, k, c, _last, excl = sh
@@ -894,14 +894,14 @@ class Planner:
             self.hold_quota(job, short_q, room_at)
             self.record(job, reason, room_at)
             return
-        held = self.quota_held(job)
-        if held is not None:
-            self.record(job, held)
-            self.recheck_quota.append(job)
-            return
         un = self.unavailable(job, sh)
         if un is not None:
             self.record(job, explain.nodes_unavailable(job, self.describe(job, sh), un))
+            self.recheck_quota.append(job)
+            return
+        held = self.quota_held(job)  # PRIORITY: after NODES_UNAVAILABLE (API.md's order)
+        if held is not None:
+            self.record(job, held)
             self.recheck_quota.append(job)
             return
         if self.hol_blocked(job):

@@ -84,3 +84,21 @@ def test_other_lines_are_not_held():
         ),
     )
     assert started_ids(run(s)) == [13]
+
+
+def test_nodes_unavailable_reads_before_the_hold():
+    """API.md's order: NODES_UNAVAILABLE before PRIORITY. A job that fits its quota but
+    whose only matching node is cordoned reads NODES_UNAVAILABLE even behind a hold."""
+    from .helpers import node
+
+    big_memory = pjob(14, 4, tier="core", gpu_memory_gb=141, predicted_runtime_s=3 * HOUR)
+    nodes = [*rack("a", 4, "r0"), node("h00", rack="r1", gpu_memory_gb=141, state=et.CORDONED)]
+    s = snap(
+        nodes,
+        [OVERDUE, big_memory],
+        RUNNING,
+        lines=[et.LineView("llm", 8)],
+        policy=et.PolicyConfig.preset("backfill"),
+    )
+    assert code(run(s), 14) == "NODES_UNAVAILABLE"
+    assert code(run(scenario([OVERDUE, LONG])), 11) == "PRIORITY"

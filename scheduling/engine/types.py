@@ -296,7 +296,8 @@ class PolicyConfig:
     - ``overrun_s``: a running job past its predicted end is assumed to need this
       much longer.
     - ``max_preemptors``/``max_preemption_searches``: bound eviction churn and
-      work per plan.
+      work per plan; ``eviction_cost_gpu_h``: what each victim costs on top of the
+      work it loses, in GPU-hours, so fewer victims are chosen (R2).
     - ``preemption_mode``: ``graceful`` (checkpoint, then stop) or ``cold``.
     - ``consolidation``: move checkpointable work off a few nodes so a waiting gang
       starts (``consolidation.py``; only with ``preemption`` on, so the ``full``
@@ -310,14 +311,19 @@ class PolicyConfig:
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
       made Philly 640's average wait 12% and its p95 34% longer, docs/replay.md). ``order_by_work``: within a tier and fair-share band, the smallest
       predicted work (GPUs x predicted runtime) first, else submit order;
-      ``share_bands``: fair-share bands per quota (0: order by the exact share).
+      ``share_bands``: fair-share bands per quota (0: order by the exact share);
+      ``overdue_across_tiers``: overdue jobs go before every job not overdue, whatever
+      its tier; ``hold_quota_when_overdue``: an overdue job over quota holds its
+      queue's or line's quota room (both on in the ``backfill`` preset only).
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
       ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
       lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
       ``borrow_queue_cooldown_s``: a job evicted this recently, or any job of a queue that
       had one evicted this recently, does not borrow; ``borrow_eviction_target``: a queue
       whose eviction ratio is above it may borrow less (a cap that shrinks to 0 at twice
-      the target).
+      the target; ``borrow_cap`` off: no cap); ``borrow_forecast_over_target`` /
+      ``borrow_queue_cooldown_over_target``: the forecast for every borrower, the queue
+      cool-down only, in a queue above that target.
     """
 
     backfill: bool = True

@@ -98,9 +98,13 @@ def test_watch_prints_again_until_interrupted(live_server, demo, jobs, tmp_path)
         "GPUCTL_TOKEN": Token.objects.get_or_create(user=demo["researcher"])[0].key,
         "XDG_CONFIG_HOME": str(tmp_path),
     }
+    # Ctrl-C's default disposition, as in a terminal: an ignored SIGINT is inherited across
+    # exec, and something earlier in the whole suite leaves it ignored in this process
+    # (Python then installs no KeyboardInterrupt handler in the child).
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpuctl", "jobs", "--me", "-w", "--interval", "0.5"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     headers = 0
     deadline = time.monotonic() + 60
@@ -108,9 +112,7 @@ def test_watch_prints_again_until_interrupted(live_server, demo, jobs, tmp_path)
         line = proc.stdout.readline()
         headers += line.split()[:1] == ["ID"]  # ID is right-aligned
     proc.send_signal(signal.SIGINT)
-    # communicate() drains both pipes while it waits: a round still being written when
-    # the signal lands must not block the process on a full pipe nobody reads
-    _out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)  # drains both pipes while it waits
     assert proc.returncode == 0, err
     assert headers == 3
 

@@ -98,6 +98,20 @@ def forecast_applies(job: PendingJob, over: bool, policy: PolicyConfig) -> bool:
     )
 
 
+def queue_cooldown_s(over: bool, policy: PolicyConfig) -> float:
+    """Rule 2's queue cool-down for a queue (``over``: above its eviction target)."""
+    if policy.borrow_queue_cooldown_over_target and not over:
+        return 0.0
+    return policy.borrow_queue_cooldown_s
+
+
+def cap_for(queue: QueueView | None, line: LineView | None, policy: PolicyConfig) -> int | None:
+    """Rule 3's cap for ``queue`` under ``policy`` (None: no cap)."""
+    if not policy.borrow_cap:
+        return None
+    return eviction_cap(queue, line, policy.borrow_eviction_target)
+
+
 def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
     return t is not None and cooldown_s > 0 and now - t < cooldown_s
 
@@ -200,9 +214,7 @@ class Borrowing:
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."
             )
         over = over_target(queue, policy.borrow_eviction_target)
-        qcool = policy.borrow_queue_cooldown_s
-        if policy.borrow_queue_cooldown_over_target and not over:
-            qcool = 0.0
+        qcool = queue_cooldown_s(over, policy)
         if queue is not None and in_cooldown(queue.last_reclaim_at, now, qcool):
             until = queue.last_reclaim_at + qcool  # type: ignore[operator]
             return QUEUE_COOLDOWN, (
@@ -211,9 +223,7 @@ class Borrowing:
                 f"idle capacity again from {explain.when(until)} (cool-down)."
             )
         slack = self._slack if self._slack is not None else self._prepare()
-        cap = None
-        if policy.borrow_cap:
-            cap = eviction_cap(queue, p.lines.get(job.line), policy.borrow_eviction_target)
+        cap = cap_for(queue, p.lines.get(job.line), policy)
         if cap is not None:
             held = self._queue_borrowed.get(job.queue, 0)
             if held + job.gpus > cap:
@@ -283,14 +293,9 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         if in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
             errors.append(f"job {j.id} borrows within its cool-down")
         over = over_target(q, policy.borrow_eviction_target)
-        qcool = policy.borrow_queue_cooldown_s
-        if policy.borrow_queue_cooldown_over_target and not over:
-            qcool = 0.0
-        if q is not None and in_cooldown(q.last_reclaim_at, now, qcool):
+        if q is not None and in_cooldown(q.last_reclaim_at, now, queue_cooldown_s(over, policy)):
             errors.append(f"job {j.id} borrows within its queue's cool-down")
-        cap = None
-        if policy.borrow_cap:
-            cap = eviction_cap(q, lines.get(j.line), policy.borrow_eviction_target)
+        cap = cap_for(q, lines.get(j.line), policy)
         held = qb.get(j.queue, 0)
         if cap is not None and held + j.gpus > cap:
             errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")

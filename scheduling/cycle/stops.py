@@ -10,9 +10,10 @@ only jobs still running are stopped.
 from __future__ import annotations
 
 from core import clock
-from scheduling.clock import to_datetime
+from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
+from scheduling.engine.inference_yield import NodeTenant, yielders
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -41,13 +42,45 @@ def jobs_to_move(cycle: Cycle) -> dict[int, str]:
             node__name__in=leaving, job__state=Job.State.RUNNING
         ).values_list("job_id", "node__state"):
             stops[job_id] = "drain" if node == Node.State.DRAINING else "health"
-    pressured = {ref for refs in cycle.obs.inference_pressure.values() for ref in refs}
-    if pressured:
-        for job_id in Job.objects.filter(
-            backend_ref__in=pressured, state=Job.State.RUNNING, preemptible=True
-        ).values_list("id", flat=True):
-            stops.setdefault(job_id, "inference")
+    for job_id in inference_yielders(cycle, set(stops)):
+        stops.setdefault(job_id, "inference")
     return stops
+
+
+def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
+    """Jobs that yield GPUs to online inference: on each pressured node, the cheapest
+    preemptible jobs that free what inference lacks (``engine.inference_yield``), not
+    every job there; jobs already stopping or ``moving`` count first. A backend that
+    names pressured nodes without the shortfall has every preemptible job there yield."""
+    pressure = cycle.obs.inference_pressure
+    if not pressure:
+        return set()
+    refs = {ref for node_refs in pressure.values() for ref in node_refs}
+    shortfall = {o.name: o.inference_shortfall for o in cycle.obs.nodes if o.name in pressure}
+    rows = Allocation.objects.filter(
+        node__name__in=pressure, job__state__in=[Job.State.RUNNING, Job.State.PREEMPTING]
+    ).values_list(
+        "node__name", "job_id", "job__state", "job__preemptible", "job__backend_ref",
+        "job__gpus", "job__started_at", "job__last_checkpoint_at",
+    )  # fmt: skip
+    tenants: dict[str, dict[int, list]] = {}
+    for node, job_id, state, preemptible, ref, gpus, started, checkpoint in rows:
+        here = tenants.setdefault(node, {})
+        if job_id in here:
+            here[job_id][1] += 1
+            continue
+        since = to_epoch(checkpoint or started) or cycle.now
+        loss = gpus * max(0.0, cycle.now - since) / 3600.0
+        leaving = state != Job.State.RUNNING or job_id in moving
+        ok = preemptible and ref in refs
+        here[job_id] = [job_id, 1, loss, leaving, ok]
+    per_eviction = production_policy().eviction_cost_gpu_h
+    chosen: set[int] = set()
+    for node, here in tenants.items():
+        listed = [NodeTenant(*t) for t in here.values()]
+        need = shortfall.get(node, 0) or sum(t.gpus_here for t in listed)
+        chosen.update(yielders(listed, need, per_eviction))
+    return chosen
 
 
 def request_stops(cycle: Cycle) -> None:

@@ -64,6 +64,28 @@ def test_preemptible_jobs_yield_to_online_inference(backend, running_job):
     assert Job.objects.get(pk=protected.pk).state == "running"
 
 
+def test_only_as_many_jobs_yield_as_inference_lacks_gpus(backend, running_job):
+    """#19: inference short of 2 GPUs stops the one job that loses least, not all three."""
+    old = running_job("n0", (0, 1), last_checkpoint_at=when(-3000))
+    fresh = running_job("n0", (2, 3), last_checkpoint_at=when(-60))
+    other = running_job("n0", (4, 5), last_checkpoint_at=when(-1800))
+    backend.set_node("n0", inference=True, inference_shortfall=2)
+    backend.pressure = {"n0": (old.backend_ref, fresh.backend_ref, other.backend_ref)}
+    assert stops.jobs_to_move(make_cycle(backend)) == {fresh.pk: "inference"}
+    backend.set_node("n0", inference_shortfall=3)
+    assert set(stops.jobs_to_move(make_cycle(backend))) == {fresh.pk, other.pk}
+
+
+def test_gpus_already_leaving_count_before_a_new_job_yields(backend, running_job):
+    leaving = running_job("n0", (0, 1), state="preempting", stop_reason="inference")
+    staying = running_job("n0", (2, 3))
+    backend.set_node("n0", inference=True, inference_shortfall=2)
+    backend.pressure = {"n0": (leaving.backend_ref, staying.backend_ref)}
+    assert stops.jobs_to_move(make_cycle(backend)) == {}
+    backend.set_node("n0", inference_shortfall=3)
+    assert stops.jobs_to_move(make_cycle(backend)) == {staying.pk: "inference"}
+
+
 def test_a_leaving_node_outranks_inference_as_the_reason(backend, running_job):
     job = running_job("n0")
     Node.objects.filter(name="n0").update(state="draining")

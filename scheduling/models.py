@@ -32,7 +32,10 @@ class Node(models.Model):
     last observation or health sweep saw. ``residual_gpus`` counts GPUs held by
     stale processes of finished jobs (R6): busy, but by nobody. ``inference_gpus``
     counts GPUs serving online inference on a shared (``inference``) node as of the last
-    applied plan (``scheduling.nodes.inference``): in use, though by no job.
+    applied plan (``scheduling.nodes.inference``): in use, though by no job;
+    ``inference_profile`` the hourly peaks of that count, today's and yesterday's
+    (``scheduling.engine.inference_forecast``), from which the engine is told how much
+    more inference will want later in the day.
     """
 
     class State(models.TextChoices):
@@ -64,6 +67,10 @@ class Node(models.Model):
     inference_gpus = models.PositiveSmallIntegerField(
         default=0, help_text="GPUs serving online inference at the last applied plan"
     )
+    inference_profile = models.JSONField(
+        default=dict, blank=True,
+        help_text="GPUs online inference held per UTC hour, today and yesterday (learned)",
+    )  # fmt: skip
     uncordon_requested = models.BooleanField(
         default=False, help_text="the portal uncordoned it; the loop tells the backend"
     )

@@ -17,6 +17,7 @@ from quotas.models import BusinessLine, Queue
 from scheduling import borrow_inputs
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
+from scheduling.engine import inference_forecast as forecast
 from scheduling.engine import types as et
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.prediction import RuntimePredictor
@@ -54,7 +55,13 @@ DATETIME_FIELDS = ("estimated_start",)
 # applied in Python on the epochs: the server sorted thousands of wide rows, or walked the
 # ``submitted_at`` index backwards fetching them one by one, for this order.
 ORDER = ("submitted_at_ts", "id")
-NODE_FIELDS = ("id", "name", "state", "recent_models")
+NODE_FIELDS = ("id", "name", "state", "recent_models", "inference_gpus", "inference_profile")
+
+
+def inference_rise(node: dict[str, Any]) -> tuple[int, ...]:
+    """What online inference was seen to want on a shared node, per UTC hour, beyond what
+    it held at the last plan (``engine.inference_forecast``; empty: nothing learned)."""
+    return forecast.rise(forecast.hourly_peaks(node["inference_profile"]), node["inference_gpus"])
 
 
 _tier = lru_cache(maxsize=64)(et.Tier.parse)  # a few labels, parsed for thousands of rows
@@ -288,6 +295,7 @@ def build_snapshot(
                 recent_models=tuple(db["recent_models"]),
                 inference=o.inference,
                 exclusive=o.name in exclusive_nodes,
+                inference_rise=inference_rise(db) if o.inference else (),
             )  # fmt: skip
         )
     _previous.pending = built

@@ -75,7 +75,7 @@ def plan_and_apply(
     else:
         apply(cycle, plan, ctx.jobs, timer)
         with timer.phase("observers"):
-            plan_applied.send(Cycle, snapshot=ctx.snapshot, plan=plan,
+            plan_applied.send(Cycle, snapshot=ctx.snapshot, plan=plan, now=cycle.obs.now,
                               not_launched=frozenset(cycle.launch_verdicts))  # fmt: skip
     return violations, {k: v for k, v in counts_by_code(cycle, plan).items() if v}
 

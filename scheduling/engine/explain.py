@@ -268,7 +268,17 @@ def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
         f"{short} short."
     )
     remedy = f"Starts when {short} more matching GPUs are released."
-    return Code.INSUFFICIENT_GPUS, msg, dict(diag, short_gpus=short), remedy
+    details = dict(diag, short_gpus=short)
+    reclaims = diag.get("inference_reclaims_gpus")
+    if reclaims:
+        end = diag["predicted_end"]
+        details["predicted_end"] = iso(end)
+        msg += (
+            f" {reclaims} more are free on nodes shared with online inference, which is "
+            f"predicted to want them back before this job would end ({when(end)})."
+        )
+        remedy += " A shorter predicted runtime would let it use the shared nodes' GPUs."
+    return Code.INSUFFICIENT_GPUS, msg, details, remedy
 
 
 def demoted(job: PendingJob, underlying: Reason, demote_after: int) -> Reason:

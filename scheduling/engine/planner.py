@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from heapq import merge
 from itertools import compress
 from typing import Any
@@ -44,6 +44,7 @@ from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
 from .borrowing import Borrowing, refused_reason
 from .consolidation import Consolidation, leaving_reason
+from .inference_forecast import rise_until
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     gc_paused,
@@ -173,6 +174,10 @@ class Planner:
         # moving checkpointable jobs so a waiting gang starts (#19, consolidation.py)
         self.consolidation = Consolidation(self)
         self.has_inference = any(nd.inference for nd in snapshot.nodes)
+        # shared nodes and what inference was seen to want more over the day (#19)
+        self.shared = [i for i, nd in enumerate(snapshot.nodes) if nd.inference]
+        self.rise = {i: snapshot.nodes[i].inference_rise for i in self.shared
+                     if snapshot.nodes[i].inference_rise}  # fmt: skip
         # who may borrow, and for how long (#19, borrowing.py)
         self.borrowing = Borrowing(self)
 
@@ -512,12 +517,17 @@ class Planner:
         live = self.live
         cls = live.node_class(key)
         if sh not in self._live_failed:
+            forecast = key[2] and bool(self.rise)
             nodes = self._find_dedicated(job, sh) if key[2] and self.has_inference else None
             if nodes is None:
-                nodes = live.find(cls, k, c, excl, job.model_name)
+                if forecast:
+                    nodes = self._find_shared(job, sh, cls.elig, end)
+                else:
+                    nodes = live.find(cls, k, c, excl, job.model_name)
             if nodes is not None:
                 return nodes
-            self._live_failed.add(sh)
+            if not forecast:  # with a forecast the answer depends on ``end``
+                self._live_failed.add(sh)
         if self.policy.backfill and self.reserved and self.max_res_start >= end:
             nodes = self._place_backfill(job, sh, cls.elig, end)
             if nodes is not None:
@@ -540,6 +550,44 @@ class Planner:
             self._live_failed.add(dsh)
         return nodes
 
+    def _best_fit(
+        self, room: Iterable[tuple[int, int]], c: int, excl: bool, model: str | None
+    ) -> list[int] | None:
+        """One node among (node, free GPUs) pairs: the fewest free GPUs that fit ``c`` (all
+        of them when ``excl``), then one that ran the job's model lately, then the lowest."""
+        total, models = self.topo.total, self.topo.node_models
+        best = None
+        for n, f in room:
+            if f < c or (excl and f != total[n]):
+                continue
+            kk = (f, 0 if model and model in models[n] else 1, n)
+            if best is None or kk < best:
+                best = kk
+        return None if best is None else [best[2]]
+
+    def _find_shared(
+        self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float, view: Cluster | None = None
+    ) -> list[int] | None:
+        """Where no node without inference has room: the shared nodes' free GPUs that
+        online inference is not predicted to want back before the job's predicted
+        ``end`` (``inference_forecast``; #19: such stops were most of the live demo's
+        evictions once the cluster was full)."""
+        _key, k, c, _last, excl = sh
+        live = self.live if view is None else view
+        nfree, usable = live.nfree, live.usable
+        room: dict[int, int] = {}
+        for n in self.shared:
+            if not (elig[n] and usable[n]):
+                continue
+            r = self.rise.get(n)
+            room[n] = nfree[n] - rise_until(r, self.now, end) if r else nfree[n]
+        if k == 1:
+            return self._best_fit(room.items(), c, excl, job.model_name)
+        counts = live.usable_counts()
+        for n, f in room.items():
+            counts[n] = max(0, f)
+        return place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
+
     def _place_backfill(
         self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float
     ) -> list[int] | None:
@@ -547,7 +595,6 @@ class Planner:
         _key, k, c, _last, excl = sh
         live = self.live
         nfree = live.nfree
-        total = self.topo.total
         open_nodes = [
             n
             for n, st in self.reserved.items()
@@ -556,16 +603,7 @@ class Planner:
         if not open_nodes:
             return None
         if k == 1:
-            best = None
-            model = job.model_name
-            for n in open_nodes:
-                f = nfree[n]
-                if f < c or (excl and f != total[n]):
-                    continue
-                kk = (f, 0 if model and model in self.topo.node_models[n] else 1, n)
-                if best is None or kk < best:
-                    best = kk
-            return None if best is None else [best[2]]
+            return self._best_fit(((n, nfree[n]) for n in open_nodes), c, excl, job.model_name)
         counts = live.usable_counts()
         for n in open_nodes:
             counts[n] = nfree[n]
@@ -758,6 +796,8 @@ class Planner:
         init = self.final
         cls = init.node_class(key)
         if init.find(cls, k, c, excl, None) is not None:
+            if key[2] and self.rise:  # per job: the forecast depends on its end
+                return self._diagnose_shared(job, sh, cls.elig)
             got = (Code.PRIORITY, {})
         else:
             base = self._where(key, c, excl)
@@ -766,6 +806,35 @@ class Planner:
             got = (code, diag)
         self._diag[sh] = got
         return got
+
+    def _diagnose_shared(
+        self, job: PendingJob, sh: ShapeT, elig: bytearray
+    ) -> tuple[str, dict[str, Any]]:
+        """A job that would fit in what is left free only on shared nodes' GPUs that online
+        inference is predicted to want back before the job ends: INSUFFICIENT_GPUS with
+        ``inference_reclaims_gpus``; else, as any job that fits but for reservations,
+        PRIORITY."""
+        key, k, c, _last, excl = sh
+        init = self.final
+        dkey = (key[0], key[1], False, key[3], key[4])
+        end = self.now + job_runtime(job, self.policy)
+        if init.find(init.node_class(dkey), k, c, excl, None) is not None:
+            return Code.PRIORITY, {}
+        if self._find_shared(job, sh, elig, end, init) is not None:
+            return Code.PRIORITY, {}
+        base = self._where(key, c, excl)
+        reclaims = sum(
+            min(init.nfree[n], rise_until(r, self.now, end))
+            for n, r in self.rise.items()
+            if elig[n] and init.usable[n]
+        )
+        free = max(0, base["free_gpus"] - reclaims)
+        if free >= job.gpus:  # enough beside inference's, but scattered
+            return Code.TOPOLOGY, dict(base, nodes_needed=k, gpus_per_node=c)
+        diag = dict(base, nodes_needed=k, gpus_per_node=c, free_gpus=free)
+        return Code.INSUFFICIENT_GPUS, dict(
+            diag, inference_reclaims_gpus=reclaims, predicted_end=end
+        )
 
     def _where(self, key: ClassKey, c: int, excl: bool) -> dict[str, Any]:
         """Where the matching GPUs left free this cycle are (one scan per class)."""

@@ -142,6 +142,10 @@ class NodeView(NodeHardware):
     preemptible and does not ``avoid_inference``. ``exclusive``: a running job
     holds the node exclusively, so nothing else may land. ``pool`` (optional)
     partitions the cluster, e.g. one pool per virtual cluster in a trace replay.
+    ``inference_rise`` (shared nodes, #19, ``inference_forecast.py``): per UTC hour of
+    the day, how many GPUs more than it holds now online inference was seen to want
+    then; a job may use the node's free GPUs less the rise over the hours it would run.
+    Empty: nothing learned, no limit.
     """
 
     free_gpus: tuple[int, ...]
@@ -151,6 +155,7 @@ class NodeView(NodeHardware):
     inference: bool = False
     exclusive: bool = False
     pool: str | None = None
+    inference_rise: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,9 @@ residual processes is inference (``inference_held``).
 applied plan, for the shared nodes whose count changed (one statement). It is read by the
 one utilization (``scheduling.selectors.ClusterSummary``: GPUs in use by jobs or by
 inference on healthy nodes) and by a node's free GPUs (``scheduling.nodes.selectors``).
+It also learns the count into ``Node.inference_profile`` (hourly peaks, today's and
+yesterday's), from which the snapshot tells the engine how much more inference will want
+later in the day (#19).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Mapping
 from django.db import transaction
 
 from scheduling.engine import Snapshot
+from scheduling.engine.inference_forecast import learn
 from scheduling.models import Node
 from scheduling.sql import bulk_set
 
@@ -45,25 +49,33 @@ def inference_held(snapshot: Snapshot, residual: Mapping[str, int]) -> dict[str,
     return out
 
 
-def record_inference(snapshot: Snapshot) -> int:
-    """Write each shared node's inference GPUs (``inference_held``) where they changed;
-    returns the nodes updated."""
+def record_inference(snapshot: Snapshot, now: float | None = None) -> int:
+    """Write each shared node's inference GPUs (``inference_held``) where they changed and,
+    given the cluster time ``now``, learn them into its daily profile
+    (``inference_forecast.learn``); returns the nodes updated."""
     rows = list(
         Node.objects.filter(inference=True).values_list(
-            "pk", "name", "residual_gpus", "inference_gpus"
+            "pk", "name", "residual_gpus", "inference_gpus", "inference_profile"
         )
     )
-    held = inference_held(snapshot, {name: res for _pk, name, res, _old in rows})
-    changed = [(pk, held[name]) for pk, name, _res, old in rows
-               if name in held and held[name] != old]  # fmt: skip
-    return bulk_set(Node, ["inference_gpus"], changed)
+    held = inference_held(snapshot, {row[1]: row[2] for row in rows})
+    changed = []
+    for pk, name, _res, old, profile in rows:
+        if name not in held:
+            continue
+        new = profile if now is None else learn(profile, now, held[name])
+        if held[name] != old or new != profile:
+            changed.append((pk, held[name], new))
+    return bulk_set(Node, ["inference_gpus", "inference_profile"], changed)
 
 
-def record_plan(sender: object, *, snapshot: Snapshot, **_: object) -> None:
+def record_plan(
+    sender: object, *, snapshot: Snapshot, now: float | None = None, **_: object
+) -> None:
     """Receiver of ``plan_applied``. A failure here is logged and rolled back alone (a
     savepoint): the reading never stops a cycle."""
     try:
         with transaction.atomic():
-            record_inference(snapshot)
+            record_inference(snapshot, now)
     except Exception:  # noqa: BLE001 - the cycle goes on; the next plan writes again
         log.exception("inference GPUs not recorded for the plan")

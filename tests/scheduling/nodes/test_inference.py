@@ -87,3 +87,35 @@ def test_utilization_counts_gpus_in_use_by_jobs_or_inference_and_free_gpus_leave
     Node.objects.filter(pk=shared.pk).update(health="gpu_failure")
     assert build_cluster_summary().gpus_inference_healthy == 0
     assert Allocation.objects.count() == 6
+
+
+@pytest.mark.django_db
+def test_a_cycle_learns_each_shared_nodes_inference_by_hour_and_the_engine_sees_the_rise(
+    shared_cluster,
+):
+    """#19: what inference held is learned into the node's hourly profile at cluster time,
+    and the next snapshot tells the engine how much more it wanted in the hours ahead."""
+    from scheduling.cycle.context import production_policy
+    from scheduling.engine.inference_forecast import HOUR_S, hourly_peaks
+    from scheduling.prediction import RuntimePredictor
+    from scheduling.snapshot import build_snapshot
+
+    cycle = run_cycle()
+    now = open_simulator(advance=False).sim.now
+    hour = int((now % 86400) // HOUR_S)
+    shared = Node.objects.filter(inference=True, inference_gpus__gt=0).order_by("name").first()
+    assert shared.inference_profile["today"][hour] == shared.inference_gpus
+    assert cycle is not None
+    # the next hour, inference was seen to want 3 GPUs more than it holds now
+    later = (hour + 1) % 24
+    profile = dict(shared.inference_profile, today=list(shared.inference_profile["today"]))
+    profile["today"][later] = shared.inference_gpus + 3
+    Node.objects.filter(pk=shared.pk).update(inference_profile=profile)
+    assert hourly_peaks(profile)[later] == shared.inference_gpus + 3
+    backend = open_simulator(advance=False)
+    snap = build_snapshot(backend.observe(), production_policy(),
+                          RuntimePredictor.from_history()).snapshot  # fmt: skip
+    view = next(n for n in snap.nodes if n.name == shared.name)
+    assert view.inference_rise[later] == 3 and view.inference_rise[hour] == 0
+    plain = next(n for n in snap.nodes if not n.inference)
+    assert plain.inference_rise == ()

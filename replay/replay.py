@@ -105,6 +105,8 @@ ORDER_KNOBS: dict[str, type] = {
     "share_bands": int,
     "hold_quota_when_overdue": bool,
     "overdue_across_tiers": bool,
+    "align_ends": bool,
+    "preempt_after_s": float,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

@@ -265,6 +265,28 @@ def rack_capacity(
     return whole, free, size
 
 
+def aligned(
+    nodes: Sequence[int],
+    ends: Sequence[float],
+    end: float,
+    models: Sequence[frozenset[str]],
+    model: str | None,
+) -> int:
+    """Runtime-aware packing (#19): among equally good nodes, the one whose busy time a job
+    ending at ``end`` extends least: a node whose work ends after the job (the earliest
+    such), else the one whose work ends latest; so work that ends together shares nodes
+    and nodes fall wholly free together. Then model affinity, then the lowest index."""
+    return min(
+        nodes,
+        key=lambda n: (
+            max(0.0, end - ends[n]),
+            ends[n],
+            0 if model and model in models[n] else 1,
+            n,
+        ),
+    )
+
+
 def place_on_counts(
     topo: Topology,
     elig: Sequence[int],
@@ -340,6 +362,8 @@ class Cluster:
                 self.buckets[self.nfree[i]].append(i)
         self.classes: dict[ClassKey, NodeClass] = {}
         self.node_classes: list[list[NodeClass]] = [[] for _ in range(topo.n)]
+        # per node, when its running work is predicted to end (``align_ends``); None: unused
+        self.ends: list[float] | None = None
 
     def copy(self) -> Cluster:
         """A read-only view of the current capacity (``take`` is not available on it;
@@ -352,6 +376,7 @@ class Cluster:
         other.buckets = [b[:] for b in self.buckets]
         other.classes = {}
         other.node_classes = [[] for _ in range(self.topo.n)]
+        other.ends = None if self.ends is None else self.ends[:]
         return other
 
     # -- classes -----------------------------------------------------------------
@@ -452,18 +477,26 @@ class Cluster:
         return sum(f * cnt for f, cnt in enumerate(cls.tot_hist))
 
     def find(
-        self, cls: NodeClass, k: int, c: int, exclusive: bool, model: str | None
+        self,
+        cls: NodeClass,
+        k: int,
+        c: int,
+        exclusive: bool,
+        model: str | None,
+        end: float | None = None,
     ) -> list[int] | None:
         if k == 1:
-            n = self._find_single(cls, c, exclusive, model)
+            n = self._find_single(cls, c, exclusive, model, end)
             return None if n is None else [n]
         return self._find_multi(cls, k, c, exclusive, model)
 
     def _find_single(
-        self, cls: NodeClass, c: int, exclusive: bool, model: str | None
+        self, cls: NodeClass, c: int, exclusive: bool, model: str | None, end: float | None
     ) -> int | None:
         """Best fit (fewest free GPUs), then the rack keeping most whole-rack
-        capacity (``rack_score``), then model affinity, then the lowest index."""
+        capacity (``rack_score``), then, given the job's predicted ``end`` and the nodes'
+        ``ends``, the node whose busy time it extends least (``aligned``), then model
+        affinity, then the lowest index."""
         topo = self.topo
         m = topo.max_gpus
         if c > m:
@@ -489,6 +522,16 @@ class Cluster:
             rack_of = topo.rack_of
             elig = cls.elig
             total = topo.total
+            if end is not None and self.ends is not None:
+                usable, nfree = self.usable, self.nfree
+                fits = [
+                    n
+                    for n in rack_nodes[r]
+                    if usable[n] and nfree[n] == f and (not exclusive or total[n] == f)
+                ]
+                if fits:
+                    return aligned(fits, self.ends, end, topo.node_models, model)
+                continue
             first = -1
             models = topo.node_models
             for n in self.buckets[f]:

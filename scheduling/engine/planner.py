@@ -71,6 +71,7 @@ from .types import (
     Code,
     PendingJob,
     Plan,
+    PolicyConfig,
     Preemption,
     Reservation,
     RunningJob,
@@ -90,6 +91,28 @@ Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int, int]
 _INF = math.inf
 
 
+def waiting_since(job: PendingJob) -> float:
+    """Since when a job waits: its submission, or its last eviction if later."""
+    evicted = job.last_evicted_at
+    return job.submitted_at if evicted is None else max(job.submitted_at, evicted)
+
+
+def node_ends(
+    topo: Topology, running: Sequence[RunningJob], now: float, policy: PolicyConfig
+) -> list[float]:
+    """Per node, when its running work is predicted to end (``now`` for an idle node):
+    what runtime-aware packing (``placement.aligned``) reads."""
+    ends = [now] * topo.n
+    index = topo.index
+    for r in running:
+        e = running_end(r, now, policy)
+        for slot in r.placement:
+            i = index.get(slot.node)
+            if i is not None and e > ends[i]:
+                ends[i] = e
+    return ends
+
+
 class Planner:
     def __init__(self, snapshot: Snapshot, now: float) -> None:
         self.s = snapshot
@@ -97,6 +120,8 @@ class Planner:
         self.policy = snapshot.policy
         self.topo = Topology(snapshot.nodes)
         self.live = Cluster(self.topo)
+        if self.policy.align_ends:
+            self.live.ends = node_ends(self.topo, snapshot.running, self.now, self.policy)
         self._final: Cluster | None = None
         self._cluster_shape: feasibility.ClusterShape | None = None
         self.queues = {q.name: q for q in snapshot.queues}
@@ -518,12 +543,12 @@ class Planner:
         cls = live.node_class(key)
         if sh not in self._live_failed:
             forecast = key[2] and bool(self.rise)
-            nodes = self._find_dedicated(job, sh) if key[2] and self.has_inference else None
+            nodes = self._find_dedicated(job, sh, end) if key[2] and self.has_inference else None
             if nodes is None:
                 if forecast:
                     nodes = self._find_shared(job, sh, cls.elig, end)
                 else:
-                    nodes = live.find(cls, k, c, excl, job.model_name)
+                    nodes = live.find(cls, k, c, excl, job.model_name, end)
             if nodes is not None:
                 return nodes
             if not forecast:  # with a forecast the answer depends on ``end``
@@ -535,7 +560,7 @@ class Planner:
         self._fail_end[sh] = end if fail is None else min(fail, end)
         return None
 
-    def _find_dedicated(self, job: PendingJob, sh: ShapeT) -> list[int] | None:
+    def _find_dedicated(self, job: PendingJob, sh: ShapeT, end: float) -> list[int] | None:
         """A job allowed beside online inference goes to nodes without inference first:
         there inference traffic cannot stop it (#19: on the live demo about a quarter of the
         experiment queues' evictions were inference taking its GPUs back); the shared
@@ -545,7 +570,7 @@ class Planner:
         dsh = (dkey, k, c, _last, excl)
         if dsh in self._live_failed:
             return None
-        nodes = self.live.find(self.live.node_class(dkey), k, c, excl, job.model_name)
+        nodes = self.live.find(self.live.node_class(dkey), k, c, excl, job.model_name, end)
         if nodes is None:
             self._live_failed.add(dsh)
         return nodes
@@ -618,6 +643,8 @@ class Planner:
         for i, n in enumerate(nodes):
             cnt = c if i < k - 1 else last
             gpus = live.take(n, cnt, excl)
+            if live.ends is not None and end > live.ends[n]:
+                live.ends[n] = end
             self.started_on[n] += 1
             if excl:
                 self.excl_held.add(n)
@@ -694,6 +721,8 @@ class Planner:
         policy = self.policy
         if not policy.preemption:
             return False
+        if not leaving and self.now - waiting_since(job) < policy.preempt_after_s:
+            return False  # patience: capacity that frees meanwhile needs no eviction
         if self.n_preemptors >= policy.max_preemptors:
             return False
         if self.n_searches >= policy.max_preemption_searches:

@@ -343,6 +343,8 @@ class PolicyConfig:
     max_preemptors: int = 16
     max_preemption_searches: int = 64
     eviction_cost_gpu_h: float = 1.0
+    align_ends: bool = False
+    preempt_after_s: float = 0.0
     preemption_mode: str = GRACEFUL
     consolidation: bool = True
     max_migrations: int = 8

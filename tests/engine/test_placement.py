@@ -196,3 +196,23 @@ def test_policy_flag_combinations_still_place():
     for name in ("fifo", "priority", "backfill", "full"):
         plan = run(snap([node("a")], [pjob(1, 8)], policy=PolicyConfig.preset(name)))
         assert 1 in started(plan)
+
+
+def test_runtime_aware_packing_puts_a_job_where_its_end_extends_the_busy_time_least():
+    """``align_ends`` (#19): of two equally tight nodes, a long job goes beside long work and
+    a short job beside short work, so each node falls wholly free at once."""
+    from .helpers import HOUR, NOW
+
+    nodes = [node("a", free=range(4, 8)), node("b", free=range(4, 8))]
+    running = [rjob(8, {"a": range(4)}, predicted_end=NOW + HOUR),
+               rjob(9, {"b": range(4)}, predicted_end=NOW + 10 * HOUR)]  # fmt: skip
+    aligned = PolicyConfig(align_ends=True)
+    long = pjob(1, 2, predicted_runtime_s=8 * HOUR)
+    short = pjob(2, 2, predicted_runtime_s=0.5 * HOUR)
+    assert list(started(run(snap(nodes, [long], running, policy=aligned)))[1]) == ["b"]
+    assert list(started(run(snap(nodes, [short], running, policy=aligned)))[2]) == ["a"]
+    # a job longer than every node's work goes where it extends the busy time least
+    longest = pjob(3, 2, predicted_runtime_s=20 * HOUR)
+    assert list(started(run(snap(nodes, [longest], running, policy=aligned)))[3]) == ["b"]
+    # off: the lowest index, whatever the runtimes
+    assert list(started(run(snap(nodes, [long], running)))[1]) == ["a"]

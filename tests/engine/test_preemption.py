@@ -254,3 +254,17 @@ def test_quota_room_comes_from_one_job_when_that_costs_no_more():
     lost_work_only = PolicyConfig(eviction_cost_gpu_h=0.0)
     got = victims(run(snap(full(3), pending, running, lines=lines, policy=lost_work_only)))
     assert sorted(got) == [1, 2, 3, 4]
+
+
+def test_with_patience_a_job_preempts_only_after_waiting_preempt_after_s():
+    """``preempt_after_s``: capacity that frees while the job waits needs no eviction;
+    past the patience (counted from its submission or its last eviction) it preempts."""
+    running = [rjob(1, {"n0": range(8)}, tier="experiment")]
+    patient = PolicyConfig(preempt_after_s=1800)
+    fresh = pjob(9, 8, tier="urgent", submitted_at=NOW - 600)
+    plan = run(snap(full(1), [fresh], running, policy=patient))
+    assert plan.preemptions == () and code(plan, 9) != Code.PREEMPTING
+    waited = pjob(9, 8, tier="urgent", submitted_at=NOW - 1800)
+    assert victims(run(snap(full(1), [waited], running, policy=patient))) == {1: 9}
+    requeued = pjob(9, 8, tier="urgent", submitted_at=NOW - 7200, last_evicted_at=NOW - 60)
+    assert run(snap(full(1), [requeued], running, policy=patient)).preemptions == ()

@@ -112,6 +112,17 @@ def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
     return out
 
 
+def per_tier(r: Replay) -> dict[str, dict[str, Any]]:
+    """The job figures of each priority tier (urgent first): who pays for a policy."""
+    by_tier: dict[Any, list[ReplayJob]] = {}
+    for j in r.jobs:
+        by_tier.setdefault(j.tier, []).append(j)
+    return {
+        tier.label: ordered(job_stats(by_tier[tier])[0])
+        for tier in sorted(by_tier, key=lambda t: -int(t))
+    }
+
+
 def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
     """The whole result of a replay that ended at virtual time ``end`` after ``wall`` s."""
     layout = r.layout
@@ -160,6 +171,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         "layout_rule": layout.rule,
         "overall": ordered(overall),
         "per_queue": per_queue(r),
+        "per_tier": per_tier(r),
         "series": {
             "bucket_s": cfg.bucket_s,
             "utilization": r.meter.series(end),

@@ -176,6 +176,8 @@ class Planner:
         # Jobs whose code comes after QUOTA_EXCEEDED, decided before the plan was complete:
         # their quota is checked again once every start is counted.
         self.recheck_quota: list[PendingJob] = []
+        # jobs that may preempt only once they have waited ``preempt_after_s``: id -> from
+        self.patient: dict[int, float] = {}
         # caches (valid for this plan only)
         self._shape_cache: dict[tuple[Any, ...], ShapeT] = {}
         self._never: dict[ShapeT, explain.Reason | None] = {}
@@ -338,6 +340,13 @@ class Planner:
         if code != Code.DEMOTED and is_demoted(job.preemption_count, self.policy):
             msg += f" It is also demoted (preempted {job.preemption_count} times)."
             details = dict(details, demoted=1, preemption_count=job.preemption_count)
+        patient = self.patient.get(job.id)
+        if patient is not None and code != Code.PREEMPTING:
+            msg += (
+                f" If nothing frees up for it by {explain.when(patient)}, it may then preempt "
+                "lower-priority or borrowed work."
+            )
+            details = dict(details, may_preempt_at=explain.iso(patient))
         if est is None and explain.NO_ESTIMATE not in details:
             details = dict(details, **{explain.NO_ESTIMATE: no_estimate or "none is predicted"})
         elif est is not None and explain.NO_ESTIMATE in details:
@@ -721,8 +730,6 @@ class Planner:
         policy = self.policy
         if not policy.preemption:
             return False
-        if not leaving and self.now - waiting_since(job) < policy.preempt_after_s:
-            return False  # patience: capacity that frees meanwhile needs no eviction
         if self.n_preemptors >= policy.max_preemptors:
             return False
         if self.n_searches >= policy.max_preemption_searches:
@@ -732,6 +739,11 @@ class Planner:
         if not allowed and not (within and self.usage.borrowed_ids):
             return False
         if (short_q or short_l) and not allowed:
+            return False
+        patience_ends = waiting_since(job) + policy.preempt_after_s
+        if not leaving and self.now < patience_ends:
+            # patience: capacity that frees meanwhile needs no eviction
+            self.patient[job.id] = patience_ends
             return False
         ck: tuple[Any, ...] = (
             sh,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduling.engine import Code, LineView, PolicyConfig, QueueView, Tier
+from scheduling.engine.explain import iso
 
 from .helpers import HOUR, NOW, code, node, pjob, rack, rjob, run, snap, started, victims
 
@@ -264,6 +265,8 @@ def test_with_patience_a_job_preempts_only_after_waiting_preempt_after_s():
     fresh = pjob(9, 8, tier="urgent", submitted_at=NOW - 600)
     plan = run(snap(full(1), [fresh], running, policy=patient))
     assert plan.preemptions == () and code(plan, 9) != Code.PREEMPTING
+    assert plan.verdicts[9].details["may_preempt_at"] == iso(NOW + 1200)
+    assert "it may then preempt" in plan.verdicts[9].message
     waited = pjob(9, 8, tier="urgent", submitted_at=NOW - 1800)
     assert victims(run(snap(full(1), [waited], running, policy=patient))) == {1: 9}
     requeued = pjob(9, 8, tier="urgent", submitted_at=NOW - 7200, last_evicted_at=NOW - 60)

@@ -43,6 +43,10 @@ def test_python_m_prints_exactly_one_json_object_without_django():
     assert obj["per_queue"] and obj["overall"]["jobs"] == sum(
         q["jobs"] for q in obj["per_queue"].values()
     )
+    # per tier, urgent first: who pays for a policy (#19)
+    tiers = list(obj["per_tier"])
+    assert tiers == [t for t in ("urgent", "core", "finetune", "experiment") if t in tiers]
+    assert obj["overall"]["jobs"] == sum(t["jobs"] for t in obj["per_tier"].values())
 
 
 def test_the_package_and_its_trace_readers_never_import_django():

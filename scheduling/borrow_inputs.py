@@ -1,8 +1,9 @@
 """What the engine's borrowing rules (#19, ``scheduling.engine.borrowing``) read from the
 portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production_policy``.
 
-* the knobs: ``QuotaPolicy.borrow_cooldown_minutes`` and ``QuotaPolicy.eviction_target``
-  (the target above which the guarantee advice speaks, and borrowing tightens);
+* the knobs: ``QuotaPolicy.borrow_cooldown_minutes``, ``QuotaPolicy.eviction_target``
+  (the target above which the guarantee advice speaks, and borrowing tightens) and
+  ``QuotaPolicy.preempt_after_minutes`` (patience before preempting);
 * the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
   the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
@@ -42,17 +43,16 @@ def queue_eviction_ratios() -> dict[int, float | None]:
 
 def policy_knobs() -> dict[str, float]:
     """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
-    row = QuotaPolicy.objects.values("borrow_cooldown_minutes", "eviction_target").first()
+    names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes")
+    row = QuotaPolicy.objects.values(*names).first()
     if row is None:
-        row = {
-            name: QuotaPolicy._meta.get_field(name).get_default()
-            for name in ("borrow_cooldown_minutes", "eviction_target")
-        }
+        row = {name: QuotaPolicy._meta.get_field(name).get_default() for name in names}
     cooldown = float(row["borrow_cooldown_minutes"]) * 60.0
     return {
         "borrow_cooldown_s": cooldown,
         "borrow_queue_cooldown_s": cooldown,
         "borrow_eviction_target": float(row["eviction_target"]),
+        "preempt_after_s": float(row["preempt_after_minutes"]) * 60.0,
     }
 
 

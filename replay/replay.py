@@ -107,6 +107,7 @@ ORDER_KNOBS: dict[str, type] = {
     "overdue_across_tiers": bool,
     "align_ends": bool,
     "preempt_after_s": float,
+    "tier_preempt_after_s": float,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

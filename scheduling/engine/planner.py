@@ -740,7 +740,9 @@ class Planner:
             return False
         if (short_q or short_l) and not allowed:
             return False
-        patience_ends = waiting_since(job) + policy.preempt_after_s
+        # patience: a queue that preempts lower tiers (urgent) has its own, shorter one
+        patience = policy.tier_preempt_after_s if allowed else policy.preempt_after_s
+        patience_ends = waiting_since(job) + patience
         if not leaving and self.now < patience_ends:
             # patience: capacity that frees meanwhile needs no eviction
             self.patient[job.id] = patience_ends

@@ -303,6 +303,12 @@ class PolicyConfig:
     - ``max_preemptors``/``max_preemption_searches``: bound eviction churn and
       work per plan; ``eviction_cost_gpu_h``: what each victim costs on top of the
       work it loses, in GPU-hours, so fewer victims are chosen (R2).
+    - ``preempt_after_s`` (patience): a waiting job may preempt only once it has waited
+      this long since its submission or last eviction (capacity that frees meanwhile
+      needs no eviction); ``tier_preempt_after_s``: the same for a job whose queue may
+      preempt lower tiers (urgent), kept short.
+    - ``align_ends``: runtime-aware packing among equally tight nodes
+      (``placement.aligned``).
     - ``preemption_mode``: ``graceful`` (checkpoint, then stop) or ``cold``.
     - ``consolidation``: move checkpointable work off a few nodes so a waiting gang
       starts (``consolidation.py``; only with ``preemption`` on, so the ``full``
@@ -345,6 +351,7 @@ class PolicyConfig:
     eviction_cost_gpu_h: float = 1.0
     align_ends: bool = False
     preempt_after_s: float = 0.0
+    tier_preempt_after_s: float = 0.0
     preemption_mode: str = GRACEFUL
     consolidation: bool = True
     max_migrations: int = 8

@@ -257,11 +257,11 @@ def test_quota_room_comes_from_one_job_when_that_costs_no_more():
     assert sorted(got) == [1, 2, 3, 4]
 
 
-def test_with_patience_a_job_preempts_only_after_waiting_preempt_after_s():
-    """``preempt_after_s``: capacity that frees while the job waits needs no eviction;
+def test_with_patience_a_job_preempts_only_after_waiting_it_out():
+    """``tier_preempt_after_s`` (an urgent job; ``preempt_after_s`` the others): capacity that frees while the job waits needs no eviction;
     past the patience (counted from its submission or its last eviction) it preempts."""
     running = [rjob(1, {"n0": range(8)}, tier="experiment")]
-    patient = PolicyConfig(preempt_after_s=1800)
+    patient = PolicyConfig(tier_preempt_after_s=1800)
     fresh = pjob(9, 8, tier="urgent", submitted_at=NOW - 600)
     plan = run(snap(full(1), [fresh], running, policy=patient))
     assert plan.preemptions == () and code(plan, 9) != Code.PREEMPTING
@@ -271,3 +271,19 @@ def test_with_patience_a_job_preempts_only_after_waiting_preempt_after_s():
     assert victims(run(snap(full(1), [waited], running, policy=patient))) == {1: 9}
     requeued = pjob(9, 8, tier="urgent", submitted_at=NOW - 7200, last_evicted_at=NOW - 60)
     assert run(snap(full(1), [requeued], running, policy=patient)).preemptions == ()
+
+
+def test_an_urgent_queue_has_its_own_patience_and_reclaiming_the_other():
+    """``tier_preempt_after_s`` for a queue that preempts lower tiers; ``preempt_after_s``
+    for a job within its quota reclaiming borrowed work."""
+    policy = PolicyConfig(preempt_after_s=3600, tier_preempt_after_s=0)
+    running = [rjob(1, {"n0": range(8)}, tier="experiment")]
+    urgent = pjob(9, 8, tier="urgent", submitted_at=NOW - 60)
+    assert victims(run(snap(full(1), [urgent], running, policy=policy))) == {1: 9}
+    lines = [LineView("llm", 8), LineView("cv", 0)]
+    borrowed = [rjob(1, {"n0": range(8)}, line="cv", tier="experiment")]
+    lender = pjob(9, 8, tier="core", submitted_at=NOW - 60)
+    plan = run(snap(full(1), [lender], borrowed, lines=lines, policy=policy))
+    assert plan.preemptions == () and "may_preempt_at" in plan.verdicts[9].details
+    lender = pjob(9, 8, tier="core", submitted_at=NOW - 3600)
+    assert victims(run(snap(full(1), [lender], borrowed, lines=lines, policy=policy))) == {1: 9}

@@ -225,8 +225,9 @@ class QuotaPolicy(models.Model):
     would have prevented ``suggestion_coverage`` of its lost GPU time (R4); the scheduler
     also tightens the borrowing of such a queue (#19). ``borrow_cooldown_minutes``: a job
     or queue preempted this recently does not borrow idle capacity again (#19).
-    ``preempt_after_minutes``: how long a waiting job waits for capacity to free before it
-    preempts (reclaims borrowed work or, for urgent queues, stops lower tiers); 0: at once.
+    ``preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience, #19): how long a
+    waiting job waits for capacity to free before it reclaims borrowed work / before a job
+    of a queue that preempts lower tiers (urgent) stops them; 0: at once.
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -238,8 +239,14 @@ class QuotaPolicy(models.Model):
         default=30, help_text="minutes a preempted job or queue waits before borrowing again"
     )
     preempt_after_minutes = models.PositiveIntegerField(
-        default=0,
-        help_text="minutes a waiting job waits for capacity to free before it preempts",
+        default=15,
+        help_text="minutes a job within its quota waits for capacity to free before it "
+        "reclaims borrowed GPUs",
+    )
+    urgent_preempt_after_minutes = models.PositiveIntegerField(
+        default=10,
+        help_text="minutes a job of a queue that preempts lower tiers (urgent) waits for "
+        "capacity to free before it preempts",
     )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"

@@ -3,7 +3,8 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
 
 * the knobs: ``QuotaPolicy.borrow_cooldown_minutes``, ``QuotaPolicy.eviction_target``
   (the target above which the guarantee advice speaks, and borrowing tightens) and
-  ``QuotaPolicy.preempt_after_minutes`` (patience before preempting);
+  ``QuotaPolicy.preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience
+  before reclaiming / before an urgent job preempts);
 * the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
   the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
@@ -43,7 +44,8 @@ def queue_eviction_ratios() -> dict[int, float | None]:
 
 def policy_knobs() -> dict[str, float]:
     """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
-    names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes")
+    names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes",
+             "urgent_preempt_after_minutes")  # fmt: skip
     row = QuotaPolicy.objects.values(*names).first()
     if row is None:
         row = {name: QuotaPolicy._meta.get_field(name).get_default() for name in names}
@@ -53,6 +55,7 @@ def policy_knobs() -> dict[str, float]:
         "borrow_queue_cooldown_s": cooldown,
         "borrow_eviction_target": float(row["eviction_target"]),
         "preempt_after_s": float(row["preempt_after_minutes"]) * 60.0,
+        "tier_preempt_after_s": float(row["urgent_preempt_after_minutes"]) * 60.0,
     }
 
 

@@ -239,12 +239,12 @@ class QuotaPolicy(models.Model):
         default=30, help_text="minutes a preempted job or queue waits before borrowing again"
     )
     preempt_after_minutes = models.PositiveIntegerField(
-        default=15,
+        default=0,
         help_text="minutes a job within its quota waits for capacity to free before it "
         "reclaims borrowed GPUs",
     )
     urgent_preempt_after_minutes = models.PositiveIntegerField(
-        default=10,
+        default=0,
         help_text="minutes a job of a queue that preempts lower tiers (urgent) waits for "
         "capacity to free before it preempts",
     )

@@ -13,7 +13,7 @@ from core import clock
 from core.models import LineMembership, Profile, Role
 from demo.history import HISTORY, seed_history
 from demo.workload import WORKLOAD_USER  # the demo's generator submits as it: in every line
-from quotas.models import BusinessLine, Queue, Tier
+from quotas.models import BusinessLine, Queue, QuotaPolicy, Tier
 from scheduling.models import Allocation, ClusterSettings, Node
 from scheduling.simcore.cluster import build_demo_cluster
 
@@ -26,6 +26,10 @@ LINES = (
     ("llm", "Large language models", 0.45, 0.40),
     ("multimodal", "Multimodal", 0.275, 0.40),
 )
+# The busy demo's patience before preempting (QuotaPolicy; #19, docs/engine.md "Preemption"):
+# minutes before a job within its quota reclaims borrowed GPUs / an urgent job preempts.
+DEMO_PATIENCE_MINUTES = 15
+DEMO_URGENT_PATIENCE_MINUTES = 10
 # (suffix, nature, tier, queue quota share of the line's quota or None, share of line guarantee)
 QUEUES = (
     ("urgent", Queue.Nature.URGENT_FIX, Tier.URGENT, None, 0.0),
@@ -73,6 +77,8 @@ class Command(BaseCommand):
             gpus = self._seed_nodes(opts)
             self._seed_lines(gpus)
             created = self._seed_users()
+            if not opts["no_workload"]:
+                self._seed_patience()
             settings = ClusterSettings.load()
             settings.workload_enabled = not opts["no_workload"]
             settings.seed = opts["seed"]
@@ -93,6 +99,14 @@ class Command(BaseCommand):
             )
         for username, password in created:
             self.stdout.write(f"created user {username} with password {password}")
+
+    def _seed_patience(self) -> None:
+        """The busy demo's quota policy waits before preempting (#19): capacity that frees
+        within the patience needs no eviction. The portal's own default is 0 (at once)."""
+        policy = QuotaPolicy.load()
+        policy.preempt_after_minutes = DEMO_PATIENCE_MINUTES
+        policy.urgent_preempt_after_minutes = DEMO_URGENT_PATIENCE_MINUTES
+        policy.save(update_fields=["preempt_after_minutes", "urgent_preempt_after_minutes"])
 
     def _seed_nodes(self, opts: dict) -> int:
         layout = build_demo_cluster(

@@ -64,6 +64,9 @@ LABELS: dict[str, str] = {
     "error": "Error from the cluster",
     "borrow_refused": "Not borrowing idle capacity because",
     "quota_held_for": "Quota room held for job",
+    "inference_reclaims_gpus": "Free GPUs online inference will want back before it ends",
+    "predicted_end_at": "It would end by",
+    "may_preempt_at": "May preempt from",
 }
 
 # ``details.borrow_refused`` of QUOTA_EXCEEDED (#19, ``scheduling.engine.borrowing``), in words.

@@ -271,8 +271,8 @@ def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     details = dict(diag, short_gpus=short)
     reclaims = diag.get("inference_reclaims_gpus")
     if reclaims:
-        end = diag["predicted_end"]
-        details["predicted_end"] = iso(end)
+        end = diag["predicted_end_at"]
+        details["predicted_end_at"] = iso(end)
         msg += (
             f" {reclaims} more are free on nodes shared with online inference, which is "
             f"predicted to want them back before this job would end ({when(end)})."

@@ -876,7 +876,7 @@ class Planner:
             return Code.TOPOLOGY, dict(base, nodes_needed=k, gpus_per_node=c)
         diag = dict(base, nodes_needed=k, gpus_per_node=c, free_gpus=free)
         return Code.INSUFFICIENT_GPUS, dict(
-            diag, inference_reclaims_gpus=reclaims, predicted_end=end
+            diag, inference_reclaims_gpus=reclaims, predicted_end_at=end
         )
 
     def _where(self, key: ClassKey, c: int, excl: bool) -> dict[str, Any]:

@@ -93,5 +93,5 @@ def test_a_job_kept_off_a_shared_node_is_told_why():
     verdict = run(snap(shared_cluster(AFTERNOON), [long]), now=at(8)).verdicts[2]
     assert verdict.code == "INSUFFICIENT_GPUS"
     assert verdict.details["inference_reclaims_gpus"] == 3
-    assert verdict.details["predicted_end"] == "1970-01-04T14:00:00Z"
+    assert verdict.details["predicted_end_at"] == "1970-01-04T14:00:00Z"
     assert "online inference" in verdict.message and "14:00 UTC" in verdict.message

@@ -32,6 +32,10 @@ from scheduling import verdict_text as vt
             "the lenders are predicted to need the GPUs back before it ends",
         ),
         ("free_gpus", 12, "12"),
+        # kept off shared inference nodes, and patience before preempting (#19, session 8)
+        ("predicted_end_at", "2026-12-01T14:00:00Z", "2026-12-01 14:00 UTC"),
+        ("may_preempt_at", "2026-12-01T00:40:00Z", "2026-12-01 00:40 UTC"),
+        ("inference_reclaims_gpus", 3, "3"),
         ("ratio", 2.0, "2"),
         ("ratio", 0.4567, "0.5"),
         ("where", "", "none"),

@@ -810,8 +810,12 @@ class SlurmBackend(ClusterBackend):
                 if c != before:  # it finished on its own before the signal
                     self._restore(view, j, before)
                 return
-            if c != before:
-                self._restore(view, j, before)
+            if c == before:
+                # Asked before (its deadline is set, restored when that ask failed): the
+                # run got the signal then and is exiting; Slurm may refuse a second one
+                # ("Invalid job id specified") while it still lists the job.
+                return
+            self._restore(view, j, before)
             raise
 
     def _ended(self, slurm_id: int) -> bool:

@@ -743,7 +743,7 @@ class Planner:
         # patience: a queue that preempts lower tiers (urgent) has its own, shorter one
         patience = policy.tier_preempt_after_s if allowed else policy.preempt_after_s
         patience_ends = waiting_since(job) + patience
-        if not leaving and self.now < patience_ends:
+        if patience > 0 and not leaving and self.now < patience_ends:
             # patience: capacity that frees meanwhile needs no eviction
             self.patient[job.id] = patience_ends
             return False

@@ -175,6 +175,43 @@ def test_state_mapping_stop_request_then_deadline():
     assert observed(sjob("RUNNING", comment=late)).state == RUNNING, "past the deadline: kill it"
 
 
+class RefusingCLI(SlurmCLI):
+    """Slurm that still lists the run but refuses to signal it (seen in the whole suite:
+    the run, signalled a moment ago, is exiting: "Invalid job id specified")."""
+
+    def __init__(self, job: SlurmJob) -> None:
+        super().__init__(env={})
+        self.job = job
+        self.signals = 0
+
+    def signal(self, job_id: int, sig: str | int, *, batch_only: bool = False) -> None:
+        self.signals += 1
+        raise SlurmPermanentError("scancel: error: Kill job error on job id 100: Invalid job id")
+
+    def get_job(self, job_id: int) -> SlurmJob | None:
+        return self.job
+
+
+def refusing_backend(j: SlurmJob) -> tuple[SlurmBackend, RefusingCLI]:
+    cli = RefusingCLI(j)
+    backend = SlurmBackend(cli=cli, grace_s=60, clock=lambda: NOW)
+    view = _View(now=NOW, nodes={}, free={}, runs={j.name: [j]}, predicted={})
+    backend._with_fresh_jobs = lambda: view  # type: ignore[method-assign]
+    return backend, cli
+
+
+def test_asking_again_to_stop_a_run_already_asked_is_quiet_when_slurm_refuses_the_signal():
+    asked = sjob("RUNNING", comment="7;progress=600;every=60;stop=" + str(NOW + 30))
+    backend, cli = refusing_backend(asked)
+    backend.checkpoint_and_stop("portal-7-2", 60)  # no error: it was asked already
+    assert cli.signals == 1
+    first = sjob("RUNNING")  # never asked: the refusal is an error for the loop to retry
+    backend, _ = refusing_backend(first)
+    backend._mark = lambda view, j, c: None  # type: ignore[method-assign]
+    with pytest.raises(PermanentBackendError):
+        backend.checkpoint_and_stop("portal-7-2", 60)
+
+
 def test_state_mapping_of_finished_runs():
     done = observed(sjob("COMPLETED"))
     assert (done.state, done.progress_s) == (SUCCEEDED, 600 + 140)

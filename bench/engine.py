@@ -21,6 +21,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from scheduling.engine import check_plan, plan
@@ -214,10 +215,21 @@ BENCH_NOW = 1_700_000_000.0
 
 
 def run_bench(
-    gpus: int = 10_000, pending: int = 5_000, running: int = 2_000, runs: int = 7, seed: int = 0
+    gpus: int = 10_000,
+    pending: int = 5_000,
+    running: int = 2_000,
+    runs: int = 7,
+    seed: int = 0,
+    inference_rise: int = 0,
 ) -> dict[str, Any]:
-    """Time plan()+check_plan() on one snapshot; returns the figures as a dict."""
+    """Time plan()+check_plan() on one snapshot; returns the figures as a dict.
+    ``inference_rise``: every shared inference node is forecast to need that many GPUs
+    more in every hour (#19), so each fallback to a shared node runs the forecast."""
     snapshot = build_snapshot(gpus, pending, running, seed)
+    if inference_rise:
+        rise = (inference_rise,) * 24
+        nodes = tuple(replace(n, inference_rise=rise) if n.inference else n for n in snapshot.nodes)
+        snapshot = replace(snapshot, nodes=nodes)
     runs = max(1, runs)
     totals: list[float] = []
     cpu: list[float] = []
@@ -271,9 +283,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--running", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--inference-rise", type=int, default=0, metavar="GPUS",
+        help="shared inference nodes are forecast to need GPUS more in every hour",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed)
+    res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed,
+                    args.inference_rise)  # fmt: skip
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:

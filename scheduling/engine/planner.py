@@ -91,6 +91,11 @@ Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int, int]
 _INF = math.inf
 
 
+def without_inference(key: ClassKey) -> ClassKey:
+    """The same class of nodes, less the ones shared with online inference."""
+    return (key[0], key[1], False, key[3], key[4])
+
+
 def waiting_since(job: PendingJob) -> float:
     """Since when a job waits: its submission, or its last eviction if later."""
     evicted = job.last_evicted_at
@@ -575,7 +580,7 @@ class Planner:
         experiment queues' evictions were inference taking its GPUs back); the shared
         nodes' free GPUs are its fallback."""
         key, k, c, _last, excl = sh
-        dkey = (key[0], key[1], False, key[3], key[4])
+        dkey = without_inference(key)
         dsh = (dkey, k, c, _last, excl)
         if dsh in self._live_failed:
             return None
@@ -859,7 +864,7 @@ class Planner:
         PRIORITY."""
         key, k, c, _last, excl = sh
         init = self.final
-        dkey = (key[0], key[1], False, key[3], key[4])
+        dkey = without_inference(key)
         end = self.now + job_runtime(job, self.policy)
         if init.find(init.node_class(dkey), k, c, excl, None) is not None:
             return Code.PRIORITY, {}

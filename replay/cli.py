@@ -243,7 +243,8 @@ def human_summary(result: dict) -> list[str]:
         ("fragmentation", "frag", "ratio"),
         ("preemptions", "preempt", ""),
         ("migrations", "moves", ""),
-        ("eviction_ratio", "evict ratio", "ratio"),
+        ("eviction_ratio", "evict/run", "ratio"),
+        ("eviction_ratio_gpu_time", "evict GPU-time", "ratio"),
         ("jobs_demoted", "demoted", ""),
     )
     rows = [("queue", *(c[1] for c in cols))]

@@ -44,6 +44,8 @@ class ReplayJob:
         "finish",
         "runs",
         "evictions",
+        "gpu_s",
+        "evicted_gpu_s",
         "moves",
         "demoted",
         "placement",
@@ -77,6 +79,8 @@ class ReplayJob:
         self.finish: float | None = None
         self.runs = 0
         self.evictions = 0
+        self.gpu_s = 0.0  # GPU time of all its runs so far
+        self.evicted_gpu_s = 0.0  # GPU time of its runs that ended evicted (R4)
         self.moves = 0  # times moved by consolidation (not evictions)
         self.demoted = False
         self.placement: tuple = ()

@@ -108,6 +108,7 @@ ORDER_KNOBS: dict[str, type] = {
     "align_ends": bool,
     "preempt_after_s": float,
     "tier_preempt_after_s": float,
+    "wait_if_free_within_s": float,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
@@ -250,6 +251,7 @@ class Replay:
         qm, om, fm = self._meters(j, t)
         qm.busy -= j.gpus
         om.busy -= j.gpus
+        j.gpu_s += j.gpus * max(0.0, t - j.started_at)
         pool = j.pool
         for name, gpus in j.placement:
             pool.give(name, gpus)
@@ -284,6 +286,7 @@ class Replay:
             j.progress = max(0.0, min(progress, j.duration))
         if evicted:
             j.evictions += 1
+            j.evicted_gpu_s += j.gpus * max(0.0, t - j.started_at)
             j.demoted = j.demoted or is_demoted(j.evictions, self.policy)
             j.evicted_at = t
             if self.history is not None:

@@ -61,7 +61,8 @@ QUEUE_COLUMNS = (
     ("fragmentation", "fragmentation", pct),
     ("preemptions", "preemptions", num),
     ("migrations", "migrations", num),
-    ("eviction_ratio", "eviction ratio", lambda x: num(x, 4)),
+    ("eviction_ratio", "evictions per run", lambda x: num(x, 4)),
+    ("eviction_ratio_gpu_time", "eviction ratio (GPU time, R4)", pct),
     ("jobs_demoted", "demoted", num),
     ("borrowed_starts", "borrowed starts", num),
 )

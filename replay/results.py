@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from monitoring.metrics import window_eviction_ratio
+
 from . import metrics as m
 from .idle import table as idle_table
 from .pools import DONE, REJECTED, ReplayJob
@@ -40,6 +42,7 @@ FIELD_ORDER = (
     "moves",
     "runs",
     "eviction_ratio",
+    "eviction_ratio_gpu_time",
     "jobs_demoted",
     "borrowed_starts",
 )
@@ -79,6 +82,11 @@ def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
         "evictions": evictions,
         "moves": moves,
         "eviction_ratio": m.rounded(evictions / own_runs if own_runs > 0 else 0.0),
+        # R4's ratio, the one the portal shows: GPU time of evicted runs over GPU time given
+        "eviction_ratio_gpu_time": window_eviction_ratio(
+            sum(j.evicted_gpu_s for j in jobs), sum(j.gpu_s for j in jobs)
+        )
+        or 0.0,
         "jobs_moved": sum(1 for j in jobs if j.moves),
         "jobs_demoted": sum(1 for j in jobs if j.demoted),
     }

@@ -752,6 +752,8 @@ class Planner:
             # patience: capacity that frees meanwhile needs no eviction
             self.patient[job.id] = patience_ends
             return False
+        if not leaving and not (short_q or short_l) and self.frees_soon(job, sh):
+            return False  # it reserves the capacity predicted to free instead
         ck: tuple[Any, ...] = (
             sh,
             job.tier,
@@ -775,6 +777,26 @@ class Planner:
             return False
         self.preempt(job, found, leaving)
         return True
+
+    def frees_soon(self, job: PendingJob, sh: ShapeT) -> bool:
+        """Running work is predicted to free room for ``job`` within
+        ``wait_if_free_within_s``: waiting for it costs no eviction (one search spent)."""
+        within = self.policy.wait_if_free_within_s
+        if within <= 0 or self.n_searches >= self.policy.max_preemption_searches:
+            return False
+        self.n_searches += 1
+        key, k, c, _last, excl = sh
+        res = self.timeline().earliest_start(
+            self.topo,
+            self.open_elig(key),
+            self.live.usable_counts(),
+            k,
+            c,
+            excl,
+            job.model_name,
+            self.now,
+        )
+        return res is not None and res[0] <= self.now + within
 
     def preempt(self, job: PendingJob, found: Selection, leaving: tuple[RunningJob, ...]) -> None:
         """Stop the victims for ``job``: charge their queues' and lines' budgets,

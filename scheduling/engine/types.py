@@ -306,7 +306,10 @@ class PolicyConfig:
     - ``preempt_after_s`` (patience): a waiting job may preempt only once it has waited
       this long since its submission or last eviction (capacity that frees meanwhile
       needs no eviction); ``tier_preempt_after_s``: the same for a job whose queue may
-      preempt lower tiers (urgent), kept short.
+      preempt lower tiers (urgent), kept short. ``wait_if_free_within_s``: a job that
+      fits its quota does not preempt for capacity the running work is predicted to free
+      within this long (its backfill reservation would start by then): it waits for that
+      instead (0: off).
     - ``align_ends``: runtime-aware packing among equally tight nodes
       (``placement.aligned``).
     - ``preemption_mode``: ``graceful`` (checkpoint, then stop) or ``cold``.
@@ -352,6 +355,7 @@ class PolicyConfig:
     align_ends: bool = False
     preempt_after_s: float = 0.0
     tier_preempt_after_s: float = 0.0
+    wait_if_free_within_s: float = 0.0
     preemption_mode: str = GRACEFUL
     consolidation: bool = True
     max_migrations: int = 8

@@ -273,6 +273,21 @@ def test_with_patience_a_job_preempts_only_after_waiting_it_out():
     assert run(snap(full(1), [requeued], running, policy=patient)).preemptions == ()
 
 
+def test_a_job_does_not_preempt_for_capacity_predicted_to_free_soon():
+    """``wait_if_free_within_s``: an urgent job whose room the running work is predicted to
+    free within that long reserves it instead of evicting; room further off, it preempts
+    at once (no fixed patience)."""
+    waits = PolicyConfig(wait_if_free_within_s=1800)
+    urgent = pjob(9, 8, tier="urgent", submitted_at=NOW - 60)
+    soon = [rjob(1, {"n0": range(8)}, tier="experiment", predicted_end=NOW + 1200)]
+    assert victims(run(snap(full(1), [urgent], soon))) == {1: 9}  # off: preempts
+    plan = run(snap(full(1), [urgent], soon, policy=waits))
+    assert plan.preemptions == () and code(plan, 9) != Code.PREEMPTING
+    assert plan.verdicts[9].estimated_start == NOW + 1200
+    later = [rjob(1, {"n0": range(8)}, tier="experiment", predicted_end=NOW + 7200)]
+    assert victims(run(snap(full(1), [urgent], later, policy=waits))) == {1: 9}
+
+
 def test_an_urgent_queue_has_its_own_patience_and_reclaiming_the_other():
     """``tier_preempt_after_s`` for a queue that preempts lower tiers; ``preempt_after_s``
     for a job within its quota reclaiming borrowed work."""

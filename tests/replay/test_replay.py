@@ -181,6 +181,29 @@ def test_consolidation_moves_are_counted_apart_from_evictions(itp_contended):
         assert other["migrations"] == other["moves"] == 0
 
 
+def test_eviction_ratio_in_gpu_time_is_the_portals_r4(itp_contended):
+    """Beside evictions per run, the replay reports R4's ratio as the portal computes it:
+    GPU time of the runs that ended evicted over all GPU time given. Without evictions every
+    job is given exactly its GPUs x its duration; with them, at least that (work lost since
+    the last checkpoint is redone)."""
+    r, result = itp_contended["backfill"]
+    assert result["overall"]["eviction_ratio_gpu_time"] == 0.0
+    for j in r.jobs:
+        assert j.gpu_s == pytest.approx(j.gpus * j.duration) and j.evicted_gpu_s == 0.0
+    r, result = itp_contended["full"]
+    o = result["overall"]
+    given = sum(j.gpu_s for j in r.jobs)
+    evicted = sum(j.evicted_gpu_s for j in r.jobs)
+    assert o["evictions"] > 0 and 0.0 < o["eviction_ratio_gpu_time"] < 1.0
+    assert o["eviction_ratio_gpu_time"] == round(evicted / given, 4)
+    assert given >= sum(j.gpus * j.duration for j in r.jobs) - 1e-6
+    for j in r.jobs:
+        assert (j.evicted_gpu_s > 0) == (j.evictions > 0)
+        assert j.gpu_s >= j.gpus * j.duration - 1e-6  # checkpointed work is not redone
+    per_queue = result["per_queue"].values()
+    assert all(0.0 <= q["eviction_ratio_gpu_time"] <= 1.0 for q in per_queue)
+
+
 def test_itp_isolated_layout(itp_slice):
     r, result = replay(itp_slice, "backfill")
     assert_sound(r, result)

@@ -88,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "backfill (default 0.8)",
     )
     parser.add_argument(
+        "--true-runtimes",
+        action="store_true",
+        help="plan with each job's true remaining runtime instead of learnt predictions: "
+        "what perfect prediction would buy the policy (a bound, like oracle-sjf)",
+    )
+    parser.add_argument(
         "--borrow",
         action="append",
         default=None,
@@ -136,6 +142,7 @@ def config_from(options: dict[str, Any]) -> ReplayConfig:
         replan_s=float(options["replan_s"] if options.get("replan_s") is not None else 600.0),
         check=bool(options.get("check")),
         predict_quantile=PLAN_QUANTILE if pq is None else float(pq),
+        true_runtimes=bool(options.get("true_runtimes")),
         borrow=knobs("--borrow", options.get("borrow"), BORROW_KNOBS),
         order=knobs("--order", options.get("order"), ORDER_KNOBS),
     )
@@ -181,6 +188,8 @@ def command_line(config: ReplayConfig) -> str:
         parts += ["--replan-s", f"{config.replan_s:g}"]
     if config.predict_quantile != PLAN_QUANTILE:
         parts += ["--predict-quantile", f"{config.predict_quantile:g}"]
+    if config.true_runtimes:
+        parts.append("--true-runtimes")
     for flag, pairs in (("--borrow", config.borrow), ("--order", config.order)):
         for name, value in pairs:
             text = str(value).lower() if isinstance(value, bool) else f"{value:g}"

@@ -148,6 +148,7 @@ class ReplayConfig:
     shortcuts: bool = True  # the exact shortcuts (off: every plan sees every waiting job)
     max_drain_s: float = 365 * DAY  # give up this long after the window if jobs remain
     predict_quantile: float = PLAN_QUANTILE  # the runtime quantile the plans use
+    true_runtimes: bool = False  # plan with true remaining runtimes (a bound; oracle-sjf's)
     # borrowing rules set apart from the engine's defaults (#19): ((field, value), ...)
     borrow: tuple[tuple[str, float | bool], ...] = ()
     order: tuple[tuple[str, float | bool], ...] = ()
@@ -164,7 +165,10 @@ class Replay:
         self.policy = replace(
             policy_config(config.policy), **dict(config.borrow), **dict(config.order)
         )
-        self.oracle = config.policy == "oracle-sjf"
+        # oracle-sjf: true runtimes and shortest remaining first; --true-runtimes: the
+        # policy's own order, planned with true runtimes (what perfect prediction buys)
+        self.sjf = config.policy == "oracle-sjf"
+        self.oracle = self.sjf or config.true_runtimes
         p = self.policy
         # Strict FIFO without backfill: a new arrival queues behind a job already blocked
         # for capacity, so it cannot start before capacity frees (a completion or stop).
@@ -309,7 +313,7 @@ class Replay:
     def _pending_view(self, j: ReplayJob) -> PendingJob:
         if self.oracle:
             remaining_true = j.duration - j.progress
-            return j.pending_view(remaining_true, remaining_true)
+            return j.pending_view(remaining_true, remaining_true if self.sjf else j.submit)
         total = self._predicted_s(j, j.progress)
         pred = max(total - j.progress, self.policy.overrun_s) if j.progress else total
         return j.pending_view(pred, j.submit)

@@ -174,6 +174,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         "cycle_s": cfg.cycle_s,
         "replan_s": cfg.replan_s,
         "predict_quantile": cfg.predict_quantile,
+        "true_runtimes": cfg.true_runtimes,
         "borrow": dict(cfg.borrow),
         "order": dict(cfg.order),
         "layout_rule": layout.rule,

@@ -165,3 +165,26 @@ def test_borrow_options_set_the_engines_borrowing_rules_and_are_reproducible():
     policy = Replay(w, build_layout(w, None), config).policy
     assert (policy.borrow_cooldown_s, policy.borrow_forecast_all) == (0.0, True)
     assert policy.borrow_queue_cooldown_s == 1800.0  # the engine's default, untouched
+
+
+def test_true_runtimes_plans_with_each_jobs_true_runtime_in_the_policys_own_order():
+    """``--true-runtimes`` (a bound: what perfect prediction buys a policy) feeds the engine
+    each job's true remaining runtime but keeps the policy's order (submit time as the order
+    key), unlike ``oracle-sjf``, whose key is the runtime; it is written back into the
+    command line that reproduces the run."""
+    from replay.cli import build_parser, command_line, config_from
+    from replay.replay import Replay
+    from replay.workload import build_layout, load_workload
+
+    w = load_workload("itp", "0:1h", 0)
+    args = ["itp", "--window", "0:1h", "--policy", "full", "--true-runtimes"]
+    config = config_from(vars(build_parser().parse_args(args)))
+    assert config.true_runtimes and "--true-runtimes" in command_line(config)
+    r = Replay(w, build_layout(w, None), config)
+    learnt = Replay(w, build_layout(w, None), config_from({"trace": "itp", "policy": "full"}))
+    sjf = Replay(w, build_layout(w, None), config_from({"trace": "itp", "policy": "oracle-sjf"}))
+    seen = [(r._pending_view(j), learnt._pending_view(j), sjf._pending_view(j), j) for j in r.jobs]
+    assert any(b.predicted_runtime_s != j.duration for _, b, _, j in seen)  # learnt differs
+    for true, _, by_runtime, j in seen:
+        assert true.predicted_runtime_s == by_runtime.predicted_runtime_s == j.duration
+        assert true.submitted_at == j.submit and by_runtime.submitted_at == j.duration

@@ -789,7 +789,7 @@ class Planner:
         res = self.timeline().earliest_start(
             self.topo,
             self.open_elig(key),
-            self.live.usable_counts(),
+            self.reservable_counts(job, key),
             k,
             c,
             excl,
@@ -842,9 +842,21 @@ class Planner:
         self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + max(0, job.gpus - freed_q)
         self.nb_line[job.line] = self.nb_line.get(job.line, 0) + max(0, job.gpus - freed_l)
 
+    def reservable_counts(self, job: PendingJob, key: ClassKey) -> list[int]:
+        """Free GPUs per node a reservation may count on from now: on a shared node less
+        what online inference is predicted to want back before the job would end if it
+        started now (the rule ``_find_shared`` applies to a start now; for a later start
+        an approximation), so no job is estimated to start on GPUs it was kept off."""
+        counts = self.live.usable_counts()
+        if key[2] and self.rise:
+            end = self.now + job_runtime(job, self.policy)
+            for n, r in self.rise.items():
+                counts[n] = max(0, counts[n] - rise_until(r, self.now, end))
+        return counts
+
     def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
         key, k, c, _last, excl = sh
-        counts0 = self.live.usable_counts()
+        counts0 = self.reservable_counts(job, key)
         res = self.timeline().earliest_start(
             self.topo, self.open_elig(key), counts0, k, c, excl, job.model_name, self.now
         )

@@ -25,8 +25,9 @@ epoch, no float dump, no time without its zone. The web server's clock stands st
 (SIMULATOR_SPEED=0), so the expected times follow from the one cluster clock: the cycle,
 the submission and the page all read ``CLUSTER_NOW``.
 
-The second test is a strict xfail for an engine defect this walk found (not fixed here,
-outside the page's formatter): the sweep's estimated start is the very cycle's time.
+The second test is the engine defect this walk found, fixed in the planner: the sweep's
+estimated start was the very cycle's time (its reservation counted the GPUs inference
+is predicted to take back).
 """
 
 from __future__ import annotations
@@ -230,12 +231,6 @@ def test_waiting_jobs_read_their_patience_and_the_inference_forecast(learned, pa
         context.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a job kept off a shared node's GPUs gets a reservation on them from "
-    "now (Planner.reserve -> Timeline.earliest_start ignores the inference forecast), so "
-    "its page says it starts at the very cycle that found it cannot",
-)
 def test_a_job_kept_off_the_shared_node_is_not_estimated_to_start_now(learned, page, login):
     _urgent, sweep, _free = waiting_jobs(page, login, learned)
     night = read_job(page, login("researcher"), sweep)

@@ -95,3 +95,14 @@ def test_a_job_kept_off_a_shared_node_is_told_why():
     assert verdict.details["inference_reclaims_gpus"] == 3
     assert verdict.details["predicted_end_at"] == "1970-01-04T14:00:00Z"
     assert "online inference" in verdict.message and "14:00 UTC" in verdict.message
+
+
+def test_a_job_kept_off_a_shared_node_is_not_estimated_to_start_there_now():
+    """Its reservation counts only the GPUs inference is not predicted to want back (found
+    in Chromium: the estimated start was the very plan's time)."""
+    long = pjob(2, 2, preemptible=True, predicted_runtime_s=6 * HOUR_S)
+    verdict = run(snap(shared_cluster(AFTERNOON), [long]), now=at(8)).verdicts[2]
+    assert verdict.code == "INSUFFICIENT_GPUS"
+    assert verdict.estimated_start is None or verdict.estimated_start > at(8)
+    # nothing learned: the same job starts there now
+    assert set(started(run(snap(shared_cluster(()), [long]), now=at(8)))) == {2}

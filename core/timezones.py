@@ -76,6 +76,23 @@ def label(moment: datetime, zone: tzinfo) -> str:
     return f"UTC{name}" if name[:1] in "+-" else name
 
 
+def offset_labels(zone: tzinfo, year: int) -> str:
+    """``"540=JST"``, ``"60=CET;120=CEST"``: each UTC offset (minutes) ``zone`` has in
+    ``year`` and the next, with ``label``'s name for it. The pages hand it to their scripts
+    (``<html data-tz-names>``, ``static/js/dom.js``), so a time written in the browser
+    names its zone as the server does ("JST", not the browser's "GMT+9")."""
+    if is_utc(zone):
+        return ""
+    names: dict[int, str] = {}
+    for y in (year, year + 1):
+        for month in range(1, 13):
+            moment = datetime(y, month, 1, tzinfo=UTC).astimezone(zone)
+            offset = moment.utcoffset()
+            if offset is not None:
+                names.setdefault(int(offset.total_seconds() // 60), label(moment, zone))
+    return ";".join(f"{minutes}={name}" for minutes, name in sorted(names.items()))
+
+
 class TimeZoneMiddleware:
     """Activates the viewer's zone for page GETs (see the module's docstring)."""
 

@@ -5,7 +5,10 @@ relative times against cluster now (``core.timezones`` picks and activates the z
 
 - ``{{ when|utc }}`` -> ``2026-12-01 03:10 UTC`` (``{{ when|utc:"s" }}`` adds seconds), or
   ``2026-12-01 04:10 CET`` for a viewer in Europe/Paris;
-- ``{% display_zone %}`` -> ``UTC`` or ``Europe/Paris``;
+- ``{{ text|in_zone }}`` -> the text with every ``2026-12-01 03:10 UTC`` in it (how the
+  engine's verdicts write times, always UTC) shown as ``utc`` shows it;
+- ``{% display_zone %}`` -> ``UTC`` or ``Europe/Paris``; ``{% display_zone_names %}`` ->
+  ``60=CET;120=CEST`` (what the pages' scripts call the zone at each offset);
 - ``{% ago when %}`` -> ``5 min ago`` / ``in 2 h 10 min``, measured from the cluster clock
   (the header's reading, ``cluster_clock``, else ``core.clock.now()``), never from the
   browser's or the server's wall clock: on the simulator they differ by hours.
@@ -13,6 +16,7 @@ relative times against cluster now (``core.timezones`` picks and activates the z
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +26,11 @@ from django.utils import timezone
 from core import clock, timezones
 
 register = template.Library()
+
+#: A time as the verdicts write it for people (``scheduling.engine.explain.when``,
+#: ``scheduling.verdict_text``): always UTC, to the minute. ``static/js/dom.js`` (``zoned``)
+#: reads the same shape.
+VERDICT_TIME = re.compile(r"\b(\d{4}-\d\d-\d\d) (\d\d:\d\d) UTC\b")
 
 
 @register.filter
@@ -36,6 +45,26 @@ def utc(value: Any, precision: str = "") -> str:
     local = value.astimezone(UTC if timezones.is_utc(zone) else zone)
     fmt = "%Y-%m-%d %H:%M:%S" if precision == "s" else "%Y-%m-%d %H:%M"
     return f"{local.strftime(fmt)} {timezones.label(local, zone)}"
+
+
+@register.filter
+def in_zone(text: Any) -> str:
+    """``text`` (a verdict's message, fact or estimate, written in UTC) with every time in it
+    in the viewer's zone, as ``utc`` writes it: a page never mixes zones. UTC: unchanged."""
+    if text in (None, ""):
+        return ""
+    if timezones.is_utc(timezone.get_current_timezone()):
+        return str(text)
+    return VERDICT_TIME.sub(
+        lambda m: utc(datetime.fromisoformat(f"{m[1]}T{m[2]}:00+00:00")), str(text)
+    )
+
+
+@register.simple_tag
+def display_zone_names() -> str:
+    """The display zone's offsets and their names (``timezones.offset_labels``) for the
+    pages' scripts; empty for UTC."""
+    return timezones.offset_labels(timezone.get_current_timezone(), datetime.now(UTC).year)
 
 
 @register.simple_tag

@@ -7,6 +7,7 @@
  * simulator it runs faster than the wall clock, so never measure against Date.now()):
  *   Dom.clusterNow()   // cluster time now, epoch ms (from the header's #cluster-clock)
  *   Dom.when(iso)      // "2026-12-01 03:10 UTC"
+ *   Dom.zoned(text)    // a verdict's text with its "2026-12-01 03:10 UTC" times in the page's zone
  *   Dom.ago(iso)       // "5 min ago" / "in 2 h 10 min", against Dom.clusterNow() */
 (function () {
   "use strict";
@@ -51,18 +52,34 @@
     return Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
   }
 
-  // The zone the server rendered the page in (<html data-tz>, core/timezones.py).
+  // The zone the server rendered the page in (<html data-tz>, core/timezones.py), and what
+  // the server calls it at each UTC offset (<html data-tz-names>: "540=JST"), so a time
+  // written here names its zone as the server's (Intl would say "GMT+9").
   const zone = document.documentElement.dataset.tz || "UTC";
+  const zoneNames = {};
+  for (const pair of (document.documentElement.dataset.tzNames || "").split(";")) {
+    const [minutes, name] = pair.split("=");
+    if (name) zoneNames[minutes] = name;
+  }
   let zoneFormat = null;
   if (zone !== "UTC") {
     try {
       zoneFormat = new Intl.DateTimeFormat("en-GB", {
         timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
-        hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "short",
+        hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "longOffset",
       });
     } catch (e) {
       zoneFormat = null; // an unknown zone: UTC, said so
     }
+  }
+
+  function zoneName(offset) {
+    // "GMT+09:00" (or "GMT" at 0) -> the server's name, else "UTC+09" / "UTC+0530" as it
+    // writes a zone without an abbreviation
+    const m = /^GMT([+-])(\d\d):(\d\d)$/.exec(offset);
+    const minutes = m ? (m[1] === "-" ? -1 : 1) * (60 * Number(m[2]) + Number(m[3])) : 0;
+    if (zoneNames[String(minutes)]) return zoneNames[String(minutes)];
+    return m ? `UTC${m[1]}${m[2]}${m[3] === "00" ? "" : m[3]}` : "UTC";
   }
 
   function when(iso) {
@@ -72,8 +89,16 @@
     if (!zoneFormat) return new Date(t).toISOString().slice(0, 16).replace("T", " ") + " UTC";
     const p = {};
     for (const part of zoneFormat.formatToParts(new Date(t))) p[part.type] = part.value;
-    const name = /^GMT[+-]/.test(p.timeZoneName) ? p.timeZoneName.replace("GMT", "UTC") : p.timeZoneName;
-    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute} ${name}`;
+    return `${p.year}-${p.month}-${p.day} ${p.hour}:${p.minute} ${zoneName(p.timeZoneName)}`;
+  }
+
+  // A time as the verdicts write it (always UTC); core/templatetags/cluster_time.py
+  // (VERDICT_TIME, the in_zone filter) rewrites the same shape when it renders the page.
+  const VERDICT_TIME = /\b(\d{4}-\d\d-\d\d) (\d\d:\d\d) UTC\b/g;
+
+  function zoned(text) {
+    if (!text || !zoneFormat) return text || "";
+    return String(text).replace(VERDICT_TIME, (_m, day, hm) => when(`${day}T${hm}:00Z`));
   }
 
   function span(seconds) {
@@ -127,5 +152,5 @@
     if (window.Live) window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time));
   }
 
-  window.Dom = { el, fillList, clusterNow, when, ago, span };
+  window.Dom = { el, fillList, clusterNow, when, zoned, ago, span };
 })();

@@ -27,6 +27,9 @@ def test_browser_zone_becomes_the_display_zone(browser, login, demo):  # noqa: F
         page.wait_for_function(
             "document.getElementById('cluster-time').textContent.endsWith('JST')"
         )
+        page.wait_for_timeout(1500)  # the clock has ticked (Dom.when): still JST, not GMT+9
+        assert page.locator("#cluster-time").inner_text().endswith(" JST")
+        assert page.locator("html").get_attribute("data-tz-names") == "540=JST"
         assert re.fullmatch(
             r"\d{4}-\d\d-\d\d \d\d:\d\d JST",
             page.locator("#zone-now").inner_text().split("now: ")[1].rstrip("."),

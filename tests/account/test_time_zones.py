@@ -42,6 +42,38 @@ def test_filter_renders_in_the_active_zone_and_names_it():
         assert render("{% display_zone %}") == "UTC"
 
 
+def test_verdict_times_follow_the_viewers_zone_and_the_rest_of_the_text_is_kept():
+    """The engine writes a verdict's times in UTC; a page rewrites each one as ``|utc``
+    does (session 9: a Tokyo viewer read a verdict in UTC beside times in JST)."""
+    text = "If nothing frees up for it by 2026-12-01 03:10 UTC, it may then <preempt>."
+    assert render("{{ t|in_zone }}", t=text) == text.replace("<", "&lt;").replace(">", "&gt;")
+    with timezone.override("Asia/Tokyo"):
+        got = render("{{ t|in_zone }}", t=text)
+        assert (
+            got
+            == "If nothing frees up for it by 2026-12-01 12:10 JST, it may then &lt;preempt&gt;."
+        )
+    with timezone.override("Europe/Paris"):
+        summer = render("{{ t|in_zone }}", t="from 2026-07-01 03:10 UTC to 2026-12-01 03:10 UTC")
+        assert summer == "from 2026-07-01 05:10 CEST to 2026-12-01 04:10 CET"
+        assert render("{{ t|in_zone }}", t=None) == ""
+        assert render("{{ t|in_zone }}", t="8 GPUs at 03:10, no date") == "8 GPUs at 03:10, no date"
+
+
+def test_the_pages_scripts_get_the_servers_name_for_each_offset_of_the_zone():
+    """``<html data-tz-names>``: the browser's Intl says "GMT+9" where the server says
+    "JST"; with the server's names ``Dom.when`` writes the same as ``|utc``."""
+    from zoneinfo import ZoneInfo
+
+    assert timezones.offset_labels(ZoneInfo("Asia/Tokyo"), 2026) == "540=JST"
+    assert timezones.offset_labels(ZoneInfo("Europe/Paris"), 2026) == "60=CET;120=CEST"
+    assert timezones.offset_labels(ZoneInfo("Asia/Dubai"), 2026) == "240=UTC+04"
+    assert timezones.offset_labels(ZoneInfo("Europe/London"), 2026) == "0=GMT;60=BST"
+    assert timezones.offset_labels(UTC, 2026) == ""
+    with timezone.override("Asia/Tokyo"):
+        assert render("{% display_zone_names %}") == "540=JST"
+
+
 def test_zone_names_are_checked_against_zoneinfo():
     assert timezones.valid_zone("America/New_York") == "America/New_York"
     for bad in ("", "Mars/Olympus", "../../etc/passwd", "UTC\x00", "x" * 100, None, 5):

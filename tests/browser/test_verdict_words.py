@@ -236,3 +236,47 @@ def test_a_job_kept_off_the_shared_node_is_not_estimated_to_start_now(learned, p
     night = read_job(page, login("researcher"), sweep)
     assert night["code"] == "INSUFFICIENT_GPUS" and RECLAIMS in night["facts"], night
     assert night["estimate"] != shown(CLUSTER_NOW), night["estimate"]
+
+
+def test_a_viewer_in_tokyo_reads_every_verdict_time_in_jst_also_after_a_live_update(
+    learned, page, login, browser
+):
+    """The verdicts are written in UTC (API, gpuctl); a page shows the viewer's zone, so
+    the job page rewrites the verdict's times as it does every other time, on load and on
+    every live update (found in session 9: a Tokyo viewer read "Submitted" in JST beside a
+    verdict in UTC, and the live update put "Submitted" back in UTC)."""
+    urgent, sweep, _free = waiting_jobs(page, login, learned)
+    context = browser.new_context(timezone_id="Asia/Tokyo")
+    mine = context.new_page()
+
+    def jst(at: datetime) -> str:
+        return (at + timedelta(hours=9)).strftime("%Y-%m-%d %H:%M JST")
+
+    def read(job_id: int) -> str:
+        readable(mine, f"job #{job_id} in Tokyo")
+        text = mine.locator("#verdict").inner_text() + mine.locator("#job-status").inner_text()
+        assert " UTC" not in text, text
+        return text
+
+    try:
+        base = login("researcher", mine)
+        mine.goto(f"{base}/jobs/{urgent}/")
+        fix = read(urgent)
+        assert jst(CLUSTER_NOW + timedelta(minutes=URGENT_PATIENCE_MIN)) in fix, fix
+        assert jst(CLUSTER_NOW) in fix, "submitted, in JST"
+        mine.goto(f"{base}/jobs/{sweep}/")
+        night = read(sweep)
+        ends = jst(CLUSTER_NOW + timedelta(minutes=SWEEP_MINUTES))
+        assert night.count(ends) >= 2, night  # the message and its row
+        # the next cycle rewrites the verdicts: the page refetches the job and re-renders
+        with mine.expect_response(lambda r: f"/api/v1/jobs/{sweep}/" in r.url):
+            in_thread(run_cycle)
+        mine.wait_for_timeout(300)  # the render follows the response's JSON
+        again = read(sweep)
+        assert again.count(ends) >= 2 and jst(CLUSTER_NOW) in again, again
+        listed = f"{base}/jobs/?state=pending"
+        mine.goto(listed)
+        readable(mine, "pending job list in Tokyo")
+        assert " UTC" not in mine.locator(f'tr[data-job-id="{sweep}"]').inner_text()
+    finally:
+        context.close()

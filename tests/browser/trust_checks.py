@@ -3,9 +3,9 @@
 ``readable(page, where)`` collects the page's visible text (``page.inner_text("body")``
 plus the text of charts, which ``innerText`` leaves out) and fails on a raw epoch (a 9-10
 digit number, with or without decimals), a float dump (an exponent, or more than three
-decimals) and a clock time without its zone (``UTC``) that is not relative. A time has
-its zone when the element showing it, its row, or its table column header says "UTC", or
-when a chart's axis says so.
+decimals) and a clock time without its zone (``UTC``, or the short name of the zone the
+page is shown in, e.g. ``JST``) that is not relative. A time has its zone when the element
+showing it, its row, or its table column header names it, or when a chart's axis does.
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ LONG_DECIMALS = re.compile(r"(?<![\d.])\d+\.\d{4,}(?![\d.])")  # not in dotted v
 _ZONELESS_JS = r"""
 () => {
   const TIME = /(^|[^\d:])\d{1,2}:\d{2}(?::\d{2})?(?![\d:])/;
-  const ZONE = /UTC|\+00:00|\bZ\b/;
+  // UTC, or a name the page gives its display zone (<html data-tz-names>: "540=JST")
+  const names = ["UTC", "\\+00:00", "\\bZ\\b"];
+  for (const pair of (document.documentElement.dataset.tzNames || "").split(";")) {
+    const name = pair.split("=")[1];
+    if (name && /^[A-Za-z]{2,6}$/.test(name)) names.push(`\\b${name}\\b`);
+  }
+  const ZONE = new RegExp(names.join("|"));
   const RELATIVE = /\bago\b|\bin \d|from now/;
   const header = (cell) => {
     const table = cell.closest("table");

@@ -7,17 +7,11 @@
   "use strict";
   const config = JSON.parse(document.getElementById("job-live-config").textContent);
   const $ = (id) => document.getElementById(id);
-  const { el, fillList } = window.Dom;
+  const { el, fillList, when, zoned } = window.Dom;
   let state = $("job-state").dataset.state;
   const loadedState = state;
   let inflight = false;
   let again = false;
-
-  function when(iso) {
-    if (!iso) return "—";
-    const d = new Date(iso);
-    return Number.isNaN(d.getTime()) ? iso : d.toISOString().slice(0, 16).replace("T", " ") + " UTC";
-  }
 
   function duration(seconds) {
     const minutes = Math.floor(seconds / 60);
@@ -33,14 +27,14 @@
     if (!reason) return;
     $("verdict-title").textContent = config.titles[reason.code] || reason.code;
     $("verdict-code").textContent = reason.code;
-    $("verdict-message").textContent = reason.message;
+    $("verdict-message").textContent = zoned(reason.message);
     const dl = $("verdict-details");
     dl.replaceChildren();
     /* formatted by the server (scheduling/verdict_text.py), as the page and gpuctl show them */
-    for (const fact of reason.facts || []) dl.append(el("dt", fact.label), el("dd", fact.text));
-    $("verdict-remedy").textContent = reason.remedy || "—";
+    for (const fact of reason.facts || []) dl.append(el("dt", fact.label), el("dd", zoned(fact.text)));
+    $("verdict-remedy").textContent = zoned(reason.remedy) || "—";
     $("queue-position").textContent = job.queue_position ?? "unknown";
-    $("estimated-start").textContent = reason.estimated_start_text
+    $("estimated-start").textContent = zoned(reason.estimated_start_text)
       || (job.estimated_start ? when(job.estimated_start) : "unknown");
   }
 
@@ -71,7 +65,7 @@
       const li = el("li");
       const time = el("time", when(e.at));
       time.setAttribute("datetime", e.at);
-      li.append(time, " ", el("strong", e.kind), " ", e.message);
+      li.append(time, " ", el("strong", e.kind), " ", zoned(e.message));
       return li;
     });
   }

@@ -13,7 +13,7 @@
   const EST_FIELDS = ["params", "precision", "optimizer", "zero_stage", "data_parallel", "seq_len",
     "micro_batch", "hidden_size", "num_layers", "activation_checkpointing"];
   const $ = (id) => document.getElementById(id);
-  const { el } = window.Dom;
+  const { el, zoned } = window.Dom;
   let lastRecommendation = null;
 
   function debounce(fn, ms) {
@@ -90,11 +90,11 @@
     part.title.textContent = body.title || "";
     part.code.textContent = body.code || "";
     part.code.hidden = !body.code;
-    part.text.textContent = body.message || "";
-    part.start.textContent = body.estimated_start_text || "";
+    part.text.textContent = zoned(body.message);
+    part.start.textContent = zoned(body.estimated_start_text);
     part.position.textContent = body.position ? `; place in line: ${body.position}` : "";
     part.when.hidden = !body.estimated_start_text;
-    part.remedy.textContent = body.remedy || "";
+    part.remedy.textContent = zoned(body.remedy);
     part.remedy.hidden = !body.remedy;
     const rows = body.detail_rows || [];
     part.details.replaceChildren();

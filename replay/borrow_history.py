@@ -5,10 +5,13 @@ past, kept by the replay as the portal keeps it from its own records:
   its waiting jobs ask for, at most its quota) sampled at every plan, as a maximum per
   15-minute bucket; the peak over each look-ahead of ``borrowing.HORIZONS_S`` is
   ``Snapshot.demand_peaks``;
-* per engine queue, its runs started and its evictions over the last ``window_s``
-  (72 h, the portal's default eviction window): ``QueueView.eviction_ratio`` (once it
-  has at least ``MIN_EVICTIONS`` evictions, as the portal's alert) and the time of its
-  last eviction, ``QueueView.last_reclaim_at``.
+* per engine queue, R4's eviction ratio over the last ``window_s`` (72 h, the portal's
+  default eviction window) as the portal computes it for the engine
+  (``monitoring.rollup``): GPU time of the runs evicted in the window over the GPU time
+  the queue was given in it (``monitoring.metrics.window_eviction_ratio``), as
+  ``QueueView.eviction_ratio``, and the time of its last eviction,
+  ``QueueView.last_reclaim_at``. (Until session 9 the replay fed evictions per run here,
+  once a queue had 3: not what the portal's engine reads.)
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from monitoring.metrics import window_eviction_ratio
 from scheduling.engine import QueueView
 from scheduling.engine.borrowing import HORIZONS_S
 
 BUCKET_S = 900.0
 _KEEP = int(HORIZONS_S[-1] // BUCKET_S)  # buckets kept (24 h)
-MIN_EVICTIONS = 3
 
 
 class BorrowHistory:
@@ -32,8 +35,7 @@ class BorrowHistory:
         self._buckets: deque[tuple[int, int]] = deque(maxlen=_KEEP)  # finished, newest last
         self._cur: tuple[int, int] | None = None  # (bucket, max demand) of the current one
         self._base = [0] * len(HORIZONS_S)  # peaks of the finished buckets per horizon
-        self._runs: dict[str, deque[float]] = {}
-        self._evictions: dict[str, deque[float]] = {}
+        self._use: dict[str, QueueUse] = {}
         self._views: dict[tuple, QueueView] = {}
 
     # -- demand -----------------------------------------------------------------------
@@ -58,27 +60,30 @@ class BorrowHistory:
         return tuple(x if x > d else d for x in self._base)
 
     # -- evictions --------------------------------------------------------------------
-    def run_started(self, queue: str, t: float) -> None:
-        self._runs.setdefault(queue, deque()).append(t)
+    def _q(self, queue: str) -> QueueUse:
+        got = self._use.get(queue)
+        if got is None:
+            got = self._use[queue] = QueueUse()
+        return got
 
-    def evicted(self, queue: str, t: float) -> None:
-        self._evictions.setdefault(queue, deque()).append(t)
+    def run_started(self, queue: str, gpus: int, t: float) -> None:
+        self._q(queue).busy_by(gpus, t)
+
+    def run_ended(self, queue: str, gpus: int, t: float) -> None:
+        self._q(queue).busy_by(-gpus, t)
+
+    def evicted(self, queue: str, gpu_s: float, t: float) -> None:
+        """A run of ``queue`` was evicted at ``t`` after being given ``gpu_s`` GPU-seconds."""
+        use = self._q(queue)
+        use.evictions.append((t, gpu_s))
+        use.evicted_gpu_s += gpu_s
 
     def queues(self, queues: tuple[QueueView, ...], now: float) -> tuple[QueueView, ...]:
         out = []
         old = now - self.window_s
         for q in queues:
-            runs = self._runs.get(q.name)
-            ev = self._evictions.get(q.name)
-            while runs and runs[0] < old:
-                runs.popleft()
-            while ev and ev[0] < old:
-                ev.popleft()
-            n_ev = len(ev) if ev else 0
-            ratio = None
-            if n_ev >= MIN_EVICTIONS and runs:
-                ratio = round(n_ev / len(runs), 3)
-            last = ev[-1] if ev else None
+            use = self._use.get(q.name)
+            ratio, last = (None, None) if use is None else use.window(old, now)
             key = (q.name, ratio, last)
             v = self._views.get(key)
             if v is None:
@@ -88,3 +93,41 @@ class BorrowHistory:
                 self._views[key] = v
             out.append(v)
         return tuple(out)
+
+
+class QueueUse:
+    """One queue's GPU time given (integrated as its runs start and end, kept as a
+    cumulative total every ``BUCKET_S``) and its evictions, for a sliding window."""
+
+    __slots__ = ("busy", "at", "total", "marks", "evictions", "evicted_gpu_s")
+
+    def __init__(self) -> None:
+        self.busy = 0  # GPUs its runs hold now
+        self.at = 0.0  # time ``total`` was last brought up to
+        self.total = 0.0  # GPU-seconds given since the start
+        self.marks: deque[tuple[float, float]] = deque()  # (t, total at t), every BUCKET_S
+        self.evictions: deque[tuple[float, float]] = deque()  # (t, GPU-seconds of the run)
+        self.evicted_gpu_s = 0.0  # the sum of ``evictions``
+
+    def _advance(self, t: float) -> None:
+        if t > self.at:
+            self.total += self.busy * (t - self.at)
+            self.at = t
+        if not self.marks or t - self.marks[-1][0] >= BUCKET_S:
+            self.marks.append((t, self.total))
+
+    def busy_by(self, gpus: int, t: float) -> None:
+        self._advance(t)
+        self.busy += gpus
+
+    def window(self, old: float, now: float) -> tuple[float | None, float | None]:
+        """(R4's ratio over ``[old, now]``, the time of the last eviction)."""
+        self._advance(now)
+        marks, ev = self.marks, self.evictions
+        while len(marks) > 1 and marks[1][0] <= old:  # keep the last mark at or before old
+            marks.popleft()
+        while ev and ev[0][0] < old:
+            self.evicted_gpu_s -= ev.popleft()[1]
+        since = marks[0][1] if marks and marks[0][0] <= old else 0.0
+        ratio = window_eviction_ratio(max(0.0, self.evicted_gpu_s), self.total - since)
+        return ratio, (ev[-1][0] if ev else None)

@@ -95,6 +95,10 @@ class ReplayJob:
         self.predicted_source: str | None = None
         self.evicted_at: float | None = None  # last eviction (the borrowing cool-down)
 
+    def run_gpu_s(self, t: float) -> float:
+        """GPU-seconds of its current run up to ``t`` (started at ``started_at``)."""
+        return self.gpus * max(0.0, t - self.started_at)
+
     def pending_view(self, predicted_s: float, order_key: float) -> PendingJob:
         """The job waiting, as the engine sees it; ``order_key`` goes in ``submitted_at``."""
         v = self.pview

@@ -255,7 +255,9 @@ class Replay:
         qm, om, fm = self._meters(j, t)
         qm.busy -= j.gpus
         om.busy -= j.gpus
-        j.gpu_s += j.gpus * max(0.0, t - j.started_at)
+        j.gpu_s += j.run_gpu_s(t)
+        if self.history is not None:
+            self.history.run_ended(j.equeue, j.gpus, t)
         pool = j.pool
         for name, gpus in j.placement:
             pool.give(name, gpus)
@@ -289,12 +291,13 @@ class Replay:
         if progress is not None:
             j.progress = max(0.0, min(progress, j.duration))
         if evicted:
+            run_gpu_s = j.run_gpu_s(t)
             j.evictions += 1
-            j.evicted_gpu_s += j.gpus * max(0.0, t - j.started_at)
+            j.evicted_gpu_s += run_gpu_s
             j.demoted = j.demoted or is_demoted(j.evictions, self.policy)
             j.evicted_at = t
             if self.history is not None:
-                self.history.evicted(j.equeue, t)
+                self.history.evicted(j.equeue, run_gpu_s, t)
         j.state = PENDING
         j.pool.pending[j.idx] = j
         self._wait(j, t, +1)
@@ -495,7 +498,7 @@ class Replay:
         j.last_ckpt = None
         j.runs += 1
         if self.history is not None:
-            self.history.run_started(j.equeue, now)
+            self.history.run_started(j.equeue, j.gpus, now)
         if j.first_start is None:
             j.first_start = now
             got = self._prediction(j)  # what the scheduler believed, for the error table

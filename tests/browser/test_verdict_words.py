@@ -269,9 +269,11 @@ def test_a_viewer_in_tokyo_reads_every_verdict_time_in_jst_also_after_a_live_upd
         ends = jst(CLUSTER_NOW + timedelta(minutes=SWEEP_MINUTES))
         assert night.count(ends) >= 2, night  # the message and its row
         # the next cycle rewrites the verdicts: the page refetches the job and re-renders
+        # (marked stale first, so the reading below is the live update's)
+        mine.evaluate("document.getElementById('verdict-message').textContent = 'stale'")
         with mine.expect_response(lambda r: f"/api/v1/jobs/{sweep}/" in r.url):
             in_thread(run_cycle)
-        mine.wait_for_timeout(300)  # the render follows the response's JSON
+        mine.wait_for_function("document.getElementById('verdict-message').textContent !== 'stale'")
         again = read(sweep)
         assert again.count(ends) >= 2 and jst(CLUSTER_NOW) in again, again
         listed = f"{base}/jobs/?state=pending"

@@ -618,8 +618,7 @@ class Planner:
         for n in self.shared:
             if not (elig[n] and usable[n]):
                 continue
-            r = self.rise.get(n)
-            room[n] = nfree[n] - rise_until(r, self.now, end) if r else nfree[n]
+            room[n] = nfree[n] - self.rise_on(n, end)
         if k == 1:
             return self._best_fit(room.items(), c, excl, job.model_name)
         counts = live.usable_counts()
@@ -785,18 +784,7 @@ class Planner:
         if within <= 0 or self.n_searches >= self.policy.max_preemption_searches:
             return False
         self.n_searches += 1
-        key, k, c, _last, excl = sh
-        res = self.timeline().earliest_start(
-            self.topo,
-            self.open_elig(key),
-            self.reservable_counts(job, key),
-            k,
-            c,
-            excl,
-            job.model_name,
-            self.now,
-        )
-        return res is not None and res[0] <= self.now + within
+        return self.earliest_start(job, sh, self.now + within) is not None
 
     def preempt(self, job: PendingJob, found: Selection, leaving: tuple[RunningJob, ...]) -> None:
         """Stop the victims for ``job``: charge their queues' and lines' budgets,
@@ -850,16 +838,29 @@ class Planner:
         counts = self.live.usable_counts()
         if key[2] and self.rise:
             end = self.now + job_runtime(job, self.policy)
-            for n, r in self.rise.items():
-                counts[n] = max(0, counts[n] - rise_until(r, self.now, end))
+            for n in self.rise:
+                counts[n] = max(0, counts[n] - self.rise_on(n, end))
         return counts
 
-    def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
+    def rise_on(self, n: int, end: float) -> int:
+        """GPUs online inference is predicted to want on shared node ``n`` beyond what it
+        holds now, before ``end`` (0: nothing learned)."""
+        r = self.rise.get(n)
+        return rise_until(r, self.now, end) if r else 0
+
+    def earliest_start(
+        self, job: PendingJob, sh: ShapeT, horizon: float | None = None
+    ) -> tuple[float, list[int]] | None:
+        """When and where the backfill timeline first has room for ``job`` (reservations
+        and the inference forecast counted; None: never, or not by ``horizon``)."""
         key, k, c, _last, excl = sh
-        counts0 = self.reservable_counts(job, key)
-        res = self.timeline().earliest_start(
-            self.topo, self.open_elig(key), counts0, k, c, excl, job.model_name, self.now
-        )
+        return self.timeline().earliest_start(
+            self.topo, self.open_elig(key), self.reservable_counts(job, key), k, c, excl,
+            job.model_name, self.now, horizon,
+        )  # fmt: skip
+
+    def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
+        res = self.earliest_start(job, sh)
         if res is None:
             return None
         t, nodes = res
@@ -906,8 +907,8 @@ class Planner:
             return Code.PRIORITY, {}
         base = self._where(key, c, excl)
         reclaims = sum(
-            min(init.nfree[n], rise_until(r, self.now, end))
-            for n, r in self.rise.items()
+            min(init.nfree[n], self.rise_on(n, end))
+            for n in self.rise
             if elig[n] and init.usable[n]
         )
         free = max(0, base["free_gpus"] - reclaims)

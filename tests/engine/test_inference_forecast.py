@@ -15,7 +15,7 @@ from scheduling.engine.inference_forecast import (
     rise_until,
 )
 
-from .helpers import node, pjob, run, snap, started
+from .helpers import node, pjob, rjob, run, snap, started
 
 DAY3 = 3 * DAY_S
 
@@ -103,6 +103,10 @@ def test_a_job_kept_off_a_shared_node_is_not_estimated_to_start_there_now():
     long = pjob(2, 2, preemptible=True, predicted_runtime_s=6 * HOUR_S)
     verdict = run(snap(shared_cluster(AFTERNOON), [long]), now=at(8)).verdicts[2]
     assert verdict.code == "INSUFFICIENT_GPUS"
-    assert verdict.estimated_start is None or verdict.estimated_start > at(8)
+    assert verdict.estimated_start is None  # nothing on node "a" is predicted to end
+    # work on the node without inference ending at 10:00: the estimate is then, there
+    ends = rjob(1, {"a": range(8)}, started_at=at(6), predicted_end=at(10))
+    plan = run(snap(shared_cluster(AFTERNOON), [long], [ends]), now=at(8))
+    assert plan.verdicts[2].estimated_start == at(10)
     # nothing learned: the same job starts there now
     assert set(started(run(snap(shared_cluster(()), [long]), now=at(8)))) == {2}

@@ -51,15 +51,37 @@ def browser_zone(request: HttpRequest) -> str | None:
     return valid_zone(unquote(request.COOKIES.get(COOKIE, "")))
 
 
+def chosen_zone(user: object) -> str | None:
+    """The zone ``user`` chose on ``/account/`` (``Profile.time_zone``), if a known one."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    profile = getattr(user, "profile", None) if hasattr(user, "profile") else None
+    return valid_zone(getattr(profile, "time_zone", ""))
+
+
 def zone_of(request: HttpRequest) -> str:
     """The zone ``request``'s pages display in: the profile's, the cookie's, else UTC."""
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        profile = getattr(user, "profile", None) if hasattr(user, "profile") else None
-        chosen = valid_zone(getattr(profile, "time_zone", ""))
-        if chosen:
-            return chosen
-    return browser_zone(request) or "UTC"
+    return chosen_zone(getattr(request, "user", None)) or browser_zone(request) or "UTC"
+
+
+def zone_named(name: str | None) -> tzinfo:
+    """The zone called ``name`` (as ``zone_of`` returns it): ``UTC`` itself for UTC, an
+    empty or unknown name included."""
+    known = valid_zone(name)
+    return UTC if known is None or known in UTC_NAMES else zoneinfo.ZoneInfo(known)
+
+
+def viewer_zone(request: HttpRequest) -> tzinfo:
+    """The zone ``request``'s viewer reads times in, for a page or a page's JSON that
+    builds its texts itself: the one ``TimeZoneMiddleware`` chose for it
+    (``request.display_zone``), else as it would choose."""
+    return zone_named(getattr(request, "display_zone", None) or zone_of(request))
+
+
+def zone_of_recipient(user: object) -> tzinfo:
+    """The zone to write times in to ``user`` where no browser is (mail): the zone they
+    chose on ``/account/``, else UTC (a browser's cookie is no help there)."""
+    return zone_named(chosen_zone(user))
 
 
 def is_utc(zone: tzinfo) -> bool:
@@ -74,6 +96,15 @@ def label(moment: datetime, zone: tzinfo) -> str:
         return "UTC"
     name = moment.astimezone(zone).tzname() or getattr(zone, "key", "")
     return f"UTC{name}" if name[:1] in "+-" else name
+
+
+def written(moment: datetime, zone: tzinfo, *, seconds: bool = False) -> str:
+    """``moment`` as a person reads it in ``zone``: ``2026-12-01 12:10 JST`` (``seconds``:
+    ``12:10:05 JST``); ``2026-12-01 03:10 UTC`` in UTC. The one shape of a time on the
+    pages (``|utc``) and in what the portal writes to a person (mail)."""
+    local = moment.astimezone(UTC if is_utc(zone) else zone)
+    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+    return f"{local.strftime(fmt)} {label(local, zone)}"
 
 
 def offset_labels(zone: tzinfo, year: int) -> str:

@@ -24,7 +24,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from core import audit, events
+from core import audit, events, timezones
 from core.models import Role
 from core.realtime import publish_on_commit
 from quotas import ledger, transitions
@@ -324,7 +324,9 @@ def approve_quota_request(
         + (
             " and is in effect now."
             if req.applied_at
-            else f"; it takes effect at {req.starts_at:%Y-%m-%d %H:%M} UTC."
+            # in the zone the requester chose on /account/, named (UTC by default)
+            else f"; it takes effect at "
+            f"{timezones.written(req.starts_at, timezones.zone_of_recipient(req.requester))}."
         )
         + (f"\n\nNote: {note}" if note else ""),
         [req.requester.email],

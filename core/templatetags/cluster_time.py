@@ -41,10 +41,7 @@ def utc(value: Any, precision: str = "") -> str:
     user chose another or their browser reported one); UTC is written "UTC"."""
     if not isinstance(value, datetime):
         return "" if value in (None, "") else str(value)
-    zone = timezone.get_current_timezone()
-    local = value.astimezone(UTC if timezones.is_utc(zone) else zone)
-    fmt = "%Y-%m-%d %H:%M:%S" if precision == "s" else "%Y-%m-%d %H:%M"
-    return f"{local.strftime(fmt)} {timezones.label(local, zone)}"
+    return timezones.written(value, timezone.get_current_timezone(), seconds=precision == "s")
 
 
 @register.filter

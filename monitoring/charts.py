@@ -13,8 +13,8 @@ differ in shape, and the alert line is labelled.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, tzinfo
 from html import escape
 from typing import Any, NamedTuple
 
@@ -126,6 +126,39 @@ def downsample(points: Sequence[tuple[Any, Any]], max_points: int = MAX_POINTS) 
     return [points[round(i * step)] for i in range(max_points)]
 
 
+def _utc_name(_moment: datetime) -> str:
+    return "UTC"
+
+
+class DisplayZone(NamedTuple):
+    """The zone a chart writes its times in: the viewer's, as every page shows times
+    (``core.timezones``; this module imports no Django, so the view hands it over).
+
+    ``tz`` converts (UTC itself for UTC); ``name`` says what the zone is called at a moment
+    (``core.timezones.label``: ``JST``, ``CET`` or ``CEST``, ``UTC``). Plotly has no time
+    zones: it draws a time string at its wall-clock reading and ignores its offset, so the
+    series' times are written as ISO 8601 in ``tz`` (``2026-12-01T12:10:00+09:00``, drawn at
+    12:10) and the axis title and hover say the zone's name."""
+
+    tz: tzinfo
+    name: Callable[[datetime], str]
+
+
+IN_UTC = DisplayZone(UTC, _utc_name)
+
+
+def _at(value: Any, zone: DisplayZone) -> str:
+    """A time on a chart: ISO 8601 in ``zone`` (Plotly draws its wall-clock reading)."""
+    return _iso(value.astimezone(zone.tz) if isinstance(value, datetime) else value)
+
+
+def zone_words(zone: DisplayZone, moments: Iterable[datetime]) -> str:
+    """The name of ``zone`` over ``moments`` (a window's ends): ``JST``; ``CET/CEST`` for a
+    window across a change of daylight saving time."""
+    names = list(dict.fromkeys(zone.name(m) for m in moments))
+    return "/".join(names) or zone.name(datetime(2000, 1, 1, tzinfo=UTC))
+
+
 class TimeWindow(NamedTuple):
     """The span a time-series chart shows, in cluster time (UTC): the x axis is fixed to
     ``[start, end]`` whatever the samples, so a window with few samples still reads as the
@@ -145,7 +178,7 @@ TIME_TICKS = [
     {"dtickrange": [60_000, DAY_MS - 1], "value": "%H:%M"},
     {"dtickrange": [DAY_MS, None], "value": "%b %d"},
 ]
-TIME_HOVER = "%Y-%m-%d %H:%M UTC"
+TIME_HOVER = "%Y-%m-%d %H:%M UTC"  # the hover of a UTC viewer; others: their zone's name
 SEEDED_NAME = "seeded demo history"
 FEW_POINTS = 30  # below this many points a series draws markers too (one sample is a dot)
 
@@ -155,13 +188,19 @@ def percent(u: float) -> str:
     return f"{u:.1%}"
 
 
-def _time_axis(window: TimeWindow | None) -> dict[str, Any]:
+def _time_axis(
+    window: TimeWindow | None, zone: DisplayZone = IN_UTC, moments: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """A time axis in ``zone``, fixed to ``window``; its title and hover name the zone (at
+    the window's ends, else at the first and last of ``moments``)."""
+    ends = [window.start, window.end] if window is not None else [*moments[:1], *moments[-1:]]
+    name = zone_words(zone, [m for m in ends if isinstance(m, datetime)])
     axis: dict[str, Any] = {
-        "type": "date", "title": {"text": "cluster time (UTC)"},
-        "tickformatstops": TIME_TICKS, "hoverformat": TIME_HOVER,
+        "type": "date", "title": {"text": f"cluster time ({name})"},
+        "tickformatstops": TIME_TICKS, "hoverformat": TIME_HOVER.replace("UTC", name),
     }  # fmt: skip
     if window is not None:
-        axis["range"] = [_iso(window.start), _iso(window.end)]
+        axis["range"] = [_at(window.start, zone), _at(window.end, zone)]
     return axis
 
 
@@ -177,10 +216,11 @@ def _split_seeded(points: Sequence[tuple]) -> tuple[list[tuple], list[tuple]]:
 
 
 def _series(name: str, pts: Sequence[tuple], ys: list, style: dict[str, Any],
-            hover: str, *, seeded: bool = False) -> dict[str, Any]:  # fmt: skip
+            hover: str, *, seeded: bool = False,
+            zone: DisplayZone = IN_UTC) -> dict[str, Any]:  # fmt: skip
     trace = {
         "type": "scatter", "mode": "lines" if len(pts) >= FEW_POINTS else "lines+markers",
-        "name": name, "x": [_iso(t) for t, _ in pts], "y": ys, **style,
+        "name": name, "x": [_at(t, zone) for t, _ in pts], "y": ys, **style,
         "hovertemplate": f"%{{x}}<br>{hover}<extra>{SEEDED_NAME if seeded else ''}</extra>",
     }  # fmt: skip
     if seeded:
@@ -211,13 +251,15 @@ def utilization_figure(
     *,
     window: TimeWindow | None = None,
     now: tuple[datetime, float] | None = None,
+    zone: DisplayZone = IN_UTC,
 ) -> Figure:
     """Utilization over time: ``points`` are (cluster time, in use/healthy 0..1[, seeded])
     samples of the rollup, oldest first.
 
     ``window``: the span drawn (axis fixed to it). ``now``: the live reading (cluster time,
     utilization) the dashboard's tile shows; it is the series' last point and the number
-    the caption gives, so the tile and the caption are the same reading.
+    the caption gives, so the tile and the caption are the same reading. ``zone``: the
+    viewer's, which the axis, the hover and the caption read in.
     """
     measured, seeded = _split_seeded(points)
     if now is not None:
@@ -226,14 +268,14 @@ def utilization_figure(
              "fillcolor": "rgba(0,114,178,0.12)", "marker": {"size": 5}}  # fmt: skip
     hover = "%{y:.1f}% of healthy GPUs in use"
     data = [_series("utilization", measured, [round(u * 100, 2) for _, u in measured], style,
-                    hover)]  # fmt: skip
+                    hover, zone=zone)]  # fmt: skip
     if seeded:
         data.append(_series(SEEDED_NAME, seeded, [round(u * 100, 2) for _, u in seeded], style,
-                            hover, seeded=True))  # fmt: skip
+                            hover, seeded=True, zone=zone))  # fmt: skip
     layout = _layout(
         "Utilization over time (% of healthy GPUs in use by jobs or inference)",
         yaxis={"range": [0, 100], "ticksuffix": "%", "title": {"text": "utilization"}},
-        xaxis=_time_axis(window),
+        xaxis=_time_axis(window, zone, [p[0] for p in measured + seeded]),
         shapes=[
             {"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y",
              "y0": UTILIZATION_TARGET * 100, "y1": UTILIZATION_TARGET * 100,
@@ -258,40 +300,46 @@ def utilization_figure(
         )
     elif not points:
         summary = (
-            f"Utilization {percent(now[1])} now ({_clock(now[0])}); no rollup sample in the "
+            f"Utilization {percent(now[1])} now ({_clock(now[0], zone)}); no rollup sample in the "
             f"{window.label if window else 'window'} yet (one is written per cluster minute)."
         )
     else:
         summary = (
-            f"Utilization {percent(now[1])} now ({_clock(now[0])}); {span} over "
+            f"Utilization {percent(now[1])} now ({_clock(now[0], zone)}); {span} over "
             f"{_window_words(window)}{len(points)} samples and now."
         )
     return _figure(data, layout, summary + _seeded_note(points))
 
 
-def _clock(at: Any) -> str:
-    return f"{at.astimezone(UTC):%H:%M} UTC" if isinstance(at, datetime) else str(at)
+def _clock(at: Any, zone: DisplayZone = IN_UTC) -> str:
+    """A time of day in ``zone``, named: ``03:10 UTC``, ``12:10 JST``."""
+    if not isinstance(at, datetime):
+        return str(at)
+    return f"{at.astimezone(zone.tz):%H:%M} {zone.name(at)}"
 
 
 def _window_words(window: TimeWindow | None) -> str:
     return f"the {window.label}: " if window is not None else ""
 
 
-def fragmentation_figure(points: Sequence[tuple], *, window: TimeWindow | None = None) -> Figure:
+def fragmentation_figure(
+    points: Sequence[tuple], *, window: TimeWindow | None = None, zone: DisplayZone = IN_UTC
+) -> Figure:
     """Free GPUs stranded on partly used nodes over time (unusable by whole-node jobs):
-    ``points`` are (cluster time, GPUs[, seeded]) rollup samples, oldest first."""
+    ``points`` are (cluster time, GPUs[, seeded]) rollup samples, oldest first, drawn in
+    ``zone`` (the viewer's)."""
     measured, seeded = _split_seeded(points)
     style = {"line": {"color": ORANGE, "width": 2, "shape": "hv"}, "marker": {"size": 5}}
     hover = "%{y} free GPUs on partly used nodes"
     data = [_series("fragmented free GPUs", measured, [int(v) for _, v in measured], style,
-                    hover)]  # fmt: skip
+                    hover, zone=zone)]  # fmt: skip
     if seeded:
         data.append(_series(SEEDED_NAME, seeded, [int(v) for _, v in seeded], style, hover,
-                            seeded=True))  # fmt: skip
+                            seeded=True, zone=zone))  # fmt: skip
     layout = _layout(
         "Fragmentation (free GPUs on partly used nodes)",
         yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
-        xaxis=_time_axis(window),
+        xaxis=_time_axis(window, zone, [p[0] for p in measured + seeded]),
         **_seeded_legend(bool(seeded)),
     )
     values = [int(p[1]) for p in points]
@@ -328,7 +376,9 @@ def _gpus(n: float) -> str:
     return f"{n:,.0f}"
 
 
-def idle_causes_figure(points: Sequence[tuple], *, window: TimeWindow | None = None) -> Figure:
+def idle_causes_figure(
+    points: Sequence[tuple], *, window: TimeWindow | None = None, zone: DisplayZone = IN_UTC
+) -> Figure:
     """Why GPUs are idle while jobs wait: mean idle GPUs per cause over each interval
     between rollup samples, stacked (``monitoring.idle``).
 
@@ -336,7 +386,7 @@ def idle_causes_figure(points: Sequence[tuple], *, window: TimeWindow | None = N
     ``idle_gpu_s`` is cumulative GPU-seconds per cause with ``as_of`` (epoch seconds of the
     plan the totals run to). Each interval between two samples is drawn from the earlier
     ``as_of`` to the later as a step (its mean: GPU-seconds over seconds). Seeded demo
-    history carries no such figures and is left out.
+    history carries no such figures and is left out. Drawn in ``zone`` (the viewer's).
     """
     rows = [
         (float(p[1][AS_OF]), p[1])
@@ -352,9 +402,9 @@ def idle_causes_figure(points: Sequence[tuple], *, window: TimeWindow | None = N
         c: max(0.0, float(rows[-1][1].get(c, 0)) - float(rows[0][1].get(c, 0))) for c in CAUSES
     } if steps else {}  # fmt: skip
     shown = [c for c in CAUSES if totals.get(c, 0.0) > 0]
-    xs = [_iso(datetime.fromtimestamp(t, UTC)) for t, _ in steps]
+    xs = [_at(datetime.fromtimestamp(t, UTC), zone) for t, _ in steps]
     if steps:
-        xs.append(_iso(datetime.fromtimestamp(rows[-1][0], UTC)))  # the last step's end
+        xs.append(_at(datetime.fromtimestamp(rows[-1][0], UTC), zone))  # the last step's end
     data = []
     for cause in shown:
         colour, pattern = CAUSE_STYLE[cause]
@@ -378,7 +428,7 @@ def idle_causes_figure(points: Sequence[tuple], *, window: TimeWindow | None = N
             "exponentformat": "none",
             "separatethousands": True,
         },  # fmt: skip
-        xaxis=_time_axis(window),
+        xaxis=_time_axis(window, zone, [datetime.fromtimestamp(t, UTC) for t, _ in rows]),
         showlegend=True,
         legend={"orientation": "h", "y": -0.32, "x": 0, "traceorder": "normal"},
         margin={**MARGIN, "b": 96},

@@ -9,7 +9,7 @@ JSON/HTML snapshots below when websocket events arrive (and on reconnect).
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import wraps
 from typing import Any
 
@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
-from core import clock
+from core import clock, timezones
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from monitoring import charts
@@ -105,8 +105,24 @@ oncall_access = _role_required(may_use_oncall_console, ONCALL_ONLY)
 # -- dashboard ------------------------------------------------------------------------
 
 
-def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
+def chart_zone(zone: tzinfo) -> charts.DisplayZone:
+    """``zone`` as the figure builders take it: the zone and ``core.timezones.label`` for
+    its name (the charts import no Django, so they get both from here)."""
+    if timezones.is_utc(zone):
+        return charts.IN_UTC
+
+    def name(moment: datetime) -> str:
+        return timezones.label(moment, zone)
+
+    return charts.DisplayZone(zone, name)
+
+
+def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) -> dict[str, Any]:
     """Tiles and figures of the dashboard (about ten grouped queries, whatever the scale).
+
+    ``zone``: the viewer's (``request.display_zone``, UTC when None); every time a person
+    reads here is in it, named: the latest sample's time, the captions, the charts' axes
+    and hovers. The ISO 8601 stamps (``as_of.sample``, ``as_of.cycle_time``) stay UTC.
 
     "Now" numbers are read live through the selectors every other surface uses (usage and
     borrowing: ``build_usage``; utilization of healthy GPUs: ``build_cluster_summary``;
@@ -115,6 +131,8 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
     samples.
     """
     label, span = WINDOWS.get(window, WINDOWS[DEFAULT_WINDOW])
+    zone = zone or UTC
+    drawn_in = chart_zone(zone)
     cluster = build_cluster_summary()
     latest = (
         MetricSample.objects.order_by("-at", "-id")
@@ -169,9 +187,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
         "window_label": label,
         "as_of": {
             "sample": latest["at"].isoformat() if latest else None,
-            "sample_text": f"{latest['at'].astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-            if latest
-            else None,
+            "sample_text": timezones.written(latest["at"], zone, seconds=True) if latest else None,
             "cycle": cycle["id"] if cycle else None,
             "cycle_time": cycle["cluster_time"].isoformat() if cycle else None,
         },
@@ -193,6 +209,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
                 [(at, u, seeded) for at, u, _, seeded, _ in series],
                 window=shown,
                 now=(now, cluster.utilization),
+                zone=drawn_in,
             ),
             "lines": charts.line_usage_figure(lines),
             "pending": charts.pending_by_reason_figure(pending_by_reason),
@@ -200,10 +217,12 @@ def build_dashboard(window: str = DEFAULT_WINDOW) -> dict[str, Any]:
                 queues, EVICTION_ALERT_RATIO, eviction.window_label
             ),
             "fragmentation": charts.fragmentation_figure(
-                [(at, f, seeded) for at, _, f, seeded, _ in series], window=shown
+                [(at, f, seeded) for at, _, f, seeded, _ in series], window=shown, zone=drawn_in
             ),
             "idle": charts.idle_causes_figure(
-                [(at, idle, seeded) for at, _, _, seeded, idle in series], window=shown
+                [(at, idle, seeded) for at, _, _, seeded, idle in series],
+                window=shown,
+                zone=drawn_in,
             ),
         },
     }
@@ -223,7 +242,7 @@ CHARTS = (
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     window = request.GET.get("window", DEFAULT_WINDOW)
-    payload = build_dashboard(window)
+    payload = build_dashboard(window, timezones.viewer_zone(request))
     return render(
         request,
         "monitoring/dashboard.html",
@@ -236,8 +255,11 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @dashboard_access
 @require_GET
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    """The dashboard's snapshot as JSON (the page refetches it on live events)."""
-    return JsonResponse(build_dashboard(request.GET.get("window", DEFAULT_WINDOW)))
+    """The dashboard's snapshot as JSON (the page refetches it on live events), in the
+    viewer's zone as the page is."""
+    return JsonResponse(
+        build_dashboard(request.GET.get("window", DEFAULT_WINDOW), timezones.viewer_zone(request))
+    )
 
 
 # -- rack map ---------------------------------------------------------------------------

@@ -24,12 +24,21 @@
       if (caption) caption.textContent = fig.summary;
     }
     for (const [key, value] of Object.entries(payload.tiles)) text(`tile-${key}`, value);
+    // The sample's time as the server wrote it for this viewer (sample_text: in their zone,
+    // named, as on the first render), in a <time> with the UTC stamp as the page has it.
     const asof = payload.as_of;
-    let line = asof.sample
-      ? `Latest sample at cluster time ${asof.sample_text}`
-      : "No metrics sample yet (the rollup writes one a minute)";
-    if (asof.cycle) line += `; pending reasons from cycle #${asof.cycle}`;
-    text("dash-asof", `${line}.`);
+    const parts = [];
+    if (asof.sample) {
+      const at = document.createElement("time");
+      at.setAttribute("datetime", asof.sample);
+      at.textContent = asof.sample_text;
+      parts.push("Latest sample at cluster time ", at);
+    } else {
+      parts.push("No metrics sample yet (the rollup writes one a minute)");
+    }
+    parts.push(asof.cycle ? `; pending reasons from cycle #${asof.cycle}.` : ".");
+    const asofEl = document.getElementById("dash-asof");
+    if (asofEl) asofEl.replaceChildren(...parts);
     root.dataset.cycle = asof.cycle || "";
     root.dataset.sample = asof.sample || "";
     return Promise.all(drawn);

@@ -84,6 +84,7 @@ from .pools import (
 from .predictor import OnlinePredictor
 from .results import DAY, result_of
 from .shortcuts import candidates, head_blocked, plan_prefix
+from .wait_reasons import WaitLedger, reason_of, unseen_reason
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
 POLICIES = ("fifo", "priority", "backfill", "full", "oracle-sjf")
@@ -222,6 +223,7 @@ class Replay:
         self.borrowed_starts: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.done = 0
         self.now = 0.0
+        self.waits = WaitLedger()  # queueing delay by reason (``wait_reasons``)
 
     # -- bookkeeping ----------------------------------------------------------------
     def _meters(self, j: ReplayJob, t: float) -> tuple[m.Meter, m.Meter, m.FragMeter]:
@@ -247,6 +249,7 @@ class Replay:
             return
         j.state = PENDING
         pool.pending[j.idx] = j
+        self.waits.arrive(j.idx, t)
         if not (self.arrivals_wait and pool.head_blocked):
             pool.dirty = True
         self._wait(j, t, +1)
@@ -349,6 +352,7 @@ class Replay:
         if jobs is None:
             self.plan_skips += 1
             self._idle_causes(pool, None, now)
+            self._wait_reasons(pool, None, now)
             return
         pool.last_plan = now
         prefix = plan_prefix(pool, jobs, self.policy, self.cfg.plan_prefix, self.qmeter)
@@ -387,10 +391,12 @@ class Replay:
         for s in decided.starts:
             self._start(self.jobs[s.job_id], s, now)
         self._idle_causes(pool, decided, now, jobs)
+        self._wait_reasons(pool, decided, now)
         for jid, verdict in decided.verdicts.items():
             if verdict.code == Code.NEVER_FITS:
                 j = self.jobs[jid]
                 del pool.pending[jid]
+                self.waits.drop(jid)
                 self._wait(j, now, -1)
                 j.state = REJECTED
                 self.done += 1
@@ -432,6 +438,23 @@ class Replay:
         fm.set_claims(
             idle.idle_claims(free, not_ready, decided, gpus_of, demoted, unseen, borrowers)
         )
+
+    def _wait_reasons(self, pool: Pool, decided: Plan | None, now: float) -> None:
+        """From ``now`` each waiting job of the pool waits for what the plan said
+        (``decided``; None: skipped, nothing could start); see ``wait_reasons``."""
+        verdicts = decided.verdicts if decided is not None else {}
+        hold = self.waits.hold
+        for j in pool.pending.values():
+            if j.first_start is not None:
+                continue
+            v = verdicts.get(j.idx)
+            hold(
+                j.idx,
+                now,
+                reason_of(v)
+                if v is not None
+                else unseen_reason(self._over_quota(j), decided is None),
+            )
 
     def _over_quota(self, j: ReplayJob) -> bool:
         """Whether the job's line lacks the quota room for it (the shortcuts' test)."""
@@ -501,6 +524,7 @@ class Replay:
             self.history.run_started(j.equeue, j.gpus, now)
         if j.first_start is None:
             j.first_start = now
+            self.waits.started(j.idx, now)
             got = self._prediction(j)  # what the scheduler believed, for the error table
             j.predicted_s = got.seconds
             j.predicted_source = got.source

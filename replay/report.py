@@ -119,6 +119,24 @@ def prediction_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def wait_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per run: seconds of queueing delay per finished job by what the jobs
+    waited for (``replay.wait_reasons``), with each reason's share of the delay."""
+    reasons: list[str] = []
+    for r in runs:
+        reasons += [k for k in r["overall"].get("wait_by_reason_s") or {} if k not in reasons]
+    rows = []
+    for r in runs:
+        got = r["overall"].get("wait_by_reason_s") or {}
+        total = sum(got.values())
+        cells = [
+            f"{got[k]:,.0f} s ({100 * got[k] / total:.0f}%)" if k in got and total else "-"
+            for k in reasons
+        ]
+        rows.append([r["policy"], f"{total:,.0f} s", *cells])
+    return ["policy", "queueing delay", *reasons], rows
+
+
 def render_markdown(runs: Sequence[dict]) -> str:
     if not runs:
         return ""
@@ -145,6 +163,14 @@ def render_markdown(runs: Sequence[dict]) -> str:
         "",
     ]
     header, rows = prediction_rows(runs)
+    lines += _md_table(header, rows)
+    lines += ["", "## What the jobs waited for", ""]
+    lines += [
+        "Average queueing delay of the finished jobs, by the pending reason they held "
+        "(the engine's verdict at each plan; `awaiting_cycle`: until the first plan).",
+        "",
+    ]
+    header, rows = wait_rows(runs)
     lines += _md_table(header, rows)
     for r in runs:
         lines += ["", f"## Per queue: {r['policy']}", ""]
@@ -272,6 +298,8 @@ def render_html(runs: Sequence[dict]) -> str:
         _html_table(*overall_rows(runs)),
         "<h2>Runtime prediction error</h2>",
         _html_table(*prediction_rows(runs)),
+        "<h2>What the jobs waited for</h2>",
+        _html_table(*wait_rows(runs)),
     ]
     for i, fig in enumerate(figures(runs)):
         parts.append(pio.to_html(fig, include_plotlyjs=i == 0, full_html=False))

@@ -14,6 +14,7 @@ from . import metrics as m
 from .idle import table as idle_table
 from .pools import DONE, REJECTED, ReplayJob
 from .prediction_error import prediction_error
+from .wait_reasons import WaitLedger
 
 if TYPE_CHECKING:
     from .replay import Replay
@@ -58,8 +59,9 @@ def ordered(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
-    """Counts, queueing delays and JCTs of ``jobs``; also their sorted queueing delays."""
+def job_stats(jobs: list[ReplayJob], waits: WaitLedger) -> tuple[dict[str, Any], list[float]]:
+    """Counts, queueing delays (and what they were spent waiting for) and JCTs of
+    ``jobs``; also their sorted queueing delays."""
     finished = [j for j in jobs if j.state == DONE]
     delays = sorted(j.first_start - j.submit for j in finished)  # type: ignore[operator]
     jcts = [j.finish - j.submit for j in finished]  # type: ignore[operator]
@@ -78,6 +80,7 @@ def job_stats(jobs: list[ReplayJob]) -> tuple[dict[str, Any], list[float]]:
         "median_queue_s": m.rounded(m.quantile(delays, 0.5), 1),
         "p95_queue_s": m.rounded(m.quantile(delays, 0.95), 1),
         "avg_jct_s": m.rounded(m.mean(jcts), 1),
+        "wait_by_reason_s": waits.per_job([j.idx for j in finished]),
         "runs": runs,
         "evictions": evictions,
         "moves": moves,
@@ -101,7 +104,7 @@ def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
         by_queue[j.queue].append(j)
     out = {}
     for q in r.w.queues:
-        st, _ = job_stats(by_queue[q])
+        st, _ = job_stats(by_queue[q], r.waits)
         qm = r.qmeter[q]
         frag = r.pools[q].frag.value() if layout.kind == "isolated" else None
         st.update(
@@ -126,7 +129,7 @@ def per_tier(r: Replay) -> dict[str, dict[str, Any]]:
     for j in r.jobs:
         by_tier.setdefault(j.tier, []).append(j)
     return {
-        tier.label: ordered(job_stats(by_tier[tier])[0])
+        tier.label: ordered(job_stats(by_tier[tier], r.waits)[0])
         for tier in sorted(by_tier, key=lambda t: -int(t))
     }
 
@@ -134,7 +137,7 @@ def per_tier(r: Replay) -> dict[str, dict[str, Any]]:
 def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
     """The whole result of a replay that ended at virtual time ``end`` after ``wall`` s."""
     layout = r.layout
-    overall, delays = job_stats(r.jobs)
+    overall, delays = job_stats(r.jobs, r.waits)
     scattered = sum(p.frag.scattered_s for p in r.pools.values())
     idle = sum(p.frag.idle_s for p in r.pools.values())
     by_cause: dict[str, float] = {}

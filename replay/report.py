@@ -156,22 +156,23 @@ def render_markdown(runs: Sequence[dict]) -> str:
     ]
     header, rows = overall_rows(runs)
     lines += _md_table(header, rows)
-    lines += ["", "## Runtime prediction error", ""]
-    lines += [
-        "Predicted whole runtime at a job's first start against its true runtime, "
-        "finished jobs only.",
-        "",
-    ]
-    header, rows = prediction_rows(runs)
-    lines += _md_table(header, rows)
-    lines += ["", "## What the jobs waited for", ""]
-    lines += [
-        "Average queueing delay of the finished jobs, by the pending reason they held "
-        "(the engine's verdict at each plan; `awaiting_cycle`: until the first plan).",
-        "",
-    ]
-    header, rows = wait_rows(runs)
-    lines += _md_table(header, rows)
+    sections = (
+        (
+            "Runtime prediction error",
+            "Predicted whole runtime at a job's first start against its true runtime, "
+            "finished jobs only.",
+            prediction_rows,
+        ),
+        (
+            "What the jobs waited for",
+            "Average queueing delay of the finished jobs, by the pending reason they held "
+            "(the engine's verdict at each plan; `awaiting_cycle`: until the first plan).",
+            wait_rows,
+        ),
+    )
+    for title, intro, rows_of in sections:
+        lines += ["", f"## {title}", "", intro, ""]
+        lines += _md_table(*rows_of(runs))
     for r in runs:
         lines += ["", f"## Per queue: {r['policy']}", ""]
         header, rows = queue_rows(r)

@@ -84,7 +84,7 @@ from .pools import (
 from .predictor import OnlinePredictor
 from .results import DAY, result_of
 from .shortcuts import candidates, head_blocked, plan_prefix
-from .wait_reasons import WaitLedger, reason_of, unseen_reason
+from .wait_reasons import WaitLedger, reason_of, unseen_reason, why_not_borrowing
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
 POLICIES = ("fifo", "priority", "backfill", "full", "oracle-sjf")
@@ -110,6 +110,7 @@ ORDER_KNOBS: dict[str, type] = {
     "preempt_after_s": float,
     "tier_preempt_after_s": float,
     "wait_if_free_within_s": float,
+    "predictive_patience": bool,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3
@@ -444,17 +445,16 @@ class Replay:
         (``decided``; None: skipped, nothing could start); see ``wait_reasons``."""
         verdicts = decided.verdicts if decided is not None else {}
         hold = self.waits.hold
+        policy = self.policy
         for j in pool.pending.values():
             if j.first_start is not None:
                 continue
             v = verdicts.get(j.idx)
-            hold(
-                j.idx,
-                now,
-                reason_of(v)
-                if v is not None
-                else unseen_reason(self._over_quota(j), decided is None),
-            )
+            why_not = why_not_borrowing(j.preemptible, j.demoted, policy)
+            if v is not None:
+                hold(j.idx, now, reason_of(v, why_not))
+            else:
+                hold(j.idx, now, unseen_reason(self._over_quota(j), decided is None, why_not))
 
     def _over_quota(self, j: ReplayJob) -> bool:
         """Whether the job's line lacks the quota room for it (the shortcuts' test)."""

@@ -9,11 +9,15 @@ each piece is charged to the reason the job held over it:
   cadence, ``cycle_s``);
 * the code of the engine's verdict for it at the last plan (``QUOTA_EXCEEDED``,
   ``PRIORITY``, ``TOPOLOGY``, ``INSUFFICIENT_GPUS``, ``PREEMPTING``, ``DEMOTED``,
-  ``NODES_UNAVAILABLE``, API.md's codes), a refused borrower's as
-  ``QUOTA_EXCEEDED/<rule>`` (``details.borrow_refused``: ``cooldown``,
-  ``queue_cooldown``, ``eviction_cap``, ``lenders_return``; ``borrowing.py``);
+  ``NODES_UNAVAILABLE``, API.md's codes). Under a policy that borrows, an over-quota
+  wait says why the job did not borrow instead, ``QUOTA_EXCEEDED/<why>``: a rule of
+  ``borrowing.py`` refused it (``details.borrow_refused``: ``cooldown``,
+  ``queue_cooldown``, ``eviction_cap``, ``lenders_return``), it may not borrow at all
+  (``not_preemptible``, ``demoted``), or no idle capacity had room for it
+  (``no_idle_room``);
 * for a job the plan did not see (the replay's exact shortcuts, ``shortcuts.py``):
-  ``QUOTA_EXCEEDED`` when its line lacks the quota room and it may not borrow, else
+  ``QUOTA_EXCEEDED`` (with its ``why``) when its line lacks the quota room and it may
+  not borrow, else
   ``INSUFFICIENT_GPUS`` when the plan was skipped because nothing fitted the free GPUs,
   else ``PRIORITY`` (behind a job blocked for capacity, without backfill).
 
@@ -26,21 +30,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduling.engine import Code, Verdict
+from scheduling.engine import Code, PolicyConfig, Verdict
 
 AWAITING_CYCLE = "awaiting_cycle"
 
 
-def reason_of(verdict: Verdict) -> str:
-    """The reason a verdict charges: its code, a refused borrower's with the rule."""
-    rule = verdict.details.get("borrow_refused") if verdict.code == Code.QUOTA_EXCEEDED else None
-    return f"{verdict.code}/{rule}" if rule else verdict.code
+NO_IDLE_ROOM = "no_idle_room"
 
 
-def unseen_reason(over_quota: bool, skipped: bool) -> str:
+def why_not_borrowing(preemptible: bool, demoted: bool, policy: PolicyConfig) -> str | None:
+    """Why an over-quota job that no borrowing rule refused did not borrow (None: the
+    policy does not borrow, nothing to say)."""
+    if not policy.borrowing:
+        return None
+    if not preemptible:
+        return "not_preemptible"
+    return "demoted" if demoted else NO_IDLE_ROOM
+
+
+def reason_of(verdict: Verdict, why_not: str | None) -> str:
+    """The reason a verdict charges: its code; over quota, with why it did not borrow
+    (the rule that refused it, else ``why_not``)."""
+    if verdict.code != Code.QUOTA_EXCEEDED:
+        return verdict.code
+    why = verdict.details.get("borrow_refused") or why_not
+    return f"{verdict.code}/{why}" if why else verdict.code
+
+
+def unseen_reason(over_quota: bool, skipped: bool, why_not: str | None) -> str:
     """The reason of a job a plan did not see (see the module doc)."""
     if over_quota:
-        return Code.QUOTA_EXCEEDED
+        return f"{Code.QUOTA_EXCEEDED}/{why_not}" if why_not else Code.QUOTA_EXCEEDED
     return Code.INSUFFICIENT_GPUS if skipped else Code.PRIORITY
 
 

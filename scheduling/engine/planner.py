@@ -747,11 +747,22 @@ class Planner:
         # patience: a queue that preempts lower tiers (urgent) has its own, shorter one
         patience = policy.tier_preempt_after_s if allowed else policy.preempt_after_s
         patience_ends = waiting_since(job) + patience
-        if patience > 0 and not leaving and self.now < patience_ends:
+        if (
+            patience > 0
+            and not leaving
+            and self.now < patience_ends
+            and (not policy.predictive_patience or self.frees_by(job, sh, patience_ends))
+        ):
             # patience: capacity that frees meanwhile needs no eviction
             self.patient[job.id] = patience_ends
             return False
-        if not leaving and not (short_q or short_l) and self.frees_soon(job, sh):
+        within_s = policy.wait_if_free_within_s
+        if (
+            within_s > 0
+            and not leaving
+            and not (short_q or short_l)
+            and self.frees_by(job, sh, self.now + within_s)
+        ):
             return False  # it reserves the capacity predicted to free instead
         ck: tuple[Any, ...] = (
             sh,
@@ -777,14 +788,13 @@ class Planner:
         self.preempt(job, found, leaving)
         return True
 
-    def frees_soon(self, job: PendingJob, sh: ShapeT) -> bool:
-        """Running work is predicted to free room for ``job`` within
-        ``wait_if_free_within_s``: waiting for it costs no eviction (one search spent)."""
-        within = self.policy.wait_if_free_within_s
-        if within <= 0 or self.n_searches >= self.policy.max_preemption_searches:
+    def frees_by(self, job: PendingJob, sh: ShapeT, until: float) -> bool:
+        """Running work is predicted to free room for ``job`` by ``until``: waiting for it
+        costs no eviction (one search spent)."""
+        if self.n_searches >= self.policy.max_preemption_searches:
             return False
         self.n_searches += 1
-        return self.earliest_start(job, sh, self.now + within) is not None
+        return self.earliest_start(job, sh, until) is not None
 
     def preempt(self, job: PendingJob, found: Selection, leaving: tuple[RunningJob, ...]) -> None:
         """Stop the victims for ``job``: charge their queues' and lines' budgets,

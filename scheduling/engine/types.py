@@ -356,6 +356,7 @@ class PolicyConfig:
     preempt_after_s: float = 0.0
     tier_preempt_after_s: float = 0.0
     wait_if_free_within_s: float = 0.0
+    predictive_patience: bool = False
     preemption_mode: str = GRACEFUL
     consolidation: bool = True
     max_migrations: int = 8

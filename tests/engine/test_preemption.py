@@ -302,3 +302,26 @@ def test_an_urgent_queue_has_its_own_patience_and_reclaiming_the_other():
     assert plan.preemptions == () and "may_preempt_at" in plan.verdicts[9].details
     lender = pjob(9, 8, tier="core", submitted_at=NOW - 3600)
     assert victims(run(snap(full(1), [lender], borrowed, lines=lines, policy=policy))) == {1: 9}
+
+
+def test_predictive_patience_waits_only_for_room_predicted_to_free_within_it():
+    """``predictive_patience``: a lender within its quota waits out its patience only if
+    the borrowed work is predicted to free its room before the patience ends; room further
+    off than that is reclaimed at once (blind patience would wait the whole hour); past the
+    patience it reclaims whatever the prediction."""
+    lines = [LineView("llm", 8), LineView("cv", 0)]
+    blind = PolicyConfig(preempt_after_s=3600)
+    predictive = PolicyConfig(preempt_after_s=3600, predictive_patience=True)
+
+    def borrowed(ends_at: float):
+        return [rjob(1, {"n0": range(8)}, line="cv", tier="experiment", predicted_end=ends_at)]
+
+    lender = pjob(9, 8, tier="core", submitted_at=NOW - 600)  # patience ends at NOW + 3000
+    soon, late = borrowed(NOW + 1200), borrowed(NOW + 7200)
+    plan = run(snap(full(1), [lender], soon, lines=lines, policy=predictive))
+    assert plan.preemptions == () and plan.verdicts[9].estimated_start == NOW + 1200
+    assert plan.verdicts[9].details["may_preempt_at"] == iso(NOW + 3000)
+    assert victims(run(snap(full(1), [lender], late, lines=lines, policy=predictive))) == {1: 9}
+    assert run(snap(full(1), [lender], late, lines=lines, policy=blind)).preemptions == ()
+    waited = pjob(9, 8, tier="core", submitted_at=NOW - 3600)
+    assert victims(run(snap(full(1), [waited], soon, lines=lines, policy=predictive))) == {1: 9}

@@ -6,8 +6,15 @@ import pytest
 
 from replay import load_workload
 from replay.report import render_markdown, wait_rows
-from replay.wait_reasons import AWAITING_CYCLE, WaitLedger, reason_of, unseen_reason
-from scheduling.engine import Code, Verdict
+from replay.wait_reasons import (
+    AWAITING_CYCLE,
+    NO_IDLE_ROOM,
+    WaitLedger,
+    reason_of,
+    unseen_reason,
+    why_not_borrowing,
+)
+from scheduling.engine import Code, PolicyConfig, Verdict
 
 from .test_replay import replay, write_itp
 
@@ -37,18 +44,24 @@ def test_the_ledger_charges_each_interval_to_the_reason_held_over_it():
     assert w.per_job([]) == {}
 
 
-def test_a_refused_borrower_is_charged_to_the_borrowing_rule_that_refused_it():
+def test_an_over_quota_wait_says_why_the_job_did_not_borrow():
     def verdict(code: str, **details) -> Verdict:
         return Verdict(code, "", details, "")
 
-    assert reason_of(verdict(Code.TOPOLOGY)) == "TOPOLOGY"
-    assert reason_of(verdict(Code.QUOTA_EXCEEDED)) == "QUOTA_EXCEEDED"
-    assert reason_of(verdict(Code.QUOTA_EXCEEDED, borrow_refused="eviction_cap")) == (
-        "QUOTA_EXCEEDED/eviction_cap"
-    )
-    assert unseen_reason(over_quota=True, skipped=True) == Code.QUOTA_EXCEEDED
-    assert unseen_reason(over_quota=False, skipped=True) == Code.INSUFFICIENT_GPUS
-    assert unseen_reason(over_quota=False, skipped=False) == Code.PRIORITY
+    full, backfill = PolicyConfig.preset("full"), PolicyConfig.preset("backfill")
+    assert why_not_borrowing(True, False, backfill) is None  # the policy never borrows
+    assert why_not_borrowing(False, False, full) == "not_preemptible"
+    assert why_not_borrowing(True, True, full) == "demoted"
+    assert why_not_borrowing(True, False, full) == NO_IDLE_ROOM
+    assert reason_of(verdict(Code.TOPOLOGY), NO_IDLE_ROOM) == "TOPOLOGY"
+    assert reason_of(verdict(Code.QUOTA_EXCEEDED), None) == "QUOTA_EXCEEDED"
+    assert reason_of(verdict(Code.QUOTA_EXCEEDED), NO_IDLE_ROOM) == "QUOTA_EXCEEDED/no_idle_room"
+    refused = verdict(Code.QUOTA_EXCEEDED, borrow_refused="eviction_cap")
+    assert reason_of(refused, NO_IDLE_ROOM) == "QUOTA_EXCEEDED/eviction_cap"
+    assert unseen_reason(True, True, "not_preemptible") == "QUOTA_EXCEEDED/not_preemptible"
+    assert unseen_reason(True, True, None) == Code.QUOTA_EXCEEDED
+    assert unseen_reason(False, True, None) == Code.INSUFFICIENT_GPUS
+    assert unseen_reason(False, False, None) == Code.PRIORITY
 
 
 def test_waiting_for_capacity_in_a_tiny_fifo_replay(tmp_path):

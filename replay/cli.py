@@ -274,6 +274,13 @@ def human_summary(result: dict) -> list[str]:
         width = max(len(c) for c in by_cause)
         for cause, gs in by_cause.items():
             lines.append(f"  {cause.ljust(width)}  {gs / 3600:>12,.0f} GPU-h  {gs / total:6.1%}")
+    waits = o.get("wait_by_reason_s") or {}
+    total = sum(waits.values())
+    if total > 0:
+        lines += ["", "queueing delay by what the jobs waited for (seconds per finished job):"]
+        width = max(len(r) for r in waits)
+        for reason, s in waits.items():
+            lines.append(f"  {reason.ljust(width)}  {s:>12,.0f} s  {s / total:6.1%}")
     pred = o.get("prediction") or {}
     if pred.get("jobs"):
         lines += ["", "runtime prediction error (predicted at first start vs. true runtime):"]

@@ -306,7 +306,9 @@ class PolicyConfig:
     - ``preempt_after_s`` (patience): a waiting job may preempt only once it has waited
       this long since its submission or last eviction (capacity that frees meanwhile
       needs no eviction); ``tier_preempt_after_s``: the same for a job whose queue may
-      preempt lower tiers (urgent), kept short. ``wait_if_free_within_s``: a job that
+      preempt lower tiers (urgent), kept short. ``predictive_patience``: the patience is
+      waited out only for room the running work is predicted to free before it ends;
+      room predicted later is preempted for at once. ``wait_if_free_within_s``: a job that
       fits its quota does not preempt for capacity the running work is predicted to free
       within this long (its backfill reservation would start by then): it waits for that
       instead (0: off).

@@ -110,6 +110,18 @@ def test_human_output(tmp_path):
     assert "policy priority" in text and "overall" in text and "cluster07" in text
 
 
+def test_human_output_says_what_the_jobs_waited_for():
+    out = io.StringIO()
+    call_command("replay", "itp", window="0:6h", pool_gpus=128, policy="full", stdout=out)
+    text = out.getvalue()
+    head, _, table = text.partition("queueing delay by what the jobs waited for")
+    assert table, text
+    section = table.split("\n\n")[0].splitlines()[1:]  # up to the next blank line
+    rows = [line.split() for line in section]
+    assert rows and all(r[-2] == "s" and r[-1].endswith("%") for r in rows)
+    assert "INSUFFICIENT_GPUS" in {r[0] for r in rows}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

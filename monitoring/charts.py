@@ -457,6 +457,136 @@ def idle_causes_figure(
     return _figure(data, layout, summary)
 
 
+# Waiting jobs by pending reason: a colour and a fill pattern each, fixed per code so a code
+# looks the same in every window (the idle causes' style where a cause is that code's).
+REASON_STYLE = {
+    "NEVER_FITS": (BLUE, "x"),
+    "QUOTA_EXCEEDED": (VERMILION, ""),
+    "NODES_UNAVAILABLE": (BLACK, "\\"),
+    "PRIORITY": (YELLOW, "|"),
+    "PREEMPTING": (PURPLE, "."),
+    "TOPOLOGY": (ORANGE, "/"),
+    "INSUFFICIENT_GPUS": (SKY, ""),
+    "DEMOTED": (PURPLE, "-"),
+    "LAUNCH_RETRY": (GREY, "+"),
+}
+OTHER_REASON_STYLE = (GREY, "x")  # a code a sample holds that API.md does not list
+
+
+def _many(n: int, word: str) -> str:
+    """``n`` ``word``s with thousands separators: ``1 job``, ``1,234 jobs``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _job_hours(seconds: float) -> str:
+    """Job-hours as the captions write them: whole from 100 up (``1,234``), else one
+    decimal (``2.5``)."""
+    hours = seconds / 3600
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:,.1f}"
+
+
+def waiting_by_reason_figure(
+    points: Sequence[tuple], *, window: TimeWindow | None = None, zone: DisplayZone = IN_UTC
+) -> Figure:
+    """Waiting jobs per pending-reason code over time, stacked as steps.
+
+    ``points`` are (cluster time, ``pending_by_reason`` {code: jobs}[, seeded]) rollup
+    samples, oldest first. A sample's counts hold until the next sample, the last one's
+    until the window's end (now; without a window, until the last sample): the area drawn
+    is the job-hours the caption gives, per code (count x the time to the next sample).
+    Only the codes that occur are drawn, in API.md's order (``REASON_ORDER``), then any
+    code API.md does not list under its own name. Seeded demo history carries no pending
+    reasons and is left out (as ``idle_causes_figure`` does); the caption says so. Drawn in
+    ``zone`` (the viewer's); the caption names the instant of its latest reading (the
+    latest rollup sample, which the live bar chart *Pending jobs by reason* may be ahead of).
+    """
+    rows = [
+        (p[0], {str(c): int(n) for c, n in p[1].items() if n and int(n) > 0})
+        for p in points
+        if not (len(p) > 2 and p[2]) and isinstance(p[1], Mapping)
+    ]
+    left_out = sum(1 for p in points if len(p) > 2 and p[2])
+    end = window.end if window is not None else (rows[-1][0] if rows else None)
+    waited: dict[str, float] = {}
+    for (t0, counts), t1 in zip(rows, [r[0] for r in rows[1:]] + [end], strict=False):
+        seconds = max(0.0, (t1 - t0).total_seconds())
+        for code, n in counts.items():
+            waited[code] = waited.get(code, 0.0) + n * seconds
+    present = {code for _, counts in rows for code in counts}
+    shown = [c for c in REASON_ORDER if c in present] + sorted(present - set(REASON_ORDER))
+    drawn = downsample(rows)
+    xs = [_at(t, zone) for t, _ in drawn]
+    if drawn and end is not None and end > drawn[-1][0]:
+        drawn = [*drawn, (end, drawn[-1][1])]  # the last reading holds until now
+        xs.append(_at(end, zone))
+    data = []
+    for code in shown:
+        colour, pattern = REASON_STYLE.get(code, OTHER_REASON_STYLE)
+        label = REASON_LABELS.get(code, code.lower())
+        data.append({
+            "type": "scatter", "mode": "lines", "name": code, "x": xs,
+            "y": [counts.get(code, 0) for _, counts in drawn],
+            "stackgroup": "waiting", "line": {"color": colour, "width": 1, "shape": "hv"},
+            "fillcolor": colour,
+            "fillpattern": {"shape": pattern, "bgcolor": colour, "fgcolor": "#ffffff",
+                            "solidity": 0.3},
+            "hovertemplate": f"%{{y:,}} jobs waiting: {label} ({code})<extra></extra>",
+        })  # fmt: skip
+    peak = max((sum(counts.values()) for _, counts in rows), default=0)
+    yaxis: dict[str, Any] = {
+        "rangemode": "tozero", "title": {"text": "waiting jobs"},
+        "exponentformat": "none", "separatethousands": True,
+    }  # fmt: skip
+    if peak <= 6:
+        yaxis["dtick"] = 1  # whole jobs, never 0.5 of one
+    layout = _layout(
+        "Waiting jobs by reason over time (jobs per pending-reason code)",
+        yaxis=yaxis,
+        xaxis=_time_axis(window, zone, [t for t, _ in rows]),
+        showlegend=True,
+        legend={"orientation": "h", "y": -0.32, "x": 0, "traceorder": "normal"},
+        margin={**MARGIN, "b": 96},
+        hovermode="x unified",
+    )
+    where = f"the {window.label}" if window is not None else "these samples"
+    seeded_note = (
+        f" {_many(left_out, 'sample')} of seeded demo history (no pending reasons) left out."
+        if left_out
+        else ""
+    )
+    if not rows:
+        summary = (
+            f"No samples of waiting jobs in {where} yet: the metrics rollup writes one a "
+            "cluster minute."
+        )
+        return _figure(data, layout, summary + seeded_note, empty="No samples yet")
+    last_at, last = rows[-1]
+    if not shown:
+        summary = (
+            f"No job waited in {where} ({_many(len(rows), 'sample')}, the latest at "
+            f"{_clock(last_at, zone)})."
+        )
+        return _figure(data, layout, summary + seeded_note, empty="No job waited")
+    total = sum(waited.values())
+    if total > 0:
+        parts = ", ".join(
+            f"{code} {percent(waited[code] / total)}"
+            for code in sorted(waited, key=lambda c: (-waited[c], shown.index(c)))
+            if waited[code] > 0
+        )
+        over = f"Over {where} jobs waited {_job_hours(total)} job-hours: {parts}."
+    else:
+        over = f"Over {where} no job waited between samples."
+    now_n = sum(last.values())
+    now_parts = ", ".join(f"{code} {last[code]:,}" for code in shown if last.get(code))
+    were = "was" if now_n == 1 else "were"
+    reading = (
+        f" At the latest sample ({_clock(last_at, zone)}), {_many(now_n, 'job')} {were} waiting"
+    )
+    reading += f": {now_parts}." if now_n else "."
+    return _figure(data, layout, over + reading + seeded_note)
+
+
 class LineRow(NamedTuple):
     """One business line's GPUs now against its contract."""
 

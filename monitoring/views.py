@@ -146,7 +146,9 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
     series = list(
         MetricSample.objects.filter(at__gte=shown.start, at__lte=now)
         .order_by("at", "id")  # two samples at one instant (a paused clock): written order
-        .values_list("at", "utilization", "fragmentation_gpus", "seeded", "idle_gpu_s")
+        .values_list(
+            "at", "utilization", "fragmentation_gpus", "seeded", "idle_gpu_s", "pending_by_reason"
+        )
     )
     cycle = (
         SchedulingCycle.objects.filter(kind="cycle")
@@ -206,7 +208,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
         },
         "figures": {
             "utilization": charts.utilization_figure(
-                [(at, u, seeded) for at, u, _, seeded, _ in series],
+                [(at, u, seeded) for at, u, _, seeded, _, _ in series],
                 window=shown,
                 now=(now, cluster.utilization),
                 zone=drawn_in,
@@ -217,10 +219,19 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
                 queues, EVICTION_ALERT_RATIO, eviction.window_label
             ),
             "fragmentation": charts.fragmentation_figure(
-                [(at, f, seeded) for at, _, f, seeded, _ in series], window=shown, zone=drawn_in
+                [(at, f, seeded) for at, _, f, seeded, _, _ in series],
+                window=shown,
+                zone=drawn_in,
             ),
             "idle": charts.idle_causes_figure(
-                [(at, idle, seeded) for at, _, _, seeded, idle in series],
+                [(at, idle, seeded) for at, _, _, seeded, idle, _ in series],
+                window=shown,
+                zone=drawn_in,
+            ),
+            # the pending reasons of every rollup sample in the window (the bar chart above
+            # is the live reading; this one's caption names its latest sample's time)
+            "waiting": charts.waiting_by_reason_figure(
+                [(at, reasons, seeded) for at, _, _, seeded, _, reasons in series],
                 window=shown,
                 zone=drawn_in,
             ),
@@ -232,6 +243,7 @@ CHARTS = (
     ("utilization", "Utilization over time"),
     ("lines", "GPUs per line against quota and guarantee"),
     ("pending", "Pending by reason"),
+    ("waiting", "Waiting jobs by reason over time"),
     ("eviction", "Eviction ratio per queue"),
     ("fragmentation", "Fragmentation"),
     ("idle", "Why GPUs are idle while jobs wait"),

@@ -72,6 +72,7 @@ def test_the_dashboard_embeds_every_figure_and_loads_plotly_locally(client, demo
         "utilization",
         "lines",
         "pending",
+        "waiting",
         "eviction",
         "fragmentation",
         "idle",

@@ -31,8 +31,6 @@ def jobs_wait(users: dict) -> tuple[list[tuple[datetime, dict]], datetime]:
     waits for free GPUs (INSUFFICIENT_GPUS); a third over-quota job joins at 10 minutes.
     Five cycles 5 minutes apart, a rollup after each (the chart counts whatever codes the
     cycles gave). Returns the rollup samples (time, pending_by_reason) and now."""
-    from core import clock
-    from monitoring.models import MetricSample
     from monitoring.rollup import rollup
     from scheduling.cycle import run_cycle
     from scheduling.models import Node
@@ -58,8 +56,28 @@ def jobs_wait(users: dict) -> tuple[list[tuple[datetime, dict]], datetime]:
                                                        gpus=8, preemptible=False))  # fmt: skip
         run_cycle()
         rollup()
+    return recorded()
+
+
+def recorded() -> tuple[list[tuple[datetime, dict]], datetime]:
+    """The rollup samples (time, pending_by_reason), oldest first, and now."""
+    from core import clock
+    from monitoring.models import MetricSample
+
     samples = list(MetricSample.objects.order_by("at", "id").values_list("at", "pending_by_reason"))
     return samples, clock.now()
+
+
+def five_minutes_later(users: dict) -> tuple[list[tuple[datetime, dict]], datetime]:
+    """Five cluster minutes on, a cycle (the page's live refetch) and a rollup sample."""
+    from monitoring.rollup import rollup
+    from scheduling.cycle import run_cycle
+    from scheduling.sim_services import advance_clock
+
+    advance_clock(users["admin"], 300)
+    rollup()
+    run_cycle()
+    return recorded()
 
 
 def job_hours(samples: list[tuple[datetime, dict]], now: datetime) -> dict[str, float]:
@@ -112,4 +130,18 @@ def test_the_waiting_chart_draws_the_samples_codes_and_its_caption_adds_them_up(
     assert int(read["now"]) == sum(latest.values())
     assert read["now"] == page.locator("#tile-pending_jobs").text_content()
     assert read["codes"] == ", ".join(f"{c} {latest[c]}" for c in codes if latest.get(c))
+
+    # live: a new sample and a cycle; the page refetches /dashboard/data/ and the caption
+    # (marked stale first) adds the new sample's five minutes
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    page.wait_for_timeout(500)  # the subscriptions are sent on open
+    page.evaluate("document.querySelector('#summary-waiting .summary-text').textContent = 'stale'")
+    samples, now = in_thread(five_minutes_later, demo)
+    page.wait_for_function(
+        "() => document.querySelector('#summary-waiting .summary-text').textContent !== 'stale'",
+        timeout=30_000,
+    )
+    read = CAPTION.match(page.locator("#summary-waiting .summary-text").text_content())
+    assert read and read["at"] == f"{samples[-1][0]:%H:%M}"
+    assert read["hours"] == f"{sum(job_hours(samples, now).values()):,.1f}"
     assert errors == []

@@ -224,6 +224,18 @@ def write_report(result: dict, out: Path) -> tuple[Path, Path]:
     return md, html
 
 
+def _shares(title: str, amounts: dict[str, float], unit: str) -> list[str]:
+    """A titled table of ``amounts`` with each one's share of their total (none if 0)."""
+    total = sum(amounts.values())
+    if total <= 0:
+        return []
+    width = max(len(name) for name in amounts)
+    return ["", title] + [
+        f"  {name.ljust(width)}  {x:>12,.0f} {unit}  {x / total:6.1%}"
+        for name, x in amounts.items()
+    ]
+
+
 def _fmt(x: Any, unit: str = "") -> str:
     if x is None:
         return "-"
@@ -267,20 +279,16 @@ def human_summary(result: dict) -> list[str]:
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
-    by_cause = o.get("idle_gpu_s_by_cause") or {}
-    total = sum(by_cause.values())
-    if total > 0:
-        lines += ["", "idle GPUs while jobs wait, by cause:"]
-        width = max(len(c) for c in by_cause)
-        for cause, gs in by_cause.items():
-            lines.append(f"  {cause.ljust(width)}  {gs / 3600:>12,.0f} GPU-h  {gs / total:6.1%}")
-    waits = o.get("wait_by_reason_s") or {}
-    total = sum(waits.values())
-    if total > 0:
-        lines += ["", "queueing delay by what the jobs waited for (seconds per finished job):"]
-        width = max(len(r) for r in waits)
-        for reason, s in waits.items():
-            lines.append(f"  {reason.ljust(width)}  {s:>12,.0f} s  {s / total:6.1%}")
+    lines += _shares(
+        "idle GPUs while jobs wait, by cause:",
+        {c: gs / 3600 for c, gs in (o.get("idle_gpu_s_by_cause") or {}).items()},
+        "GPU-h",
+    )
+    lines += _shares(
+        "queueing delay by what the jobs waited for (seconds per finished job):",
+        o.get("wait_by_reason_s") or {},
+        "s",
+    )
     pred = o.get("prediction") or {}
     if pred.get("jobs"):
         lines += ["", "runtime prediction error (predicted at first start vs. true runtime):"]

@@ -17,9 +17,9 @@ each piece is charged to the reason the job held over it:
   (``no_idle_room``);
 * for a job the plan did not see (the replay's exact shortcuts, ``shortcuts.py``):
   ``QUOTA_EXCEEDED`` (with its ``why``) when its line lacks the quota room and it may
-  not borrow, else
-  ``INSUFFICIENT_GPUS`` when the plan was skipped because nothing fitted the free GPUs,
-  else ``PRIORITY`` (behind a job blocked for capacity, without backfill).
+  not borrow, else ``INSUFFICIENT_GPUS`` when the plan was skipped because nothing
+  fitted the free GPUs, else ``PRIORITY`` (behind a job blocked for capacity, without
+  backfill).
 
 A job's pieces are complete when it first starts, so over the finished jobs the
 reasons add up to their queueing delays exactly: the values of ``per_job`` over the
@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from scheduling.engine import Code, PolicyConfig, Verdict
 
 AWAITING_CYCLE = "awaiting_cycle"
-
-
 NO_IDLE_ROOM = "no_idle_room"
 
 

@@ -473,6 +473,16 @@ REASON_STYLE = {
 OTHER_REASON_STYLE = (GREY, "x")  # a code a sample holds that API.md does not list
 
 
+def reason_label(code: str) -> str:
+    """A pending reason as both reason charts name it: ``quota full (QUOTA_EXCEEDED)``."""
+    return f"{REASON_LABELS.get(code, code.lower())} ({code})"
+
+
+def _share(x: float) -> str:
+    """A share in a caption: ``61.0%``; a share too small to show as one is ``<0.1%``."""
+    return "<0.1%" if 0 < x < 0.0005 else percent(x)
+
+
 def _many(n: int, word: str) -> str:
     """``n`` ``word``s with thousands separators: ``1 job``, ``1,234 jobs``."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
@@ -522,15 +532,14 @@ def waiting_by_reason_figure(
     data = []
     for code in shown:
         colour, pattern = REASON_STYLE.get(code, OTHER_REASON_STYLE)
-        label = REASON_LABELS.get(code, code.lower())
         data.append({
-            "type": "scatter", "mode": "lines", "name": code, "x": xs,
+            "type": "scatter", "mode": "lines", "name": reason_label(code), "x": xs,
             "y": [counts.get(code, 0) for _, counts in drawn],
             "stackgroup": "waiting", "line": {"color": colour, "width": 1, "shape": "hv"},
             "fillcolor": colour,
             "fillpattern": {"shape": pattern, "bgcolor": colour, "fgcolor": "#ffffff",
                             "solidity": 0.3},
-            "hovertemplate": f"%{{y:,}} jobs waiting: {label} ({code})<extra></extra>",
+            "hovertemplate": f"%{{y:,}} jobs waiting: {reason_label(code)}<extra></extra>",
         })  # fmt: skip
     peak = max((sum(counts.values()) for _, counts in rows), default=0)
     yaxis: dict[str, Any] = {
@@ -570,7 +579,7 @@ def waiting_by_reason_figure(
     total = sum(waited.values())
     if total > 0:
         parts = ", ".join(
-            f"{code} {percent(waited[code] / total)}"
+            f"{code} {_share(waited[code] / total)}"
             for code in sorted(waited, key=lambda c: (-waited[c], shown.index(c)))
             if waited[code] > 0
         )
@@ -643,11 +652,15 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
     """Waiting jobs per pending-reason code, in API.md's order, as labelled bars."""
     codes = [c for c in REASON_ORDER if counts.get(c)]
     codes += sorted(c for c in counts if c not in REASON_ORDER and counts[c])
-    ys = [f"{REASON_LABELS.get(c, c.lower())} ({c})" for c in codes]
+    ys = [reason_label(c) for c in codes]
     xs = [int(counts[c]) for c in codes]
+    styles = [REASON_STYLE.get(c, OTHER_REASON_STYLE) for c in codes]  # as over time
     data = [
         {"type": "bar", "orientation": "h", "name": "pending jobs", "x": xs, "y": ys,
-         "marker": {"color": PURPLE}, "text": [str(v) for v in xs], "textposition": "auto",
+         "marker": {"color": [colour for colour, _ in styles],
+                    "pattern": {"shape": [pattern for _, pattern in styles],
+                                "fgcolor": "#ffffff", "solidity": 0.3}},
+         "text": [str(v) for v in xs], "textposition": "auto",
          "hovertemplate": "%{y}: %{x} jobs<extra></extra>"}
     ]  # fmt: skip
     layout = _layout(

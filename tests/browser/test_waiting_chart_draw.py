@@ -11,6 +11,7 @@ from datetime import datetime
 import pytest
 from playwright.sync_api import expect
 
+from monitoring.charts import reason_label
 from tests.browser.conftest import in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -112,7 +113,7 @@ def test_the_waiting_chart_draws_the_samples_codes_and_its_caption_adds_them_up(
     codes = [c for c in ("NEVER_FITS", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
                          "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED",
                          "LAUNCH_RETRY") if any(r.get(c) for _, r in samples)]  # fmt: skip
-    assert chart.locator(".legendtext").all_text_contents() == codes
+    assert chart.locator(".legendtext").all_text_contents() == [reason_label(c) for c in codes]
     y_ticks = chart.locator(".ytick text").all_text_contents()
     assert len(y_ticks) >= 3 and all(WHOLE.match(t) for t in y_ticks), y_ticks
     x_ticks = chart.locator(".xtick text").all_text_contents()

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from monitoring import charts
+from monitoring.charts import reason_label
 from monitoring.views import chart_zone
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -34,7 +35,9 @@ def test_each_sample_holds_until_the_next_and_the_last_until_now_stacked_as_step
     fig = charts.waiting_by_reason_figure(points, window=HOUR)
     assert json.loads(json.dumps(fig)) == fig
     # API.md's order (QUOTA_EXCEEDED is checked before TOPOLOGY), only the codes that occur
-    assert [t["name"] for t in fig["data"]] == ["QUOTA_EXCEEDED", "TOPOLOGY"]
+    assert [t["name"] for t in fig["data"]] == [
+        reason_label(c) for c in ("QUOTA_EXCEEDED", "TOPOLOGY")
+    ]
     quota, topology = fig["data"]
     # the samples, then the window's end (now) at the last sample's reading
     assert quota["x"] == topology["x"] == [at(m).isoformat() for m in (0, 10, 30, 40)]
@@ -69,7 +72,9 @@ def test_job_hours_read_with_thousands_separators_largest_share_first():
         "INSUFFICIENT_GPUS 27.8%, PRIORITY 5.6%. At the latest sample (08:00 UTC), 1,201 jobs "
         "were waiting: QUOTA_EXCEEDED 1,200, PRIORITY 1."
     )
-    assert [t["name"] for t in fig["data"]] == ["QUOTA_EXCEEDED", "PRIORITY", "INSUFFICIENT_GPUS"]
+    assert [t["name"] for t in fig["data"]] == [
+        reason_label(c) for c in ("QUOTA_EXCEEDED", "PRIORITY", "INSUFFICIENT_GPUS")
+    ]
     assert "dtick" not in fig["layout"]["yaxis"]
     assert fig["layout"]["yaxis"]["separatethousands"] is True
 
@@ -117,7 +122,7 @@ def test_only_codes_the_samples_hold_are_drawn_and_none_is_invented():
     list is drawn under its own name (grey), never folded into one of API.md's."""
     points = [(at(0), {"DEMOTED": 1, "LAUNCH_RETRY": 0}), (at(10), {"MYSTERY": 2})]
     fig = charts.waiting_by_reason_figure(points)
-    assert [t["name"] for t in fig["data"]] == ["DEMOTED", "MYSTERY"]
+    assert [t["name"] for t in fig["data"]] == ["demoted (DEMOTED)", "mystery (MYSTERY)"]
     mystery = fig["data"][1]
     assert (mystery["fillcolor"], mystery["fillpattern"]["shape"]) == charts.OTHER_REASON_STYLE
     assert "mystery (MYSTERY)" in mystery["hovertemplate"]
@@ -137,7 +142,7 @@ def test_every_api_code_keeps_one_style_of_its_own_in_every_window():
     many = charts.waiting_by_reason_figure(
         [(at(0), {c: 1 for c in API_CODES})], window=HOUR
     )  # fmt: skip
-    topology = next(t for t in many["data"] if t["name"] == "TOPOLOGY")
+    topology = next(t for t in many["data"] if t["name"] == reason_label("TOPOLOGY"))
     assert one["data"][0]["fillcolor"] == topology["fillcolor"] == charts.ORANGE
     assert one["data"][0]["fillpattern"] == topology["fillpattern"]
 
@@ -163,3 +168,25 @@ def test_in_tokyo_the_axis_the_points_and_the_caption_read_jst():
     assert fig["data"][0]["x"] == ["2026-01-05T17:00:00+09:00", "2026-01-05T17:40:00+09:00"]
     assert "At the latest sample (17:00 JST), 1 job was waiting: PRIORITY 1." in fig["summary"]
     assert "UTC" not in json.dumps(fig)
+
+
+def test_both_reason_charts_give_a_code_the_same_name_colour_and_pattern():
+    """The live bars and the chart over time sit side by side: a code reads the same in
+    both (label, colour, pattern), and a share too small to print is ``<0.1%``, not 0.0%."""
+    counts = {"QUOTA_EXCEEDED": 27, "INSUFFICIENT_GPUS": 18, "PREEMPTING": 1}
+    bars = charts.pending_by_reason_figure(counts)["data"][0]
+    t0 = datetime(2030, 1, 7, 11, 0, tzinfo=UTC)
+    window = charts.TimeWindow(t0, t0 + timedelta(hours=10), "last 10 hours")
+    over_time = charts.waiting_by_reason_figure(
+        [
+            (t0, counts),
+            (t0 + timedelta(seconds=1), {"QUOTA_EXCEEDED": 27, "INSUFFICIENT_GPUS": 18}),
+        ],
+        window=window,
+    )
+    assert len(bars["y"]) == len(over_time["data"]) == 3
+    for i, name in enumerate(bars["y"]):
+        trace = next(t for t in over_time["data"] if t["name"] == name)
+        assert bars["marker"]["color"][i] == trace["fillcolor"]
+        assert bars["marker"]["pattern"]["shape"][i] == trace["fillpattern"]["shape"]
+    assert "PREEMPTING <0.1%" in over_time["summary"], over_time["summary"]

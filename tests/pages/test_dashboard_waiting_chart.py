@@ -13,6 +13,7 @@ from django.test import Client
 from core import clock
 from core.models import Profile
 from monitoring import charts
+from monitoring.charts import reason_label
 from monitoring.models import MetricSample
 from monitoring.views import CHARTS
 from tests.conftest import DEMO_PASSWORD
@@ -65,7 +66,9 @@ def test_the_chart_sits_next_to_the_pending_bars_and_reads_the_samples(client, d
     for figure in (embedded(page)["figures"]["waiting"], data["figures"]["waiting"]):
         assert figure["summary"] == summary
         names = [t["name"] for t in figure["data"]]
-        assert names == ["QUOTA_EXCEEDED", "TOPOLOGY", "INSUFFICIENT_GPUS"]
+        assert names == [
+            reason_label(c) for c in ("QUOTA_EXCEEDED", "TOPOLOGY", "INSUFFICIENT_GPUS")
+        ]
         quota = figure["data"][0]
         assert quota["x"] == [(NOW - timedelta(minutes=m)).isoformat() for m in (50, 20, 10, 0)]
         assert quota["y"] == [4, 6, 3, 3]

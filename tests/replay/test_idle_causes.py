@@ -9,7 +9,7 @@ from replay.idle import CAUSES, idle_claims
 from scheduling.engine import Code, Plan
 from scheduling.engine.types import Reservation, Verdict
 
-from .test_replay import replay, write_itp
+from .test_replay import replay, two_tenants
 
 
 def verdict(code: str, position: int) -> Verdict:
@@ -57,11 +57,7 @@ def test_a_job_claims_no_more_than_what_is_idle():
 def test_quota_and_cycle_causes_in_a_tiny_replay(tmp_path):
     # Tenants A and B, one 8-GPU node of quota each, in a 16-GPU pool. Without
     # borrowing a8 waits for A's node (10020) while B's node is idle: over quota.
-    path = write_itp(
-        tmp_path,
-        [("A", "a7", 0, 10000, 8), ("A", "a8", 10, 10000, 8), ("B", "b11", 3000, 1000, 8)],
-    )
-    w = load_workload(str(path), window="0:1d")
+    w = two_tenants(tmp_path)
     r, result = replay(w, "backfill", pool_gpus=16)
     by_cause = result["overall"]["idle_gpu_s_by_cause"]
     idle_s = sum(p.frag.idle_s for p in r.pools.values())

@@ -285,14 +285,19 @@ def test_oracle_sjf_runs_the_shortest_waiting_job_first(tmp_path):
     assert starts["oracle-sjf"] == ["first", "short", "mid", "long"]
 
 
-def test_full_borrows_idle_quota_and_reclaims_it_by_graceful_preemption(tmp_path):
-    # Two tenants with a quota of one 8-GPU node each in a pool of two nodes. The
-    # seeded mapping makes a7 and a8 preemptible experiments and b11 a core job.
+def two_tenants(tmp_path: Path):
+    """Tenants A and B with a quota of one 8-GPU node each (in a 16-GPU pool): A's a7
+    holds its node 0..10000 and a8 (from 10) wants another; B's b11 comes at 3000 for
+    1000 s. The seeded mapping makes a7 and a8 preemptible experiments, b11 a core job."""
     path = write_itp(
         tmp_path,
         [("A", "a7", 0, 10000, 8), ("A", "a8", 10, 10000, 8), ("B", "b11", 3000, 1000, 8)],
     )
-    w = load_workload(str(path), window="0:1d")
+    return load_workload(str(path), window="0:1d")
+
+
+def test_full_borrows_idle_quota_and_reclaims_it_by_graceful_preemption(tmp_path):
+    w = two_tenants(tmp_path)
     assert [(j.id, j.tier, j.preemptible) for j in w.jobs] == [
         ("a7", "experiment", True),
         ("a8", "experiment", True),

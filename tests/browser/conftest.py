@@ -98,6 +98,14 @@ def login(page, portal_server):
     return sign_in
 
 
+def draw_dashboard(page, url: str) -> float:
+    """Open a dashboard URL and wait until its script has drawn every chart (it sets
+    ``window.__chartsDrawn``, the time it took); return that."""
+    page.goto(url)
+    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+    return page.evaluate("window.__chartsDrawn")
+
+
 def screenshot(page, name: str) -> None:
     """Save a screenshot for docs/ (docs/screenshots/<name>.png)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

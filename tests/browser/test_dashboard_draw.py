@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from core import clock
 from demo.history import seed_history
 from monitoring.models import MetricSample
-from tests.browser.conftest import in_thread
+from tests.browser.conftest import draw_dashboard, in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,12 +35,6 @@ def history() -> None:
     )  # fmt: skip
 
 
-def draw(page, url: str) -> float:
-    page.goto(url)
-    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
-    return page.evaluate("window.__chartsDrawn")
-
-
 def x_ticks(page, key: str) -> list[str]:
     return page.locator(f"#chart-{key} .xtick text").all_text_contents()
 
@@ -52,7 +46,7 @@ def test_every_window_draws_every_chart_with_readable_ticks(demo, page, login, w
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
     base = login("admin")
-    drawn = draw(page, f"{base}/dashboard/?window={window}")
+    drawn = draw_dashboard(page, f"{base}/dashboard/?window={window}")
     assert drawn > 0
     assert page.evaluate("performance.getEntriesByName('charts-drawn').length") == 1
     for key in CHARTS:
@@ -70,7 +64,7 @@ def test_every_window_draws_every_chart_with_readable_ticks(demo, page, login, w
 
 def test_the_partial_bundle_loads_without_blocking_and_draws_scatter_and_bar(demo, page, login):
     base = login("admin")
-    draw(page, f"{base}/dashboard/")
+    draw_dashboard(page, f"{base}/dashboard/")
     assert page.evaluate("Object.keys(Plotly.PlotSchema.get().traces).sort()") == [
         "bar", "scatter",
     ]  # fmt: skip
@@ -94,7 +88,7 @@ def test_the_charts_fit_a_phone(demo, page, login):
     in_thread(history)
     base = login("admin")
     page.set_viewport_size({"width": 390, "height": 844})
-    draw(page, f"{base}/dashboard/?window=1h")
+    draw_dashboard(page, f"{base}/dashboard/?window=1h")
     for key in CHARTS:
         box = page.locator(f"#chart-{key} .main-svg").first.bounding_box()
         assert box is not None and box["width"] <= 390, key

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import in_thread
+from tests.browser.conftest import draw_dashboard, in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -44,8 +44,7 @@ def test_the_idle_chart_draws_causes_with_readable_numbers(demo, page, login):
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     base = login("admin")
-    page.goto(f"{base}/dashboard/?window=1h")
-    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+    draw_dashboard(page, f"{base}/dashboard/?window=1h")
     chart = page.locator("#chart-idle")
     expect(chart.locator(".main-svg").first).to_be_attached()
     assert chart.locator(".gtitle").text_content() == (

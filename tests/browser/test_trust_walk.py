@@ -36,7 +36,7 @@ from scheduling.cycle import run_cycle
 from scheduling.models import Job, Node
 from scheduling.nodes.services import drain_node
 from scheduling.sim_services import advance_clock
-from tests.browser.conftest import in_thread, screenshot
+from tests.browser.conftest import draw_dashboard, in_thread, screenshot
 from tests.browser.test_live_pages import LIVE_MS, go_live, same_document
 from tests.browser.test_whatif_form import ask
 from tests.browser.trust_checks import readable, readable_json
@@ -383,8 +383,7 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
         assert shown == summary[field], (field, shown, summary[field])
 
     # the dashboard: the card and its caption are one reading, equal to the API's
-    page.goto(f"{base}/dashboard/")
-    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+    draw_dashboard(page, f"{base}/dashboard/")
     readable(page, "dashboard")
     card = page.locator("#tile-utilization").inner_text().strip()
     caption = page.locator("#summary-utilization .summary-text").inner_text()
@@ -398,8 +397,7 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
     )
     screenshot(page, "dashboard")
     for window in ("24h", "7d"):
-        page.goto(f"{base}/dashboard/?window={window}")
-        page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+        draw_dashboard(page, f"{base}/dashboard/?window={window}")
         readable(page, f"dashboard {window}")
 
     # every queue's numbers: /queues/, its line's page and the API

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from monitoring.charts import reason_label
-from tests.browser.conftest import in_thread
+from tests.browser.conftest import draw_dashboard, in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -100,8 +100,7 @@ def test_the_waiting_chart_draws_the_samples_codes_and_its_caption_adds_them_up(
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     base = login("admin")
-    page.goto(f"{base}/dashboard/?window=1h")
-    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+    draw_dashboard(page, f"{base}/dashboard/?window=1h")
     chart = page.locator("#chart-waiting")
     expect(chart.locator(".main-svg").first).to_be_attached()
     assert chart.locator(".gtitle").text_content() == (

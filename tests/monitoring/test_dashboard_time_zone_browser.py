@@ -12,7 +12,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from core.models import Profile
-from tests.browser.conftest import browser_type_launch_args, in_thread, login, portal_server  # noqa: F401
+from tests.browser.conftest import (  # noqa: F401
+    browser_type_launch_args,
+    draw_dashboard,
+    in_thread,
+    login,
+    portal_server,
+)
 from tests.browser.trust_checks import readable
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -66,8 +72,7 @@ def test_a_tokyo_admin_reads_the_dashboard_in_jst_on_load_and_after_the_live_ref
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         base = login("admin", page)
-        page.goto(f"{base}/dashboard/?window=1h")
-        page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+        draw_dashboard(page, f"{base}/dashboard/?window=1h")
 
         text, charts = read(page, "the dashboard in Tokyo")
         assert "UTC" not in text and "UTC" not in charts, [

@@ -98,6 +98,7 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_cap": bool,
     "borrow_forecast_over_target": bool,
     "borrow_queue_cooldown_over_target": bool,
+    "swap_quota": bool,
 }
 #: The engine's order rules a replay may set (``--order NAME=VALUE``, #19's starvation work).
 ORDER_KNOBS: dict[str, type] = {

@@ -200,14 +200,27 @@ class Borrowing:
         ]
         return self._slack
 
-    def refusal(self, job: PendingJob) -> tuple[str, str] | None:
-        """Why ``job`` may not borrow now (``(kind, note)``), or None if it may."""
+    def refusal(
+        self,
+        job: PendingJob,
+        gpus: int | None = None,
+        runtime: float | None = None,
+        proxy: bool = False,
+    ) -> tuple[str, str] | None:
+        """Why ``job`` may not borrow now (``(kind, note)``), or None if it may.
+
+        ``proxy`` (a quota swap, ``quota_swap.py``): the borrowed part is ``gpus`` GPUs of
+        the job's scope's running work, predicted to run ``runtime`` more seconds; the
+        job's own cool-down does not apply (it is not the work that can be reclaimed),
+        and rule 1 gates every swap, not only re-borrowers (gating swaps as first
+        borrowers evicted more on ITP and tripped the cap: docs/replay.md, session 11)."""
         p = self.p
         policy = p.policy
         now = p.now
         queue = p.queues.get(job.queue)
+        gpus = job.gpus if gpus is None else gpus
         cool = policy.borrow_cooldown_s
-        if in_cooldown(job.last_evicted_at, now, cool):
+        if not proxy and in_cooldown(job.last_evicted_at, now, cool):
             until = job.last_evicted_at + cool  # type: ignore[operator]
             return COOLDOWN, (
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
@@ -226,16 +239,17 @@ class Borrowing:
         cap = cap_for(queue, p.lines.get(job.line), policy)
         if cap is not None:
             held = self._queue_borrowed.get(job.queue, 0)
-            if held + job.gpus > cap:
+            if held + gpus > cap:
                 ratio = queue.eviction_ratio  # type: ignore[union-attr]
                 return EVICTION_CAP, (
                     f"Queue {job.queue} has an eviction ratio of {ratio:.0%}, above the "
                     f"{policy.borrow_eviction_target:.0%} target, so it may hold at most "
                     f"{cap} borrowed GPUs ({held} now)."
                 )
-        if policy.borrow_forecast and forecast_applies(job, over, policy):
-            runtime = job_runtime(job, policy)
-            if min(slack[: segments(runtime)]) < job.gpus:
+        if policy.borrow_forecast and (proxy or forecast_applies(job, over, policy)):
+            if runtime is None:
+                runtime = job_runtime(job, policy)
+            if min(slack[: segments(runtime)]) < gpus:
                 return LENDERS_RETURN, (
                     f"It is predicted to run {explain.duration(runtime)}, and the lenders "
                     "are predicted to need their idle GPUs back before then."
@@ -244,12 +258,16 @@ class Borrowing:
 
     def started(self, job: PendingJob, end: float) -> None:
         """``job`` starts on borrowed capacity until ``end`` (its predicted end)."""
+        self.add_load(job.queue, job.gpus, end)
+
+    def add_load(self, queue: str, gpus: int, end: float) -> None:
+        """``gpus`` GPUs of ``queue`` run on borrowed capacity until ``end``."""
         slack = self._slack if self._slack is not None else self._prepare()
         run = end - self.p.now
         for i, t0 in enumerate(_STARTS):
             if t0 < run:
-                slack[i] -= job.gpus
-        self._queue_borrowed[job.queue] = self._queue_borrowed.get(job.queue, 0) + job.gpus
+                slack[i] -= gpus
+        self._queue_borrowed[queue] = self._queue_borrowed.get(queue, 0) + gpus
 
 
 def refused_reason(reason: explain.Reason, kind: str) -> explain.Reason:

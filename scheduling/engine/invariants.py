@@ -10,7 +10,10 @@ human-readable violations (empty = OK):
   per-node limit, memory, RDMA, pool, GPU model, inference and exclusivity
   needs;
 - quotas: per queue and line, non-borrowed use plus non-borrowed starts stays
-  within quota; borrowed starts are preemptible, non-demoted, and borrowing is on;
+  within quota, except what quota swaps turn into borrowed work (at most the GPUs of
+  the swapping starts, and of the scope's displaceable running work:
+  ``quota_swap.swap_room``); borrowed starts are preemptible, non-demoted, and
+  borrowing is on;
 - preemptions: known running victims, once each, running (not already
   preempting), preemptible, not demoted, of a strictly lower tier allowed by the
   preemptor's queue or running on borrowed capacity; never below a queue's or
@@ -39,6 +42,7 @@ from .accounting import derive_usage, preemption_budgets
 from .borrowing import check_borrowing
 from .consolidation import check_migrations
 from .placement import ClassKey, class_key, node_matches
+from .quota_swap import swap_room, swaps
 from .types import (
     COLD,
     GRACEFUL,
@@ -68,13 +72,15 @@ def _over_limits(
     held: Mapping[str, int],
     limits: Mapping[str, int | None],
     errors: list[str],
+    swapped: Mapping[str, int],
 ) -> None:
-    """Quota: ``held`` plus ``added`` GPUs per queue / line stays within its limit."""
+    """Quota: ``held`` plus ``added`` GPUs per queue / line stays within its limit, plus
+    what quota swaps there turn into borrowed work (``swapped``)."""
     for name, add in added.items():
         quota = limits.get(name)
         if quota is not None:
             total = held.get(name, 0) + add
-            if total > quota:
+            if total > quota + swapped.get(name, 0):
                 errors.append(f"{scope} {name} would hold {total} GPUs within quota, over {quota}")
 
 
@@ -217,10 +223,15 @@ class _Checker:
         policy = self.policy
         add_q: dict[str, int] = defaultdict(int)
         add_l: dict[str, int] = defaultdict(int)
+        swap_q: dict[str, int] = defaultdict(int)  # starts that may swap (quota_swap.py)
+        swap_l: dict[str, int] = defaultdict(int)
         for s in self.plan.starts:
             job = self.pending.get(s.job_id)
             if job is None:
                 continue
+            if not s.borrowed and swaps(job, policy):
+                swap_q[job.queue] += job.gpus
+                swap_l[job.line] += job.gpus
             if s.borrowed:
                 if not policy.borrowing:
                     self.errors.append(f"job {job.id} borrows capacity but borrowing is off")
@@ -233,8 +244,13 @@ class _Checker:
                 add_l[job.line] += job.gpus
         quota_q = {name: q.quota_gpus for name, q in self.queues.items()}
         quota_l = {name: line.quota_gpus for name, line in self.lines.items()}
-        _over_limits("queue", add_q, self.usage.nb_queue, quota_q, self.errors)
-        _over_limits("line", add_l, self.usage.nb_line, quota_l, self.errors)
+        leaving = {p.victim_id for p in self.plan.preemptions}
+        leaving.update(m.job_id for m in self.plan.migrations)
+        room_q, room_l = swap_room(self.s.running, self.usage.borrowed_ids, leaving, policy)
+        swapped_q = {q: min(g, room_q.get(q, 0)) for q, g in swap_q.items()}
+        swapped_l = {n: min(g, room_l.get(n, 0)) for n, g in swap_l.items()}
+        _over_limits("queue", add_q, self.usage.nb_queue, quota_q, self.errors, swapped_q)
+        _over_limits("line", add_l, self.usage.nb_line, quota_l, self.errors, swapped_l)
 
     # -- preemptions -----------------------------------------------------------
     def check_preemptions(self) -> None:

@@ -64,6 +64,7 @@ from .preemption import (
     VictimRequest,
     select_victims,
 )
+from .quota_swap import QuotaSwap
 from .types import (
     COLD,
     PREEMPTING,
@@ -212,6 +213,8 @@ class Planner:
                      if snapshot.nodes[i].inference_rise}  # fmt: skip
         # who may borrow, and for how long (#19, borrowing.py)
         self.borrowing = Borrowing(self)
+        # non-preemptible work starting within quota by displacing its own (#19)
+        self.swap = QuotaSwap(self)
 
     # -- helpers -------------------------------------------------------------------
     @property
@@ -1054,6 +1057,9 @@ class Planner:
                 return
             reason, room_at = self.quota_reason(job, short_q, "")
             self.hold_quota(job, short_q, room_at)
+            if self.swap.defer(job, short_q, short_l):
+                deferred.append(job)  # quota_swap.py: in the borrowing pass
+                return
             self.record(job, reason, room_at)
             return
         un = self.unavailable(job, sh)
@@ -1120,6 +1126,9 @@ class Planner:
             self.hol.add(job.pool)
 
     def consider_borrower(self, job: PendingJob) -> None:
+        if job.id in self.swap.waiting:
+            self.swap.consider(job)
+            return
         sh = self.shape(job)
         short_q, _short_l = self.quota_short(job, ())
         if self.unavailable(job, sh) is not None:

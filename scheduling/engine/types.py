@@ -339,7 +339,10 @@ class PolicyConfig:
       whose eviction ratio is above it may borrow less (a cap that shrinks to 0 at twice
       the target; ``borrow_cap`` off: no cap); ``borrow_forecast_over_target`` /
       ``borrow_queue_cooldown_over_target``: the forecast for every borrower, the queue
-      cool-down only, in a queue above that target.
+      cool-down only, in a queue above that target. ``swap_quota``: a job that may not
+      borrow (not preemptible, or demoted) and finds its queue or line at quota starts on
+      idle capacity when enough of that scope's own preemptible work can become the
+      borrowed part instead, under the same rules (``quota_swap.py``).
     """
 
     backfill: bool = True
@@ -379,6 +382,7 @@ class PolicyConfig:
     borrow_cap: bool = True
     borrow_forecast_over_target: bool = False
     borrow_queue_cooldown_over_target: bool = False
+    swap_quota: bool = False
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

@@ -34,6 +34,7 @@ def policies(draw) -> et.PolicyConfig:
         default_runtime_s=draw(st.sampled_from([600.0, 3600.0, 43200.0])),
         max_preemptors=draw(st.integers(1, 4)),
         preemption_mode=draw(st.sampled_from(["graceful", "graceful", "cold"])),
+        swap_quota=draw(st.booleans()),
     )
 
 

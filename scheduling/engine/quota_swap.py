@@ -1,0 +1,209 @@
+"""Quota swap (#19): a job that may not borrow starts within its quota by letting its own
+scope's preemptible work become the borrowed part.
+
+Q7 lends idle capacity beyond a quota only to preemptible work. A job that is not
+preemptible (or is demoted, R3) therefore waits while its queue or line is at quota,
+even when that quota is held by the scope's *own* preemptible work, of its tier or
+lower, and GPUs sit idle elsewhere: on ITP (1,280 GPUs) this is 4,800-5,400 s of every
+job's average wait (docs/replay.md, "what the jobs wait for"). A queue below
+``urgent`` may not preempt to get the room back (R2, ``queue_preempts``).
+
+Quota is accounting, not placement: ``accounting.derive_usage`` stacks a scope's
+non-preemptible work first, so if the job starts on idle GPUs, the scope's newest
+preemptible jobs end up above its quota, that is, *borrowed*, and are the first thing
+reclaimed when a lender needs its GPUs back. Nothing stops now; the line still holds no
+more than its quota of work that cannot be reclaimed, and what it holds beyond is
+preemptible work on lent capacity, which is all Q7 allows.
+
+The swap is borrowing by proxy, so borrowing's rules apply to the work it displaces
+(``Borrowing.refusal`` with the displaced GPUs and their predicted ends): the queue's
+cool-down and eviction cap, and rule 1 (the displaced work is predicted to end before
+the lenders are predicted to need their GPUs back). Displaced work is running,
+preemptible, not demoted, not already borrowed, not moving or leaving; guarantees are
+untouched (the scope's active use grows by the job, its guarantee does not).
+
+On with ``PolicyConfig.swap_quota`` (and ``borrowing``). ``check_swaps`` is what
+``check_plan`` re-derives of a plan's swaps.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from .borrowing import refused_reason
+from .policy import is_demoted, job_runtime, may_borrow, running_end
+from .types import RUNNING, PendingJob, PolicyConfig, RunningJob
+
+if TYPE_CHECKING:
+    from .planner import Planner
+
+Scope = tuple[str, str]  # ("queue" | "line", name)
+
+NO_ROOM = (
+    "Its queue's preemptible work could move to borrowed capacity so it starts within "
+    "quota, but no idle capacity fits it now."
+)
+NOT_ENOUGH = ""  # the plain QUOTA_EXCEEDED message: nothing of its own to displace
+
+
+def swaps(job: PendingJob, policy: PolicyConfig) -> bool:
+    """Whether ``job`` may start by a quota swap: the swap is on, and the job could not
+    borrow itself (not preemptible, or demoted)."""
+    return (
+        policy.swap_quota
+        and policy.borrowing
+        and not may_borrow(job.preemptible, is_demoted(job.preemption_count, policy), policy)
+    )
+
+
+def displaceable(r: RunningJob, borrowed: frozenset[int] | set[int], policy: PolicyConfig) -> bool:
+    """Whether running ``r`` may become the borrowed part of its scope: running (not
+    preempting or moving), preemptible, not demoted, not borrowed already."""
+    return (
+        r.state == RUNNING
+        and r.preemptible
+        and not r.migrating
+        and r.id not in borrowed
+        and not is_demoted(r.preemption_count, policy)
+    )
+
+
+def displacement_order(r: RunningJob) -> tuple[bool, float, int]:
+    """The accounting's stack order (``accounting._borrowed_over``), reversed: the jobs it
+    puts above the quota first once a non-preemptible job joins the stack."""
+    return (r.borrowed, r.started_at, r.id)
+
+
+def index_by_scope(
+    running: Iterable[RunningJob], borrowed: frozenset[int] | set[int], policy: PolicyConfig
+) -> dict[Scope, list[RunningJob]]:
+    """Displaceable running jobs per queue and per line, first to displace first."""
+    idx: dict[Scope, list[RunningJob]] = defaultdict(list)
+    for r in running:
+        if displaceable(r, borrowed, policy):
+            idx[("queue", r.queue)].append(r)
+            idx[("line", r.line)].append(r)
+    for jobs in idx.values():
+        jobs.sort(key=displacement_order, reverse=True)
+    return idx
+
+
+def choose(
+    job: PendingJob,
+    shorts: Mapping[Scope, int],
+    idx: Mapping[Scope, list[RunningJob]],
+    taken: set[int],
+) -> list[RunningJob] | None:
+    """The running jobs that become borrowed so ``job`` fits within every quota it is
+    short of (``shorts``: GPUs short per scope); None if a scope has too little."""
+    out: dict[int, RunningJob] = {}
+    for (scope, name), short in shorts.items():
+        if short <= 0:
+            continue
+        got = sum(r.gpus for r in out.values() if (r.queue if scope == "queue" else r.line) == name)
+        for r in idx.get((scope, name), ()):
+            if got >= short:
+                break
+            if r.id in out or r.id in taken:
+                continue
+            out[r.id] = r
+            got += r.gpus
+        if got < short:
+            return None
+    return list(out.values())
+
+
+class QuotaSwap:
+    """The plan's quota swaps: who defers to the second pass, and what each displaces."""
+
+    def __init__(self, planner: Planner) -> None:
+        self.p = planner
+        self._idx: dict[Scope, list[RunningJob]] | None = None
+        # deferred to the borrowing pass to swap: job id -> GPUs short (queue, line) then
+        self.waiting: dict[int, tuple[int, int]] = {}
+        self.taken: set[int] = set()  # running jobs already displaced by this plan
+
+    def idx(self) -> dict[Scope, list[RunningJob]]:
+        if self._idx is None:
+            p = self.p
+            self._idx = index_by_scope(p.s.running, p.usage.borrowed_ids, p.policy)
+        return self._idx
+
+    def _shorts(self, job: PendingJob, short_q: int, short_l: int) -> dict[Scope, int]:
+        return {("queue", job.queue): short_q, ("line", job.line): short_l}
+
+    def defer(self, job: PendingJob, short_q: int, short_l: int) -> bool:
+        """Whether ``job`` (over quota, may not borrow) tries a swap in the borrowing pass."""
+        p = self.p
+        if not swaps(job, p.policy):
+            return False
+        gone = self.taken | p.victim_ids
+        if choose(job, self._shorts(job, short_q, short_l), self.idx(), gone) is None:
+            return False
+        self.waiting[job.id] = (short_q, short_l)
+        return True
+
+    def consider(self, job: PendingJob) -> None:
+        """Start ``job`` within quota by displacing its scope's preemptible work, or
+        record why it waits (QUOTA_EXCEEDED, with a borrowing rule if one refused)."""
+        p = self.p
+        sh = p.shape(job)
+        first_q, _first_l = self.waiting[job.id]
+        short_q, short_l = p.quota_short(job, ())
+        chosen = choose(
+            job, self._shorts(job, short_q, short_l), self.idx(), self.taken | p.victim_ids
+        )
+        note = NOT_ENOUGH
+        if chosen is not None and p.unavailable(job, sh) is None and not p.hol_blocked(job):
+            end = p.now + job_runtime(job, p.policy)
+            nodes = p.try_place(job, sh, end)
+            if nodes is None:
+                note = NO_ROOM
+            elif not chosen:
+                # an earlier swap displaced more than it needed (whole jobs): room within quota
+                p.start(job, sh, nodes, borrowed=False)
+                return
+            else:
+                load = [(running_end(r, p.now, p.policy), r.gpus, r.queue) for r in chosen]
+                gpus = sum(g for _t, g, _q in load)
+                until = max(t for t, _g, _q in load)
+                refused = p.borrowing.refusal(job, gpus=gpus, runtime=until - p.now, proxy=True)
+                if refused is None:
+                    p.start(job, sh, nodes, borrowed=False)
+                    self.take(chosen)
+                    for t, g, q in load:
+                        p.borrowing.add_load(q, g, t)
+                    return
+                reason, est = p.quota_reason(job, first_q, refused[1])
+                p.record(job, refused_reason(reason, refused[0]), est)
+                return
+        p.record(job, *p.quota_reason(job, first_q, note))
+
+    def take(self, chosen: Iterable[RunningJob]) -> None:
+        """``chosen`` is borrowed from now on: out of its queue's and line's use within quota."""
+        p = self.p
+        for r in chosen:
+            self.taken.add(r.id)
+            p.nb_queue[r.queue] = p.nb_queue.get(r.queue, 0) - r.gpus
+            p.nb_line[r.line] = p.nb_line.get(r.line, 0) - r.gpus
+
+
+def swap_room(
+    running: Iterable[RunningJob],
+    borrowed: frozenset[int] | set[int],
+    leaving: set[int],
+    policy: PolicyConfig,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """GPUs per queue and per line that swaps may turn into borrowed work in one plan
+    (``check_plan``'s allowance above a quota for starts that may not borrow)."""
+    room_q: dict[str, int] = defaultdict(int)
+    room_l: dict[str, int] = defaultdict(int)
+    if not (policy.swap_quota and policy.borrowing):
+        return room_q, room_l
+    for r in running:
+        if r.id not in leaving and displaceable(r, borrowed, policy):
+            room_q[r.queue] += r.gpus
+            room_l[r.line] += r.gpus
+    return room_q, room_l

@@ -1,0 +1,259 @@
+"""Quota swap (#19, ``scheduling/engine/quota_swap.py``): a job that may not borrow
+starts within its quota when its own scope's preemptible work can become the borrowed
+part instead, under borrowing's rules; nothing is stopped to do it.
+
+Scenarios for each condition, and a Hypothesis property: whatever the plan, once its
+starts run and its victims are gone, no line holds more than its quota of work that
+cannot be reclaimed (re-derived by ``derive_usage`` as the next plan will).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduling.engine import check_plan, plan
+from scheduling.engine import types as et
+from scheduling.engine.accounting import derive_usage, snapshot_usage
+
+from .helpers import HOUR, NOW, pjob, rack, rjob, run, snap, standard_queues
+from .strategies import build_snapshot, random_policy, snapshots
+
+# llm: quota 8, held by its own preemptible experiment (job 1 on a00); search: quota 24,
+# idle (the lender). Job 10: a non-preemptible finetune job of llm, 8 GPUs.
+EXPERIMENT = rjob(1, {"a00": range(8)}, predicted_end=NOW + HOUR)
+FINETUNE = pjob(10, 8, tier="finetune", preemptible=False, predicted_runtime_s=4 * HOUR)
+
+
+def scenario(
+    pending: list[et.PendingJob],
+    running: list[et.RunningJob] | None = None,
+    peaks: tuple[int, ...] = (),
+    queues: list[et.QueueView] | None = None,
+    **policy: object,
+) -> et.Snapshot:
+    policy.setdefault("swap_quota", True)
+    s = snap(
+        rack("a", 4, "r0"),
+        pending,
+        [EXPERIMENT] if running is None else running,
+        lines=[et.LineView("llm", 8), et.LineView("search", 24)],
+        queues=queues or standard_queues("llm") + standard_queues("search"),
+        policy=et.PolicyConfig.preset("full", **policy),  # type: ignore[arg-type]
+    )
+    return dataclasses.replace(s, demand_peaks=peaks)
+
+
+def starts(result: et.Plan) -> dict[int, bool]:
+    """Started job -> whether it started on borrowed capacity."""
+    return {s.job_id: s.borrowed for s in result.starts}
+
+
+def next_running(s: et.Snapshot, result: et.Plan) -> list[et.RunningJob]:
+    """The running jobs the next plan sees: victims and moved jobs gone, starts running."""
+    gone = {p.victim_id for p in result.preemptions} | {m.job_id for m in result.migrations}
+    pending = {j.id: j for j in s.pending}
+    out = [r for r in s.running if r.id not in gone]
+    for x in result.starts:
+        j = pending[x.job_id]
+        out.append(
+            et.RunningJob(
+                id=j.id,
+                queue=j.queue,
+                line=j.line,
+                tier=j.tier,
+                gpus=j.gpus,
+                placement=x.placement,
+                preemptible=j.preemptible,
+                preemption_count=j.preemption_count,
+                started_at=NOW,
+                borrowed=x.borrowed,
+            )
+        )
+    return out
+
+
+def test_non_preemptible_job_starts_and_its_lines_preemptible_work_becomes_borrowed():
+    s = scenario([FINETUNE])
+    result = run(s)
+    assert starts(result) == {10: False}  # within quota: it is not the borrowed part
+    assert result.preemptions == ()  # nothing stops
+    queues = {q.name: q for q in s.queues}
+    lines = {line.name: line for line in s.lines}
+    after = derive_usage(next_running(s, result), queues, lines)
+    assert after.borrowed_ids == {1}  # the experiment is now what a lender reclaims
+    assert after.nb_line["llm"] == 8
+
+
+def test_without_the_swap_it_waits_for_its_quota():
+    result = run(scenario([FINETUNE], swap_quota=False))
+    assert starts(result) == {}
+    assert result.verdicts[10].code == et.Code.QUOTA_EXCEEDED
+
+
+def test_work_that_cannot_be_reclaimed_is_never_displaced():
+    core = rjob(1, {"a00": range(8)}, tier="core", preemptible=False)
+    demoted = dataclasses.replace(EXPERIMENT, preemption_count=4)  # R3: demoted after 3
+    moving = dataclasses.replace(EXPERIMENT, migrating=True)
+    for holder in (core, demoted, moving):
+        result = run(scenario([FINETUNE], running=[holder]))
+        assert starts(result) == {}, holder
+        assert result.verdicts[10].code == et.Code.QUOTA_EXCEEDED
+
+
+def test_work_already_borrowed_does_not_make_room():
+    # llm holds 16 GPUs: 8 within quota (core, not preemptible), 8 borrowed (experiment)
+    core = rjob(2, {"a01": range(8)}, tier="core", preemptible=False)
+    borrowed = dataclasses.replace(EXPERIMENT, borrowed=True)
+    result = run(scenario([FINETUNE], running=[core, borrowed]))
+    assert starts(result) == {}
+
+
+def test_two_jobs_do_not_displace_the_same_work():
+    second = dataclasses.replace(FINETUNE, id=11, submitted_at=FINETUNE.submitted_at + 1)
+    result = run(scenario([FINETUNE, second]))
+    assert starts(result) == {10: False}
+    assert result.verdicts[11].code == et.Code.QUOTA_EXCEEDED
+
+
+def test_a_demoted_waiting_job_swaps_too():
+    demoted = pjob(10, 8, predicted_runtime_s=HOUR, preemption_count=4)  # may not borrow
+    assert starts(run(scenario([demoted]))) == {10: False}
+
+
+def test_a_preemptible_job_borrows_itself_rather_than_swap():
+    exp = pjob(10, 8, predicted_runtime_s=HOUR)
+    assert starts(run(scenario([exp]))) == {10: True}
+
+
+def test_the_lenders_return_is_judged_on_the_displaced_work():
+    # search used its 24 GPUs within the last hour: the lenders are predicted back within
+    # it, before the displaced experiment's predicted end (1 h)
+    peaks = (8, 8, 32, 32, 32, 32, 32, 32)
+    result = run(scenario([FINETUNE], peaks=peaks))
+    assert starts(result) == {}
+    assert result.verdicts[10].details["borrow_refused"] == "lenders_return"
+    # the displaced experiment ends in 10 min, before them: the swap is safe
+    soon = dataclasses.replace(EXPERIMENT, predicted_end=NOW + 600)
+    assert starts(run(scenario([FINETUNE], running=[soon], peaks=peaks))) == {10: False}
+
+
+def test_the_queues_cooldown_and_eviction_cap_apply():
+    cooling = [
+        dataclasses.replace(q, last_reclaim_at=NOW - 300) if q.name == "llm-finetune" else q
+        for q in standard_queues("llm") + standard_queues("search")
+    ]
+    result = run(scenario([FINETUNE], queues=cooling))
+    assert result.verdicts[10].details["borrow_refused"] == "queue_cooldown"
+    capped = [
+        dataclasses.replace(q, eviction_ratio=0.2) if q.name == "llm-finetune" else q
+        for q in standard_queues("llm") + standard_queues("search")
+    ]
+    result = run(scenario([FINETUNE], queues=capped))
+    assert result.verdicts[10].details["borrow_refused"] == "eviction_cap"
+
+
+def test_no_idle_capacity_no_swap():
+    full = [EXPERIMENT] + [
+        rjob(20 + i, {f"a0{i}": range(8)}, line="search", tier="core", preemptible=False)
+        for i in (1, 2, 3)
+    ]
+    result = run(scenario([FINETUNE], running=full))
+    assert starts(result) == {}
+    assert "no idle capacity fits it" in result.verdicts[10].message
+
+
+def test_check_plan_refuses_an_over_quota_start_with_nothing_to_displace():
+    core = rjob(1, {"a00": range(8)}, tier="core", preemptible=False)
+    s = scenario([FINETUNE], running=[core])
+    forged = et.Plan(
+        starts=(et.Start(10, (et.Slot("a01", tuple(range(8))),), False),),
+        preemptions=(),
+        reservations=(),
+        verdicts={},
+        now=NOW,
+    )
+    assert any("over 8" in e for e in check_plan(s, forged))
+    # with preemptible work to displace the same start is a legal swap
+    s_ok = scenario([FINETUNE])
+    assert check_plan(s_ok, forged) == []
+    assert (
+        check_plan(
+            dataclasses.replace(s_ok, policy=dataclasses.replace(s_ok.policy, swap_quota=False)),
+            forged,
+        )
+        != []
+    )
+
+
+def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:
+    """``s`` made likely to swap: every line's quota is what it holds within quota now (or
+    a little more), half the waiting jobs may not borrow, the swap is on."""
+    usage = snapshot_usage(s)
+    lines = tuple(
+        dataclasses.replace(
+            line,
+            quota_gpus=usage.nb_line.get(line.name, 0) + rng.choice([0, 0, 1, 4]),
+            guarantee_gpus=min(line.guarantee_gpus, usage.nb_line.get(line.name, 0)),
+        )
+        for line in s.lines
+    )
+    pending = tuple(
+        dataclasses.replace(j, preemptible=False) if rng.random() < 0.5 else j for j in s.pending
+    )
+    policy = dataclasses.replace(s.policy, swap_quota=True, borrowing=True)
+    return dataclasses.replace(s, lines=lines, pending=pending, policy=policy)
+
+
+@st.composite
+def tight_snapshots(draw) -> et.Snapshot:
+    s = draw(snapshots())
+    return tighten(s, random.Random(draw(st.integers(0, 2**32 - 1))))
+
+
+def swapped_lines(s: et.Snapshot, result: et.Plan) -> set[str]:
+    """Lines at quota where a job that may not borrow started within quota."""
+    usage = snapshot_usage(s)
+    at_quota = {ln.name for ln in s.lines if usage.nb_line.get(ln.name, 0) == ln.quota_gpus}
+    pending = {j.id: j for j in s.pending}
+    return {
+        pending[x.job_id].line
+        for x in result.starts
+        if not x.borrowed
+        and pending[x.job_id].line in at_quota
+        and not pending[x.job_id].preemptible
+    }
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tight_snapshots())
+def test_a_line_never_holds_more_than_its_quota_of_work_that_cannot_be_reclaimed(
+    s: et.Snapshot,
+):
+    result = plan(s, NOW)
+    assert check_plan(s, result) == []
+    queues = {q.name: q for q in s.queues}
+    lines = {line.name: line for line in s.lines}
+    before = derive_usage(s.running, queues, lines)
+    after = derive_usage(next_running(s, result), queues, lines)
+    for name, line in lines.items():
+        if line.quota_gpus is None or before.nb_line.get(name, 0) > line.quota_gpus:
+            continue  # no quota, or over it already (the strategies draw such states)
+        assert after.nb_line.get(name, 0) <= line.quota_gpus, name
+
+
+def test_those_random_states_do_swap():
+    """The property above is not vacuous: the same construction swaps in many states."""
+    swapped = 0
+    for seed in range(600):
+        rng = random.Random(seed)
+        policy = dataclasses.replace(random_policy(rng), preemption=rng.random() < 0.5)
+        s = build_snapshot(rng, rng.randint(2, 10), rng.randint(1, 12), rng.randint(1, 14),
+                           rng.randint(1, 3), policy)  # fmt: skip
+        s = tighten(s, rng)
+        result = run(s)
+        swapped += bool(swapped_lines(s, result))
+    assert swapped >= 20, swapped

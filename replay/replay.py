@@ -223,6 +223,7 @@ class Replay:
         self.preemptions: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.migrations: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.borrowed_starts: dict[str, int] = dict.fromkeys(workload.queues, 0)
+        self.swaps: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.done = 0
         self.now = 0.0
         self.waits = WaitLedger()  # queueing delay by reason (``wait_reasons``)
@@ -392,6 +393,14 @@ class Replay:
             self.migrations[v.queue] += 1
         for s in decided.starts:
             self._start(self.jobs[s.job_id], s, now)
+        for sw in decided.swaps:  # quota swaps: the displaced work now runs borrowed
+            self.swaps[self.jobs[sw.job_id].queue] += 1
+            for rid in sw.displaced:
+                v = self.jobs[rid]
+                if not v.borrowed:
+                    v.borrowed = True
+                    v.rview = None
+                    pool.borrowed_running += 1
         self._idle_causes(pool, decided, now, jobs)
         self._wait_reasons(pool, decided, now)
         for jid, verdict in decided.verdicts.items():

@@ -65,6 +65,7 @@ QUEUE_COLUMNS = (
     ("eviction_ratio_gpu_time", "eviction ratio (GPU time, R4)", pct),
     ("jobs_demoted", "demoted", num),
     ("borrowed_starts", "borrowed starts", num),
+    ("swaps", "quota swaps", num),
 )
 
 

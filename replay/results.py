@@ -46,6 +46,7 @@ FIELD_ORDER = (
     "eviction_ratio_gpu_time",
     "jobs_demoted",
     "borrowed_starts",
+    "swaps",
 )
 
 #: Keys of ``overall`` that measure the wall clock (differ between identical runs).
@@ -118,6 +119,7 @@ def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
             preemptions=r.preemptions[q],
             migrations=r.migrations[q],
             borrowed_starts=r.borrowed_starts[q],
+            swaps=r.swaps[q],
         )
         out[q] = ordered(st)
     return out
@@ -157,6 +159,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         preemptions=sum(r.preemptions.values()),
         migrations=sum(r.migrations.values()),
         borrowed_starts=sum(r.borrowed_starts.values()),
+        swaps=sum(r.swaps.values()),
         simulated_days=round(sim_days, 3),
         plan_calls=r.plan_calls,
         plan_skips=r.plan_skips,

@@ -31,10 +31,12 @@ STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "borrowed", "
 LAUNCHED, REFUSED, RETRY = "launched", "refused", "retry"
 
 
-def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
-    """Launch the plan's starts, then record them in a few statements."""
+def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, ...] = ()) -> None:
+    """Launch the plan's starts, then record them in a few statements; the work a
+    launched quota swap displaces is marked borrowed (``mark_displaced``)."""
     if not starts:
         return
+    displaced = {sw.job_id: sw.displaced for sw in swaps}
     jobs = {
         j.pk: j
         for j in Job.objects.select_for_update().filter(
@@ -71,11 +73,34 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...]) -> None:
         job.estimated_start = None
         clear(job)
         borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
+        if job.pk in displaced:
+            borrowed = (f" within its quota; {len(displaced[job.pk])} preemptible job(s) of "
+                        "its queue or line now run on borrowed capacity in its place")  # fmt: skip
         cycle.event(job, "started", f"started on {fmt_placement(start.placement)}{borrowed}")
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)
     record_starts([job for job, _ in placed])
+    mark_displaced(cycle, {j.pk: displaced[j.pk] for j, _ in placed if j.pk in displaced})
+
+
+def mark_displaced(cycle: Cycle, displaced: dict[int, tuple[int, ...]]) -> None:
+    """Quota swaps (engine ``quota_swap``) that launched: the running jobs they displaced
+    are on borrowed capacity from now on (``Job.borrowed``: the job page and the API say
+    "reclaimable"), each told why on its timeline. Compare-and-set on the running state."""
+    rows = [(rid, True) for ids in displaced.values() for rid in ids]
+    if not rows:
+        return
+    bulk_set(Job, ("borrowed",), rows, where="t.state = 'running'")
+    for job_id, ids in displaced.items():
+        for rid in ids:
+            cycle.event(
+                rid, "borrowed",
+                f"now runs beyond its quota, on borrowed capacity, and is among the first "
+                f"reclaimed if the lenders need their GPUs back: job {job_id}, which may not "
+                f"be preempted, started within the quota in its place",
+                Job.State.RUNNING,
+            )  # fmt: skip
 
 
 def launch(cycle: Cycle, job: Job, start: et.Start) -> str:

@@ -50,7 +50,7 @@ def apply(
         preempt(cycle, plan.preemptions)
         migrate(cycle, plan.migrations)
     with timer.phase("starts"):
-        start_all(cycle, plan.starts)
+        start_all(cycle, plan.starts, plan.swaps)
     with timer.phase("verdicts"):
         write_verdicts(cycle, plan, rows)
 

@@ -24,6 +24,7 @@ from .types import (
     Slot,
     Snapshot,
     Start,
+    Swap,
     Tier,
     Verdict,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Slot",
     "Snapshot",
     "Start",
+    "Swap",
     "Tier",
     "Verdict",
     "check_plan",

@@ -277,12 +277,12 @@ def refused_reason(reason: explain.Reason, kind: str) -> explain.Reason:
 
 
 def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
-    """Rules 1-3 for every borrowed start of ``plan``, re-derived from the snapshot alone
-    (in the plan's order of starts, so each borrower counts the ones before it)."""
+    """Rules 1-3 for every borrowed start and quota swap of ``plan``, re-derived from the
+    snapshot alone (in the plan's order of starts, so each borrower counts the ones
+    before it)."""
     policy: PolicyConfig = snapshot.policy
     now = float(plan.now if plan.now is not None else 0.0)
-    borrowed_starts = [s for s in plan.starts if s.borrowed]
-    if not borrowed_starts:
+    if not plan.swaps and not any(s.borrowed for s in plan.starts):
         return []
     pending = {j.id: j for j in snapshot.pending}
     queues = {q.name: q for q in snapshot.queues}
@@ -303,29 +303,39 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         snapshot.demand_peaks,
     )
     errors: list[str] = []
-    for s in borrowed_starts:
+    running = {r.id: r for r in snapshot.running}
+    swapped = {sw.job_id: sw.displaced for sw in plan.swaps}
+    for s in plan.starts:
         j = pending.get(s.job_id)
-        if j is None:
+        if j is None or not (s.borrowed or s.job_id in swapped):
             continue
+        # a swap (quota_swap.py) borrows by proxy: the displaced work is what may be
+        # reclaimed, until its predicted ends, and the forecast gates every swap
+        proxy = [running[i] for i in swapped.get(s.job_id, ()) if i in running]
+        adds = [(running_end(r, now, policy), r.gpus, r.queue) for r in proxy] or [
+            (now + job_runtime(j, policy), j.gpus, j.queue)
+        ]
+        gpus = sum(g for _t, g, _q in adds)
+        runtime = max(t for t, _g, _q in adds) - now
         q = queues.get(j.queue)
-        if in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
+        if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
             errors.append(f"job {j.id} borrows within its cool-down")
         over = over_target(q, policy.borrow_eviction_target)
         if q is not None and in_cooldown(q.last_reclaim_at, now, queue_cooldown_s(over, policy)):
             errors.append(f"job {j.id} borrows within its queue's cool-down")
         cap = cap_for(q, lines.get(j.line), policy)
         held = qb.get(j.queue, 0)
-        if cap is not None and held + j.gpus > cap:
+        if cap is not None and held + gpus > cap:
             errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")
-        runtime = job_runtime(j, policy)
-        if policy.borrow_forecast and forecast_applies(j, over, policy):
+        if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
             bl = BorrowedLoad(load)
             for i in range(segments(runtime)):
-                if demand[i] + bl.at(now + _STARTS[i]) + j.gpus > ready:
+                if demand[i] + bl.at(now + _STARTS[i]) + gpus > ready:
                     errors.append(
                         f"job {j.id} borrows but is predicted to be reclaimed before it ends"
                     )
                     break
-        load.append((now + runtime, j.gpus))
-        qb[j.queue] = held + j.gpus
+        for t, g, queue in adds:
+            load.append((t, g))
+            qb[queue] = qb.get(queue, 0) + g
     return errors

@@ -10,10 +10,11 @@ human-readable violations (empty = OK):
   per-node limit, memory, RDMA, pool, GPU model, inference and exclusivity
   needs;
 - quotas: per queue and line, non-borrowed use plus non-borrowed starts stays
-  within quota, except what quota swaps turn into borrowed work (at most the GPUs of
-  the swapping starts, and of the scope's displaceable running work:
-  ``quota_swap.swap_room``); borrowed starts are preemptible, non-demoted, and
-  borrowing is on;
+  within quota, but for the running work quota swaps turn into borrowed work
+  (``quota_swap.check_swaps``: a swapping job may not borrow and starts within quota,
+  what it displaces is running, preemptible, not demoted, not borrowed, not stopping,
+  of its queue or line, displaced once); borrowed starts are preemptible,
+  non-demoted, and borrowing is on;
 - preemptions: known running victims, once each, running (not already
   preempting), preemptible, not demoted, of a strictly lower tier allowed by the
   preemptor's queue or running on borrowed capacity; never below a queue's or
@@ -42,7 +43,7 @@ from .accounting import derive_usage, preemption_budgets
 from .borrowing import check_borrowing
 from .consolidation import check_migrations
 from .placement import ClassKey, class_key, node_matches
-from .quota_swap import swap_room, swaps
+from .quota_swap import check_swaps
 from .types import (
     COLD,
     GRACEFUL,
@@ -223,15 +224,10 @@ class _Checker:
         policy = self.policy
         add_q: dict[str, int] = defaultdict(int)
         add_l: dict[str, int] = defaultdict(int)
-        swap_q: dict[str, int] = defaultdict(int)  # starts that may swap (quota_swap.py)
-        swap_l: dict[str, int] = defaultdict(int)
         for s in self.plan.starts:
             job = self.pending.get(s.job_id)
             if job is None:
                 continue
-            if not s.borrowed and swaps(job, policy):
-                swap_q[job.queue] += job.gpus
-                swap_l[job.line] += job.gpus
             if s.borrowed:
                 if not policy.borrowing:
                     self.errors.append(f"job {job.id} borrows capacity but borrowing is off")
@@ -246,9 +242,10 @@ class _Checker:
         quota_l = {name: line.quota_gpus for name, line in self.lines.items()}
         leaving = {p.victim_id for p in self.plan.preemptions}
         leaving.update(m.job_id for m in self.plan.migrations)
-        room_q, room_l = swap_room(self.s.running, self.usage.borrowed_ids, leaving, policy)
-        swapped_q = {q: min(g, room_q.get(q, 0)) for q, g in swap_q.items()}
-        swapped_l = {n: min(g, room_l.get(n, 0)) for n, g in swap_l.items()}
+        errors, swapped_q, swapped_l = check_swaps(
+            self.s, self.plan, self.usage.borrowed_ids, leaving
+        )
+        self.errors.extend(errors)
         _over_limits("queue", add_q, self.usage.nb_queue, quota_q, self.errors, swapped_q)
         _over_limits("line", add_l, self.usage.nb_line, quota_l, self.errors, swapped_l)
 

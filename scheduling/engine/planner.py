@@ -1200,6 +1200,7 @@ class Planner:
             verdicts=verdicts,
             now=self.now,
             migrations=tuple(self.consolidation.migrations),
+            swaps=tuple(self.swap.swaps),
         )
 
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
 from .policy import is_demoted, job_runtime, may_borrow, running_end
-from .types import RUNNING, PendingJob, PolicyConfig, RunningJob
+from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
 
 if TYPE_CHECKING:
     from .planner import Planner
@@ -124,6 +124,7 @@ class QuotaSwap:
         # deferred to the borrowing pass to swap: job id -> GPUs short (queue, line) then
         self.waiting: dict[int, tuple[int, int]] = {}
         self.taken: set[int] = set()  # running jobs already displaced by this plan
+        self.swaps: list[Swap] = []
 
     def idx(self) -> dict[Scope, list[RunningJob]]:
         if self._idx is None:
@@ -173,6 +174,7 @@ class QuotaSwap:
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
                     self.take(chosen)
+                    self.swaps.append(Swap(job.id, tuple(r.id for r in chosen)))
                     for t, g, q in load:
                         p.borrowing.add_load(q, g, t)
                     return
@@ -190,20 +192,43 @@ class QuotaSwap:
             p.nb_line[r.line] = p.nb_line.get(r.line, 0) - r.gpus
 
 
-def swap_room(
-    running: Iterable[RunningJob],
-    borrowed: frozenset[int] | set[int],
-    leaving: set[int],
-    policy: PolicyConfig,
-) -> tuple[dict[str, int], dict[str, int]]:
-    """GPUs per queue and per line that swaps may turn into borrowed work in one plan
-    (``check_plan``'s allowance above a quota for starts that may not borrow)."""
+def check_swaps(
+    snapshot: Snapshot, plan: Plan, borrowed: frozenset[int], leaving: set[int]
+) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """``plan.swaps`` re-derived from the snapshot: each swapping job started within quota
+    and may not borrow, the swap is on, each displaced job is displaceable, of the job's
+    queue or line, displaced once and not also stopped by the plan. Returns the errors and,
+    per queue and per line, the GPUs the swaps turned into borrowed work (what a scope
+    may hold within quota beyond its quota: ``invariants.check_quotas``)."""
+    policy = snapshot.policy
+    errors: list[str] = []
     room_q: dict[str, int] = defaultdict(int)
     room_l: dict[str, int] = defaultdict(int)
-    if not (policy.swap_quota and policy.borrowing):
-        return room_q, room_l
-    for r in running:
-        if r.id not in leaving and displaceable(r, borrowed, policy):
-            room_q[r.queue] += r.gpus
-            room_l[r.line] += r.gpus
-    return room_q, room_l
+    if not plan.swaps:
+        return errors, room_q, room_l
+    pending = {j.id: j for j in snapshot.pending}
+    running = {r.id: r for r in snapshot.running}
+    within = {s.job_id for s in plan.starts if not s.borrowed}
+    seen: set[int] = set()
+    for sw in plan.swaps:
+        job = pending.get(sw.job_id)
+        if job is None or sw.job_id not in within:
+            errors.append(f"swap for job {sw.job_id}, which does not start within quota")
+            continue
+        if not swaps(job, policy):
+            errors.append(f"job {job.id} swaps quota but may not (borrows itself, or swap off)")
+        for rid in sw.displaced:
+            r = running.get(rid)
+            if r is None or rid in seen or rid in leaving:
+                errors.append(f"job {rid} displaced by {job.id} is unknown, twice or stopping")
+                continue
+            seen.add(rid)
+            if not displaceable(r, borrowed, policy):
+                errors.append(f"job {rid} displaced by {job.id} cannot be reclaimed")
+            if r.queue != job.queue and r.line != job.line:
+                errors.append(f"job {rid} displaced by {job.id} is of another line")
+            if r.queue == job.queue:
+                room_q[r.queue] += r.gpus
+            if r.line == job.line:
+                room_l[r.line] += r.gpus
+    return errors, room_q, room_l

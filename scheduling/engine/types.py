@@ -456,6 +456,16 @@ class Start:
 
 
 @dataclass(frozen=True, slots=True)
+class Swap:
+    """A quota swap (``quota_swap.py``): ``job_id`` starts within its quota and the
+    running jobs ``displaced`` (of its queue or line, preemptible) run on borrowed
+    capacity from now on, the first reclaimed when a lender needs its GPUs back."""
+
+    job_id: int
+    displaced: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Preemption:
     """Stop ``victim_id`` to make room for ``for_job_id``. Graceful: checkpoint,
     then stop by ``grace_deadline``; cold: kill now (deadline = now)."""
@@ -524,7 +534,8 @@ class Verdict:
 class Plan:
     """The engine's decisions for one cycle. ``now`` is the time it was made for;
     ``migrations``: jobs moved to make room for a gang (consolidation), apart from
-    ``preemptions``."""
+    ``preemptions``; ``swaps``: starts within quota that turned running work of the
+    same queue or line into borrowed work (nothing stops)."""
 
     starts: tuple[Start, ...]
     preemptions: tuple[Preemption, ...]
@@ -532,6 +543,7 @@ class Plan:
     verdicts: dict[int, Verdict]
     now: float | None = None
     migrations: tuple[Migration, ...] = ()
+    swaps: tuple[Swap, ...] = ()
 
     def counts_by_code(self) -> dict[str, int]:
         counts = dict.fromkeys(VERDICT_CODES, 0)

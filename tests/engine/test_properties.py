@@ -75,44 +75,52 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
     for j in s.pending:
         if j.id not in started and j.id not in p.verdicts:
             out.append(f"no verdict for {j.id}")
-    # quotas: non-borrowed use + non-borrowed starts within quota, but for what a quota
-    # swap turns into borrowed work: at most the swapping starts' GPUs (jobs that may not
-    # borrow) and the scope's running preemptible, non-demoted, non-borrowed work left
+    # quotas: non-borrowed use + non-borrowed starts within quota, but for the running
+    # work quota swaps turn into borrowed work: preemptible, not demoted, not borrowed,
+    # not stopping, of the swapping job's queue (line), once; the swapping job may not
+    # borrow itself
     usage = snapshot_usage(s)
     add_q: Counter[str] = Counter()
     add_l: Counter[str] = Counter()
-    swap_q: Counter[str] = Counter()
-    swap_l: Counter[str] = Counter()
-    swapping = s.policy.swap_quota and s.policy.borrowing
     for st_ in p.starts:
         job = pending[st_.job_id]
-        may_not_borrow = not job.preemptible or job.preemption_count > demote_after
         if st_.borrowed:
-            if may_not_borrow:
+            if not job.preemptible or job.preemption_count > demote_after:
                 out.append(f"{job.id} borrows but may not")
         else:
             add_q[job.queue] += job.gpus
             add_l[job.line] += job.gpus
-            if swapping and may_not_borrow:
-                swap_q[job.queue] += job.gpus
-                swap_l[job.line] += job.gpus
     gone = {pr.victim_id for pr in p.preemptions} | {m.job_id for m in p.migrations}
     room_q: Counter[str] = Counter()
     room_l: Counter[str] = Counter()
-    for r in s.running:
-        if (
-            r.id not in gone
-            and r.state == "running"
-            and r.preemptible
-            and r.preemption_count <= demote_after
-            and r.id not in usage.borrowed_ids
-            and not r.migrating
-        ):
-            room_q[r.queue] += r.gpus
-            room_l[r.line] += r.gpus
+    displaced: set[int] = set()
+    within = {x.job_id for x in p.starts if not x.borrowed}
+    for sw in p.swaps:
+        job = pending[sw.job_id]
+        if not (s.policy.swap_quota and s.policy.borrowing) or sw.job_id not in within:
+            out.append(f"swap {sw.job_id} not allowed")
+        if job.preemptible and job.preemption_count <= demote_after:
+            out.append(f"swap {sw.job_id} by a job that could borrow")
+        for rid in sw.displaced:
+            r = running[rid]
+            if (
+                rid in gone
+                or rid in displaced
+                or r.state != "running"
+                or not r.preemptible
+                or r.preemption_count > demote_after
+                or rid in usage.borrowed_ids
+                or r.migrating
+            ):
+                out.append(f"bad displaced job {rid}")
+            displaced.add(rid)
+            if r.queue == job.queue:
+                room_q[r.queue] += r.gpus
+            if r.line == job.line:
+                room_l[r.line] += r.gpus
     for q in s.queues:
         held = usage.nb_queue.get(q.name, 0)
-        swapped = min(swap_q[q.name], room_q[q.name])
+        swapped = room_q[q.name]
         if (
             q.quota_gpus is not None
             and add_q[q.name]
@@ -121,7 +129,7 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
             out.append(f"queue {q.name} over quota")
     for line in s.lines:
         held = usage.nb_line.get(line.name, 0)
-        swapped = min(swap_l[line.name], room_l[line.name])
+        swapped = room_l[line.name]
         if (
             line.quota_gpus is not None
             and add_l[line.name]

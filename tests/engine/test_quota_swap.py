@@ -85,6 +85,7 @@ def test_non_preemptible_job_starts_and_its_lines_preemptible_work_becomes_borro
     lines = {line.name: line for line in s.lines}
     after = derive_usage(next_running(s, result), queues, lines)
     assert after.borrowed_ids == {1}  # the experiment is now what a lender reclaims
+    assert result.swaps == (et.Swap(10, (1,)),)  # and the plan says so
     assert after.nb_line["llm"] == 8
 
 
@@ -138,7 +139,11 @@ def test_the_lenders_return_is_judged_on_the_displaced_work():
     assert result.verdicts[10].details["borrow_refused"] == "lenders_return"
     # the displaced experiment ends in 10 min, before them: the swap is safe
     soon = dataclasses.replace(EXPERIMENT, predicted_end=NOW + 600)
-    assert starts(run(scenario([FINETUNE], running=[soon], peaks=peaks))) == {10: False}
+    swapped = run(scenario([FINETUNE], running=[soon], peaks=peaks))
+    assert starts(swapped) == {10: False}
+    # check_plan re-derives the rule: the same swap, had the experiment run an hour more
+    late = check_plan(scenario([FINETUNE], peaks=peaks), swapped)
+    assert any("predicted to be reclaimed" in e for e in late), late
 
 
 def test_the_queues_cooldown_and_eviction_cap_apply():
@@ -177,16 +182,15 @@ def test_check_plan_refuses_an_over_quota_start_with_nothing_to_displace():
         now=NOW,
     )
     assert any("over 8" in e for e in check_plan(s, forged))
-    # with preemptible work to displace the same start is a legal swap
+    # naming the core job as displaced does not make it legal: it cannot be reclaimed
+    swap = dataclasses.replace(forged, swaps=(et.Swap(10, (1,)),))
+    assert any("cannot be reclaimed" in e for e in check_plan(s, swap))
+    # with preemptible work displaced the same start is a legal swap; unnamed, it is not
     s_ok = scenario([FINETUNE])
-    assert check_plan(s_ok, forged) == []
-    assert (
-        check_plan(
-            dataclasses.replace(s_ok, policy=dataclasses.replace(s_ok.policy, swap_quota=False)),
-            forged,
-        )
-        != []
-    )
+    assert check_plan(s_ok, swap) == []
+    assert any("over 8" in e for e in check_plan(s_ok, forged))
+    swap_off = dataclasses.replace(s_ok.policy, swap_quota=False)
+    assert any("may not" in e for e in check_plan(dataclasses.replace(s_ok, policy=swap_off), swap))
 
 
 def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:

@@ -7,7 +7,7 @@ import pytest
 from scheduling.backends.base import PermanentBackendError, TransientBackendError
 from scheduling.cycle import launch
 from scheduling.cycle.backoff import LAUNCH_RETRY, LAUNCH_RETRY_CODE
-from scheduling.engine.types import Slot, Start
+from scheduling.engine.types import Slot, Start, Swap
 from scheduling.models import Allocation, Job, JobEvent
 from tests.scheduling.cycle.conftest import T0, make_cycle
 
@@ -20,11 +20,11 @@ def start(job: Job, node: str = "n0", gpus: tuple[int, ...] = ALL, borrowed: boo
     return Start(job_id=job.pk, placement=(Slot(node, gpus),), borrowed=borrowed)
 
 
-def run_starts(backend, *starts: Start, now: float | None = None):
+def run_starts(backend, *starts: Start, now: float | None = None, swaps: tuple[Swap, ...] = ()):
     if now is not None:
         backend.now = now
     cycle = make_cycle(backend)
-    launch.start_all(cycle, starts)
+    launch.start_all(cycle, starts, swaps)
     cycle.flush_events()
     return cycle
 
@@ -138,3 +138,27 @@ def test_gpus_the_database_already_gave_away_are_refused_and_the_run_killed(
     assert f"job {job.pk}: GPUs already allocated; not placed" in cycle.report.errors
     assert Allocation.objects.filter(job=holder).count() == 4
     assert cycle.report.counts["starts"] == 1
+
+
+def test_a_quota_swap_marks_the_work_it_displaces_borrowed_and_says_why(
+    backend, make_job, running_job
+):
+    displaced = running_job("n0")
+    job = make_job(preemptible=False, tier="finetune")
+    run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (displaced.pk,)),))
+    job.refresh_from_db()
+    displaced.refresh_from_db()
+    assert job.state == "running" and not job.borrowed
+    assert "within its quota; 1 preemptible job(s)" in job.events.get().message
+    assert displaced.borrowed and displaced.state == "running"
+    assert kinds(displaced) == ["borrowed"]
+    assert f"job {job.pk}, which may not be preempted" in displaced.events.get().message
+
+
+def test_a_swap_whose_start_did_not_launch_displaces_nothing(backend, make_job, running_job):
+    displaced = running_job("n0")
+    job = make_job(preemptible=False, tier="finetune")
+    backend.fail_next("launch", PermanentBackendError("no such partition"))
+    run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (displaced.pk,)),))
+    displaced.refresh_from_db()
+    assert not displaced.borrowed and kinds(displaced) == []

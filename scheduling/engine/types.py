@@ -342,7 +342,8 @@ class PolicyConfig:
       cool-down only, in a queue above that target. ``swap_quota``: a job that may not
       borrow (not preemptible, or demoted) and finds its queue or line at quota starts on
       idle capacity when enough of that scope's own preemptible work can become the
-      borrowed part instead, under the same rules (``quota_swap.py``).
+      borrowed part instead, under the same rules (``quota_swap.py``; on: it takes
+      nothing from anyone now, and only presets that borrow swap).
     """
 
     backfill: bool = True
@@ -382,7 +383,7 @@ class PolicyConfig:
     borrow_cap: bool = True
     borrow_forecast_over_target: bool = False
     borrow_queue_cooldown_over_target: bool = False
-    swap_quota: bool = False
+    swap_quota: bool = True
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

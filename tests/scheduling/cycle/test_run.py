@@ -86,3 +86,35 @@ def test_a_cancelled_run_killed_this_cycle_frees_its_gpus_in_the_same_cycle(on_f
     Job.objects.filter(pk=job.pk).update(state="cancelled")
     run_cycle(kind="sweep")
     assert not job.allocations.exists(), "the second observation sees the run gone"
+
+
+def test_a_job_that_may_not_borrow_swaps_quota_with_its_lines_preemptible_work(
+    on_fake, make_job, cluster
+):
+    """Quota swap (#19) through the whole loop: line llm (quota 8) is full of its own
+    experiment; its non-preemptible fine-tuning job starts on the idle node anyway, the
+    experiment runs on as the borrowed part, nothing is preempted, and the next cycle
+    leaves both alone."""
+    from quotas.models import Queue, Tier
+    from scheduling.models import JobEvent
+
+    line = cluster["queue"].business_line
+    line.quota_gpus = 8
+    line.save(update_fields=["quota_gpus"])
+    finetune = Queue.objects.create(name="llm-finetune", business_line=line,
+                                    nature=Queue.Nature.FINE_TUNING, tier=Tier.FINETUNE)  # fmt: skip
+    experiment = make_job(gpus=8)
+    run_cycle()
+    job = make_job(gpus=8, queue=finetune, tier=Tier.FINETUNE, preemptible=False)
+    on_fake.now += 60
+    record = run_cycle()
+    job.refresh_from_db()
+    experiment.refresh_from_db()
+    assert (record.starts, record.preemptions, record.violations) == (1, 0, [])
+    assert job.state == "running" and not job.borrowed
+    assert experiment.state == "running" and experiment.borrowed
+    assert JobEvent.objects.filter(job=experiment, kind="borrowed").count() == 1
+    on_fake.now += 60
+    again = run_cycle()
+    assert (again.starts, again.preemptions, again.violations) == (0, 0, [])
+    assert on_fake.called("checkpoint_and_stop") == [] and on_fake.called("kill") == []

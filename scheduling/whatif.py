@@ -341,6 +341,12 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
                 " It would run beyond its quota on borrowed idle GPUs, and be the first to be "
                 "preempted when their owners need them back."
             )
+        swap = next((sw for sw in plan.swaps if sw.job_id == job_id), None)
+        if swap is not None:
+            message += (
+                f" It would start within its quota: {len(swap.displaced)} preemptible job(s) "
+                "of its queue or line would run on as borrowed capacity in its place."
+            )
         return {"status": "fits_now", "code": "", "message": message, "borrowed": start.borrowed,
                 "nodes": nodes, "estimated_start": plan.now}  # fmt: skip
     v = plan.verdicts[job_id]

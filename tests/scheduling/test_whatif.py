@@ -92,6 +92,20 @@ def test_quota_comes_before_free_gpus_as_the_engine_says(roomy):
     assert outcome(roomy["researcher"], req()) == ("would_wait", "QUOTA_EXCEEDED")
 
 
+def test_a_quota_swap_is_said_and_the_cycle_does_it(roomy):
+    """llm's quota of 8 is held by its own experiment; a core job (not preemptible) would
+    start within quota on idle GPUs with the experiment as the borrowed part (#19)."""
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=8)
+    (experiment,) = fill(roomy["researcher"], 1, queue="llm-experiment")
+    run_cycle()
+    answer = whatif.what_if(roomy["researcher"], req())
+    assert answer.starts and answer.code == ""
+    assert "within its quota: 1 preemptible job(s)" in answer.message
+    assert outcome(roomy["researcher"], req()) == ("fits_now", "")
+    experiment.refresh_from_db()
+    assert experiment.state == "running" and experiment.borrowed
+
+
 def test_a_job_blocked_for_gpus_gets_the_engines_estimated_start_and_place(roomy):
     fill(roomy["lead"], 4, queue="llm-core", estimated_runtime_minutes=120)
     run_cycle()

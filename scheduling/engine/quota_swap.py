@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 Scope = tuple[str, str]  # ("queue" | "line", name)
 
 NO_ROOM = (
-    "Its queue's preemptible work could move to borrowed capacity so it starts within "
-    "quota, but no idle capacity fits it now."
+    "Preemptible work of its queue or line could become the borrowed part so that it "
+    "starts within quota, but no idle capacity fits it now."
 )
 NOT_ENOUGH = ""  # the plain QUOTA_EXCEEDED message: nothing of its own to displace
 
@@ -151,7 +151,7 @@ class QuotaSwap:
         record why it waits (QUOTA_EXCEEDED, with a borrowing rule if one refused)."""
         p = self.p
         sh = p.shape(job)
-        first_q, _first_l = self.waiting[job.id]
+        first_q = self.waiting[job.id][0]
         short_q, short_l = p.quota_short(job, ())
         chosen = choose(
             job, self._shorts(job, short_q, short_l), self.idx(), self.taken | p.victim_ids

@@ -228,6 +228,8 @@ class QuotaPolicy(models.Model):
     ``preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience, #19): how long a
     waiting job waits for capacity to free before it reclaims borrowed work / before a job
     of a queue that preempts lower tiers (urgent) stops them; 0: at once.
+    ``predictive_patience``: only for capacity predicted to free within the patience.
+    ``borrow_cap``: the eviction target also caps a queue's borrowed GPUs (#19).
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -247,6 +249,16 @@ class QuotaPolicy(models.Model):
         default=0,
         help_text="minutes a job of a queue that preempts lower tiers (urgent) waits for "
         "capacity to free before it preempts",
+    )
+    predictive_patience = models.BooleanField(
+        default=False,
+        help_text="wait out the patience only for capacity the running work is predicted "
+        "to free within it; otherwise reclaim at once",
+    )
+    borrow_cap = models.BooleanField(
+        default=True,
+        help_text="a queue above the eviction target may hold fewer borrowed GPUs (off: "
+        "shorter waits, higher eviction peaks per queue; the guarantee advice stays)",
     )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"

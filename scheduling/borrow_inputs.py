@@ -4,7 +4,8 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
 * the knobs: ``QuotaPolicy.borrow_cooldown_minutes``, ``QuotaPolicy.eviction_target``
   (the target above which the guarantee advice speaks, and borrowing tightens) and
   ``QuotaPolicy.preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience
-  before reclaiming / before an urgent job preempts);
+  before reclaiming / before an urgent job preempts), ``predictive_patience`` and
+  ``borrow_cap`` (the eviction target caps a queue's borrowing, or only advises);
 * the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
   the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
@@ -42,10 +43,10 @@ def queue_eviction_ratios() -> dict[int, float | None]:
     return _ratio_source[0]() if _ratio_source else {}
 
 
-def policy_knobs() -> dict[str, float]:
+def policy_knobs() -> dict[str, float | bool]:
     """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
     names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes",
-             "urgent_preempt_after_minutes")  # fmt: skip
+             "urgent_preempt_after_minutes", "predictive_patience", "borrow_cap")  # fmt: skip
     row = QuotaPolicy.objects.values(*names).first()
     if row is None:
         row = {name: QuotaPolicy._meta.get_field(name).get_default() for name in names}
@@ -56,6 +57,8 @@ def policy_knobs() -> dict[str, float]:
         "borrow_eviction_target": float(row["eviction_target"]),
         "preempt_after_s": float(row["preempt_after_minutes"]) * 60.0,
         "tier_preempt_after_s": float(row["urgent_preempt_after_minutes"]) * 60.0,
+        "predictive_patience": bool(row["predictive_patience"]),
+        "borrow_cap": bool(row["borrow_cap"]),
     }
 
 

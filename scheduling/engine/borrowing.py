@@ -200,60 +200,76 @@ class Borrowing:
         ]
         return self._slack
 
-    def refusal(
-        self,
-        job: PendingJob,
-        gpus: int | None = None,
-        runtime: float | None = None,
-        proxy: bool = False,
-    ) -> tuple[str, str] | None:
-        """Why ``job`` may not borrow now (``(kind, note)``), or None if it may.
-
-        ``proxy`` (a quota swap, ``quota_swap.py``): the borrowed part is ``gpus`` GPUs of
-        the job's scope's running work, predicted to run ``runtime`` more seconds; the
-        job's own cool-down does not apply (it is not the work that can be reclaimed),
-        and rule 1 gates every swap, not only re-borrowers (gating swaps as first
-        borrowers evicted more on ITP and tripped the cap: docs/replay.md, session 11)."""
+    def refusal(self, job: PendingJob) -> tuple[str, str] | None:
+        """Why ``job`` may not borrow now (``(kind, note)``), or None if it may."""
         p = self.p
         policy = p.policy
         now = p.now
-        queue = p.queues.get(job.queue)
-        gpus = job.gpus if gpus is None else gpus
         cool = policy.borrow_cooldown_s
-        if not proxy and in_cooldown(job.last_evicted_at, now, cool):
+        if in_cooldown(job.last_evicted_at, now, cool):
             until = job.last_evicted_at + cool  # type: ignore[operator]
             return COOLDOWN, (
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."
             )
-        over = over_target(queue, policy.borrow_eviction_target)
-        qcool = queue_cooldown_s(over, policy)
-        if queue is not None and in_cooldown(queue.last_reclaim_at, now, qcool):
+        refused = self.queue_refusal(job.queue, job.gpus)
+        if refused is not None:
+            return refused
+        over = over_target(p.queues.get(job.queue), policy.borrow_eviction_target)
+        if policy.borrow_forecast and forecast_applies(job, over, policy):
+            return self.lenders_refusal(job.gpus, job_runtime(job, policy))
+        return None
+
+    def queue_refusal(self, name: str, gpus: int) -> tuple[str, str] | None:
+        """Rules 2 and 3 for ``gpus`` more borrowed GPUs of queue ``name``: its cool-down
+        after a reclaim, its eviction cap (None: allowed)."""
+        p = self.p
+        policy = p.policy
+        now = p.now
+        queue = p.queues.get(name)
+        if queue is None:
+            return None
+        qcool = queue_cooldown_s(over_target(queue, policy.borrow_eviction_target), policy)
+        if in_cooldown(queue.last_reclaim_at, now, qcool):
             until = queue.last_reclaim_at + qcool  # type: ignore[operator]
             return QUEUE_COOLDOWN, (
-                f"Queue {job.queue} had work preempted "
+                f"Queue {name} had work preempted "
                 f"{explain.duration(now - queue.last_reclaim_at)} ago; its jobs may borrow "  # type: ignore[operator]
                 f"idle capacity again from {explain.when(until)} (cool-down)."
             )
-        slack = self._slack if self._slack is not None else self._prepare()
-        cap = cap_for(queue, p.lines.get(job.line), policy)
+        if self._slack is None:
+            self._prepare()
+        cap = cap_for(queue, p.lines.get(queue.line), policy)
         if cap is not None:
-            held = self._queue_borrowed.get(job.queue, 0)
+            held = self._queue_borrowed.get(name, 0)
             if held + gpus > cap:
-                ratio = queue.eviction_ratio  # type: ignore[union-attr]
                 return EVICTION_CAP, (
-                    f"Queue {job.queue} has an eviction ratio of {ratio:.0%}, above the "
-                    f"{policy.borrow_eviction_target:.0%} target, so it may hold at most "
+                    f"Queue {name} has an eviction ratio of {queue.eviction_ratio:.0%}, above "
+                    f"the {policy.borrow_eviction_target:.0%} target, so it may hold at most "
                     f"{cap} borrowed GPUs ({held} now)."
                 )
-        if policy.borrow_forecast and (proxy or forecast_applies(job, over, policy)):
-            if runtime is None:
-                runtime = job_runtime(job, policy)
-            if min(slack[: segments(runtime)]) < gpus:
-                return LENDERS_RETURN, (
-                    f"It is predicted to run {explain.duration(runtime)}, and the lenders "
-                    "are predicted to need their idle GPUs back before then."
-                )
+        return None
+
+    def displace_room(self, name: str) -> float:
+        """GPUs of queue ``name``'s running work a quota swap may still make borrowed now
+        (rules 2 and 3 for that queue): none in its cool-down after a reclaim, what its
+        eviction cap leaves, else no limit."""
+        if self.queue_refusal(name, 0) is not None:
+            return 0.0
+        queue = self.p.queues.get(name)
+        cap = None if queue is None else cap_for(queue, self.p.lines.get(queue.line), self.p.policy)
+        if cap is None:
+            return math.inf
+        return float(max(0, cap - self._queue_borrowed.get(name, 0)))
+
+    def lenders_refusal(self, gpus: int, runtime: float) -> tuple[str, str] | None:
+        """Rule 1 for ``gpus`` GPUs borrowed for ``runtime`` seconds (None: allowed)."""
+        slack = self._slack if self._slack is not None else self._prepare()
+        if min(slack[: segments(runtime)]) < gpus:
+            return LENDERS_RETURN, (
+                f"It is predicted to run {explain.duration(runtime)}, and the lenders "
+                "are predicted to need their idle GPUs back before then."
+            )
         return None
 
     def started(self, job: PendingJob, end: float) -> None:
@@ -317,16 +333,23 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         ]
         gpus = sum(g for _t, g, _q in adds)
         runtime = max(t for t, _g, _q in adds) - now
-        q = queues.get(j.queue)
         if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
             errors.append(f"job {j.id} borrows within its cool-down")
-        over = over_target(q, policy.borrow_eviction_target)
-        if q is not None and in_cooldown(q.last_reclaim_at, now, queue_cooldown_s(over, policy)):
-            errors.append(f"job {j.id} borrows within its queue's cool-down")
-        cap = cap_for(q, lines.get(j.line), policy)
-        held = qb.get(j.queue, 0)
-        if cap is not None and held + gpus > cap:
-            errors.append(f"job {j.id} takes queue {j.queue} over its borrowing cap {cap}")
+        # rules 2 and 3 for the queue(s) whose work becomes borrowed
+        per_queue: dict[str, int] = {}
+        for _t, g, name in adds:
+            per_queue[name] = per_queue.get(name, 0) + g
+        for name, g in per_queue.items():
+            q = queues.get(name)
+            over = over_target(q, policy.borrow_eviction_target)
+            if q is not None and in_cooldown(
+                q.last_reclaim_at, now, queue_cooldown_s(over, policy)
+            ):
+                errors.append(f"job {j.id} borrows within queue {name}'s cool-down")
+            cap = cap_for(q, lines.get(q.line) if q is not None else None, policy)
+            if cap is not None and qb.get(name, 0) + g > cap:
+                errors.append(f"job {j.id} takes queue {name} over its borrowing cap {cap}")
+        over = over_target(queues.get(j.queue), policy.borrow_eviction_target)
         if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
             bl = BorrowedLoad(load)
             for i in range(segments(runtime)):

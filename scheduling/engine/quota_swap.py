@@ -29,7 +29,7 @@ On with ``PolicyConfig.swap_quota`` (and ``borrowing``). ``check_swaps`` is what
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
@@ -91,14 +91,17 @@ def index_by_scope(
 
 
 def choose(
-    job: PendingJob,
     shorts: Mapping[Scope, int],
     idx: Mapping[Scope, list[RunningJob]],
     taken: set[int],
+    room: Callable[[str], float] | None = None,
 ) -> list[RunningJob] | None:
-    """The running jobs that become borrowed so ``job`` fits within every quota it is
-    short of (``shorts``: GPUs short per scope); None if a scope has too little."""
+    """The running jobs that become borrowed so a job fits within every quota it is short
+    of (``shorts``: GPUs short per scope); None if a scope has too little. ``room(queue)``:
+    how many GPUs of a queue's work may still become borrowed (borrowing's rules 2 and 3
+    for that queue; None: no limit)."""
     out: dict[int, RunningJob] = {}
+    used: dict[str, int] = {}
     for (scope, name), short in shorts.items():
         if short <= 0:
             continue
@@ -108,7 +111,10 @@ def choose(
                 break
             if r.id in out or r.id in taken:
                 continue
+            if room is not None and used.get(r.queue, 0) + r.gpus > room(r.queue):
+                continue
             out[r.id] = r
+            used[r.queue] = used.get(r.queue, 0) + r.gpus
             got += r.gpus
         if got < short:
             return None
@@ -141,7 +147,7 @@ class QuotaSwap:
         if not swaps(job, p.policy):
             return False
         gone = self.taken | p.victim_ids
-        if choose(job, self._shorts(job, short_q, short_l), self.idx(), gone) is None:
+        if choose(self._shorts(job, short_q, short_l), self.idx(), gone) is None:
             return False
         self.waiting[job.id] = (short_q, short_l)
         return True
@@ -152,15 +158,19 @@ class QuotaSwap:
         p = self.p
         sh = p.shape(job)
         first_q = self.waiting[job.id][0]
-        short_q, short_l = p.quota_short(job, ())
-        chosen = choose(
-            job, self._shorts(job, short_q, short_l), self.idx(), self.taken | p.victim_ids
-        )
+        shorts = self._shorts(job, *p.quota_short(job, ()))
+        gone = self.taken | p.victim_ids
+        chosen = choose(shorts, self.idx(), gone, self.room)
+        refused = None
+        if chosen is None:
+            anyway = choose(shorts, self.idx(), gone)  # without the displaced queues' rules
+            if anyway is not None:
+                refused = self.queue_refusal(anyway)
         note = NOT_ENOUGH
-        if chosen is not None and p.unavailable(job, sh) is None and not p.hol_blocked(job):
-            end = p.now + job_runtime(job, p.policy)
-            nodes = p.try_place(job, sh, end)
-            if nodes is None:
+        if refused is None and chosen is not None:
+            if p.unavailable(job, sh) is not None or p.hol_blocked(job):
+                pass
+            elif (nodes := p.try_place(job, sh, p.now + job_runtime(job, p.policy))) is None:
                 note = NO_ROOM
             elif not chosen:
                 # an earlier swap displaced more than it needed (whole jobs): room within quota
@@ -168,9 +178,10 @@ class QuotaSwap:
                 return
             else:
                 load = [(running_end(r, p.now, p.policy), r.gpus, r.queue) for r in chosen]
-                gpus = sum(g for _t, g, _q in load)
                 until = max(t for t, _g, _q in load)
-                refused = p.borrowing.refusal(job, gpus=gpus, runtime=until - p.now, proxy=True)
+                if p.policy.borrow_forecast:
+                    gpus = sum(g for _t, g, _q in load)
+                    refused = p.borrowing.lenders_refusal(gpus, until - p.now)
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
                     self.take(chosen)
@@ -178,10 +189,28 @@ class QuotaSwap:
                     for t, g, q in load:
                         p.borrowing.add_load(q, g, t)
                     return
-                reason, est = p.quota_reason(job, first_q, refused[1])
-                p.record(job, refused_reason(reason, refused[0]), est)
-                return
+        if refused is not None:
+            reason, est = p.quota_reason(job, first_q, refused[1])
+            p.record(job, refused_reason(reason, refused[0]), est)
+            return
         p.record(job, *p.quota_reason(job, first_q, note))
+
+    def room(self, queue: str) -> float:
+        """GPUs of ``queue``'s running work that may still become borrowed in this plan
+        (``Borrowing.displace_room``)."""
+        return self.p.borrowing.displace_room(queue)
+
+    def queue_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
+        """The rule that keeps the queues of ``chosen`` from lending it (the first found)."""
+        per_queue: dict[str, int] = {}
+        for r in chosen:
+            per_queue[r.queue] = per_queue.get(r.queue, 0) + r.gpus
+        for name, gpus in per_queue.items():
+            refused = self.p.borrowing.queue_refusal(name, gpus)
+            if refused is not None:
+                kind, note = refused
+                return kind, f"Its own quota is held by preemptible work that cannot move: {note}"
+        return None
 
     def take(self, chosen: Iterable[RunningJob]) -> None:
         """``chosen`` is borrowed from now on: out of its queue's and line's use within quota."""

@@ -146,19 +146,41 @@ def test_the_lenders_return_is_judged_on_the_displaced_work():
     assert any("predicted to be reclaimed" in e for e in late), late
 
 
-def test_the_queues_cooldown_and_eviction_cap_apply():
-    cooling = [
-        dataclasses.replace(q, last_reclaim_at=NOW - 300) if q.name == "llm-finetune" else q
+def with_queue(name: str, **changes: object) -> list[et.QueueView]:
+    return [
+        dataclasses.replace(q, **changes) if q.name == name else q  # type: ignore[arg-type]
         for q in standard_queues("llm") + standard_queues("search")
     ]
+
+
+def test_the_displaced_work_s_queue_answers_for_cooldown_and_cap():
+    """Rules 2 and 3 are read on the queue whose work would become borrowed (the
+    experiment's), not on the swapping job's own queue."""
+    cooling = with_queue("llm-experiment", last_reclaim_at=NOW - 300)
     result = run(scenario([FINETUNE], queues=cooling))
     assert result.verdicts[10].details["borrow_refused"] == "queue_cooldown"
-    capped = [
-        dataclasses.replace(q, eviction_ratio=0.2) if q.name == "llm-finetune" else q
-        for q in standard_queues("llm") + standard_queues("search")
-    ]
+    assert "llm-experiment had work preempted" in result.verdicts[10].message
+    capped = with_queue("llm-experiment", eviction_ratio=0.2)
     result = run(scenario([FINETUNE], queues=capped))
     assert result.verdicts[10].details["borrow_refused"] == "eviction_cap"
+    # the swapping job's own queue cooling down or above target does not matter
+    for own in (
+        with_queue("llm-finetune", last_reclaim_at=NOW - 300),
+        with_queue("llm-finetune", eviction_ratio=0.2),
+    ):
+        assert starts(run(scenario([FINETUNE], queues=own))) == {10: False}
+
+
+def test_work_of_a_queue_that_may_lend_is_displaced_instead():
+    """Of two queues' preemptible work, the one whose queue is cooling down is skipped."""
+    finetune_run = rjob(2, {"a01": range(8)}, tier="finetune", started_at=NOW - 600)
+    cooling = with_queue("llm-finetune", last_reclaim_at=NOW - 300)
+    lines_quota_16 = scenario([FINETUNE], running=[EXPERIMENT, finetune_run], queues=cooling)
+    s = dataclasses.replace(
+        lines_quota_16, lines=(et.LineView("llm", 16), et.LineView("search", 24))
+    )
+    result = run(s)
+    assert result.swaps == (et.Swap(10, (1,)),)  # the experiment, though the finetune run is newer
 
 
 def test_no_idle_capacity_no_swap():

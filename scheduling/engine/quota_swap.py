@@ -160,7 +160,7 @@ class QuotaSwap:
         first_q = self.waiting[job.id][0]
         shorts = self._shorts(job, *p.quota_short(job, ()))
         gone = self.taken | p.victim_ids
-        chosen = choose(shorts, self.idx(), gone, self.room)
+        chosen = choose(shorts, self.idx(), gone, p.borrowing.displace_room)
         refused = None
         if chosen is None:
             anyway = choose(shorts, self.idx(), gone)  # without the displaced queues' rules
@@ -194,11 +194,6 @@ class QuotaSwap:
             p.record(job, refused_reason(reason, refused[0]), est)
             return
         p.record(job, *p.quota_reason(job, first_q, note))
-
-    def room(self, queue: str) -> float:
-        """GPUs of ``queue``'s running work that may still become borrowed in this plan
-        (``Borrowing.displace_room``)."""
-        return self.p.borrowing.displace_room(queue)
 
     def queue_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
         """The rule that keeps the queues of ``chosen`` from lending it (the first found)."""

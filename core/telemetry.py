@@ -62,6 +62,18 @@ MIGRATIONS = Counter(
     "elsewhere), by queue; not preemptions, and not in the eviction ratio",
     ["queue"], registry=REGISTRY,
 )  # fmt: skip
+QUOTA_SWAPS = Counter(
+    "gpuportal_quota_swaps",
+    "Jobs that may not borrow started within their quota by a quota swap, by queue: "
+    "preemptible work of their queue or line became the borrowed part instead",
+    ["queue"], registry=REGISTRY,
+)  # fmt: skip
+SWAP_DISPLACED = Counter(
+    "gpuportal_quota_swap_displaced",
+    "Running jobs a quota swap turned into borrowed (reclaimable) work, by their queue; "
+    "nothing stopped",
+    ["queue"], registry=REGISTRY,
+)  # fmt: skip
 JOB_WAIT = Histogram(
     "gpuportal_job_wait_seconds",
     "Cluster-time seconds from submission to first start, per queue (observed at start)",
@@ -89,6 +101,8 @@ def touch(queues: list[str]) -> None:
         JOBS_ADMITTED.labels(queue)
         EVICTED_GPU_SECONDS.labels(queue)
         MIGRATIONS.labels(queue)
+        QUOTA_SWAPS.labels(queue)
+        SWAP_DISPLACED.labels(queue)
         for reason in EVICTION_REASONS:
             PREEMPTIONS.labels(queue, reason)
 
@@ -96,6 +110,7 @@ def touch(queues: list[str]) -> None:
 def reset() -> None:
     """Forget every recorded value of this process (tests)."""
     for metric in (
-        CYCLE_DURATION, PREEMPTIONS, EVICTED_GPU_SECONDS, MIGRATIONS, JOB_WAIT, JOBS_ADMITTED
+        CYCLE_DURATION, PREEMPTIONS, EVICTED_GPU_SECONDS, MIGRATIONS, QUOTA_SWAPS,
+        SWAP_DISPLACED, JOB_WAIT, JOBS_ADMITTED,
     ):  # fmt: skip
         metric.clear()

@@ -18,7 +18,7 @@ from scheduling.backends.base import BackendError, LaunchRequest, run_ref
 from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
-from scheduling.cycle.telemetry import record_starts
+from scheduling.cycle.telemetry import record_starts, record_swaps
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
@@ -81,26 +81,34 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)
     record_starts([job for job, _ in placed])
-    mark_displaced(cycle, {j.pk: displaced[j.pk] for j, _ in placed if j.pk in displaced})
+    mark_displaced(cycle, [(j, displaced[j.pk]) for j, _ in placed if j.pk in displaced])
 
 
-def mark_displaced(cycle: Cycle, displaced: dict[int, tuple[int, ...]]) -> None:
-    """Quota swaps (engine ``quota_swap``) that launched: the running jobs they displaced
-    are on borrowed capacity from now on (``Job.borrowed``: the job page and the API say
-    "reclaimable"), each told why on its timeline. Compare-and-set on the running state."""
-    rows = [(rid, True) for ids in displaced.values() for rid in ids]
-    if not rows:
+def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> None:
+    """Quota swaps (engine ``quota_swap``) that launched, each a started job and the running
+    jobs it displaced: those are on borrowed capacity from now on (``Job.borrowed``: the job
+    page and the API say "reclaimable"), each told why on its timeline, and counted for
+    ``/metrics``. Compare-and-set on the running state: a job no longer running (the cycle
+    holds the running jobs' rows, so nothing should have moved) is left alone."""
+    ids = [rid for _, displaced in swaps for rid in displaced]
+    if not ids:
         return
-    bulk_set(Job, ("borrowed",), rows, where="t.state = 'running'")
-    for job_id, ids in displaced.items():
-        for rid in ids:
-            cycle.event(
-                rid, "borrowed",
-                f"now runs beyond its quota, on borrowed capacity, and is among the first "
-                f"reclaimed if the lenders need their GPUs back: job {job_id}, which may not "
-                f"be preempted, started within the quota in its place",
-                Job.State.RUNNING,
-            )  # fmt: skip
+    bulk_set(Job, ("borrowed",), [(rid, True) for rid in ids], where="t.state = 'running'")
+    marked = dict(
+        Job.objects.filter(pk__in=ids, state=Job.State.RUNNING, borrowed=True)
+        .values_list("pk", "queue_id")
+    )  # fmt: skip
+    for job, displaced in swaps:
+        for rid in displaced:
+            if rid in marked:
+                cycle.event(
+                    rid, "borrowed",
+                    f"now runs beyond its quota, on borrowed capacity, and is among the first "
+                    f"reclaimed if the lenders need their GPUs back: job {job.pk}, which may "
+                    f"not be preempted, started within the quota in its place",
+                    Job.State.RUNNING,
+                )  # fmt: skip
+    record_swaps([job.queue_id for job, _ in swaps], list(marked.values()))
 
 
 def launch(cycle: Cycle, job: Job, start: et.Start) -> str:

@@ -56,3 +56,21 @@ def record_starts(jobs: list[Job]) -> None:
                 telemetry.JOB_WAIT.labels(queue).observe(max(0.0, wait_s))
 
     telemetry.on_commit(record)
+
+
+def record_swaps(swapping_queue_ids: list[int], displaced_queue_ids: list[int]) -> None:
+    """Quota swaps that launched: one per swapping job (its queue), and the running jobs
+    each turned into borrowed work (their queues)."""
+    if not swapping_queue_ids:
+        return
+    names = _queue_names([*swapping_queue_ids, *displaced_queue_ids])
+    swapped = [names.get(q, "?") for q in swapping_queue_ids]
+    displaced = [names.get(q, "?") for q in displaced_queue_ids]
+
+    def record() -> None:
+        for queue in swapped:
+            telemetry.QUOTA_SWAPS.labels(queue).inc()
+        for queue in displaced:
+            telemetry.SWAP_DISPLACED.labels(queue).inc()
+
+    telemetry.on_commit(record)

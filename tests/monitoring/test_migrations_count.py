@@ -85,5 +85,8 @@ def test_metrics_export_a_migrations_counter_per_queue(demo, monkeypatch):
     # every queue has a series from the start
     for name in Queue.objects.values_list("name", flat=True):
         assert ("gpuportal_migrations_total", (("queue", name),)) in samples
+        # and the quota swaps (#19), apart from both
+        assert ("gpuportal_quota_swaps_total", (("queue", name),)) in samples
+        assert ("gpuportal_quota_swap_displaced_total", (("queue", name),)) in samples
     assert samples[("gpuportal_preemptions_total",
                     (("queue", "llm-experiment"), ("reason", "preemption")))] == 0  # fmt: skip

@@ -162,3 +162,37 @@ def test_a_swap_whose_start_did_not_launch_displaces_nothing(backend, make_job, 
     run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (displaced.pk,)),))
     displaced.refresh_from_db()
     assert not displaced.borrowed and kinds(displaced) == []
+
+
+def _counter(metric, queue: str) -> float:
+    return metric.labels(queue)._value.get()
+
+
+def test_launched_swaps_are_counted_for_metrics_after_commit(
+    backend, make_job, running_job, django_capture_on_commit_callbacks
+):
+    from core import telemetry
+
+    telemetry.reset()
+    first, second = running_job("n0", gpus=(0, 1, 2, 3)), running_job("n0", gpus=(4, 5, 6, 7))
+    job = make_job(preemptible=False, tier="finetune")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (first.pk, second.pk)),))
+    assert _counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 0, "nothing before commit"
+    for callback in callbacks:
+        callback()
+    assert _counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 1
+    assert _counter(telemetry.SWAP_DISPLACED, "llm-experiment") == 2
+
+
+def test_a_displaced_job_no_longer_running_is_left_alone(backend, make_job, running_job):
+    """Compare-and-set: the cycle holds the running jobs' rows, so this should not happen;
+    if it does, the job that stopped running is neither marked nor told it was displaced."""
+    gone, stays = running_job("n0", gpus=(0, 1, 2, 3)), running_job("n0", gpus=(4, 5, 6, 7))
+    Job.objects.filter(pk=gone.pk).update(state="cancelled")
+    job = make_job(preemptible=False, tier="finetune")
+    run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (gone.pk, stays.pk)),))
+    gone.refresh_from_db()
+    stays.refresh_from_db()
+    assert (gone.borrowed, kinds(gone)) == (False, [])
+    assert (stays.borrowed, kinds(stays)) == (True, ["borrowed"])

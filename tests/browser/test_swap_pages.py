@@ -1,0 +1,82 @@
+"""A quota swap (#19) read in a real browser: the displaced job's open page follows the loop
+live ("On borrowed capacity: yes (reclaimable)" and a timeline line naming the job that
+started in its place), and the job that started says it did so within its quota.
+
+The demo's 4 x 8-GPU cluster, line ``llm`` cut to 16 GPUs: one 16-GPU experiment of the
+lead's fills it; a fine-tuning job that may not be preempted then starts on the idle half
+of the cluster, the experiment running on as the borrowed part.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import pytest
+from playwright.sync_api import expect
+
+from quotas.models import BusinessLine, Queue
+from scheduling import services
+from scheduling.cycle import run_cycle as run_one_cycle
+from scheduling.models import Job, JobEvent
+from scheduling.services import JobRequest
+from tests.browser.conftest import in_thread
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# A time as people read it on these pages: never an epoch, never a float.
+READABLE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}(:\d{2})? UTC$")
+
+
+def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(demo, page, login):
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=16, guarantee_gpus=0)
+    Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
+    experiment = in_thread(services.submit_job, demo["lead"], JobRequest(
+        name="sweep-16", queue="llm-experiment", gpus=16, gpus_per_node=8,
+        sim_duration_minutes=600))  # fmt: skip
+    in_thread(run_one_cycle)
+    experiment.refresh_from_db()
+    assert (experiment.state, experiment.borrowed) == ("running", False)
+
+    base = login("lead")
+    page.goto(f"{base}/jobs/{experiment.pk}/")
+    borrowed = page.locator('#job-status [data-field="borrowed"]')
+    expect(borrowed).to_have_text("no")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+
+    finetune = in_thread(services.submit_job, demo["researcher"], JobRequest(
+        name="sft-8", queue="llm-finetune", gpus=8, preemptible=False,
+        sim_duration_minutes=600))  # fmt: skip
+    record = in_thread(run_one_cycle)
+    finetune.refresh_from_db()
+    experiment.refresh_from_db()
+    assert (record.starts, record.preemptions) == (1, 0)
+    assert (finetune.state, finetune.borrowed) == ("running", False)
+    assert (experiment.state, experiment.borrowed) == ("running", True)
+
+    # The open page, without reload: the flag and the timeline line that says why.
+    expect(borrowed).to_have_text("yes (reclaimable)")
+    line = page.locator("#timeline li", has_text="borrowed")
+    expect(line).to_have_count(1)
+    expect(line).to_contain_text(
+        f"job {finetune.pk}, which may not be preempted, started within the quota in its place"
+    )
+    event = JobEvent.objects.get(job=experiment, kind="borrowed")
+    expect(line.locator("time")).to_have_text(READABLE_TIME)
+    shown_at = line.locator("time").get_attribute("datetime").replace("Z", "+00:00")
+    assert datetime.fromisoformat(shown_at) == event.at, "the event's own time, not another"
+    expect(page.locator("#job-state")).to_have_text("running")
+
+    # The same after a reload (the server's rendering agrees with the live one).
+    page.reload()
+    expect(borrowed).to_have_text("yes (reclaimable)")
+    expect(page.locator("#timeline li", has_text="borrowed")).to_contain_text(f"job {finetune.pk}")
+
+    # The job that started in its place says how, and is not itself reclaimable.
+    page.goto(f"{base}/jobs/{finetune.pk}/")
+    expect(page.locator('#job-status [data-field="borrowed"]')).to_have_text("no")
+    expect(page.locator("#timeline li", has_text="started")).to_contain_text(
+        "within its quota; 1 preemptible job(s) of its queue or line now run on borrowed "
+        "capacity in its place"
+    )
+    assert Job.objects.filter(state="running").count() == 2

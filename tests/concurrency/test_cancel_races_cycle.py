@@ -20,22 +20,9 @@ from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import run_cycle_now
+from tests.concurrency.threads import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _in_thread(errors: list, fn) -> threading.Thread:
-    def run() -> None:
-        try:
-            fn()
-        except Exception as exc:  # collected: the test asserts there are none
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 @pytest.mark.parametrize("cancellers", [1, 2])
@@ -59,9 +46,9 @@ def test_cancels_racing_back_to_back_cycles_all_succeed(demo, cancellers):
             cancel_job(owner, pk)
             time.sleep(0.002)
 
-    looper = _in_thread(errors, cycle_loop)
+    looper = in_thread(errors, cycle_loop)
     shares = [jobs[i::cancellers] for i in range(cancellers)]
-    workers = [_in_thread(errors, lambda s=s: cancel_all(s)) for s in shares]
+    workers = [in_thread(errors, lambda s=s: cancel_all(s)) for s in shares]
     for worker in workers:
         worker.join(120)
     done.set()
@@ -91,9 +78,9 @@ def test_a_cancel_does_not_lock_the_queue_the_cycle_refers_to(demo):
             time.sleep(0.5)  # the cancel runs meanwhile
             cur.execute("UPDATE scheduling_job SET updated_at = now() WHERE id = %s", [job.pk])
 
-    cycle = _in_thread(errors, cycle_like)
+    cycle = in_thread(errors, cycle_like)
     holding_queue.wait(10)
-    canceller = _in_thread(errors, lambda: cancel_job(owner, job.pk))
+    canceller = in_thread(errors, lambda: cancel_job(owner, job.pk))
     cycle.join(30)
     canceller.join(30)
     assert errors == []
@@ -124,7 +111,7 @@ def test_the_cycle_does_not_hold_the_queues_of_running_jobs(demo):
             reconciled.set()
             time.sleep(1.0)  # the rest of a long cycle
 
-    holder = _in_thread(errors, cycle_holding_its_locks)
+    holder = in_thread(errors, cycle_holding_its_locks)
     reconciled.wait(10)
     started = time.monotonic()
     with connection.cursor() as cur:

@@ -14,32 +14,18 @@ import threading
 import time
 
 import pytest
-from django.db import connection
 
 from quotas.models import BusinessLine, Queue
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import run_cycle_now
+from tests.concurrency.threads import in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROUNDS = 3
 JOBS = 16  # the line's quota, in 1-GPU jobs
-
-
-def _in_thread(errors: list, fn) -> threading.Thread:
-    def run() -> None:
-        try:
-            fn()
-        except Exception as exc:  # collected: the test asserts there are none
-            errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
 
 
 def _submit(owner, queue: str, n: int, *, preemptible: bool, round_: int) -> list[int]:
@@ -64,8 +50,8 @@ def _race(errors: list, cycles: list, cycle, cycle_after: float, cancels, cancel
         time.sleep(cancel_after)
         cancels()
 
-    looper = _in_thread(errors, cycle_loop)
-    canceller = _in_thread(errors, cancel_all)
+    looper = in_thread(errors, cycle_loop)
+    canceller = in_thread(errors, cancel_all)
     canceller.join(120)
     done.set()
     looper.join(120)

@@ -221,11 +221,16 @@ def run_bench(
     runs: int = 7,
     seed: int = 0,
     inference_rise: int = 0,
+    switches: dict[str, bool] | None = None,
 ) -> dict[str, Any]:
     """Time plan()+check_plan() on one snapshot; returns the figures as a dict.
     ``inference_rise``: every shared inference node is forecast to need that many GPUs
-    more in every hour (#19), so each fallback to a shared node runs the forecast."""
+    more in every hour (#19), so each fallback to a shared node runs the forecast.
+    ``switches``: boolean ``PolicyConfig`` options set on the snapshot's policy (e.g.
+    ``{"swap_quota": False}``, to time an option against the same cluster without it)."""
     snapshot = build_snapshot(gpus, pending, running, seed)
+    if switches:
+        snapshot = replace(snapshot, policy=replace(snapshot.policy, **switches))
     if inference_rise:
         rise = (inference_rise,) * 24
         nodes = tuple(replace(n, inference_rise=rise) if n.inference else n for n in snapshot.nodes)
@@ -269,6 +274,7 @@ def run_bench(
         "started_gpus": sum(len(s.gpus) for st in result.starts for s in st.placement),
         "preemptions": len(result.preemptions),
         "migrations": len(result.migrations),
+        "swaps": len(result.swaps),
         "reservations": len(result.reservations),
         "jobs_placed_per_s": round(len(result.starts) / (median / 1000), 1) if median else 0.0,
         "verdicts": result.counts_by_code(),
@@ -287,10 +293,24 @@ def main(argv: list[str] | None = None) -> int:
         "--inference-rise", type=int, default=0, metavar="GPUS",
         help="shared inference nodes are forecast to need GPUS more in every hour",
     )  # fmt: skip
+    parser.add_argument(
+        "--switch", action="append", default=[], metavar="NAME=true|false",
+        help="set a boolean policy option (e.g. swap_quota=false); repeatable",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    switches = {}
+    for item in args.switch:
+        name, _, value = item.partition("=")
+        if not isinstance(getattr(PolicyConfig(), name, None), bool) or value not in (
+            "true", "false"
+        ):  # fmt: skip
+            parser.error(
+                f"--switch takes NAME=true|false with NAME a boolean policy option: {item!r}"
+            )
+        switches[name] = value == "true"
     res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed,
-                    args.inference_rise)  # fmt: skip
+                    args.inference_rise, switches)  # fmt: skip
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:

@@ -124,3 +124,20 @@ def test_jobs_and_queues_are_consistent(snapshot):
 @pytest.mark.parametrize("gpus", [8, 16, 100, 1000])
 def test_node_count_is_whole_eight_gpu_nodes(gpus):
     assert len(build_snapshot(gpus, 0, 0).nodes) == max(1, gpus // NODE_GPUS)
+
+
+def test_a_switch_times_the_same_cluster_with_a_policy_option_off():
+    """``--switch NAME=false``: the same snapshot, the option off (here preemption, which
+    this cluster uses), for a ratio against the default in one run."""
+    on = run_bench(gpus=800, pending=200, running=120, runs=1, seed=3)
+    off = run_bench(gpus=800, pending=200, running=120, runs=1, seed=3,
+                    switches={"preemption": False})  # fmt: skip
+    assert on["preemptions"] > 0 and off["preemptions"] == 0
+    assert "swaps" in on
+
+
+@pytest.mark.parametrize("bad", ["nope=true", "swap_quota=maybe", "max_reservations=false"])
+def test_a_switch_must_name_a_boolean_policy_option(bad, capsys):
+    with pytest.raises(SystemExit):
+        main(["--gpus", "80", "--pending", "5", "--running", "3", "--runs", "1", "--switch", bad])
+    assert "--switch takes NAME=true|false" in capsys.readouterr().err

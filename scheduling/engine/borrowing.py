@@ -112,15 +112,6 @@ def cap_for(queue: QueueView | None, line: LineView | None, policy: PolicyConfig
     return eviction_cap(queue, line, policy.borrow_eviction_target)
 
 
-def swap_displaces(queue: QueueView | None, policy: PolicyConfig) -> bool:
-    """Whether a quota swap may make ``queue``'s running work borrowed: not while the cap
-    is on and the queue's eviction ratio is above the target. Borrowing by proxy has no
-    waiting job of that queue to hold back, so the cap's gradual allowance does not
-    apply: displaced work of such a queue is what the lenders reclaim next, and on the
-    live demo the busiest experiment queue crossed the 15% alert line that way."""
-    return not (policy.borrow_cap and over_target(queue, policy.borrow_eviction_target))
-
-
 def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
     return t is not None and cooldown_s > 0 and now - t < cooldown_s
 
@@ -261,12 +252,11 @@ class Borrowing:
 
     def displace_room(self, name: str) -> float:
         """GPUs of queue ``name``'s running work a quota swap may still make borrowed now
-        (rules 2 and 3 for that queue): none in its cool-down after a reclaim, none while
-        the cap is on and its eviction ratio is above the target (``swap_displaces``),
-        what its eviction cap leaves, else no limit."""
-        queue = self.p.queues.get(name)
-        if self.queue_refusal(name, 0) is not None or not swap_displaces(queue, self.p.policy):
+        (rules 2 and 3 for that queue): none in its cool-down after a reclaim, what its
+        eviction cap leaves, else no limit."""
+        if self.queue_refusal(name, 0) is not None:
             return 0.0
+        queue = self.p.queues.get(name)
         cap = None if queue is None else cap_for(queue, self.p.lines.get(queue.line), self.p.policy)
         if cap is None:
             return math.inf
@@ -356,8 +346,6 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
                 q.last_reclaim_at, now, queue_cooldown_s(over, policy)
             ):
                 errors.append(f"job {j.id} borrows within queue {name}'s cool-down")
-            if proxy and not swap_displaces(q, policy):
-                errors.append(f"job {j.id} displaces work of queue {name}, above its target")
             cap = cap_for(q, lines.get(q.line) if q is not None else None, policy)
             if cap is not None and qb.get(name, 0) + g > cap:
                 errors.append(f"job {j.id} takes queue {name} over its borrowing cap {cap}")

@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from .borrowing import EVICTION_CAP, refused_reason, swap_displaces
+from .borrowing import refused_reason
 from .policy import is_demoted, job_runtime, may_borrow, running_end
 from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
 
@@ -200,19 +200,8 @@ class QuotaSwap:
         per_queue: dict[str, int] = {}
         for r in chosen:
             per_queue[r.queue] = per_queue.get(r.queue, 0) + r.gpus
-        policy = self.p.policy
         for name, gpus in per_queue.items():
-            queue = self.p.queues.get(name)
             refused = self.p.borrowing.queue_refusal(name, gpus)
-            if refused is None and not swap_displaces(queue, policy):
-                refused = (
-                    EVICTION_CAP,
-                    (
-                        f"Queue {name} has an eviction ratio of {queue.eviction_ratio:.0%}, "  # type: ignore[union-attr]
-                        f"above the {policy.borrow_eviction_target:.0%} target, so its running "
-                        "work is not made borrowed in another job's place."
-                    ),
-                )
             if refused is not None:
                 kind, note = refused
                 return kind, f"Its own quota is held by preemptible work that cannot move: {note}"

@@ -283,28 +283,3 @@ def test_those_random_states_do_swap():
         result = run(s)
         swapped += bool(swapped_lines(s, result))
     assert swapped >= 20, swapped
-
-
-def test_work_of_a_queue_above_its_eviction_target_is_not_displaced_while_the_cap_is_on():
-    """Its cap would still leave room (quota 16 at 11%: 14 borrowed GPUs), but displaced
-    work is what the lenders reclaim next: a queue above its target gives none."""
-    above = with_queue("llm-experiment", eviction_ratio=0.11, quota_gpus=16)
-    result = run(scenario([FINETUNE], queues=above))
-    assert starts(result) == {} and result.swaps == ()
-    verdict = result.verdicts[10]
-    assert (verdict.code, verdict.details["borrow_refused"]) == ("QUOTA_EXCEEDED", "eviction_cap")
-    assert "llm-experiment has an eviction ratio of 11%, above the 10% target" in verdict.message
-    # on target, or with the cap off (the admins' choice), it is displaced as before
-    on_target = with_queue("llm-experiment", eviction_ratio=0.10, quota_gpus=16)
-    assert run(scenario([FINETUNE], queues=on_target)).swaps == (et.Swap(10, (1,)),)
-    assert run(scenario([FINETUNE], queues=above, borrow_cap=False)).swaps == (et.Swap(10, (1,)),)
-
-
-def test_check_plan_refuses_a_swap_that_displaces_work_of_a_queue_above_target():
-    on_target = scenario([FINETUNE], queues=with_queue("llm-experiment", quota_gpus=16))
-    swapped = run(on_target)
-    assert swapped.swaps == (et.Swap(10, (1,)),)
-    above = scenario([FINETUNE], queues=with_queue("llm-experiment", eviction_ratio=0.11,
-                                                    quota_gpus=16))  # fmt: skip
-    errors = check_plan(above, swapped)
-    assert any("displaces work of queue llm-experiment, above its target" in e for e in errors)

@@ -20,7 +20,7 @@ def snapshot():
 
 def test_run_bench_reports_the_figures_the_command_prints():
     res = run_bench(gpus=800, pending=200, running=120, runs=2, seed=3)
-    for key in ("median_ms", "p95_ms", "runs", "jobs_placed_per_s", "starts", "verdicts"):
+    for key in ("median_ms", "p95_ms", "runs", "jobs_placed_per_s", "starts", "swaps", "verdicts"):
         assert key in res
     assert res["runs"] == 2 and res["violations"] == 0
     assert res["median_ms"] > 0 and res["p95_ms"] >= res["min_ms"]
@@ -133,7 +133,6 @@ def test_a_switch_times_the_same_cluster_with_a_policy_option_off():
     off = run_bench(gpus=800, pending=200, running=120, runs=1, seed=3,
                     switches={"preemption": False})  # fmt: skip
     assert on["preemptions"] > 0 and off["preemptions"] == 0
-    assert "swaps" in on
 
 
 @pytest.mark.parametrize("bad", ["nope=true", "swap_quota=maybe", "max_reservations=false"])

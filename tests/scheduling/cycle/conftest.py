@@ -133,6 +133,11 @@ def observed_node(name: str, gpus: int = 8, **changes) -> ObservedNode:
     return replace(node, **changes)
 
 
+def counter(metric, *labels: str) -> float:
+    """The value of a ``core.telemetry`` counter's series in this process."""
+    return metric.labels(*labels)._value.get()
+
+
 def make_cycle(backend: FakeBackend, kind: str = "cycle") -> Cycle:
     """A cycle on the backend's current observation (as ``run_cycle`` opens one)."""
     return Cycle(backend, backend.observe(), kind)

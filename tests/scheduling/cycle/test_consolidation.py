@@ -21,7 +21,7 @@ from scheduling.engine.types import Migration
 from scheduling.models import CONSOLIDATION, Eviction, Job, JobEvent, Node
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
-from tests.scheduling.cycle.conftest import T0, make_cycle, observed_node
+from tests.scheduling.cycle.conftest import T0, counter, make_cycle, observed_node
 
 pytestmark = pytest.mark.django_db
 
@@ -30,10 +30,6 @@ CKPT = "s3://ckpt/run/"
 
 def when(seconds: float) -> datetime:
     return datetime.fromtimestamp(T0 + seconds, tz=UTC)
-
-
-def counter(metric, *labels: str) -> float:
-    return metric.labels(*labels)._value.get()
 
 
 @pytest.fixture(autouse=True)

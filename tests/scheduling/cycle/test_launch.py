@@ -9,7 +9,7 @@ from scheduling.cycle import launch
 from scheduling.cycle.backoff import LAUNCH_RETRY, LAUNCH_RETRY_CODE
 from scheduling.engine.types import Slot, Start, Swap
 from scheduling.models import Allocation, Job, JobEvent
-from tests.scheduling.cycle.conftest import T0, make_cycle
+from tests.scheduling.cycle.conftest import T0, counter, make_cycle
 
 pytestmark = pytest.mark.django_db
 
@@ -164,10 +164,6 @@ def test_a_swap_whose_start_did_not_launch_displaces_nothing(backend, make_job, 
     assert not displaced.borrowed and kinds(displaced) == []
 
 
-def _counter(metric, queue: str) -> float:
-    return metric.labels(queue)._value.get()
-
-
 def test_launched_swaps_are_counted_for_metrics_after_commit(
     backend, make_job, running_job, django_capture_on_commit_callbacks
 ):
@@ -178,11 +174,11 @@ def test_launched_swaps_are_counted_for_metrics_after_commit(
     job = make_job(preemptible=False, tier="finetune")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (first.pk, second.pk)),))
-    assert _counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 0, "nothing before commit"
+    assert counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 0, "nothing before commit"
     for callback in callbacks:
         callback()
-    assert _counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 1
-    assert _counter(telemetry.SWAP_DISPLACED, "llm-experiment") == 2
+    assert counter(telemetry.QUOTA_SWAPS, "llm-experiment") == 1
+    assert counter(telemetry.SWAP_DISPLACED, "llm-experiment") == 2
 
 
 def test_a_displaced_job_no_longer_running_is_left_alone(backend, make_job, running_job):

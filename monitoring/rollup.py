@@ -18,6 +18,7 @@ from monitoring.idle_account import idle_totals
 from monitoring.models import Alert, MetricSample
 from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
+from scheduling.borrow_inputs import EvictionReading
 from scheduling.clock import cluster_now
 from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
@@ -314,10 +315,12 @@ def get_eviction_figures() -> EvictionFigures:
     )
 
 
-def get_eviction_ratios() -> dict[int, float | None]:
-    """Latest eviction ratio per queue id (None: no data yet), from the last sample."""
-    figures = get_eviction_figures()
-    return {qid: row["eviction_ratio"] for qid, row in figures.by_queue.items()}
+def get_eviction_readings() -> dict[int, EvictionReading]:
+    """Latest eviction figures per queue id, from the last sample (the loop's input)."""
+    return {
+        qid: EvictionReading(row["eviction_ratio"], row["evicted_gpu_s"], row["delivered_gpu_s"])
+        for qid, row in get_eviction_figures().by_queue.items()
+    }
 
 
 # -- cadence ------------------------------------------------------------------------------
@@ -341,5 +344,5 @@ def rollup_if_due() -> MetricSample | None:
     return rollup() if sample_due(cluster_now()) else None
 
 
-__all__ = ["EvictionFigures", "eviction_window", "get_eviction_figures", "get_eviction_ratios",
-           "rollup"]  # fmt: skip
+__all__ = ["EvictionFigures", "eviction_window", "get_eviction_figures",
+           "get_eviction_readings", "rollup"]  # fmt: skip

@@ -9,8 +9,9 @@ past, kept by the replay as the portal keeps it from its own records:
   default eviction window) as the portal computes it for the engine
   (``monitoring.rollup``): GPU time of the runs evicted in the window over the GPU time
   the queue was given in it (``monitoring.metrics.window_eviction_ratio``), as
-  ``QueueView.eviction_ratio``, and the time of its last eviction,
-  ``QueueView.last_reclaim_at``. (Until session 9 the replay fed evictions per run here,
+  ``QueueView.eviction_ratio`` (and its two sides, ``evicted_gpu_s`` and
+  ``delivered_gpu_s``, for the quota swap's eviction budget), and the time of its last
+  eviction, ``QueueView.last_reclaim_at``. (Until session 9 the replay fed evictions per run here,
   once a queue had 3: not what the portal's engine reads.)
 """
 
@@ -83,11 +84,13 @@ class BorrowHistory:
         old = now - self.window_s
         for q in queues:
             use = self._use.get(q.name)
-            ratio, last = (None, None) if use is None else use.window(old, now)
-            key = (q.name, ratio, last)
+            fig = (None, None, None, None) if use is None else use.window(old, now)
+            key = (q.name, *fig)
             v = self._views.get(key)
             if v is None:
-                v = replace(q, eviction_ratio=ratio, last_reclaim_at=last)
+                ratio, last, evicted, delivered = fig
+                v = replace(q, eviction_ratio=ratio, last_reclaim_at=last,
+                            evicted_gpu_s=evicted, delivered_gpu_s=delivered)  # fmt: skip
                 if len(self._views) > 10_000:
                     self._views.clear()
                 self._views[key] = v
@@ -120,8 +123,9 @@ class QueueUse:
         self._advance(t)
         self.busy += gpus
 
-    def window(self, old: float, now: float) -> tuple[float | None, float | None]:
-        """(R4's ratio over ``[old, now]``, the time of the last eviction)."""
+    def window(self, old: float, now: float) -> tuple[float | None, float | None, float, float]:
+        """Over ``[old, now]``: R4's ratio, the time of the last eviction, the evicted and
+        the delivered GPU-seconds."""
         self._advance(now)
         marks, ev = self.marks, self.evictions
         while len(marks) > 1 and marks[1][0] <= old:  # keep the last mark at or before old
@@ -129,5 +133,6 @@ class QueueUse:
         while ev and ev[0][0] < old:
             self.evicted_gpu_s -= ev.popleft()[1]
         since = marks[0][1] if marks and marks[0][0] <= old else 0.0
-        ratio = window_eviction_ratio(max(0.0, self.evicted_gpu_s), self.total - since)
-        return ratio, (ev[-1][0] if ev else None)
+        evicted, delivered = max(0.0, self.evicted_gpu_s), self.total - since
+        ratio = window_eviction_ratio(evicted, delivered)
+        return ratio, (ev[-1][0] if ev else None), evicted, delivered

@@ -11,8 +11,9 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
 * per job and per queue, the last eviction within the cool-down (``Eviction`` rows; moves
   by consolidation are not evictions);
-* per queue, the eviction ratio of the monitoring rollup. Monitoring sits above
-  scheduling, so it registers its reader here (``provide_eviction_ratios``, in
+* per queue, the eviction figures of the monitoring rollup (the ratio, and the evicted
+  and delivered GPU time it divides: ``EvictionReading``). Monitoring sits above
+  scheduling, so it registers its reader here (``provide_eviction_readings``, in
   ``MonitoringConfig.ready``) as it connects to the loop's signals.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db.models import Case, F, IntegerField, Sum, When
 from django.db.models.functions import Least
@@ -29,18 +31,39 @@ from scheduling.clock import to_epoch
 from scheduling.engine.borrowing import HORIZONS_S
 from scheduling.models import CONSOLIDATION, INFERENCE_STOP, Eviction
 
-EvictionRatios = Callable[[], dict[int, float | None]]
-_ratio_source: list[EvictionRatios] = []
+
+class EvictionReading(NamedTuple):
+    """A queue's eviction figures over the eviction window: R4's ratio (None: no data
+    yet), the GPU time of its evicted runs and the GPU time it was given."""
+
+    ratio: float | None
+    evicted_gpu_s: float
+    delivered_gpu_s: float
 
 
-def provide_eviction_ratios(source: EvictionRatios) -> None:
-    """Register the reader of the latest per-queue eviction ratios (queue id -> ratio)."""
-    _ratio_source[:] = [source]
+EvictionReadings = Callable[[], dict[int, EvictionReading]]
+_reading_source: list[EvictionReadings] = []
 
 
-def queue_eviction_ratios() -> dict[int, float | None]:
-    """Latest eviction ratio per queue id ({} when monitoring is not installed)."""
-    return _ratio_source[0]() if _ratio_source else {}
+def provide_eviction_readings(source: EvictionReadings) -> None:
+    """Register the reader of the latest per-queue eviction figures (queue id -> reading)."""
+    _reading_source[:] = [source]
+
+
+def queue_eviction_readings() -> dict[int, EvictionReading]:
+    """Latest eviction figures per queue id ({} when monitoring is not installed)."""
+    return _reading_source[0]() if _reading_source else {}
+
+
+def queue_view_fields(reading: EvictionReading | None) -> dict[str, float | None]:
+    """``QueueView``'s eviction fields from a queue's reading (all None: no reading)."""
+    if reading is None:
+        return {"eviction_ratio": None, "evicted_gpu_s": None, "delivered_gpu_s": None}
+    return {
+        "eviction_ratio": reading.ratio,
+        "evicted_gpu_s": reading.evicted_gpu_s,
+        "delivered_gpu_s": reading.delivered_gpu_s,
+    }
 
 
 def policy_knobs() -> dict[str, float | bool]:

@@ -195,7 +195,7 @@ def build_snapshot(
     evicted_job, evicted_queue = borrow_inputs.recent_evictions(
         at, max(policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s)
     )
-    ratios = borrow_inputs.queue_eviction_ratios() if policy.borrow_eviction_target > 0 else {}
+    readings = borrow_inputs.queue_eviction_readings() if policy.borrow_eviction_target > 0 else {}
     lines = tuple(
         et.LineView(
             name=ln.name,
@@ -216,8 +216,8 @@ def build_snapshot(
             preempts_tiers=frozenset(et.Tier.parse(t) for t in q.preempts_tiers)
             if q.preempts_tiers
             else None,
-            eviction_ratio=ratios.get(q.pk),
             last_reclaim_at=evicted_queue.get(q.pk),
+            **borrow_inputs.queue_view_fields(readings.get(q.pk)),
         )  # fmt: skip
         for q in queue_rows
     )

@@ -34,9 +34,17 @@ happening:
    a cap that shrinks as the ratio climbs and is 0 from twice the target; as the ratio
    falls back (the caller's window moves on), the cap grows back.
 
+   A quota swap (``quota_swap.py``) turns running work into borrowed work *with its
+   past*: a reclaim then counts the whole of the run's GPU time as evicted, so with
+   ``swap_eviction_budget`` a swap also keeps to the queue's **eviction budget**,
+   ``target x delivered - evicted`` GPU-seconds over the caller's window
+   (``eviction_budget``): the GPU time the queue's borrowed work has been given so far
+   (``exposure``), with the displaced runs', may not exceed it, so that reclaiming all of
+   it at once would leave the queue's ratio within the target.
+
 A refused borrower reads ``QUOTA_EXCEEDED`` as before, with the rule in its message and
-``details.borrow_refused`` (``cooldown``, ``queue_cooldown``, ``eviction_cap`` or
-``lenders_return``). Rule 1 is on with ``borrow_forecast``; rules 2 and 3 with a
+``details.borrow_refused`` (``cooldown``, ``queue_cooldown``, ``eviction_cap``,
+``eviction_budget`` (swaps only) or ``lenders_return``). Rule 1 is on with ``borrow_forecast``; rules 2 and 3 with a
 positive cool-down / target. ``check_borrowing`` re-derives rule 1-3 for a finished plan
 (``check_plan`` calls it).
 """
@@ -51,7 +59,16 @@ from typing import TYPE_CHECKING
 from . import explain
 from .accounting import derive_usage
 from .policy import job_runtime, running_end
-from .types import READY, LineView, PendingJob, Plan, PolicyConfig, QueueView, Snapshot
+from .types import (
+    READY,
+    LineView,
+    PendingJob,
+    Plan,
+    PolicyConfig,
+    QueueView,
+    RunningJob,
+    Snapshot,
+)
 
 if TYPE_CHECKING:
     from .planner import Planner
@@ -65,6 +82,7 @@ _STARTS: tuple[float, ...] = (0.0, *HORIZONS_S[:-1])
 COOLDOWN = "cooldown"
 QUEUE_COOLDOWN = "queue_cooldown"
 EVICTION_CAP = "eviction_cap"
+EVICTION_BUDGET = "eviction_budget"
 LENDERS_RETURN = "lenders_return"
 
 
@@ -79,6 +97,26 @@ def eviction_cap(queue: QueueView | None, line: LineView | None, target: float) 
     if base is None and line is not None:
         base = line.quota_gpus
     return max(0, math.floor((base or 0) * (2.0 - ratio / target)))
+
+
+def eviction_budget(queue: QueueView | None, policy: PolicyConfig) -> float | None:
+    """GPU-seconds of a queue's work that may be evicted before its eviction ratio passes
+    the target: ``target x delivered - evicted`` over the caller's window, at least 0
+    (rule 3, for quota swaps). None: no budget (``borrow_cap`` or ``swap_eviction_budget``
+    off, no target, or the queue's figures unknown)."""
+    target = policy.borrow_eviction_target
+    if queue is None or target <= 0 or not (policy.borrow_cap and policy.swap_eviction_budget):
+        return None
+    if queue.evicted_gpu_s is None or queue.delivered_gpu_s is None:
+        return None
+    evicted = queue.evicted_gpu_s
+    return max(0.0, target * max(queue.delivered_gpu_s, evicted) - evicted)
+
+
+def exposure(r: RunningJob, now: float) -> float:
+    """GPU time ``r``'s run has been given by ``now``: what evicting it now would count
+    (R4 counts an evicted run's GPU time, ``Eviction.gpu_seconds``)."""
+    return r.gpus * max(0.0, now - r.started_at)
 
 
 def over_target(queue: QueueView | None, target: float) -> bool:
@@ -172,6 +210,7 @@ class Borrowing:
         self.p = planner
         self._slack: list[int] | None = None
         self._queue_borrowed: dict[str, int] = {}
+        self._queue_exposure: dict[str, float] = {}  # GPU time its borrowed runs were given
         self.capacity = 0
 
     def _prepare(self) -> list[int]:
@@ -190,6 +229,8 @@ class Borrowing:
                 load.append((end, r.gpus))
                 if r.id not in p.victim_ids:
                     qb[r.queue] = qb.get(r.queue, 0) + r.gpus
+                    qx = self._queue_exposure
+                    qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
         bl = BorrowedLoad(load)
         demand = forecast_demand(
             entitled_now(p.lines, entitled_demand_now(p.usage.nb_line, s.pending)),
@@ -262,6 +303,31 @@ class Borrowing:
             return math.inf
         return float(max(0, cap - self._queue_borrowed.get(name, 0)))
 
+    def budget(self, name: str) -> float:
+        """GPU-seconds of queue ``name``'s running work a quota swap may still make
+        borrowed now: its eviction budget less what its borrowed work has been given
+        (no limit without a budget)."""
+        queue = self.p.queues.get(name)
+        room = eviction_budget(queue, self.p.policy)
+        if room is None:
+            return math.inf
+        if self._slack is None:
+            self._prepare()
+        return max(0.0, room - self._queue_exposure.get(name, 0.0))
+
+    def budget_refusal(self, name: str, gpu_s: float) -> tuple[str, str] | None:
+        """The eviction budget's refusal for displacing ``gpu_s`` GPU-seconds of queue
+        ``name``'s running work (None: within it)."""
+        room = self.budget(name)
+        if gpu_s <= room:
+            return None
+        target = self.p.policy.borrow_eviction_target
+        return EVICTION_BUDGET, (
+            f"Preempting queue {name}'s borrowed work once it holds this would take its "
+            f"eviction ratio past the {target:.0%} target ({room / 3600:.0f} GPU-hours of "
+            f"room; this needs {gpu_s / 3600:.0f})."
+        )
+
     def lenders_refusal(self, gpus: int, runtime: float) -> tuple[str, str] | None:
         """Rule 1 for ``gpus`` GPUs borrowed for ``runtime`` seconds (None: allowed)."""
         slack = self._slack if self._slack is not None else self._prepare()
@@ -276,14 +342,16 @@ class Borrowing:
         """``job`` starts on borrowed capacity until ``end`` (its predicted end)."""
         self.add_load(job.queue, job.gpus, end)
 
-    def add_load(self, queue: str, gpus: int, end: float) -> None:
-        """``gpus`` GPUs of ``queue`` run on borrowed capacity until ``end``."""
+    def add_load(self, queue: str, gpus: int, end: float, given_gpu_s: float = 0.0) -> None:
+        """``gpus`` GPUs of ``queue`` run on borrowed capacity until ``end``; their run
+        has been given ``given_gpu_s`` GPU-seconds so far (a displaced run's past)."""
         slack = self._slack if self._slack is not None else self._prepare()
         run = end - self.p.now
         for i, t0 in enumerate(_STARTS):
             if t0 < run:
                 slack[i] -= gpus
         self._queue_borrowed[queue] = self._queue_borrowed.get(queue, 0) + gpus
+        self._queue_exposure[queue] = self._queue_exposure.get(queue, 0.0) + given_gpu_s
 
 
 def refused_reason(reason: explain.Reason, kind: str) -> explain.Reason:
@@ -308,11 +376,13 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
     leaving.update({m.job_id: m.grace_deadline for m in plan.migrations})
     load: list[tuple[float, int]] = []
     qb: dict[str, int] = {}
+    qx: dict[str, float] = {}  # GPU time the queue's borrowed runs were given
     for r in snapshot.running:
         if r.id in usage.borrowed_ids:
             load.append((leaving.get(r.id, running_end(r, now, policy)), r.gpus))
             if r.id not in leaving:
                 qb[r.queue] = qb.get(r.queue, 0) + r.gpus
+                qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
     ready = sum(n.gpus_total for n in snapshot.nodes if n.state == READY)
     demand = forecast_demand(
         entitled_now(lines, entitled_demand_now(usage.nb_line, snapshot.pending)),
@@ -339,6 +409,11 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         per_queue: dict[str, int] = {}
         for _t, g, name in adds:
             per_queue[name] = per_queue.get(name, 0) + g
+        for r in proxy:
+            qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
+            budget = eviction_budget(queues.get(r.queue), policy)
+            if budget is not None and qx[r.queue] > budget + 1e-6:
+                errors.append(f"job {j.id} displaces queue {r.queue} past its eviction budget")
         for name, g in per_queue.items():
             q = queues.get(name)
             over = over_target(q, policy.borrow_eviction_target)

@@ -18,7 +18,10 @@ preemptible work on lent capacity, which is all Q7 allows.
 The swap is borrowing by proxy, so borrowing's rules apply to the work it displaces
 (``Borrowing.refusal`` with the displaced GPUs and their predicted ends): the queue's
 cool-down and eviction cap, and rule 1 (the displaced work is predicted to end before
-the lenders are predicted to need their GPUs back). Displaced work is running,
+the lenders are predicted to need their GPUs back). Unlike a borrower, displaced work
+has a past that a reclaim would count as evicted, so a swap also keeps to the queue's
+eviction budget (``Borrowing.budget``; newest runs are displaced first, which also
+puts the least GPU time at risk). Displaced work is running,
 preemptible, not demoted, not already borrowed, not moving or leaving; guarantees are
 untouched (the scope's active use grows by the job, its guarantee does not).
 
@@ -32,7 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from .borrowing import refused_reason
+from .borrowing import exposure, refused_reason
 from .policy import is_demoted, job_runtime, may_borrow, running_end
 from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
 
@@ -90,18 +93,40 @@ def index_by_scope(
     return idx
 
 
+class Limits:
+    """What may still become borrowed of each queue's work: ``room(queue)`` GPUs
+    (borrowing's rules 2 and 3) and ``budget(queue)`` GPU-seconds of the runs' past (the
+    eviction budget), as of ``now``."""
+
+    def __init__(
+        self, room: Callable[[str], float], budget: Callable[[str], float], now: float
+    ) -> None:
+        self.room, self.budget, self.now = room, budget, now
+        self.gpus: dict[str, int] = {}
+        self.given: dict[str, float] = {}
+
+    def admits(self, r: RunningJob) -> bool:
+        """Whether ``r`` may become borrowed beside what was admitted before it."""
+        q = r.queue
+        if self.gpus.get(q, 0) + r.gpus > self.room(q):
+            return False
+        return self.given.get(q, 0.0) + exposure(r, self.now) <= self.budget(q)
+
+    def admit(self, r: RunningJob) -> None:
+        self.gpus[r.queue] = self.gpus.get(r.queue, 0) + r.gpus
+        self.given[r.queue] = self.given.get(r.queue, 0.0) + exposure(r, self.now)
+
+
 def choose(
     shorts: Mapping[Scope, int],
     idx: Mapping[Scope, list[RunningJob]],
     taken: set[int],
-    room: Callable[[str], float] | None = None,
+    limits: Limits | None = None,
 ) -> list[RunningJob] | None:
     """The running jobs that become borrowed so a job fits within every quota it is short
-    of (``shorts``: GPUs short per scope); None if a scope has too little. ``room(queue)``:
-    how many GPUs of a queue's work may still become borrowed (borrowing's rules 2 and 3
-    for that queue; None: no limit)."""
+    of (``shorts``: GPUs short per scope); None if a scope has too little. ``limits``:
+    what the displaced queues' rules still allow (None: no limit)."""
     out: dict[int, RunningJob] = {}
-    used: dict[str, int] = {}
     for (scope, name), short in shorts.items():
         if short <= 0:
             continue
@@ -111,10 +136,11 @@ def choose(
                 break
             if r.id in out or r.id in taken:
                 continue
-            if room is not None and used.get(r.queue, 0) + r.gpus > room(r.queue):
-                continue
+            if limits is not None:
+                if not limits.admits(r):
+                    continue
+                limits.admit(r)
             out[r.id] = r
-            used[r.queue] = used.get(r.queue, 0) + r.gpus
             got += r.gpus
         if got < short:
             return None
@@ -160,7 +186,8 @@ class QuotaSwap:
         first_q = self.waiting[job.id][0]
         shorts = self._shorts(job, *p.quota_short(job, ()))
         gone = self.taken | p.victim_ids
-        chosen = choose(shorts, self.idx(), gone, p.borrowing.displace_room)
+        limits = Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
+        chosen = choose(shorts, self.idx(), gone, limits)
         refused = None
         if chosen is None:
             anyway = choose(shorts, self.idx(), gone)  # without the displaced queues' rules
@@ -177,17 +204,17 @@ class QuotaSwap:
                 p.start(job, sh, nodes, borrowed=False)
                 return
             else:
-                load = [(running_end(r, p.now, p.policy), r.gpus, r.queue) for r in chosen]
-                until = max(t for t, _g, _q in load)
+                until = max(running_end(r, p.now, p.policy) for r in chosen)
                 if p.policy.borrow_forecast:
-                    gpus = sum(g for _t, g, _q in load)
+                    gpus = sum(r.gpus for r in chosen)
                     refused = p.borrowing.lenders_refusal(gpus, until - p.now)
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
                     self.take(chosen)
                     self.swaps.append(Swap(job.id, tuple(r.id for r in chosen)))
-                    for t, g, q in load:
-                        p.borrowing.add_load(q, g, t)
+                    for r in chosen:
+                        end = running_end(r, p.now, p.policy)
+                        p.borrowing.add_load(r.queue, r.gpus, end, exposure(r, p.now))
                     return
         if refused is not None:
             reason, est = p.quota_reason(job, first_q, refused[1])
@@ -197,11 +224,14 @@ class QuotaSwap:
 
     def queue_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
         """The rule that keeps the queues of ``chosen`` from lending it (the first found)."""
-        per_queue: dict[str, int] = {}
+        per_queue: dict[str, tuple[int, float]] = {}
         for r in chosen:
-            per_queue[r.queue] = per_queue.get(r.queue, 0) + r.gpus
-        for name, gpus in per_queue.items():
+            gpus, given = per_queue.get(r.queue, (0, 0.0))
+            per_queue[r.queue] = (gpus + r.gpus, given + exposure(r, self.p.now))
+        for name, (gpus, given) in per_queue.items():
             refused = self.p.borrowing.queue_refusal(name, gpus)
+            if refused is None:
+                refused = self.p.borrowing.budget_refusal(name, given)
             if refused is not None:
                 kind, note = refused
                 return kind, f"Its own quota is held by preemptible work that cannot move: {note}"

@@ -185,7 +185,10 @@ class QueueView:
 
     Borrowing (#19, ``borrowing.py``): ``eviction_ratio`` is the queue's recent eviction
     ratio (None: unknown), ``last_reclaim_at`` when a job of it was last evicted (None:
-    not recently); the caller computes both over its own window.
+    not recently); ``evicted_gpu_s`` / ``delivered_gpu_s`` the two sides of that ratio
+    (GPU time of the runs evicted, and GPU time the queue was given; None: unknown), which
+    the quota swap's eviction budget reads; the caller computes all four over its own
+    window.
     """
 
     name: str
@@ -196,6 +199,8 @@ class QueueView:
     preempts_tiers: frozenset[Tier] = None  # type: ignore[assignment]
     eviction_ratio: float | None = None
     last_reclaim_at: float | None = None
+    evicted_gpu_s: float | None = None
+    delivered_gpu_s: float | None = None
 
     def __post_init__(self) -> None:
         tier = _tier(self.tier)
@@ -343,7 +348,10 @@ class PolicyConfig:
       borrow (not preemptible, or demoted) and finds its queue or line at quota starts on
       idle capacity when enough of that scope's own preemptible work can become the
       borrowed part instead, under the same rules (``quota_swap.py``; on: it takes
-      nothing from anyone now, and only presets that borrow swap).
+      nothing from anyone now, and only presets that borrow swap);
+      ``swap_eviction_budget`` (with ``borrow_cap``): a swap displaces a queue's work only
+      while all of that queue's borrowed work, were it reclaimed at once, would keep its
+      eviction ratio within ``borrow_eviction_target`` (``borrowing.Borrowing.budget``).
     """
 
     backfill: bool = True
@@ -384,6 +392,7 @@ class PolicyConfig:
     borrow_forecast_over_target: bool = False
     borrow_queue_cooldown_over_target: bool = False
     swap_quota: bool = True
+    swap_eviction_budget: bool = True
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

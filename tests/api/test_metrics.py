@@ -7,7 +7,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
-from monitoring.rollup import get_eviction_ratios, rollup
+from monitoring.rollup import get_eviction_figures, rollup
 from quotas.models import Queue
 from scheduling.models import Eviction, Job, SchedulingCycle
 from tests.drills import advance, cycle, make_quotas_roomy, submit
@@ -86,7 +86,7 @@ def test_the_scrape_reports_queues_lines_pending_evictions_cycles_and_nodes(busy
 
     experiment = Queue.objects.get(name="llm-experiment")
     ratio = value(m, "gpuportal_queue_eviction_ratio", **exp)
-    assert ratio == get_eviction_ratios()[experiment.pk] and ratio > 0
+    assert ratio == get_eviction_figures().ratio(experiment.pk) and ratio > 0
 
     evictions = Eviction.objects.filter(queue=experiment, reason="preemption").count()
     assert value(m, "gpuportal_preemptions_total", queue="llm-experiment", reason="preemption") == (
@@ -187,7 +187,9 @@ def test_the_summary_matches_the_cluster(busy_cluster, api):
     assert sum(body["pending_by_reason"].values()) == Job.objects.filter(state="pending").count()
     assert body["pending_by_reason"]["NEW"] == 1
     experiment = Queue.objects.get(name="llm-experiment")
-    assert body["eviction_ratio_by_queue"]["llm-experiment"] == get_eviction_ratios()[experiment.pk]
+    assert body["eviction_ratio_by_queue"]["llm-experiment"] == get_eviction_figures().ratio(
+        experiment.pk
+    )
     assert set(body["eviction_ratio_by_queue"]) == set(Queue.objects.values_list("name", flat=True))
     assert body["eviction_window_seconds"] == 72 * 3600 and body["eviction_sampled_at"] is not None
     assert body["eviction_window"] == "last 72 h", "the quota policy's window, named"

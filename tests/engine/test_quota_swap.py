@@ -171,6 +171,47 @@ def test_the_displaced_work_s_queue_answers_for_cooldown_and_cap():
         assert starts(run(scenario([FINETUNE], queues=own))) == {10: False}
 
 
+def budgeted(delivered: float, evicted: float = 0.0) -> list[et.QueueView]:
+    """The experiment queue with these eviction figures (target 10%: the budget is
+    ``0.1 x delivered - evicted`` GPU-seconds)."""
+    return with_queue("llm-experiment", delivered_gpu_s=delivered, evicted_gpu_s=evicted)
+
+
+def test_a_swap_keeps_to_the_displaced_queue_s_eviction_budget():
+    """The experiment has run 1 h on 8 GPUs (28,800 GPU-seconds): a lender reclaiming it
+    once it is borrowed would count all of that as evicted. The swap happens only while
+    its queue's eviction budget covers it."""
+    exact = run(scenario([FINETUNE], queues=budgeted(288_000.0)))  # budget 28,800
+    assert exact.swaps == (et.Swap(10, (1,)),)
+    short = run(scenario([FINETUNE], queues=budgeted(288_000.0, evicted=800.0)))  # 28,000
+    assert starts(short) == {}
+    verdict = short.verdicts[10]
+    assert verdict.code == et.Code.QUOTA_EXCEEDED
+    assert verdict.details["borrow_refused"] == "eviction_budget"
+    assert "past the 10% target" in verdict.message and "llm-experiment" in verdict.message
+    # the budget is rule 3's: off with the cap or with the switch; figures unknown, no budget
+    for policy in ({"borrow_cap": False}, {"swap_eviction_budget": False}):
+        assert starts(run(scenario([FINETUNE], queues=budgeted(1.0), **policy))) == {10: False}
+    assert starts(run(scenario([FINETUNE], queues=budgeted(None)))) == {10: False}  # type: ignore[arg-type]
+
+
+def test_the_budget_counts_what_the_queue_has_borrowed_already():
+    # llm quota 16: the core run and the experiment within it, an older experiment (2 h,
+    # 16 GPU-hours) already borrowed; budget 30 GPU-hours: 16 + 8 fits, 16 + 16 would not
+    core = rjob(2, {"a01": range(8)}, tier="core", preemptible=False)
+    borrowed = rjob(3, {"a02": range(8)}, started_at=NOW - 2 * HOUR, borrowed=True)
+    s = scenario([FINETUNE], running=[EXPERIMENT, core, borrowed], queues=budgeted(1_080_000.0))
+    s = dataclasses.replace(s, lines=(et.LineView("llm", 16), et.LineView("search", 24)))
+    assert run(s).swaps == (et.Swap(10, (1,)),)
+    old = dataclasses.replace(EXPERIMENT, started_at=NOW - 2 * HOUR)  # 16 GPU-hours now
+    s_old = dataclasses.replace(s, running=(old, core, borrowed))
+    result = run(s_old)
+    assert result.swaps == ()
+    assert result.verdicts[10].details["borrow_refused"] == "eviction_budget"
+    # check_plan re-derives it: the first plan's swap, judged on the older experiment
+    assert any("eviction budget" in e for e in check_plan(s_old, run(s)))
+
+
 def test_work_of_a_queue_that_may_lend_is_displaced_instead():
     """Of two queues' preemptible work, the one whose queue is cooling down is skipped."""
     finetune_run = rjob(2, {"a01": range(8)}, tier="finetune", started_at=NOW - 600)
@@ -230,8 +271,24 @@ def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:
     pending = tuple(
         dataclasses.replace(j, preemptible=False) if rng.random() < 0.5 else j for j in s.pending
     )
-    policy = dataclasses.replace(s.policy, swap_quota=True, borrowing=True)
-    return dataclasses.replace(s, lines=lines, pending=pending, policy=policy)
+    queues = tuple(
+        dataclasses.replace(
+            q,
+            evicted_gpu_s=(evicted := rng.choice([0.0, 10_000.0, 50_000.0])),
+            delivered_gpu_s=evicted + rng.choice([0.0, 100_000.0, 500_000.0, 2_000_000.0]),
+        )
+        if rng.random() < 0.7
+        else q
+        for q in s.queues
+    )
+    policy = dataclasses.replace(
+        s.policy,
+        swap_quota=True,
+        borrowing=True,
+        borrow_eviction_target=rng.choice([0.0, 0.1, 0.1]),
+        borrow_cap=rng.random() < 0.8,
+    )
+    return dataclasses.replace(s, lines=lines, pending=pending, queues=queues, policy=policy)
 
 
 @st.composite
@@ -271,15 +328,62 @@ def test_a_line_never_holds_more_than_its_quota_of_work_that_cannot_be_reclaimed
         assert after.nb_line.get(name, 0) <= line.quota_gpus, name
 
 
-def test_those_random_states_do_swap():
-    """The property above is not vacuous: the same construction swaps in many states."""
-    swapped = 0
-    for seed in range(600):
+def over_budget(s: et.Snapshot, result: et.Plan) -> list[str]:
+    """Queues whose work a swap of ``result`` displaced past their eviction budget: the
+    GPU time given to the queue's borrowed runs that stay, plus the displaced runs',
+    against ``target x max(delivered, evicted) - evicted`` (recomputed here)."""
+    policy = s.policy
+    target = policy.borrow_eviction_target
+    if not (policy.borrow_cap and policy.swap_eviction_budget) or target <= 0:
+        return []
+    queues = {q.name: q for q in s.queues}
+    usage = derive_usage(s.running, queues, {line.name: line for line in s.lines})
+    gone = {p.victim_id for p in result.preemptions} | {m.job_id for m in result.migrations}
+    running = {r.id: r for r in s.running}
+    at_risk: dict[str, float] = {}
+    for r in s.running:
+        if r.id in usage.borrowed_ids and r.id not in gone:
+            at_risk[r.queue] = at_risk.get(r.queue, 0.0) + r.gpus * max(0.0, NOW - r.started_at)
+    out = []
+    for sw in result.swaps:
+        for rid in sw.displaced:
+            r = running[rid]
+            at_risk[r.queue] = at_risk.get(r.queue, 0.0) + r.gpus * max(0.0, NOW - r.started_at)
+            q = queues[r.queue]
+            if q.evicted_gpu_s is None or q.delivered_gpu_s is None:
+                continue
+            budget = target * max(q.delivered_gpu_s, q.evicted_gpu_s) - q.evicted_gpu_s
+            if at_risk[r.queue] > budget + 1e-6:
+                out.append(r.queue)
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tight_snapshots())
+def test_a_swap_never_puts_more_gpu_time_at_risk_than_the_eviction_budget(s: et.Snapshot):
+    """Were every borrowed run of a queue reclaimed right after the plan, its eviction
+    ratio would stay within the target: swaps keep to the displaced queues' budgets."""
+    assert over_budget(s, plan(s, NOW)) == []
+
+
+def random_tight_states(n: int):
+    for seed in range(n):
         rng = random.Random(seed)
         policy = dataclasses.replace(random_policy(rng), preemption=rng.random() < 0.5)
         s = build_snapshot(rng, rng.randint(2, 10), rng.randint(1, 12), rng.randint(1, 14),
                            rng.randint(1, 3), policy)  # fmt: skip
-        s = tighten(s, rng)
+        yield tighten(s, rng)
+
+
+def test_those_random_states_do_swap_and_meet_the_budget():
+    """The properties above are not vacuous: the same construction swaps in many states,
+    and in many the eviction budget is what refuses a swap."""
+    swapped = refused = 0
+    for s in random_tight_states(600):
         result = run(s)
         swapped += bool(swapped_lines(s, result))
+        refused += any(
+            v.details.get("borrow_refused") == "eviction_budget" for v in result.verdicts.values()
+        )
     assert swapped >= 20, swapped
+    assert refused >= 10, refused

@@ -6,10 +6,10 @@ import pytest
 
 from monitoring import metrics
 from monitoring.models import Alert, MetricSample
-from monitoring.rollup import get_eviction_ratios, rollup
+from monitoring.rollup import get_eviction_figures, get_eviction_readings, rollup
 from quotas.models import BusinessLine, Queue
 from scheduling.clock import cluster_now
-from scheduling.models import Eviction, Job
+from scheduling.models import CONSOLIDATION, Eviction, Job
 from tests.drills import advance, cycle, make_quotas_roomy, submit
 from tests.monitoring.scenarios import an_hour_of_experiments
 
@@ -52,8 +52,14 @@ def test_evictions_raise_the_ratio_and_an_alert(api, monkeypatch):
     assert Eviction.objects.count() >= 3
     rollup()
     experiment = Queue.objects.get(name="llm-experiment")
-    ratio = get_eviction_ratios()[experiment.pk]
+    ratio = get_eviction_figures().ratio(experiment.pk)
     assert ratio > 0.10
+    # what the loop reads (the swap's eviction budget): the ratio's two sides
+    reading = get_eviction_readings()[experiment.pk]
+    rows = Eviction.objects.filter(queue=experiment).exclude(reason=CONSOLIDATION)
+    evicted = sum(rows.values_list("gpu_seconds", flat=True))
+    assert reading.ratio == ratio and reading.evicted_gpu_s == pytest.approx(evicted)
+    assert reading.evicted_gpu_s / reading.delivered_gpu_s == pytest.approx(ratio, abs=1e-4)
     alert = Alert.objects.get(kind="eviction_ratio", subject="llm-experiment")
     assert "guarantee" in alert.message
     queues = {q["name"]: q for q in api("researcher").get("/api/v1/queues/").data["results"]}

@@ -137,18 +137,20 @@ def test_borrowing_inputs_reach_the_snapshot(make_job, backend, cluster):
     for age, used, borrowed, pending in ((60, 40, 10, 0), (3000, 90, 0, 50), (40_000, 20, 0, 0)):
         UsageSample.objects.create(at=at(T0 - age), business_line=line, used_gpus=used,
                                    borrowed_gpus=borrowed, pending_gpus=pending)  # fmt: skip
-    borrow_inputs.provide_eviction_ratios(lambda: {queue.pk: 0.25})
+    reading = borrow_inputs.EvictionReading(0.25, 9000.0, 36_000.0)
+    borrow_inputs.provide_eviction_readings(lambda: {queue.pk: reading})
     try:
         s = snapshot_of(backend, StubPredictor())
     finally:
-        from monitoring.rollup import get_eviction_ratios
+        from monitoring.rollup import get_eviction_readings
 
-        borrow_inputs.provide_eviction_ratios(get_eviction_ratios)
+        borrow_inputs.provide_eviction_readings(get_eviction_readings)
     by_name = {p.id: p for p in s.pending}
     assert by_name[job.pk].last_evicted_at == T0 - 600
     assert len(s.pending) == 2 and [p.last_evicted_at for p in s.pending].count(None) == 1
     (q,) = s.queues
     assert (q.last_reclaim_at, q.eviction_ratio) == (T0 - 600, 0.25)
+    assert (q.evicted_gpu_s, q.delivered_gpu_s) == (9000.0, 36_000.0)
     # 30 min: only the sample of a minute ago (30); from 1 h on the 100 (capped 140) counts
     expected = tuple(30 if h < 3000 else 100 for h in HORIZONS_S)
     assert s.demand_peaks == expected

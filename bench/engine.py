@@ -6,7 +6,10 @@ builds a random but realistic snapshot (8-GPU nodes in racks of 32, 4 racks per
 network block, a few non-RDMA / 40 GB / inference racks, ~2% of nodes out of
 service, four business lines with quotas and guarantees, the four tiers, sizes
 from 1 to 256 GPUs, a fragmented and nearly full cluster, some borrowed and
-some preempting work) and times the engine over several runs.
+some preempting work) and times the engine over several runs. ``--tight-quotas`` sets
+every line's quota to what it holds within quota, so that jobs which may not borrow start
+by quota swap (``tighten_quotas``): the default cluster has room in every quota and swaps
+nothing.
 ``run_bench(...)`` returns the same figures as a dict for the
 ``bench_cycle`` management command; ``build_snapshot`` is also the cluster that
 ``bench_cycle --with-db`` and ``bench_pages`` load into the database (``bench.scale``).
@@ -25,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from scheduling.engine import check_plan, plan
+from scheduling.engine.accounting import snapshot_usage
 from scheduling.engine.types import (
     PREEMPTING,
     LineView,
@@ -212,6 +216,29 @@ def build_snapshot(gpus: int, pending: int, running: int, seed: int = 0) -> Snap
 
 
 BENCH_NOW = 1_700_000_000.0
+EVICTION_WINDOW_S = 72 * 3600.0
+
+
+def tighten_quotas(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with every line's quota at what it holds within quota now (so a waiting
+    job that may not borrow finds its line full and its own preemptible work displaceable:
+    the plan swaps) and each queue's eviction figures as if it had run at today's use for
+    the 72 h window with 5% of it evicted (so the swap's eviction budget has work to do)."""
+    usage = snapshot_usage(snapshot)
+    lines = tuple(replace(ln, quota_gpus=usage.nb_line.get(ln.name, 0)) for ln in snapshot.lines)
+    used: dict[str, int] = {}
+    for r in snapshot.running:
+        used[r.queue] = used.get(r.queue, 0) + r.gpus
+    queues = tuple(
+        replace(
+            q,
+            delivered_gpu_s=(delivered := max(1, used.get(q.name, 0)) * EVICTION_WINDOW_S),
+            evicted_gpu_s=0.05 * delivered,
+            eviction_ratio=0.05,
+        )
+        for q in snapshot.queues
+    )
+    return replace(snapshot, lines=lines, queues=queues)
 
 
 def run_bench(
@@ -222,13 +249,17 @@ def run_bench(
     seed: int = 0,
     inference_rise: int = 0,
     switches: dict[str, bool] | None = None,
+    tight_quotas: bool = False,
 ) -> dict[str, Any]:
     """Time plan()+check_plan() on one snapshot; returns the figures as a dict.
     ``inference_rise``: every shared inference node is forecast to need that many GPUs
     more in every hour (#19), so each fallback to a shared node runs the forecast.
     ``switches``: boolean ``PolicyConfig`` options set on the snapshot's policy (e.g.
-    ``{"swap_quota": False}``, to time an option against the same cluster without it)."""
+    ``{"swap_quota": False}``, to time an option against the same cluster without it).
+    ``tight_quotas``: every line at quota (``tighten_quotas``), so the plan swaps."""
     snapshot = build_snapshot(gpus, pending, running, seed)
+    if tight_quotas:
+        snapshot = tighten_quotas(snapshot)
     if switches:
         snapshot = replace(snapshot, policy=replace(snapshot.policy, **switches))
     if inference_rise:
@@ -275,6 +306,7 @@ def run_bench(
         "preemptions": len(result.preemptions),
         "migrations": len(result.migrations),
         "swaps": len(result.swaps),
+        "tight_quotas": tight_quotas,
         "reservations": len(result.reservations),
         "jobs_placed_per_s": round(len(result.starts) / (median / 1000), 1) if median else 0.0,
         "verdicts": result.counts_by_code(),
@@ -297,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
         "--switch", action="append", default=[], metavar="NAME=true|false",
         help="set a boolean policy option (e.g. swap_quota=false); repeatable",
     )  # fmt: skip
+    parser.add_argument(
+        "--tight-quotas", action="store_true",
+        help="every line's quota at what it holds within quota, so that the plan swaps",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     switches = {}
@@ -310,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         switches[name] = value == "true"
     res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed,
-                    args.inference_rise, switches)  # fmt: skip
+                    args.inference_rise, switches, args.tight_quotas)  # fmt: skip
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:
@@ -322,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(plan {res['plan_median_ms']} ms + check {res['check_median_ms']} ms); "
             f"{res['starts']} starts ({res['jobs_placed_per_s']} jobs placed/s), "
             f"{res['preemptions']} preemptions, {res['migrations']} migrations, "
+            f"{res['swaps']} swaps, "
             f"{res['reservations']} reservations, "
             f"{res['violations']} violations"
         )

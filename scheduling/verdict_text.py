@@ -74,6 +74,10 @@ BORROW_RULES: dict[str, str] = {
     borrowing.COOLDOWN: "it was preempted recently (cool-down)",
     borrowing.QUEUE_COOLDOWN: "its queue had work preempted recently (cool-down)",
     borrowing.EVICTION_CAP: "its queue's eviction ratio is above target (borrowing capped)",
+    borrowing.EVICTION_BUDGET: (
+        "the work that would be borrowed in its place would take its queue past the "
+        "eviction target if reclaimed"
+    ),
     borrowing.LENDERS_RETURN: "the lenders are predicted to need the GPUs back before it ends",
 }
 

@@ -323,9 +323,9 @@ class Borrowing:
             return None
         target = self.p.policy.borrow_eviction_target
         return EVICTION_BUDGET, (
-            f"Preempting queue {name}'s borrowed work once it holds this would take its "
-            f"eviction ratio past the {target:.0%} target ({room / 3600:.0f} GPU-hours of "
-            f"room; this needs {gpu_s / 3600:.0f})."
+            f"Queue {name}'s runs that would become borrowed have been given "
+            f"{gpu_s / 3600:,.1f} GPU-hours; were they reclaimed, its eviction ratio would "
+            f"pass the {target:.0%} target ({room / 3600:,.1f} GPU-hours of room)."
         )
 
     def lenders_refusal(self, gpus: int, runtime: float) -> tuple[str, str] | None:

@@ -140,3 +140,20 @@ def test_a_switch_must_name_a_boolean_policy_option(bad, capsys):
     with pytest.raises(SystemExit):
         main(["--gpus", "80", "--pending", "5", "--running", "3", "--runs", "1", "--switch", bad])
     assert "--switch takes NAME=true|false" in capsys.readouterr().err
+
+
+def test_tight_quotas_make_the_plan_swap_and_the_default_cluster_does_not(capsys):
+    """``--tight-quotas``: every line at quota, so jobs that may not borrow start by quota
+    swap (the default cluster, with room in every quota, swaps nothing); the plan is legal
+    and the swap's eviction budget is among what refuses."""
+    plain = run_bench(gpus=2000, pending=600, running=400, runs=1, seed=2)
+    tight = run_bench(gpus=2000, pending=600, running=400, runs=1, seed=2, tight_quotas=True)
+    assert plain["swaps"] == 0 and not plain["tight_quotas"]
+    assert tight["swaps"] > 0 and tight["violations"] == 0 and tight["tight_quotas"]
+    s = engine_bench.tighten_quotas(build_snapshot(2000, 600, 400, seed=2))
+    refused = [v for v in plan(s, BENCH_NOW).verdicts.values()
+               if v.details.get("borrow_refused") == "eviction_budget"]  # fmt: skip
+    assert refused
+    args = ["--gpus", "2000", "--pending", "600", "--running", "400", "--seed", "2", "--runs", "1"]
+    assert main([*args, "--tight-quotas"]) == 0
+    assert f"{tight['swaps']} swaps" in capsys.readouterr().out

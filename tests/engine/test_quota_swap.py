@@ -188,7 +188,7 @@ def test_a_swap_keeps_to_the_displaced_queue_s_eviction_budget():
     verdict = short.verdicts[10]
     assert verdict.code == et.Code.QUOTA_EXCEEDED
     assert verdict.details["borrow_refused"] == "eviction_budget"
-    assert "past the 10% target" in verdict.message and "llm-experiment" in verdict.message
+    assert "pass the 10% target" in verdict.message and "llm-experiment" in verdict.message
     # the budget is rule 3's: off with the cap or with the switch; figures unknown, no budget
     for policy in ({"borrow_cap": False}, {"swap_eviction_budget": False}):
         assert starts(run(scenario([FINETUNE], queues=budgeted(1.0), **policy))) == {10: False}

@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 WHOLE_NODE = 8
+#: The eviction ratio above which a queue raises an alert (the rollup) and the replay
+#: counts it over the line (``peak_window_eviction_ratio``).
+EVICTION_ALERT_RATIO = 0.15
 
 
 def utilization(allocated: int, healthy: int) -> float:

@@ -24,7 +24,7 @@ from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
-EVICTION_ALERT_RATIO = 0.15
+EVICTION_ALERT_RATIO = metrics.EVICTION_ALERT_RATIO
 EVICTION_ALERT_MIN_EVENTS = 3
 PENDING_TOO_LONG = timedelta(hours=6)
 QUOTA_NEAR = 0.95

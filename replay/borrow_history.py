@@ -11,7 +11,8 @@ past, kept by the replay as the portal keeps it from its own records:
   the queue was given in it (``monitoring.metrics.window_eviction_ratio``), as
   ``QueueView.eviction_ratio`` (and its two sides, ``evicted_gpu_s`` and
   ``delivered_gpu_s``, for the quota swap's eviction budget), and the time of its last
-  eviction, ``QueueView.last_reclaim_at``. (Until session 9 the replay fed evictions per run here,
+  eviction, ``QueueView.last_reclaim_at``; the highest such ratio each queue reached at a
+  plan is kept (``peak_ratio``: what the portal's eviction alert watches). (Until session 9 the replay fed evictions per run here,
   once a queue had 3: not what the portal's engine reads.)
 """
 
@@ -38,6 +39,7 @@ class BorrowHistory:
         self._base = [0] * len(HORIZONS_S)  # peaks of the finished buckets per horizon
         self._use: dict[str, QueueUse] = {}
         self._views: dict[tuple, QueueView] = {}
+        self.peak_ratio: dict[str, float] = {}  # per engine queue, the highest window ratio
 
     # -- demand -----------------------------------------------------------------------
     def sample(self, demand: int, now: float) -> None:
@@ -86,6 +88,8 @@ class BorrowHistory:
             use = self._use.get(q.name)
             fig = (None, None, None, None) if use is None else use.window(old, now)
             key = (q.name, *fig)
+            if fig[0] is not None and fig[0] > self.peak_ratio.get(q.name, 0.0):
+                self.peak_ratio[q.name] = fig[0]
             v = self._views.get(key)
             if v is None:
                 ratio, last, evicted, delivered = fig

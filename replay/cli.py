@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from monitoring.metrics import EVICTION_ALERT_RATIO
 from scheduling.engine.predict import PLAN_QUANTILE
 
 from .prediction_error import table as prediction_table
@@ -278,6 +279,13 @@ def human_summary(result: dict) -> list[str]:
                 c.rjust(w) if i else c.ljust(w)
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
+        )
+    peak = o.get("peak_window_eviction_ratio")
+    if peak is not None:
+        over = o.get("queues_over_alert_line") or []
+        lines.append(
+            f"highest 72 h eviction ratio of a queue at a plan: {peak:.1%}; over the "
+            f"{EVICTION_ALERT_RATIO:.0%} alert line at some point: {', '.join(over) or 'none'}"
         )
     lines += _shares(
         "idle GPUs while jobs wait, by cause:",

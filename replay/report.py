@@ -66,6 +66,7 @@ QUEUE_COLUMNS = (
     ("jobs_demoted", "demoted", num),
     ("borrowed_starts", "borrowed starts", num),
     ("swaps", "quota swaps", num),
+    ("peak_window_eviction_ratio", "highest 72 h eviction ratio of a queue", pct),
 )
 
 

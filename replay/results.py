@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from monitoring.metrics import window_eviction_ratio
+from monitoring.metrics import EVICTION_ALERT_RATIO, window_eviction_ratio
 
 from . import metrics as m
 from .idle import table as idle_table
@@ -47,6 +47,8 @@ FIELD_ORDER = (
     "jobs_demoted",
     "borrowed_starts",
     "swaps",
+    "peak_window_eviction_ratio",
+    "queues_over_alert_line",
 )
 
 #: Keys of ``overall`` that measure the wall clock (differ between identical runs).
@@ -147,7 +149,12 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         for cause, gs in p.frag.by_cause.items():
             by_cause[cause] = by_cause.get(cause, 0.0) + gs
     sim_days = end / DAY
+    peaks = r.history.peak_ratio if r.history is not None else {}
     overall.update(
+        # the engine queues' eviction ratio over the sliding window (72 h), as the portal's
+        # alert reads it, at its highest; and the queues that passed the alert line
+        peak_window_eviction_ratio=max(peaks.values(), default=None),
+        queues_over_alert_line=sorted(q for q, x in peaks.items() if x > EVICTION_ALERT_RATIO),
         prediction=prediction_error(r.jobs),
         idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},
         capacity_gpus=layout.total_gpus,

@@ -30,6 +30,20 @@ def test_the_ratio_is_evicted_gpu_time_over_gpu_time_given_in_the_window():
     assert q.last_reclaim_at == H
     # a single eviction counts as it is (no minimum number of evictions, as the portal)
     assert q.eviction_ratio > 0
+    # the ratio's two sides, for the quota swap's eviction budget
+    assert (q.evicted_gpu_s, q.delivered_gpu_s) == (7200.0, 8 * 10 * H + 2 * H)
+
+
+def test_the_highest_window_ratio_each_queue_reached_is_kept():
+    """What the portal's alert watches: the window ratio at its highest, not at the end."""
+    h = BorrowHistory(window_s=72 * H)
+    h.run_started("a", 2, 0.0)
+    h.run_ended("a", 2, H)
+    h.evicted("a", 2 * H, H)  # evicted after 1 h, all it was given: ratio 1.0
+    assert view(h, H).eviction_ratio == 1.0
+    h.run_started("a", 8, H)
+    assert view(h, 10 * H).eviction_ratio < 0.1  # diluted by the long run since
+    assert h.peak_ratio == {"a": 1.0}
 
 
 def test_the_window_slides_evictions_and_use_out():

@@ -66,6 +66,9 @@ def test_manage_py_replay_json(tmp_path):
     assert_contract(obj)
     assert obj["layout"] == "isolated" and len(obj["per_queue"]) == 11
     assert obj["overall"]["preemptions"] == 0
+    # fifo does not borrow: no eviction window is kept, so no peak is claimed
+    assert obj["overall"]["peak_window_eviction_ratio"] is None
+    assert obj["overall"]["queues_over_alert_line"] == []
     assert obj["command"] == (
         "python manage.py replay philly --policy fifo --window 2017-10-02:2017-10-03"
     )
@@ -116,6 +119,8 @@ def test_human_output_says_what_the_jobs_waited_for():
     text = out.getvalue()
     head, _, table = text.partition("queueing delay by what the jobs waited for")
     assert table, text
+    assert "highest 72 h eviction ratio of a queue at a plan: " in head
+    assert "over the 15% alert line at some point: " in head
     section = table.split("\n\n")[0].splitlines()[1:]  # up to the next blank line
     rows = [line.split() for line in section]
     assert rows and all(r[-2] == "s" and r[-1].endswith("%") for r in rows)

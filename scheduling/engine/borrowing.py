@@ -39,7 +39,7 @@ happening:
    ``swap_eviction_budget`` a swap also keeps to the queue's **eviction budget**,
    ``target x delivered - evicted`` GPU-seconds over the caller's window
    (``eviction_budget``): the GPU time the queue's borrowed work has been given so far
-   (``exposure``), with the displaced runs', may not exceed it, so that reclaiming all of
+   (``policy.given_gpu_s``), with the displaced runs', may not exceed it, so that reclaiming all of
    it at once would leave the queue's ratio within the target.
 
 A refused borrower reads ``QUOTA_EXCEEDED`` as before, with the rule in its message and
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 from . import explain
 from .accounting import derive_usage
-from .policy import job_runtime, running_end
+from .policy import given_gpu_s, job_runtime, running_end
 from .types import (
     READY,
     LineView,
@@ -66,7 +66,6 @@ from .types import (
     Plan,
     PolicyConfig,
     QueueView,
-    RunningJob,
     Snapshot,
 )
 
@@ -111,12 +110,6 @@ def eviction_budget(queue: QueueView | None, policy: PolicyConfig) -> float | No
         return None
     evicted = queue.evicted_gpu_s
     return max(0.0, target * max(queue.delivered_gpu_s, evicted) - evicted)
-
-
-def exposure(r: RunningJob, now: float) -> float:
-    """GPU time ``r``'s run has been given by ``now``: what evicting it now would count
-    (R4 counts an evicted run's GPU time, ``Eviction.gpu_seconds``)."""
-    return r.gpus * max(0.0, now - r.started_at)
 
 
 def over_target(queue: QueueView | None, target: float) -> bool:
@@ -230,7 +223,7 @@ class Borrowing:
                 if r.id not in p.victim_ids:
                     qb[r.queue] = qb.get(r.queue, 0) + r.gpus
                     qx = self._queue_exposure
-                    qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
+                    qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
         bl = BorrowedLoad(load)
         demand = forecast_demand(
             entitled_now(p.lines, entitled_demand_now(p.usage.nb_line, s.pending)),
@@ -382,7 +375,7 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
             load.append((leaving.get(r.id, running_end(r, now, policy)), r.gpus))
             if r.id not in leaving:
                 qb[r.queue] = qb.get(r.queue, 0) + r.gpus
-                qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
+                qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
     ready = sum(n.gpus_total for n in snapshot.nodes if n.state == READY)
     demand = forecast_demand(
         entitled_now(lines, entitled_demand_now(usage.nb_line, snapshot.pending)),
@@ -410,7 +403,7 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         for _t, g, name in adds:
             per_queue[name] = per_queue.get(name, 0) + g
         for r in proxy:
-            qx[r.queue] = qx.get(r.queue, 0.0) + exposure(r, now)
+            qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
             budget = eviction_budget(queues.get(r.queue), policy)
             if budget is not None and qx[r.queue] > budget + 1e-6:
                 errors.append(f"job {j.id} displaces queue {r.queue} past its eviction budget")

@@ -276,6 +276,7 @@ class Planner:
                 self.topo,
                 self.now,
                 self.policy.eviction_cost_gpu_h,
+                self.policy.victim_given_weight,
             )
         return self._victim_index
 

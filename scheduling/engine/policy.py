@@ -99,6 +99,12 @@ def loss_gpu_hours(job: RunningJob, now: float) -> float:
     return job.gpus * max(0.0, now - since) / 3600.0
 
 
+def given_gpu_s(job: RunningJob, now: float) -> float:
+    """GPU-seconds the job's current run has been given by ``now``: what R4's eviction
+    ratio would count as evicted if it stopped now (``Eviction.gpu_seconds``)."""
+    return job.gpus * max(0.0, now - job.started_at)
+
+
 def inference_ok(job: PendingJob) -> bool:
     """Training may share an inference node only if preemptible and willing."""
     return bool(job.preemptible) and not job.avoid_inference

@@ -9,8 +9,10 @@ queue or line may total at most its active use above its guarantee.
 The search is greedy and cheap rather than globally optimal:
 
 1. per node, the cheapest victims (least lost progress in GPU-hours since the
-   last checkpoint, then bigger first so fewer jobs) that bring it to ``c`` free
-   GPUs (or wholly free for exclusive jobs);
+   last checkpoint, plus ``victim_given_weight`` per GPU-hour the run has been given,
+   which R4's eviction ratio counts, plus ``eviction_cost_gpu_h`` a victim; then
+   bigger first so fewer jobs) that bring it to ``c`` free GPUs (or wholly free for
+   exclusive jobs);
    Borrowed work always goes before entitled work (reclaimed first, Q7);
 2. one node: the cheapest such node; several: the cheapest ``k`` nodes of one
    rack, else of one block (``victim_nodes``);
@@ -33,7 +35,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from .placement import Topology
-from .policy import loss_gpu_hours
+from .policy import given_gpu_s, loss_gpu_hours
 from .types import PendingJob, RunningJob, Tier
 from .victim_nodes import choose_nodes, multi_node_options, single_node_options
 
@@ -118,12 +120,17 @@ class VictimIndex:
         topo: Topology,
         now: float,
         per_eviction: float = 0.0,
+        given_weight: float = 0.0,
     ) -> None:
         # Borrowed work is reclaimed first (Q7): any entitled victim weighs more
         # than every borrowed one; then lost GPU-hours plus ``per_eviction`` a job
-        # (``PolicyConfig.eviction_cost_gpu_h``: fewer victims, R2) decide.
+        # (``PolicyConfig.eviction_cost_gpu_h``: fewer victims, R2) plus ``given_weight``
+        # per GPU-hour the run was given (``victim_given_weight``: R4's eviction ratio) decide.
         self.cost = {
-            v.id: loss_gpu_hours(v, now) + per_eviction + (0.0 if v.id in borrowed else ENTITLED)
+            v.id: loss_gpu_hours(v, now)
+            + per_eviction
+            + given_weight * given_gpu_s(v, now) / 3600.0
+            + (0.0 if v.id in borrowed else ENTITLED)
             for v in pool
         }
         self.by_tier: dict[Tier, list[RunningJob]] = {}

@@ -35,8 +35,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from .borrowing import exposure, refused_reason
-from .policy import is_demoted, job_runtime, may_borrow, running_end
+from .borrowing import refused_reason
+from .policy import given_gpu_s, is_demoted, job_runtime, may_borrow, running_end
 from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
 
 if TYPE_CHECKING:
@@ -110,11 +110,11 @@ class Limits:
         q = r.queue
         if self.gpus.get(q, 0) + r.gpus > self.room(q):
             return False
-        return self.given.get(q, 0.0) + exposure(r, self.now) <= self.budget(q)
+        return self.given.get(q, 0.0) + given_gpu_s(r, self.now) <= self.budget(q)
 
     def admit(self, r: RunningJob) -> None:
         self.gpus[r.queue] = self.gpus.get(r.queue, 0) + r.gpus
-        self.given[r.queue] = self.given.get(r.queue, 0.0) + exposure(r, self.now)
+        self.given[r.queue] = self.given.get(r.queue, 0.0) + given_gpu_s(r, self.now)
 
 
 def choose(
@@ -214,7 +214,7 @@ class QuotaSwap:
                     self.swaps.append(Swap(job.id, tuple(r.id for r in chosen)))
                     for r in chosen:
                         end = running_end(r, p.now, p.policy)
-                        p.borrowing.add_load(r.queue, r.gpus, end, exposure(r, p.now))
+                        p.borrowing.add_load(r.queue, r.gpus, end, given_gpu_s(r, p.now))
                     return
         if refused is not None:
             reason, est = p.quota_reason(job, first_q, refused[1])
@@ -227,7 +227,7 @@ class QuotaSwap:
         per_queue: dict[str, tuple[int, float]] = {}
         for r in chosen:
             gpus, given = per_queue.get(r.queue, (0, 0.0))
-            per_queue[r.queue] = (gpus + r.gpus, given + exposure(r, self.p.now))
+            per_queue[r.queue] = (gpus + r.gpus, given + given_gpu_s(r, self.p.now))
         for name, (gpus, given) in per_queue.items():
             refused = self.p.borrowing.queue_refusal(name, gpus)
             if refused is None:

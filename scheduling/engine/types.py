@@ -307,7 +307,10 @@ class PolicyConfig:
       much longer.
     - ``max_preemptors``/``max_preemption_searches``: bound eviction churn and
       work per plan; ``eviction_cost_gpu_h``: what each victim costs on top of the
-      work it loses, in GPU-hours, so fewer victims are chosen (R2).
+      work it loses, in GPU-hours, so fewer victims are chosen (R2);
+      ``victim_given_weight``: what each GPU-hour a victim's run has been given adds to
+      its cost (R4 counts an evicted run's whole GPU time, so a run of 20 h that
+      checkpointed a minute ago is cheap in lost work but dear in eviction ratio).
     - ``preempt_after_s`` (patience): a waiting job may preempt only once it has waited
       this long since its submission or last eviction (capacity that frees meanwhile
       needs no eviction); ``tier_preempt_after_s``: the same for a job whose queue may
@@ -366,6 +369,7 @@ class PolicyConfig:
     max_preemptors: int = 16
     max_preemption_searches: int = 64
     eviction_cost_gpu_h: float = 1.0
+    victim_given_weight: float = 0.1
     align_ends: bool = False
     preempt_after_s: float = 0.0
     tier_preempt_after_s: float = 0.0

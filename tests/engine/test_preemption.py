@@ -325,3 +325,19 @@ def test_predictive_patience_waits_only_for_room_predicted_to_free_within_it():
     assert run(snap(full(1), [lender], late, lines=lines, policy=blind)).preemptions == ()
     waited = pjob(9, 8, tier="core", submitted_at=NOW - 3600)
     assert victims(run(snap(full(1), [waited], soon, lines=lines, policy=predictive))) == {1: 9}
+
+
+def test_the_victim_weighs_the_gpu_time_its_run_was_given():
+    """R4 counts an evicted run's whole GPU time: of two experiments, the one that has run
+    20 h and checkpointed 5 min ago loses less work than the one that has run 1 h and
+    checkpointed 30 min ago, but evicting it costs 160 GPU-hours of eviction ratio
+    against 8. With ``victim_given_weight`` (0.1 per GPU-hour, the default) the young one
+    goes; with 0, lost work alone decides and the old one goes."""
+    old = rjob(1, {"n0": range(8)}, started_at=NOW - 20 * HOUR,
+               last_checkpoint_at=NOW - 300)  # fmt: skip
+    young = rjob(2, {"n1": range(8)}, started_at=NOW - HOUR,
+                 last_checkpoint_at=NOW - 1800)  # fmt: skip
+    urgent = [pjob(9, 8, tier="urgent")]
+    assert victims(run(snap(full(2), urgent, [old, young]))) == {2: 9}
+    by_loss = PolicyConfig(victim_given_weight=0.0)
+    assert victims(run(snap(full(2), urgent, [old, young], policy=by_loss))) == {1: 9}

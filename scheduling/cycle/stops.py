@@ -63,6 +63,8 @@ def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
         "node__name", "job_id", "job__state", "job__preemptible", "job__backend_ref",
         "job__gpus", "job__started_at", "job__last_checkpoint_at",
     )  # fmt: skip
+    policy = production_policy()
+    weight = policy.victim_given_weight
     tenants: dict[str, dict[int, list]] = {}
     for node, job_id, state, preemptible, ref, gpus, started, checkpoint in rows:
         here = tenants.setdefault(node, {})
@@ -70,11 +72,14 @@ def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
             here[job_id][1] += 1
             continue
         since = to_epoch(checkpoint or started) or cycle.now
-        loss = gpus * max(0.0, cycle.now - since) / 3600.0
+        began = to_epoch(started) or cycle.now
+        # as a victim's cost (preemption.VictimIndex): lost work, and the run's given GPU
+        # time that R4 would count as evicted
+        cost = gpus * (max(0.0, cycle.now - since) + weight * max(0.0, cycle.now - began))
         leaving = state != Job.State.RUNNING or job_id in moving
         ok = preemptible and ref in refs
-        here[job_id] = [job_id, 1, loss, leaving, ok]
-    per_eviction = production_policy().eviction_cost_gpu_h
+        here[job_id] = [job_id, 1, cost / 3600.0, leaving, ok]
+    per_eviction = policy.eviction_cost_gpu_h
     chosen: set[int] = set()
     for node, here in tenants.items():
         listed = [NodeTenant(*t) for t in here.values()]

@@ -2,9 +2,10 @@
 
 When online inference wants GPUs back on a shared node, only as many GPUs as it lacks
 are freed: the cheapest set of the node's preemptible jobs that frees at least the
-shortfall, where a job costs the work it would lose (GPU-hours since its last
-checkpoint, ``policy.loss_gpu_hours``) plus ``PolicyConfig.eviction_cost_gpu_h`` per
-eviction, as in victim selection. GPUs of jobs already leaving the node count first.
+shortfall, where a job costs what it costs as a victim (the work it would lose, GPU-hours
+since its last checkpoint, plus ``PolicyConfig.victim_given_weight`` per GPU-hour its run
+was given: the caller's ``cost_gpu_h``) plus ``PolicyConfig.eviction_cost_gpu_h`` per
+eviction. GPUs of jobs already leaving the node count first.
 
 A node holds at most eight GPUs, so the few jobs on it are searched exhaustively: the
 answer is the cheapest cover, then the fewest jobs, then the lowest ids.
@@ -24,14 +25,15 @@ EXHAUSTIVE_MAX = 12
 class NodeTenant:
     """A training job holding GPUs on the pressured node.
 
-    ``gpus_here``: its GPUs on this node; ``loss_gpu_h``: what stopping it loses
-    (the whole job's GPUs since its last checkpoint); ``leaving``: already asked to
+    ``gpus_here``: its GPUs on this node; ``cost_gpu_h``: what stopping it costs (the
+    whole job's GPUs since its last checkpoint, plus the weight of its run's given GPU
+    time, as a victim's); ``leaving``: already asked to
     stop (its GPUs free without a new victim); ``preemptible``: may be asked at all.
     """
 
     job_id: int
     gpus_here: int
-    loss_gpu_h: float
+    cost_gpu_h: float
     leaving: bool = False
     preemptible: bool = True
 
@@ -47,7 +49,7 @@ def yielders(tenants: Sequence[NodeTenant], shortfall: int, per_eviction: float)
         return []
     pool = sorted(
         (t for t in tenants if t.preemptible and not t.leaving),
-        key=lambda t: (t.loss_gpu_h + per_eviction, -t.gpus_here, t.job_id),
+        key=lambda t: (t.cost_gpu_h + per_eviction, -t.gpus_here, t.job_id),
     )
     if sum(t.gpus_here for t in pool) <= need:
         return sorted(t.job_id for t in pool)
@@ -64,7 +66,7 @@ def yielders(tenants: Sequence[NodeTenant], shortfall: int, per_eviction: float)
         for combo in combinations(pool, size):
             if sum(t.gpus_here for t in combo) < need:
                 continue
-            cost = sum(t.loss_gpu_h + per_eviction for t in combo)
+            cost = sum(t.cost_gpu_h + per_eviction for t in combo)
             ids = sorted(t.job_id for t in combo)
             key = (round(cost, 9), size, ids)
             if best is None or key < best:

@@ -31,7 +31,7 @@ tenant = st.builds(
     NodeTenant,
     job_id=st.integers(0, 10_000),
     gpus_here=st.integers(1, 8),
-    loss_gpu_h=st.floats(0, 50),
+    cost_gpu_h=st.floats(0, 50),
     leaving=st.booleans(),
     preemptible=st.booleans(),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -74,6 +75,22 @@ def test_only_as_many_jobs_yield_as_inference_lacks_gpus(backend, running_job):
     assert stops.jobs_to_move(make_cycle(backend)) == {fresh.pk: "inference"}
     backend.set_node("n0", inference_shortfall=3)
     assert set(stops.jobs_to_move(make_cycle(backend))) == {fresh.pk, other.pk}
+
+
+def test_of_two_runs_that_lose_as_little_the_younger_yields_to_inference(
+    backend, running_job, monkeypatch
+):
+    """A yield is an eviction in R4, which counts the run's whole GPU time: of two jobs that
+    checkpointed a minute or two ago, the one that has run 20 h yields only if the policy
+    weighs lost work alone (``victim_given_weight`` 0)."""
+    old = running_job("n0", (0, 1), started_at=when(-20 * 3600), last_checkpoint_at=when(-60))
+    young = running_job("n0", (2, 3), started_at=when(-3600), last_checkpoint_at=when(-120))
+    backend.set_node("n0", inference=True, inference_shortfall=2)
+    backend.pressure = {"n0": (old.backend_ref, young.backend_ref)}
+    assert stops.jobs_to_move(make_cycle(backend)) == {young.pk: "inference"}
+    by_loss = dataclasses.replace(production_policy(), victim_given_weight=0.0)
+    monkeypatch.setattr(stops, "production_policy", lambda: by_loss)
+    assert stops.jobs_to_move(make_cycle(backend)) == {old.pk: "inference"}
 
 
 def test_gpus_already_leaving_count_before_a_new_job_yields(backend, running_job):

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 WHOLE_NODE = 8
-#: The eviction ratio above which a queue raises an alert (the rollup) and the replay
-#: counts it over the line (``peak_window_eviction_ratio``).
+#: The eviction ratio above which a queue raises an alert (the rollup), once its window
+#: holds at least ``EVICTION_ALERT_MIN_EVENTS`` evictions; the replay's
+#: ``peak_window_eviction_ratio`` counts by the same rule.
 EVICTION_ALERT_RATIO = 0.15
+EVICTION_ALERT_MIN_EVENTS = 3
 
 
 def utilization(allocated: int, healthy: int) -> float:

@@ -25,7 +25,7 @@ from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
 EVICTION_ALERT_RATIO = metrics.EVICTION_ALERT_RATIO
-EVICTION_ALERT_MIN_EVENTS = 3
+EVICTION_ALERT_MIN_EVENTS = metrics.EVICTION_ALERT_MIN_EVENTS
 PENDING_TOO_LONG = timedelta(hours=6)
 QUOTA_NEAR = 0.95
 # A residual-process alert (the loop already killed the stale processes) closes by itself

@@ -12,7 +12,8 @@ past, kept by the replay as the portal keeps it from its own records:
   ``QueueView.eviction_ratio`` (and its two sides, ``evicted_gpu_s`` and
   ``delivered_gpu_s``, for the quota swap's eviction budget), and the time of its last
   eviction, ``QueueView.last_reclaim_at``; the highest such ratio each queue reached at a
-  plan is kept (``peak_ratio``: what the portal's eviction alert watches). (Until session 9 the replay fed evictions per run here,
+  plan while its window held at least ``EVICTION_ALERT_MIN_EVENTS`` evictions is kept
+  (``peak_ratio``: what the portal's eviction alert watches, by its rule). (Until session 9 the replay fed evictions per run here,
   once a queue had 3: not what the portal's engine reads.)
 """
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
-from monitoring.metrics import window_eviction_ratio
+from monitoring.metrics import EVICTION_ALERT_MIN_EVENTS, window_eviction_ratio
 from scheduling.engine import QueueView
 from scheduling.engine.borrowing import HORIZONS_S
 
@@ -88,7 +89,11 @@ class BorrowHistory:
             use = self._use.get(q.name)
             fig = (None, None, None, None) if use is None else use.window(old, now)
             key = (q.name, *fig)
-            if fig[0] is not None and fig[0] > self.peak_ratio.get(q.name, 0.0):
+            if (
+                fig[0] is not None
+                and fig[0] > self.peak_ratio.get(q.name, 0.0)
+                and len(use.evictions) >= EVICTION_ALERT_MIN_EVENTS  # type: ignore[union-attr]
+            ):
                 self.peak_ratio[q.name] = fig[0]
             v = self._views.get(key)
             if v is None:

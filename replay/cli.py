@@ -284,7 +284,8 @@ def human_summary(result: dict) -> list[str]:
     if peak is not None:
         over = o.get("queues_over_alert_line") or []
         lines.append(
-            f"highest 72 h eviction ratio of a queue at a plan: {peak:.1%}; over the "
+            f"highest 72 h eviction ratio of a queue at a plan (3 evictions in the window "
+            f"at least, as the portal's alert): {peak:.1%}; over the "
             f"{EVICTION_ALERT_RATIO:.0%} alert line at some point: {', '.join(over) or 'none'}"
         )
     lines += _shares(

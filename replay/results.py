@@ -152,8 +152,11 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
     peaks = r.history.peak_ratio if r.history is not None else {}
     overall.update(
         # the engine queues' eviction ratio over the sliding window (72 h), as the portal's
-        # alert reads it, at its highest; and the queues that passed the alert line
-        peak_window_eviction_ratio=max(peaks.values(), default=None),
+        # alert reads it (3 evictions in the window at least), at its highest; and the
+        # queues that passed the alert line (None: the policy does not borrow, no window)
+        peak_window_eviction_ratio=(
+            max(peaks.values(), default=0.0) if r.history is not None else None
+        ),
         queues_over_alert_line=sorted(q for q, x in peaks.items() if x > EVICTION_ALERT_RATIO),
         prediction=prediction_error(r.jobs),
         idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},

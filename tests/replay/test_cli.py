@@ -119,7 +119,7 @@ def test_human_output_says_what_the_jobs_waited_for():
     text = out.getvalue()
     head, _, table = text.partition("queueing delay by what the jobs waited for")
     assert table, text
-    assert "highest 72 h eviction ratio of a queue at a plan: " in head
+    assert "highest 72 h eviction ratio of a queue at a plan (3 evictions" in head
     assert "over the 15% alert line at some point: " in head
     section = table.split("\n\n")[0].splitlines()[1:]  # up to the next blank line
     rows = [line.split() for line in section]

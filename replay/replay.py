@@ -99,8 +99,9 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_forecast_over_target": bool,
     "borrow_queue_cooldown_over_target": bool,
     "swap_quota": bool,
+    "swap_eviction_budget": bool,
 }
-#: The engine's order rules a replay may set (``--order NAME=VALUE``, #19's starvation work).
+#: The engine's order and preemption rules a replay may set (``--order NAME=VALUE``, #19).
 ORDER_KNOBS: dict[str, type] = {
     "starvation_bound_s": float,
     "order_by_work": bool,
@@ -112,6 +113,7 @@ ORDER_KNOBS: dict[str, type] = {
     "tier_preempt_after_s": float,
     "wait_if_free_within_s": float,
     "predictive_patience": bool,
+    "victim_given_weight": float,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

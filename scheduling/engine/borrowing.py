@@ -36,7 +36,7 @@ happening:
 
    A quota swap (``quota_swap.py``) turns running work into borrowed work *with its
    past*: a reclaim then counts the whole of the run's GPU time as evicted, so with
-   ``swap_eviction_budget`` a swap also keeps to the queue's **eviction budget**,
+   ``swap_eviction_budget`` (off by default) a swap also keeps to the queue's **eviction budget**,
    ``target x delivered - evicted`` GPU-seconds over the caller's window
    (``eviction_budget``): the GPU time the queue's borrowed work has been given so far
    (``policy.given_gpu_s``), with the displaced runs', may not exceed it, so that reclaiming all of

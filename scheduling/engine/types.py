@@ -354,7 +354,8 @@ class PolicyConfig:
       nothing from anyone now, and only presets that borrow swap);
       ``swap_eviction_budget`` (with ``borrow_cap``): a swap displaces a queue's work only
       while all of that queue's borrowed work, were it reclaimed at once, would keep its
-      eviction ratio within ``borrow_eviction_target`` (``borrowing.Borrowing.budget``).
+      eviction ratio within ``borrow_eviction_target`` (``borrowing.Borrowing.budget``; off:
+      on the demo and ITP it cost wait and did not lower the peaks, docs/engine.md).
     """
 
     backfill: bool = True
@@ -396,7 +397,7 @@ class PolicyConfig:
     borrow_forecast_over_target: bool = False
     borrow_queue_cooldown_over_target: bool = False
     swap_quota: bool = True
-    swap_eviction_budget: bool = True
+    swap_eviction_budget: bool = False
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

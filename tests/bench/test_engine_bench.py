@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -145,12 +146,13 @@ def test_a_switch_must_name_a_boolean_policy_option(bad, capsys):
 def test_tight_quotas_make_the_plan_swap_and_the_default_cluster_does_not(capsys):
     """``--tight-quotas``: every line at quota, so jobs that may not borrow start by quota
     swap (the default cluster, with room in every quota, swaps nothing); the plan is legal
-    and the swap's eviction budget is among what refuses."""
+    and the swap's eviction budget (when on) is among what refuses."""
     plain = run_bench(gpus=2000, pending=600, running=400, runs=1, seed=2)
     tight = run_bench(gpus=2000, pending=600, running=400, runs=1, seed=2, tight_quotas=True)
     assert plain["swaps"] == 0 and not plain["tight_quotas"]
     assert tight["swaps"] > 0 and tight["violations"] == 0 and tight["tight_quotas"]
     s = engine_bench.tighten_quotas(build_snapshot(2000, 600, 400, seed=2))
+    s = dataclasses.replace(s, policy=dataclasses.replace(s.policy, swap_eviction_budget=True))
     refused = [v for v in plan(s, BENCH_NOW).verdicts.values()
                if v.details.get("borrow_refused") == "eviction_budget"]  # fmt: skip
     assert refused

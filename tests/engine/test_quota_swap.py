@@ -171,6 +171,9 @@ def test_the_displaced_work_s_queue_answers_for_cooldown_and_cap():
         assert starts(run(scenario([FINETUNE], queues=own))) == {10: False}
 
 
+BUDGET = {"swap_eviction_budget": True}  # off by default (docs/engine.md, "Quota swap")
+
+
 def budgeted(delivered: float, evicted: float = 0.0) -> list[et.QueueView]:
     """The experiment queue with these eviction figures (target 10%: the budget is
     ``0.1 x delivered - evicted`` GPU-seconds)."""
@@ -181,18 +184,20 @@ def test_a_swap_keeps_to_the_displaced_queue_s_eviction_budget():
     """The experiment has run 1 h on 8 GPUs (28,800 GPU-seconds): a lender reclaiming it
     once it is borrowed would count all of that as evicted. The swap happens only while
     its queue's eviction budget covers it."""
-    exact = run(scenario([FINETUNE], queues=budgeted(288_000.0)))  # budget 28,800
+    exact = run(scenario([FINETUNE], queues=budgeted(288_000.0), **BUDGET))  # budget 28,800
     assert exact.swaps == (et.Swap(10, (1,)),)
-    short = run(scenario([FINETUNE], queues=budgeted(288_000.0, evicted=800.0)))  # 28,000
+    short = run(scenario([FINETUNE], queues=budgeted(288_000.0, evicted=800.0), **BUDGET))
     assert starts(short) == {}
     verdict = short.verdicts[10]
     assert verdict.code == et.Code.QUOTA_EXCEEDED
     assert verdict.details["borrow_refused"] == "eviction_budget"
     assert "pass the 10% target" in verdict.message and "llm-experiment" in verdict.message
-    # the budget is rule 3's: off with the cap or with the switch; figures unknown, no budget
-    for policy in ({"borrow_cap": False}, {"swap_eviction_budget": False}):
+    # the budget is rule 3's: off with the cap or with the switch (the default); figures
+    # unknown, no budget
+    for policy in ({**BUDGET, "borrow_cap": False}, {}):
         assert starts(run(scenario([FINETUNE], queues=budgeted(1.0), **policy))) == {10: False}
-    assert starts(run(scenario([FINETUNE], queues=budgeted(None)))) == {10: False}  # type: ignore[arg-type]
+    unknown = budgeted(None)  # type: ignore[arg-type]
+    assert starts(run(scenario([FINETUNE], queues=unknown, **BUDGET))) == {10: False}
 
 
 def test_the_budget_counts_what_the_queue_has_borrowed_already():
@@ -200,7 +205,8 @@ def test_the_budget_counts_what_the_queue_has_borrowed_already():
     # 16 GPU-hours) already borrowed; budget 30 GPU-hours: 16 + 8 fits, 16 + 16 would not
     core = rjob(2, {"a01": range(8)}, tier="core", preemptible=False)
     borrowed = rjob(3, {"a02": range(8)}, started_at=NOW - 2 * HOUR, borrowed=True)
-    s = scenario([FINETUNE], running=[EXPERIMENT, core, borrowed], queues=budgeted(1_080_000.0))
+    s = scenario([FINETUNE], running=[EXPERIMENT, core, borrowed], queues=budgeted(1_080_000.0),
+                 **BUDGET)  # fmt: skip
     s = dataclasses.replace(s, lines=(et.LineView("llm", 16), et.LineView("search", 24)))
     assert run(s).swaps == (et.Swap(10, (1,)),)
     old = dataclasses.replace(EXPERIMENT, started_at=NOW - 2 * HOUR)  # 16 GPU-hours now
@@ -287,6 +293,7 @@ def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:
         borrowing=True,
         borrow_eviction_target=rng.choice([0.0, 0.1, 0.1]),
         borrow_cap=rng.random() < 0.8,
+        swap_eviction_budget=rng.random() < 0.8,
     )
     return dataclasses.replace(s, lines=lines, pending=pending, queues=queues, policy=policy)
 

@@ -47,8 +47,9 @@ from django.db.models import Count
 from bench.latency import percentile
 from demo import workload
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+from monitoring.metrics import EVICTION_ALERT_RATIO
 from monitoring.models import Alert, MetricSample
-from monitoring.rollup import AS_OF, EVICTION_ALERT_RATIO, rollup_if_due
+from monitoring.rollup import AS_OF, rollup_if_due
 from quotas.tasks import quota_activation
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock

@@ -24,8 +24,6 @@ from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
-EVICTION_ALERT_RATIO = metrics.EVICTION_ALERT_RATIO
-EVICTION_ALERT_MIN_EVENTS = metrics.EVICTION_ALERT_MIN_EVENTS
 PENDING_TOO_LONG = timedelta(hours=6)
 QUOTA_NEAR = 0.95
 # A residual-process alert (the loop already killed the stale processes) closes by itself
@@ -209,8 +207,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         ratio = row.get("eviction_ratio")
         if (
             ratio is not None
-            and ratio > EVICTION_ALERT_RATIO
-            and row.get("evictions", 0) >= EVICTION_ALERT_MIN_EVENTS
+            and ratio > metrics.EVICTION_ALERT_RATIO
+            and row.get("evictions", 0) >= metrics.EVICTION_ALERT_MIN_EVENTS
         ):
             firing[Alert.Kind.EVICTION_RATIO].add(row["name"])
             window = metrics.window_label(row["eviction_window_s"])

@@ -31,6 +31,7 @@ from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from monitoring import charts
 from monitoring.guides import GUIDES, guide_for_alert
+from monitoring.metrics import EVICTION_ALERT_RATIO
 from monitoring.metrics_api import build_pending_by_reason
 from monitoring.models import Alert, MetricSample
 from monitoring.node_actions import clean_residual_now
@@ -40,7 +41,7 @@ from monitoring.permissions import (
     may_see_dashboard,
     may_use_oncall_console,
 )
-from monitoring.rollup import EVICTION_ALERT_RATIO, eviction_figures_of
+from monitoring.rollup import eviction_figures_of
 from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
 from scheduling.blast import BlastRadius, grace_text, node_blast_radius

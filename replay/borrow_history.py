@@ -13,8 +13,9 @@ past, kept by the replay as the portal keeps it from its own records:
   ``delivered_gpu_s``, for the quota swap's eviction budget), and the time of its last
   eviction, ``QueueView.last_reclaim_at``; the highest such ratio each queue reached at a
   plan while its window held at least ``EVICTION_ALERT_MIN_EVENTS`` evictions is kept
-  (``peak_ratio``: what the portal's eviction alert watches, by its rule). (Until session 9 the replay fed evictions per run here,
-  once a queue had 3: not what the portal's engine reads.)
+  (``peak_ratio``: what the portal's eviction alert watches, by its rule). (Until
+  session 9 the replay fed evictions per run here, once a queue had 3: not what the
+  portal's engine reads.)
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
 from scheduling.engine.inference_yield import NodeTenant, yielders
+from scheduling.engine.policy import victim_cost_gpu_h
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -71,14 +72,11 @@ def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
         if job_id in here:
             here[job_id][1] += 1
             continue
-        since = to_epoch(checkpoint or started) or cycle.now
         began = to_epoch(started) or cycle.now
-        # as a victim's cost (preemption.VictimIndex): lost work, and the run's given GPU
-        # time that R4 would count as evicted
-        cost = gpus * (max(0.0, cycle.now - since) + weight * max(0.0, cycle.now - began))
+        cost = victim_cost_gpu_h(gpus, began, to_epoch(checkpoint), cycle.now, weight)
         leaving = state != Job.State.RUNNING or job_id in moving
         ok = preemptible and ref in refs
-        here[job_id] = [job_id, 1, cost / 3600.0, leaving, ok]
+        here[job_id] = [job_id, 1, cost, leaving, ok]
     per_eviction = policy.eviction_cost_gpu_h
     chosen: set[int] = set()
     for node, here in tenants.items():

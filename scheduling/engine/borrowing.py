@@ -36,16 +36,16 @@ happening:
 
    A quota swap (``quota_swap.py``) turns running work into borrowed work *with its
    past*: a reclaim then counts the whole of the run's GPU time as evicted, so with
-   ``swap_eviction_budget`` (off by default) a swap also keeps to the queue's **eviction budget**,
-   ``target x delivered - evicted`` GPU-seconds over the caller's window
+   ``swap_eviction_budget`` (off by default) a swap also keeps to the queue's **eviction
+   budget**, ``target x delivered - evicted`` GPU-seconds over the caller's window
    (``eviction_budget``): the GPU time the queue's borrowed work has been given so far
-   (``policy.given_gpu_s``), with the displaced runs', may not exceed it, so that reclaiming all of
-   it at once would leave the queue's ratio within the target.
+   (``policy.given_gpu_s``), with the displaced runs', may not exceed it, so that
+   reclaiming all of it at once would leave the queue's ratio within the target.
 
 A refused borrower reads ``QUOTA_EXCEEDED`` as before, with the rule in its message and
 ``details.borrow_refused`` (``cooldown``, ``queue_cooldown``, ``eviction_cap``,
-``eviction_budget`` (swaps only) or ``lenders_return``). Rule 1 is on with ``borrow_forecast``; rules 2 and 3 with a
-positive cool-down / target. ``check_borrowing`` re-derives rule 1-3 for a finished plan
+``eviction_budget`` (swaps only) or ``lenders_return``). Rule 1 is on with
+``borrow_forecast``; rules 2 and 3 with a positive cool-down / target. ``check_borrowing`` re-derives rule 1-3 for a finished plan
 (``check_plan`` calls it).
 """
 
@@ -59,15 +59,7 @@ from typing import TYPE_CHECKING
 from . import explain
 from .accounting import derive_usage
 from .policy import given_gpu_s, job_runtime, running_end
-from .types import (
-    READY,
-    LineView,
-    PendingJob,
-    Plan,
-    PolicyConfig,
-    QueueView,
-    Snapshot,
-)
+from .types import READY, LineView, PendingJob, Plan, PolicyConfig, QueueView, Snapshot
 
 if TYPE_CHECKING:
     from .planner import Planner

@@ -2,10 +2,9 @@
 
 When online inference wants GPUs back on a shared node, only as many GPUs as it lacks
 are freed: the cheapest set of the node's preemptible jobs that frees at least the
-shortfall, where a job costs what it costs as a victim (the work it would lose, GPU-hours
-since its last checkpoint, plus ``PolicyConfig.victim_given_weight`` per GPU-hour its run
-was given: the caller's ``cost_gpu_h``) plus ``PolicyConfig.eviction_cost_gpu_h`` per
-eviction. GPUs of jobs already leaving the node count first.
+shortfall, where a job costs what it costs as a victim (``policy.victim_cost_gpu_h``:
+the work it would lose plus the weighted GPU time its run was given, the caller's
+``cost_gpu_h``) plus ``PolicyConfig.eviction_cost_gpu_h`` per eviction. GPUs of jobs already leaving the node count first.
 
 A node holds at most eight GPUs, so the few jobs on it are searched exhaustively: the
 answer is the cheapest cover, then the fewest jobs, then the lowest ids.

@@ -93,10 +93,16 @@ def shape_counts(gpus: int, gpus_per_node: int | None, node_gpus: int) -> tuple[
     return k, c, gpus - c * (k - 1)
 
 
-def loss_gpu_hours(job: RunningJob, now: float) -> float:
-    """Progress lost if the job stopped now: GPUs x hours since its last checkpoint."""
-    since = job.last_checkpoint_at if job.last_checkpoint_at is not None else job.started_at
-    return job.gpus * max(0.0, now - since) / 3600.0
+def victim_cost_gpu_h(
+    gpus: int, started_at: float, last_checkpoint_at: float | None, now: float, given_weight: float
+) -> float:
+    """What stopping a run now costs, in GPU-hours: the progress lost since its last
+    checkpoint, plus ``given_weight`` per GPU-hour the run has been given (R4 counts an
+    evicted run's whole GPU time). Victim selection and inference yields both weigh it."""
+    since = last_checkpoint_at if last_checkpoint_at is not None else started_at
+    lost_s = max(0.0, now - since)
+    given_s = max(0.0, now - started_at)
+    return gpus * (lost_s + given_weight * given_s) / 3600.0
 
 
 def given_gpu_s(job: RunningJob, now: float) -> float:

@@ -35,7 +35,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from .placement import Topology
-from .policy import given_gpu_s, loss_gpu_hours
+from .policy import victim_cost_gpu_h
 from .types import PendingJob, RunningJob, Tier
 from .victim_nodes import choose_nodes, multi_node_options, single_node_options
 
@@ -127,9 +127,8 @@ class VictimIndex:
         # (``PolicyConfig.eviction_cost_gpu_h``: fewer victims, R2) plus ``given_weight``
         # per GPU-hour the run was given (``victim_given_weight``: R4's eviction ratio) decide.
         self.cost = {
-            v.id: loss_gpu_hours(v, now)
+            v.id: victim_cost_gpu_h(v.gpus, v.started_at, v.last_checkpoint_at, now, given_weight)
             + per_eviction
-            + given_weight * given_gpu_s(v, now) / 3600.0
             + (0.0 if v.id in borrowed else ENTITLED)
             for v in pool
         }

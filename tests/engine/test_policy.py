@@ -88,15 +88,19 @@ def test_shape_counts(gpus, per_node, node_gpus, shape):
 
 
 @pytest.mark.parametrize(
-    "kw, lost",
+    "kw, weight, cost",
     [
-        ({"last_checkpoint_at": NOW - 1800}, 2.0),
-        ({"started_at": NOW - HOUR}, 4.0),
-        ({"last_checkpoint_at": NOW + 60}, 0.0),
+        ({"last_checkpoint_at": NOW - 1800}, 0.0, 2.0),  # lost work since the checkpoint
+        ({"started_at": NOW - HOUR}, 0.0, 4.0),  # no checkpoint: since the start
+        ({"last_checkpoint_at": NOW + 60}, 0.0, 0.0),
+        # the run's 4 given GPU-hours weigh 0.1 each on top of the 2 lost
+        ({"started_at": NOW - HOUR, "last_checkpoint_at": NOW - 1800}, 0.1, 2.4),
     ],
 )
-def test_loss_gpu_hours_since_the_last_checkpoint(kw, lost):
-    assert rules.loss_gpu_hours(rjob(1, {"n": range(4)}, **kw), NOW) == lost
+def test_victim_cost_is_lost_work_plus_the_weighted_given_gpu_time(kw, weight, cost):
+    r = rjob(1, {"n": range(4)}, **kw)
+    got = rules.victim_cost_gpu_h(r.gpus, r.started_at, r.last_checkpoint_at, NOW, weight)
+    assert got == pytest.approx(cost)
 
 
 @pytest.mark.parametrize(

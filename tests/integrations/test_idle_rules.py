@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from monitoring.idle import CAUSES
-from monitoring.rollup import EVICTION_ALERT_RATIO
+from monitoring.metrics import EVICTION_ALERT_RATIO
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy/prometheus/rules.yml"

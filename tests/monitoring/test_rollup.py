@@ -39,7 +39,7 @@ def test_a_sample_counts_gpus_and_pending_reasons(api):
 
 
 def test_evictions_raise_the_ratio_and_an_alert(api, monkeypatch):
-    monkeypatch.setattr("monitoring.rollup.EVICTION_ALERT_RATIO", 0.10)
+    monkeypatch.setattr("monitoring.metrics.EVICTION_ALERT_RATIO", 0.10)
     make_quotas_roomy()
     admin, me, lead = an_hour_of_experiments(api)
     for i in range(3):  # three urgent waves, each evicting an experiment

@@ -96,6 +96,11 @@ def test_out_dir_gets_markdown_and_a_self_contained_html_comparing_policies(tmp_
     md = (tmp_path / f"{slug}.md").read_text()
     assert "## Per queue: fifo" in md and "## Per queue: backfill" in md
     assert "--pool-gpus 128" in md
+    # the window peak is a whole-run figure: a column of the policies' table only (neither
+    # policy borrows: "-"), not of the per-queue tables
+    header = next(line for line in md.splitlines() if line.startswith("| policy |"))
+    assert header.count("highest 72 h eviction ratio of a queue") == 1
+    assert md.count("highest 72 h eviction ratio of a queue") == 1
     html = (tmp_path / f"{slug}.html").read_text()
     assert html.count("Plotly.newPlot") == 5  # utilization, delays, 3 per-queue bar charts
     # No external script: plotly.js itself is inline (its source merely mentions a

@@ -228,7 +228,7 @@ def find_moves(
         return None
     is_candidate = candidate_filter(request, budget, index, room_for(capacity))
     options = node_options(request, capacity, index, is_candidate)
-    nodes = choose_nodes(options, request.k, request.c, capacity.topo)
+    nodes = choose_nodes(options, request.k, request.c, capacity.topo, index.cost)
     if nodes is None:
         return None
     picked = sorted({i for n in nodes for i in options[n][2]})

@@ -205,7 +205,7 @@ def select_victims(
         return None
     s = Search(request, capacity, quota, index)
     options = single_node_options(s) if request.k == 1 else multi_node_options(s, base)
-    nodes = choose_nodes(options, request.k, request.c, capacity.topo)
+    nodes = choose_nodes(options, request.k, request.c, capacity.topo, index.cost)
     if nodes is None:
         return None
     victims: set[int] = set()

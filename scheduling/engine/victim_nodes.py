@@ -5,10 +5,10 @@ GPUs free after)``, where cost is the victims' lost GPU-hours (entitled work
 weighing more than any borrowed work, see ``preemption.VictimIndex``). A node
 qualifies once its cheapest candidates free ``c`` GPUs (a node held
 exclusively, or wanted exclusively, must lose every job on it); the cheapest
-qualifying node wins for one node, and the ``k`` cheapest nodes of one rack
-(else of one block) for several. Ties go to fewer victims (then, for one node,
-the tightest fit), then to the lower node, rack or block, so the choice is
-deterministic.
+qualifying node wins for one node, and for several the ``k`` nodes of one rack
+(else of one block) where making room costs least, a victim on several of them
+counted once. Ties go to fewer victims (then, for one node, the tightest fit),
+then to the lower node, rack or block, so the choice is deterministic.
 """
 
 from __future__ import annotations
@@ -165,41 +165,84 @@ def multi_node_options(s: Search, base: Sequence[RunningJob]) -> dict[int, NodeO
     return options
 
 
+def union_value(
+    nodes: Sequence[int], options: Mapping[int, NodeOption], cost: Mapping[int, float]
+) -> tuple[float, int]:
+    """What making room on ``nodes`` costs: every victim once (a victim on several of the
+    nodes goes once), and how many victims go."""
+    vids = {i for n in nodes for i in options[n][2]}
+    return sum(cost[i] for i in vids), len(vids)
+
+
+def group_choice(
+    members: Sequence[int], k: int, options: Mapping[int, NodeOption], cost: Mapping[int, float]
+) -> tuple[float, int, list[int]] | None:
+    """The ``k`` nodes of one group (a rack or block) to make room on, with their cost and
+    victim count; None if the group has fewer than ``k`` options.
+
+    Two candidates, each valued with every victim counted once (``union_value``): the
+    ``k`` nodes cheapest on their own, and the ``k`` cheapest when a victim's cost is
+    shared among the group's nodes it runs on. A gang that runs on ``k`` nodes then
+    costs what it costs once, not ``k`` times, so a gang may make room for a gang on the
+    same whole nodes rather than many small jobs going from scattered ones."""
+    if len(members) < k:
+        return None
+    own = sorted(members, key=lambda n: (options[n][0], options[n][1], n))[:k]
+    spread: dict[int, int] = {}
+    for n in members:
+        for i in options[n][2]:
+            spread[i] = spread.get(i, 0) + 1
+    shared = sorted(
+        members,
+        key=lambda n: (sum(cost[i] / spread[i] for i in options[n][2]), options[n][1], n),
+    )[:k]
+    best: tuple[float, int, list[int]] | None = None
+    for nodes in (own, shared):
+        total, victims = union_value(nodes, options, cost)
+        if best is None or (total, victims) < best[:2]:
+            best = (total, victims, nodes)
+    return best
+
+
 def cheapest_group(
-    groups: Iterable[tuple[int, list[tuple[float, int, int]]]], k: int
+    groups: Iterable[tuple[int, Sequence[int]]],
+    k: int,
+    options: Mapping[int, NodeOption],
+    cost: Mapping[int, float],
 ) -> list[int] | None:
-    """Of groups of ``(cost, victims, node)``, the ``k`` nodes of the group whose
-    ``k`` cheapest cost least (then fewest victims, then the lowest group)."""
+    """Of groups of option nodes, the ``k`` nodes of the group where making room costs
+    least (every victim counted once; then fewest victims, then the lowest group)."""
     best: tuple[float, int, int, list[int]] | None = None
     for g, members in groups:
-        if len(members) >= k:
-            top = sorted(members)[:k]
-            cand = (sum(x[0] for x in top), sum(x[1] for x in top), g, [x[2] for x in top])
-            if best is None or cand[:3] < best[:3]:
-                best = cand
+        got = group_choice(members, k, options, cost)
+        if got is not None and (best is None or (got[0], got[1], g) < best[:3]):
+            best = (got[0], got[1], g, got[2])
     return None if best is None else best[3]
 
 
 def choose_nodes(
-    options: Mapping[int, NodeOption], k: int, c: int, topo: Topology
+    options: Mapping[int, NodeOption], k: int, c: int, topo: Topology, cost: Mapping[int, float]
 ) -> list[int] | None:
     """The nodes to make room on: the cheapest option for one node (then fewest
-    victims, tightest fit, lowest node); for ``k`` nodes the cheapest ``k`` of
-    one rack, else of one block; None if no rack or block has ``k`` options."""
+    victims, tightest fit, lowest node); for ``k`` nodes those of one rack, else of one
+    block, where it costs least (``cheapest_group``); None if no rack or block has ``k``
+    options. ``cost``: each victim's cost (the options' costs are their sums)."""
     if not options:
         return None
     if k == 1:
         return [min(options, key=lambda m: (options[m][0], options[m][1], options[m][3] - c, m))]
-    per_rack: dict[int, list[tuple[float, int, int]]] = {}
-    for n, (cost, njobs, _vids, _free) in options.items():
-        per_rack.setdefault(topo.rack_of[n], []).append((cost, njobs, n))
-    nodes = cheapest_group(per_rack.items(), k)
+    per_rack: dict[int, list[int]] = {}
+    for n in options:
+        per_rack.setdefault(topo.rack_of[n], []).append(n)
+    nodes = cheapest_group(sorted(per_rack.items()), k, options, cost)
     if nodes is None:
         nodes = cheapest_group(
             (
-                (b, [x for r in racks for x in per_rack.get(r, ())])
+                (b, [n for r in racks for n in per_rack.get(r, ())])
                 for b, racks in enumerate(topo.block_racks)
             ),
             k,
+            options,
+            cost,
         )
     return nodes

@@ -289,15 +289,43 @@ def test_multi_node_options_look_at_free_nodes_and_nodes_of_possible_victims():
 
 
 def test_cheapest_group_compares_the_k_cheapest_of_each_group():
-    groups = [(0, [(5.0, 1, 0), (1.0, 1, 1)]), (1, [(2.0, 1, 2), (2.0, 1, 3), (9.0, 1, 4)])]
-    assert cheapest_group(groups, 2) == [2, 3]
-    assert cheapest_group(groups, 3) == [2, 3, 4]
-    assert cheapest_group(groups, 4) is None
+    # one victim per node (victim id = 10 + node), costs as the options say
+    options = {n: (c, 1, (10 + n,), 8) for n, c in enumerate([5.0, 1.0, 2.0, 2.0, 9.0])}
+    cost = {10 + n: o[0] for n, o in options.items()}
+    groups = [(0, [0, 1]), (1, [2, 3, 4])]
+    assert cheapest_group(groups, 2, options, cost) == [2, 3]
+    assert cheapest_group(groups, 3, options, cost) == [2, 3, 4]
+    assert cheapest_group(groups, 4, options, cost) is None
 
 
 def test_cheapest_group_breaks_ties_by_fewer_victims_then_lower_group():
-    assert cheapest_group([(0, [(1.0, 2, 0)]), (1, [(1.0, 1, 5)])], 1) == [5]
-    assert cheapest_group([(1, [(1.0, 1, 5)]), (0, [(1.0, 1, 0)])], 1) == [0]
+    options = {0: (1.0, 2, (1, 2), 8), 5: (1.0, 1, (3,), 8)}
+    cost = {1: 0.5, 2: 0.5, 3: 1.0}
+    assert cheapest_group([(0, [0]), (1, [5])], 1, options, cost) == [5]
+    options[0] = (1.0, 1, (1,), 8)
+    cost[1] = 1.0
+    assert cheapest_group([(1, [5]), (0, [0])], 1, options, cost) == [0]
+
+
+def test_a_victim_on_several_of_the_nodes_costs_once():
+    # Rack g0: one 16-GPU gang (victim 1, cost 10) on nodes 0 and 1. Rack g1: nodes 2
+    # and 3, a job of cost 6 on each. Counted per node the gang would cost 20 and the
+    # two jobs 12 would go; the gang costs 10 and makes room on the same whole nodes.
+    options = {0: (10.0, 1, (1,), 8), 1: (10.0, 1, (1,), 8),
+               2: (6.0, 1, (2,), 8), 3: (6.0, 1, (3,), 8)}  # fmt: skip
+    cost = {1: 10.0, 2: 6.0, 3: 6.0}
+    assert cheapest_group([(0, [0, 1]), (1, [2, 3])], 2, options, cost) == [0, 1]
+
+
+def test_within_a_group_a_gang_s_nodes_are_taken_together_when_cheaper():
+    # One rack: a gang (victim 1, cost 10) on nodes 0-2, single jobs of cost 4 on nodes
+    # 3-5. Taking 3 nodes: the gang's three cost 10 together, three single nodes 12.
+    options = {n: (10.0, 1, (1,), 8) for n in range(3)}
+    options.update({n: (4.0, 1, (n,), 8) for n in range(3, 6)})
+    cost = {1: 10.0, 3: 4.0, 4: 4.0, 5: 4.0}
+    assert cheapest_group([(0, list(range(6)))], 3, options, cost) == [0, 1, 2]
+    # Taking 1 node the gang is dear (all of it goes for one node's room): a single job.
+    assert cheapest_group([(0, list(range(6)))], 1, options, cost) == [3]
 
 
 def test_choose_nodes_for_one_node_prefers_cheap_then_few_victims_then_tight_fit():
@@ -308,18 +336,35 @@ def test_choose_nodes_for_one_node_prefers_cheap_then_few_victims_then_tight_fit
         2: (1.0, 1, (4,), 8),
         3: (1.0, 1, (5,), 6),
     }
-    assert choose_nodes(options, 1, 6, topo) == [3]
-    assert choose_nodes({}, 1, 6, topo) is None
+    cost = {1: 2.0, 2: 0.5, 3: 0.5, 4: 1.0, 5: 1.0}
+    assert choose_nodes(options, 1, 6, topo, cost) == [3]
+    assert choose_nodes({}, 1, 6, topo, cost) is None
 
 
 def test_choose_nodes_for_several_takes_one_rack_else_one_block_never_across():
     topo = Topology(cluster())
+    cost = {1: 1.0, 2: 1.0}
     one_rack = {0: (1.0, 1, (1,), 8), 1: (1.0, 1, (2,), 8), 2: (0.0, 0, (), 8)}
-    assert choose_nodes(one_rack, 2, 8, topo) == [0, 1]
+    assert choose_nodes(one_rack, 2, 8, topo, cost) == [0, 1]
     two_racks = {0: (1.0, 1, (1,), 8), 2: (0.0, 0, (), 8), 3: (0.0, 0, (), 8)}
-    assert choose_nodes(two_racks, 2, 8, topo) == [2, 0]  # block b0, cheapest first
+    assert choose_nodes(two_racks, 2, 8, topo, cost) == [2, 0]  # block b0, cheapest first
     across = {1: (1.0, 1, (1,), 8), 3: (0.0, 0, (), 8)}
-    assert choose_nodes(across, 2, 8, topo) is None
+    assert choose_nodes(across, 2, 8, topo, cost) is None
+
+
+def test_a_gang_preemptor_takes_one_gang_victim_s_nodes_rather_than_two_jobs():
+    # One rack of four nodes: a 16-GPU gang on n0+n1 that has lost 0.5 h (8 GPU-hours,
+    # once), a job on each of n2 and n3 that has lost 0.6 h (4.8 each, 9.6 together).
+    # Counted per node the gang looked like 16 and the two jobs went instead.
+    nodes = [node(f"n{i}", rack="r0", block="b0") for i in range(4)]
+    gang = rjob(1, {"n0": range(8), "n1": range(8)}, **ckpt(0.5))
+    jobs = [rjob(2 + i, {f"n{2 + i}": range(8)}, **ckpt(0.6)) for i in range(2)]
+    w = World([gang, *jobs], nodes=nodes, borrowed=[1, 2, 3])  # borrowed: costs as they are
+    assert ids(w.select(w.request(16, k=2, c=8))) == ([1], ["n0", "n1"])
+    # The jobs lose less than the gang once (0.4 h each: 6.4 together): they go.
+    jobs = [rjob(2 + i, {f"n{2 + i}": range(8)}, **ckpt(0.4)) for i in range(2)]
+    w = World([gang, *jobs], nodes=nodes, borrowed=[1, 2, 3])
+    assert ids(w.select(w.request(16, k=2, c=8))) == ([2, 3], ["n2", "n3"])
 
 
 # -- quota room, pruning, budgets ------------------------------------------------------

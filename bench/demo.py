@@ -40,9 +40,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import BooleanField, Count
 
 from bench.latency import percentile
 from demo import workload
@@ -50,6 +51,7 @@ from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
 from monitoring.metrics import EVICTION_ALERT_RATIO
 from monitoring.models import Alert, MetricSample
 from monitoring.rollup import AS_OF, rollup_if_due
+from quotas.models import QuotaPolicy
 from quotas.tasks import quota_activation
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock
@@ -75,6 +77,8 @@ class DemoRun:
     seed: int = 0
     start: datetime = DEFAULT_START
     substeps: int = 10
+    # the admins' quota policy for the run (``QuotaPolicy`` field -> value; ``quota_policy``)
+    quota_policy: tuple[tuple[str, object], ...] = ()
 
     @property
     def steps(self) -> int:
@@ -141,6 +145,11 @@ def seed(run: DemoRun) -> None:
     paused from then on and moved by ``advance``."""
     call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
                  seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
+    if run.quota_policy:
+        policy = QuotaPolicy.objects.get_or_create(singleton=True)[0]
+        for name, value in run.quota_policy:
+            setattr(policy, name, value)
+        policy.save()
     run_cycle(wall_now=run.start.timestamp(), wait_s=30)
     SimulatorState.objects.update(speed=0.0)
 
@@ -159,6 +168,34 @@ def advance(seconds: float, substeps: int, use: TrueUse | None) -> float:
             backend.advance(part)
         backend.close()
         return backend.now()
+
+
+def quota_policy(assignments: list[str]) -> tuple[tuple[str, object], ...]:
+    """``NAME=VALUE`` assignments of the admins' quota policy (``QuotaPolicy``'s editable
+    fields, as the Django admin edits them) checked and converted; ValueError says which
+    one is wrong."""
+    editable = {f.name: f for f in QuotaPolicy._meta.concrete_fields if f.editable}
+    editable.pop("id", None)
+    changes: dict[str, object] = {}
+    for item in assignments:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in editable:
+            known = ", ".join(sorted(editable))
+            raise ValueError(f"--quota-policy {item!r}: NAME=VALUE with NAME one of {known}")
+        field = editable[name]
+        if isinstance(field, BooleanField):  # true/false as the other bench switches say
+            raw = {"true": "True", "false": "False"}.get(raw.strip().lower(), raw)
+        try:
+            value = field.to_python(raw)
+            field.run_validators(value)
+        except ValidationError as e:
+            raise ValueError(f"--quota-policy {name}: {'; '.join(e.messages)}") from None
+        changes[name] = value
+    try:
+        QuotaPolicy(**changes).validate_constraints()  # e.g. eviction_target within 0..1
+    except ValidationError as e:
+        raise ValueError(f"--quota-policy: {e.messages[0]}") from None
+    return tuple(sorted(changes.items()))
 
 
 def run_demo(run: DemoRun, progress: Callable[[str], None] | None = None) -> dict:
@@ -255,6 +292,7 @@ def report(
             "cluster_hours": run.cluster_hours, "warmup_hours": run.warmup_hours,
             "measured_hours": round(hours, 2), "step_s": run.step_s, "steps": run.steps,
             "nodes": run.nodes, "gpus": gpus, "seed": run.seed, "start": run.start.isoformat(),
+            "quota_policy": dict(run.quota_policy),
             "wall_s": round(wall_s, 1),
         },
         "utilization": {
@@ -325,6 +363,8 @@ def human(result: dict) -> list[str]:
         f"{r['cluster_hours']:g} cluster hours in {r['steps']} steps of {r['step_s']:g} s "
         f"(measured after a {r['warmup_hours']:g} h warm-up: {r['measured_hours']:g} h), "
         f"{r['wall_s']:.0f} s of wall time",
+        "quota policy: "
+        + (", ".join(f"{k}={v}" for k, v in r["quota_policy"].items()) or "the defaults"),
         f"utilization of healthy GPUs: {u['portal_pct']}% as the portal shows it (rollup), "
         f"{u['simulated_pct']}% as the simulated cluster had it (jobs or online inference; "
         f"inference alone {u['simulated_inference_pct']}%)",

@@ -10,11 +10,11 @@ import pytest
 from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
-from bench.demo import DemoRun
+from bench.demo import DemoRun, human
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
 from portal.devstack import DEMO_CYCLE_SECONDS
-from quotas.models import Queue
+from quotas.models import Queue, QuotaPolicy
 from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,6 +80,11 @@ def test_here_refuses_a_database_with_a_cluster(demo):
         (("--step-seconds", "5"), "--step-seconds"),
         (("--cluster-hours", "2", "--warmup-hours", "2"), "--warmup-hours"),
         (("--start", "yesterday"), "--start"),
+        (("--quota-policy", "borrow_cap"), "NAME=VALUE with NAME one of"),
+        (("--quota-policy", "singleton=false"), "NAME=VALUE with NAME one of"),
+        (("--quota-policy", "borrow_cap=maybe"), "borrow_cap: .*True or False"),
+        (("--quota-policy", "preempt_after_minutes=-5"), "preempt_after_minutes: "),
+        (("--quota-policy", "eviction_target=2"), "--quota-policy: .*quota_policy_target"),
     ],
 )
 def test_bad_options_are_refused_before_anything_runs(args, message):
@@ -100,6 +105,17 @@ def test_by_default_it_runs_on_a_scratch_database_and_drops_it():
             "SELECT count(*) FROM pg_database WHERE datname = %s", [f"{name}_bench_demo"]
         )
         assert cursor.fetchone()[0] == 0, "dropped"
+
+
+def test_the_quota_policy_of_the_run_is_the_one_asked_for():
+    got = bench("--here", "--nodes", "4", "--nodes-per-rack", "4", "--cluster-hours", "0.5",
+                "--warmup-hours", "0", "--quota-policy", "borrow_cap=false",
+                "--quota-policy", "preempt_after_minutes=180")  # fmt: skip
+    assert got["run"]["quota_policy"] == {"borrow_cap": False, "preempt_after_minutes": 180}
+    policy = QuotaPolicy.objects.get()
+    assert (policy.borrow_cap, policy.preempt_after_minutes) == (False, 180)
+    assert policy.predictive_patience is False  # the rest as it was
+    assert "quota policy: borrow_cap=False, preempt_after_minutes=180" in human(got)
 
 
 def test_by_default_a_step_is_make_runs_cycle_period_at_60x():

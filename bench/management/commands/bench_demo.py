@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from bench.cli import add_output_arguments, write_result
-from bench.demo import DEFAULT_START, DemoRun, human, run_demo
+from bench.demo import DEFAULT_START, DemoRun, human, quota_policy, run_demo
 
 # Live events go nowhere: no web server listens, and a portal running next to this one on
 # the same Redis must not hear about jobs of another database.
@@ -76,6 +76,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--here", action="store_true", help="use the configured database (it must be empty)"
         )
+        parser.add_argument(
+            "--quota-policy",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="the admins' quota policy for the run, a field as the Django admin edits it "
+            "(repeatable; e.g. borrow_cap=false, preempt_after_minutes=180)",
+        )
         parser.add_argument("--quiet", action="store_true", help="no progress lines")
         add_output_arguments(parser)  # fmt: skip
 
@@ -90,11 +98,15 @@ class Command(BaseCommand):
             raise CommandError("--warmup-hours must be at least 0 and less than --cluster-hours")
         if not 1 <= opts["nodes"] <= 5000:
             raise CommandError("--nodes must be between 1 and 5000")
+        try:
+            policy = quota_policy(opts["quota_policy"])
+        except ValueError as e:
+            raise CommandError(str(e)) from None
         run = DemoRun(
             cluster_hours=opts["cluster_hours"], step_s=opts["step_seconds"],
             warmup_hours=opts["warmup_hours"], nodes=opts["nodes"],
             nodes_per_rack=opts["nodes_per_rack"], seed=opts["seed"],
-            start=_start(opts["start"]),
+            start=_start(opts["start"]), quota_policy=policy,
         )  # fmt: skip
         progress = None if opts["quiet"] else (lambda line: self.stderr.write(line))
         with override_settings(CHANNEL_LAYERS=QUIET_LAYER):

@@ -143,10 +143,12 @@ def seed(run: DemoRun) -> None:
     """``make run``'s seed on this database (no seeded chart history: not measured anyway),
     then the first cycle, which starts the simulated cluster at ``run.start``; its clock is
     paused from then on and moved by ``advance``."""
+    if run.quota_policy:  # the model's constraints (eviction_target within 0..1...) first
+        QuotaPolicy(**dict(run.quota_policy)).full_clean(validate_unique=False)
     call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
                  seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
     if run.quota_policy:
-        policy = QuotaPolicy.objects.get_or_create(singleton=True)[0]
+        policy = QuotaPolicy.load()
         for name, value in run.quota_policy:
             setattr(policy, name, value)
         policy.save()
@@ -172,8 +174,9 @@ def advance(seconds: float, substeps: int, use: TrueUse | None) -> float:
 
 def quota_policy(assignments: list[str]) -> tuple[tuple[str, object], ...]:
     """``NAME=VALUE`` assignments of the admins' quota policy (``QuotaPolicy``'s editable
-    fields, as the Django admin edits them) checked and converted; ValueError says which
-    one is wrong."""
+    fields, as the Django admin edits them) converted and checked field by field; ValueError
+    says which one is wrong. The model's constraints are checked when the run applies them
+    (``seed``: ValidationError before anything runs)."""
     editable = {f.name: f for f in QuotaPolicy._meta.concrete_fields if f.editable}
     editable.pop("id", None)
     changes: dict[str, object] = {}
@@ -191,10 +194,6 @@ def quota_policy(assignments: list[str]) -> tuple[tuple[str, object], ...]:
         except ValidationError as e:
             raise ValueError(f"--quota-policy {name}: {'; '.join(e.messages)}") from None
         changes[name] = value
-    try:
-        QuotaPolicy(**changes).validate_constraints()  # e.g. eviction_target within 0..1
-    except ValidationError as e:
-        raise ValueError(f"--quota-policy: {e.messages[0]}") from None
     return tuple(sorted(changes.items()))
 
 

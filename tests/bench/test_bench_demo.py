@@ -107,6 +107,14 @@ def test_by_default_it_runs_on_a_scratch_database_and_drops_it():
         assert cursor.fetchone()[0] == 0, "dropped"
 
 
+def test_a_quota_policy_against_the_model_s_constraints_changes_nothing_here():
+    with pytest.raises(CommandError, match="--quota-policy: .*quota_policy_target"):
+        bench("--here", "--nodes", "4", "--cluster-hours", "1", "--warmup-hours", "0",
+              "--quota-policy", "eviction_target=1.5")  # fmt: skip
+    assert not Job.objects.exists() and not Queue.objects.exists()
+    assert not QuotaPolicy.objects.exists()
+
+
 def test_the_quota_policy_of_the_run_is_the_one_asked_for():
     got = bench("--here", "--nodes", "4", "--nodes-per-rack", "4", "--cluster-hours", "0.5",
                 "--warmup-hours", "0", "--quota-policy", "borrow_cap=false",

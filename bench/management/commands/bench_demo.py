@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.test.utils import override_settings
@@ -110,10 +111,13 @@ class Command(BaseCommand):
         )  # fmt: skip
         progress = None if opts["quiet"] else (lambda line: self.stderr.write(line))
         with override_settings(CHANNEL_LAYERS=QUIET_LAYER):
-            if opts["here"]:
-                result = self._here(run, progress)
-            else:
-                result = self._scratch(run, progress, opts["keep_db"])
+            try:
+                if opts["here"]:
+                    result = self._here(run, progress)
+                else:
+                    result = self._scratch(run, progress, opts["keep_db"])
+            except ValidationError as e:  # the quota policy asked for breaks a constraint
+                raise CommandError(f"--quota-policy: {'; '.join(e.messages)}") from None
         write_result(self, result, opts["json"], human)
 
     def _here(self, run: DemoRun, progress) -> dict:

@@ -192,6 +192,8 @@ def group_choice(
     for n in members:
         for i in options[n][2]:
             spread[i] = spread.get(i, 0) + 1
+    if all(count == 1 for count in spread.values()):  # no victim on two nodes: as they are
+        return sum(options[n][0] for n in own), sum(options[n][1] for n in own), own
     shared = sorted(
         members,
         key=lambda n: (sum(cost[i] / spread[i] for i in options[n][2]), options[n][1], n),

@@ -65,6 +65,10 @@ SWEEP_EVERY_S = 1800.0  # beat: every 30 s of wall time, at 60x
 QUOTA_EVERY_S = 3600.0  # beat: every 60 s of wall time, at 60x
 
 
+class QuotaPolicyRefused(Exception):
+    """The quota policy asked for breaks one of the model's constraints (nothing written)."""
+
+
 @dataclass(frozen=True)
 class DemoRun:
     """One headless demo run: its length and cadence in cluster seconds, and the seed."""
@@ -144,7 +148,10 @@ def seed(run: DemoRun) -> None:
     then the first cycle, which starts the simulated cluster at ``run.start``; its clock is
     paused from then on and moved by ``advance``."""
     if run.quota_policy:  # the model's constraints (eviction_target within 0..1...) first
-        QuotaPolicy(**dict(run.quota_policy)).full_clean(validate_unique=False)
+        try:
+            QuotaPolicy(**dict(run.quota_policy)).full_clean(validate_unique=False)
+        except ValidationError as e:
+            raise QuotaPolicyRefused(f"--quota-policy: {'; '.join(e.messages)}") from None
     call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
                  seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
     if run.quota_policy:
@@ -176,7 +183,7 @@ def quota_policy(assignments: list[str]) -> tuple[tuple[str, object], ...]:
     """``NAME=VALUE`` assignments of the admins' quota policy (``QuotaPolicy``'s editable
     fields, as the Django admin edits them) converted and checked field by field; ValueError
     says which one is wrong. The model's constraints are checked when the run applies them
-    (``seed``: ValidationError before anything runs)."""
+    (``seed``: ``QuotaPolicyRefused`` before anything is written)."""
     editable = {f.name: f for f in QuotaPolicy._meta.concrete_fields if f.editable}
     editable.pop("id", None)
     changes: dict[str, object] = {}

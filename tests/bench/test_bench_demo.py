@@ -11,6 +11,7 @@ from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
 from bench.demo import DemoRun, human
+from demo.management.commands.seed_demo import DEMO_URGENT_PATIENCE_MINUTES
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
 from portal.devstack import DEMO_CYCLE_SECONDS
@@ -122,7 +123,9 @@ def test_the_quota_policy_of_the_run_is_the_one_asked_for():
     assert got["run"]["quota_policy"] == {"borrow_cap": False, "preempt_after_minutes": 180}
     policy = QuotaPolicy.objects.get()
     assert (policy.borrow_cap, policy.preempt_after_minutes) == (False, 180)
-    assert policy.predictive_patience is False  # the rest as it was
+    # applied over the demo's seed: the rest as the seed left it
+    assert policy.urgent_preempt_after_minutes == DEMO_URGENT_PATIENCE_MINUTES
+    assert policy.predictive_patience is False
     assert "quota policy: borrow_cap=False, preempt_after_minutes=180" in human(got)
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 from django.test.utils import override_settings
 
 from bench.cli import add_output_arguments, write_result
-from bench.demo import DEFAULT_START, DemoRun, human, quota_policy, run_demo
+from bench.demo import DEFAULT_START, DemoRun, QuotaPolicyRefused, human, quota_policy, run_demo
 
 # Live events go nowhere: no web server listens, and a portal running next to this one on
 # the same Redis must not hear about jobs of another database.
@@ -116,8 +115,8 @@ class Command(BaseCommand):
                     result = self._here(run, progress)
                 else:
                     result = self._scratch(run, progress, opts["keep_db"])
-            except ValidationError as e:  # the quota policy asked for breaks a constraint
-                raise CommandError(f"--quota-policy: {'; '.join(e.messages)}") from None
+            except QuotaPolicyRefused as e:
+                raise CommandError(str(e)) from None
         write_result(self, result, opts["json"], human)
 
     def _here(self, run: DemoRun, progress) -> dict:

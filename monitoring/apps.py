@@ -19,5 +19,5 @@ class MonitoringConfig(AppConfig):
 
         alert_raised.connect(keep_scheduling_alert, dispatch_uid="monitoring.keep_alert")
         plan_applied.connect(record_plan, dispatch_uid="monitoring.idle_by_cause")
-        # the scheduler tightens the borrowing of queues above the eviction target (#19)
+        # the scheduler's borrowing rules read each queue's eviction figures (#19)
         provide_eviction_readings(get_eviction_readings)

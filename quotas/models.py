@@ -222,14 +222,15 @@ class QuotaPolicy(models.Model):
     ``reserve_gpus``: healthy GPUs kept out of guarantees; approving into it needs an
     explicit override. ``eviction_target``/``eviction_window_hours``: a queue whose
     eviction ratio over the window is above the target gets a guarantee suggestion that
-    would have prevented ``suggestion_coverage`` of its lost GPU time (R4); the scheduler
-    also tightens the borrowing of such a queue (#19). ``borrow_cooldown_minutes``: a job
+    would have prevented ``suggestion_coverage`` of its lost GPU time (R4); with
+    ``borrow_cap`` the scheduler also tightens the borrowing of such a queue (#19). ``borrow_cooldown_minutes``: a job
     or queue preempted this recently does not borrow idle capacity again (#19).
     ``preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience, #19): how long a
     waiting job waits for capacity to free before it reclaims borrowed work / before a job
     of a queue that preempts lower tiers (urgent) stops them; 0: at once.
     ``predictive_patience``: only for capacity predicted to free within the patience.
-    ``borrow_cap``: the eviction target also caps a queue's borrowed GPUs (#19).
+    ``borrow_cap``: the eviction target also caps a queue's borrowed GPUs (#19; off by
+    default since session 15: docs/quotas.md).
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -256,9 +257,10 @@ class QuotaPolicy(models.Model):
         "to free within it; otherwise reclaim at once",
     )
     borrow_cap = models.BooleanField(
-        default=True,
-        help_text="a queue above the eviction target may hold fewer borrowed GPUs (off: "
-        "shorter waits, higher eviction peaks per queue; the guarantee advice stays)",
+        default=False,
+        help_text="a queue above the eviction target may hold fewer borrowed GPUs: fewer "
+        "evictions, longer waits, and a queue reclaimed early may stay below its quota "
+        "(off, the default: the target advises and alerts)",
     )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"

@@ -2,7 +2,8 @@
 portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production_policy``.
 
 * the knobs: ``QuotaPolicy.borrow_cooldown_minutes``, ``QuotaPolicy.eviction_target``
-  (the target above which the guarantee advice speaks, and borrowing tightens) and
+  (the target above which the guarantee advice speaks, and, with ``borrow_cap``,
+  borrowing tightens) and
   ``QuotaPolicy.preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience
   before reclaiming / before an urgent job preempts), ``predictive_patience`` and
   ``borrow_cap`` (the eviction target caps a queue's borrowing, or only advises);

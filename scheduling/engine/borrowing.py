@@ -28,7 +28,8 @@ happening:
 2. **Cool-down.** A job evicted less than ``borrow_cooldown_s`` ago
    (``PendingJob.last_evicted_at``), or any job of a queue that had a job evicted that
    recently (``QueueView.last_reclaim_at``), does not borrow: it waits within its quota.
-3. **Eviction ratio above target tightens.** A queue whose recent eviction ratio
+3. **Eviction ratio above target tightens** (``borrow_cap``, off by default: it fed on
+   itself after a cold start, docs/engine.md). A queue whose recent eviction ratio
    (``QueueView.eviction_ratio``) is above ``borrow_eviction_target`` may hold at most
    ``floor(quota x (2 - ratio / target))`` borrowed GPUs (its own quota, else its line's),
    a cap that shrinks as the ratio climbs and is 0 from twice the target; as the ratio

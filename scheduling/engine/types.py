@@ -344,8 +344,10 @@ class PolicyConfig:
       lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
       ``borrow_queue_cooldown_s``: a job evicted this recently, or any job of a queue that
       had one evicted this recently, does not borrow; ``borrow_eviction_target``: a queue
-      whose eviction ratio is above it may borrow less (a cap that shrinks to 0 at twice
-      the target; ``borrow_cap`` off: no cap); ``borrow_forecast_over_target`` /
+      whose eviction ratio is above it may borrow less with ``borrow_cap`` (a cap that
+      shrinks to 0 at twice the target; off by default since session 15: after a cold
+      start it fed on itself, and ITP meets #19 without it, docs/replay.md);
+      ``borrow_forecast_over_target`` /
       ``borrow_queue_cooldown_over_target``: the forecast for every borrower, the queue
       cool-down only, in a queue above that target. ``swap_quota``: a job that may not
       borrow (not preemptible, or demoted) and finds its queue or line at quota starts on
@@ -393,7 +395,7 @@ class PolicyConfig:
     borrow_cooldown_s: float = 1800.0
     borrow_queue_cooldown_s: float = 1800.0
     borrow_eviction_target: float = 0.10
-    borrow_cap: bool = True
+    borrow_cap: bool = False
     borrow_forecast_over_target: bool = False
     borrow_queue_cooldown_over_target: bool = False
     swap_quota: bool = True

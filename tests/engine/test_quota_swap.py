@@ -161,17 +161,18 @@ def test_the_displaced_work_s_queue_answers_for_cooldown_and_cap():
     assert result.verdicts[10].details["borrow_refused"] == "queue_cooldown"
     assert "llm-experiment had work preempted" in result.verdicts[10].message
     capped = with_queue("llm-experiment", eviction_ratio=0.2)
-    result = run(scenario([FINETUNE], queues=capped))
+    result = run(scenario([FINETUNE], queues=capped, borrow_cap=True))
     assert result.verdicts[10].details["borrow_refused"] == "eviction_cap"
     # the swapping job's own queue cooling down or above target does not matter
     for own in (
         with_queue("llm-finetune", last_reclaim_at=NOW - 300),
         with_queue("llm-finetune", eviction_ratio=0.2),
     ):
-        assert starts(run(scenario([FINETUNE], queues=own))) == {10: False}
+        assert starts(run(scenario([FINETUNE], queues=own, borrow_cap=True))) == {10: False}
 
 
-BUDGET = {"swap_eviction_budget": True}  # off by default (docs/engine.md, "Quota swap")
+# both off by default (docs/engine.md, "Quota swap"); the budget is the cap's
+BUDGET = {"swap_eviction_budget": True, "borrow_cap": True}
 
 
 def budgeted(delivered: float, evicted: float = 0.0) -> list[et.QueueView]:

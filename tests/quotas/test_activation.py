@@ -106,3 +106,42 @@ def test_no_suggestion_while_the_ratio_is_under_target(client, demo):
     client.force_login(demo["researcher2"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="no-suggestions"' in page and "suggestion-llm-core" not in page
+
+
+@pytest.mark.parametrize("borrow_cap", [True, False])
+def test_when_no_floor_within_quota_keeps_the_target_the_page_says_what_is_left(
+    client, demo, borrow_cap
+):
+    """Three 4-GPU and twelve 1-GPU evictions from 8 GPUs in use (24 of 80 GPU-hours, 30%):
+    a guarantee of 5 (the quota) prevents the three big ones only, 15% is left, and only a
+    guarantee of 8 would reach the 10% target. What the page then advises depends on the
+    eviction cap (off by default): the scheduler tightens that queue's borrowing only with
+    it on."""
+    from quotas.models import QuotaPolicy
+
+    QuotaPolicy.objects.create(borrow_cap=borrow_cap)
+    core = Queue.objects.get(name="llm-core")
+    Queue.objects.filter(pk=core.pk).update(quota_gpus=5)
+    now = cluster_now()
+    for h in range(10):
+        MetricSample.objects.create(
+            at=now - timedelta(hours=10 - h), gpus_total=32, gpus_healthy=32,
+            gpus_allocated=8, utilization=0.25, fragmentation_gpus=0, pending_jobs=0,
+            per_queue={str(core.pk): {"name": core.name, "used": 8}},
+        )  # fmt: skip
+    job = Job.objects.create(name="victim", owner=demo["researcher"], queue=core,
+                             tier=core.tier, gpus=4)  # fmt: skip
+    for i, gpus in enumerate([4, 4, 4] + [1] * 12):
+        Eviction.objects.create(job=job, queue=core, at=now - timedelta(minutes=30 * i + 15),
+                                reason="preemption", gpus=gpus, gpu_seconds=gpus * 3600.0)  # fmt: skip
+    rollup()
+    client.force_login(demo["lead"])
+    page = client.get("/quotas/lines/llm/").content.decode()
+    assert "an eviction ratio of 30.0% (target 10%)" in page
+    assert "No guaranteed floor within its quota would have kept it under its 10%" in page
+    tightened = "borrowing is already tightened for it"
+    if borrow_cap:
+        assert f"none within its quota: {tightened} (#19); ask for more quota" in page
+    else:
+        assert tightened not in page
+        assert "none within its quota: ask for more quota, or an admin turns on the " in page

@@ -223,8 +223,9 @@ class QuotaPolicy(models.Model):
     explicit override. ``eviction_target``/``eviction_window_hours``: a queue whose
     eviction ratio over the window is above the target gets a guarantee suggestion that
     would have prevented ``suggestion_coverage`` of its lost GPU time (R4); with
-    ``borrow_cap`` the scheduler also tightens the borrowing of such a queue (#19). ``borrow_cooldown_minutes``: a job
-    or queue preempted this recently does not borrow idle capacity again (#19).
+    ``borrow_cap`` the scheduler also tightens the borrowing of such a queue (#19).
+    ``borrow_cooldown_minutes``: a job or queue preempted this recently does not borrow
+    idle capacity again (#19).
     ``preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience, #19): how long a
     waiting job waits for capacity to free before it reclaims borrowed work / before a job
     of a queue that preempts lower tiers (urgent) stops them; 0: at once.

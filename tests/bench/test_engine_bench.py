@@ -152,7 +152,9 @@ def test_tight_quotas_make_the_plan_swap_and_the_default_cluster_does_not(capsys
     assert plain["swaps"] == 0 and not plain["tight_quotas"]
     assert tight["swaps"] > 0 and tight["violations"] == 0 and tight["tight_quotas"]
     s = engine_bench.tighten_quotas(build_snapshot(2000, 600, 400, seed=2))
-    s = dataclasses.replace(s, policy=dataclasses.replace(s.policy, swap_eviction_budget=True))
+    # the budget is the eviction cap's (both off by default)
+    budget = dataclasses.replace(s.policy, swap_eviction_budget=True, borrow_cap=True)
+    s = dataclasses.replace(s, policy=budget)
     refused = [v for v in plan(s, BENCH_NOW).verdicts.values()
                if v.details.get("borrow_refused") == "eviction_budget"]  # fmt: skip
     assert refused

@@ -8,7 +8,7 @@ import pytest
 from monitoring.models import MetricSample
 from monitoring.rollup import rollup
 from portal.celery import beat_schedule
-from quotas.models import BusinessLine, Queue, QuotaChange
+from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy
 from quotas.tasks import quota_activation
 from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
@@ -66,26 +66,29 @@ def test_the_scheduler_uses_a_new_contract_from_its_start_time(api):
     assert detail["status"] == "ended" and detail["previous"] == {"quota_gpus": 14}
 
 
-def _evictions(demo, queue: Queue, now, count: int, gpus: int, used: int) -> None:
-    """``count`` evictions of ``gpus`` GPUs an hour apart, while the queue held ``used`` GPUs
-    for the last 10 hours (hourly rollup samples); then the rollup computes the figures."""
+def _evictions(
+    demo, queue: Queue, now, sizes: list[int], used: int, every: timedelta = timedelta(hours=1)
+) -> None:
+    """Evictions of ``sizes`` GPUs, ``every`` apart back from ``now``, while the queue held
+    ``used`` GPUs for the last 10 hours (hourly rollup samples); then the rollup computes
+    the figures."""
     job = Job.objects.create(name="victim", owner=demo["researcher"], queue=queue,
-                             tier=queue.tier, gpus=gpus)  # fmt: skip
+                             tier=queue.tier, gpus=max(sizes))  # fmt: skip
     for h in range(10):  # the queue held ``used`` GPUs for the last 10 hours
         MetricSample.objects.create(
             at=now - timedelta(hours=10 - h), gpus_total=32, gpus_healthy=32,
             gpus_allocated=used, utilization=used / 32, fragmentation_gpus=0, pending_jobs=0,
             per_queue={str(queue.pk): {"name": queue.name, "used": used}},
         )  # fmt: skip
-    for i in range(count):
-        Eviction.objects.create(job=job, queue=queue, at=now - timedelta(hours=i + 1),
+    for i, gpus in enumerate(sizes):
+        Eviction.objects.create(job=job, queue=queue, at=now - every * (i + 1),
                                 reason="preemption", gpus=gpus, gpu_seconds=gpus * 3600.0)  # fmt: skip
     rollup()
 
 
 def test_a_queue_evicted_too_often_gets_a_guarantee_suggestion_with_numbers(client, demo):
     core = Queue.objects.get(name="llm-core")
-    _evictions(demo, core, cluster_now(), count=5, gpus=2, used=8)
+    _evictions(demo, core, cluster_now(), [2] * 5, used=8)
     client.force_login(demo["lead"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="suggestion-llm-core"' in page
@@ -102,7 +105,7 @@ def test_a_queue_evicted_too_often_gets_a_guarantee_suggestion_with_numbers(clie
 
 def test_no_suggestion_while_the_ratio_is_under_target(client, demo):
     core = Queue.objects.get(name="llm-core")
-    _evictions(demo, core, cluster_now(), count=3, gpus=1, used=8)  # 3 of 80 GPU-hours
+    _evictions(demo, core, cluster_now(), [1] * 3, used=8)  # 3 of 80 GPU-hours
     client.force_login(demo["researcher2"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="no-suggestions"' in page and "suggestion-llm-core" not in page
@@ -117,24 +120,11 @@ def test_when_no_floor_within_quota_keeps_the_target_the_page_says_what_is_left(
     guarantee of 8 would reach the 10% target. What the page then advises depends on the
     eviction cap (off by default): the scheduler tightens that queue's borrowing only with
     it on."""
-    from quotas.models import QuotaPolicy
-
     QuotaPolicy.objects.create(borrow_cap=borrow_cap)
     core = Queue.objects.get(name="llm-core")
     Queue.objects.filter(pk=core.pk).update(quota_gpus=5)
-    now = cluster_now()
-    for h in range(10):
-        MetricSample.objects.create(
-            at=now - timedelta(hours=10 - h), gpus_total=32, gpus_healthy=32,
-            gpus_allocated=8, utilization=0.25, fragmentation_gpus=0, pending_jobs=0,
-            per_queue={str(core.pk): {"name": core.name, "used": 8}},
-        )  # fmt: skip
-    job = Job.objects.create(name="victim", owner=demo["researcher"], queue=core,
-                             tier=core.tier, gpus=4)  # fmt: skip
-    for i, gpus in enumerate([4, 4, 4] + [1] * 12):
-        Eviction.objects.create(job=job, queue=core, at=now - timedelta(minutes=30 * i + 15),
-                                reason="preemption", gpus=gpus, gpu_seconds=gpus * 3600.0)  # fmt: skip
-    rollup()
+    _evictions(demo, core, cluster_now(), [4] * 3 + [1] * 12, used=8,
+               every=timedelta(minutes=30))  # fmt: skip
     client.force_login(demo["lead"])
     page = client.get("/quotas/lines/llm/").content.decode()
     assert "an eviction ratio of 30.0% (target 10%)" in page

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from . import explain
 from .accounting import derive_usage
-from .policy import given_gpu_s, job_runtime, running_end
+from .policy import given_gpu_s, job_runtime, running_end, swaps_before_evicting
 from .types import READY, LineView, PendingJob, Plan, PolicyConfig, QueueView, Snapshot
 
 if TYPE_CHECKING:
@@ -387,38 +387,42 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         adds = [(running_end(r, now, policy), r.gpus, r.queue) for r in proxy] or [
             (now + job_runtime(j, policy), j.gpus, j.queue)
         ]
-        gpus = sum(g for _t, g, _q in adds)
-        runtime = max(t for t, _g, _q in adds) - now
-        if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
-            errors.append(f"job {j.id} borrows within its cool-down")
-        # rules 2 and 3 for the queue(s) whose work becomes borrowed
-        per_queue: dict[str, int] = {}
-        for _t, g, name in adds:
-            per_queue[name] = per_queue.get(name, 0) + g
         for r in proxy:
             qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
-            budget = eviction_budget(queues.get(r.queue), policy)
-            if budget is not None and qx[r.queue] > budget + 1e-6:
-                errors.append(f"job {j.id} displaces queue {r.queue} past its eviction budget")
-        for name, g in per_queue.items():
-            q = queues.get(name)
-            over = over_target(q, policy.borrow_eviction_target)
-            if q is not None and in_cooldown(
-                q.last_reclaim_at, now, queue_cooldown_s(over, policy)
-            ):
-                errors.append(f"job {j.id} borrows within queue {name}'s cool-down")
-            cap = cap_for(q, lines.get(q.line) if q is not None else None, policy)
-            if cap is not None and qb.get(name, 0) + g > cap:
-                errors.append(f"job {j.id} takes queue {name} over its borrowing cap {cap}")
-        over = over_target(queues.get(j.queue), policy.borrow_eviction_target)
-        if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
-            bl = BorrowedLoad(load)
-            for i in range(segments(runtime)):
-                if demand[i] + bl.at(now + _STARTS[i]) + gpus > ready:
-                    errors.append(
-                        f"job {j.id} borrows but is predicted to be reclaimed before it ends"
-                    )
-                    break
+        if proxy and swaps_before_evicting(j, queues.get(j.queue), policy):
+            pass  # it displaces instead of evicting: no borrowing rule holds it (quota_swap.py)
+        else:
+            gpus = sum(g for _t, g, _q in adds)
+            runtime = max(t for t, _g, _q in adds) - now
+            if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
+                errors.append(f"job {j.id} borrows within its cool-down")
+            # rules 2 and 3 for the queue(s) whose work becomes borrowed
+            per_queue: dict[str, int] = {}
+            for _t, g, name in adds:
+                per_queue[name] = per_queue.get(name, 0) + g
+            for name in {r.queue for r in proxy}:
+                budget = eviction_budget(queues.get(name), policy)
+                if budget is not None and qx[name] > budget + 1e-6:
+                    errors.append(f"job {j.id} displaces queue {name} past its eviction budget")
+            for name, g in per_queue.items():
+                q = queues.get(name)
+                over = over_target(q, policy.borrow_eviction_target)
+                if q is not None and in_cooldown(
+                    q.last_reclaim_at, now, queue_cooldown_s(over, policy)
+                ):
+                    errors.append(f"job {j.id} borrows within queue {name}'s cool-down")
+                cap = cap_for(q, lines.get(q.line) if q is not None else None, policy)
+                if cap is not None and qb.get(name, 0) + g > cap:
+                    errors.append(f"job {j.id} takes queue {name} over its borrowing cap {cap}")
+            over = over_target(queues.get(j.queue), policy.borrow_eviction_target)
+            if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
+                bl = BorrowedLoad(load)
+                for i in range(segments(runtime)):
+                    if demand[i] + bl.at(now + _STARTS[i]) + gpus > ready:
+                        errors.append(
+                            f"job {j.id} borrows but is predicted to be reclaimed before it ends"
+                        )
+                        break
         for t, g, queue in adds:
             load.append((t, g))
             qb[queue] = qb.get(queue, 0) + g

@@ -157,6 +157,7 @@ class Planner:
         pool.sort(key=lambda r: r.id)
         self.victim_pool = pool
         self._victim_index: VictimIndex | None = None
+        # running jobs this plan stops, moves or displaces (quota_swap.py): nobody's victim now
         self.victim_ids: set[int] = set()
         self.excl_held: set[int] = {i for i, node in enumerate(snapshot.nodes) if node.exclusive}
         self.started_on = [0] * n
@@ -980,8 +981,9 @@ class Planner:
     def over_quota_now(self, job: PendingJob) -> bool:
         """Jobs started after it may have used the quota room it had when it was considered:
         if so, QUOTA_EXCEEDED (first in API.md's order), as the next cycle will read."""
-        short_q, short_l = self.quota_short(job, tuple(self.leaving_for.get(job.id, ())))
-        if short_q or short_l:
+        leaving = tuple(self.leaving_for.get(job.id, ()))
+        short_q, short_l = self.quota_short(job, leaving)
+        if (short_q or short_l) and not self.swap.covers(job, leaving):
             self.record(job, *self.quota_reason(job, short_q, ""))
             return True
         return False
@@ -1044,10 +1046,13 @@ class Planner:
                 waits_for_quota = True
             else:
                 short_q, short_l = lq, ll
+        swapping = False  # short of quota, but its scope's work covers it (quota_swap.py)
         if (short_q or short_l) and not waits_for_quota:
             if self.can_borrow(job):
                 deferred.append(job)
                 return
+            swapping = self.swap.instead_of_eviction(job, short_q, short_l)
+        if (short_q or short_l) and not waits_for_quota and not swapping:
             if (
                 self.unavailable(job, sh) is None
                 and not self.hol_blocked(job)
@@ -1090,13 +1095,16 @@ class Planner:
         if not waits_for_quota:
             end = self.now + job_runtime(job, self.policy)
             nodes = self.try_place(job, sh, end)
-            if nodes is not None:
+            if nodes is not None and not swapping:
                 self.start(job, sh, nodes, borrowed=False)
+                return
+            if nodes is not None and self.swap.start_instead(job, sh, nodes):
                 return
         if (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
             job, sh, 0, 0, leaving
         ):
-            pass
+            if swapping:
+                self.swap.hold_instead(job)
         elif waits_for_quota:
             q_short, _ = self.quota_short(job, ())
             self.record(job, *self.quota_reason(job, q_short, ""))

@@ -43,6 +43,22 @@ def queue_preempts(queue: QueueView | None, tier: Tier) -> frozenset[Tier]:
     return frozenset(t for t in allowed if t < tier)
 
 
+def swaps_before_evicting(job: PendingJob, queue: QueueView | None, policy: PolicyConfig) -> bool:
+    """Whether ``job``, short of its quota, displaces its own scope's preemptible work rather
+    than evicting it (``quota_swap.py``): it may not borrow, its queue may preempt (R2:
+    ``urgent``), and swap, borrowing and preemption are on. Such a job swaps in the first
+    pass, without the displaced queues' borrowing rules: for it the alternative to a swap is
+    an eviction, not a wait (the displaced work runs on, and goes only if a lender needs its
+    GPUs back). One rule for the planner and ``check_borrowing``."""
+    return (
+        policy.swap_quota
+        and policy.borrowing
+        and policy.preemption
+        and not may_borrow(job.preemptible, is_demoted(job.preemption_count, policy), policy)
+        and bool(queue_preempts(queue, job.tier))
+    )
+
+
 def effective_tier(tier: Tier, queue: QueueView | None) -> Tier:
     """A job never ranks above its queue's tier (Q2), whatever it claims."""
     return tier if queue is None or tier <= queue.tier else queue.tier

@@ -25,6 +25,16 @@ puts the least GPU time at risk). Displaced work is running,
 preemptible, not demoted, not already borrowed, not moving or leaving; guarantees are
 untouched (the scope's active use grows by the job, its guarantee does not).
 
+A job that may *preempt* (an ``urgent`` queue's, ``policy.swaps_before_evicting``) swaps
+differently: for it the alternative is evicting its scope's work for quota room, not
+waiting. So it swaps in the first pass, without the displaced queues' rules: when its
+scope's displaceable work covers what it lacks, the planner treats it as a job within quota
+(``instead_of_eviction``), it preempts at most for *nodes*, and it displaces when it starts
+(``start_instead``). Evicting for quota room did not work: the accounting re-derives every
+plan which work is borrowed, so the scope's borrowed work moved into the room each round
+left, and the job evicted again (on the demo one urgent 128-GPU job evicted 467 jobs, 492
+GPUs, over four cycles, docs/engine.md).
+
 On with ``PolicyConfig.swap_quota`` (and ``borrowing``). ``check_swaps`` is what
 ``check_plan`` re-derives of a plan's swaps.
 """
@@ -36,11 +46,18 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
-from .policy import given_gpu_s, is_demoted, job_runtime, may_borrow, running_end
+from .policy import (
+    given_gpu_s,
+    is_demoted,
+    job_runtime,
+    may_borrow,
+    running_end,
+    swaps_before_evicting,
+)
 from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
 
 if TYPE_CHECKING:
-    from .planner import Planner
+    from .planner import Planner, ShapeT
 
 Scope = tuple[str, str]  # ("queue" | "line", name)
 
@@ -155,8 +172,9 @@ class QuotaSwap:
         self._idx: dict[Scope, list[RunningJob]] | None = None
         # deferred to the borrowing pass to swap: job id -> GPUs short (queue, line) then
         self.waiting: dict[int, tuple[int, int]] = {}
-        self.taken: set[int] = set()  # running jobs already displaced by this plan
         self.swaps: list[Swap] = []
+        # jobs that displace instead of evicting for quota room (``instead_of_eviction``)
+        self.instead: set[int] = set()
 
     def idx(self) -> dict[Scope, list[RunningJob]]:
         if self._idx is None:
@@ -172,11 +190,79 @@ class QuotaSwap:
         p = self.p
         if not swaps(job, p.policy):
             return False
-        gone = self.taken | p.victim_ids
+        gone = p.victim_ids
         if choose(self._shorts(job, short_q, short_l), self.idx(), gone) is None:
             return False
         self.waiting[job.id] = (short_q, short_l)
         return True
+
+    def _choose_now(self, shorts: Mapping[Scope, int]) -> list[RunningJob] | None:
+        return choose(shorts, self.idx(), self.p.victim_ids)
+
+    def instead_of_eviction(self, job: PendingJob, short_q: int, short_l: int) -> bool:
+        """Whether ``job`` (short of its quota by ``short_q`` / ``short_l``) needs no quota
+        victims: it may preempt (``policy.swaps_before_evicting``) and its scope's
+        preemptible work covers what it lacks. The planner then treats it as a job within
+        quota that may have to preempt for *nodes*, and the work becomes borrowed when it
+        starts (``start_instead``). Evicting for quota room took the scope's work in
+        rounds: the accounting re-derives every plan which work is borrowed, so the scope's
+        borrowed work moved into the room each round left (one urgent 128-GPU job of the
+        demo evicted 467 jobs, 492 GPUs, over four cycles; docs/engine.md)."""
+        p = self.p
+        if not swaps_before_evicting(job, p.queues.get(job.queue), p.policy):
+            return False
+        if self._choose_now(self._shorts(job, short_q, short_l)) is None:
+            return False
+        self.instead.add(job.id)
+        return True
+
+    def covers(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> bool:
+        """A job swapping instead of evicting still finds enough to displace now that the
+        plan is complete (its wait is then for nodes, not quota)."""
+        if job.id not in self.instead:
+            return False
+        return self._choose_now(self._shorts(job, *self.p.quota_short(job, leaving))) is not None
+
+    def start_instead(self, job: PendingJob, sh: ShapeT, nodes: list[int]) -> bool:
+        """Start a job swapping instead of evicting on ``nodes``: its scope's newest
+        preemptible work becomes the borrowed part. False (nothing done) if that work no
+        longer covers it (its own victims, still stopping, count against its quota)."""
+        p = self.p
+        chosen = self._choose_now(self._shorts(job, *p.quota_short(job, ())))
+        if chosen is None:
+            return False
+        p.start(job, sh, nodes, borrowed=False)
+        self.displace(job, chosen)
+        return True
+
+    def hold_instead(self, job: PendingJob) -> None:
+        """A job swapping instead of evicting now holds nodes and has claimed its quota:
+        keep the work it will displace for it, so no later job of the plan counts on it or
+        stops it. Its scope's use within quota stays as claimed (over the quota): the room
+        is the holder's, and only a start displaces (``check_swaps``)."""
+        p = self.p
+        shorts: dict[Scope, int] = {}
+        for scope, name, nb, views in (
+            ("queue", job.queue, p.nb_queue, p.queues),
+            ("line", job.line, p.nb_line, p.lines),
+        ):
+            view = views.get(name)
+            if view is not None and view.quota_gpus is not None:
+                shorts[(scope, name)] = nb.get(name, 0) - view.quota_gpus
+        for r in self._choose_now(shorts) or ():
+            p.victim_ids.add(r.id)
+
+    def displace(self, job: PendingJob, chosen: list[RunningJob]) -> None:
+        """``job`` started within quota by displacing ``chosen``: they are borrowed from now
+        on, in the plan's swaps and in the lenders' forecast."""
+        if not chosen:
+            return  # an earlier swap displaced more than it needed (whole jobs)
+        p = self.p
+        self.take(chosen)
+        self.swaps.append(Swap(job.id, tuple(r.id for r in chosen)))
+        for r in chosen:
+            end = running_end(r, p.now, p.policy)
+            p.borrowing.add_load(r.queue, r.gpus, end, given_gpu_s(r, p.now))
 
     def consider(self, job: PendingJob) -> None:
         """Start ``job`` within quota by displacing its scope's preemptible work, or
@@ -185,7 +271,7 @@ class QuotaSwap:
         sh = p.shape(job)
         first_q = self.waiting[job.id][0]
         shorts = self._shorts(job, *p.quota_short(job, ()))
-        gone = self.taken | p.victim_ids
+        gone = p.victim_ids
         limits = Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
         chosen = choose(shorts, self.idx(), gone, limits)
         refused = None
@@ -210,11 +296,7 @@ class QuotaSwap:
                     refused = p.borrowing.lenders_refusal(gpus, until - p.now)
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
-                    self.take(chosen)
-                    self.swaps.append(Swap(job.id, tuple(r.id for r in chosen)))
-                    for r in chosen:
-                        end = running_end(r, p.now, p.policy)
-                        p.borrowing.add_load(r.queue, r.gpus, end, given_gpu_s(r, p.now))
+                    self.displace(job, chosen)
                     return
         if refused is not None:
             reason, est = p.quota_reason(job, first_q, refused[1])
@@ -238,10 +320,11 @@ class QuotaSwap:
         return None
 
     def take(self, chosen: Iterable[RunningJob]) -> None:
-        """``chosen`` is borrowed from now on: out of its queue's and line's use within quota."""
+        """``chosen`` is borrowed from now on (or kept for a job that will displace it): out
+        of its queue's and line's use within quota, and nobody's victim in this plan."""
         p = self.p
         for r in chosen:
-            self.taken.add(r.id)
+            p.victim_ids.add(r.id)
             p.nb_queue[r.queue] = p.nb_queue.get(r.queue, 0) - r.gpus
             p.nb_line[r.line] = p.nb_line.get(r.line, 0) - r.gpus
 

@@ -17,7 +17,9 @@ def test_the_corpus_is_complete_and_exercises_preemption():
     assert len(recorded) == CASES
     with_victims = [f for f in recorded if f["preemptions"]]
     assert len(with_victims) >= 200
-    assert sum(len(f["preemptions"]) for f in with_victims) >= 400
+    # 445 victims before urgent jobs displaced their line's work instead of evicting it
+    # for quota room (quota_swap.py), 387 since
+    assert sum(len(f["preemptions"]) for f in with_victims) >= 350
 
 
 def test_every_corpus_plan_is_unchanged_and_valid():

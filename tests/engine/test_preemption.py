@@ -246,13 +246,15 @@ def test_a_reclaim_takes_one_borrower_over_many_fresh_small_ones():
 def test_quota_room_comes_from_one_job_when_that_costs_no_more():
     """Line llm (quota 8) is full: four fresh 1-GPU experiments and one 4-GPU experiment
     30 min after its checkpoint (2 GPU-h). An urgent 4-GPU job needs 4 GPUs of quota room:
-    the four 1-GPU jobs cost 4 x 1 GPU-h, the 4-GPU job 1 + 2: one victim."""
+    the four 1-GPU jobs cost 4 x 1 GPU-h, the 4-GPU job 1 + 2: one victim. (With the quota
+    swap off: on, the experiments become the borrowed part instead, test_quota_swap.py.)"""
     running = [rjob(i + 1, {"n0": [i]}, last_checkpoint_at=NOW - 60) for i in range(4)]
     running.append(rjob(20, {"n1": range(4)}, last_checkpoint_at=NOW - HOUR / 2))
     pending = [pjob(99, 4, tier="urgent")]
     lines = [LineView("llm", 8)]
-    assert victims(run(snap(full(3), pending, running, lines=lines))) == {20: 99}
-    lost_work_only = PolicyConfig(eviction_cost_gpu_h=0.0)
+    no_swap = PolicyConfig(swap_quota=False)
+    assert victims(run(snap(full(3), pending, running, lines=lines, policy=no_swap))) == {20: 99}
+    lost_work_only = PolicyConfig(eviction_cost_gpu_h=0.0, swap_quota=False)
     got = victims(run(snap(full(3), pending, running, lines=lines, policy=lost_work_only)))
     assert sorted(got) == [1, 2, 3, 4]
 

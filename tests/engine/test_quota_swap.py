@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from scheduling.engine import check_plan, plan
 from scheduling.engine import types as et
 from scheduling.engine.accounting import derive_usage, snapshot_usage
+from scheduling.engine.policy import swaps_before_evicting
 
-from .helpers import HOUR, NOW, pjob, rack, rjob, run, snap, standard_queues
+from .helpers import HOUR, NOW, node, pjob, rack, rjob, run, snap, standard_queues
+from .sim import Stepper
 from .strategies import build_snapshot, random_policy, snapshots
 
 # llm: quota 8, held by its own preemptible experiment (job 1 on a00); search: quota 24,
@@ -231,6 +233,62 @@ def test_work_of_a_queue_that_may_lend_is_displaced_instead():
     assert result.swaps == (et.Swap(10, (1,)),)  # the experiment, though the finetune run is newer
 
 
+URGENT = pjob(99, 8, tier="urgent")  # may preempt lower tiers; not preemptible itself
+
+
+def test_a_job_that_may_preempt_displaces_its_line_s_work_rather_than_evict_it():
+    """An urgent job short of its line's quota: the line's experiment becomes the borrowed
+    part and the job starts on idle capacity; nothing stops. For it the alternative is an
+    eviction, not a wait, so the displaced queue's borrowing rules do not hold it."""
+    result = run(scenario([URGENT]))
+    assert starts(result) == {99: False}
+    assert result.swaps == (et.Swap(99, (1,)),) and result.preemptions == ()
+    cooling = with_queue("llm-experiment", last_reclaim_at=NOW - 300)
+    lenders_back = (8, 8, 32, 32, 32, 32, 32, 32)  # search is predicted back within the hour
+    for s in (scenario([URGENT], queues=cooling), scenario([URGENT], peaks=lenders_back)):
+        assert run(s).swaps == (et.Swap(99, (1,)),)
+    # without the swap it evicts the experiment for the quota room, as before
+    no_swap = run(scenario([URGENT], swap_quota=False))
+    assert [(p.victim_id, p.for_job_id) for p in no_swap.preemptions] == [(1, 99)]
+
+
+def line_at_quota_on_a_full_cluster(**policy: object) -> Stepper:
+    """Line mm (quota 24) holds a core run and four 8-GPU experiments, the two newest
+    borrowed; line other fills the last node. An urgent 8-GPU job of mm arrives."""
+    lines = [et.LineView("mm", 24), et.LineView("other", 16)]
+    queues = standard_queues("mm") + standard_queues("other")
+    st = Stepper([node(n) for n in "abcdef"], lines, queues, et.PolicyConfig(**policy), now=NOW)  # type: ignore[arg-type]
+    forever = 100 * HOUR
+    core = pjob(100, 8, tier="core", line="mm", preemptible=False)
+    st.place(core, {"a": range(8)}, duration=forever, started_at=NOW - 3 * HOUR)
+    for i, (name, age) in enumerate(zip("bcde", (3.0, 2.0, 1.0, 0.5), strict=True)):
+        experiment = pjob(101 + i, 8, line="mm")
+        st.place(experiment, {name: range(8)}, duration=forever, started_at=NOW - age * HOUR)
+    other = pjob(110, 8, tier="core", line="other", preemptible=False)
+    st.place(other, {"f": range(8)}, duration=forever, started_at=NOW - HOUR)
+    st.submit(pjob(1, 8, tier="urgent", line="mm", submitted_at=NOW - 60), duration=HOUR)
+    return st
+
+
+def test_an_urgent_job_preempts_for_nodes_only_and_starts_in_one_round():
+    """The demo's over-eviction (docs/engine.md, "Quota swap"): evicting for quota room, the
+    urgent job freed room its line's borrowed work moved into on the next plan (which work
+    is borrowed is re-derived each time), and evicted again. Displacing, it preempts one
+    job for a node and starts once that job is gone."""
+    st = line_at_quota_on_a_full_cluster()
+    for cycle in range(20):
+        st.step(60.0 if cycle else 0.0)
+        if st.is_running(1):
+            break
+    assert st.is_running(1)
+    assert st.preempted == [(NOW, 104, 1)]  # the newest experiment, on borrowed capacity
+    assert st.plans[-1][2].swaps == (et.Swap(1, (102,)),)  # the newest one within quota
+    # evicting for quota room instead: 20 cycles, six evictions, and it has not started
+    old = line_at_quota_on_a_full_cluster(swap_quota=False)
+    old.run_until(NOW + 19 * 60, every=60.0)
+    assert not old.is_running(1) and len(old.preempted) >= 6
+
+
 def test_no_idle_capacity_no_swap():
     full = [EXPERIMENT] + [
         rjob(20 + i, {f"a0{i}": range(8)}, line="search", tier="core", preemptible=False)
@@ -339,7 +397,8 @@ def test_a_line_never_holds_more_than_its_quota_of_work_that_cannot_be_reclaimed
 def over_budget(s: et.Snapshot, result: et.Plan) -> list[str]:
     """Queues whose work a swap of ``result`` displaced past their eviction budget: the
     GPU time given to the queue's borrowed runs that stay, plus the displaced runs',
-    against ``target x max(delivered, evicted) - evicted`` (recomputed here)."""
+    against ``target x max(delivered, evicted) - evicted`` (recomputed here). Swaps of jobs
+    that may preempt count towards it but are not held to it."""
     policy = s.policy
     target = policy.borrow_eviction_target
     if not (policy.borrow_cap and policy.swap_eviction_budget) or target <= 0:
@@ -353,11 +412,17 @@ def over_budget(s: et.Snapshot, result: et.Plan) -> list[str]:
         if r.id in usage.borrowed_ids and r.id not in gone:
             at_risk[r.queue] = at_risk.get(r.queue, 0.0) + r.gpus * max(0.0, NOW - r.started_at)
     out = []
+    pending = {j.id: j for j in s.pending}
     for sw in result.swaps:
+        job = pending[sw.job_id]
+        # a job that may preempt displaces instead of evicting, past any budget
+        exempt = swaps_before_evicting(job, queues.get(job.queue), policy)
         for rid in sw.displaced:
             r = running[rid]
             at_risk[r.queue] = at_risk.get(r.queue, 0.0) + r.gpus * max(0.0, NOW - r.started_at)
             q = queues[r.queue]
+            if exempt:
+                continue
             if q.evicted_gpu_s is None or q.delivered_gpu_s is None:
                 continue
             budget = target * max(q.delivered_gpu_s, q.evicted_gpu_s) - q.evicted_gpu_s

@@ -122,10 +122,12 @@ def test_the_1024_gpu_job_of_the_live_demo_reads_one_code():
 def test_a_preemptor_keeps_the_quota_room_it_preempted_for():
     """The urgent job preempts the experiment to make quota room; the core job behind it
     may not take the rest of that room meanwhile (before #15 it did, and the urgent job
-    read QUOTA_EXCEEDED while its victim checkpointed for it, a preemption in vain)."""
+    read QUOTA_EXCEEDED while its victim checkpointed for it, a preemption in vain).
+    With the quota swap off: on, the experiment becomes the borrowed part instead and
+    nothing is preempted (test_quota_swap.py)."""
     lines = [LineView("llm", 24)]
     nodes = [node("a"), node("b"), node("c"), node("d")]
-    st = Stepper(nodes, lines, standard_queues("llm"), PolicyConfig(), now=NOW)
+    st = Stepper(nodes, lines, standard_queues("llm"), PolicyConfig(swap_quota=False), now=NOW)
     st.place(pjob(101, 8), {"a": range(8)}, duration=FOREVER, started_at=NOW - HOUR)
     st.place(pjob(102, 8, tier="core"), {"b": range(8)}, duration=FOREVER, started_at=NOW - HOUR)
     st.submit(pjob(1, 16, tier="urgent", submitted_at=NOW - 60), duration=HOUR)

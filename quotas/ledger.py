@@ -842,7 +842,7 @@ class Suggestion(_Plain):
         text = (
             f"Queue {self.queue}: {self.evictions} evictions cost "
             f"{self.evicted_gpu_hours:.1f} GPU-hours, an eviction ratio of "
-            f"{self.eviction_ratio:.1%} (target {self.target_ratio:.0%}). A guarantee of "
+            f"{self.eviction_ratio:.1%} (target {self.target_ratio:.1%}). A guarantee of "
             f"{self.suggested_guarantee} GPUs (now {self.current_guarantee}) would have "
             f"prevented {self.prevented_evictions} of them ({self.prevented_share:.0%} of the "
             f"lost GPU time; the window's evictions replayed against it), bringing the ratio "
@@ -853,14 +853,14 @@ class Suggestion(_Plain):
         if self.floor_for_target is None:
             text += (
                 f" No guaranteed floor within its quota would have kept it under its "
-                f"{self.target_ratio:.0%} target."
+                f"{self.target_ratio:.1%} target."
             )
         elif self.floor_for_target != self.suggested_guarantee or self.ratio_after > (
             self.target_ratio
         ):
             text += (
                 f" A guaranteed floor of {self.floor_for_target} GPUs would have kept it "
-                f"under its {self.target_ratio:.0%} target (about {self.ratio_at_floor:.1%})."
+                f"under its {self.target_ratio:.1%} target (about {self.ratio_at_floor:.1%})."
             )
         return text
 

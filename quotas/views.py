@@ -107,6 +107,8 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         "usage_days": policy.usage_days,
         "suggestions": build_suggestions(line, eviction),
         "policy": policy,
+        "eviction_target_text": ratio_text(policy.eviction_target),
+        "suggestion_coverage_text": f"{policy.suggestion_coverage:.0%}",
         "sees_history": sees_history,
         "history": list_line_history(line)[:200] if sees_history else [],
         "requests": list_requests_for_user(request.user).filter(business_line=line)[:100],

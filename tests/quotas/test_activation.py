@@ -94,7 +94,10 @@ def test_a_queue_evicted_too_often_gets_a_guarantee_suggestion_with_numbers(clie
     assert 'id="suggestion-llm-core"' in page
     # 5 x 2 GPU-hours lost over 8 GPUs x 10 h delivered: 12.5%; a guarantee of 7 (8 - 2 + 1)
     # forbids taking 2 GPUs from 8 in use.
-    assert "5 evictions cost 10.0 GPU-hours, an eviction ratio of 12.5% (target 10%)" in page
+    assert "5 evictions cost 10.0 GPU-hours, an eviction ratio of 12.5% (target 10.0%)" in page
+    # the target reads the same in the card, the queue's row and the paragraph above them
+    assert "12.5% (target 10.0%)</td>" in page and "above the target of 10.0% gets" in page
+    assert "(target 10%)" not in page and "target of 10%" not in page
     assert "A guarantee of 7 GPUs (now 2) would have prevented 5 of them (100% of the lost" in page
     link = "/quotas/requests/new/?business_line=llm&amp;queue=llm-core&amp;guarantee_gpus=7"
     assert link in page
@@ -127,8 +130,8 @@ def test_when_no_floor_within_quota_keeps_the_target_the_page_says_what_is_left(
                every=timedelta(minutes=30))  # fmt: skip
     client.force_login(demo["lead"])
     page = client.get("/quotas/lines/llm/").content.decode()
-    assert "an eviction ratio of 30.0% (target 10%)" in page
-    assert "No guaranteed floor within its quota would have kept it under its 10%" in page
+    assert "an eviction ratio of 30.0% (target 10.0%)" in page
+    assert "No guaranteed floor within its quota would have kept it under its 10.0%" in page
     tightened = "borrowing is already tightened for it"
     if borrow_cap:
         assert f"none within its quota: {tightened} (#19); ask for more quota" in page

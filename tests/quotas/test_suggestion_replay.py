@@ -55,7 +55,7 @@ def test_the_suggestion_says_what_floor_would_have_kept_the_queue_under_target()
     s = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
     assert s is not None and s.suggested_guarantee == 33
     assert (s.floor_for_target, s.ratio_at_floor) == (49, 0.0625)
-    assert "A guaranteed floor of 49 GPUs would have kept it under its 10% target" in s.message()
+    assert "A guaranteed floor of 49 GPUs would have kept it under its 10.0% target" in s.message()
     capped = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, 40, 0.1, coverage=0.25)
     assert capped is not None and capped.floor_for_target is None
     assert "No guaranteed floor within its quota" in capped.message()

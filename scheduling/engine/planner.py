@@ -350,6 +350,8 @@ class Planner:
         if code != Code.DEMOTED and is_demoted(job.preemption_count, self.policy):
             msg += f" It is also demoted (preempted {job.preemption_count} times)."
             details = dict(details, demoted=1, preemption_count=job.preemption_count)
+        if code != Code.QUOTA_EXCEEDED:
+            msg += self.swap.note(job)
         patient = self.patient.get(job.id)
         if patient is not None and code != Code.PREEMPTING:
             msg += (

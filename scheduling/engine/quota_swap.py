@@ -173,8 +173,9 @@ class QuotaSwap:
         # deferred to the borrowing pass to swap: job id -> GPUs short (queue, line) then
         self.waiting: dict[int, tuple[int, int]] = {}
         self.swaps: list[Swap] = []
-        # jobs that displace instead of evicting for quota room (``instead_of_eviction``)
-        self.instead: set[int] = set()
+        # jobs that displace instead of evicting for quota room (``instead_of_eviction``),
+        # with the scope they are short in
+        self.instead: dict[int, Scope] = {}
 
     def idx(self) -> dict[Scope, list[RunningJob]]:
         if self._idx is None:
@@ -213,8 +214,20 @@ class QuotaSwap:
             return False
         if self._choose_now(self._shorts(job, short_q, short_l)) is None:
             return False
-        self.instead.add(job.id)
+        self.instead[job.id] = ("queue", job.queue) if short_q else ("line", job.line)
         return True
+
+    def note(self, job: PendingJob) -> str:
+        """What the verdict of a job swapping instead of evicting adds: why its quota does
+        not hold it (empty for other jobs)."""
+        got = self.instead.get(job.id)
+        if got is None:
+            return ""
+        return (
+            f" It would take {got[0]} {got[1]} over its quota, but that does not hold it: "
+            "when it starts, preemptible jobs of its queue or line become the borrowed part "
+            "in its place (a quota swap)."
+        )
 
     def covers(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> bool:
         """A job swapping instead of evicting still finds enough to displace now that the

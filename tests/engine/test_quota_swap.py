@@ -289,6 +289,18 @@ def test_an_urgent_job_preempts_for_nodes_only_and_starts_in_one_round():
     assert not old.is_running(1) and len(old.preempted) >= 6
 
 
+def test_while_it_waits_for_nodes_its_verdict_says_the_quota_does_not_hold_it():
+    """Within its patience, the urgent job waits for capacity, not quota: the verdict names
+    what it lacks (GPUs) and says why its line's quota does not hold it."""
+    st = line_at_quota_on_a_full_cluster(tier_preempt_after_s=1800)
+    verdict = st.step().verdicts[1]
+    assert verdict.code == et.Code.INSUFFICIENT_GPUS
+    assert "It would take line mm over its quota, but that does not hold it" in verdict.message
+    assert "may then preempt" in verdict.message and st.preempted == []
+    old = line_at_quota_on_a_full_cluster(tier_preempt_after_s=1800, swap_quota=False)
+    assert old.step().verdicts[1].code == et.Code.QUOTA_EXCEEDED
+
+
 def test_no_idle_capacity_no_swap():
     full = [EXPERIMENT] + [
         rjob(20 + i, {f"a0{i}": range(8)}, line="search", tier="core", preemptible=False)

@@ -389,9 +389,8 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
         ]
         for r in proxy:
             qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
-        if proxy and swaps_before_evicting(j, queues.get(j.queue), policy):
-            pass  # it displaces instead of evicting: no borrowing rule holds it (quota_swap.py)
-        else:
+        # a job that displaces instead of evicting: no borrowing rule holds it (quota_swap.py)
+        if not (proxy and swaps_before_evicting(j, queues.get(j.queue), policy)):
             gpus = sum(g for _t, g, _q in adds)
             runtime = max(t for t, _g, _q in adds) - now
             if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):

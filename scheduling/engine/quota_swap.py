@@ -191,8 +191,7 @@ class QuotaSwap:
         p = self.p
         if not swaps(job, p.policy):
             return False
-        gone = p.victim_ids
-        if choose(self._shorts(job, short_q, short_l), self.idx(), gone) is None:
+        if self._choose_now(self._shorts(job, short_q, short_l)) is None:
             return False
         self.waiting[job.id] = (short_q, short_l)
         return True
@@ -284,12 +283,11 @@ class QuotaSwap:
         sh = p.shape(job)
         first_q = self.waiting[job.id][0]
         shorts = self._shorts(job, *p.quota_short(job, ()))
-        gone = p.victim_ids
         limits = Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
-        chosen = choose(shorts, self.idx(), gone, limits)
+        chosen = choose(shorts, self.idx(), p.victim_ids, limits)
         refused = None
         if chosen is None:
-            anyway = choose(shorts, self.idx(), gone)  # without the displaced queues' rules
+            anyway = self._choose_now(shorts)  # without the displaced queues' rules
             if anyway is not None:
                 refused = self.queue_refusal(anyway)
         note = NOT_ENOUGH
@@ -333,8 +331,8 @@ class QuotaSwap:
         return None
 
     def take(self, chosen: Iterable[RunningJob]) -> None:
-        """``chosen`` is borrowed from now on (or kept for a job that will displace it): out
-        of its queue's and line's use within quota, and nobody's victim in this plan."""
+        """``chosen`` is borrowed from now on: out of its queue's and line's use within quota,
+        and nobody's victim in this plan."""
         p = self.p
         for r in chosen:
             p.victim_ids.add(r.id)

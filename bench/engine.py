@@ -8,8 +8,8 @@ service, four business lines with quotas and guarantees, the four tiers, sizes
 from 1 to 256 GPUs, a fragmented and nearly full cluster, some borrowed and
 some preempting work) and times the engine over several runs. ``--tight-quotas`` sets
 every line's quota to what it holds within quota, so that jobs which may not borrow start
-by quota swap (``tighten_quotas``): the default cluster has room in every quota and swaps
-nothing.
+by quota swap (``tighten_quotas``): on the default cluster only the odd urgent job short
+of its line's quota swaps (in place of an eviction).
 ``run_bench(...)`` returns the same figures as a dict for the
 ``bench_cycle`` management command; ``build_snapshot`` is also the cluster that
 ``bench_cycle --with-db`` and ``bench_pages`` load into the database (``bench.scale``).

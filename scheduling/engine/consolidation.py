@@ -31,14 +31,17 @@ and pool, as much GPU memory, RDMA if it had it, inference only if it was on one
 *already used* (a wholly free node only if the job fills it): consolidation never breaks a
 whole node to free another. If any job has no destination, nothing moves.
 
-It runs only for a gang within its quota, not demoted, otherwise expected to wait longer
-than ``consolidate_min_wait_s`` (its backfill reservation, ``backfill.Timeline``), with
-graceful preemption on (``policy.preemption``, ``preemption_mode="graceful"``, a grace
+It runs for a gang within its quota and, with ``consolidate_for_borrowers`` (on by
+default), for a gang over its quota that the borrowing rules let borrow (``borrowing.py``)
+but that finds no room: the nodes it gets are borrowed capacity, so it claims no quota. The
+gang is not demoted and otherwise expected to wait longer than ``consolidate_min_wait_s``
+(its backfill reservation, ``backfill.Timeline``), with graceful preemption on (``policy.preemption``, ``preemption_mode="graceful"``, a grace
 period > 0), at most ``max_consolidations`` gangs per plan. Failed searches are cached per
 shape and tier (capacity and budgets only shrink within a plan).
 
 The planner calls ``Consolidation.try_gang`` for a gang blocked for capacity (before it
-reserves) and ``leaving_reason`` for a gang whose moved jobs are still checkpointing;
+reserves, or in the borrowing pass) and ``leaving_reason`` for a gang whose moved jobs are
+still checkpointing;
 ``check_migrations`` is the invariant checker's part.
 """
 
@@ -420,10 +423,12 @@ class Consolidation:
         self.failed: dict[ShapeT, Tier] = {}
         self.migrations: list[Migration] = []
 
-    def try_gang(self, job: PendingJob, sh: ShapeT) -> bool:
+    def try_gang(self, job: PendingJob, sh: ShapeT, borrowing: bool = False) -> bool:
         """A gang blocked for capacity: move jobs so it can start, if that is allowed and
-        worth it; True if it now waits for them (it holds its nodes)."""
-        if not self.on:
+        worth it; True if it now waits for them (it holds its nodes). ``borrowing``: the
+        gang is over its quota and would start on borrowed capacity (the borrowing pass
+        has checked that it may borrow)."""
+        if not self.on or (borrowing and not self.p.policy.consolidate_for_borrowers):
             return False
         key, k, c, _last, excl = sh
         failed = self.failed.get(sh)
@@ -470,7 +475,7 @@ class Consolidation:
         if not self.worth_it(job, sh, deadline):
             self.failed[sh] = Tier.URGENT  # it will start soon anyway, whoever asks
             return False
-        self.apply(job, found, deadline)
+        self.apply(job, found, deadline, borrowing)
         return True
 
     def capacity(self) -> Capacity:
@@ -499,9 +504,10 @@ class Consolidation:
         )
         return res is None  # no start by the horizon
 
-    def apply(self, job: PendingJob, found: Moves, deadline: float) -> None:
+    def apply(self, job: PendingJob, found: Moves, deadline: float, borrowing: bool) -> None:
         """Move the jobs: charge the budgets, keep room on their destinations, move their
-        releases to the deadline, hold the gang's nodes and claim its quota."""
+        releases to the deadline, hold the gang's nodes and claim its quota (a borrowing
+        gang claims none: it will start on borrowed capacity)."""
         p = self.p
         topo = p.topo
         policy = p.policy
@@ -515,9 +521,10 @@ class Consolidation:
             if p._timeline is not None:
                 p._timeline.add(end, dest, v.gpus)
         p.hold(job, found.nodes, deadline)
-        p.claim_quota(job, ())
+        if not borrowing:
+            p.claim_quota(job, ())
         moved = [v for v, _ in found.moves]
-        p.record(job, moving(job, moved, topo, deadline), deadline)
+        p.record(job, moving(job, moved, topo, deadline, borrowing), deadline)
         p.n_preemptors += 1
         self.gangs += 1
 
@@ -535,10 +542,15 @@ def moved_off(jobs: Sequence[RunningJob], topo: Topology) -> str:
 
 
 def moving(
-    job: PendingJob, jobs: Sequence[RunningJob], topo: Topology, deadline: float | None
+    job: PendingJob,
+    jobs: Sequence[RunningJob],
+    topo: Topology,
+    deadline: float | None,
+    borrowing: bool = False,
 ) -> explain.Reason:
     """PREEMPTING, for a gang that waits for moved jobs: "starts after 3 jobs move off rack
-    r012". ``deadline`` (when the last has stopped) is also its estimated start."""
+    r012". ``deadline`` (when the last has stopped) is also its estimated start;
+    ``borrowing``: it will start on borrowed capacity (it is over its quota)."""
     gpus = sum(v.gpus for v in jobs)
     where = moved_off(jobs, topo)
     details: dict[str, Any] = {
@@ -553,24 +565,36 @@ def moving(
         details[explain.NO_ESTIMATE] = "the jobs making room have no stop deadline"
     n = len(jobs)
     moves = "1 job moves" if n == 1 else f"{n} jobs move"
+    borrows = ""
+    if borrowing:
+        details["borrowing"] = 1
+        borrows = (
+            " It is over its quota: it starts on borrowed idle capacity, which its owners"
+            " may reclaim."
+        )
     return (
         Code.PREEMPTING,
         f"Starts after {moves} off {where} ({gpus} GPUs): they checkpoint by "
         f"{explain.when(deadline)} and restart elsewhere from their checkpoints "
-        "(consolidation).",
+        f"(consolidation).{borrows}",
         details,
         "Nothing to do: it starts as soon as they have moved.",
     )
 
 
 def leaving_reason(
-    job: PendingJob, leaving: Sequence[RunningJob], topo: Topology, deadline: float
+    job: PendingJob,
+    leaving: Sequence[RunningJob],
+    topo: Topology,
+    deadline: float,
+    borrowing: bool = False,
 ) -> explain.Reason | None:
     """The verdict of a gang whose moved jobs are still checkpointing (None when what it
-    waits for includes preempted jobs: the usual PREEMPTING verdict)."""
+    waits for includes preempted jobs: the usual PREEMPTING verdict); ``borrowing`` as
+    for ``moving``."""
     if not leaving or not all(v.migrating for v in leaving):
         return None
-    return moving(job, leaving, topo, deadline)
+    return moving(job, leaving, topo, deadline, borrowing)
 
 
 # -- invariants ------------------------------------------------------------------------

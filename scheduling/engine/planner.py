@@ -710,9 +710,14 @@ class Planner:
         return counts
 
     def hold_for_leaving(
-        self, job: PendingJob, sh: ShapeT, leaving: tuple[RunningJob, ...]
+        self,
+        job: PendingJob,
+        sh: ShapeT,
+        leaving: tuple[RunningJob, ...],
+        borrowing: bool = False,
     ) -> bool:
-        """Victims already checkpoint for this job: keep its nodes if they suffice."""
+        """Victims already checkpoint for this job: keep its nodes if they suffice (a job
+        ``borrowing`` idle capacity, for which jobs move, claims no quota)."""
         key, k, c, _last, excl = sh
         counts = self.counts_with(self.topo.gpus_by_node(leaving), {v.id for v in leaving})
         nodes = place_on_counts(self.topo, self.open_elig(key), counts, k, c, excl, job.model_name)
@@ -720,9 +725,10 @@ class Planner:
             return False
         deadline = max(running_end(v, self.now, self.policy) for v in leaving)
         self.hold(job, nodes, deadline)
-        self.claim_quota(job, leaving)
+        if not borrowing:
+            self.claim_quota(job, leaving)
         gpus = sum(v.gpus for v in leaving)
-        reason = leaving_reason(job, leaving, self.topo, deadline)
+        reason = leaving_reason(job, leaving, self.topo, deadline, borrowing)
         if reason is None:
             reason = explain.preempting(job, len(leaving), gpus, deadline)
         self.record(job, reason, deadline)
@@ -1142,12 +1148,16 @@ class Planner:
             return
         sh = self.shape(job)
         short_q, _short_l = self.quota_short(job, ())
+        leaving = tuple(self.leaving_for.get(job.id, ()))
         if self.unavailable(job, sh) is not None:
             note = "It could borrow idle capacity, but the nodes it needs are unavailable."
         elif self.hol_blocked(job):
             note = "It may borrow idle capacity once the jobs ahead of it start."
         else:
             end = self.now + job_runtime(job, self.policy)
+            if leaving and self.hold_for_leaving(job, sh, leaving, borrowing=True):
+                self.borrowing.started(job, end)  # jobs still move off the nodes it borrows
+                return
             nodes = self.try_place(job, sh, end)
             if nodes is not None:
                 refused = self.borrowing.refusal(job)  # borrowing.py (#19)
@@ -1157,6 +1167,13 @@ class Planner:
                     return
                 self.start(job, sh, nodes, borrowed=True)
                 self.borrowing.started(job, end)
+                return
+            if (
+                self.consolidation.on
+                and self.borrowing.refusal(job) is None
+                and self.consolidation.try_gang(job, sh, borrowing=True)
+            ):
+                self.borrowing.started(job, end)  # it holds the nodes jobs move off
                 return
             note = "It may borrow idle capacity, but none fits it now."
         self.record(job, *self.quota_reason(job, short_q, note))

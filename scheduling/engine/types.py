@@ -329,7 +329,8 @@ class PolicyConfig:
       the eviction budget of moved jobs per plan, overall and per queue;
       ``max_consolidations``: gangs that may get room this way per plan;
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
-      ``migrate_min_run_s``: a job runs this long since its (re)start before it may move.
+      ``migrate_min_run_s``: a job runs this long since its (re)start before it may move;
+      ``consolidate_for_borrowers``: also for a gang over its quota that may borrow.
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -385,6 +386,7 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
+    consolidate_for_borrowers: bool = True
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0

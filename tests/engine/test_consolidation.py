@@ -17,7 +17,20 @@ from scheduling.engine import check_plan, plan
 from scheduling.engine import types as et
 from scheduling.engine.consolidation import dominates, enabled
 
-from .helpers import HOUR, NOW, code, node, pjob, rack, rjob, run, snap, started, victims
+from .helpers import (
+    HOUR,
+    NOW,
+    code,
+    node,
+    pjob,
+    rack,
+    rjob,
+    run,
+    snap,
+    standard_queues,
+    started,
+    victims,
+)
 from .sim import Stepper
 
 GANG = 1
@@ -293,6 +306,72 @@ def test_over_several_cycles_the_moved_jobs_restart_elsewhere_not_preempted():
         assert sim.running[jid].placement[0].node in {"b00", "b01"}
     assert sim.preempted == []
     assert [(jid, for_) for _t, jid, for_, _node in sim.moved] == [(100, GANG), (101, GANG)]
+
+
+def borrowing_gang(**policy: object) -> et.Snapshot:
+    """The scenario with an experiment gang whose queue's quota (4 GPUs) the two small jobs
+    already fill: the gang may only borrow, and no rack has four whole nodes to lend."""
+    return snap(
+        cluster(),
+        [pjob(GANG, 32, tier="experiment", preemptible=True)],
+        in_the_way(),
+        queues=standard_queues("llm", experiment=4),
+        policy=et.PolicyConfig(**policy),
+    )
+
+
+def test_jobs_move_for_a_gang_over_its_quota_that_may_borrow():
+    """The borrowing pass consolidates too: the gang holds rack r0, claims no quota, and
+    its verdict says it will run on borrowed capacity."""
+    s = borrowing_gang()
+    p = run(s)
+    assert sorted((m.job_id, m.for_job_id) for m in p.migrations) == [(100, GANG), (101, GANG)]
+    assert p.starts == () and p.preemptions == ()
+    assert [sorted(r.nodes) for r in p.reservations] == [["a00", "a01", "a02", "a03"]]
+    v = p.verdicts[GANG]
+    assert v.code == et.Code.PREEMPTING and v.details["borrowing"] == 1
+    assert "It is over its quota: it starts on borrowed idle capacity" in v.message
+    assert run(borrowing_gang(consolidate_for_borrowers=False)).migrations == ()
+
+
+def test_nothing_moves_for_a_gang_the_borrowing_rules_refuse():
+    """Evicted 10 minutes ago, the gang is in its cool-down: it may not borrow, so nothing
+    moves for it."""
+    s = borrowing_gang()
+    cooling = dataclasses.replace(s.pending[0], last_evicted_at=NOW - 600)
+    p = run(dataclasses.replace(s, pending=(cooling,)))
+    assert p.migrations == ()
+    assert code(p, GANG) == et.Code.QUOTA_EXCEEDED
+
+
+def test_over_several_cycles_the_borrowing_gang_starts_on_borrowed_nodes():
+    """Plan 2 (the moved jobs checkpoint) keeps rack r0 for it without a second move; plan
+    3 starts it there as borrowed work, and the moved jobs restart on r1."""
+    s = borrowing_gang()
+    sim = Stepper(cluster(), s.lines, s.queues, s.policy, now=NOW)
+    sim.checkpointable = {100, 101}
+    for r in s.running:
+        spec = pjob(r.id, r.gpus, tier=r.tier.label, queue=r.queue, preemptible=r.preemptible)
+        sim.place(
+            spec,
+            {sl.node: sl.gpus for sl in r.placement},
+            duration=12 * HOUR,
+            started_at=r.started_at,
+            predicted_end=r.predicted_end,
+        )
+    gang = pjob(GANG, 32, tier="experiment", preemptible=True, predicted_runtime_s=HOUR)
+    sim.submit(gang, duration=HOUR)
+    assert {m.job_id for m in sim.step().migrations} == {100, 101}
+    second = sim.step(60)
+    assert second.migrations == () and second.preemptions == ()
+    assert second.verdicts[GANG].details["borrowing"] == 1
+    assert [r.job_id for r in second.reservations] == [GANG]
+    third = sim.step(240)
+    assert started(third)[GANG].keys() == {"a00", "a01", "a02", "a03"}
+    assert [st.borrowed for st in third.starts if st.job_id == GANG] == [True]
+    for jid in (100, 101):
+        assert sim.running[jid].placement[0].node in {"b00", "b01"}
+        assert sim.running[jid].preemption_count == 0
 
 
 # -- the invariant checker ---------------------------------------------------------------

@@ -100,7 +100,7 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_queue_cooldown_over_target": bool,
     "swap_quota": bool,
     "swap_eviction_budget": bool,
-    "consolidate_for_borrowers": bool,
+    "consolidate_over_quota": bool,
 }
 #: The engine's order and preemption rules a replay may set (``--order NAME=VALUE``, #19).
 ORDER_KNOBS: dict[str, type] = {

@@ -31,10 +31,11 @@ and pool, as much GPU memory, RDMA if it had it, inference only if it was on one
 *already used* (a wholly free node only if the job fills it): consolidation never breaks a
 whole node to free another. If any job has no destination, nothing moves.
 
-It runs for a gang within its quota and, with ``consolidate_for_borrowers`` (on by
-default), for a gang over its quota that the borrowing rules let borrow (``borrowing.py``)
-but that finds no room: the nodes it gets are borrowed capacity, so it claims no quota. The
-gang is not demoted and otherwise expected to wait longer than ``consolidate_min_wait_s``
+It runs for a gang within its quota and, with ``consolidate_over_quota`` (on by default),
+for a gang over its quota that finds no room in the borrowing pass but would start there:
+one the borrowing rules let borrow (``borrowing.py``; the nodes it gets are borrowed
+capacity, ``BORROWED``) or one that starts by a quota swap (``quota_swap.py``,
+``SWAPPED``). Such a gang claims no quota when jobs move for it. The gang is not demoted and otherwise expected to wait longer than ``consolidate_min_wait_s``
 (its backfill reservation, ``backfill.Timeline``), with graceful preemption on (``policy.preemption``, ``preemption_mode="graceful"``, a grace
 period > 0), at most ``max_consolidations`` gangs per plan. Failed searches are cached per
 shape and tier (capacity and budgets only shrink within a plan).
@@ -79,6 +80,17 @@ from .victim_nodes import (
 
 if TYPE_CHECKING:
     from .planner import Planner, ShapeT
+
+# How a gang over its quota will start on the nodes jobs move off (``try_gang``): on
+# borrowed capacity, or within quota by a quota swap. "" for a gang within its quota.
+BORROWED = "borrowed"
+SWAPPED = "swapped"
+_OVER_QUOTA_NOTES = {
+    BORROWED: " It is over its quota: it starts on borrowed idle capacity, which its owners"
+    " may reclaim.",
+    SWAPPED: " It is over its quota: when it starts, preemptible jobs of its queue or line"
+    " become the borrowed part in its place (a quota swap).",
+}
 
 # Per plan, searches beyond the gangs that may get room (failed ones are cached too).
 SEARCHES_PER_CONSOLIDATION = 2
@@ -423,12 +435,12 @@ class Consolidation:
         self.failed: dict[ShapeT, Tier] = {}
         self.migrations: list[Migration] = []
 
-    def try_gang(self, job: PendingJob, sh: ShapeT, borrowing: bool = False) -> bool:
+    def try_gang(self, job: PendingJob, sh: ShapeT, over_quota: str = "") -> bool:
         """A gang blocked for capacity: move jobs so it can start, if that is allowed and
-        worth it; True if it now waits for them (it holds its nodes). ``borrowing``: the
-        gang is over its quota and would start on borrowed capacity (the borrowing pass
-        has checked that it may borrow)."""
-        if not self.on or (borrowing and not self.p.policy.consolidate_for_borrowers):
+        worth it; True if it now waits for them (it holds its nodes). ``over_quota``
+        (``BORROWED`` or ``SWAPPED``): the gang is over its quota and the borrowing pass
+        has checked that it would start that way if it had room."""
+        if not self.on or (over_quota and not self.p.policy.consolidate_over_quota):
             return False
         key, k, c, _last, excl = sh
         failed = self.failed.get(sh)
@@ -475,7 +487,7 @@ class Consolidation:
         if not self.worth_it(job, sh, deadline):
             self.failed[sh] = Tier.URGENT  # it will start soon anyway, whoever asks
             return False
-        self.apply(job, found, deadline, borrowing)
+        self.apply(job, found, deadline, over_quota)
         return True
 
     def capacity(self) -> Capacity:
@@ -504,10 +516,10 @@ class Consolidation:
         )
         return res is None  # no start by the horizon
 
-    def apply(self, job: PendingJob, found: Moves, deadline: float, borrowing: bool) -> None:
+    def apply(self, job: PendingJob, found: Moves, deadline: float, over_quota: str) -> None:
         """Move the jobs: charge the budgets, keep room on their destinations, move their
-        releases to the deadline, hold the gang's nodes and claim its quota (a borrowing
-        gang claims none: it will start on borrowed capacity)."""
+        releases to the deadline, hold the gang's nodes and claim its quota (a gang over
+        its quota claims none)."""
         p = self.p
         topo = p.topo
         policy = p.policy
@@ -521,10 +533,10 @@ class Consolidation:
             if p._timeline is not None:
                 p._timeline.add(end, dest, v.gpus)
         p.hold(job, found.nodes, deadline)
-        if not borrowing:
+        if not over_quota:
             p.claim_quota(job, ())
         moved = [v for v, _ in found.moves]
-        p.record(job, moving(job, moved, topo, deadline, borrowing), deadline)
+        p.record(job, moving(job, moved, topo, deadline, over_quota), deadline)
         p.n_preemptors += 1
         self.gangs += 1
 
@@ -546,11 +558,11 @@ def moving(
     jobs: Sequence[RunningJob],
     topo: Topology,
     deadline: float | None,
-    borrowing: bool = False,
+    over_quota: str = "",
 ) -> explain.Reason:
     """PREEMPTING, for a gang that waits for moved jobs: "starts after 3 jobs move off rack
     r012". ``deadline`` (when the last has stopped) is also its estimated start;
-    ``borrowing``: it will start on borrowed capacity (it is over its quota)."""
+    ``over_quota``: how a gang over its quota will start (``try_gang``)."""
     gpus = sum(v.gpus for v in jobs)
     where = moved_off(jobs, topo)
     details: dict[str, Any] = {
@@ -563,20 +575,18 @@ def moving(
         details["victims_stop_at"] = explain.iso(deadline)
     else:
         details[explain.NO_ESTIMATE] = "the jobs making room have no stop deadline"
-    n = len(jobs)
-    moves = "1 job moves" if n == 1 else f"{n} jobs move"
-    borrows = ""
-    if borrowing:
-        details["borrowing"] = 1
-        borrows = (
-            " It is over its quota: it starts on borrowed idle capacity, which its owners"
-            " may reclaim."
-        )
+    when = explain.when(deadline)
+    if len(jobs) == 1:
+        moves = f"1 job moves off {where} ({gpus} GPUs): it checkpoints by {when} and restarts"
+        moves += " elsewhere from its checkpoint"
+    else:
+        moves = f"{len(jobs)} jobs move off {where} ({gpus} GPUs): they checkpoint by {when}"
+        moves += " and restart elsewhere from their checkpoints"
+    if over_quota:
+        details["over_quota"] = over_quota
     return (
         Code.PREEMPTING,
-        f"Starts after {moves} off {where} ({gpus} GPUs): they checkpoint by "
-        f"{explain.when(deadline)} and restart elsewhere from their checkpoints "
-        f"(consolidation).{borrows}",
+        f"Starts after {moves} (consolidation).{_OVER_QUOTA_NOTES.get(over_quota, '')}",
         details,
         "Nothing to do: it starts as soon as they have moved.",
     )
@@ -587,14 +597,14 @@ def leaving_reason(
     leaving: Sequence[RunningJob],
     topo: Topology,
     deadline: float,
-    borrowing: bool = False,
+    over_quota: str = "",
 ) -> explain.Reason | None:
     """The verdict of a gang whose moved jobs are still checkpointing (None when what it
-    waits for includes preempted jobs: the usual PREEMPTING verdict); ``borrowing`` as
+    waits for includes preempted jobs: the usual PREEMPTING verdict); ``over_quota`` as
     for ``moving``."""
     if not leaving or not all(v.migrating for v in leaving):
         return None
-    return moving(job, leaving, topo, deadline, borrowing)
+    return moving(job, leaving, topo, deadline, over_quota)
 
 
 # -- invariants ------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from . import aging, explain, feasibility
 from .accounting import derive_usage, preemption_budgets
 from .backfill import Timeline
 from .borrowing import Borrowing, refused_reason
-from .consolidation import Consolidation, leaving_reason
+from .consolidation import BORROWED, Consolidation, leaving_reason
 from .inference_forecast import rise_until
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
@@ -714,10 +714,10 @@ class Planner:
         job: PendingJob,
         sh: ShapeT,
         leaving: tuple[RunningJob, ...],
-        borrowing: bool = False,
+        over_quota: str = "",
     ) -> bool:
         """Victims already checkpoint for this job: keep its nodes if they suffice (a job
-        ``borrowing`` idle capacity, for which jobs move, claims no quota)."""
+        ``over_quota`` for which jobs move claims no quota: ``Consolidation.try_gang``)."""
         key, k, c, _last, excl = sh
         counts = self.counts_with(self.topo.gpus_by_node(leaving), {v.id for v in leaving})
         nodes = place_on_counts(self.topo, self.open_elig(key), counts, k, c, excl, job.model_name)
@@ -725,10 +725,10 @@ class Planner:
             return False
         deadline = max(running_end(v, self.now, self.policy) for v in leaving)
         self.hold(job, nodes, deadline)
-        if not borrowing:
+        if not over_quota:
             self.claim_quota(job, leaving)
         gpus = sum(v.gpus for v in leaving)
-        reason = leaving_reason(job, leaving, self.topo, deadline, borrowing)
+        reason = leaving_reason(job, leaving, self.topo, deadline, over_quota)
         if reason is None:
             reason = explain.preempting(job, len(leaving), gpus, deadline)
         self.record(job, reason, deadline)
@@ -1155,7 +1155,7 @@ class Planner:
             note = "It may borrow idle capacity once the jobs ahead of it start."
         else:
             end = self.now + job_runtime(job, self.policy)
-            if leaving and self.hold_for_leaving(job, sh, leaving, borrowing=True):
+            if leaving and self.hold_for_leaving(job, sh, leaving, BORROWED):
                 self.borrowing.started(job, end)  # jobs still move off the nodes it borrows
                 return
             nodes = self.try_place(job, sh, end)
@@ -1171,7 +1171,7 @@ class Planner:
             if (
                 self.consolidation.on
                 and self.borrowing.refusal(job) is None
-                and self.consolidation.try_gang(job, sh, borrowing=True)
+                and self.consolidation.try_gang(job, sh, BORROWED)
             ):
                 self.borrowing.started(job, end)  # it holds the nodes jobs move off
                 return

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
+from .consolidation import SWAPPED
 from .policy import (
     given_gpu_s,
     is_demoted,
@@ -292,19 +293,22 @@ class QuotaSwap:
                 refused = self.queue_refusal(anyway)
         note = NOT_ENOUGH
         if refused is None and chosen is not None:
+            leaving = tuple(p.leaving_for.get(job.id, ()))
             if p.unavailable(job, sh) is not None or p.hol_blocked(job):
                 pass
+            elif leaving and p.hold_for_leaving(job, sh, leaving, SWAPPED):
+                self.keep(chosen)  # jobs still move off the nodes it will start on
+                return
             elif (nodes := p.try_place(job, sh, p.now + job_runtime(job, p.policy))) is None:
                 note = NO_ROOM
+                if self.forecast_refusal(chosen) is None and self.consolidate(job, sh, chosen):
+                    return
             elif not chosen:
                 # an earlier swap displaced more than it needed (whole jobs): room within quota
                 p.start(job, sh, nodes, borrowed=False)
                 return
             else:
-                until = max(running_end(r, p.now, p.policy) for r in chosen)
-                if p.policy.borrow_forecast:
-                    gpus = sum(r.gpus for r in chosen)
-                    refused = p.borrowing.lenders_refusal(gpus, until - p.now)
+                refused = self.forecast_refusal(chosen)
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
                     self.displace(job, chosen)
@@ -314,6 +318,32 @@ class QuotaSwap:
             p.record(job, refused_reason(reason, refused[0]), est)
             return
         p.record(job, *p.quota_reason(job, first_q, note))
+
+    def forecast_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
+        """The lenders' forecast against displacing ``chosen`` until they end (None: it
+        allows it, or is off)."""
+        p = self.p
+        if not chosen or not p.policy.borrow_forecast:
+            return None
+        until = max(running_end(r, p.now, p.policy) for r in chosen)
+        return p.borrowing.lenders_refusal(sum(r.gpus for r in chosen), until - p.now)
+
+    def consolidate(self, job: PendingJob, sh: ShapeT, chosen: list[RunningJob]) -> bool:
+        """No room for ``job``: ask consolidation to move jobs so it gets its nodes (the
+        work it will displace is kept from the search and, if jobs move, from the rest of
+        the plan: ``keep``)."""
+        victims = self.p.victim_ids
+        added = [r.id for r in chosen if r.id not in victims]
+        victims.update(added)
+        if self.p.consolidation.try_gang(job, sh, SWAPPED):
+            return True
+        victims.difference_update(added)
+        return False
+
+    def keep(self, chosen: Iterable[RunningJob]) -> None:
+        """A job holding nodes until it swaps keeps the work it will displace: no later job
+        of the plan stops or moves it (the scope's use within quota stays as it is)."""
+        self.p.victim_ids.update(r.id for r in chosen)
 
     def queue_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
         """The rule that keeps the queues of ``chosen`` from lending it (the first found)."""

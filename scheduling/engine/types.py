@@ -330,7 +330,8 @@ class PolicyConfig:
       ``max_consolidations``: gangs that may get room this way per plan;
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move;
-      ``consolidate_for_borrowers``: also for a gang over its quota that may borrow.
+      ``consolidate_over_quota``: also for a gang over its quota that would borrow or
+      start by a quota swap.
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -386,7 +387,7 @@ class PolicyConfig:
     max_consolidations: int = 4
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
-    consolidate_for_borrowers: bool = True
+    consolidate_over_quota: bool = True
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0

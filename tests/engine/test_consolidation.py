@@ -275,15 +275,15 @@ def test_an_exclusive_gang_gets_a_whole_node():
     assert {m.to_node for m in p.migrations} == {"b00"}
 
 
-def test_over_several_cycles_the_moved_jobs_restart_elsewhere_not_preempted():
-    """Plan 1 moves the jobs; plan 2 (they checkpoint) says so again; plan 3, after the
-    grace period, starts the gang on rack r0 and the moved jobs on r1, with their
-    ``preemption_count`` unchanged."""
-    s = scenario()
+def stepper(s: et.Snapshot) -> Stepper:
+    """A simulated cluster running the scenario's jobs (its pending jobs left out), the
+    small jobs 100 and 101 checkpointable."""
     sim = Stepper(cluster(), s.lines, s.queues, s.policy, now=NOW)
     sim.checkpointable = {100, 101}
     for r in s.running:
-        spec = pjob(r.id, r.gpus, tier=r.tier.label, queue=r.queue, preemptible=r.preemptible)
+        spec = pjob(
+            r.id, r.gpus, tier=r.tier.label, line=r.line, queue=r.queue, preemptible=r.preemptible
+        )
         sim.place(
             spec,
             {sl.node: sl.gpus for sl in r.placement},
@@ -291,6 +291,14 @@ def test_over_several_cycles_the_moved_jobs_restart_elsewhere_not_preempted():
             started_at=r.started_at,
             predicted_end=r.predicted_end,
         )
+    return sim
+
+
+def test_over_several_cycles_the_moved_jobs_restart_elsewhere_not_preempted():
+    """Plan 1 moves the jobs; plan 2 (they checkpoint) says so again; plan 3, after the
+    grace period, starts the gang on rack r0 and the moved jobs on r1, with their
+    ``preemption_count`` unchanged."""
+    sim = stepper(scenario())
     sim.submit(pjob(GANG, 32, tier="core", predicted_runtime_s=HOUR), duration=HOUR)
     first = sim.step()
     assert {m.job_id for m in first.migrations} == {100, 101}
@@ -329,9 +337,9 @@ def test_jobs_move_for_a_gang_over_its_quota_that_may_borrow():
     assert p.starts == () and p.preemptions == ()
     assert [sorted(r.nodes) for r in p.reservations] == [["a00", "a01", "a02", "a03"]]
     v = p.verdicts[GANG]
-    assert v.code == et.Code.PREEMPTING and v.details["borrowing"] == 1
+    assert v.code == et.Code.PREEMPTING and v.details["over_quota"] == "borrowed"
     assert "It is over its quota: it starts on borrowed idle capacity" in v.message
-    assert run(borrowing_gang(consolidate_for_borrowers=False)).migrations == ()
+    assert run(borrowing_gang(consolidate_over_quota=False)).migrations == ()
 
 
 def test_nothing_moves_for_a_gang_the_borrowing_rules_refuse():
@@ -347,24 +355,13 @@ def test_nothing_moves_for_a_gang_the_borrowing_rules_refuse():
 def test_over_several_cycles_the_borrowing_gang_starts_on_borrowed_nodes():
     """Plan 2 (the moved jobs checkpoint) keeps rack r0 for it without a second move; plan
     3 starts it there as borrowed work, and the moved jobs restart on r1."""
-    s = borrowing_gang()
-    sim = Stepper(cluster(), s.lines, s.queues, s.policy, now=NOW)
-    sim.checkpointable = {100, 101}
-    for r in s.running:
-        spec = pjob(r.id, r.gpus, tier=r.tier.label, queue=r.queue, preemptible=r.preemptible)
-        sim.place(
-            spec,
-            {sl.node: sl.gpus for sl in r.placement},
-            duration=12 * HOUR,
-            started_at=r.started_at,
-            predicted_end=r.predicted_end,
-        )
+    sim = stepper(borrowing_gang())
     gang = pjob(GANG, 32, tier="experiment", preemptible=True, predicted_runtime_s=HOUR)
     sim.submit(gang, duration=HOUR)
     assert {m.job_id for m in sim.step().migrations} == {100, 101}
     second = sim.step(60)
     assert second.migrations == () and second.preemptions == ()
-    assert second.verdicts[GANG].details["borrowing"] == 1
+    assert second.verdicts[GANG].details["over_quota"] == "borrowed"
     assert [r.job_id for r in second.reservations] == [GANG]
     third = sim.step(240)
     assert started(third)[GANG].keys() == {"a00", "a01", "a02", "a03"}
@@ -372,6 +369,51 @@ def test_over_several_cycles_the_borrowing_gang_starts_on_borrowed_nodes():
     for jid in (100, 101):
         assert sim.running[jid].placement[0].node in {"b00", "b01"}
         assert sim.running[jid].preemption_count == 0
+
+
+def swapping_gang(**policy: object) -> et.Snapshot:
+    """A non-preemptible finetune gang of llm (24 GPUs: three whole nodes of a rack) whose
+    line is at its quota, held by preemptible finetune work on r1 that can become the
+    borrowed part (a quota swap); the small jobs on a00 and a01 are of line search."""
+    running = [
+        rjob(100, {"a00": [0, 1]}, line="search", **MOVABLE),
+        rjob(101, {"a01": [0, 1]}, line="search", **MOVABLE),
+    ]
+    running += [rjob(200 + i, {f"b{i:02d}": range(6)}, tier="finetune") for i in range(4)]
+    return snap(
+        cluster(),
+        [pjob(GANG, 24, tier="finetune", preemptible=False, predicted_runtime_s=HOUR)],
+        running,
+        lines=[et.LineView("llm", 24), et.LineView("search", None)],
+        queues=standard_queues("llm") + standard_queues("search"),
+        policy=et.PolicyConfig(**policy),
+    )
+
+
+def test_a_job_moves_for_a_gang_that_will_start_by_a_quota_swap():
+    """No idle capacity fits the swap; one move frees a third whole node of r0. Later
+    plans keep r0 for it (nothing moves twice), then it starts within quota, displacing
+    r1's preemptible work, which no other job of those plans stopped or moved."""
+    p = run(swapping_gang())
+    assert [(m.job_id, m.for_job_id) for m in p.migrations] == [(100, GANG)]
+    assert p.swaps == () and p.starts == ()
+    v = p.verdicts[GANG]
+    assert v.code == et.Code.PREEMPTING and v.details["over_quota"] == "swapped"
+    assert "a quota swap" in v.message
+    off = run(swapping_gang(consolidate_over_quota=False))
+    assert off.migrations == () and "no idle capacity fits it" in off.verdicts[GANG].message
+
+    sim = stepper(swapping_gang())
+    sim.submit(swapping_gang().pending[0], duration=HOUR)
+    assert [m.job_id for m in sim.step().migrations] == [100]
+    second = sim.step(60)
+    assert second.migrations == () and second.verdicts[GANG].details["over_quota"] == "swapped"
+    third = sim.step(240)
+    assert set(started(third)[GANG]) == {"a00", "a02", "a03"}
+    assert [(sw.job_id, sorted(sw.displaced)) for sw in third.swaps] == [
+        (GANG, [200, 201, 202, 203])
+    ]
+    assert sim.preempted == []
 
 
 # -- the invariant checker ---------------------------------------------------------------

@@ -31,8 +31,10 @@ FAST = settings(
 LINES = ("L0", "L1")
 
 
-def fragmented(rng: random.Random) -> Snapshot:
-    """Racks of 8-GPU nodes, partly used by small jobs; gangs (and a few small jobs) wait."""
+def fragmented(rng: random.Random, tight: bool = False) -> Snapshot:
+    """Racks of 8-GPU nodes, partly used by small jobs; gangs (and a few small jobs) wait.
+    ``tight``: small line quotas and borrowing on, so most gangs are over their quota and
+    may only borrow or start by a quota swap."""
     n_blocks = rng.randint(1, 2)
     nodes: list[dict] = []
     for b in range(n_blocks):
@@ -53,7 +55,11 @@ def fragmented(rng: random.Random) -> Snapshot:
                 )
     free = {n["name"]: list(range(8)) for n in nodes}
     lines = tuple(
-        et.LineView(name, rng.choice([None, None, 64, 200]), rng.choice([0, 0, 8, 24]))
+        et.LineView(
+            name,
+            rng.choice([8, 16, 32]) if tight else rng.choice([None, None, 64, 200]),
+            rng.choice([0, 0, 8, 24]),
+        )
         for name in LINES
     )
     queues = tuple(
@@ -123,11 +129,12 @@ def fragmented(rng: random.Random) -> Snapshot:
                 preemption_count=0 if rng.random() < 0.9 else 4,
                 submitted_at=NOW - rng.randint(0, 5000),
                 predicted_runtime_s=rng.choice([None, 600.0, 3600.0]),
+                preemptible=rng.random() < 0.5 if tight else None,
             )
         )
     policy = et.PolicyConfig(
         backfill=rng.random() < 0.9,
-        borrowing=rng.random() < 0.5,
+        borrowing=tight or rng.random() < 0.5,
         grace_seconds=rng.choice([60.0, 300.0]),
         max_reservations=rng.randint(0, 3),
         max_migrations=rng.randint(0, 6),
@@ -162,6 +169,9 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
     moved = [m.job_id for m in p.migrations]
     if len(set(moved)) != len(moved):
         out.append("a job moved twice")
+    displaced = {d for sw in p.swaps for d in sw.displaced}
+    if displaced & set(moved):
+        out.append(f"jobs {sorted(displaced & set(moved))} both displaced and moved")
     into: Counter[str] = Counter()
     for m in p.migrations:
         v = running[m.job_id]
@@ -218,6 +228,16 @@ def test_consolidation_never_touches_protected_work_nor_exceeds_its_budget(seed)
 
 @FAST
 @given(st.integers(0, 2**32 - 1))
+def test_for_gangs_over_their_quota_too(seed):
+    """Tight quotas: jobs move for gangs that will borrow or swap, under the same rules."""
+    s = fragmented(random.Random(seed), tight=True)
+    p = plan(s, NOW)
+    assert check_plan(s, p) == []
+    assert independent_violations(s, p) == []
+
+
+@FAST
+@given(st.integers(0, 2**32 - 1))
 def test_on_the_general_random_snapshots_too(seed):
     """The engine's usual random workloads, with checkpointable running work."""
     rng = random.Random(seed)
@@ -254,3 +274,10 @@ def test_the_workloads_do_consolidate():
     assert moved >= 20, moved
     assert limited >= 5, limited
     assert guarded >= 10, guarded
+    over_quota: Counter[str] = Counter()
+    for seed in range(600):
+        p = plan(fragmented(random.Random(seed), tight=True), NOW)
+        over_quota.update(
+            v.details["over_quota"] for v in p.verdicts.values() if "over_quota" in v.details
+        )
+    assert over_quota["borrowed"] >= 10 and over_quota["swapped"] >= 5, over_quota

@@ -448,7 +448,7 @@ class Consolidation:
             return False
         p = self.p
         policy = p.policy
-        if not (k > 1 or excl or c >= p.topo.max_gpus):
+        if not self.is_gang(sh):
             return False
         left = policy.max_migrations - len(self.migrations)
         if (
@@ -489,6 +489,11 @@ class Consolidation:
             return False
         self.apply(job, found, deadline, over_quota)
         return True
+
+    def is_gang(self, sh: ShapeT) -> bool:
+        """Several nodes, a whole node, or as many GPUs as a node has: what may get room."""
+        _key, k, c, _last, excl = sh
+        return k > 1 or excl or c >= self.p.topo.max_gpus
 
     def capacity(self) -> Capacity:
         p = self.p

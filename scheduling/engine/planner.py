@@ -1170,6 +1170,7 @@ class Planner:
                 return
             if (
                 self.consolidation.on
+                and self.consolidation.is_gang(sh)
                 and self.borrowing.refusal(job) is None
                 and self.consolidation.try_gang(job, sh, BORROWED)
             ):

@@ -10,8 +10,8 @@ job keeps its ``preemption_count`` (it is never demoted for it) and is counted a
 evictions (``Plan.migrations``; the eviction ratio leaves it out).
 
 What may move (``MoveIndex``, once per plan): a job running (not already stopping),
-preemptible, checkpointable, not demoted, not urgent, on one node and not holding it
-exclusively (borrowed work moves too: it keeps running, elsewhere), running for at least
+preemptible, checkpointable, not demoted, not urgent, not on borrowed capacity (that is
+reclaimed by preemption), on one node and not holding it exclusively, running for at least
 ``migrate_min_run_s`` since its (re)start (so no job moves twice in a row) and not predicted
 to end within ``consolidate_min_wait_s`` (it would free its GPUs by itself). Per search, a
 job of a tier above the gang's is left alone, and so is anything that would break a budget:
@@ -109,7 +109,7 @@ def enabled(policy: PolicyConfig) -> bool:
     )
 
 
-def movable(job: RunningJob, now: float, policy: PolicyConfig) -> bool:
+def movable(job: RunningJob, borrowed: AbstractSet[int], now: float, policy: PolicyConfig) -> bool:
     """May ``job`` be moved at all, whoever asks (budgets aside)?"""
     return (
         job.state == RUNNING
@@ -117,6 +117,7 @@ def movable(job: RunningJob, now: float, policy: PolicyConfig) -> bool:
         and job.checkpointable
         and not is_demoted(job.preemption_count, policy)
         and job.tier < Tier.URGENT
+        and job.id not in borrowed
         and not job.exclusive_node
         and len(job.placement) == 1
         and job.started_at <= now - policy.migrate_min_run_s
@@ -145,6 +146,7 @@ class MoveIndex:
     def __init__(
         self,
         running: Iterable[RunningJob],
+        borrowed: AbstractSet[int],
         topo: Topology,
         now: float,
         policy: PolicyConfig,
@@ -158,7 +160,7 @@ class MoveIndex:
         self.cost: dict[int, float] = {}
         index = topo.index
         for r in running:
-            if not movable(r, now, policy):
+            if not movable(r, borrowed, now, policy):
                 continue
             n = index.get(r.placement[0].node)
             if n is None:
@@ -465,7 +467,7 @@ class Consolidation:
             return False  # moves free no GPUs: the gang's must already be free somewhere
         self.searches += 1
         if self.index is None:
-            self.index = MoveIndex(p.s.running, p.topo, p.now, policy)
+            self.index = MoveIndex(p.s.running, p.usage.borrowed_ids, p.topo, p.now, policy)
         found = None
         if self.index.by_id:
             request = MoveRequest(job, k, c, excl, p.open_elig(key), tier)
@@ -614,7 +616,7 @@ def leaving_reason(
 def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) -> list[str]:
     """What ``check_plan`` checks of ``plan.migrations`` (empty list = OK): consolidation on;
     each moved job known, once, running, movable (preemptible, checkpointable, not demoted,
-    not urgent, on one node, not exclusive, run long enough, not ending soon),
+    not urgent, not borrowed, on one node, not exclusive, run long enough, not ending soon),
     not also preempted, of a tier the gang's may move, for a gang that waits and holds a
     reservation; the eviction budget (overall and per queue); guarantees with the plan's
     preemptions; a destination that can run it, on another ready usable node, with room
@@ -651,10 +653,10 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
             errors.append(f"job {v.id} moved twice")
             continue
         seen.add(v.id)
-        if not movable(v, now, policy):
+        if not movable(v, usage.borrowed_ids, now, policy):
             errors.append(
                 f"job {v.id} moved but may not move (it must run, be preemptible, "
-                "checkpointable, not demoted, not urgent, on one node, not "
+                "checkpointable, not demoted, not urgent, not borrowed, on one node, not "
                 "exclusive, have run long enough and not be about to end)"
             )
         if v.id in preempted:

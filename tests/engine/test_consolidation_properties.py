@@ -1,5 +1,5 @@
 """Hypothesis properties of consolidation (#19): it never touches guaranteed or demoted
-work (nor non-preemptible, non-checkpointable or urgent work) and never exceeds
+work (nor non-preemptible, non-checkpointable, urgent or borrowed work) and never exceeds
 its eviction budget, per queue and per plan.
 
 The workloads are built to need consolidation: racks of partly used nodes (small jobs of
@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from scheduling.engine import Plan, Snapshot, check_plan, plan
 from scheduling.engine import types as et
+from scheduling.engine.accounting import snapshot_usage
 from scheduling.engine.policy import effective_tier
 
 from .strategies import NOW, build_snapshot, random_policy
@@ -147,7 +148,8 @@ def fragmented(rng: random.Random, tight: bool = False) -> Snapshot:
 
 
 def independent_violations(s: Snapshot, p: Plan) -> list[str]:
-    """Consolidation's promises, re-derived without the engine's code."""
+    """Consolidation's promises, re-derived without the engine's code (but ``derive_usage``,
+    which defines borrowed work)."""
     out: list[str] = []
     policy = s.policy
     running = {r.id: r for r in s.running}
@@ -155,6 +157,7 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
     nodes = {n.name: n for n in s.nodes}
     queues = {q.name: q for q in s.queues}
     lines = {line.name: line for line in s.lines}
+    borrowed = snapshot_usage(s).borrowed_ids
     if len(p.migrations) > policy.max_migrations:
         out.append("over the plan's eviction budget")
     per_queue = Counter(running[m.job_id].queue for m in p.migrations)
@@ -176,8 +179,8 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
             out.append(f"demoted job {v.id} moved")
         if not (v.preemptible and v.checkpointable) or v.tier == et.Tier.URGENT:
             out.append(f"job {v.id} moved: not preemptible, not checkpointable or urgent")
-        if v.state != et.RUNNING or v.id in preempted:
-            out.append(f"job {v.id} moved: not running, or also preempted")
+        if v.id in borrowed or v.state != et.RUNNING or v.id in preempted:
+            out.append(f"job {v.id} moved: borrowed, not running, or also preempted")
         gang = pending[m.for_job_id]
         if v.tier > effective_tier(gang.tier, queues.get(gang.queue)):
             out.append(f"job {v.id} moved for a lower-tier job")

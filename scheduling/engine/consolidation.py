@@ -35,15 +35,16 @@ It runs for a gang within its quota and, with ``consolidate_over_quota`` (on by 
 for a gang over its quota that finds no room in the borrowing pass but would start there:
 one the borrowing rules let borrow (``borrowing.py``; the nodes it gets are borrowed
 capacity, ``BORROWED``) or one that starts by a quota swap (``quota_swap.py``,
-``SWAPPED``). Such a gang claims no quota when jobs move for it. The gang is not demoted and otherwise expected to wait longer than ``consolidate_min_wait_s``
-(its backfill reservation, ``backfill.Timeline``), with graceful preemption on (``policy.preemption``, ``preemption_mode="graceful"``, a grace
-period > 0), at most ``max_consolidations`` gangs per plan. Failed searches are cached per
-shape and tier (capacity and budgets only shrink within a plan).
+``SWAPPED``). Such a gang claims no quota when jobs move for it. The gang is not demoted
+and otherwise expected to wait longer than ``consolidate_min_wait_s`` (its backfill
+reservation, ``backfill.Timeline``), with graceful preemption on (``policy.preemption``,
+``preemption_mode="graceful"``, a grace period > 0), at most ``max_consolidations`` gangs
+per plan. Failed searches are cached per shape and tier (capacity and budgets only shrink
+within a plan).
 
 The planner calls ``Consolidation.try_gang`` for a gang blocked for capacity (before it
 reserves, or in the borrowing pass) and ``leaving_reason`` for a gang whose moved jobs are
-still checkpointing;
-``check_migrations`` is the invariant checker's part.
+still checkpointing; ``check_migrations`` is the invariant checker's part.
 """
 
 from __future__ import annotations

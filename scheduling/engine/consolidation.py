@@ -645,6 +645,7 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
     lost_q: dict[str, int] = {}
     lost_l: dict[str, int] = {}
     into: dict[str, int] = {}
+    started_on = {slot.node for s in plan.starts for slot in s.placement}
     for m in migrations:
         v = running.get(m.job_id)
         if v is None:
@@ -677,7 +678,7 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
         per_queue[v.queue] = per_queue.get(v.queue, 0) + 1
         lost_q[v.queue] = lost_q.get(v.queue, 0) + v.gpus
         lost_l[v.line] = lost_l.get(v.line, 0) + v.gpus
-        check_destination(m, v, nodes, errors)
+        check_destination(m, v, nodes, started_on, errors)
         into[m.to_node] = into.get(m.to_node, 0) + v.gpus
     for q, n in per_queue.items():
         if n > policy.max_migrations_per_queue:
@@ -690,9 +691,14 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
 
 
 def check_destination(
-    m: Migration, v: RunningJob, nodes: Mapping[str, NodeView], errors: list[str]
+    m: Migration,
+    v: RunningJob,
+    nodes: Mapping[str, NodeView],
+    started_on: AbstractSet[str],
+    errors: list[str],
 ) -> None:
-    """The node kept for a moved job can run it and is another ready, usable node."""
+    """The node kept for a moved job can run it and is another ready, usable node, not
+    one wholly free (unless the job fills it) that no start of the plan uses."""
     dest = nodes.get(m.to_node)
     if dest is None:
         errors.append(f"job {v.id} moved to unknown node {m.to_node}")
@@ -702,7 +708,8 @@ def check_destination(
         errors.append(f"job {v.id} moved to unusable node {dest.name}")
     if src is not None and (src.name == dest.name or not dominates(dest, src)):
         errors.append(f"job {v.id} moved to node {dest.name}, which cannot run it")
-    if len(dest.free_gpus) == dest.gpus_total and v.gpus != dest.gpus_total:
+    wholly_free = len(dest.free_gpus) == dest.gpus_total and dest.name not in started_on
+    if wholly_free and v.gpus != dest.gpus_total:
         errors.append(f"job {v.id} moved onto wholly free node {dest.name}, breaking it")
 
 

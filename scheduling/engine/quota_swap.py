@@ -405,8 +405,8 @@ def check_swaps(
                 errors.append(f"job {rid} displaced by {job.id} cannot be reclaimed")
             if r.queue != job.queue and r.line != job.line:
                 errors.append(f"job {rid} displaced by {job.id} is of another line")
-            if r.queue == job.queue:
-                room_q[r.queue] += r.gpus
-            if r.line == job.line:
-                room_l[r.line] += r.gpus
+            # displaced work is borrowed from then on: within its own queue's quota too,
+            # the room a swap of the line frees there (what ``displace`` books)
+            room_q[r.queue] += r.gpus
+            room_l[r.line] += r.gpus
     return errors, room_q, room_l

@@ -48,12 +48,13 @@ def ask_submit_cycle(user, req: JobRequest) -> tuple[whatif.WhatIf, Job]:
     """The what-if, then the same request submitted, then the next cycle: both answers."""
     answer = whatif.what_if(user, req)
     job = submit_job(user, req)
-    run_cycle()
+    cycle = run_cycle(wait_s=30)  # the cycle that follows, never a skipped one
     job.refresh_from_db()
     outcome = whatif.verdict_of(job)
     assert outcome == (answer.status, answer.code), (
         f"{req}: the what-if said {answer.status} {answer.code} ({answer.message}); "
-        f"the cycle made it {job.state} {job.pending_code} ({job.pending_message})"
+        f"the cycle made it {job.state} {job.pending_code} ({job.pending_message}); "
+        f"its errors: {cycle.errors}, violations: {cycle.violations}"
     )
     if job.state == Job.State.PENDING:
         assert job.estimated_start == to_datetime(answer.estimated_start), req

@@ -101,6 +101,7 @@ BORROW_KNOBS: dict[str, type] = {
     "swap_quota": bool,
     "swap_eviction_budget": bool,
     "consolidate_over_quota": bool,
+    "consolidate_before_reclaim": bool,
 }
 #: The engine's order and preemption rules a replay may set (``--order NAME=VALUE``, #19).
 ORDER_KNOBS: dict[str, type] = {

@@ -734,6 +734,17 @@ class Planner:
         self.record(job, reason, deadline)
         return True
 
+    def moves_before_reclaim(self, job: PendingJob, sh: ShapeT) -> bool:
+        """A gang within its quota that would make room by reclaiming borrowed work (it
+        preempts no lower tier) first asks consolidation (``consolidate_before_reclaim``):
+        moved jobs restart at once from their checkpoints, where a reclaimed borrower
+        waits again and counts as an eviction. True if jobs now move for it."""
+        if not (self.policy.consolidate_before_reclaim and self.usage.borrowed_ids):
+            return False
+        if queue_preempts(self.queues.get(job.queue), job.tier):
+            return False  # it may preempt lower tiers: the preemption search decides
+        return self.consolidation.try_gang(job, sh)
+
     def try_preempt(
         self,
         job: PendingJob,
@@ -1108,7 +1119,9 @@ class Planner:
                 return
             if nodes is not None and self.swap.start_instead(job, sh, nodes):
                 return
-        if (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
+        if not (leaving or waits_for_quota or swapping) and self.moves_before_reclaim(job, sh):
+            pass
+        elif (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
             job, sh, 0, 0, leaving
         ):
             if swapping:

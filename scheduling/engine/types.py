@@ -331,7 +331,9 @@ class PolicyConfig:
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move;
       ``consolidate_over_quota``: also for a gang over its quota that would borrow or
-      start by a quota swap.
+      start by a quota swap; ``consolidate_before_reclaim``: a gang within its quota that
+      would reclaim borrowed work tries moving jobs first (a moved job restarts at once,
+      a reclaimed borrower waits again and counts as an eviction).
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -388,6 +390,7 @@ class PolicyConfig:
     consolidate_min_wait_s: float = 900.0
     migrate_min_run_s: float = 1800.0
     consolidate_over_quota: bool = True
+    consolidate_before_reclaim: bool = True
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0

@@ -275,10 +275,10 @@ def test_an_exclusive_gang_gets_a_whole_node():
     assert {m.to_node for m in p.migrations} == {"b00"}
 
 
-def stepper(s: et.Snapshot) -> Stepper:
-    """A simulated cluster running the scenario's jobs (its pending jobs left out), the
-    small jobs 100 and 101 checkpointable."""
-    sim = Stepper(cluster(), s.lines, s.queues, s.policy, now=NOW)
+def stepper(s: et.Snapshot, nodes: list[et.NodeView] | None = None) -> Stepper:
+    """A simulated cluster (``nodes``, else ``cluster()``) running the scenario's jobs (its
+    pending jobs left out), the small jobs 100 and 101 checkpointable."""
+    sim = Stepper(nodes or cluster(), s.lines, s.queues, s.policy, now=NOW)
     sim.checkpointable = {100, 101}
     for r in s.running:
         spec = pjob(
@@ -529,3 +529,49 @@ def test_moved_jobs_release_their_gpus_at_the_deadline_for_the_reservation_check
     found = check_plan(s, dataclasses.replace(p, migrations=()))
     assert any("does not fit on its nodes" in v for v in found), found
     assert victims(p) == {}
+
+
+def with_rack_r2() -> list[et.NodeView]:
+    return cluster() + rack("c", 4, "r2", block="b1")
+
+
+def borrowed_on_rack_r2(**policy: object) -> et.Snapshot:
+    """The scenario with a rack r2 (block b1) of four nodes, c00 wholly held by a job of
+    line search, which has no quota: borrowed work the gang could reclaim instead."""
+    borrower = rjob(300, {"c00": range(8)}, line="search", predicted_end=NOW + 10 * HOUR)
+    return snap(
+        with_rack_r2(),
+        [pjob(GANG, 32, tier="core", submitted_at=NOW - 2 * HOUR)],
+        [*in_the_way(), borrower],
+        lines=[et.LineView("llm", None), et.LineView("search", 0)],
+        policy=et.PolicyConfig(**policy),
+    )
+
+
+def test_jobs_move_before_borrowed_work_is_reclaimed():
+    """One reclaim (job 300) or two moves would make room: the moves, since the moved jobs
+    restart at once while a reclaimed borrower waits again and counts as an eviction."""
+    p = run(borrowed_on_rack_r2())
+    assert sorted(m.job_id for m in p.migrations) == [100, 101]
+    assert p.preemptions == ()
+    assert "move off rack r0" in p.verdicts[GANG].message
+    # without the option the preemption search goes first and reclaims the borrower
+    p = run(borrowed_on_rack_r2(consolidate_before_reclaim=False))
+    assert p.migrations == ()
+    assert victims(p) == {300: GANG}
+    # nothing to move: the reclaim as before
+    p = run(borrowed_on_rack_r2(consolidation=False))
+    assert p.migrations == () and victims(p) == {300: GANG}
+
+
+def test_over_several_cycles_the_borrower_is_never_reclaimed():
+    """Plan 2 keeps rack r0 for the gang while the jobs move (no reclaim meanwhile); plan 3
+    starts it there, and the borrower on c00 runs on."""
+    sim = stepper(borrowed_on_rack_r2(), with_rack_r2())
+    sim.submit(pjob(GANG, 32, tier="core", predicted_runtime_s=HOUR), duration=HOUR)
+    assert {m.job_id for m in sim.step().migrations} == {100, 101}
+    second = sim.step(60)
+    assert second.migrations == () and second.preemptions == ()
+    third = sim.step(240)
+    assert started(third)[GANG].keys() == {"a00", "a01", "a02", "a03"}
+    assert sim.is_running(300) and sim.preempted == []

@@ -102,6 +102,7 @@ BORROW_KNOBS: dict[str, type] = {
     "swap_eviction_budget": bool,
     "consolidate_over_quota": bool,
     "consolidate_before_reclaim": bool,
+    "reclaim_move_min_gpu_h": float,
 }
 #: The engine's order and preemption rules a replay may set (``--order NAME=VALUE``, #19).
 ORDER_KNOBS: dict[str, type] = {

@@ -48,6 +48,7 @@ from .inference_forecast import rise_until
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     gc_paused,
+    given_gpu_s,
     inference_ok,
     is_demoted,
     job_runtime,
@@ -734,15 +735,20 @@ class Planner:
         self.record(job, reason, deadline)
         return True
 
-    def moves_before_reclaim(self, job: PendingJob, sh: ShapeT) -> bool:
-        """A gang within its quota that would make room by reclaiming borrowed work (it
-        preempts no lower tier) first asks consolidation (``consolidate_before_reclaim``):
-        moved jobs restart at once from their checkpoints, where a reclaimed borrower
-        waits again and counts as an eviction. True if jobs now move for it."""
-        if not (self.policy.consolidate_before_reclaim and self.usage.borrowed_ids):
+    def moves_instead(
+        self, job: PendingJob, sh: ShapeT, found: Selection, allowed: bool, leaving: tuple
+    ) -> bool:
+        """A reclaim (``found``: borrowed victims only, for a job that preempts no lower
+        tier) whose victims' runs have been given at least ``reclaim_move_min_gpu_h``
+        GPU-hours first asks consolidation (``consolidate_before_reclaim``): moved jobs
+        restart at once from their checkpoints, where a reclaimed borrower waits again and
+        all of that GPU time counts as evicted (R4). True if jobs now move for it."""
+        policy = self.policy
+        if allowed or leaving or not policy.consolidate_before_reclaim:
             return False
-        if queue_preempts(self.queues.get(job.queue), job.tier):
-            return False  # it may preempt lower tiers: the preemption search decides
+        given = sum(given_gpu_s(v, self.now) for v in found.victims)
+        if given < policy.reclaim_move_min_gpu_h * 3600.0:
+            return False
         return self.consolidation.try_gang(job, sh)
 
     def try_preempt(
@@ -809,6 +815,8 @@ class Planner:
             if not leaving:
                 self._preempt_failed.add(ck)
             return False
+        if self.moves_instead(job, sh, found, allowed, leaving):
+            return True
         self.preempt(job, found, leaving)
         return True
 
@@ -1119,9 +1127,7 @@ class Planner:
                 return
             if nodes is not None and self.swap.start_instead(job, sh, nodes):
                 return
-        if not (leaving or waits_for_quota or swapping) and self.moves_before_reclaim(job, sh):
-            pass
-        elif (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
+        if (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
             job, sh, 0, 0, leaving
         ):
             if swapping:

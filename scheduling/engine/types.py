@@ -331,9 +331,10 @@ class PolicyConfig:
       ``consolidate_min_wait_s``: only for a gang otherwise expected to wait longer;
       ``migrate_min_run_s``: a job runs this long since its (re)start before it may move;
       ``consolidate_over_quota``: also for a gang over its quota that would borrow or
-      start by a quota swap; ``consolidate_before_reclaim``: a gang within its quota that
-      would reclaim borrowed work tries moving jobs first (a moved job restarts at once,
-      a reclaimed borrower waits again and counts as an eviction).
+      start by a quota swap; ``consolidate_before_reclaim``: a gang within its quota whose
+      reclaim of borrowed work would stop runs given at least ``reclaim_move_min_gpu_h``
+      GPU-hours tries moving jobs instead (a moved job restarts at once, a reclaimed
+      borrower waits again and all its run's GPU time counts as evicted).
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -391,6 +392,7 @@ class PolicyConfig:
     migrate_min_run_s: float = 1800.0
     consolidate_over_quota: bool = True
     consolidate_before_reclaim: bool = True
+    reclaim_move_min_gpu_h: float = 32.0
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0

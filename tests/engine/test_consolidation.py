@@ -535,10 +535,17 @@ def with_rack_r2() -> list[et.NodeView]:
     return cluster() + rack("c", 4, "r2", block="b1")
 
 
-def borrowed_on_rack_r2(**policy: object) -> et.Snapshot:
+def borrowed_on_rack_r2(given_h: float = 64, **policy: object) -> et.Snapshot:
     """The scenario with a rack r2 (block b1) of four nodes, c00 wholly held by a job of
-    line search, which has no quota: borrowed work the gang could reclaim instead."""
-    borrower = rjob(300, {"c00": range(8)}, line="search", predicted_end=NOW + 10 * HOUR)
+    line search, which has no quota: borrowed work the gang could reclaim instead, its run
+    given ``given_h`` GPU-hours so far."""
+    borrower = rjob(
+        300,
+        {"c00": range(8)},
+        line="search",
+        started_at=NOW - given_h * HOUR / 8,
+        predicted_end=NOW + 10 * HOUR,
+    )
     return snap(
         with_rack_r2(),
         [pjob(GANG, 32, tier="core", submitted_at=NOW - 2 * HOUR)],
@@ -549,8 +556,9 @@ def borrowed_on_rack_r2(**policy: object) -> et.Snapshot:
 
 
 def test_jobs_move_before_borrowed_work_is_reclaimed():
-    """One reclaim (job 300) or two moves would make room: the moves, since the moved jobs
-    restart at once while a reclaimed borrower waits again and counts as an eviction."""
+    """One reclaim (job 300, its run given 64 GPU-hours) or two moves would make room: the
+    moves, since the moved jobs restart at once while a reclaimed borrower waits again and
+    its 64 GPU-hours count as evicted."""
     p = run(borrowed_on_rack_r2())
     assert sorted(m.job_id for m in p.migrations) == [100, 101]
     assert p.preemptions == ()
@@ -562,6 +570,11 @@ def test_jobs_move_before_borrowed_work_is_reclaimed():
     # nothing to move: the reclaim as before
     p = run(borrowed_on_rack_r2(consolidation=False))
     assert p.migrations == () and victims(p) == {300: GANG}
+    # a reclaim of less than reclaim_move_min_gpu_h (32) GPU-hours is cheaper than moves
+    p = run(borrowed_on_rack_r2(given_h=24))
+    assert p.migrations == () and victims(p) == {300: GANG}
+    p = run(borrowed_on_rack_r2(given_h=24, reclaim_move_min_gpu_h=16))
+    assert len(p.migrations) == 2 and p.preemptions == ()
 
 
 def test_over_several_cycles_the_borrower_is_never_reclaimed():

@@ -736,7 +736,12 @@ class Planner:
         return True
 
     def moves_instead(
-        self, job: PendingJob, sh: ShapeT, found: Selection, allowed: bool, leaving: tuple
+        self,
+        job: PendingJob,
+        sh: ShapeT,
+        found: Selection,
+        allowed: bool,
+        leaving: tuple[RunningJob, ...],
     ) -> bool:
         """A reclaim (``found``: borrowed victims only, for a job that preempts no lower
         tier) whose victims' runs have been given at least ``reclaim_move_min_gpu_h``

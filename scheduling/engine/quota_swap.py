@@ -406,7 +406,7 @@ def check_swaps(
             if r.queue != job.queue and r.line != job.line:
                 errors.append(f"job {rid} displaced by {job.id} is of another line")
             # displaced work is borrowed from then on: within its own queue's quota too,
-            # the room a swap of the line frees there (what ``displace`` books)
+            # the room a swap of the line frees there (what ``QuotaSwap.take`` books)
             room_q[r.queue] += r.gpus
             room_l[r.line] += r.gpus
     return errors, room_q, room_l

@@ -567,7 +567,7 @@ def test_jobs_move_before_borrowed_work_is_reclaimed():
     p = run(borrowed_on_rack_r2(consolidate_before_reclaim=False))
     assert p.migrations == ()
     assert victims(p) == {300: GANG}
-    # nothing to move: the reclaim as before
+    # consolidation off: the reclaim as before
     p = run(borrowed_on_rack_r2(consolidation=False))
     assert p.migrations == () and victims(p) == {300: GANG}
     # a reclaim of less than reclaim_move_min_gpu_h (32) GPU-hours is cheaper than moves

@@ -100,6 +100,7 @@ BORROW_KNOBS: dict[str, type] = {
     "borrow_queue_cooldown_over_target": bool,
     "swap_quota": bool,
     "swap_eviction_budget": bool,
+    "swap_least_at_risk": bool,
     "consolidate_over_quota": bool,
     "consolidate_before_reclaim": bool,
     "reclaim_move_min_gpu_h": float,

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
@@ -134,32 +135,96 @@ class Limits:
         self.gpus[r.queue] = self.gpus.get(r.queue, 0) + r.gpus
         self.given[r.queue] = self.given.get(r.queue, 0.0) + given_gpu_s(r, self.now)
 
+    def copy(self) -> Limits:
+        """The same limits with what was admitted so far, to try a set on."""
+        other = Limits(self.room, self.budget, self.now)
+        other.gpus, other.given = dict(self.gpus), dict(self.given)
+        return other
+
+
+#: A displaced run is weighed by the GPU time it will have been given an hour from now, what
+#: a reclaim then would count as evicted (R4): its past, and its GPUs for the hour to come.
+AT_RISK_HORIZON_S = 3600.0
+
+
+def at_risk(r: RunningJob, now: float) -> float:
+    """GPU-seconds of ``r`` a reclaim an hour from now would count as evicted."""
+    return given_gpu_s(r, now) + r.gpus * AT_RISK_HORIZON_S
+
+
+def least_at_risk(
+    cands: Iterable[RunningJob], short: int, now: float, limits: Limits | None
+) -> list[RunningJob] | None:
+    """The jobs of ``cands`` (first to displace first: the newest, so the cheapest per GPU)
+    that cover ``short`` GPUs with the least GPU time at risk (``at_risk``); None if they
+    cannot. Greedy: jobs smaller than what is still short are taken in order, and each set
+    is finished by the cheapest job seen that covers the rest alone, so a small shortfall
+    does not displace a big run that a smaller one covers. ``limits`` is only read."""
+    best: list[RunningJob] | None = None
+    best_cost = float("inf")
+    taken: list[RunningJob] = []
+    cost = 0.0
+    lim = limits.copy() if limits is not None else None
+    finishers: list[tuple[float, RunningJob]] = []
+    for r in cands:
+        if cost >= best_cost:
+            break
+        if lim is not None and not lim.admits(r):
+            continue
+        c = at_risk(r, now)
+        if r.gpus >= short:
+            finishers.append((c, r))
+            if cost + c < best_cost:
+                best, best_cost = [*taken, r], cost + c
+            continue
+        taken.append(r)
+        cost += c
+        short -= r.gpus
+        if lim is not None:
+            lim.admit(r)
+        for fc, f in finishers:  # each covered a larger remainder: it covers this one
+            if cost + fc < best_cost and (lim is None or lim.admits(f)):
+                best, best_cost = [*taken, f], cost + fc
+    return best
+
 
 def choose(
     shorts: Mapping[Scope, int],
     idx: Mapping[Scope, list[RunningJob]],
     taken: set[int],
+    now: float,
+    least: bool,
     limits: Limits | None = None,
 ) -> list[RunningJob] | None:
     """The running jobs that become borrowed so a job fits within every quota it is short
     of (``shorts``: GPUs short per scope); None if a scope has too little. ``limits``:
-    what the displaced queues' rules still allow (None: no limit)."""
+    what the displaced queues' rules still allow (None: no limit). Work already marked
+    borrowed goes first (it tops the accounting's stack); then, with ``least``
+    (``PolicyConfig.swap_least_at_risk``), the set with the least GPU time at risk
+    (``least_at_risk``), else the newest runs first."""
     out: dict[int, RunningJob] = {}
     for (scope, name), short in shorts.items():
         if short <= 0:
             continue
         got = sum(r.gpus for r in out.values() if (r.queue if scope == "queue" else r.line) == name)
-        for r in idx.get((scope, name), ()):
+        pool = (
+            r
+            for r in idx.get((scope, name), ())
+            if r.id not in out and r.id not in taken and (limits is None or limits.admits(r))
+        )
+        for r in pool:
             if got >= short:
                 break
-            if r.id in out or r.id in taken:
-                continue
-            if limits is not None:
-                if not limits.admits(r):
-                    continue
-                limits.admit(r)
-            out[r.id] = r
-            got += r.gpus
+            group = [r]
+            if least and not r.borrowed:  # the rest of the pool is not marked borrowed
+                group = least_at_risk(chain((r,), pool), short - got, now, limits) or []
+            for x in group:
+                if limits is not None:
+                    limits.admit(x)
+                out[x.id] = x
+                got += x.gpus
+            if least and not r.borrowed:
+                break
         if got < short:
             return None
     return list(out.values())
@@ -197,8 +262,11 @@ class QuotaSwap:
         self.waiting[job.id] = (short_q, short_l)
         return True
 
-    def _choose_now(self, shorts: Mapping[Scope, int]) -> list[RunningJob] | None:
-        return choose(shorts, self.idx(), self.p.victim_ids)
+    def _choose_now(
+        self, shorts: Mapping[Scope, int], limits: Limits | None = None
+    ) -> list[RunningJob] | None:
+        p = self.p
+        return choose(shorts, self.idx(), p.victim_ids, p.now, p.policy.swap_least_at_risk, limits)
 
     def instead_of_eviction(self, job: PendingJob, short_q: int, short_l: int) -> bool:
         """Whether ``job`` (short of its quota by ``short_q`` / ``short_l``) needs no quota
@@ -285,7 +353,7 @@ class QuotaSwap:
         first_q = self.waiting[job.id][0]
         shorts = self._shorts(job, *p.quota_short(job, ()))
         limits = Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
-        chosen = choose(shorts, self.idx(), p.victim_ids, limits)
+        chosen = self._choose_now(shorts, limits)
         refused = None
         if chosen is None:
             anyway = self._choose_now(shorts)  # without the displaced queues' rules

@@ -358,7 +358,10 @@ class PolicyConfig:
       borrow (not preemptible, or demoted) and finds its queue or line at quota starts on
       idle capacity when enough of that scope's own preemptible work can become the
       borrowed part instead, under the same rules (``quota_swap.py``; on: it takes
-      nothing from anyone now, and only presets that borrow swap);
+      nothing from anyone now, and only presets that borrow swap); ``swap_least_at_risk``:
+      a swap displaces the set of runs with the least GPU time a reclaim an hour later
+      would count (``quota_swap.least_at_risk``), not simply the newest runs, which could
+      be one big run for a small shortfall;
       ``swap_eviction_budget`` (with ``borrow_cap``): a swap displaces a queue's work only
       while all of that queue's borrowed work, were it reclaimed at once, would keep its
       eviction ratio within ``borrow_eviction_target`` (``borrowing.Borrowing.budget``; off:
@@ -408,6 +411,7 @@ class PolicyConfig:
     borrow_queue_cooldown_over_target: bool = False
     swap_quota: bool = True
     swap_eviction_budget: bool = False
+    swap_least_at_risk: bool = True
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

@@ -15,7 +15,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import check_plan, plan
+from scheduling.engine import check_plan, plan, quota_swap
 from scheduling.engine import types as et
 from scheduling.engine.accounting import derive_usage, snapshot_usage
 from scheduling.engine.policy import swaps_before_evicting
@@ -57,8 +57,13 @@ def starts(result: et.Plan) -> dict[int, bool]:
 def next_running(s: et.Snapshot, result: et.Plan) -> list[et.RunningJob]:
     """The running jobs the next plan sees: victims and moved jobs gone, starts running."""
     gone = {p.victim_id for p in result.preemptions} | {m.job_id for m in result.migrations}
+    displaced = {rid for sw in result.swaps for rid in sw.displaced}  # ``mark_displaced``
     pending = {j.id: j for j in s.pending}
-    out = [r for r in s.running if r.id not in gone]
+    out = [
+        dataclasses.replace(r, borrowed=True) if r.id in displaced else r
+        for r in s.running
+        if r.id not in gone
+    ]
     for x in result.starts:
         j = pending[x.job_id]
         out.append(
@@ -120,6 +125,46 @@ def test_two_jobs_do_not_displace_the_same_work():
     result = run(scenario([FINETUNE, second]))
     assert starts(result) == {10: False}
     assert result.verdicts[11].code == et.Code.QUOTA_EXCEEDED
+
+
+def small_shortfall(**policy: object) -> et.Snapshot:
+    """Line llm (quota 28) holds a core run, a 4-GPU experiment of 2 h and a 16-GPU one of
+    30 min; a non-preemptible 4-GPU finetune job arrives, 4 GPUs short."""
+    core = rjob(1, {"a00": range(8)}, tier="core", started_at=NOW - 9 * HOUR)
+    small = rjob(2, {"a01": range(4)}, started_at=NOW - 2 * HOUR)
+    big = rjob(3, {"a02": range(8), "a03": range(8)}, started_at=NOW - HOUR / 2)
+    s = scenario([pjob(10, 4, tier="finetune", preemptible=False)], [core, small, big], **policy)
+    return dataclasses.replace(
+        s,
+        nodes=(*s.nodes, *rack("b", 2, "r1")),
+        lines=(et.LineView("llm", 28), et.LineView("search", 24)),
+    )
+
+
+def test_a_small_shortfall_displaces_a_small_run_not_the_newest_big_one():
+    """The demo's biggest reclaims were of a 64-GPU run that swaps had displaced for jobs a
+    few GPUs short, as the newest run of their line. The swap displaces the least GPU time
+    a reclaim an hour later would count: 4 x 3 h = 12 GPU-hours here against 16 x 1.5 h = 24
+    for the newest run; the next plan's accounting agrees (displaced work is marked
+    borrowed, ``launch.mark_displaced``)."""
+    s = small_shortfall()
+    result = run(s)
+    assert starts(result) == {10: False}
+    assert result.swaps == (et.Swap(10, (2,)),)
+    queues = {q.name: q for q in s.queues}
+    after = derive_usage(next_running(s, result), queues, {ln.name: ln for ln in s.lines})
+    assert after.borrowed_ids == {2} and after.nb_line["llm"] == 28
+    # newest first (the old rule): the 16-GPU run goes, 12 GPUs more than needed
+    assert run(small_shortfall(swap_least_at_risk=False)).swaps == (et.Swap(10, (3,)),)
+
+
+def test_a_long_small_run_is_kept_when_a_fresh_big_one_risks_less():
+    """Fewest GPUs is not the rule: a 4-GPU run of 20 h (84 GPU-hours at risk) stays, and the
+    16-GPU run of 30 minutes (24) is displaced."""
+    s = small_shortfall()
+    old = dataclasses.replace(s.running[1], started_at=NOW - 20 * HOUR)
+    s = dataclasses.replace(s, running=(s.running[0], old, s.running[2]))
+    assert run(s).swaps == (et.Swap(10, (3,)),)
 
 
 def test_a_demoted_waiting_job_swaps_too():
@@ -472,3 +517,40 @@ def test_those_random_states_do_swap_and_meet_the_budget():
         )
     assert swapped >= 20, swapped
     assert refused >= 10, refused
+
+
+def newest_first(cands: list[et.RunningJob], short: int) -> list[et.RunningJob] | None:
+    """The old rule, recomputed: the newest runs until the shortfall is covered."""
+    out: list[et.RunningJob] = []
+    for r in cands:
+        if short <= 0:
+            break
+        out.append(r)
+        short -= r.gpus
+    return out if short <= 0 else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(0, 72 * 6)), max_size=12
+    ),  # fmt: skip
+    st.integers(1, 96),
+)
+def test_the_swap_covers_the_shortfall_and_risks_no_more_than_the_newest_runs(runs, short):
+    """``least_at_risk`` covers the shortfall whenever the newest-first rule can, each job
+    once, and never puts more GPU time at risk than that rule (whose set is one of those it
+    weighs)."""
+    cands = [
+        rjob(i + 1, {"a00": range(gpus)}, started_at=NOW - tenths * HOUR / 10)
+        for i, (gpus, tenths) in enumerate(runs)
+    ]
+    cands.sort(key=quota_swap.displacement_order, reverse=True)
+    old = newest_first(cands, short)
+    new = quota_swap.least_at_risk(cands, short, NOW, None)
+    assert (new is None) == (old is None)
+    if new is None or old is None:
+        return
+    assert sum(r.gpus for r in new) >= short and len({r.id for r in new}) == len(new)
+    risk = sum(quota_swap.at_risk(r, NOW) for r in new)
+    assert risk <= sum(quota_swap.at_risk(r, NOW) for r in old) + 1e-6

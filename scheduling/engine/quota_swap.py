@@ -43,7 +43,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from itertools import chain
 from typing import TYPE_CHECKING
 
 from .borrowing import refused_reason
@@ -98,17 +97,24 @@ def displacement_order(r: RunningJob) -> tuple[bool, float, int]:
     return (r.borrowed, r.started_at, r.id)
 
 
+def newest_order(r: RunningJob) -> tuple[float, int]:
+    """Newest run first: the order a displaced set is weighed in (``least_at_risk``)."""
+    return (r.started_at, r.id)
+
+
 def index_by_scope(
     running: Iterable[RunningJob], borrowed: frozenset[int] | set[int], policy: PolicyConfig
 ) -> dict[Scope, list[RunningJob]]:
-    """Displaceable running jobs per queue and per line, first to displace first."""
+    """Displaceable running jobs per queue and per line, in the order they are weighed:
+    newest first (``swap_least_at_risk``), else the accounting's stack from the top."""
     idx: dict[Scope, list[RunningJob]] = defaultdict(list)
     for r in running:
         if displaceable(r, borrowed, policy):
             idx[("queue", r.queue)].append(r)
             idx[("line", r.line)].append(r)
+    key = newest_order if policy.swap_least_at_risk else displacement_order
     for jobs in idx.values():
-        jobs.sort(key=displacement_order, reverse=True)
+        jobs.sort(key=key, reverse=True)
     return idx
 
 
@@ -155,11 +161,14 @@ def at_risk(r: RunningJob, now: float) -> float:
 def least_at_risk(
     cands: Iterable[RunningJob], short: int, now: float, limits: Limits | None
 ) -> list[RunningJob] | None:
-    """The jobs of ``cands`` (first to displace first: the newest, so the cheapest per GPU)
-    that cover ``short`` GPUs with the least GPU time at risk (``at_risk``); None if they
-    cannot. Greedy: jobs smaller than what is still short are taken in order, and each set
-    is finished by the cheapest job seen that covers the rest alone, so a small shortfall
-    does not displace a big run that a smaller one covers. ``limits`` is only read."""
+    """The jobs of ``cands`` (newest first, so cheapest per GPU first) that cover ``short``
+    GPUs with the least GPU time at risk (``at_risk``); None if they cannot. Greedy: jobs
+    smaller than what is still short are taken in order, and each set is finished by the
+    cheapest job seen that covers the rest alone, so a small shortfall does not displace
+    a big run that a smaller one covers. A run already marked borrowed (but within quota
+    now) that the set leaves out must be older than all of it: displaced runs are marked
+    borrowed, and the accounting stacks marked runs by start, so it would otherwise count
+    that run borrowed in the set's place. ``limits`` is only read."""
     best: list[RunningJob] | None = None
     best_cost = float("inf")
     taken: list[RunningJob] = []
@@ -169,16 +178,22 @@ def least_at_risk(
     for r in cands:
         if cost >= best_cost:
             break
-        if lim is not None and not lim.admits(r):
-            continue
-        c = at_risk(r, now)
+        admitted = lim is None or lim.admits(r)
         if r.gpus >= short:
-            finishers.append((c, r))
-            if cost + c < best_cost:
-                best, best_cost = [*taken, r], cost + c
+            c = at_risk(r, now)
+            if admitted:
+                finishers.append((c, r))
+                if cost + c < best_cost:
+                    best, best_cost = [*taken, r], cost + c
+            if r.borrowed:
+                break  # a marked run left out: nothing older may be displaced
+            continue
+        if not admitted:
+            if r.borrowed:
+                break
             continue
         taken.append(r)
-        cost += c
+        cost += at_risk(r, now)
         short -= r.gpus
         if lim is not None:
             lim.admit(r)
@@ -186,6 +201,25 @@ def least_at_risk(
             if cost + fc < best_cost and (lim is None or lim.admits(f)):
                 best, best_cost = [*taken, f], cost + fc
     return best
+
+
+def top_of_stack(
+    cands: Iterable[RunningJob], short: int, now: float, limits: Limits | None
+) -> list[RunningJob] | None:
+    """The jobs of ``cands`` (the accounting's stack from the top: work already marked
+    borrowed, then the newest runs) that cover ``short`` GPUs, taken in order; None if they
+    cannot (the rule before ``swap_least_at_risk``). ``limits`` is only read."""
+    lim = limits.copy() if limits is not None else None
+    out: list[RunningJob] = []
+    for r in cands:
+        if short <= 0:
+            break
+        if lim is None or lim.admits(r):
+            if lim is not None:
+                lim.admit(r)
+            out.append(r)
+            short -= r.gpus
+    return out if short <= 0 else None
 
 
 def choose(
@@ -198,35 +232,26 @@ def choose(
 ) -> list[RunningJob] | None:
     """The running jobs that become borrowed so a job fits within every quota it is short
     of (``shorts``: GPUs short per scope); None if a scope has too little. ``limits``:
-    what the displaced queues' rules still allow (None: no limit). Work already marked
-    borrowed goes first (it tops the accounting's stack); then, with ``least``
-    (``PolicyConfig.swap_least_at_risk``), the set with the least GPU time at risk
-    (``least_at_risk``), else the newest runs first."""
+    what the displaced queues' rules still allow (None: no limit). With ``least``
+    (``PolicyConfig.swap_least_at_risk``) the set with the least GPU time at risk
+    (``least_at_risk``), else the top of the accounting's stack: work already marked
+    borrowed, then the newest runs."""
     out: dict[int, RunningJob] = {}
     for (scope, name), short in shorts.items():
         if short <= 0:
             continue
         got = sum(r.gpus for r in out.values() if (r.queue if scope == "queue" else r.line) == name)
-        pool = (
-            r
-            for r in idx.get((scope, name), ())
-            if r.id not in out and r.id not in taken and (limits is None or limits.admits(r))
-        )
-        for r in pool:
-            if got >= short:
-                break
-            group = [r]
-            if least and not r.borrowed:  # the rest of the pool is not marked borrowed
-                group = least_at_risk(chain((r,), pool), short - got, now, limits) or []
-            for x in group:
-                if limits is not None:
-                    limits.admit(x)
-                out[x.id] = x
-                got += x.gpus
-            if least and not r.borrowed:
-                break
-        if got < short:
+        if got >= short:
+            continue
+        pool = (r for r in idx.get((scope, name), ()) if r.id not in out and r.id not in taken)
+        pick = least_at_risk if least else top_of_stack
+        group = pick(pool, short - got, now, limits)
+        if group is None:
             return None
+        for x in group:
+            if limits is not None:
+                limits.admit(x)
+            out[x.id] = x
     return list(out.values())
 
 

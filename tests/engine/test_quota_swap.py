@@ -530,22 +530,28 @@ def newest_first(cands: list[et.RunningJob], short: int) -> list[et.RunningJob] 
     return out if short <= 0 else None
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(0, 72 * 6)), max_size=12
-    ),  # fmt: skip
-    st.integers(1, 96),
+RUNS = st.lists(
+    st.tuples(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(0, 72 * 6), st.booleans()),
+    max_size=12,
 )
+
+
+def scope_runs(runs: list[tuple[int, int, bool]]) -> list[et.RunningJob]:
+    """Running experiments of one queue: (GPUs, age in tenths of an hour, marked borrowed)."""
+    return [
+        rjob(i + 1, {"a00": range(gpus)}, started_at=NOW - tenths * HOUR / 10, borrowed=marked)
+        for i, (gpus, tenths, marked) in enumerate(runs)
+    ]
+
+
+@settings(max_examples=400, deadline=None)
+@given(RUNS, st.integers(1, 96))
 def test_the_swap_covers_the_shortfall_and_risks_no_more_than_the_newest_runs(runs, short):
     """``least_at_risk`` covers the shortfall whenever the newest-first rule can, each job
     once, and never puts more GPU time at risk than that rule (whose set is one of those it
-    weighs)."""
-    cands = [
-        rjob(i + 1, {"a00": range(gpus)}, started_at=NOW - tenths * HOUR / 10)
-        for i, (gpus, tenths) in enumerate(runs)
-    ]
-    cands.sort(key=quota_swap.displacement_order, reverse=True)
+    weighs), when no run is marked borrowed yet."""
+    cands = sorted(scope_runs([(g, t, False) for g, t, _ in runs]), key=quota_swap.newest_order)
+    cands.reverse()
     old = newest_first(cands, short)
     new = quota_swap.least_at_risk(cands, short, NOW, None)
     assert (new is None) == (old is None)
@@ -554,3 +560,28 @@ def test_the_swap_covers_the_shortfall_and_risks_no_more_than_the_newest_runs(ru
     assert sum(r.gpus for r in new) >= short and len({r.id for r in new}) == len(new)
     risk = sum(quota_swap.at_risk(r, NOW) for r in new)
     assert risk <= sum(quota_swap.at_risk(r, NOW) for r in old) + 1e-6
+
+
+@settings(max_examples=400, deadline=None)
+@given(RUNS, st.integers(1, 64))
+def test_the_accounting_counts_borrowed_the_runs_the_swap_displaced(runs, gpus):
+    """Within quota, a non-preemptible job of ``gpus`` arrives; the swap picks what to
+    displace and the loop marks it borrowed. The next plan's accounting (which stacks
+    marked runs by start) then counts as borrowed only displaced runs, and enough of them:
+    a run the swap kept is never reclaimable in their place."""
+    running = scope_runs(runs)
+    quota = sum(r.gpus for r in running)  # at quota, all of it within
+    job = rjob(999, {"b00": range(gpus)}, tier="core", preemptible=False, started_at=NOW)
+    s = snap([node("a00"), node("b00")], (), running,
+             lines=[et.LineView("llm", None)], queues=standard_queues("llm", experiment=quota))  # fmt: skip
+    idx = quota_swap.index_by_scope(running, frozenset(), s.policy)
+    chosen = quota_swap.choose({("queue", "llm-experiment"): gpus}, idx, set(), NOW, True)
+    if chosen is None:
+        assert sum(r.gpus for r in running) < gpus
+        return
+    ids = {r.id for r in chosen}
+    after = [dataclasses.replace(r, borrowed=True) if r.id in ids else r for r in running]
+    queues = {q.name: q for q in s.queues}
+    usage = derive_usage([*after, dataclasses.replace(job, queue="llm-experiment")], queues, {})
+    assert usage.borrowed_ids <= ids
+    assert usage.nb_queue["llm-experiment"] <= quota

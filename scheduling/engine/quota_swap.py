@@ -153,53 +153,55 @@ class Limits:
 AT_RISK_HORIZON_S = 3600.0
 
 
+def at_risk_per_gpu(r: RunningJob, now: float) -> float:
+    """Seconds of run per GPU of ``r`` a reclaim an hour from now would count as evicted."""
+    return max(0.0, now - r.started_at) + AT_RISK_HORIZON_S
+
+
 def at_risk(r: RunningJob, now: float) -> float:
     """GPU-seconds of ``r`` a reclaim an hour from now would count as evicted."""
-    return given_gpu_s(r, now) + r.gpus * AT_RISK_HORIZON_S
+    return r.gpus * at_risk_per_gpu(r, now)
 
 
 def least_at_risk(
     cands: Iterable[RunningJob], short: int, now: float, limits: Limits | None
 ) -> list[RunningJob] | None:
-    """The jobs of ``cands`` (newest first, so cheapest per GPU first) that cover ``short``
-    GPUs with the least GPU time at risk (``at_risk``); None if they cannot. Greedy: jobs
-    smaller than what is still short are taken in order, and each set is finished by the
-    cheapest job seen that covers the rest alone, so a small shortfall does not displace
-    a big run that a smaller one covers. A run already marked borrowed (but within quota
-    now) that the set leaves out must be older than all of it: displaced runs are marked
-    borrowed, and the accounting stacks marked runs by start, so it would otherwise count
-    that run borrowed in the set's place. ``limits`` is only read."""
+    """The jobs of ``cands`` that cover ``short`` GPUs with the least GPU time at risk
+    (``at_risk``); None if they cannot. ``cands`` come newest first, so cheapest per GPU
+    first. Greedy: jobs smaller than what is still short are taken in order, and each job
+    that covers the rest alone finishes a candidate set (the jobs taken before it, and
+    it), so a small shortfall does not displace a big run that smaller ones cover. (A
+    covering job seen earlier never finishes a later set for less: that set holds more.)
+    The search stops once the rest, at the current price per GPU, could not beat the best
+    set. A run already marked borrowed (but within quota now) that the set leaves out must
+    be older than all of it: displaced runs are marked borrowed, and the accounting stacks
+    marked runs by start, so it would otherwise count that run borrowed in the set's
+    place. ``limits`` is only read."""
     best: list[RunningJob] | None = None
     best_cost = float("inf")
     taken: list[RunningJob] = []
     cost = 0.0
     lim = limits.copy() if limits is not None else None
-    finishers: list[tuple[float, RunningJob]] = []
     for r in cands:
-        if cost >= best_cost:
-            break
-        admitted = lim is None or lim.admits(r)
-        if r.gpus >= short:
-            c = at_risk(r, now)
-            if admitted:
-                finishers.append((c, r))
-                if cost + c < best_cost:
-                    best, best_cost = [*taken, r], cost + c
+        per_gpu = at_risk_per_gpu(r, now)
+        if cost + short * per_gpu >= best_cost:
+            break  # every run from here costs at least this a GPU (older): no better set
+        c = r.gpus * per_gpu
+        covers = r.gpus >= short
+        if (covers and cost + c >= best_cost) or (lim is not None and not lim.admits(r)):
             if r.borrowed:
                 break  # a marked run left out: nothing older may be displaced
             continue
-        if not admitted:
+        if covers:
+            best, best_cost = [*taken, r], cost + c
             if r.borrowed:
-                break
+                break  # any later set would leave it out
             continue
         taken.append(r)
-        cost += at_risk(r, now)
+        cost += c
         short -= r.gpus
         if lim is not None:
             lim.admit(r)
-        for fc, f in finishers:  # each covered a larger remainder: it covers this one
-            if cost + fc < best_cost and (lim is None or lim.admits(f)):
-                best, best_cost = [*taken, f], cost + fc
     return best
 
 

@@ -9,9 +9,10 @@ job's average wait (docs/replay.md, "what the jobs wait for"). A queue below
 ``urgent`` may not preempt to get the room back (R2, ``queue_preempts``).
 
 Quota is accounting, not placement: ``accounting.derive_usage`` stacks a scope's
-non-preemptible work first, so if the job starts on idle GPUs, the scope's newest
-preemptible jobs end up above its quota, that is, *borrowed*, and are the first thing
-reclaimed when a lender needs its GPUs back. Nothing stops now; the line still holds no
+non-preemptible work first and work marked borrowed last, so if the job starts on idle
+GPUs and the swap marks some of the scope's preemptible jobs borrowed (``choose``), those
+end up above its quota, that is, *borrowed*, and are the first thing reclaimed when a
+lender needs its GPUs back. Nothing stops now; the line still holds no
 more than its quota of work that cannot be reclaimed, and what it holds beyond is
 preemptible work on lent capacity, which is all Q7 allows.
 
@@ -20,9 +21,8 @@ The swap is borrowing by proxy, so borrowing's rules apply to the work it displa
 cool-down and eviction cap, and rule 1 (the displaced work is predicted to end before
 the lenders are predicted to need their GPUs back). Unlike a borrower, displaced work
 has a past that a reclaim would count as evicted, so a swap also keeps to the queue's
-eviction budget (``Borrowing.budget``; newest runs are displaced first, which also
-puts the least GPU time at risk). Displaced work is running,
-preemptible, not demoted, not already borrowed, not moving or leaving; guarantees are
+eviction budget (``Borrowing.budget``; the set displaced is the one with the least GPU
+time at risk, ``least_at_risk``). Displaced work is running, preemptible, not demoted, not already borrowed, not moving or leaving; guarantees are
 untouched (the scope's active use grows by the job, its guarantee does not).
 
 A job that may *preempt* (an ``urgent`` queue's, ``policy.swaps_before_evicting``) swaps
@@ -332,8 +332,8 @@ class QuotaSwap:
         return self._choose_now(self._shorts(job, *self.p.quota_short(job, leaving))) is not None
 
     def start_instead(self, job: PendingJob, sh: ShapeT, nodes: list[int]) -> bool:
-        """Start a job swapping instead of evicting on ``nodes``: its scope's newest
-        preemptible work becomes the borrowed part. False (nothing done) if that work no
+        """Start a job swapping instead of evicting on ``nodes``: the preemptible work of
+        its scope that ``choose`` picks becomes the borrowed part. False (nothing done) if that work no
         longer covers it (its own victims, still stopping, count against its quota)."""
         p = self.p
         chosen = self._choose_now(self._shorts(job, *p.quota_short(job, ())))

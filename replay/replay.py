@@ -397,6 +397,12 @@ class Replay:
                 migrating=True,
             )
             self.migrations[v.queue] += 1
+        for mark in decided.marks:  # the accounting's borrowed flags, as the loop writes them
+            v = self.jobs[mark.job_id]
+            if v.borrowed != mark.borrowed:
+                v.borrowed = mark.borrowed
+                v.rview = None
+                pool.borrowed_running += 1 if mark.borrowed else -1
         for s in decided.starts:
             self._start(self.jobs[s.job_id], s, now)
         for sw in decided.swaps:  # quota swaps: the displaced work now runs borrowed

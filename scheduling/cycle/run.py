@@ -26,6 +26,7 @@ from scheduling.clock import to_datetime
 from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
 from scheduling.cycle.context import Cycle, production_policy
 from scheduling.cycle.launch import start_all
+from scheduling.cycle.marks import write_marks
 from scheduling.cycle.phases import CycleTrace, PhaseTimer
 from scheduling.cycle.reconcile import reconcile, release_cancelled
 from scheduling.cycle.stops import migrate, preempt, request_stops
@@ -43,13 +44,14 @@ log = logging.getLogger(__name__)
 def apply(
     cycle: Cycle, plan: et.Plan, rows: dict[int, dict], timer: PhaseTimer | None = None
 ) -> None:
-    """Carry out the engine's plan: preemptions and migrations first, then starts, then
-    verdicts."""
+    """Carry out the engine's plan: preemptions and migrations first, then the borrowed
+    flags, then starts, then verdicts."""
     timer = timer or PhaseTimer()
     with timer.phase("preempt"):
         preempt(cycle, plan.preemptions)
         migrate(cycle, plan.migrations)
     with timer.phase("starts"):
+        write_marks(cycle, plan.marks)
         start_all(cycle, plan.starts, plan.swaps)
     with timer.phase("verdicts"):
         write_verdicts(cycle, plan, rows)

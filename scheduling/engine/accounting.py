@@ -8,6 +8,13 @@ borrowed. A job borrowed at either level is borrowed. Non-borrowed use
 (``nb_*``) is what counts against a quota; borrowed work sits on idle capacity
 and is the first thing reclaimed.
 
+The flags are settled: the derivation is repeated with the flags set to what it found
+until nothing changes (``settle``), so a flagged job its scope no longer needs above the
+quota (work of the scope ended) is not borrowed and stacks by its start again, and the
+result is the flags the plan writes back (``Plan.marks``). What is borrowed then only
+shrinks from one round to the next (the jobs below the flagged ones were within the
+quota before), so it ends; in steady state one round confirms the flags.
+
 Guarantees protect *active* use (running, not already preempting): a queue's
 victims in one plan may total at most ``active - guarantee``.
 
@@ -21,10 +28,10 @@ above its queue's quota is reclaimable even while its line is within quota).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .types import RUNNING, LineView, QueueView, RunningJob, Snapshot
+from .types import RUNNING, LineView, Mark, QueueView, RunningJob, Snapshot
 
 
 def borrowed_gpus(used: int, quota: int | None) -> int:
@@ -45,7 +52,7 @@ class Usage:
     borrowed_ids: frozenset[int]
 
 
-def _borrowed_over(jobs: list[RunningJob], quota: int | None) -> list[int]:
+def _borrowed_over(jobs: list[RunningJob], quota: int | None, flagged: set[int]) -> list[int]:
     if quota is None:
         return []
     total = 0
@@ -54,7 +61,7 @@ def _borrowed_over(jobs: list[RunningJob], quota: int | None) -> list[int]:
     if total <= quota:
         return []
     jobs = sorted(
-        jobs, key=lambda j: (j.preemptible, j.preemptible and j.borrowed, j.started_at, j.id)
+        jobs, key=lambda j: (j.preemptible, j.preemptible and j.id in flagged, j.started_at, j.id)
     )
     out: list[int] = []
     used = 0
@@ -68,6 +75,15 @@ def _borrowed_over(jobs: list[RunningJob], quota: int | None) -> list[int]:
     return out
 
 
+def settle(borrowed_with: Callable[[set[int]], set[int]], flagged: set[int]) -> set[int]:
+    """The borrowed jobs, derived again with the flags set to the last result until it
+    no longer changes (see the module's words)."""
+    borrowed = borrowed_with(flagged)
+    while borrowed != flagged:
+        flagged, borrowed = borrowed, borrowed_with(borrowed)
+    return borrowed
+
+
 def derive_usage(
     running: Iterable[RunningJob],
     queues: dict[str, QueueView],
@@ -79,7 +95,10 @@ def derive_usage(
     held_line: dict[str, int] = defaultdict(int)
     active_queue: dict[str, int] = defaultdict(int)
     active_line: dict[str, int] = defaultdict(int)
+    flagged: set[int] = set()
     for r in running:
+        if r.borrowed:
+            flagged.add(r.id)
         by_queue[r.queue].append(r)
         by_line[r.line].append(r)
         held_queue[r.queue] += r.gpus
@@ -87,13 +106,18 @@ def derive_usage(
         if r.state == RUNNING:
             active_queue[r.queue] += r.gpus
             active_line[r.line] += r.gpus
-    borrowed: set[int] = set()
-    for name, jobs in by_queue.items():
-        q = queues.get(name)
-        borrowed.update(_borrowed_over(jobs, q.quota_gpus if q is not None else None))
-    for name, jobs in by_line.items():
-        line = lines.get(name)
-        borrowed.update(_borrowed_over(jobs, line.quota_gpus if line is not None else None))
+    quota_q = {name: q.quota_gpus for name, q in queues.items()}
+    quota_l = {name: line.quota_gpus for name, line in lines.items()}
+
+    def borrowed_with(flagged: set[int]) -> set[int]:
+        out: set[int] = set()
+        for name, jobs in by_queue.items():
+            out.update(_borrowed_over(jobs, quota_q.get(name), flagged))
+        for name, jobs in by_line.items():
+            out.update(_borrowed_over(jobs, quota_l.get(name), flagged))
+        return out
+
+    borrowed = settle(borrowed_with, flagged)
     nb_queue: dict[str, int] = defaultdict(int)
     nb_line: dict[str, int] = defaultdict(int)
     for name, jobs in by_queue.items():
@@ -109,6 +133,19 @@ def derive_usage(
         active_queue=dict(active_queue),
         active_line=dict(active_line),
         borrowed_ids=frozenset(borrowed),
+    )
+
+
+def marks(
+    running: Iterable[RunningJob], borrowed: frozenset[int], decided: set[int]
+) -> tuple[Mark, ...]:
+    """The flags a plan writes back: each running job's that the settled accounting
+    (``borrowed``) disagrees with, except jobs the plan itself stops, moves or displaces
+    (``decided``; a swap flags what it displaces)."""
+    return tuple(
+        Mark(r.id, r.id in borrowed)
+        for r in sorted(running, key=lambda r: r.id)
+        if r.state == RUNNING and r.borrowed != (r.id in borrowed) and r.id not in decided
     )
 
 

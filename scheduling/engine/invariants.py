@@ -119,6 +119,7 @@ class _Checker:
         self.check_quotas()
         self.check_preemptions()
         self.check_migrations()
+        self.check_marks()
         self.errors.extend(check_borrowing(self.s, self.plan))
         self.check_reservations()
         self.check_verdicts()
@@ -137,6 +138,24 @@ class _Checker:
         else:
             seen.add(key)
         return item
+
+    def check_marks(self) -> None:
+        """The flags the plan writes back are the settled accounting's, on running jobs
+        the plan leaves alone, each once (``accounting.marks``)."""
+        decided = self.plan.decided_ids()
+        seen: set[int] = set()
+        for m in self.plan.marks:
+            r = self.once(m.job_id, self.running, seen, "borrowed flag", "running", "flagged")
+            if r is None:
+                continue
+            if r.state != RUNNING or m.job_id in decided:
+                self.errors.append(
+                    f"job {m.job_id} is flagged but not running, or the plan stops, moves or displaces it"
+                )
+            elif m.borrowed != (m.job_id in self.usage.borrowed_ids) or m.borrowed == r.borrowed:
+                self.errors.append(
+                    f"job {m.job_id} flagged borrowed={m.borrowed} against the accounting"
+                )
 
     # -- starts ----------------------------------------------------------------
     def check_starts(self) -> None:

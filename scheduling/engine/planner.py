@@ -35,12 +35,13 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from heapq import merge
 from itertools import compress
 from typing import Any
 
 from . import aging, explain, feasibility
-from .accounting import derive_usage, preemption_budgets
+from .accounting import derive_usage, marks, preemption_budgets
 from .backfill import Timeline
 from .borrowing import Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
@@ -1246,7 +1247,7 @@ class Planner:
             pos += 1
             (code, message, details, remedy), est = rec
             verdicts[job.id] = Verdict(code, message, details, remedy, est, pos)
-        return Plan(
+        plan = Plan(
             starts=tuple(self.starts),
             preemptions=tuple(self.preemptions),
             reservations=tuple(self.reservations),
@@ -1254,6 +1255,9 @@ class Planner:
             now=self.now,
             migrations=tuple(self.consolidation.migrations),
             swaps=tuple(self.swap.swaps),
+        )
+        return replace(
+            plan, marks=marks(self.s.running, self.usage.borrowed_ids, plan.decided_ids())
         )
 
 

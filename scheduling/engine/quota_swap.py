@@ -91,30 +91,24 @@ def displaceable(r: RunningJob, borrowed: frozenset[int] | set[int], policy: Pol
     )
 
 
-def displacement_order(r: RunningJob) -> tuple[bool, float, int]:
-    """The accounting's stack order (``accounting._borrowed_over``), reversed: the jobs it
-    puts above the quota first once a non-preemptible job joins the stack."""
-    return (r.borrowed, r.started_at, r.id)
-
-
 def newest_order(r: RunningJob) -> tuple[float, int]:
-    """Newest run first: the order a displaced set is weighed in (``least_at_risk``)."""
+    """Newest run first: the order displaceable work is weighed in. It is the
+    accounting's stack from the top (``accounting._borrowed_over``): no displaceable run
+    is flagged borrowed once the flags are settled (``accounting.settle``)."""
     return (r.started_at, r.id)
 
 
 def index_by_scope(
     running: Iterable[RunningJob], borrowed: frozenset[int] | set[int], policy: PolicyConfig
 ) -> dict[Scope, list[RunningJob]]:
-    """Displaceable running jobs per queue and per line, in the order they are weighed:
-    newest first (``swap_least_at_risk``), else the accounting's stack from the top."""
+    """Displaceable running jobs per queue and per line, newest first."""
     idx: dict[Scope, list[RunningJob]] = defaultdict(list)
     for r in running:
         if displaceable(r, borrowed, policy):
             idx[("queue", r.queue)].append(r)
             idx[("line", r.line)].append(r)
-    key = newest_order if policy.swap_least_at_risk else displacement_order
     for jobs in idx.values():
-        jobs.sort(key=key, reverse=True)
+        jobs.sort(key=newest_order, reverse=True)
     return idx
 
 
@@ -173,10 +167,9 @@ def least_at_risk(
     it), so a small shortfall does not displace a big run that smaller ones cover. (A
     covering job seen earlier never finishes a later set for less: that set holds more.)
     The search stops once the rest, at the current price per GPU, could not beat the best
-    set. A run already marked borrowed (but within quota now) that the set leaves out must
-    be older than all of it: displaced runs are marked borrowed, and the accounting stacks
-    marked runs by start, so it would otherwise count that run borrowed in the set's
-    place. ``limits`` is only read."""
+    set. Any set will do for the accounting: the plan flags the set borrowed and clears the
+    flag of any run its scope no longer needs above the quota (``Plan.marks``), so the next
+    plan counts borrowed the set it displaced. ``limits`` is only read."""
     best: list[RunningJob] | None = None
     best_cost = float("inf")
     taken: list[RunningJob] = []
@@ -189,13 +182,9 @@ def least_at_risk(
         c = r.gpus * per_gpu
         covers = r.gpus >= short
         if (covers and cost + c >= best_cost) or (lim is not None and not lim.admits(r)):
-            if r.borrowed:
-                break  # a marked run left out: nothing older may be displaced
             continue
         if covers:
             best, best_cost = [*taken, r], cost + c
-            if r.borrowed:
-                break  # any later set would leave it out
             continue
         taken.append(r)
         cost += c
@@ -208,9 +197,8 @@ def least_at_risk(
 def top_of_stack(
     cands: Iterable[RunningJob], short: int, now: float, limits: Limits | None
 ) -> list[RunningJob] | None:
-    """The jobs of ``cands`` (the accounting's stack from the top: work already marked
-    borrowed, then the newest runs) that cover ``short`` GPUs, taken in order; None if they
-    cannot (the rule before ``swap_least_at_risk``). ``limits`` is only read."""
+    """The jobs of ``cands`` (newest first) that cover ``short`` GPUs, taken in order; None
+    if they cannot (the rule before ``swap_least_at_risk``). ``limits`` is only read."""
     lim = limits.copy() if limits is not None else None
     out: list[RunningJob] = []
     for r in cands:
@@ -236,8 +224,7 @@ def choose(
     of (``shorts``: GPUs short per scope); None if a scope has too little. ``limits``:
     what the displaced queues' rules still allow (None: no limit). With ``least``
     (``PolicyConfig.swap_least_at_risk``) the set with the least GPU time at risk
-    (``least_at_risk``), else the top of the accounting's stack: work already marked
-    borrowed, then the newest runs."""
+    (``least_at_risk``), else the newest runs."""
     out: dict[int, RunningJob] = {}
     for (scope, name), short in shorts.items():
         if short <= 0:

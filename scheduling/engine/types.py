@@ -495,6 +495,17 @@ class Swap:
 
 
 @dataclass(frozen=True, slots=True)
+class Mark:
+    """Running job ``job_id``'s borrowed flag, to be set to ``borrowed``: the accounting
+    (``accounting.settle``) no longer agrees with it. ``False``: its scope's use fell
+    within the quota, so it no longer runs on borrowed capacity; ``True``: its scope's
+    quota fell below its use."""
+
+    job_id: int
+    borrowed: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Preemption:
     """Stop ``victim_id`` to make room for ``for_job_id``. Graceful: checkpoint,
     then stop by ``grace_deadline``; cold: kill now (deadline = now)."""
@@ -564,7 +575,8 @@ class Plan:
     """The engine's decisions for one cycle. ``now`` is the time it was made for;
     ``migrations``: jobs moved to make room for a gang (consolidation), apart from
     ``preemptions``; ``swaps``: starts within quota that turned running work of the
-    same queue or line into borrowed work (nothing stops)."""
+    same queue or line into borrowed work (nothing stops); ``marks``: running jobs whose
+    borrowed flag the accounting corrects (apart from the swaps' own)."""
 
     starts: tuple[Start, ...]
     preemptions: tuple[Preemption, ...]
@@ -573,6 +585,14 @@ class Plan:
     now: float | None = None
     migrations: tuple[Migration, ...] = ()
     swaps: tuple[Swap, ...] = ()
+    marks: tuple[Mark, ...] = ()
+
+    def decided_ids(self) -> set[int]:
+        """Running jobs the plan stops, moves or displaces."""
+        out = {p.victim_id for p in self.preemptions}
+        out.update(m.job_id for m in self.migrations)
+        out.update(rid for sw in self.swaps for rid in sw.displaced)
+        return out
 
     def counts_by_code(self) -> dict[str, int]:
         counts = dict.fromkeys(VERDICT_CODES, 0)

@@ -1,5 +1,6 @@
 """Cancels that race a quota swap (#19) wait for the cycle, never fail, never leave a
-cancelled job marked as displaced.
+cancelled job marked as displaced, and the flags the cycles write back (within quota again
+as the line empties) agree with the timelines.
 
 Real PostgreSQL, real threads, the demo's simulated cluster (4 x 8 GPUs): line ``llm`` is
 cut to 16 GPUs and filled with its own 1-GPU experiments; 1-GPU fine-tuning jobs that may
@@ -100,10 +101,52 @@ def test_cancels_racing_quota_swaps_wait_and_leave_the_timelines_true(demo):
     displaced = 0
     for pk in experiments_all:
         kinds = _kinds_in_order(pk)
-        if "borrowed" in kinds:
-            displaced += 1
-            # displaced while it ran, before the cancel: never after it
-            assert kinds.index("borrowed") < kinds.index("cancelled"), (pk, kinds)
-        assert Job.objects.get(pk=pk).borrowed == ("borrowed" in kinds), (pk, kinds)
+        # the flag's changes: displaced (borrowed), and back within quota as the line's
+        # other runs were cancelled (within_quota); all while it ran, never after the cancel
+        flags = [i for i, k in enumerate(kinds) if k in ("borrowed", "within_quota")]
+        assert all(i < kinds.index("cancelled") for i in flags), (pk, kinds)
+        displaced += "borrowed" in kinds
+        last = kinds[flags[-1]] if flags else ""
+        assert Job.objects.get(pk=pk).borrowed == (last == "borrowed"), (pk, kinds)
     assert displaced > 0, "some swaps happened while the cancels ran"
+    assert find_inconsistencies() == []
+
+
+def test_cancels_racing_flags_coming_back_within_quota(demo):
+    """The line full of fine-tuning jobs that swapped in, its experiments borrowed: the
+    owner cancels fine-tuning jobs and experiments in turn while cycles run, so the cycles
+    clear experiments' flags (within quota again) as the owner cancels them."""
+    owner, admin = demo["researcher"], demo["admin"]
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=JOBS, guarantee_gpus=0)
+    Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
+    errors: list[str] = []
+    cycles: list[int] = []
+    experiments_all: list[int] = []
+    for round_ in range(ROUNDS):
+        experiments = _submit(owner, "llm-experiment", JOBS, preemptible=True, round_=round_)
+        run_cycle_now(admin)
+        finetunes = _submit(owner, "llm-finetune", JOBS, preemptible=False, round_=round_)
+        run_cycle_now(admin)
+        assert (
+            Job.objects.filter(pk__in=experiments, state="running", borrowed=True).count() == JOBS
+        )
+        experiments_all += experiments
+        turns = [pk for pair in zip(finetunes, experiments, strict=True) for pk in pair]
+        cycle_after, cancel_after = [(0.03, 0.0), (0.0, 0.0), (0.0, 0.03)][round_ % 3]
+        _race(errors, cycles, lambda: run_cycle_now(admin).pk, cycle_after,
+              lambda ids=turns: _cancel_each(owner, ids), cancel_after)  # fmt: skip
+        assert errors == []
+        run_cycle_now(admin)
+
+    assert len(cycles) >= ROUNDS
+    cleared = 0
+    for pk in experiments_all:
+        kinds = _kinds_in_order(pk)
+        assert kinds.count("cancelled") == 1, (pk, kinds)
+        flags = [i for i, k in enumerate(kinds) if k in ("borrowed", "within_quota")]
+        assert all(i < kinds.index("cancelled") for i in flags), (pk, kinds)
+        cleared += "within_quota" in kinds
+        last = kinds[flags[-1]] if flags else ""
+        assert Job.objects.get(pk=pk).borrowed == (last == "borrowed"), (pk, kinds)
+    assert cleared > 0, "cycles cleared flags while the cancels ran"
     assert find_inconsistencies() == []

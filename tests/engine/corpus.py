@@ -85,8 +85,8 @@ def fingerprint(p: Plan) -> dict[str, Any]:
     full (they are what victim selection produces) and a digest of the rest.
 
     The digest is of the plan's fields as they were when the corpus was written (the
-    dataclass repr before ``Plan.migrations``); migrations, when there are any, are listed
-    apart, so a plan without them keeps its recorded fingerprint."""
+    dataclass repr before ``Plan.migrations``); migrations and borrowed flags, when there are
+    any, are listed apart, so a plan without them keeps its recorded fingerprint."""
     legacy = (
         f"Plan(starts={p.starts!r}, preemptions={p.preemptions!r}, "
         f"reservations={p.reservations!r}, verdicts={p.verdicts!r}, now={p.now!r})"
@@ -97,6 +97,8 @@ def fingerprint(p: Plan) -> dict[str, Any]:
     }
     if p.migrations:
         out["migrations"] = [[m.job_id, m.for_job_id, m.to_node] for m in p.migrations]
+    if p.marks:
+        out["marks"] = [[m.job_id, m.borrowed] for m in p.marks]
     return out
 
 

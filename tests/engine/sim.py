@@ -6,8 +6,10 @@ deadline with its progress kept (it checkpoints on the way out) and requeues it
 with ``preemption_count + 1``; a cold one requeues it at once, losing progress
 since the last checkpoint. A migration (consolidation) stops the job at its deadline the
 same way but requeues it with its ``preemption_count`` unchanged; jobs listed in
-``checkpointable`` run as checkpointable (movable). Every plan is checked with ``check_plan`` and with
-the stepper's own bookkeeping (a GPU can only be allocated if it is free).
+``checkpointable`` run as checkpointable (movable). Running jobs' borrowed flags follow the
+plan, as the loop writes them: ``Plan.marks``, then the jobs a quota swap displaced. Every
+plan is checked with ``check_plan`` and with the stepper's own bookkeeping (a GPU can only
+be allocated if it is free).
 """
 
 from __future__ import annotations
@@ -80,12 +82,13 @@ class Stepper:
         started_at: float,
         ckpt_interval: float = 3600.0,
         predicted_end: float | None = None,
+        borrowed: bool = False,
     ) -> None:
         """Put a job directly into the running state (history before the test)."""
         self.specs[job.id] = job
         self.truth[job.id] = Truth(duration, 0.0, ckpt_interval)
         placement = tuple(et.Slot(n, tuple(sorted(g))) for n, g in slots.items())
-        self._run(job, placement, started_at, predicted_end or started_at + duration, False)
+        self._run(job, placement, started_at, predicted_end or started_at + duration, borrowed)
 
     def set_node(self, name: str, **changes: object) -> None:
         self.nodes[name] = dataclasses.replace(self.nodes[name], **changes)
@@ -220,6 +223,11 @@ class Stepper:
                 preempt_deadline=m.grace_deadline,
                 migrating=True,
             )
+        # borrowed flags: the accounting's corrections, then what the swaps displaced
+        flags = {m.job_id: m.borrowed for m in result.marks}
+        flags.update((rid, True) for sw in result.swaps for rid in sw.displaced)
+        for rid, flag in flags.items():
+            self.running[rid] = dataclasses.replace(self.running[rid], borrowed=flag)
 
     def run_until(self, t: float, every: float = 300.0) -> list[et.Plan]:
         out = []

@@ -3,12 +3,18 @@ against a quota, and what each queue / line may lose to preemption."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from hypothesis import given, settings
 
+from scheduling.engine import plan
 from scheduling.engine.accounting import derive_usage, preemption_budgets, snapshot_usage
-from scheduling.engine.types import LineView, QueueView, Tier
+from scheduling.engine.types import LineView, Mark, QueueView, Tier
 
-from .helpers import node, rjob, snap
+from .helpers import HOUR, NOW, node, pjob, rjob, snap, standard_queues
+from .sim import Stepper
+from .strategies import snapshots
 
 
 def job(id: int, gpus: int, **kw):
@@ -99,3 +105,48 @@ def test_preemption_budgets_are_active_use_above_the_guarantee():
     # q: 12 active, 8 guaranteed; llm-experiment is unknown (no guarantee); llm: 14 < 20
     assert bq == {"q": 4, "llm-experiment": 2}
     assert bl == {"llm": 0}
+
+
+def test_a_flagged_run_is_not_borrowed_when_newer_work_covers_what_is_over_the_quota():
+    """Quota 8, 12 GPUs used: job 3 (6 GPUs, unflagged) crosses the quota and covers the 4
+    over it, so job 2, flagged borrowed when it started and older than job 3, is within the
+    quota once the flags settle (unsettled, it stacked on top and was borrowed too)."""
+    running = [
+        job(1, 4, preemptible=False, started_at=0),
+        job(2, 2, started_at=5, borrowed=True),
+        job(3, 6, started_at=10),
+    ]
+    u = usage(running, 8)
+    assert u.borrowed_ids == {3}
+    assert u.nb_queue["q"] == 6
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots())
+def test_the_flags_settle(s):
+    """With each running job flagged exactly when the accounting counts it borrowed (what
+    the plan writes back, ``Plan.marks``), the accounting counts the same jobs: the flags
+    the loop writes are stable, and the next plan writes none."""
+    borrowed = snapshot_usage(s).borrowed_ids
+    flagged = [dataclasses.replace(r, borrowed=r.id in borrowed) for r in s.running]
+    again = dataclasses.replace(s, running=tuple(flagged))
+    assert snapshot_usage(again).borrowed_ids == borrowed
+    assert plan(again, NOW).marks == ()
+
+
+def test_the_plan_writes_back_the_flags_the_accounting_no_longer_agrees_with():
+    """A run flagged borrowed whose queue is within its quota loses the flag; when a quota
+    falls below its queue's use, the newest run is flagged; the plan after writes none."""
+    lines = [LineView("llm", None)]
+    st_ = Stepper(
+        [node("a"), node("b")], lines, standard_queues("llm", experiment=8, core=4), now=NOW
+    )
+    st_.place(pjob(1, 4), {"a": range(4)}, 10 * HOUR, NOW - 2 * HOUR, borrowed=True)
+    st_.place(pjob(2, 4), {"a": range(4, 8)}, 10 * HOUR, NOW - HOUR)
+    st_.place(pjob(3, 2, "core", preemptible=True), {"b": range(2)}, 10 * HOUR, NOW - 3 * HOUR)
+    st_.place(pjob(4, 2, "core", preemptible=True), {"b": range(2, 4)}, 10 * HOUR, NOW - HOUR)
+    st_.queues = tuple(standard_queues("llm", experiment=8, core=2))  # core's quota cut to 2
+    first = st_.step()
+    assert first.marks == (Mark(1, False), Mark(4, True))
+    assert not st_.running[1].borrowed and st_.running[4].borrowed
+    assert st_.step(60).marks == ()

@@ -9,6 +9,7 @@ import pytest
 
 from scheduling.engine import (
     LineView,
+    Mark,
     Plan,
     PolicyConfig,
     Preemption,
@@ -132,6 +133,21 @@ MUTATIONS = [
             reservations=(Reservation(10, ("a",), NOW + 60),),
         ),
         "does not fit on its nodes",
+    ),
+    (
+        "flag against the accounting",
+        lambda p: with_(p, marks=(Mark(1, True),)),
+        "against the accounting",
+    ),
+    (
+        "flag of an unknown job",
+        lambda p: with_(p, marks=(Mark(99, False),)),
+        "unknown running job 99",
+    ),
+    (
+        "flag of a job the plan stops",
+        lambda p: with_(preempting(1, 10)(p), marks=(Mark(1, True),)),
+        "the plan stops, moves or displaces it",
     ),
 ]
 

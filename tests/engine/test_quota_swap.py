@@ -562,26 +562,28 @@ def test_the_swap_covers_the_shortfall_and_risks_no_more_than_the_newest_runs(ru
     assert risk <= sum(quota_swap.at_risk(r, NOW) for r in old) + 1e-6
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(RUNS, st.integers(1, 64))
 def test_the_accounting_counts_borrowed_the_runs_the_swap_displaced(runs, gpus):
-    """Within quota, a non-preemptible job of ``gpus`` arrives; the swap picks what to
-    displace and the loop marks it borrowed. The next plan's accounting (which stacks
-    marked runs by start) then counts as borrowed only displaced runs, and enough of them:
-    a run the swap kept is never reclaimable in their place."""
-    running = scope_runs(runs)
-    quota = sum(r.gpus for r in running)  # at quota, all of it within
-    job = rjob(999, {"b00": range(gpus)}, tier="core", preemptible=False, started_at=NOW)
-    s = snap([node("a00"), node("b00")], (), running,
-             lines=[et.LineView("llm", None)], queues=standard_queues("llm", experiment=quota))  # fmt: skip
-    idx = quota_swap.index_by_scope(running, frozenset(), s.policy)
-    chosen = quota_swap.choose({("queue", "llm-experiment"): gpus}, idx, set(), NOW, True)
-    if chosen is None:
-        assert sum(r.gpus for r in running) < gpus
+    """A queue at its quota, all of it within (runs that started borrowed may still be
+    flagged), and a job of ``gpus`` that may not be preempted arrives: the plan swaps, and
+    the stepper writes the flags back as the loop does (``Plan.marks``, then the displaced
+    runs). The next plan's accounting counts as borrowed only displaced runs, and enough of
+    them: a run the swap kept, flagged or not, is never reclaimable in their place."""
+    quota = sum(g for g, _, _ in runs)
+    lines = [et.LineView("llm", None)]
+    st_ = Stepper([node(f"a{i:02d}", gpus=64) for i in range(len(runs) + 1)], lines,
+                  standard_queues("llm", experiment=quota), now=NOW)  # fmt: skip
+    for i, (g, tenths, flagged) in enumerate(runs):
+        st_.place(pjob(i + 1, g), {f"a{i:02d}": range(g)}, 10 * HOUR,
+                  NOW - tenths * HOUR / 10, borrowed=flagged)  # fmt: skip
+    st_.submit(pjob(999, gpus, preemptible=False), HOUR)
+    result = st_.step()
+    if not result.swaps:
+        assert quota < gpus or not result.starts
         return
-    ids = {r.id for r in chosen}
-    after = [dataclasses.replace(r, borrowed=True) if r.id in ids else r for r in running]
-    queues = {q.name: q for q in s.queues}
-    usage = derive_usage([*after, dataclasses.replace(job, queue="llm-experiment")], queues, {})
-    assert usage.borrowed_ids <= ids
+    displaced = set(result.swaps[0].displaced)
+    assert {m.job_id for m in result.marks} <= {i + 1 for i, r in enumerate(runs) if r[2]}
+    usage = snapshot_usage(st_.snapshot())
+    assert usage.borrowed_ids <= displaced
     assert usage.nb_queue["llm-experiment"] <= quota

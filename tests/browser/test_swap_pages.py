@@ -1,6 +1,7 @@
 """A quota swap (#19) read in a real browser: the displaced job's open page follows the loop
 live ("On borrowed capacity: yes (reclaimable)" and a timeline line naming the job that
-started in its place), and the job that started says it did so within its quota.
+started in its place), the job that started says it did so within its quota, and once that
+job is cancelled the displaced job's page says, live, that it runs within quota again.
 
 The demo's 4 x 8-GPU cluster, line ``llm`` cut to 16 GPUs: one 16-GPU experiment of the
 lead's fills it; a fine-tuning job that may not be preempted then starts on the idle half
@@ -80,3 +81,24 @@ def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(de
         "capacity in its place"
     )
     assert Job.objects.filter(state="running").count() == 2
+
+    # The job that swapped in is cancelled: once its run is gone, the line holds the
+    # experiment within its quota again, and the experiment's open page says so, live.
+    page.goto(f"{base}/jobs/{experiment.pk}/")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    expect(borrowed).to_have_text("yes (reclaimable)")
+    in_thread(services.cancel_job, demo["researcher"], finetune.pk)
+    for _ in range(3):
+        in_thread(run_one_cycle)
+        experiment.refresh_from_db()
+        if not experiment.borrowed:
+            break
+    assert (experiment.state, experiment.borrowed) == ("running", False)
+    expect(borrowed).to_have_text("no")
+    back = page.locator("#timeline li", has_text="no longer on borrowed capacity")
+    expect(back).to_have_count(1)
+    expect(back).to_contain_text("now runs within its queue's and line's quotas")
+    expect(back.locator("time")).to_have_text(READABLE_TIME)
+    event = JobEvent.objects.get(job=experiment, kind="within_quota")
+    shown_at = back.locator("time").get_attribute("datetime").replace("Z", "+00:00")
+    assert datetime.fromisoformat(shown_at) == event.at

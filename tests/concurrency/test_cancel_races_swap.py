@@ -70,10 +70,31 @@ def _kinds_in_order(job_id: int) -> list[str]:
     )
 
 
-def test_cancels_racing_quota_swaps_wait_and_leave_the_timelines_true(demo):
-    owner, admin = demo["researcher"], demo["admin"]
+def _cut_line() -> None:
+    """Line ``llm`` at ``JOBS`` GPUs, its queues bounded only by it, nothing guaranteed."""
     BusinessLine.objects.filter(name="llm").update(quota_gpus=JOBS, guarantee_gpus=0)
     Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
+
+
+# Who goes first changes each round: the cancels, both at once, the cycle.
+ORDERS = [(0.03, 0.0), (0.0, 0.0), (0.0, 0.03)]
+
+
+def _flag_changes(pk: int) -> list[str]:
+    """The job's flag changes, displaced (``borrowed``) and back within quota
+    (``within_quota``), each while it ran, never after its cancel; its flag is the last."""
+    kinds = _kinds_in_order(pk)
+    assert kinds.count("cancelled") == 1, (pk, kinds)
+    changes = [(i, k) for i, k in enumerate(kinds) if k in ("borrowed", "within_quota")]
+    assert all(i < kinds.index("cancelled") for i, _ in changes), (pk, kinds)
+    last = changes[-1][1] if changes else ""
+    assert Job.objects.get(pk=pk).borrowed == (last == "borrowed"), (pk, kinds)
+    return [k for _, k in changes]
+
+
+def test_cancels_racing_quota_swaps_wait_and_leave_the_timelines_true(demo):
+    owner, admin = demo["researcher"], demo["admin"]
+    _cut_line()
     experiments_all: list[int] = []
     errors: list[str] = []
     cycles: list[int] = []
@@ -83,8 +104,7 @@ def test_cancels_racing_quota_swaps_wait_and_leave_the_timelines_true(demo):
         run_cycle_now(admin)
         assert Job.objects.filter(pk__in=experiments, state="running").count() == JOBS
         finetunes = _submit(owner, "llm-finetune", JOBS, preemptible=False, round_=round_)
-        # Who goes first changes each round: the cancels, both at once, the cycle.
-        cycle_after, cancel_after = [(0.03, 0.0), (0.0, 0.0), (0.0, 0.03)][round_ % 3]
+        cycle_after, cancel_after = ORDERS[round_ % 3]
         _race(errors, cycles, lambda: run_cycle_now(admin).pk, cycle_after,
               lambda ids=experiments[::-1]: _cancel_each(owner, ids), cancel_after)  # fmt: skip
         assert errors == []
@@ -98,16 +118,7 @@ def test_cancels_racing_quota_swaps_wait_and_leave_the_timelines_true(demo):
     assert set(Job.objects.filter(pk__in=experiments_all).values_list("state", flat=True)) == {
         "cancelled"
     }
-    displaced = 0
-    for pk in experiments_all:
-        kinds = _kinds_in_order(pk)
-        # the flag's changes: displaced (borrowed), and back within quota as the line's
-        # other runs were cancelled (within_quota); all while it ran, never after the cancel
-        flags = [i for i, k in enumerate(kinds) if k in ("borrowed", "within_quota")]
-        assert all(i < kinds.index("cancelled") for i in flags), (pk, kinds)
-        displaced += "borrowed" in kinds
-        last = kinds[flags[-1]] if flags else ""
-        assert Job.objects.get(pk=pk).borrowed == (last == "borrowed"), (pk, kinds)
+    displaced = sum("borrowed" in _flag_changes(pk) for pk in experiments_all)
     assert displaced > 0, "some swaps happened while the cancels ran"
     assert find_inconsistencies() == []
 
@@ -117,8 +128,7 @@ def test_cancels_racing_flags_coming_back_within_quota(demo):
     owner cancels fine-tuning jobs and experiments in turn while cycles run, so the cycles
     clear experiments' flags (within quota again) as the owner cancels them."""
     owner, admin = demo["researcher"], demo["admin"]
-    BusinessLine.objects.filter(name="llm").update(quota_gpus=JOBS, guarantee_gpus=0)
-    Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
+    _cut_line()
     errors: list[str] = []
     cycles: list[int] = []
     experiments_all: list[int] = []
@@ -132,21 +142,13 @@ def test_cancels_racing_flags_coming_back_within_quota(demo):
         )
         experiments_all += experiments
         turns = [pk for pair in zip(finetunes, experiments, strict=True) for pk in pair]
-        cycle_after, cancel_after = [(0.03, 0.0), (0.0, 0.0), (0.0, 0.03)][round_ % 3]
+        cycle_after, cancel_after = ORDERS[round_ % 3]
         _race(errors, cycles, lambda: run_cycle_now(admin).pk, cycle_after,
               lambda ids=turns: _cancel_each(owner, ids), cancel_after)  # fmt: skip
         assert errors == []
         run_cycle_now(admin)
 
     assert len(cycles) >= ROUNDS
-    cleared = 0
-    for pk in experiments_all:
-        kinds = _kinds_in_order(pk)
-        assert kinds.count("cancelled") == 1, (pk, kinds)
-        flags = [i for i, k in enumerate(kinds) if k in ("borrowed", "within_quota")]
-        assert all(i < kinds.index("cancelled") for i in flags), (pk, kinds)
-        cleared += "within_quota" in kinds
-        last = kinds[flags[-1]] if flags else ""
-        assert Job.objects.get(pk=pk).borrowed == (last == "borrowed"), (pk, kinds)
+    cleared = sum("within_quota" in _flag_changes(pk) for pk in experiments_all)
     assert cleared > 0, "cycles cleared flags while the cancels ran"
     assert find_inconsistencies() == []

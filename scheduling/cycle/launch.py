@@ -88,11 +88,14 @@ def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> No
     """Quota swaps (engine ``quota_swap``) that launched, each a started job and the running
     jobs it displaced: those are on borrowed capacity from now on (``Job.borrowed``: the job
     page and the API say "reclaimable"), each told why on its timeline, and counted for
-    ``/metrics``. Compare-and-set on the running state: a job no longer running (the cycle
+    ``/metrics``. A job still flagged from an earlier displacement (its scope had fallen
+    within quota, so it was displaceable again) gets no second line: its page did not
+    change. Compare-and-set on the running state: a job no longer running (the cycle
     holds the running jobs' rows, so nothing should have moved) is left alone."""
     ids = [rid for _, displaced in swaps for rid in displaced]
     if not ids:
         return
+    flagged = set(Job.objects.filter(pk__in=ids, borrowed=True).values_list("pk", flat=True))
     bulk_set(Job, ("borrowed",), [(rid, True) for rid in ids], where="t.state = 'running'")
     marked = dict(
         Job.objects.filter(pk__in=ids, state=Job.State.RUNNING, borrowed=True)
@@ -100,7 +103,7 @@ def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> No
     )  # fmt: skip
     for job, displaced in swaps:
         for rid in displaced:
-            if rid in marked:
+            if rid in marked and rid not in flagged:
                 cycle.event(
                     rid, "borrowed",
                     f"now runs beyond its quota, on borrowed capacity, and is among the first "

@@ -192,3 +192,17 @@ def test_a_displaced_job_no_longer_running_is_left_alone(backend, make_job, runn
     stays.refresh_from_db()
     assert (gone.borrowed, kinds(gone)) == (False, [])
     assert (stays.borrowed, kinds(stays)) == (True, ["borrowed"])
+
+
+def test_a_job_displaced_again_while_still_flagged_gets_no_second_line(
+    backend, make_job, running_job
+):
+    """Its scope had fallen within quota (so it was displaceable again) but the flag had not
+    been cleared yet: its page does not change, so its timeline does not either; the swap
+    still counts it."""
+    again = running_job("n0", borrowed=True)
+    job = make_job(preemptible=False, tier="finetune")
+    run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (again.pk,)),))
+    again.refresh_from_db()
+    assert (again.borrowed, kinds(again)) == (True, [])
+    assert "within its quota; 1 preemptible job(s)" in job.events.get().message

@@ -90,20 +90,22 @@ def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> No
     page and the API say "reclaimable"), each told why on its timeline, and counted for
     ``/metrics``. A job still flagged from an earlier displacement (its scope had fallen
     within quota, so it was displaceable again) gets no second line: its page did not
-    change. Compare-and-set on the running state: a job no longer running (the cycle
-    holds the running jobs' rows, so nothing should have moved) is left alone."""
+    change. Only jobs still running are touched (the cycle holds the running jobs' rows,
+    so nothing should have moved; the update keeps the guard): a job that stopped is left
+    alone."""
     ids = [rid for _, displaced in swaps for rid in displaced]
     if not ids:
         return
-    flagged = set(Job.objects.filter(pk__in=ids, borrowed=True).values_list("pk", flat=True))
-    bulk_set(Job, ("borrowed",), [(rid, True) for rid in ids], where="t.state = 'running'")
-    marked = dict(
-        Job.objects.filter(pk__in=ids, state=Job.State.RUNNING, borrowed=True)
-        .values_list("pk", "queue_id")
-    )  # fmt: skip
+    # the running ones, and whether each was flagged already (the cycle holds their rows)
+    rows = {
+        pk: (queue_id, flagged)
+        for pk, queue_id, flagged in Job.objects.filter(pk__in=ids, state=Job.State.RUNNING)
+        .values_list("pk", "queue_id", "borrowed")
+    }  # fmt: skip
+    bulk_set(Job, ("borrowed",), [(rid, True) for rid in rows], where="t.state = 'running'")
     for job, displaced in swaps:
         for rid in displaced:
-            if rid in marked and rid not in flagged:
+            if rid in rows and not rows[rid][1]:
                 cycle.event(
                     rid, "borrowed",
                     f"now runs beyond its quota, on borrowed capacity, and is among the first "
@@ -111,7 +113,7 @@ def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> No
                     f"not be preempted, started within the quota in its place",
                     Job.State.RUNNING,
                 )  # fmt: skip
-    record_swaps([job.queue_id for job, _ in swaps], list(marked.values()))
+    record_swaps([job.queue_id for job, _ in swaps], [q for q, _ in rows.values()])
 
 
 def launch(cycle: Cycle, job: Job, start: et.Start) -> str:

@@ -32,7 +32,10 @@ from monitoring.rollup import rollup
 from quotas.models import BusinessLine, Queue, QuotaRequest
 from quotas.services import QuotaRequestInput, approve_quota_request, create_quota_request
 from quotas.tasks import quota_activation
+from scheduling import verdict_text
 from scheduling.cycle import run_cycle
+from scheduling.engine import PolicyConfig
+from scheduling.engine.explain import when
 from scheduling.models import Job, Node
 from scheduling.nodes.services import drain_node
 from scheduling.sim_services import advance_clock
@@ -42,6 +45,7 @@ from tests.browser.test_whatif_form import ask
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
 from tests.drills import start_busy_cluster, submit
+from tests.engine.helpers import NOW, node, pjob, rjob, run, snap
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -168,6 +172,17 @@ def estimate_text(api_job: dict) -> str | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def predicted_times(verdict: dict, facts: list[tuple[str, str]]) -> list[str]:
+    """The times a verdict's message and remedy name, but for the one that is a policy's
+    deadline rather than a prediction: when a patient job may start preempting (its
+    ``May preempt from`` fact)."""
+    said = verdict["message"] + " " + (verdict["remedy"] or "")
+    for label, text in facts:
+        if label == "May preempt from":
+            said = said.replace(f"by {text}, it may then preempt", "")
+    return re.findall(r"\d\d:\d\d UTC", said)
 
 
 def error_page(page, url: str, status: int, where: str) -> None:
@@ -444,8 +459,7 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
         facts = list(zip(labels, texts, strict=True))
         assert facts == [(f["label"], f["text"]) for f in verdict["facts"]], where
         if shown.startswith("unknown"):  # no time predicted elsewhere on the same verdict
-            said = verdict["message"] + " " + (verdict["remedy"] or "")
-            assert not re.search(r"\d\d:\d\d UTC", said), (where, said)
+            assert not predicted_times(verdict, facts), (where, verdict["message"])
         listed = next((r for r in pending if r["id"] == row["id"]), None)
         assert listed is None or estimate_text(listed) == estimate_text(api_job), where
     preempted = Job.objects.filter(preemption_count__gt=0).order_by("pk").first()
@@ -524,3 +538,18 @@ def test_the_checks_pass_times_with_their_zone_and_relative_ones(page):
         "</tbody></table><p>82.7% of 512 GPUs, job #1400, 0.25 h, 127.0.0.1</p></body>"
     )
     readable(page, "sample")
+
+
+def test_a_patient_jobs_deadline_is_no_predicted_time():
+    """An urgent job may be told when it may start preempting (the admin walk met one with
+    no estimated start in CI): that deadline is a fact, any other time in the words is not."""
+    running = [rjob(1, {"n0": range(8)}, tier="experiment")]
+    urgent = pjob(9, 8, tier="urgent", submitted_at=NOW - 600)
+    patient = PolicyConfig(tier_preempt_after_s=1800)
+    verdict = run(snap([node("n0")], [urgent], running, policy=patient)).verdicts[9]
+    said = {"message": verdict.message, "remedy": verdict.remedy}
+    facts = [(f["label"], f["text"]) for f in verdict_text.facts(verdict.details)]
+    assert ("May preempt from", when(NOW + 1200)) in facts and "may then preempt" in said["message"]
+    assert predicted_times(said, facts) == []
+    said["remedy"] += " Predicted to start by 2026-12-01 12:02 UTC."
+    assert predicted_times(said, facts) == ["12:02 UTC"]

@@ -79,6 +79,9 @@ BORROW_RULES: dict[str, str] = {
         "eviction target if reclaimed"
     ),
     borrowing.LENDERS_RETURN: "the lenders are predicted to need the GPUs back before it ends",
+    borrowing.SWAP_RISK: (
+        "the work that would be borrowed in its place has run too long to be put at risk for it"
+    ),
 }
 
 # ``details.constraint`` of NEVER_FITS, in words.

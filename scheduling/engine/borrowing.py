@@ -45,7 +45,8 @@ happening:
 
 A refused borrower reads ``QUOTA_EXCEEDED`` as before, with the rule in its message and
 ``details.borrow_refused`` (``cooldown``, ``queue_cooldown``, ``eviction_cap``,
-``eviction_budget`` (swaps only) or ``lenders_return``). Rule 1 is on with
+``eviction_budget`` (swaps only), ``swap_risk`` (swaps only: ``policy.swap_too_costly``) or
+``lenders_return``). Rule 1 is on with
 ``borrow_forecast``; rules 2 and 3 with a positive cool-down / target. ``check_borrowing`` re-derives rule 1-3 for a finished plan
 (``check_plan`` calls it).
 """
@@ -59,7 +60,13 @@ from typing import TYPE_CHECKING
 
 from . import explain
 from .accounting import derive_usage
-from .policy import given_gpu_s, job_runtime, running_end, swaps_before_evicting
+from .policy import (
+    given_gpu_s,
+    job_runtime,
+    running_end,
+    swap_too_costly,
+    swaps_before_evicting,
+)
 from .types import READY, LineView, PendingJob, Plan, PolicyConfig, QueueView, Snapshot
 
 if TYPE_CHECKING:
@@ -76,6 +83,7 @@ QUEUE_COOLDOWN = "queue_cooldown"
 EVICTION_CAP = "eviction_cap"
 EVICTION_BUDGET = "eviction_budget"
 LENDERS_RETURN = "lenders_return"
+SWAP_RISK = "swap_risk"
 
 
 def eviction_cap(queue: QueueView | None, line: LineView | None, target: float) -> int | None:
@@ -395,6 +403,8 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
             runtime = max(t for t, _g, _q in adds) - now
             if not proxy and in_cooldown(j.last_evicted_at, now, policy.borrow_cooldown_s):
                 errors.append(f"job {j.id} borrows within its cool-down")
+            if proxy and swap_too_costly(j, proxy, now, policy):
+                errors.append(f"job {j.id} displaces more GPU time than its swap may risk")
             # rules 2 and 3 for the queue(s) whose work becomes borrowed
             per_queue: dict[str, int] = {}
             for _t, g, name in adds:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from .types import (
@@ -125,6 +125,34 @@ def given_gpu_s(job: RunningJob, now: float) -> float:
     """GPU-seconds the job's current run has been given by ``now``: what R4's eviction
     ratio would count as evicted if it stopped now (``Eviction.gpu_seconds``)."""
     return job.gpus * max(0.0, now - job.started_at)
+
+
+#: A displaced run is weighed by the GPU time it will have been given an hour from now, what
+#: a reclaim then would count as evicted (R4): its past, and its GPUs for the hour to come.
+AT_RISK_HORIZON_S = 3600.0
+
+
+def at_risk_per_gpu(r: RunningJob, now: float) -> float:
+    """Seconds of run per GPU of ``r`` a reclaim an hour from now would count as evicted."""
+    return max(0.0, now - r.started_at) + AT_RISK_HORIZON_S
+
+
+def at_risk(r: RunningJob, now: float) -> float:
+    """GPU-seconds of ``r`` a reclaim an hour from now would count as evicted (what a quota
+    swap puts at risk by displacing it, ``quota_swap.py``)."""
+    return r.gpus * at_risk_per_gpu(r, now)
+
+
+def swap_too_costly(
+    job: PendingJob, displaced: Iterable[RunningJob], now: float, policy: PolicyConfig
+) -> bool:
+    """Whether displacing ``displaced`` so that ``job`` starts puts more GPU time at risk
+    than ``policy.swap_risk_cap_gpu_h`` allows per GPU the job starts. One rule for the
+    planner (``QuotaSwap.consider``) and ``check_borrowing``."""
+    cap = policy.swap_risk_cap_gpu_h
+    if cap is None:
+        return False
+    return sum(at_risk(r, now) for r in displaced) > cap * 3600.0 * max(job.gpus, 1) + 1e-6
 
 
 def inference_ok(job: PendingJob) -> bool:

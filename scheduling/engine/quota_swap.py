@@ -45,14 +45,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from .borrowing import refused_reason
+from .borrowing import SWAP_RISK, refused_reason
 from .consolidation import SWAPPED
 from .policy import (
+    at_risk,
+    at_risk_per_gpu,
     given_gpu_s,
     is_demoted,
     job_runtime,
     may_borrow,
     running_end,
+    swap_too_costly,
     swaps_before_evicting,
 )
 from .types import RUNNING, PendingJob, Plan, PolicyConfig, RunningJob, Snapshot, Swap
@@ -142,19 +145,17 @@ class Limits:
         return other
 
 
-#: A displaced run is weighed by the GPU time it will have been given an hour from now, what
-#: a reclaim then would count as evicted (R4): its past, and its GPUs for the hour to come.
-AT_RISK_HORIZON_S = 3600.0
-
-
-def at_risk_per_gpu(r: RunningJob, now: float) -> float:
-    """Seconds of run per GPU of ``r`` a reclaim an hour from now would count as evicted."""
-    return max(0.0, now - r.started_at) + AT_RISK_HORIZON_S
-
-
-def at_risk(r: RunningJob, now: float) -> float:
-    """GPU-seconds of ``r`` a reclaim an hour from now would count as evicted."""
-    return r.gpus * at_risk_per_gpu(r, now)
+def risk_note(job: PendingJob, chosen: list[RunningJob], now: float, policy: PolicyConfig) -> str:
+    """Why a swap that would put too much GPU time at risk (``policy.swap_too_costly``) is
+    refused, with its numbers."""
+    risk = sum(at_risk(r, now) for r in chosen) / 3600.0
+    cap = (policy.swap_risk_cap_gpu_h or 0.0) * job.gpus
+    return (
+        f"Its own quota is held by preemptible work, but the runs that would become the "
+        f"borrowed part in its place ({sum(r.gpus for r in chosen)} GPUs) have run so long "
+        f"that a reclaim an hour from now would count {risk:,.0f} GPU-hours evicted, more "
+        f"than the {cap:,.0f} a swap may put at risk for a {job.gpus}-GPU job."
+    )
 
 
 def least_at_risk(
@@ -373,6 +374,8 @@ class QuotaSwap:
             anyway = self._choose_now(shorts)  # without the displaced queues' rules
             if anyway is not None:
                 refused = self.queue_refusal(anyway)
+        elif swap_too_costly(job, chosen, p.now, p.policy):
+            refused = SWAP_RISK, risk_note(job, chosen, p.now, p.policy)
         note = NOT_ENOUGH
         if refused is None and chosen is not None:
             leaving = tuple(p.leaving_for.get(job.id, ()))

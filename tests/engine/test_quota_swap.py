@@ -297,6 +297,37 @@ def test_a_job_that_may_preempt_displaces_its_line_s_work_rather_than_evict_it()
     assert [(p.victim_id, p.for_job_id) for p in no_swap.preemptions] == [(1, 99)]
 
 
+def test_a_small_job_does_not_make_a_long_run_reclaimable():
+    """``swap_risk_cap_gpu_h`` (16 GPU-hours per GPU the job starts): a 1-GPU job short of
+    its line's quota by one GPU would displace the line's 8-GPU experiment, which has run 3
+    hours (8 x 4 = 32 GPU-hours a reclaim an hour later would count); it waits instead,
+    and its verdict says why, with the numbers. An 8-GPU job may risk 128 GPU-hours and
+    swaps; an urgent job (the alternative is an eviction) swaps whatever the risk."""
+    long_run = dataclasses.replace(EXPERIMENT, started_at=NOW - 3 * HOUR)
+    small = pjob(11, 1, tier="finetune", preemptible=False, predicted_runtime_s=HOUR)
+    result = run(scenario([small], running=[long_run]))
+    assert starts(result) == {} and result.swaps == ()
+    verdict = result.verdicts[11]
+    assert verdict.code == et.Code.QUOTA_EXCEEDED
+    assert verdict.details["borrow_refused"] == "swap_risk"
+    assert (
+        "(8 GPUs)" in verdict.message
+        and "count 32 GPU-hours evicted, more than the 16 a swap may put at risk for a 1-GPU job"
+        in verdict.message
+    )
+    uncapped = run(scenario([small], running=[long_run], swap_risk_cap_gpu_h=None))
+    assert uncapped.swaps == (et.Swap(11, (1,)),)
+    # check_plan re-derives the cap: the uncapped plan's swap, judged under the cap
+    assert any("GPU time than its swap may risk" in e
+               for e in check_plan(scenario([small], running=[long_run]), uncapped))  # fmt: skip
+    assert run(scenario([small], running=[long_run], swap_risk_cap_gpu_h=32.0)).swaps == (
+        et.Swap(11, (1,)),
+    )  # the cap is inclusive
+    assert run(scenario([FINETUNE], running=[long_run])).swaps == (et.Swap(10, (1,)),)
+    urgent = dataclasses.replace(URGENT, gpus=1)
+    assert run(scenario([urgent], running=[long_run])).swaps == (et.Swap(99, (1,)),)
+
+
 def line_at_quota_on_a_full_cluster(**policy: object) -> Stepper:
     """Line mm (quota 24) holds a core run and four 8-GPU experiments, the two newest
     borrowed; line other fills the last node. An urgent 8-GPU job of mm arrives."""
@@ -410,6 +441,7 @@ def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:
         borrow_eviction_target=rng.choice([0.0, 0.1, 0.1]),
         borrow_cap=rng.random() < 0.8,
         swap_eviction_budget=rng.random() < 0.8,
+        swap_risk_cap_gpu_h=rng.choice([None, 16.0, 2.0]),
     )
     return dataclasses.replace(s, lines=lines, pending=pending, queues=queues, policy=policy)
 
@@ -507,16 +539,19 @@ def random_tight_states(n: int):
 
 def test_those_random_states_do_swap_and_meet_the_budget():
     """The properties above are not vacuous: the same construction swaps in many states,
-    and in many the eviction budget is what refuses a swap."""
-    swapped = refused = 0
-    for s in random_tight_states(600):
+    and in many the eviction budget, or the GPU time a swap may put at risk, is what
+    refuses a swap."""
+    swapped = 0
+    refused = {"eviction_budget": 0, "swap_risk": 0}
+    for s in random_tight_states(1000):
         result = run(s)
         swapped += bool(swapped_lines(s, result))
-        refused += any(
-            v.details.get("borrow_refused") == "eviction_budget" for v in result.verdicts.values()
-        )
+        for rule in refused:
+            refused[rule] += any(
+                v.details.get("borrow_refused") == rule for v in result.verdicts.values()
+            )
     assert swapped >= 20, swapped
-    assert refused >= 10, refused
+    assert min(refused.values()) >= 10, refused
 
 
 def newest_first(cands: list[et.RunningJob], short: int) -> list[et.RunningJob] | None:

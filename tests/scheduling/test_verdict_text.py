@@ -37,6 +37,12 @@ from scheduling import verdict_text as vt
             "the work that would be borrowed in its place would take its queue past the "
             "eviction target if reclaimed",
         ),
+        (
+            "borrow_refused",
+            "swap_risk",
+            "the work that would be borrowed in its place has run too long to be put at risk "
+            "for it",
+        ),
         ("free_gpus", 12, "12"),
         # kept off shared inference nodes, and patience before preempting (#19, session 8)
         ("predicted_end_at", "2026-12-01T14:00:00Z", "2026-12-01 14:00 UTC"),

@@ -101,6 +101,7 @@ BORROW_KNOBS: dict[str, type] = {
     "swap_quota": bool,
     "swap_eviction_budget": bool,
     "swap_least_at_risk": bool,
+    "swap_risk_cap_gpu_h": float,
     "consolidate_over_quota": bool,
     "consolidate_before_reclaim": bool,
     "reclaim_move_min_gpu_h": float,

@@ -150,7 +150,7 @@ def swap_too_costly(
     than ``policy.swap_risk_cap_gpu_h`` allows per GPU the job starts. One rule for the
     planner (``QuotaSwap.consider``) and ``check_borrowing``."""
     cap = policy.swap_risk_cap_gpu_h
-    if cap is None:
+    if cap <= 0:
         return False
     return sum(at_risk(r, now) for r in displaced) > cap * 3600.0 * max(job.gpus, 1) + 1e-6
 

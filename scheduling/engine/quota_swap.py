@@ -149,7 +149,7 @@ def risk_note(job: PendingJob, chosen: list[RunningJob], now: float, policy: Pol
     """Why a swap that would put too much GPU time at risk (``policy.swap_too_costly``) is
     refused, with its numbers."""
     risk = sum(at_risk(r, now) for r in chosen) / 3600.0
-    cap = (policy.swap_risk_cap_gpu_h or 0.0) * job.gpus
+    cap = policy.swap_risk_cap_gpu_h * job.gpus
     return (
         f"Its own quota is held by preemptible work, but the runs that would become the "
         f"borrowed part in its place ({sum(r.gpus for r in chosen)} GPUs) have run so long "

@@ -369,7 +369,7 @@ class PolicyConfig:
       ``swap_risk_cap_gpu_h``: a swap for a job that may not preempt (it would otherwise
       wait) puts at most this many GPU-hours at risk per GPU the job starts (the displaced
       runs' GPU time a reclaim an hour later would count, ``policy.at_risk``), so a small
-      job does not make a big, long run reclaimable; None: no cap.
+      job does not make a big, long run reclaimable; 0: no cap.
     """
 
     backfill: bool = True
@@ -416,7 +416,7 @@ class PolicyConfig:
     swap_quota: bool = True
     swap_eviction_budget: bool = False
     swap_least_at_risk: bool = True
-    swap_risk_cap_gpu_h: float | None = 16.0
+    swap_risk_cap_gpu_h: float = 16.0
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:

@@ -315,7 +315,7 @@ def test_a_small_job_does_not_make_a_long_run_reclaimable():
         and "count 32 GPU-hours evicted, more than the 16 a swap may put at risk for a 1-GPU job"
         in verdict.message
     )
-    uncapped = run(scenario([small], running=[long_run], swap_risk_cap_gpu_h=None))
+    uncapped = run(scenario([small], running=[long_run], swap_risk_cap_gpu_h=0.0))
     assert uncapped.swaps == (et.Swap(11, (1,)),)
     # check_plan re-derives the cap: the uncapped plan's swap, judged under the cap
     assert any("GPU time than its swap may risk" in e
@@ -441,7 +441,7 @@ def tighten(s: et.Snapshot, rng: random.Random) -> et.Snapshot:
         borrow_eviction_target=rng.choice([0.0, 0.1, 0.1]),
         borrow_cap=rng.random() < 0.8,
         swap_eviction_budget=rng.random() < 0.8,
-        swap_risk_cap_gpu_h=rng.choice([None, 16.0, 2.0]),
+        swap_risk_cap_gpu_h=rng.choice([0.0, 16.0, 2.0]),
     )
     return dataclasses.replace(s, lines=lines, pending=pending, queues=queues, policy=policy)
 

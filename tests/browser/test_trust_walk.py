@@ -175,13 +175,13 @@ def estimate_text(api_job: dict) -> str | None:
 
 
 def predicted_times(verdict: dict, facts: list[tuple[str, str]]) -> list[str]:
-    """The times a verdict's message and remedy name, but for the one that is a policy's
-    deadline rather than a prediction: when a patient job may start preempting (its
-    ``May preempt from`` fact)."""
+    """The times a verdict's message and remedy name that are not among its facts: a time
+    the verdict also lists as a fact (when a patient job may start preempting, when shared
+    inference wants its GPUs back) is a stated deadline, not a predicted start."""
     said = verdict["message"] + " " + (verdict["remedy"] or "")
-    for label, text in facts:
-        if label == "May preempt from":
-            said = said.replace(f"by {text}, it may then preempt", "")
+    for _label, text in facts:
+        if re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", text):
+            said = said.replace(text, "")
     return re.findall(r"\d\d:\d\d UTC", said)
 
 
@@ -551,5 +551,5 @@ def test_a_patient_jobs_deadline_is_no_predicted_time():
     facts = [(f["label"], f["text"]) for f in verdict_text.facts(verdict.details)]
     assert ("May preempt from", when(NOW + 1200)) in facts and "may then preempt" in said["message"]
     assert predicted_times(said, facts) == []
-    said["remedy"] += " Predicted to start by 2026-12-01 12:02 UTC."
-    assert predicted_times(said, facts) == ["12:02 UTC"]
+    said["remedy"] += " Predicted to start by 2031-01-01 03:17 UTC."
+    assert predicted_times(said, facts) == ["03:17 UTC"]

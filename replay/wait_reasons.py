@@ -12,7 +12,8 @@ each piece is charged to the reason the job held over it:
   ``NODES_UNAVAILABLE``, API.md's codes). Under a policy that borrows, an over-quota
   wait says why the job did not borrow instead, ``QUOTA_EXCEEDED/<why>``: a rule of
   ``borrowing.py`` refused it (``details.borrow_refused``: ``cooldown``,
-  ``queue_cooldown``, ``eviction_cap``, ``lenders_return``), it may not borrow at all
+  ``queue_cooldown``, ``eviction_cap``, ``lenders_return``; for a quota swap also
+  ``eviction_budget``, ``swap_risk``), it may not borrow at all
   (``not_preemptible``, ``demoted``), or no idle capacity had room for it
   (``no_idle_room``);
 * for a job the plan did not see (the replay's exact shortcuts, ``shortcuts.py``):

@@ -80,7 +80,8 @@ BORROW_RULES: dict[str, str] = {
     ),
     borrowing.LENDERS_RETURN: "the lenders are predicted to need the GPUs back before it ends",
     borrowing.SWAP_RISK: (
-        "the work that would be borrowed in its place has run too long to be put at risk for it"
+        "the work that would be borrowed in its place is too big or has run too long to be put "
+        "at risk for it"
     ),
 }
 

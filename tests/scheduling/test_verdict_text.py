@@ -40,8 +40,8 @@ from scheduling import verdict_text as vt
         (
             "borrow_refused",
             "swap_risk",
-            "the work that would be borrowed in its place has run too long to be put at risk "
-            "for it",
+            "the work that would be borrowed in its place is too big or has run too long to be "
+            "put at risk for it",
         ),
         ("free_gpus", 12, "12"),
         # kept off shared inference nodes, and patience before preempting (#19, session 8)

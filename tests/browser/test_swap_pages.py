@@ -21,6 +21,7 @@ from scheduling import services
 from scheduling.cycle import run_cycle as run_one_cycle
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest
+from scheduling.sim_services import advance_clock
 from tests.browser.conftest import in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -102,3 +103,39 @@ def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(de
     event = JobEvent.objects.get(job=experiment, kind="within_quota")
     shown_at = back.locator("time").get_attribute("datetime").replace("Z", "+00:00")
     assert datetime.fromisoformat(shown_at) == event.at
+
+
+def test_a_small_job_s_page_says_why_it_does_not_swap_a_big_run_into_borrowed_work(
+    demo, page, login
+):
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=16, guarantee_gpus=0)
+    Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
+    experiment = in_thread(services.submit_job, demo["lead"], JobRequest(
+        name="sweep-16", queue="llm-experiment", gpus=16, gpus_per_node=8,
+        sim_duration_minutes=600))  # fmt: skip
+    in_thread(run_one_cycle)
+    in_thread(advance_clock, demo["admin"], 3600)
+    small = in_thread(services.submit_job, demo["researcher"], JobRequest(
+        name="eval-1", queue="llm-finetune", gpus=1, preemptible=False,
+        sim_duration_minutes=60))  # fmt: skip
+    record = in_thread(run_one_cycle)
+    small.refresh_from_db()
+    experiment.refresh_from_db()
+    assert record.starts == 0 and small.state == "pending", record
+    assert (experiment.state, experiment.borrowed) == ("running", False)
+    assert small.pending_details["borrow_refused"] == "swap_risk"
+
+    base = login("researcher")
+    page.goto(f"{base}/jobs/{small.pk}/")
+    expect(page.locator("#verdict-code")).to_have_text("QUOTA_EXCEEDED")
+    rule = page.locator("#verdict-details dt", has_text="Not borrowing idle capacity because")
+    expect(rule.locator("xpath=following-sibling::dd[1]")).to_have_text(
+        "the work that would be borrowed in its place is too big or has run too long to be "
+        "put at risk for it"
+    )
+    said = page.locator("#verdict-message").inner_text()
+    assert re.search(
+        r"\(16 GPUs\) are so big or have run so long that a reclaim an hour from now would "
+        r"count 3\d GPU-hours evicted, more than the 16 a swap may put at risk for a 1-GPU job",
+        said,
+    ), said

@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 READABLE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}(:\d{2})? UTC$")
 
 
-def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(demo, page, login):
+def line_held_by_an_experiment(demo) -> Job:
+    """Line ``llm`` cut to 16 GPUs, held within quota by the lead's running 16-GPU
+    experiment (preemptible, so a swap may displace it)."""
     BusinessLine.objects.filter(name="llm").update(quota_gpus=16, guarantee_gpus=0)
     Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
     experiment = in_thread(services.submit_job, demo["lead"], JobRequest(
@@ -39,6 +41,11 @@ def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(de
     in_thread(run_one_cycle)
     experiment.refresh_from_db()
     assert (experiment.state, experiment.borrowed) == ("running", False)
+    return experiment
+
+
+def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(demo, page, login):
+    experiment = line_held_by_an_experiment(demo)
 
     base = login("lead")
     page.goto(f"{base}/jobs/{experiment.pk}/")
@@ -108,12 +115,7 @@ def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(de
 def test_a_small_job_s_page_says_why_it_does_not_swap_a_big_run_into_borrowed_work(
     demo, page, login
 ):
-    BusinessLine.objects.filter(name="llm").update(quota_gpus=16, guarantee_gpus=0)
-    Queue.objects.filter(business_line__name="llm").update(quota_gpus=None, guarantee_gpus=0)
-    experiment = in_thread(services.submit_job, demo["lead"], JobRequest(
-        name="sweep-16", queue="llm-experiment", gpus=16, gpus_per_node=8,
-        sim_duration_minutes=600))  # fmt: skip
-    in_thread(run_one_cycle)
+    experiment = line_held_by_an_experiment(demo)
     in_thread(advance_clock, demo["admin"], 3600)
     small = in_thread(services.submit_job, demo["researcher"], JobRequest(
         name="eval-1", queue="llm-finetune", gpus=1, preemptible=False,

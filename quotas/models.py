@@ -10,6 +10,7 @@ actions), and every change leaves a ``QuotaChange`` row.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -216,6 +217,10 @@ class QuotaRequest(models.Model):
         return "active" if self.applied_at else "scheduled"
 
 
+#: The most nodes a cycle may empty for defragmentation (each move is a checkpoint).
+MAX_DEFRAGMENT_NODES = 8
+
+
 class QuotaPolicy(models.Model):
     """The admins' knobs of quota governance (one row, edited in the Django admin).
 
@@ -232,6 +237,9 @@ class QuotaPolicy(models.Model):
     ``predictive_patience``: only for capacity predicted to free within the patience.
     ``borrow_cap``: the eviction target also caps a queue's borrowed GPUs (#19; off by
     default since session 15: docs/quotas.md).
+    ``defragment_nodes``: partly used nodes the scheduler may empty per cycle by moving
+    checkpointable jobs into holes elsewhere, so whole nodes are free before a gang asks
+    (#19, ``scheduling/engine/defragment.py``; 0, the default: only for a waiting gang).
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -263,6 +271,13 @@ class QuotaPolicy(models.Model):
         "evictions, longer waits, and a queue reclaimed early may stay below its quota "
         "(off, the default: the target advises and alerts)",
     )
+    defragment_nodes = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(MAX_DEFRAGMENT_NODES)],
+        help_text="partly used nodes the scheduler may empty each cycle by moving "
+        "checkpointable jobs into holes on fuller nodes, so whole nodes are free before a "
+        "multi-GPU job asks (0, the default: jobs move only for a waiting one)",
+    )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"
     )
@@ -277,6 +292,10 @@ class QuotaPolicy(models.Model):
             models.CheckConstraint(
                 condition=Q(suggestion_coverage__gt=0) & Q(suggestion_coverage__lte=1),
                 name="quota_policy_coverage_0_to_1",
+            ),
+            models.CheckConstraint(
+                condition=Q(defragment_nodes__lte=MAX_DEFRAGMENT_NODES),
+                name="quota_policy_defragment_bounded",
             ),
         ]
 

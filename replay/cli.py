@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         metavar="NAME=VALUE",
-        help="set an ordering, placement or preemption rule of the engine's policy (#19), repeatable: "
+        help="set an ordering, placement, preemption or consolidation rule of the engine's policy (#19), repeatable: "
         + ", ".join(f"{name}" for name in ORDER_KNOBS),
     )
     parser.add_argument(

@@ -3,7 +3,8 @@
 How a replay runs (details and the measured results are in docs/replay.md):
 
 * Jobs of the trace arrive at their submit times. A scheduling cycle runs every
-  ``cycle_s`` virtual seconds (60 s by default), as the portal's beat task does;
+  ``cycle_s`` virtual seconds (60 s by default; the portal's beat task runs every
+  ``SCHEDULER_CYCLE_SECONDS``, 5 s by default: ``--cycle-s 5``);
   between cycles the simulator advances straight to the next boundary, returning
   the completions and checkpoint-stops in time order (metrics are integrated at
   the exact event times).
@@ -106,7 +107,7 @@ BORROW_KNOBS: dict[str, type] = {
     "consolidate_before_reclaim": bool,
     "reclaim_move_min_gpu_h": float,
 }
-#: The engine's order and preemption rules a replay may set (``--order NAME=VALUE``, #19).
+#: The engine's order, preemption and consolidation rules a replay may set (``--order NAME=VALUE``, #19).
 ORDER_KNOBS: dict[str, type] = {
     "starvation_bound_s": float,
     "order_by_work": bool,
@@ -119,6 +120,15 @@ ORDER_KNOBS: dict[str, type] = {
     "wait_if_free_within_s": float,
     "predictive_patience": bool,
     "victim_given_weight": float,
+    # consolidation (moving checkpointable jobs so a waiting gang starts)
+    "consolidation": bool,
+    "max_migrations": int,
+    "max_migrations_per_queue": int,
+    "max_consolidations": int,
+    "consolidate_min_wait_s": float,
+    "migrate_min_run_s": float,
+    "defragment_nodes": int,
+    "defragment_min_left_s": float,
 }
 #: Models a node remembers for affinity (as the portal's loop: RECENT_MODELS_KEPT).
 RECENT_MODELS_KEPT = 3

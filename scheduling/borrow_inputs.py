@@ -6,7 +6,8 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
   borrowing tightens) and
   ``QuotaPolicy.preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience
   before reclaiming / before an urgent job preempts), ``predictive_patience`` and
-  ``borrow_cap`` (the eviction target caps a queue's borrowing, or only advises);
+  ``borrow_cap`` (the eviction target caps a queue's borrowing, or only advises),
+  ``defragment_nodes`` (nodes a cycle may empty before a gang asks, ``engine.defragment``);
 * the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
   the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
@@ -67,10 +68,11 @@ def queue_view_fields(reading: EvictionReading | None) -> dict[str, float | None
     }
 
 
-def policy_knobs() -> dict[str, float | bool]:
+def policy_knobs() -> dict[str, float | bool | int]:
     """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
     names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes",
-             "urgent_preempt_after_minutes", "predictive_patience", "borrow_cap")  # fmt: skip
+             "urgent_preempt_after_minutes", "predictive_patience", "borrow_cap",
+             "defragment_nodes")  # fmt: skip
     row = QuotaPolicy.objects.values(*names).first()
     if row is None:
         row = {name: QuotaPolicy._meta.get_field(name).get_default() for name in names}
@@ -83,6 +85,7 @@ def policy_knobs() -> dict[str, float | bool]:
         "tier_preempt_after_s": float(row["urgent_preempt_after_minutes"]) * 60.0,
         "predictive_patience": bool(row["predictive_patience"]),
         "borrow_cap": bool(row["borrow_cap"]),
+        "defragment_nodes": int(row["defragment_nodes"]),
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
+from scheduling.cycle.stops import moved_for
 from scheduling.cycle.telemetry import record_evictions
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
@@ -101,7 +102,7 @@ def requeue_after_stop(
     """A requested stop happened: back in the queue with its progress kept."""
     cause = job.stop_reason or "preemption"
     counts_as_eviction = cause in ("preemption", "inference")
-    moved_for = job.preempted_for_id if cause == CONSOLIDATION else None
+    for_job = job.preempted_for_id
     if counts_as_eviction:
         job.preemption_count += 1
     if counts_as_eviction or cause == CONSOLIDATION:
@@ -119,7 +120,7 @@ def requeue_after_stop(
     if cause == CONSOLIDATION:
         cycle.event(
             job, "moved",
-            f"moved to make room for job #{moved_for} (consolidation): stopped {saved} and "
+            f"moved {moved_for(for_job)}: stopped {saved} and "
             f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
             "from its checkpoint on another node (not a preemption)",
         )  # fmt: skip

@@ -152,6 +152,14 @@ def preempt(cycle: Cycle, preemptions: tuple[et.Preemption, ...]) -> None:
     _write_stopping(stopped)
 
 
+def moved_for(for_job_id: int | None) -> str:
+    """Why a job moves, in words: for a waiting gang (consolidation) or so its node comes
+    free whole before one asks (defragmentation, ``for_job_id`` None)."""
+    if for_job_id is None:
+        return "so its node comes free whole for multi-GPU jobs (defragmentation)"
+    return f"to make room for job #{for_job_id} (consolidation)"
+
+
 def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
     """Move the plan's jobs for consolidation: each is asked to checkpoint and stop (as a
     graceful preemption), and goes back to pending with its progress to restart elsewhere
@@ -171,8 +179,7 @@ def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
             continue
         stopped.append(_stopping(job, CONSOLIDATION, m.for_job_id, m.grace_deadline))
         cycle.event(job, "moving",
-                    f"asked to checkpoint and move to make room for job #{m.for_job_id} "
-                    "(consolidation): it restarts from its checkpoint on another node; "
-                    "this is not a preemption")  # fmt: skip
+                    f"asked to checkpoint and move {moved_for(m.for_job_id)}: it restarts "
+                    "from its checkpoint on another node; this is not a preemption")  # fmt: skip
         cycle.report.counts["migrations"] += 1
     _write_stopping(stopped)

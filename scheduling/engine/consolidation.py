@@ -665,8 +665,9 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
             errors.append(f"job {v.id} both preempted and moved")
         if abs(m.grace_deadline - (now + policy.grace_seconds)) > 1e-6:
             errors.append(f"job {v.id} moved with a deadline other than now + grace")
-        gang = pending.get(m.for_job_id)
-        if gang is None:
+        if m.for_job_id is None:
+            check_defragment(v, policy, now, errors)
+        elif (gang := pending.get(m.for_job_id)) is None:
             errors.append(f"job {v.id} moved for unknown pending job {m.for_job_id}")
         else:
             if gang.id in started:
@@ -687,7 +688,41 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
             )
     check_guarantees(plan, running, usage, queues, lines, lost_q, lost_l, errors)
     check_room(plan, nodes, into, errors)
+    check_emptied(snapshot, plan, errors)
     return errors
+
+
+def check_emptied(snapshot: Snapshot, plan: Plan, errors: list[str]) -> None:
+    """Defragmentation (moves for no gang) empties whole nodes, at most
+    ``defragment_nodes`` of them, none that a start of the plan or a reservation uses."""
+    moved = {m.job_id for m in plan.migrations if m.for_job_id is None}
+    if not moved:
+        return
+    on_node: dict[str, set[int]] = {}
+    for r in snapshot.running:
+        for slot in r.placement:
+            on_node.setdefault(slot.node, set()).add(r.id)
+    sources = {n for n, ids in on_node.items() if ids & moved}
+    if len(sources) > snapshot.policy.defragment_nodes:
+        errors.append(
+            f"{len(sources)} nodes emptied to defragment, over {snapshot.policy.defragment_nodes}"
+        )
+    taken = {slot.node for s in plan.starts for slot in s.placement}
+    taken.update(n for res in plan.reservations for n in res.nodes)
+    for n in sorted(sources):
+        if not on_node[n] <= moved:
+            errors.append(f"node {n} defragmented but jobs stay on it")
+        if n in taken:
+            errors.append(f"node {n} defragmented but a start or reservation uses it")
+
+
+def check_defragment(v: RunningJob, policy: PolicyConfig, now: float, errors: list[str]) -> None:
+    """A job moved for no gang (``defragment.py``): defragmentation is on and the job is
+    predicted to run long enough to be worth moving."""
+    if policy.defragment_nodes <= 0:
+        errors.append(f"job {v.id} moved for no waiting job but defragmentation is off")
+    if running_end(v, now, policy) < now + policy.defragment_min_left_s:
+        errors.append(f"job {v.id} moved to defragment but predicted to end soon")
 
 
 def check_destination(

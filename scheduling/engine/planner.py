@@ -45,6 +45,7 @@ from .accounting import derive_usage, marks, preemption_budgets
 from .backfill import Timeline
 from .borrowing import Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
+from .defragment import defragment
 from .inference_forecast import rise_until
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
@@ -1218,6 +1219,7 @@ class Planner:
         for job in deferred:
             self.consider_borrower(job)
         self.explain_blocked()
+        defragment(self.consolidation)
         return self.assemble(order)
 
     def _line_shares(self) -> dict[str, float]:

@@ -335,6 +335,10 @@ class PolicyConfig:
       reclaim of borrowed work would stop runs given at least ``reclaim_move_min_gpu_h``
       GPU-hours tries moving jobs instead (a moved job restarts at once, a reclaimed
       borrower waits again and all its run's GPU time counts as evicted).
+      ``defragment_nodes``: after the plan's starts, move the jobs off up to this many
+      partly used nodes into holes on fuller ones, so whole nodes are free before a gang
+      asks (``defragment.py``; 0: off); ``defragment_min_left_s``: only jobs predicted to
+      run at least this much longer move for it.
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -400,6 +404,8 @@ class PolicyConfig:
     consolidate_over_quota: bool = True
     consolidate_before_reclaim: bool = True
     reclaim_move_min_gpu_h: float = 32.0
+    defragment_nodes: int = 0
+    defragment_min_left_s: float = 3600.0
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0
@@ -523,14 +529,15 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """Move ``job_id`` so ``for_job_id`` (a waiting gang) can start on the nodes it leaves:
+    """Move ``job_id`` so ``for_job_id`` (a waiting gang) can start on the nodes it leaves
+    (None: so its node comes free whole before a gang asks, ``defragment.py``):
     checkpoint, stop by ``grace_deadline``, back to pending with its progress kept, and
     restart elsewhere from the checkpoint. ``to_node``: where the plan kept room for it
     (on an already used node; the next plan places it again). Not a preemption: it does
     not count towards demotion nor the eviction ratio (``consolidation.py``)."""
 
     job_id: int
-    for_job_id: int
+    for_job_id: int | None
     grace_deadline: float
     to_node: str
 

@@ -31,10 +31,11 @@ FAST = settings(
 LINES = ("L0", "L1")
 
 
-def fragmented(rng: random.Random, tight: bool = False) -> Snapshot:
+def fragmented(rng: random.Random, tight: bool = False, defrag: bool = False) -> Snapshot:
     """Racks of 8-GPU nodes, partly used by small jobs; gangs (and a few small jobs) wait.
     ``tight``: small line quotas and borrowing on, so most gangs are over their quota and
-    may only borrow or start by a quota swap."""
+    may only borrow or start by a quota swap. ``defrag``: defragmentation on too (up to 3
+    nodes a plan), and fewer gangs waiting."""
     n_blocks = rng.randint(1, 2)
     nodes: list[dict] = []
     for b in range(n_blocks):
@@ -115,7 +116,7 @@ def fragmented(rng: random.Random, tight: bool = False) -> Snapshot:
     for jid in range(1, rng.randint(2, 7)):
         tier = rng.choice(list(et.Tier))
         line = rng.choice(LINES)
-        gang = rng.random() < 0.75
+        gang = rng.random() < (0.3 if defrag else 0.75)
         pending.append(
             et.PendingJob(
                 id=jid,
@@ -142,6 +143,8 @@ def fragmented(rng: random.Random, tight: bool = False) -> Snapshot:
         max_consolidations=rng.randint(1, 3),
         consolidate_min_wait_s=rng.choice([0.0, 900.0]),
         migrate_min_run_s=rng.choice([0.0, 1800.0]),
+        defragment_nodes=rng.randint(1, 3) if defrag else 0,
+        defragment_min_left_s=rng.choice([0.0, 3600.0, 50000.0]),
     )
     views = tuple(et.NodeView(**{**n, "free_gpus": tuple(sorted(free[n["name"]]))}) for n in nodes)
     return Snapshot(views, lines, queues, tuple(running), tuple(pending), policy)
@@ -182,8 +185,12 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
             out.append(f"job {v.id} moved: not preemptible, not checkpointable or urgent")
         if v.id in borrowed or v.state != et.RUNNING or v.id in preempted:
             out.append(f"job {v.id} moved: borrowed, not running, or also preempted")
-        gang = pending[m.for_job_id]
-        if v.tier > effective_tier(gang.tier, queues.get(gang.queue)):
+        if m.for_job_id is None:
+            if v.predicted_end is not None and v.predicted_end < policy.defragment_min_left_s + NOW:
+                out.append(f"job {v.id} moved to defragment but ends soon by itself")
+        elif v.tier > effective_tier(
+            pending[m.for_job_id].tier, queues.get(pending[m.for_job_id].queue)
+        ):
             out.append(f"job {v.id} moved for a lower-tier job")
         src, dest = nodes[v.placement[0].node], nodes[m.to_node]
         if dest.name == src.name or dest.state != "ready":
@@ -201,6 +208,15 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
     for name, gpus in into.items():
         if gpus > len(nodes[name].free_gpus) and any(m.to_node == name for m in p.migrations):
             out.append(f"node {name} over capacity with the jobs moved there")
+    # Defragmentation empties whole nodes, at most defragment_nodes of them.
+    emptied = {running[m.job_id].placement[0].node for m in p.migrations if m.for_job_id is None}
+    if len(emptied) > policy.defragment_nodes:
+        out.append(f"{len(emptied)} nodes emptied, over {policy.defragment_nodes}")
+    for name in emptied:
+        stay = [r.id for r in s.running if any(sl.node == name for sl in r.placement)
+                and r.id not in set(moved)]  # fmt: skip
+        if stay:
+            out.append(f"node {name} defragmented but jobs {stay} stay")
     # Guarantees: active use less what preemptions and migrations take stays at the guarantee.
     for scope, key, contracts in (("queue", "queue", queues), ("line", "line", lines)):
         active: Counter[str] = Counter()
@@ -256,6 +272,17 @@ def test_on_the_general_random_snapshots_too(seed):
     assert independent_violations(s, p) == []
 
 
+@FAST
+@given(st.integers(0, 2**32 - 1))
+def test_defragmentation_empties_whole_nodes_within_the_same_budgets(seed):
+    """Moves for no gang (defragmentation) keep every promise of consolidation, empty whole
+    nodes, at most ``defragment_nodes`` of them, and move only long-running work."""
+    s = fragmented(random.Random(seed), tight=seed % 2 == 1, defrag=True)
+    p = plan(s, NOW)
+    assert check_plan(s, p) == []
+    assert independent_violations(s, p) == []
+
+
 def _fields(r: et.RunningJob) -> dict:
     return {f: getattr(r, f) for f in r.__dataclass_fields__}
 
@@ -284,3 +311,17 @@ def test_the_workloads_do_consolidate():
             v.details["over_quota"] for v in p.verdicts.values() if "over_quota" in v.details
         )
     assert over_quota["borrowed"] >= 10 and over_quota["swapped"] >= 5, over_quota
+    emptied = capped = 0
+    for seed in range(600):
+        s = fragmented(random.Random(seed), defrag=True)
+        p = plan(s, NOW)
+        queue_of = {r.id: r.queue for r in s.running}
+        node_of = {r.id: r.placement[0].node for r in s.running}
+        nodes = {node_of[m.job_id] for m in p.migrations if m.for_job_id is None}
+        emptied += bool(nodes)
+        capped += len(nodes) == s.policy.defragment_nodes or bool(
+            nodes
+            and max(Counter(queue_of[m.job_id] for m in p.migrations).values())
+            == s.policy.max_migrations_per_queue
+        )
+    assert emptied >= 20 and capped >= 10, (emptied, capped)

@@ -128,6 +128,19 @@ def test_the_snapshot_says_which_running_jobs_may_move_and_which_are_moving(
     }
 
 
+def after_the_moves(backend, moved: list[Job]):
+    """The moved runs checkpoint and stop; the next cycle (a minute later) settles them
+    and plans. Returns that cycle."""
+    for job in moved:
+        backend.end(job.backend_ref, STOPPED, 7200.0, "checkpoint")
+    backend.now = T0 + 60
+    cycle = make_cycle(backend)
+    run.reconcile(cycle)
+    run.plan_and_apply(cycle, PhaseTimer())
+    cycle.flush_events()
+    return cycle
+
+
 @pytest.fixture
 def four_nodes(cluster, backend):
     """n0..n3 in one rack (n2, n3 added to the two-node cluster)."""
@@ -163,14 +176,7 @@ def test_a_cycle_moves_small_jobs_so_a_gang_starts_then_restarts_them_elsewhere(
     for job in small:
         job.refresh_from_db()
         assert (job.state, job.stop_reason) == ("preempting", CONSOLIDATION)
-    # The moved runs checkpoint and stop; the next cycle settles them and plans.
-    for job in small:
-        backend.end(job.backend_ref, STOPPED, 7200.0, "checkpoint")
-    backend.now = T0 + 60
-    second = make_cycle(backend)
-    run.reconcile(second)
-    run.plan_and_apply(second, PhaseTimer())
-    second.flush_events()
+    after_the_moves(backend, small)
     g.refresh_from_db()
     assert g.state == "running"
     assert set(g.allocations.values_list("node__name", flat=True)) == {"n0", "n1"}
@@ -182,3 +188,33 @@ def test_a_cycle_moves_small_jobs_so_a_gang_starts_then_restarts_them_elsewhere(
         assert "moving" in kinds and "moved" in kinds and "preempted" not in kinds
     assert Eviction.objects.filter(reason=CONSOLIDATION).count() == 2
     assert not Eviction.objects.exclude(reason=CONSOLIDATION).exists()
+
+
+def test_with_defragmentation_on_a_cycle_empties_a_node_before_a_gang_asks(four_nodes, running_job):
+    """Defragmentation (``QuotaPolicy.defragment_nodes``): n0 holds one 1-GPU
+    checkpointable job, n1 a 7-GPU job that may not move, n2 and n3 are free; nothing
+    waits. The cycle moves the small job into n1's hole, says why on its timeline, and
+    once it has stopped the next cycle restarts it there: n0 is whole again."""
+    from quotas.models import QuotaPolicy
+
+    backend = four_nodes
+    QuotaPolicy.objects.create(defragment_nodes=1)
+    small = running_job("n0", (0,), started_at=when(-7200), checkpoint_path=CKPT,
+                        estimated_runtime_minutes=24 * 60)  # fmt: skip
+    running_job("n1", tuple(range(7)), preemptible=False, started_at=when(-7200))
+    cycle = make_cycle(backend)
+    run.plan_and_apply(cycle, PhaseTimer())
+    cycle.flush_events()
+    assert cycle.report.counts["migrations"] == 1
+    small.refresh_from_db()
+    assert (small.state, small.stop_reason, small.preempted_for_id) == (
+        "preempting", CONSOLIDATION, None)  # fmt: skip
+    event = JobEvent.objects.filter(job=small, kind="moving").get()
+    assert "so its node comes free whole for multi-GPU jobs (defragmentation)" in event.message
+    second = after_the_moves(backend, [small])
+    small.refresh_from_db()
+    assert small.state == "running" and small.preemption_count == 0
+    assert list(small.allocations.values_list("node__name", flat=True)) == ["n1"]
+    moved = JobEvent.objects.filter(job=small, kind="moved").get()
+    assert moved.message.startswith("moved so its node comes free whole")
+    assert second.report.counts["migrations"] == 0  # nothing left to gather

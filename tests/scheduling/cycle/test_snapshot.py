@@ -181,11 +181,14 @@ def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
     # the cap is off by default (session 15, docs/quotas.md), in the model and the engine
     assert not production_policy().borrow_cap and not production_policy().predictive_patience
     assert not et.PolicyConfig.preset("full").borrow_cap
+    assert production_policy().defragment_nodes == 0 == et.PolicyConfig().defragment_nodes
     QuotaPolicy.objects.create(borrow_cooldown_minutes=45, eviction_target=0.2,
                                preempt_after_minutes=20, urgent_preempt_after_minutes=5,
-                               predictive_patience=True, borrow_cap=True)  # fmt: skip
+                               predictive_patience=True, borrow_cap=True,
+                               defragment_nodes=2)  # fmt: skip
     policy = production_policy()
     assert policy.predictive_patience and policy.borrow_cap
+    assert policy.defragment_nodes == 2
     assert (policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s) == (2700.0, 2700.0)
     assert policy.borrow_eviction_target == 0.2
     assert (policy.preempt_after_s, policy.tier_preempt_after_s) == (1200.0, 300.0)

@@ -248,13 +248,13 @@ def run_bench(
     runs: int = 7,
     seed: int = 0,
     inference_rise: int = 0,
-    switches: dict[str, bool] | None = None,
+    switches: dict[str, bool | int] | None = None,
     tight_quotas: bool = False,
 ) -> dict[str, Any]:
     """Time plan()+check_plan() on one snapshot; returns the figures as a dict.
     ``inference_rise``: every shared inference node is forecast to need that many GPUs
     more in every hour (#19), so each fallback to a shared node runs the forecast.
-    ``switches``: boolean ``PolicyConfig`` options set on the snapshot's policy (e.g.
+    ``switches``: boolean or whole-number ``PolicyConfig`` options set on the snapshot's policy (e.g.
     ``{"swap_quota": False}``, to time an option against the same cluster without it).
     ``tight_quotas``: every line at quota (``tighten_quotas``), so the plan swaps."""
     snapshot = build_snapshot(gpus, pending, running, seed)
@@ -326,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         help="shared inference nodes are forecast to need GPUS more in every hour",
     )  # fmt: skip
     parser.add_argument(
-        "--switch", action="append", default=[], metavar="NAME=true|false",
-        help="set a boolean policy option (e.g. swap_quota=false); repeatable",
+        "--switch", action="append", default=[], metavar="NAME=VALUE",
+        help="set a boolean or whole-number policy option (e.g. swap_quota=false, "
+        "defragment_nodes=2); repeatable",
     )  # fmt: skip
     parser.add_argument(
         "--tight-quotas", action="store_true",
@@ -335,16 +336,19 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    switches = {}
+    switches: dict[str, bool | int] = {}
     for item in args.switch:
         name, _, value = item.partition("=")
-        if not isinstance(getattr(PolicyConfig(), name, None), bool) or value not in (
-            "true", "false"
-        ):  # fmt: skip
+        default = getattr(PolicyConfig(), name, None)
+        if isinstance(default, bool) and value in ("true", "false"):
+            switches[name] = value == "true"
+        elif type(default) is int and value.isdigit():
+            switches[name] = int(value)
+        else:
             parser.error(
-                f"--switch takes NAME=true|false with NAME a boolean policy option: {item!r}"
+                "--switch takes NAME=true|false for a boolean policy option or NAME=N for "
+                f"a whole-number one: {item!r}"
             )
-        switches[name] = value == "true"
     res = run_bench(args.gpus, args.pending, args.running, args.runs, args.seed,
                     args.inference_rise, switches, args.tight_quotas)  # fmt: skip
     if args.json:

@@ -136,11 +136,22 @@ def test_a_switch_times_the_same_cluster_with_a_policy_option_off():
     assert on["preemptions"] > 0 and off["preemptions"] == 0
 
 
-@pytest.mark.parametrize("bad", ["nope=true", "swap_quota=maybe", "max_reservations=false"])
-def test_a_switch_must_name_a_boolean_policy_option(bad, capsys):
+@pytest.mark.parametrize(
+    "bad",
+    ["nope=true", "swap_quota=maybe", "max_reservations=false", "defragment_nodes=-1",
+     "defragment_nodes=1.5", "grace_seconds=60"],
+)  # fmt: skip
+def test_a_switch_must_name_a_boolean_or_whole_number_policy_option(bad, capsys):
     with pytest.raises(SystemExit):
         main(["--gpus", "80", "--pending", "5", "--running", "3", "--runs", "1", "--switch", bad])
     assert "--switch takes NAME=true|false" in capsys.readouterr().err
+
+
+def test_a_whole_number_switch_sets_it(capsys):
+    """``--switch defragment_nodes=2`` times the plan with defragmentation on."""
+    main(["--gpus", "80", "--pending", "5", "--running", "3", "--runs", "1", "--json",
+          "--switch", "defragment_nodes=2", "--switch", "swap_quota=false"])  # fmt: skip
+    assert '"violations": 0' in capsys.readouterr().out
 
 
 def test_tight_quotas_make_the_plan_swap_and_the_default_cluster_does_not(capsys):

@@ -694,7 +694,8 @@ def check_migrations(snapshot: Snapshot, plan: Plan, started: AbstractSet[int]) 
 
 def check_emptied(snapshot: Snapshot, plan: Plan, errors: list[str]) -> None:
     """Defragmentation (moves for no gang) empties whole nodes, at most
-    ``defragment_nodes`` of them, none that a start of the plan or a reservation uses."""
+    ``defragment_nodes`` of them, none that a start of the plan, a reservation or another
+    moved job uses."""
     moved = {m.job_id for m in plan.migrations if m.for_job_id is None}
     if not moved:
         return
@@ -709,11 +710,14 @@ def check_emptied(snapshot: Snapshot, plan: Plan, errors: list[str]) -> None:
         )
     taken = {slot.node for s in plan.starts for slot in s.placement}
     taken.update(n for res in plan.reservations for n in res.nodes)
+    into = {m.to_node for m in plan.migrations}
     for n in sorted(sources):
         if not on_node[n] <= moved:
             errors.append(f"node {n} defragmented but jobs stay on it")
-        if n in taken:
-            errors.append(f"node {n} defragmented but a start or reservation uses it")
+        if n in taken or n in into:
+            errors.append(
+                f"node {n} defragmented but a start, a reservation or a moved job uses it"
+            )
 
 
 def check_defragment(v: RunningJob, policy: PolicyConfig, now: float, errors: list[str]) -> None:

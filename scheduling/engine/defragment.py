@@ -90,6 +90,8 @@ def defragment(c: Consolidation) -> None:
             return
         if scattered_free(c) < p.topo.max_gpus:
             return
+        if p.topo.total[n] - p.live.nfree[n] != index.movable_gpus[n]:
+            continue  # a job moved there in this plan: it would not come free
         jobs = [index.by_id[i] for _cost, _g, i, _gpus in index.ranked[n]]
         budget = MoveBudget(
             left, policy.max_migrations_per_queue, c.per_queue, p.budget_q, p.budget_l,

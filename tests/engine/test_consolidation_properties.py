@@ -217,6 +217,8 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
                 and r.id not in set(moved)]  # fmt: skip
         if stay:
             out.append(f"node {name} defragmented but jobs {stay} stay")
+        if any(m.to_node == name for m in p.migrations):
+            out.append(f"node {name} defragmented but a moved job goes there")
     # Guarantees: active use less what preemptions and migrations take stays at the guarantee.
     for scope, key, contracts in (("queue", "queue", queues), ("line", "line", lines)):
         active: Counter[str] = Counter()

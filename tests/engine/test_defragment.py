@@ -119,3 +119,22 @@ def test_the_checker_refuses_a_half_emptied_node():
     half = dataclasses.replace(s, nodes=nodes, running=(*s.running, other))
     errors = check_plan(half, moved)
     assert any("jobs stay on it" in e for e in errors), errors
+
+
+def test_a_node_a_job_just_moved_to_is_not_emptied_in_the_same_plan():
+    """A (1 GPU used) empties into B's hole (B: two 3-GPU movable jobs, 2 free); C and D are
+    partly used by core work (6 and 2 free). B is next by use, and its jobs would fit on C,
+    but A's job now has room on B: emptying B would not free it, so B stays."""
+    nodes = [node(n) for n in ("A", "B", "C", "D")]
+    running = [
+        rjob(1, {"A": [0]}, **MOVABLE),
+        rjob(2, {"B": [0, 1, 2]}, **MOVABLE),
+        rjob(3, {"B": [3, 4, 5]}, **MOVABLE),
+        rjob(4, {"C": [0, 1]}, tier="core", predicted_end=NOW + 10 * HOUR),
+        rjob(5, {"D": range(6)}, tier="core", predicted_end=NOW + 10 * HOUR),
+    ]
+    waiting = [pjob(9, 1, line="cv", preemptible=False)]
+    lines = [et.LineView("llm", None), et.LineView("cv", 0)]
+    policy = et.PolicyConfig(defragment_nodes=2, max_migrations_per_queue=4)
+    result = run(snap(nodes, waiting, running, lines=lines, policy=policy))
+    assert [(m.job_id, m.to_node) for m in result.migrations] == [(1, "B")]

@@ -125,3 +125,24 @@ def test_a_non_admin_cannot_use_the_admin(demo):
     client.force_login(demo["oncall"])
     response = client.get("/admin/portal/profile/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_the_quota_policy_s_defragmentation_knob_is_bounded_and_audited(site_admin, demo):
+    """``defragment_nodes`` (#19): more than 8 nodes a cycle is a form error that saves
+    nothing; 2 is saved with an audit record of the change."""
+    from django.forms.models import model_to_dict
+
+    from quotas.models import MAX_DEFRAGMENT_NODES, QuotaPolicy
+
+    policy = QuotaPolicy.load()
+    url = f"/admin/quotas/quotapolicy/{policy.pk}/change/"
+    form = {k: v for k, v in model_to_dict(policy).items() if k not in ("id", "singleton")}
+    for bad in (MAX_DEFRAGMENT_NODES + 1, -1, "two"):
+        response = site_admin.post(url, {**form, "defragment_nodes": bad})
+        assert response.status_code == 200 and b"errornote" in response.content, bad
+    assert QuotaPolicy.load().defragment_nodes == 0 and not records("admin.change")
+    assert site_admin.post(url, {**form, "defragment_nodes": 2}).status_code == 302
+    assert QuotaPolicy.load().defragment_nodes == 2
+    [entry] = records("admin.change")
+    assert entry.target_type == "quotas.quotapolicy"
+    assert entry.before == {"defragment_nodes": 0} and entry.after == {"defragment_nodes": 2}

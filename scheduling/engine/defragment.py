@@ -76,7 +76,8 @@ def defragment(c: Consolidation) -> None:
     policy = p.policy
     if not enabled(policy) or policy.defragment_nodes <= 0:
         return
-    if scattered_free(c) < p.topo.max_gpus:
+    scattered = scattered_free(c)
+    if scattered < p.topo.max_gpus:
         return
     if c.index is None:
         c.index = MoveIndex(p.s.running, p.usage.borrowed_ids, p.topo, p.now, policy)
@@ -86,9 +87,7 @@ def defragment(c: Consolidation) -> None:
     emptied: set[int] = set()
     for n in sources(c, index):
         left = policy.max_migrations - len(c.migrations)
-        if len(emptied) >= policy.defragment_nodes or left <= 0:
-            return
-        if scattered_free(c) < p.topo.max_gpus:
+        if len(emptied) >= policy.defragment_nodes or left <= 0 or scattered < p.topo.max_gpus:
             return
         if p.topo.total[n] - p.live.nfree[n] != index.movable_gpus[n]:
             continue  # a job moved there in this plan: it would not come free
@@ -104,11 +103,14 @@ def defragment(c: Consolidation) -> None:
             continue
         move(c, jobs, dest, deadline)
         emptied.add(n)
+        # once they have gone: n is whole, its holes and those the jobs filled are not
+        scattered -= p.topo.total[n]
 
 
 def move(c: Consolidation, jobs: list[RunningJob], dest: dict[int, int], deadline: float) -> None:
-    """Move ``jobs`` to their destinations: charge the budgets, keep room there and move
-    their releases to the deadline (as ``Consolidation.apply`` does for a gang)."""
+    """Move ``jobs`` to their destinations: charge the budgets, keep room there and release
+    their GPUs at the deadline (as ``Consolidation.apply`` does for a gang; the plan decides
+    nothing after this, so their new ends need not enter the backfill timeline)."""
     p = c.p
     for v in jobs:
         to = dest[v.id]

@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import transaction
-from django.db.models import BooleanField, Count
+from django.db.models import BooleanField, Count, Q
 
 from bench.latency import percentile
 from demo import workload
@@ -252,6 +252,14 @@ def _pct(x: float | None, digits: int = 1) -> float | None:
     return None if x is None else round(100 * x, digits)
 
 
+def eviction_alerts(since: datetime) -> list[str]:
+    """Queues with an eviction-ratio alert open at some time from ``since`` on: raised
+    since then, or raised before (in the warm-up) and not resolved by then."""
+    open_since = Q(created_at__gte=since) | Q(resolved_at__isnull=True) | Q(resolved_at__gt=since)
+    rows = Alert.objects.filter(open_since, kind=Alert.Kind.EVICTION_RATIO)
+    return sorted(set(rows.values_list("subject", flat=True)))
+
+
 def report(
     run: DemoRun, warm: float, end: float, use: TrueUse, offers: list, wall_s: float
 ) -> dict:
@@ -321,10 +329,7 @@ def report(
                                     last["per_queue"].values()), 0) / 3600, 1),
             "queues": queues,
             "queues_over_line": sorted(q for q, v in queues.items() if v["over_alert_line"]),
-            "alerts_raised": sorted(set(
-                Alert.objects.filter(kind=Alert.Kind.EVICTION_RATIO, created_at__gte=since)
-                .values_list("subject", flat=True)
-            )),
+            "alerts_raised": eviction_alerts(since),
             "evictions": Eviction.objects.filter(at__gte=since)
             .exclude(reason=CONSOLIDATION)
             .count(),

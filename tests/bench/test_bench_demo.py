@@ -131,3 +131,28 @@ def test_the_quota_policy_of_the_run_is_the_one_asked_for():
 
 def test_by_default_a_step_is_make_runs_cycle_period_at_60x():
     assert DemoRun().step_s == float(DEMO_CYCLE_SECONDS) * 60
+
+
+def test_an_alert_open_in_the_measured_hours_counts_even_if_raised_in_the_warm_up():
+    """``eviction_alerts``: raised since the warm-up ended, or raised before and still open
+    then (session 22: one raised at 01:52 and resolved at 02:32 was missed)."""
+    from datetime import UTC, datetime, timedelta
+
+    from bench.demo import eviction_alerts
+    from monitoring.models import Alert
+
+    since = datetime(2026, 1, 5, 2, tzinfo=UTC)
+    rows = {
+        "resolved-in-warm-up": (since - timedelta(hours=1), since - timedelta(minutes=5)),
+        "open-across-the-end-of-warm-up": (since - timedelta(minutes=8), since + timedelta(minutes=40)),
+        "never-resolved": (since - timedelta(hours=1), None),
+        "raised-after": (since + timedelta(hours=3), since + timedelta(hours=4)),
+    }  # fmt: skip
+    for subject, (created, resolved) in rows.items():
+        alert = Alert.objects.create(kind=Alert.Kind.EVICTION_RATIO, severity="warning",
+                                     subject=subject, message="m", dedupe_key=subject)  # fmt: skip
+        Alert.objects.filter(pk=alert.pk).update(created_at=created, resolved_at=resolved)
+    Alert.objects.create(kind=Alert.Kind.PENDING_TOO_LONG, severity="warning", subject="q",
+                         message="m", dedupe_key="q")  # fmt: skip
+    assert eviction_alerts(since) == [
+        "never-resolved", "open-across-the-end-of-warm-up", "raised-after"]  # fmt: skip

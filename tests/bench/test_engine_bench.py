@@ -147,10 +147,23 @@ def test_a_switch_must_name_a_boolean_or_whole_number_policy_option(bad, capsys)
     assert "--switch takes NAME=true|false" in capsys.readouterr().err
 
 
-def test_a_whole_number_switch_sets_it(capsys):
-    """``--switch defragment_nodes=2`` times the plan with defragmentation on."""
+def test_a_whole_number_switch_sets_it(monkeypatch, capsys):
+    """``--switch defragment_nodes=2`` reaches the bench as the number 2, beside a boolean
+    one, and the plan timed with them is valid."""
+    import bench.engine as engine
+
+    seen: list[dict] = []
+    real = engine.run_bench
+
+    def spy(*args):
+        seen.append(args[6])
+        return real(*args)
+
+    monkeypatch.setattr(engine, "run_bench", spy)
     main(["--gpus", "80", "--pending", "5", "--running", "3", "--runs", "1", "--json",
           "--switch", "defragment_nodes=2", "--switch", "swap_quota=false"])  # fmt: skip
+    assert seen == [{"defragment_nodes": 2, "swap_quota": False}]
+    assert type(seen[0]["defragment_nodes"]) is int
     assert '"violations": 0' in capsys.readouterr().out
 
 

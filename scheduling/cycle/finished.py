@@ -24,6 +24,7 @@ RECENT_MODELS_KEPT = 3
 ENDED_FIELDS = (
     "state", "progress_seconds", "finished_at", "failure_reason", "retry_count", "borrowed",
     "preemption_count", "preempt_deadline", "preempted_for_id", "stop_reason", "updated_at",
+    "last_checkpoint_at",
 )  # fmt: skip
 
 
@@ -116,6 +117,8 @@ def requeue_after_stop(
             )
         )  # fmt: skip
     set_state(job, Job.State.PENDING)
+    if reason == "checkpoint":  # the checkpoint it restarts from: the page's "Last checkpoint"
+        job.last_checkpoint_at = to_datetime(cycle.now)
     saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
     if cause == CONSOLIDATION:
         cycle.event(

@@ -89,6 +89,7 @@ def test_a_moved_job_is_requeued_with_its_progress_and_not_counted_as_preempted(
     job.refresh_from_db()
     assert (job.state, job.progress_seconds, job.preemption_count) == ("pending", 1500, 0)
     assert (job.stop_reason, job.preempted_for) == ("", None)
+    assert job.last_checkpoint_at == when(0)  # the checkpoint it restarts from
     event = JobEvent.objects.filter(job=job).latest("id")
     assert event.kind == "moved"
     assert event.message.startswith(f"moved to make room for job #{gang.pk} (consolidation)")

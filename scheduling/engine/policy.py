@@ -114,8 +114,10 @@ def victim_cost_gpu_h(
 ) -> float:
     """What stopping a run now costs, in GPU-hours: the progress lost since its last
     checkpoint, plus ``given_weight`` per GPU-hour the run has been given (R4 counts an
-    evicted run's whole GPU time). Victim selection and inference yields both weigh it."""
-    since = last_checkpoint_at if last_checkpoint_at is not None else started_at
+    evicted run's whole GPU time). Victim selection and inference yields both weigh it.
+    A checkpoint from before this run started (the one it restarted from) loses nothing of
+    this run's work before its start."""
+    since = started_at if last_checkpoint_at is None else max(started_at, last_checkpoint_at)
     lost_s = max(0.0, now - since)
     given_s = max(0.0, now - started_at)
     return gpus * (lost_s + given_weight * given_s) / 3600.0

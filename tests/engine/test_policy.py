@@ -95,6 +95,8 @@ def test_shape_counts(gpus, per_node, node_gpus, shape):
         ({"last_checkpoint_at": NOW + 60}, 0.0, 0.0),
         # the run's 4 given GPU-hours weigh 0.1 each on top of the 2 lost
         ({"started_at": NOW - HOUR, "last_checkpoint_at": NOW - 1800}, 0.1, 2.4),
+        # restarted 30 min ago from a checkpoint taken 3 h ago: it loses this run's 30 min
+        ({"started_at": NOW - 1800, "last_checkpoint_at": NOW - 3 * HOUR}, 0.0, 2.0),
     ],
 )
 def test_victim_cost_is_lost_work_plus_the_weighted_given_gpu_time(kw, weight, cost):

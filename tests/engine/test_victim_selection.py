@@ -56,7 +56,12 @@ def cluster() -> list:
 
 
 def ckpt(hours_ago: float) -> dict:
-    return {"last_checkpoint_at": NOW - hours_ago * HOUR}
+    """A run that checkpointed ``hours_ago`` (and started no later: rjob's default start
+    is an hour ago)."""
+    return {
+        "last_checkpoint_at": NOW - hours_ago * HOUR,
+        "started_at": NOW - max(1.0, hours_ago) * HOUR,
+    }
 
 
 class World:

@@ -67,9 +67,10 @@ def test_preemptible_jobs_yield_to_online_inference(backend, running_job):
 
 def test_only_as_many_jobs_yield_as_inference_lacks_gpus(backend, running_job):
     """#19: inference short of 2 GPUs stops the one job that loses least, not all three."""
-    old = running_job("n0", (0, 1), last_checkpoint_at=when(-3000))
-    fresh = running_job("n0", (2, 3), last_checkpoint_at=when(-60))
-    other = running_job("n0", (4, 5), last_checkpoint_at=when(-1800))
+    began = when(-3600)  # all three started an hour ago, and checkpointed since
+    old = running_job("n0", (0, 1), started_at=began, last_checkpoint_at=when(-3000))
+    fresh = running_job("n0", (2, 3), started_at=began, last_checkpoint_at=when(-60))
+    other = running_job("n0", (4, 5), started_at=began, last_checkpoint_at=when(-1800))
     backend.set_node("n0", inference=True, inference_shortfall=2)
     backend.pressure = {"n0": (old.backend_ref, fresh.backend_ref, other.backend_ref)}
     assert stops.jobs_to_move(make_cycle(backend)) == {fresh.pk: "inference"}

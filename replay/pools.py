@@ -59,6 +59,7 @@ class ReplayJob:
         "predicted_s",
         "predicted_source",
         "evicted_at",
+        "move_to",
     )
 
     def __init__(self, idx: int, tj, pool: Pool) -> None:
@@ -94,6 +95,7 @@ class ReplayJob:
         self.predicted_s: float | None = None  # whole runtime predicted at first start
         self.predicted_source: str | None = None
         self.evicted_at: float | None = None  # last eviction (the borrowing cool-down)
+        self.move_to: str | None = None  # moved: the node kept for its restart (kept_rooms)
 
     def run_gpu_s(self, t: float) -> float:
         """GPU-seconds of its current run up to ``t`` (started at ``started_at``)."""
@@ -108,6 +110,7 @@ class ReplayJob:
             or v.preemption_count != self.evictions
             or v.submitted_at != order_key
             or v.last_evicted_at != self.evicted_at
+            or v.move_to != self.move_to
         ):
             v = self.pview = PendingJob(
                 id=self.idx,
@@ -123,6 +126,7 @@ class ReplayJob:
                 predicted_runtime_s=predicted_s,
                 pool=self.pool.name,
                 last_evicted_at=self.evicted_at,
+                move_to=self.move_to,
             )
         return v
 

@@ -239,6 +239,10 @@ class Replay:
         self.plan_s = 0.0
         self.preemptions: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.migrations: dict[str, int] = dict.fromkeys(workload.queues, 0)
+        # moved jobs stopped and not restarted yet: idx -> when (``moved_restarts``)
+        self.moved_at: dict[int, float] = {}
+        # each restart after a move: (seconds from the stop, in the room kept for it)
+        self.moved_restarts: list[tuple[float, bool]] = []
         self.borrowed_starts: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.swaps: dict[str, int] = dict.fromkeys(workload.queues, 0)
         self.done = 0
@@ -309,6 +313,7 @@ class Replay:
 
     def _requeue(self, j: ReplayJob, t: float, progress: float | None, evicted: bool) -> None:
         if j.state == MOVING:
+            self.moved_at[j.idx] = t
             j.moves += 1  # stopped by a move: it restarts from its checkpoint, not evicted
         self._release(j, t)
         if progress is not None:
@@ -406,7 +411,9 @@ class Replay:
                 preempted_for=mv.for_job_id,
                 preempt_deadline=mv.grace_deadline,
                 migrating=True,
+                move_to=mv.to_node,
             )
+            v.move_to = mv.to_node
             self.migrations[v.queue] += 1
         for mark in decided.marks:  # the accounting's borrowed flags, as the loop writes them
             v = self.jobs[mark.job_id]
@@ -551,6 +558,10 @@ class Replay:
         j.last_placement = placement
         j.state = RUNNING
         j.started_at = now
+        moved_at = self.moved_at.pop(j.idx, None)
+        if moved_at is not None:
+            self.moved_restarts.append((now - moved_at, placement[0][0] == j.move_to))
+        j.move_to = None
         j.last_ckpt = None
         j.runs += 1
         if self.history is not None:

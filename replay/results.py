@@ -99,6 +99,19 @@ def job_stats(jobs: list[ReplayJob], waits: WaitLedger) -> tuple[dict[str, Any],
     return stats, delays
 
 
+def moved_restarts(restarts: list[tuple[float, bool]]) -> dict[str, Any]:
+    """How moved jobs came back: the average and p90 seconds from a move's stop to the
+    restart, and the share restarted in the room kept for them (``kept_rooms``)."""
+    waits = sorted(w for w, _ in restarts)
+    return {
+        "moved_restart_avg_s": m.rounded(m.mean(waits), 1),
+        "moved_restart_p90_s": m.rounded(m.quantile(waits, 0.9), 1),
+        "moved_restarts_in_kept_room": m.rounded(
+            sum(1 for _, kept in restarts if kept) / len(restarts) if restarts else None
+        ),
+    }
+
+
 def per_queue(r: Replay) -> dict[str, dict[str, Any]]:
     """The figures of each trace queue, in the workload's queue order."""
     layout = r.layout
@@ -168,6 +181,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         max_waiting_jobs=r.meter.max_waiting,
         preemptions=sum(r.preemptions.values()),
         migrations=sum(r.migrations.values()),
+        **moved_restarts(r.moved_restarts),
         borrowed_starts=sum(r.borrowed_starts.values()),
         swaps=sum(r.swaps.values()),
         simulated_days=round(sim_days, 3),

@@ -163,6 +163,10 @@ class Job(models.Model):
     stop_reason = models.CharField(
         max_length=16, blank=True, help_text="why a requested stop happened: preemption, drain..."
     )
+    move_to_node = models.CharField(
+        max_length=64, blank=True,
+        help_text="moved (#19): the node where the scheduler keeps room for its restart",
+    )  # fmt: skip
     failure_reason = models.TextField(blank=True)
     launch_attempts = models.PositiveIntegerField(
         default=0, help_text="launches that failed transiently in a row (cleared at start)"

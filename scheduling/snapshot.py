@@ -40,6 +40,7 @@ JOB_FIELDS = (
     "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
     "queue_position", "estimated_start", "progress_seconds", "checkpoint_path", "stop_reason",
+    "move_to_node",
 )  # fmt: skip
 # The times the engine reads, as epoch seconds computed by PostgreSQL (``<field>_ts``): a
 # float is cheap to send and read, where a timestamp is formatted by the server and parsed
@@ -108,6 +109,7 @@ def _pending_job(
         predicted_runtime_s=predicted,
         estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
         last_evicted_at=last_evicted_at,
+        move_to=r["move_to_node"] or None,  # moved: it restarts in the room kept for it
     )
 
 
@@ -270,6 +272,7 @@ def build_snapshot(
                 # shared-storage checkpoints: consolidation may move it (#19)
                 checkpointable=bool(r["checkpoint_path"]),
                 migrating=r["stop_reason"] == CONSOLIDATION,
+                move_to=r["move_to_node"] or None,  # the room kept while it checkpoints
             )
         )
 

@@ -324,7 +324,7 @@ def candidate_row(fields: dict[str, Any], owner: str, job_id: int, now: float) -
         "avoid_inference": fields["avoid_inference"], "preemptible": fields["preemptible"],
         "preemption_count": 0, "model_name": fields["model_name"],
         "estimated_runtime_minutes": fields["estimated_runtime_minutes"],
-        "owner__username": owner, "submitted_at": submitted,
+        "owner__username": owner, "submitted_at": submitted, "move_to_node": "",
     }  # fmt: skip
 
 

@@ -125,7 +125,9 @@ def requeue_after_stop(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
             f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
-            "from its checkpoint on another node (not a preemption)",
+            "from its checkpoint on another node"
+            + (f" ({job.move_to_node}, where room is kept for it)" if job.move_to_node else "")
+            + " (not a preemption)",
         )  # fmt: skip
     else:
         cycle.event(

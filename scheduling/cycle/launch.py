@@ -25,7 +25,7 @@ from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
-                  "queue_position", "estimated_start", *BACKOFF_FIELDS)  # fmt: skip
+                  "queue_position", "estimated_start", "move_to_node", *BACKOFF_FIELDS)  # fmt: skip
 
 # What ``launch`` made of one start.
 LAUNCHED, REFUSED, RETRY = "launched", "refused", "retry"
@@ -71,6 +71,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         job.pending_code = ""
         job.queue_position = None
         job.estimated_start = None
+        job.move_to_node = ""  # a moved job restarted: no room kept for it any more
         clear(job)
         borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
         if job.pk in displaced:

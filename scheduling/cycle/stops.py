@@ -20,7 +20,8 @@ from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 # What a preemption writes (``updated_at`` as ``save`` would stamp it), and reads first.
-PREEMPT_FIELDS = ("state", "stop_reason", "preempted_for_id", "preempt_deadline", "updated_at")
+PREEMPT_FIELDS = ("state", "stop_reason", "preempted_for_id", "preempt_deadline",
+                  "move_to_node", "updated_at")  # fmt: skip
 PREEMPT_READ = ("state", "backend_ref", "submitted_at")
 
 # Why a job is asked to move, as its timeline says it (``Job.stop_reason`` -> words).
@@ -109,10 +110,14 @@ def _lock_jobs(ids: set[int]) -> dict[int, Job]:
     return {j.pk: j for j in rows.only(*PREEMPT_READ)}
 
 
-def _stopping(job: Job, reason: str, for_job_id: int, deadline: float) -> Job:
-    """``job`` (in memory) asked to stop by ``deadline`` to make room for ``for_job_id``."""
+def _stopping(
+    job: Job, reason: str, for_job_id: int | None, deadline: float, move_to: str = ""
+) -> Job:
+    """``job`` (in memory) asked to stop by ``deadline`` to make room for ``for_job_id``
+    (a move: ``move_to``, the node where room is kept for its restart)."""
     set_state(job, Job.State.PREEMPTING)
     job.stop_reason = reason
+    job.move_to_node = move_to
     job.preempted_for_id = for_job_id
     job.preempt_deadline = to_datetime(deadline)
     job.updated_at = clock.now()
@@ -177,9 +182,10 @@ def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
         if not cycle.call(f"move {job.backend_ref}", cycle.backend.checkpoint_and_stop,
                           job.backend_ref, grace):  # fmt: skip
             continue
-        stopped.append(_stopping(job, CONSOLIDATION, m.for_job_id, m.grace_deadline))
+        stopped.append(_stopping(job, CONSOLIDATION, m.for_job_id, m.grace_deadline, m.to_node))
         cycle.event(job, "moving",
                     f"asked to checkpoint and move {moved_for(m.for_job_id)}: it restarts "
-                    "from its checkpoint on another node; this is not a preemption")  # fmt: skip
+                    f"from its checkpoint on another node ({m.to_node}, where room is kept for "
+                    "it); this is not a preemption")  # fmt: skip
         cycle.report.counts["migrations"] += 1
     _write_stopping(stopped)

@@ -22,7 +22,8 @@ human-readable violations (empty = OK):
 - migrations (``consolidation.check_migrations``): movable jobs only (checkpointable,
   never guaranteed, demoted, urgent or borrowed work), within the plan's eviction
   budget overall and per queue and, with the preemptions, the guarantees; each with
-  room on a node that can run it; the gang waits and holds its nodes;
+  room on a node that can run it; the gang waits and holds its nodes; no start or move
+  takes the room kept for a moved job still checkpointing (``kept_rooms.check_kept_rooms``);
 - borrowing (``borrowing.check_borrowing``): no borrowed start within a cool-down, over
   its queue's eviction cap, or predicted to be reclaimed before its predicted end;
 - reservations: no node reserved twice; the reserved job still fits on its
@@ -42,6 +43,7 @@ from . import policy as rules
 from .accounting import derive_usage, preemption_budgets
 from .borrowing import check_borrowing
 from .consolidation import check_migrations
+from .kept_rooms import check_kept_rooms
 from .placement import ClassKey, class_key, node_matches
 from .quota_swap import check_swaps
 from .types import (
@@ -318,6 +320,7 @@ class _Checker:
         """Moved jobs: movable, within the budgets and guarantees, with room elsewhere; they
         are gone by their deadline (for the reservations' fit)."""
         self.errors.extend(check_migrations(self.s, self.plan, self.started))
+        self.errors.extend(check_kept_rooms(self.s, self.plan))
         for m in self.plan.migrations:
             self.deadline_of.setdefault(m.job_id, m.grace_deadline)
 

@@ -47,6 +47,7 @@ from .borrowing import Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
 from .defragment import defragment
 from .inference_forecast import rise_until
+from .kept_rooms import keep_rooms, kept_node, restarts
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     gc_paused,
@@ -219,6 +220,8 @@ class Planner:
         self.borrowing = Borrowing(self)
         # non-preemptible work starting within quota by displacing its own (#19)
         self.swap = QuotaSwap(self)
+        # rooms kept for moved jobs still checkpointing (#19, kept_rooms.py)
+        keep_rooms(self)
 
     # -- helpers -------------------------------------------------------------------
     @property
@@ -565,6 +568,9 @@ class Planner:
         key, k, c, _last, excl = sh
         live = self.live
         cls = live.node_class(key)
+        kept = kept_node(self, job)  # a moved job restarts in the room kept for it
+        if kept is not None:
+            return [kept]
         if sh not in self._live_failed:
             forecast = key[2] and bool(self.rise)
             nodes = self._find_dedicated(job, sh, end) if key[2] and self.has_inference else None
@@ -1213,14 +1219,20 @@ class Planner:
             self.queues,
             {} if self.policy.strict_fifo else self._line_shares(),
         )
+        first, rest = restarts(self, order)  # moved jobs restart first (kept_rooms.py)
         deferred: list[PendingJob] = []
-        for job in order:
+        for job in first:
+            self.consider(job, deferred)
+            for borrower in deferred:
+                self.consider_borrower(borrower)
+            deferred.clear()
+        for job in rest:
             self.consider(job, deferred)
         for job in deferred:
             self.consider_borrower(job)
         self.explain_blocked()
         defragment(self.consolidation)
-        return self.assemble(order)
+        return self.assemble(first + rest)
 
     def _line_shares(self) -> dict[str, float]:
         cluster = sum(self.topo.total) or 1

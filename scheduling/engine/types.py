@@ -222,6 +222,8 @@ class PendingJob:
     policy's conservative ``default_runtime_s`` is used. ``gpu_model``/``pool``
     optionally restrict the nodes it may use. ``last_evicted_at``: when it was last
     preempted (None: never, or long ago), for the borrowing cool-down (``borrowing.py``).
+    ``move_to``: a job stopped by a move (``Migration``) and not restarted yet: the node
+    where room was kept for it; it restarts there first (``consolidation.restarts``).
     """
 
     id: int
@@ -244,6 +246,7 @@ class PendingJob:
     gpu_model: str | None = None
     pool: str | None = None
     last_evicted_at: float | None = None
+    move_to: str | None = None
 
     def __post_init__(self) -> None:
         tier = _tier(self.tier)
@@ -261,7 +264,8 @@ class RunningJob:
     ``checkpointable``: it writes checkpoints to shared storage, so it can be moved
     (checkpoint, then restart elsewhere) by consolidation; ``migrating``: it is
     ``preempting`` because consolidation moves it (for ``preempted_for``), not
-    because it was preempted (``consolidation.py``).
+    because it was preempted (``consolidation.py``), and ``move_to`` is the node where room
+    is kept for it (``Migration.to_node``): no other job takes that room until it restarts.
     """
 
     id: int
@@ -284,6 +288,7 @@ class RunningJob:
     owner: str = ""
     checkpointable: bool = False
     migrating: bool = False
+    move_to: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tier", _tier(self.tier))
@@ -533,7 +538,9 @@ class Migration:
     (None: so its node comes free whole before a gang asks, ``defragment.py``):
     checkpoint, stop by ``grace_deadline``, back to pending with its progress kept, and
     restart elsewhere from the checkpoint. ``to_node``: where the plan kept room for it
-    (on an already used node; the next plan places it again). Not a preemption: it does
+    (on an already used node); later plans keep that room while it checkpoints
+    (``RunningJob.move_to``) and restart it there first (``PendingJob.move_to``). Not a
+    preemption: it does
     not count towards demotion nor the eviction ratio (``consolidation.py``)."""
 
     job_id: int

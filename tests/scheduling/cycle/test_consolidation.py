@@ -56,8 +56,11 @@ def test_a_migration_asks_the_job_to_checkpoint_and_says_it_moves(backend, runni
     event = JobEvent.objects.get(job=job)
     assert event.kind == "moving"
     assert f"to make room for job #{gang.pk} (consolidation)" in event.message
-    assert "restarts from its checkpoint on another node" in event.message
+    assert "restarts from its checkpoint on another node (n1, where room is kept for it)" in (
+        event.message
+    )
     assert "not a preemption" in event.message
+    assert job.move_to_node == "n1"
     assert cycle.report.counts["migrations"] == 1
     assert cycle.report.counts["preemptions"] == 0
 
@@ -191,18 +194,27 @@ def test_a_cycle_moves_small_jobs_so_a_gang_starts_then_restarts_them_elsewhere(
     assert not Eviction.objects.exclude(reason=CONSOLIDATION).exists()
 
 
-def test_with_defragmentation_on_a_cycle_empties_a_node_before_a_gang_asks(four_nodes, running_job):
-    """Defragmentation (``QuotaPolicy.defragment_nodes``): n0 holds one 1-GPU
-    checkpointable job, n1 a 7-GPU job that may not move, n2 and n3 are free; nothing
-    waits. The cycle moves the small job into n1's hole, says why on its timeline, and
-    once it has stopped the next cycle restarts it there: n0 is whole again."""
+@pytest.fixture
+def defragmented(four_nodes, running_job) -> Job:
+    """Defragmentation on; n0 holds one 1-GPU checkpointable job (returned), n1 a 7-GPU
+    job that may not move, n2 and n3 are free."""
     from quotas.models import QuotaPolicy
 
-    backend = four_nodes
     QuotaPolicy.objects.create(defragment_nodes=1)
     small = running_job("n0", (0,), started_at=when(-7200), checkpoint_path=CKPT,
                         estimated_runtime_minutes=24 * 60)  # fmt: skip
     running_job("n1", tuple(range(7)), preemptible=False, started_at=when(-7200))
+    return small
+
+
+def test_with_defragmentation_on_a_cycle_empties_a_node_before_a_gang_asks(
+    four_nodes, defragmented
+):
+    """Defragmentation (``QuotaPolicy.defragment_nodes``): n0 holds one 1-GPU
+    checkpointable job, n1 a 7-GPU job that may not move, n2 and n3 are free; nothing
+    waits. The cycle moves the small job into n1's hole, says why on its timeline, and
+    once it has stopped the next cycle restarts it there: n0 is whole again."""
+    backend, small = four_nodes, defragmented
     cycle = make_cycle(backend)
     run.plan_and_apply(cycle, PhaseTimer())
     cycle.flush_events()
@@ -219,3 +231,30 @@ def test_with_defragmentation_on_a_cycle_empties_a_node_before_a_gang_asks(four_
     moved = JobEvent.objects.filter(job=small, kind="moved").get()
     assert moved.message.startswith("moved so its node comes free whole")
     assert second.report.counts["migrations"] == 0  # nothing left to gather
+
+
+def test_the_room_kept_for_a_moved_job_is_not_taken_and_it_restarts_there(
+    four_nodes, defragmented, make_job
+):
+    """Defragmentation moves n0's 1-GPU job into n1's last GPU. While it checkpoints a
+    1-GPU job arrives, for which n1's hole is the tightest fit: it goes elsewhere. Once
+    stopped, the moved job restarts in its room, and no room is kept for it any more."""
+    backend, small = four_nodes, defragmented
+    cycle = make_cycle(backend)
+    run.plan_and_apply(cycle, PhaseTimer())
+    small.refresh_from_db()
+    assert (small.state, small.move_to_node) == ("preempting", "n1")
+    newcomer = make_job(gpus=1)
+    backend.now = T0 + 30
+    second = make_cycle(backend)
+    run.reconcile(second)
+    run.plan_and_apply(second, PhaseTimer())
+    newcomer.refresh_from_db()
+    assert newcomer.state == "running"
+    assert list(newcomer.allocations.values_list("node__name", flat=True)) != ["n1"]
+    after_the_moves(backend, [small])
+    small.refresh_from_db()
+    assert small.state == "running" and small.move_to_node == ""
+    assert list(small.allocations.values_list("node__name", flat=True)) == ["n1"]
+    moved = JobEvent.objects.filter(job=small, kind="moved").get()
+    assert "(n1, where room is kept for it)" in moved.message

@@ -71,6 +71,7 @@ QUEUE_COLUMNS = (
 OVERALL_COLUMNS = (
     *QUEUE_COLUMNS,
     ("peak_window_eviction_ratio", "highest 72 h eviction ratio of a queue", pct),
+    ("moved_restart_avg_s", "moved jobs' avg restart", duration),
 )
 
 

@@ -44,12 +44,17 @@ def rooms_kept(snapshot: Snapshot) -> list[tuple[RunningJob, NodeView]]:
     """The moved jobs still checkpointing whose room is kept, with the node: the node is
     ready, not held exclusively and still has their GPUs free (in the snapshot's order,
     while the node's free GPUs last)."""
+    moving = [
+        r
+        for r in snapshot.running
+        if r.move_to is not None and r.migrating and r.state == PREEMPTING
+    ]
+    if not moving:
+        return []
     nodes = {n.name: n for n in snapshot.nodes}
     left: dict[str, int] = {}
     kept = []
-    for r in snapshot.running:
-        if r.state != PREEMPTING or not r.migrating or r.move_to is None:
-            continue
+    for r in moving:
         node = nodes.get(r.move_to)
         if node is None or node.state != READY or node.exclusive:
             continue

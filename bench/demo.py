@@ -35,6 +35,7 @@ Measured, after ``warmup_s`` of cluster time:
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +57,14 @@ from quotas.tasks import quota_activation
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
-from scheduling.models import CONSOLIDATION, Eviction, Job, SchedulingCycle, SimulatorState
+from scheduling.models import (
+    CONSOLIDATION,
+    Eviction,
+    Job,
+    JobEvent,
+    SchedulingCycle,
+    SimulatorState,
+)
 
 # A fixed start (a Monday, 00:00 UTC): the workload's minutes and the inference traffic's
 # daily curve depend on the time of day, so a run is repeatable only from a fixed instant.
@@ -260,6 +268,46 @@ def eviction_alerts(since: datetime) -> list[str]:
     return sorted(set(rows.values_list("subject", flat=True)))
 
 
+# The node a move kept room for, as its ``moving`` event names it (``cycle.stops.migrate``).
+KEPT_ROOM = re.compile(r"\(([^,()]+), where room is kept for it\)")
+
+
+def moved_restarts(since: datetime) -> dict:
+    """How moved jobs came back (the replay's ``moved_restart_*``): of the moves that
+    stopped from ``since`` on, how many restarted, the cluster seconds from the stop to the
+    restart (average, p90, longest), and the share that restarted on the node the move kept
+    room for (named in the ``moving`` event; its ``started`` event names the nodes)."""
+    moved_jobs = JobEvent.objects.filter(kind="moved", at__gte=since).values("job_id")
+    rows = (
+        JobEvent.objects.filter(job_id__in=moved_jobs, kind__in=("moving", "moved", "started"))
+        .order_by("job_id", "at", "id")
+        .values_list("job_id", "kind", "at", "message")
+    )
+    moves, waits, in_room = 0, [], 0
+    job = room = stopped = None
+    for job_id, kind, at, message in rows:
+        if job_id != job:
+            job, room, stopped = job_id, None, None
+        if kind == "moving":
+            found = KEPT_ROOM.search(message)
+            room = found.group(1) if found else None
+        elif kind == "moved":
+            stopped = at if at >= since else None
+            moves += stopped is not None
+        elif stopped is not None:  # the restart after the move
+            waits.append((at - stopped).total_seconds())
+            in_room += room is not None and f"{room}[" in message
+            stopped = None
+    return {
+        "moves": moves,
+        "restarted": len(waits),
+        "avg_restart_s": round(sum(waits) / len(waits), 1) if waits else None,
+        "p90_restart_s": round(percentile(waits, 90), 1) if waits else None,
+        "max_restart_s": round(max(waits), 1) if waits else None,
+        "in_kept_room_pct": _pct(in_room / len(waits)) if waits else None,
+    }
+
+
 def report(
     run: DemoRun, warm: float, end: float, use: TrueUse, offers: list, wall_s: float
 ) -> dict:
@@ -334,6 +382,7 @@ def report(
             .exclude(reason=CONSOLIDATION)
             .count(),
             "migrations": Eviction.objects.filter(at__gte=since, reason=CONSOLIDATION).count(),
+            "moved_restarts": moved_restarts(since),
         },
         "idle_while_waiting": {
             "gpu_hours": {c: round(v / 3600, 1) for c, v in idle_s.items()},
@@ -391,6 +440,12 @@ def human(result: dict) -> list[str]:
         lines.append(f"  {name:<24} {ratio:>8}  (peak {q['peak_eviction_ratio']:.1%}, "
                      f"{q['evictions']} evictions){'  OVER' if q['over_alert_line'] else ''}")  # fmt: skip
     lines.append(f"eviction-ratio alerts raised: {', '.join(e['alerts_raised']) or 'none'}")
+    m = e["moved_restarts"]
+    if m["restarted"]:
+        lines.append(f"moved jobs: {m['moves']} moves, {m['restarted']} restarted, "
+                     f"{m['avg_restart_s']:.0f} s after their stop on average (p90 "
+                     f"{m['p90_restart_s']:.0f} s, longest {m['max_restart_s']:.0f} s), "
+                     f"{m['in_kept_room_pct']}% on the node kept for them")  # fmt: skip
     lines.append(f"idle GPUs while jobs waited: {i['mean_gpus']} on average "
                  f"({i['mean_healthy_gpus']} healthy), by cause:")  # fmt: skip
     for cause in sorted(CAUSES, key=lambda k: -i["gpu_hours"][k]):

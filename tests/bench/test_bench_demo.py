@@ -156,3 +156,39 @@ def test_an_alert_open_in_the_measured_hours_counts_even_if_raised_in_the_warm_u
                          message="m", dedupe_key="q")  # fmt: skip
     assert eviction_alerts(since) == [
         "never-resolved", "open-across-the-end-of-warm-up", "raised-after"]  # fmt: skip
+
+
+def test_moved_restarts_are_timed_from_the_stop_and_checked_against_the_kept_room(demo):
+    """``moved_restarts``: each move stopped after ``since`` is timed to the job's next
+    start, which counts as in its room when it names the node the ``moving`` event kept."""
+    from datetime import UTC, datetime, timedelta
+
+    from django.contrib.auth import get_user_model
+
+    from bench.demo import moved_restarts
+    from scheduling.models import JobEvent
+
+    since = datetime(2026, 1, 5, 2, tzinfo=UTC)
+    owner, queue = get_user_model().objects.get(username="researcher"), Queue.objects.first()
+
+    def make_job() -> Job:
+        return Job.objects.create(name="moved", owner=owner, queue=queue, tier=queue.tier, gpus=1)
+
+    def timeline(job, *lines):
+        for minutes, kind, message in lines:
+            e = JobEvent.objects.create(job=job, kind=kind, message=message)
+            JobEvent.objects.filter(pk=e.pk).update(at=since + timedelta(minutes=minutes))
+
+    kept = "asked to checkpoint and move ...: it restarts from its checkpoint on another node "
+    timeline(make_job(), (1, "moving", kept + "(n07, where room is kept for it); ..."),
+             (5, "moved", "moved ..."), (5, "started", "started on n07[3]"))  # fmt: skip
+    timeline(make_job(), (10, "moving", kept + "(n07, where room is kept for it); ..."),
+             (14, "moved", "moved ..."), (44, "started", "started on n1[0], n17[0]"))  # fmt: skip
+    # not restarted yet, then one moved before ``since``
+    timeline(make_job(), (20, "moving", kept + "(n3, where room is kept for it); ..."),
+             (24, "moved", "moved ..."))  # fmt: skip
+    timeline(make_job(), (-30, "moving", kept + "(n3, where room is kept for it); ..."),
+             (-25, "moved", "moved ..."), (-20, "started", "started on n3[1]"))  # fmt: skip
+    got = moved_restarts(since)
+    assert got == {"moves": 3, "restarted": 2, "avg_restart_s": 900.0, "p90_restart_s": 1800.0,
+                   "max_restart_s": 1800.0, "in_kept_room_pct": 50.0}  # fmt: skip

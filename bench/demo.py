@@ -35,7 +35,6 @@ Measured, after ``warmup_s`` of cluster time:
 from __future__ import annotations
 
 import io
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from quotas.tasks import quota_activation
 from scheduling.backend_factory import open_simulator
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
+from scheduling.cycle.stops import KEPT_ROOM
 from scheduling.models import (
     CONSOLIDATION,
     Eviction,
@@ -266,10 +266,6 @@ def eviction_alerts(since: datetime) -> list[str]:
     open_since = Q(created_at__gte=since) | Q(resolved_at__isnull=True) | Q(resolved_at__gt=since)
     rows = Alert.objects.filter(open_since, kind=Alert.Kind.EVICTION_RATIO)
     return sorted(set(rows.values_list("subject", flat=True)))
-
-
-# The node a move kept room for, as its ``moving`` event names it (``cycle.stops.migrate``).
-KEPT_ROOM = re.compile(r"\(([^,()]+), where room is kept for it\)")
 
 
 def moved_restarts(since: datetime) -> dict:

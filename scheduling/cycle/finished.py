@@ -13,7 +13,7 @@ from __future__ import annotations
 from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
-from scheduling.cycle.stops import moved_for
+from scheduling.cycle.stops import moved_for, moved_to
 from scheduling.cycle.telemetry import record_evictions
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
@@ -125,9 +125,7 @@ def requeue_after_stop(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
             f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
-            "from its checkpoint on another node"
-            + (f" ({job.move_to_node}, where room is kept for it)" if job.move_to_node else "")
-            + " (not a preemption)",
+            f"from its checkpoint on {moved_to(job.move_to_node)} (not a preemption)",
         )  # fmt: skip
     else:
         cycle.event(

@@ -9,6 +9,8 @@ only jobs still running are stopped.
 
 from __future__ import annotations
 
+import re
+
 from core import clock
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle, production_policy
@@ -165,6 +167,16 @@ def moved_for(for_job_id: int | None) -> str:
     return f"to make room for job #{for_job_id} (consolidation)"
 
 
+def moved_to(node: str) -> str:
+    """Where a moved job restarts, in words: ``another node (n07, where room is kept for
+    it)`` (``KEPT_ROOM`` reads the node back), or ``another node`` when none was kept."""
+    return f"another node ({node}, where room is kept for it)" if node else "another node"
+
+
+# The node a ``moving`` or ``moved`` event names as kept (``moved_to``), for ``bench_demo``.
+KEPT_ROOM = re.compile(r"another node \(([^,()]+), where room is kept for it\)")
+
+
 def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
     """Move the plan's jobs for consolidation: each is asked to checkpoint and stop (as a
     graceful preemption), and goes back to pending with its progress to restart elsewhere
@@ -185,7 +197,7 @@ def migrate(cycle: Cycle, migrations: tuple[et.Migration, ...]) -> None:
         stopped.append(_stopping(job, CONSOLIDATION, m.for_job_id, m.grace_deadline, m.to_node))
         cycle.event(job, "moving",
                     f"asked to checkpoint and move {moved_for(m.for_job_id)}: it restarts "
-                    f"from its checkpoint on another node ({m.to_node}, where room is kept for "
-                    "it); this is not a preemption")  # fmt: skip
+                    f"from its checkpoint on {moved_to(m.to_node)}; this is not a "
+                    "preemption")  # fmt: skip
         cycle.report.counts["migrations"] += 1
     _write_stopping(stopped)

@@ -223,7 +223,7 @@ class PendingJob:
     optionally restrict the nodes it may use. ``last_evicted_at``: when it was last
     preempted (None: never, or long ago), for the borrowing cool-down (``borrowing.py``).
     ``move_to``: a job stopped by a move (``Migration``) and not restarted yet: the node
-    where room was kept for it; it restarts there first (``consolidation.restarts``).
+    where room was kept for it; it restarts there first (``kept_rooms.restarts``).
     """
 
     id: int
@@ -540,8 +540,8 @@ class Migration:
     restart elsewhere from the checkpoint. ``to_node``: where the plan kept room for it
     (on an already used node); later plans keep that room while it checkpoints
     (``RunningJob.move_to``) and restart it there first (``PendingJob.move_to``). Not a
-    preemption: it does
-    not count towards demotion nor the eviction ratio (``consolidation.py``)."""
+    preemption: it does not count towards demotion nor the eviction ratio
+    (``consolidation.py``)."""
 
     job_id: int
     for_job_id: int | None

@@ -166,6 +166,7 @@ def test_moved_restarts_are_timed_from_the_stop_and_checked_against_the_kept_roo
     from django.contrib.auth import get_user_model
 
     from bench.demo import moved_restarts
+    from scheduling.cycle.stops import moved_to
     from scheduling.models import JobEvent
 
     since = datetime(2026, 1, 5, 2, tzinfo=UTC)
@@ -179,15 +180,19 @@ def test_moved_restarts_are_timed_from_the_stop_and_checked_against_the_kept_roo
             e = JobEvent.objects.create(job=job, kind=kind, message=message)
             JobEvent.objects.filter(pk=e.pk).update(at=since + timedelta(minutes=minutes))
 
-    kept = "asked to checkpoint and move ...: it restarts from its checkpoint on another node "
-    timeline(make_job(), (1, "moving", kept + "(n07, where room is kept for it); ..."),
+    def kept(node: str) -> str:  # the words of ``cycle.stops.migrate``
+        return (
+            f"asked to checkpoint and move ...: it restarts from its checkpoint on {moved_to(node)}"
+        )
+
+    timeline(make_job(), (1, "moving", kept("n07")),
              (5, "moved", "moved ..."), (5, "started", "started on n07[3]"))  # fmt: skip
-    timeline(make_job(), (10, "moving", kept + "(n07, where room is kept for it); ..."),
+    timeline(make_job(), (10, "moving", kept("n07")),
              (14, "moved", "moved ..."), (44, "started", "started on n1[0], n17[0]"))  # fmt: skip
     # not restarted yet, then one moved before ``since``
-    timeline(make_job(), (20, "moving", kept + "(n3, where room is kept for it); ..."),
+    timeline(make_job(), (20, "moving", kept("n3")),
              (24, "moved", "moved ..."))  # fmt: skip
-    timeline(make_job(), (-30, "moving", kept + "(n3, where room is kept for it); ..."),
+    timeline(make_job(), (-30, "moving", kept("n3")),
              (-25, "moved", "moved ..."), (-20, "started", "started on n3[1]"))  # fmt: skip
     got = moved_restarts(since)
     assert got == {"moves": 3, "restarted": 2, "avg_restart_s": 900.0, "p90_restart_s": 1800.0,

@@ -125,7 +125,7 @@ def requeue_after_stop(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
             f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
-            f"from its checkpoint on {moved_to(job.move_to_node)} (not a preemption)",
+            f"from its checkpoint on {moved_to(job.move_to_node)}; this is not a preemption",
         )  # fmt: skip
     else:
         cycle.event(

@@ -97,6 +97,12 @@ class DemoRun:
         return max(1, round(self.cluster_hours * 3600 / self.step_s))
 
 
+def node_kind(n) -> str:
+    """A node's hardware kind as an admin names it: "H100 80 GB", "L40S 48 GB shared"
+    (a shared node serves online inference)."""
+    return f"{n.gpu_model} {n.gpu_memory_gb} GB" + (" shared" if n.inference else "")
+
+
 class TrueUse:
     """Utilization of healthy GPUs as the simulated cluster had it, time-weighted: GPUs
     held by jobs or by online inference (the portal's definition) over healthy GPUs."""
@@ -108,6 +114,7 @@ class TrueUse:
         self.total_s = 0.0
         self.fragmented_s = 0.0
         self.fragmented_shared_s = 0.0
+        self.fragmented_by_kind_s: dict[str, float] = {}
 
     def add(self, sim, seconds: float) -> None:
         """The cluster as ``sim`` has it now, held for ``seconds``."""
@@ -122,6 +129,9 @@ class TrueUse:
                 if 0 < free < n.gpus_total:  # the portal's reading: monitoring.metrics
                     fragmented += free
                     shared += free if n.inference else 0
+                    kind = node_kind(n)
+                    by_kind = self.fragmented_by_kind_s
+                    by_kind[kind] = by_kind.get(kind, 0.0) + free * seconds
         self.healthy_s += healthy * seconds
         self.busy_s += busy * seconds
         self.inference_s += inference * seconds
@@ -134,6 +144,13 @@ class TrueUse:
         """Free GPUs on partly used healthy nodes over the cluster's GPUs, time-weighted,
         as the simulated cluster had them (GPUs freed between two cycles included)."""
         return self.fragmented_s / self.total_s if self.total_s > 0 else None
+
+    def fragmented_by_kind_pct(self) -> dict[str, float | None]:
+        """``fragmented_ratio`` split by node kind (``node_kind``), largest first."""
+        if self.total_s <= 0:
+            return {}
+        items = sorted(self.fragmented_by_kind_s.items(), key=lambda kv: (-kv[1], kv[0]))
+        return {kind: _pct(s / self.total_s, 2) for kind, s in items}
 
     @property
     def fragmented_shared_ratio(self) -> float | None:
@@ -366,6 +383,7 @@ def report(
                                           zip(ts, samples, strict=True)], end) or 0.0),
             "simulated_mean_pct_of_cluster": _pct(use.fragmented_ratio, 2),
             "simulated_on_shared_nodes_pct_of_cluster": _pct(use.fragmented_shared_ratio, 2),
+            "simulated_by_node_kind_pct_of_cluster": use.fragmented_by_kind_pct(),
         },
         "eviction": {
             "alert_line": EVICTION_ALERT_RATIO,
@@ -427,7 +445,13 @@ def human(result: dict) -> list[str]:
         f"fragmented free GPUs: mean {f['mean_pct_of_cluster']}% of the cluster "
         f"({f['mean_gpus']:,} GPUs), p95 {f['p95_pct_of_cluster']}%; in the simulated "
         f"cluster {f['simulated_mean_pct_of_cluster']}% "
-        f"({f['simulated_on_shared_nodes_pct_of_cluster']}% on shared inference nodes)",
+        f"({f['simulated_on_shared_nodes_pct_of_cluster']}% on shared inference nodes; by "
+        "node kind: "
+        + (
+            ", ".join(f"{k} {v}%" for k, v in f["simulated_by_node_kind_pct_of_cluster"].items())
+            or "none"
+        )
+        + ")",
         f"eviction ratio per queue over the policy's {e['window_h']:g} h window at the end "
         f"(alert line {e['alert_line']:.0%}; {e['evictions']:,} evictions after the warm-up):",
     ]

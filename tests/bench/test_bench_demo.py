@@ -10,13 +10,13 @@ import pytest
 from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
-from bench.demo import DemoRun, human
+from bench.demo import DemoRun, human, node_kind
 from demo.management.commands.seed_demo import DEMO_URGENT_PATIENCE_MINUTES
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
 from portal.devstack import DEMO_CYCLE_SECONDS
 from quotas.models import Queue, QuotaPolicy
-from scheduling.models import Eviction, Job, SchedulingCycle, SimulatorState
+from scheduling.models import Eviction, Job, Node, SchedulingCycle, SimulatorState
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,6 +58,11 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     shared, simulated = (frag["simulated_on_shared_nodes_pct_of_cluster"],
                          frag["simulated_mean_pct_of_cluster"])  # fmt: skip
     assert 0 <= shared <= simulated <= 100
+    # the split by node kind names real kinds and adds up to the whole (to rounding)
+    by_kind = frag["simulated_by_node_kind_pct_of_cluster"]
+    kinds = {node_kind(n) for n in Node.objects.all()}
+    assert set(by_kind) <= kinds
+    assert sum(by_kind.values()) == pytest.approx(simulated, abs=0.01 * max(1, len(by_kind)))
     # one eviction figure per queue, and the idle causes the portal counted
     assert set(got["eviction"]["queues"]) == set(Queue.objects.values_list("name", flat=True))
     warm = got["eviction"]["evictions"]

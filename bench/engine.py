@@ -253,7 +253,9 @@ def run_bench(
 ) -> dict[str, Any]:
     """Time plan()+check_plan() on one snapshot; returns the figures as a dict.
     ``inference_rise``: every shared inference node is forecast to need that many GPUs
-    more in every hour (#19), so each fallback to a shared node runs the forecast.
+    more in every hour, a forecast that has seen the whole day (#19), so each single-node
+    job allowed beside inference tries the shared nodes first and each fallback to a
+    shared node runs the forecast.
     ``switches``: boolean or whole-number ``PolicyConfig`` options set on the snapshot's policy (e.g.
     ``{"swap_quota": False}``, to time an option against the same cluster without it).
     ``tight_quotas``: every line at quota (``tighten_quotas``), so the plan swaps."""
@@ -264,7 +266,10 @@ def run_bench(
         snapshot = replace(snapshot, policy=replace(snapshot.policy, **switches))
     if inference_rise:
         rise = (inference_rise,) * 24
-        nodes = tuple(replace(n, inference_rise=rise) if n.inference else n for n in snapshot.nodes)
+        nodes = tuple(
+            replace(n, inference_rise=rise, inference_day_learned=True) if n.inference else n
+            for n in snapshot.nodes
+        )
         snapshot = replace(snapshot, nodes=nodes)
     runs = max(1, runs)
     totals: list[float] = []

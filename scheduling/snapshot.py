@@ -299,6 +299,8 @@ def build_snapshot(
                 inference=o.inference,
                 exclusive=o.name in exclusive_nodes,
                 inference_rise=inference_rise(db) if o.inference else (),
+                inference_day_learned=o.inference
+                and forecast.knows_whole_day(db["inference_profile"], now),
             )  # fmt: skip
         )
     _previous.pending = built

@@ -35,18 +35,25 @@ def _day_hour(t: float) -> tuple[int, int]:
 def learn(profile: Mapping[str, Any] | None, now: float, held: int) -> dict[str, Any]:
     """``profile`` with ``held`` GPUs recorded at cluster time ``now`` (a new dict).
 
-    The shape is ``{"day": int, "today": [24 ints], "before": [24 ints]}``; an empty or
-    malformed profile starts afresh, a day skipped forgets yesterday.
+    The shape is ``{"day": int, "today": [24 ints], "before": [24 ints], "since":
+    float}``; an empty or malformed profile starts afresh, a day skipped forgets yesterday.
+    ``since`` is when the unbroken observation began (``knows_whole_day``); a profile
+    written before it existed starts counting now.
     """
     day, hour = _day_hour(now)
     p = dict(profile) if _valid(profile) else {}
     if not p:
-        p = {"day": day, "today": [0] * HOURS, "before": [0] * HOURS}
+        p = {"day": day, "today": [0] * HOURS, "before": [0] * HOURS, "since": now}
     elif day != p["day"]:
-        before = list(p["today"]) if day == p["day"] + 1 else [0] * HOURS
-        p = {"day": day, "today": [0] * HOURS, "before": before}
+        kept = day == p["day"] + 1
+        before = list(p["today"]) if kept else [0] * HOURS
+        since = p.get("since", now) if kept else now
+        p = {"day": day, "today": [0] * HOURS, "before": before, "since": since}
     else:
         p["today"] = list(p["today"])
+    since = p.get("since")
+    if not isinstance(since, int | float) or since > now:
+        p["since"] = now
     if held > p["today"][hour]:
         p["today"][hour] = int(held)
     return p
@@ -75,6 +82,17 @@ def hourly_peaks(profile: Mapping[str, Any] | None) -> tuple[int, ...]:
         max(int(a), int(b)) for a, b in zip(profile["today"], profile["before"], strict=True)
     )
     return peaks if any(peaks) else ()
+
+
+def knows_whole_day(profile: Mapping[str, Any] | None, now: float) -> bool:
+    """Whether ``profile`` has seen every UTC hour of the day: it has been learning for at
+    least a day (since its first record, or since a skipped day restarted it), so an hour
+    with no rise is one where inference wanted nothing more, not one not seen yet."""
+    if not _valid(profile):
+        return False
+    assert profile is not None
+    since = profile.get("since")
+    return isinstance(since, int | float) and now - since >= DAY_S
 
 
 def rise(peaks: Sequence[int], held_now: int) -> tuple[int, ...]:

@@ -216,6 +216,9 @@ class Planner:
         self.shared = [i for i, nd in enumerate(snapshot.nodes) if nd.inference]
         self.rise = {i: snapshot.nodes[i].inference_rise for i in self.shared
                      if snapshot.nodes[i].inference_rise}  # fmt: skip
+        # the shared nodes whose forecast has seen a whole day, filled first (#19)
+        self.shared_first = [i for i in self.shared if snapshot.nodes[i].inference_day_learned
+                             ] if self.policy.shared_nodes_first else []  # fmt: skip
         # who may borrow, and for how long (#19, borrowing.py)
         self.borrowing = Borrowing(self)
         # non-preemptible work starting within quota by displacing its own (#19)
@@ -573,7 +576,11 @@ class Planner:
             return [kept]
         if sh not in self._live_failed:
             forecast = key[2] and bool(self.rise)
-            nodes = self._find_dedicated(job, sh, end) if key[2] and self.has_inference else None
+            nodes = None
+            if key[2] and k == 1 and self.shared_first:  # short work to shared nodes first
+                nodes = self._find_shared(job, sh, cls.elig, end, shared=self.shared_first)
+            if nodes is None and key[2] and self.has_inference:
+                nodes = self._find_dedicated(job, sh, end)
             if nodes is None:
                 if forecast:
                     nodes = self._find_shared(job, sh, cls.elig, end)
@@ -594,7 +601,8 @@ class Planner:
         """A job allowed beside online inference goes to nodes without inference first:
         there inference traffic cannot stop it (#19: on the live demo about a quarter of the
         experiment queues' evictions were inference taking its GPUs back); the shared
-        nodes' free GPUs are its fallback."""
+        nodes' free GPUs are its fallback, except those a whole learnt day of forecast
+        lets a single-node job take first (``shared_nodes_first``)."""
         key, k, c, _last, excl = sh
         dkey = without_inference(key)
         dsh = (dkey, k, c, _last, excl)
@@ -621,18 +629,24 @@ class Planner:
         return None if best is None else [best[2]]
 
     def _find_shared(
-        self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float, view: Cluster | None = None
+        self,
+        job: PendingJob,
+        sh: ShapeT,
+        elig: bytearray,
+        end: float,
+        view: Cluster | None = None,
+        shared: list[int] | None = None,
     ) -> list[int] | None:
-        """Where no node without inference has room: the shared nodes' free GPUs that
-        online inference is not predicted to want back before the job's predicted
-        ``end`` (``inference_forecast``; #19: such stops were most of the live demo's
-        evictions once the cluster was full)."""
+        """The shared nodes' free GPUs that online inference is not predicted to want back
+        before the job's predicted ``end`` (``inference_forecast``; #19: such stops were
+        most of the live demo's evictions once the cluster was full): where no node
+        without inference has room, or first among ``shared`` (``shared_nodes_first``)."""
         _key, k, c, _last, excl = sh
         live = self.live if view is None else view
         nfree, usable = live.nfree, live.usable
         room: dict[int, int] = {}
-        for n in self.shared:
-            if not (elig[n] and usable[n]):
+        for n in self.shared if shared is None else shared:
+            if not (elig[n] and usable[n]) or (k == 1 and nfree[n] < c):
                 continue
             room[n] = nfree[n] - self.rise_on(n, end)
         if k == 1:
@@ -645,8 +659,9 @@ class Planner:
     def _place_backfill(
         self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float
     ) -> list[int] | None:
-        """Use reserved nodes whose reservation starts after the job's predicted end."""
-        _key, k, c, _last, excl = sh
+        """Use reserved nodes whose reservation starts after the job's predicted end (on a
+        shared node, less what inference is predicted to want back before then)."""
+        key, k, c, _last, excl = sh
         live = self.live
         nfree = live.nfree
         open_nodes = [
@@ -656,11 +671,13 @@ class Planner:
         ]
         if not open_nodes:
             return None
+        forecast = key[2] and bool(self.rise)
+        room = {n: nfree[n] - (self.rise_on(n, end) if forecast else 0) for n in open_nodes}
         if k == 1:
-            return self._best_fit(((n, nfree[n]) for n in open_nodes), c, excl, job.model_name)
+            return self._best_fit(room.items(), c, excl, job.model_name)
         counts = live.usable_counts()
-        for n in open_nodes:
-            counts[n] = nfree[n]
+        for n, f in room.items():
+            counts[n] = max(0, f)
         return place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
 
     def start(self, job: PendingJob, sh: ShapeT, nodes: list[int], borrowed: bool) -> None:

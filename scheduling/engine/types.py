@@ -145,7 +145,9 @@ class NodeView(NodeHardware):
     ``inference_rise`` (shared nodes, #19, ``inference_forecast.py``): per UTC hour of
     the day, how many GPUs more than it holds now online inference was seen to want
     then; a job may use the node's free GPUs less the rise over the hours it would run.
-    Empty: nothing learned, no limit.
+    Empty: nothing learned, no limit. ``inference_day_learned``: that forecast has seen
+    every hour of the day (``inference_forecast.knows_whole_day``), so it may send work to
+    the node first (``PolicyConfig.shared_nodes_first``).
     """
 
     free_gpus: tuple[int, ...]
@@ -156,6 +158,7 @@ class NodeView(NodeHardware):
     exclusive: bool = False
     pool: str | None = None
     inference_rise: tuple[int, ...] = ()
+    inference_day_learned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +347,11 @@ class PolicyConfig:
       partly used nodes into holes on fuller ones, so whole nodes are free before a gang
       asks (``defragment.py``; 0: off); ``defragment_min_left_s``: only jobs predicted to
       run at least this much longer move for it.
+      ``shared_nodes_first``: a single-node job that may run beside online inference
+      tries the shared nodes whose forecast knows the whole day
+      (``NodeView.inference_day_learned``) before the nodes without inference, where it
+      is predicted to end before inference wants the GPUs back; the free GPUs inference
+      leaves are used instead of breaking a whole node (#19).
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
       None, the default: no bound; off by default because, with borrowing, a 24 h bound
@@ -410,6 +418,7 @@ class PolicyConfig:
     consolidate_before_reclaim: bool = True
     reclaim_move_min_gpu_h: float = 32.0
     defragment_nodes: int = 0
+    shared_nodes_first: bool = True
     defragment_min_left_s: float = 3600.0
     starvation_bound_s: float | None = None
     order_by_work: bool = False

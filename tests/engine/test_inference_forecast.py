@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduling.engine.inference_forecast import (
     DAY_S,
     HOUR_S,
     hourly_peaks,
+    knows_whole_day,
     learn,
     rise,
     rise_until,
 )
+from scheduling.engine.types import PolicyConfig
 
 from .helpers import node, pjob, rjob, run, snap, started
 
@@ -34,6 +36,24 @@ def test_learning_keeps_today_and_yesterday_and_forgets_older_days():
     assert hourly_peaks(p)[9] == 5 and hourly_peaks(p)[14] == 6
     p = learn(p, at(1, DAY3 + 3 * DAY_S), 1)  # two days skipped: both forgotten
     assert hourly_peaks(p) == (0, 1) + (0,) * 22
+
+
+def test_a_profile_knows_the_whole_day_after_a_day_of_learning():
+    p = learn(None, at(9), 2)
+    assert p["since"] == at(9) and not knows_whole_day(p, at(9))
+    p = learn(p, at(23), 2)
+    p = learn(p, at(8, DAY3 + DAY_S), 1)  # the next day: 23 h since the first record
+    assert p["since"] == at(9) and not knows_whole_day(p, at(8, DAY3 + DAY_S))
+    assert knows_whole_day(p, at(9, DAY3 + DAY_S))  # every hour seen once
+    # a skipped day forgets yesterday, so the day is to learn again
+    p = learn(p, at(10, DAY3 + 3 * DAY_S), 1)
+    assert p["since"] == at(10, DAY3 + 3 * DAY_S)
+    assert not knows_whole_day(p, at(20, DAY3 + 3 * DAY_S))
+    # a profile without the mark (or a mark from the future) starts counting now
+    old = {"day": 3, "today": [1] * 24, "before": [1] * 24}
+    assert not knows_whole_day(old, at(10)) and learn(old, at(10), 1)["since"] == at(10)
+    assert learn(dict(old, since=at(12)), at(10), 1)["since"] == at(10)
+    assert not knows_whole_day({}, at(10)) and not knows_whole_day(None, at(10))
 
 
 def test_a_malformed_or_empty_profile_is_nothing_learned():
@@ -110,3 +130,94 @@ def test_a_job_kept_off_a_shared_node_is_not_estimated_to_start_there_now():
     assert plan.verdicts[2].estimated_start == at(10)
     # nothing learned: the same job starts there now
     assert set(started(run(snap(shared_cluster(()), [long]), now=at(8)))) == {2}
+
+
+def learnt_cluster(rise_by_hour: tuple[int, ...], learned: bool = True):
+    """A node without inference with room (4 GPUs free) and a shared node with 4 GPUs free
+    whose forecast has seen the whole day (``learned``) or not."""
+    return [
+        node("a", free=range(4)),
+        node("inf", free=range(4), inference=True, inference_rise=rise_by_hour,
+             inference_day_learned=learned),
+    ]  # fmt: skip
+
+
+def test_short_work_goes_to_a_shared_node_whose_day_is_learnt_before_breaking_a_node():
+    """#19, ``shared_nodes_first``: the free GPUs inference leaves on a shared node are
+    used before a node without inference, if the job is predicted to end before inference
+    wants them back; otherwise (a long run, a day not yet learnt, the option off, a job
+    that may not run beside inference, a gang) the node without inference comes first."""
+    short = pjob(1, 2, preemptible=True, predicted_runtime_s=2 * HOUR_S)
+    assert started(run(snap(learnt_cluster(AFTERNOON), [short]), now=at(8))) == {1: {"inf": (0, 1)}}
+    # a day learnt with no rise ahead: any run fits
+    long = pjob(2, 2, preemptible=True, predicted_runtime_s=6 * HOUR_S)
+    assert set(started(run(snap(learnt_cluster(()), [long]), now=at(8)))[2]) == {"inf"}
+    # predicted to run into the afternoon's rise: the node without inference
+    assert set(started(run(snap(learnt_cluster(AFTERNOON), [long]), now=at(8)))[2]) == {"a"}
+    # an hour with no rise may be one not seen yet: the node without inference
+    unlearnt = snap(learnt_cluster((), learned=False), [short])
+    assert set(started(run(unlearnt, now=at(8)))[1]) == {"a"}
+    off = snap(learnt_cluster(AFTERNOON), [short], policy=PolicyConfig(shared_nodes_first=False))
+    assert set(started(run(off, now=at(8)))[1]) == {"a"}
+    kept_off = pjob(3, 2, preemptible=True, avoid_inference=True, predicted_runtime_s=HOUR_S)
+    assert set(started(run(snap(learnt_cluster(AFTERNOON), [kept_off]), now=at(8)))[3]) == {"a"}
+    core = pjob(4, 2, preemptible=False, predicted_runtime_s=HOUR_S)
+    assert set(started(run(snap(learnt_cluster(AFTERNOON), [core]), now=at(8)))[4]) == {"a"}
+
+
+def test_a_gang_is_not_sent_to_shared_nodes_first():
+    nodes = [node("a", free=range(4)), node("b", free=range(4)),
+             node("inf1", free=range(4), inference=True, inference_day_learned=True),
+             node("inf2", free=range(4), inference=True, inference_day_learned=True)]  # fmt: skip
+    gang = pjob(1, 8, gpus_per_node=4, preemptible=True, predicted_runtime_s=HOUR_S)
+    assert set(started(run(snap(nodes, [gang]), now=at(8)))[1]) == {"a", "b"}
+
+
+@given(
+    st.lists(  # shared nodes: free GPUs now, rise per hour (a flat day), day learnt
+        st.tuples(st.integers(0, 8), st.integers(0, 8), st.booleans()), min_size=1, max_size=3
+    ),
+    st.integers(0, 8),  # free GPUs on the node without inference
+    st.lists(  # jobs: GPUs, predicted hours, preemptible
+        st.tuples(st.integers(1, 8), st.floats(0.1, 30), st.booleans()), min_size=1, max_size=6
+    ),
+    st.integers(0, 23),
+    st.booleans(),
+)
+@example(  # a 3-GPU job reserves the node; a 4-GPU one backfilled beside inference's rise
+    shared=[(7, 2, False)], free_a=0, jobs=[(3, 1.0, True), (3, 1.0, True), (4, 1.0, True)],
+    hour=0, first=False,
+)  # fmt: skip
+@settings(max_examples=500)
+def test_no_start_takes_gpus_inference_is_predicted_to_want_before_it_ends(
+    shared, free_a, jobs, hour, first
+):
+    """Whichever way a job reaches a shared node (first, as the fallback, or backfilled
+    onto a node reserved for later: the last ignored the forecast until this property
+    found it), the node's starts in plan order leave room for the rise over each one's
+    predicted run."""
+    nodes = [node("a", free=range(free_a))] + [
+        node(f"inf{i}", free=range(f), inference=True, inference_rise=(r,) * 24 if r else (),
+             inference_day_learned=learnt)
+        for i, (f, r, learnt) in enumerate(shared)
+    ]  # fmt: skip
+    pending = [
+        pjob(i, g, preemptible=p, predicted_runtime_s=h * HOUR_S)
+        for i, (g, h, p) in enumerate(jobs, start=1)
+    ]
+    policy = PolicyConfig(shared_nodes_first=first)
+    now = at(hour)
+    result = run(snap(nodes, pending, policy=policy), now=now)
+    by_id = {j.id: j for j in pending}
+    used = {n.name: 0 for n in nodes}
+    for s in result.starts:
+        job = by_id[s.job_id]
+        for slot in s.placement:
+            used[slot.node] += len(slot.gpus)
+            n = next(n for n in nodes if n.name == slot.node)
+            if n.inference:
+                assert job.preemptible
+                end = now + job.predicted_runtime_s
+                assert used[slot.node] + rise_until(n.inference_rise, now, end) <= len(
+                    n.free_gpus
+                ), (s, n)

@@ -118,4 +118,12 @@ def test_a_cycle_learns_each_shared_nodes_inference_by_hour_and_the_engine_sees_
     view = next(n for n in snap.nodes if n.name == shared.name)
     assert view.inference_rise[later] == 3 and view.inference_rise[hour] == 0
     plain = next(n for n in snap.nodes if not n.inference)
-    assert plain.inference_rise == ()
+    assert plain.inference_rise == () and not plain.inference_day_learned
+    # learnt since this cycle only: not every hour seen, so no shared node is filled first
+    assert shared.inference_profile["since"] == pytest.approx(now)
+    assert not view.inference_day_learned
+    # learning since a day ago: the whole day is known
+    Node.objects.filter(pk=shared.pk).update(inference_profile=dict(profile, since=now - 86400))
+    snap = build_snapshot(backend.observe(), production_policy(),
+                          RuntimePredictor.from_history()).snapshot  # fmt: skip
+    assert next(n for n in snap.nodes if n.name == shared.name).inference_day_learned

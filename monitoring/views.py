@@ -46,11 +46,13 @@ from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
 from scheduling.blast import BlastRadius, grace_text, node_blast_radius
 from scheduling.cluster_lock import ClusterBusy
+from scheduling.cycle.context import production_policy
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
 from scheduling.nodes.selectors import (
     build_blast_radius,
     free_gpus,
+    get_inference_forecast,
     get_node,
     list_node_history,
     list_node_jobs,
@@ -480,6 +482,8 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "fault_form": fault_form or FaultForm(),
         "simulator": settings.SCHEDULING_BACKEND == "simulator",
         "history": list_node_history(node, AUDIT_SHOWN),
+        "forecast": get_inference_forecast(node, clock.now().timestamp()),
+        "shared_first": production_policy().shared_nodes_first,
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
 

@@ -418,8 +418,8 @@ class PolicyConfig:
     consolidate_before_reclaim: bool = True
     reclaim_move_min_gpu_h: float = 32.0
     defragment_nodes: int = 0
-    shared_nodes_first: bool = True
     defragment_min_left_s: float = 3600.0
+    shared_nodes_first: bool = True
     starvation_bound_s: float | None = None
     order_by_work: bool = False
     share_bands: int = 0

@@ -9,9 +9,14 @@ places work on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.db.models import Count, QuerySet
 
 from core.models import AuditRecord
+from scheduling.clock import to_datetime
+from scheduling.engine.inference_forecast import DAY_S, hourly_peaks, knows_whole_day
 from scheduling.models import Allocation, Job, Node
 
 # The columns of ``list_node_rows``, in order (monitoring.charts.NodeRow takes them so).
@@ -68,6 +73,48 @@ def list_node_jobs(node: Node) -> list[dict]:
         .annotate(gpus_here=Count("id"))
         .order_by("job_id")
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InferenceForecast:
+    """What the portal has learnt of a shared node's online inference (#19,
+    ``scheduling.engine.inference_forecast``): ``peaks``, the GPUs inference was seen to
+    hold in each UTC hour (today's or yesterday's peak; empty: nothing learnt yet);
+    ``since``, when the unbroken observation began; ``whole_day_at``, when it has seen (or
+    will have seen) every hour of the day; ``learnt``, whether that time has come, so
+    training is limited by the forecast and, with ``shared_nodes_first``, sent here first."""
+
+    peaks: tuple[int, ...]
+    since: datetime | None
+    whole_day_at: datetime | None
+    learnt: bool
+
+    @property
+    def spans(self) -> list[tuple[str, str, int]]:
+        """``peaks`` as runs of equal hours: (``"06:00"``, ``"09:00"``, GPUs), in order."""
+        out: list[tuple[str, str, int]] = []
+        start = 0
+        for h in range(1, len(self.peaks) + 1):
+            if h == len(self.peaks) or self.peaks[h] != self.peaks[start]:
+                out.append((f"{start:02d}:00", f"{h:02d}:00", self.peaks[start]))
+                start = h
+        return out
+
+
+def get_inference_forecast(node: Node, now: float) -> InferenceForecast | None:
+    """The forecast of ``node`` at cluster time ``now`` (epoch seconds); None for a node
+    that does not serve inference."""
+    if not node.inference:
+        return None
+    profile = node.inference_profile
+    since = profile.get("since") if isinstance(profile, dict) else None
+    since = since if isinstance(since, int | float) and not isinstance(since, bool) else None
+    return InferenceForecast(
+        peaks=hourly_peaks(profile),
+        since=to_datetime(since),
+        whole_day_at=to_datetime(since + DAY_S) if since is not None else None,
+        learnt=knows_whole_day(profile, now),
+    )
 
 
 def list_node_history(node: Node, limit: int) -> QuerySet[AuditRecord]:

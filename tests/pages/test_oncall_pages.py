@@ -3,16 +3,20 @@ with their guides, node isolation with the blast radius first, residual cleaning
 drills, bad input refused with a clear message and nothing changed, bounded queries."""
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from django.test import Client
 
+from core import clock, timezones
 from core.models import AuditRecord
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, raise_alert
 from quotas.models import BusinessLine, Queue
+from scheduling.engine.inference_forecast import DAY_S, learn
 from scheduling.models import Node
+from scheduling.nodes.selectors import InferenceForecast
 from scheduling.nodes.services import inject_fault
 from tests.drills import cycle, submit
 
@@ -279,6 +283,50 @@ def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
     assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
 
 
+def _forecast_text(page, name: str) -> str:
+    body = page.get(f"/oncall/nodes/{name}/").content.decode()
+    found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)
+    return re.sub(r"<[^>]+>|\s+", " ", found.group(1)).strip() if found else ""
+
+
+def test_the_node_page_tells_what_the_inference_forecast_has_learnt(client, demo):
+    """A shared node's page says whether its forecast is learnt, since when (a cluster
+    time, never an epoch) and what inference held hour by hour (#19); a node without
+    inference has no such line."""
+    now = clock.now().timestamp()
+    page = as_user(client, demo, "oncall")
+    Node.objects.filter(name=NODE).update(inference=True, inference_gpus=2, inference_profile={})
+    assert _forecast_text(page, NODE).startswith("nothing learnt yet")
+
+    since = now - 3600.0
+    learning = learn(learn({}, since, 2), now, 5)
+    Node.objects.filter(name=NODE).update(inference_profile=learning)
+    text = _forecast_text(page, NODE)
+    assert text.startswith(f"learning since {written(since)}, every hour of the day seen at "
+                           f"{written(since + DAY_S)}, when single-node jobs start to come here "
+                           "first.")  # fmt: skip
+    assert "Inference held at most (UTC hours, today or yesterday): 00:00–" in text
+    assert re.search(r"\b5 GPUs\b", text) and not re.search(r"\d{9,}", text)
+
+    since = now - DAY_S - 60.0
+    Node.objects.filter(name=NODE).update(inference_profile={**learning, "since": since})
+    text = _forecast_text(page, NODE)
+    assert text.startswith(f"learnt hour by hour since {written(since)}: training takes only")
+    assert "a single-node job comes here before it breaks a node without inference" in text
+    assert _forecast_text(page, "r000-n02") == ""
+
+
+def written(ts: float) -> str:
+    return timezones.written(datetime.fromtimestamp(ts, UTC), UTC, seconds=False)
+
+
+def test_forecast_spans_group_equal_hours():
+    peaks = (1,) * 6 + (4,) * 12 + (2,) * 6
+    fc = InferenceForecast(peaks=peaks, since=None, whole_day_at=None, learnt=False)
+    assert fc.spans == [("00:00", "06:00", 1), ("06:00", "18:00", 4), ("18:00", "24:00", 2)]
+    assert InferenceForecast((), None, None, False).spans == []
+
+
 def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
     as_user(client, demo, "oncall")
     url = f"/oncall/nodes/{NODE}/action/"
@@ -411,8 +459,9 @@ def test_the_pages_query_count_does_not_grow_with_the_cluster(client, demo, api,
     from django.core.management import call_command
 
     as_user(client, demo, "oncall")
+    # the node page reads the live policy too (production_policy: the quota policy row)
     pages = {"/oncall/": 7, "/oncall/rack-map/": 5, "/oncall/rack-map/cells/": 5,
-             "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 8}  # fmt: skip
+             "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 10}  # fmt: skip
     for path, bound in pages.items():
         with django_assert_max_num_queries(bound):
             assert client.get(path).status_code == 200

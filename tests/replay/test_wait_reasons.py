@@ -77,6 +77,8 @@ def test_waiting_for_capacity_in_a_tiny_fifo_replay(tmp_path):
     }
     o = result["overall"]
     assert o["avg_queue_s"] == pytest.approx((1015 + 1134) / 3, abs=0.1)
+    assert o["max_queue_s"] == 1134.0  # c's wait, the longest
+    assert o["p99_queue_s"] == pytest.approx(1015 + (1134 - 1015) * 0.98, abs=0.1)
     assert o["wait_by_reason_s"] == {Code.INSUFFICIENT_GPUS: 680.0, AWAITING_CYCLE: 36.3}
 
 

@@ -156,6 +156,28 @@ def per_tier(r: Replay) -> dict[str, dict[str, Any]]:
     }
 
 
+def longest_waits(jobs: list[ReplayJob], waits: WaitLedger, n: int = 5) -> list[dict[str, Any]]:
+    """The ``n`` finished jobs that waited longest for their first start, longest first:
+    who starved, and for what (seconds per pending reason) (#19)."""
+    finished = [j for j in jobs if j.state == DONE]
+    finished.sort(key=lambda j: (j.submit - j.first_start, j.idx))  # type: ignore[operator]
+    return [
+        {
+            "job": j.key,
+            "queue": j.equeue,
+            "gpus": j.gpus,
+            "wait_s": m.rounded(j.first_start - j.submit, 1),  # type: ignore[operator]
+            "predicted_s": m.rounded(j.predicted_s, 1),
+            "duration_s": m.rounded(j.duration, 1),
+            "wait_by_reason_s": {
+                k: round(v, 1)
+                for k, v in sorted(waits.charges.get(j.idx, {}).items(), key=lambda kv: -kv[1])
+            },
+        }
+        for j in finished[:n]
+    ]
+
+
 def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
     """The whole result of a replay that ended at virtual time ``end`` after ``wall`` s."""
     layout = r.layout
@@ -177,6 +199,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         ),
         queues_over_alert_line=sorted(q for q, x in peaks.items() if x > EVICTION_ALERT_RATIO),
         prediction=prediction_error(r.jobs),
+        longest_waits=longest_waits(r.jobs, r.waits),
         idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},
         capacity_gpus=layout.total_gpus,
         utilization=m.rounded(r.meter.utilization()),

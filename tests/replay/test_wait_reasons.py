@@ -78,6 +78,12 @@ def test_waiting_for_capacity_in_a_tiny_fifo_replay(tmp_path):
     o = result["overall"]
     assert o["avg_queue_s"] == pytest.approx((1015 + 1134) / 3, abs=0.1)
     assert o["max_queue_s"] == 1134.0  # c's wait, the longest
+    longest = o["longest_waits"]
+    assert [(w["job"], w["gpus"], w["wait_s"]) for w in longest] == [
+        ("c", 4, 1134.0), ("b", 8, 1015.0), ("a", 8, 0.0)
+    ]  # fmt: skip
+    assert longest[0]["wait_by_reason_s"] == {Code.INSUFFICIENT_GPUS: 1080.0, AWAITING_CYCLE: 54.0}
+    assert longest[0]["duration_s"] == 100.0
     assert o["p99_queue_s"] == pytest.approx(1015 + (1134 - 1015) * 0.98, abs=0.1)
     assert o["wait_by_reason_s"] == {Code.INSUFFICIENT_GPUS: 680.0, AWAITING_CYCLE: 36.3}
 

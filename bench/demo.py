@@ -46,6 +46,7 @@ from django.db import transaction
 from django.db.models import BooleanField, Count, Q
 
 from bench.latency import percentile
+from core import clock
 from demo import workload
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
 from monitoring.metrics import EVICTION_ALERT_RATIO
@@ -177,8 +178,9 @@ def seed(run: DemoRun) -> None:
             QuotaPolicy(**dict(run.quota_policy)).full_clean(validate_unique=False)
         except ValidationError as e:
             raise QuotaPolicyRefused(f"--quota-policy: {'; '.join(e.messages)}") from None
-    call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
-                 seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
+    with clock.pinned(run.start):  # the seeded rows' times are the cluster's, not the wall's
+        call_command("seed_demo", nodes=run.nodes, nodes_per_rack=run.nodes_per_rack,
+                     seed=run.seed, no_history=True, stdout=io.StringIO())  # fmt: skip
     if run.quota_policy:
         policy = QuotaPolicy.load()
         for name, value in run.quota_policy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from datetime import UTC, datetime
 
 import pytest
 from django.core.management import CommandError, call_command, get_commands
@@ -41,6 +42,10 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     assert state.speed == 0.0
     assert state.virtual_now == pytest.approx(1767571200.0 + 3 * 3600)
     assert SchedulingCycle.objects.filter(kind="cycle").count() == 1 + 36 + 1
+    # one clock: nothing seeded is stamped in the cluster's future (a node page read
+    # "Last change ... in 331 d" on a kept run: seeded with the wall clock)
+    cluster_now = datetime.fromtimestamp(state.virtual_now, UTC)
+    assert Node.objects.filter(updated_at__gt=cluster_now).count() == 0
     assert SchedulingCycle.objects.filter(kind="sweep").count() == 5  # every 30 minutes
     assert MetricSample.objects.filter(seeded=False).count() == 1 + 36
     # the workload offered and the cluster ran

@@ -37,10 +37,13 @@ def test_it_times_the_pages_on_a_portal_it_starts_itself(demo):
         assert row["status"] == 200 and "error" not in row, (name, row)
         assert 0 < row["median_ms"] <= row["p95_ms"] <= row["max_ms"] and row["cold_ms"] > 0
     assert pages["baseline"]["x_baseline"] == 1.0
-    # the ratio of the unrounded medians, rounded: within 0.05 of the printed medians' ratio
-    # (5.2495 printed as 5.2 while 537.8 / 102.4 rounds to 5.3)
-    ratio = pages["dashboard"]["median_ms"] / pages["baseline"]["median_ms"]
-    assert abs(pages["dashboard"]["x_baseline"] - ratio) <= 0.05 + 1e-3
+    # the ratio of the unrounded medians, rounded to 0.1 (5.2495 printed as 5.2 while
+    # 537.8 / 102.4 rounds to 5.3): the printed medians are rounded to 0.1 ms too, so the
+    # unrounded ratio lies between their extreme ratios (seen under load: 6.7 printed
+    # against 6.646 from the printed medians)
+    d, b = pages["dashboard"]["median_ms"], pages["baseline"]["median_ms"]
+    low, high = (d - 0.05) / (b + 0.05), (d + 0.05) / (b - 0.05)
+    assert low - 0.05 - 1e-9 <= pages["dashboard"]["x_baseline"] <= high + 0.05 + 1e-9
     assert (
         pages["dashboard"]["url"] == "/dashboard/" and pages["login"]["url"] == "/accounts/login/"
     )

@@ -45,8 +45,9 @@ from monitoring.rollup import eviction_figures_of
 from monitoring.services import acknowledge_alert, resolve_alert
 from quotas.models import BusinessLine
 from scheduling.blast import BlastRadius, grace_text, node_blast_radius
+from scheduling.clock import reading as cluster_reading
 from scheduling.cluster_lock import ClusterBusy
-from scheduling.cycle.context import production_policy
+from scheduling.cycle.context import shared_nodes_first
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
 from scheduling.nodes.selectors import (
@@ -464,6 +465,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
                        node.residual_gpus, used)
     )  # fmt: skip
     blast = build_blast_radius(node.name)
+    header_clock = cluster_reading()  # the header's reading too: one clock query a page
     gpus_by_queue: dict[str, int] = {}
     for j in jobs:
         gpus_by_queue[j["job__queue__name"]] = (
@@ -482,8 +484,9 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "fault_form": fault_form or FaultForm(),
         "simulator": settings.SCHEDULING_BACKEND == "simulator",
         "history": list_node_history(node, AUDIT_SHOWN),
-        "forecast": get_inference_forecast(node, clock.now().timestamp()),
-        "shared_first": production_policy().shared_nodes_first,
+        "cluster_clock": header_clock,
+        "forecast": get_inference_forecast(node, header_clock.now.timestamp()),
+        "shared_first": shared_nodes_first(),
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
 

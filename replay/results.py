@@ -6,6 +6,7 @@ Pure: reads a finished ``Replay`` and returns plain dicts (JSON as printed by
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any
 
 from monitoring.metrics import EVICTION_ALERT_RATIO, window_eviction_ratio
@@ -159,8 +160,8 @@ def per_tier(r: Replay) -> dict[str, dict[str, Any]]:
 def longest_waits(jobs: list[ReplayJob], waits: WaitLedger, n: int = 5) -> list[dict[str, Any]]:
     """The ``n`` finished jobs that waited longest for their first start, longest first:
     who starved, and for what (seconds per pending reason) (#19)."""
-    finished = [j for j in jobs if j.state == DONE]
-    finished.sort(key=lambda j: (j.submit - j.first_start, j.idx))  # type: ignore[operator]
+    finished = (j for j in jobs if j.state == DONE)
+    longest = heapq.nsmallest(n, finished, key=lambda j: (j.submit - j.first_start, j.idx))  # type: ignore[operator]
     return [
         {
             "job": j.key,
@@ -174,7 +175,7 @@ def longest_waits(jobs: list[ReplayJob], waits: WaitLedger, n: int = 5) -> list[
                 for k, v in sorted(waits.charges.get(j.idx, {}).items(), key=lambda kv: -kv[1])
             },
         }
-        for j in finished[:n]
+        for j in longest
     ]
 
 

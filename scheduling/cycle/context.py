@@ -26,15 +26,24 @@ from scheduling.clock import to_datetime
 from scheduling.engine import types as et
 from scheduling.models import Job, JobEvent
 
+PRODUCTION_PRESET = "full"
+
 
 def production_policy() -> et.PolicyConfig:
     """The policy the live loop runs (the ``full`` preset): the grace period from the
     settings, the borrowing knobs (#19) from the admins' quota policy."""
     return et.PolicyConfig.preset(
-        "full",
+        PRODUCTION_PRESET,
         grace_seconds=float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300)),
         **borrow_inputs.policy_knobs(),
     )
+
+
+def shared_nodes_first() -> bool:
+    """Whether the live loop sends single-node jobs to learnt shared inference nodes first
+    (``PolicyConfig.shared_nodes_first``): the preset's value, not an admin knob, so
+    reading it needs no query (the node page says it)."""
+    return et.PolicyConfig.preset(PRODUCTION_PRESET).shared_nodes_first
 
 
 @dataclass

@@ -84,15 +84,23 @@ def hourly_peaks(profile: Mapping[str, Any] | None) -> tuple[int, ...]:
     return peaks if any(peaks) else ()
 
 
-def knows_whole_day(profile: Mapping[str, Any] | None, now: float) -> bool:
-    """Whether ``profile`` has seen every UTC hour of the day: it has been learning for at
-    least a day (since its first record, or since a skipped day restarted it), so an hour
-    with no rise is one where inference wanted nothing more, not one not seen yet."""
+def learning_since(profile: Mapping[str, Any] | None) -> float | None:
+    """When ``profile``'s unbroken observation began (its first record, or the record
+    after a skipped day), in cluster epoch seconds; None for a profile not (validly)
+    learnt."""
     if not _valid(profile):
-        return False
+        return None
     assert profile is not None
     since = profile.get("since")
-    return isinstance(since, int | float) and now - since >= DAY_S
+    return float(since) if isinstance(since, int | float) and not isinstance(since, bool) else None
+
+
+def knows_whole_day(profile: Mapping[str, Any] | None, now: float) -> bool:
+    """Whether ``profile`` has seen every UTC hour of the day: it has been learning for at
+    least a day, so an hour with no rise is one where inference wanted nothing more, not
+    one not seen yet."""
+    since = learning_since(profile)
+    return since is not None and now - since >= DAY_S
 
 
 def rise(peaks: Sequence[int], held_now: int) -> tuple[int, ...]:

@@ -10,13 +10,18 @@ places work on.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, QuerySet
 
 from core.models import AuditRecord
 from scheduling.clock import to_datetime
-from scheduling.engine.inference_forecast import DAY_S, hourly_peaks, knows_whole_day
+from scheduling.engine.inference_forecast import (
+    DAY_S,
+    hourly_peaks,
+    knows_whole_day,
+    learning_since,
+)
 from scheduling.models import Allocation, Job, Node
 
 # The columns of ``list_node_rows``, in order (monitoring.charts.NodeRow takes them so).
@@ -80,14 +85,18 @@ class InferenceForecast:
     """What the portal has learnt of a shared node's online inference (#19,
     ``scheduling.engine.inference_forecast``): ``peaks``, the GPUs inference was seen to
     hold in each UTC hour (today's or yesterday's peak; empty: nothing learnt yet);
-    ``since``, when the unbroken observation began; ``whole_day_at``, when it has seen (or
-    will have seen) every hour of the day; ``learnt``, whether that time has come, so
-    training is limited by the forecast and, with ``shared_nodes_first``, sent here first."""
+    ``since``, when the unbroken observation began; ``learnt``, whether it has seen every
+    hour of the day (at ``whole_day_at``), so training is limited by the forecast and,
+    with ``shared_nodes_first``, sent here first."""
 
     peaks: tuple[int, ...]
     since: datetime | None
-    whole_day_at: datetime | None
     learnt: bool
+
+    @property
+    def whole_day_at(self) -> datetime | None:
+        """When the forecast has seen (or will have seen) every hour of the day."""
+        return self.since + timedelta(seconds=DAY_S) if self.since is not None else None
 
     @property
     def spans(self) -> list[tuple[str, str, int]]:
@@ -107,12 +116,9 @@ def get_inference_forecast(node: Node, now: float) -> InferenceForecast | None:
     if not node.inference:
         return None
     profile = node.inference_profile
-    since = profile.get("since") if isinstance(profile, dict) else None
-    since = since if isinstance(since, int | float) and not isinstance(since, bool) else None
     return InferenceForecast(
         peaks=hourly_peaks(profile),
-        since=to_datetime(since),
-        whole_day_at=to_datetime(since + DAY_S) if since is not None else None,
+        since=to_datetime(learning_since(profile)),
         learnt=knows_whole_day(profile, now),
     )
 

@@ -12,6 +12,7 @@ from scheduling.engine.inference_forecast import (
     hourly_peaks,
     knows_whole_day,
     learn,
+    learning_since,
     rise,
     rise_until,
 )
@@ -54,6 +55,11 @@ def test_a_profile_knows_the_whole_day_after_a_day_of_learning():
     assert not knows_whole_day(old, at(10)) and learn(old, at(10), 1)["since"] == at(10)
     assert learn(dict(old, since=at(12)), at(10), 1)["since"] == at(10)
     assert not knows_whole_day({}, at(10)) and not knows_whole_day(None, at(10))
+    # when the learning began, as the node page shows it: None unless validly recorded
+    assert learning_since(p) == at(10, DAY3 + 3 * DAY_S)
+    assert learning_since(old) is None and learning_since(None) is None
+    assert learning_since(dict(old, since=True)) is None
+    assert learning_since({"since": at(1)}) is None  # no hourly peaks: not a profile
 
 
 def test_a_malformed_or_empty_profile_is_nothing_learned():

@@ -14,6 +14,7 @@ from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert
 from monitoring.services import acknowledge_alert, raise_alert
 from quotas.models import BusinessLine, Queue
+from scheduling.cycle.context import shared_nodes_first
 from scheduling.engine.inference_forecast import DAY_S, learn
 from scheduling.models import Node
 from scheduling.nodes.selectors import InferenceForecast
@@ -316,15 +317,30 @@ def test_the_node_page_tells_what_the_inference_forecast_has_learnt(client, demo
     assert _forecast_text(page, "r000-n02") == ""
 
 
+def test_the_forecast_line_promises_shared_nodes_first_only_when_the_loop_does_it(
+    client, demo, monkeypatch
+):
+    assert shared_nodes_first() is True  # the live loop's preset
+    monkeypatch.setattr("monitoring.views.shared_nodes_first", lambda: False)
+    now = clock.now().timestamp()
+    page = as_user(client, demo, "oncall")
+    learnt = {**learn({}, now, 2), "since": now - DAY_S - 60.0}
+    Node.objects.filter(name=NODE).update(inference=True, inference_profile=learnt)
+    text = _forecast_text(page, NODE)
+    assert text.startswith("learnt hour by hour since") and "comes here" not in text
+    Node.objects.filter(name=NODE).update(inference_profile={**learnt, "since": now - 60.0})
+    assert "come here first" not in _forecast_text(page, NODE)
+
+
 def written(ts: float) -> str:
     return timezones.written(datetime.fromtimestamp(ts, UTC), UTC, seconds=False)
 
 
 def test_forecast_spans_group_equal_hours():
     peaks = (1,) * 6 + (4,) * 12 + (2,) * 6
-    fc = InferenceForecast(peaks=peaks, since=None, whole_day_at=None, learnt=False)
+    fc = InferenceForecast(peaks=peaks, since=None, learnt=False)
     assert fc.spans == [("00:00", "06:00", 1), ("06:00", "18:00", 4), ("18:00", "24:00", 2)]
-    assert InferenceForecast((), None, None, False).spans == []
+    assert InferenceForecast((), None, False).spans == []
 
 
 def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
@@ -459,9 +475,8 @@ def test_the_pages_query_count_does_not_grow_with_the_cluster(client, demo, api,
     from django.core.management import call_command
 
     as_user(client, demo, "oncall")
-    # the node page reads the live policy too (production_policy: the quota policy row)
     pages = {"/oncall/": 7, "/oncall/rack-map/": 5, "/oncall/rack-map/cells/": 5,
-             "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 10}  # fmt: skip
+             "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 8}  # fmt: skip
     for path, bound in pages.items():
         with django_assert_max_num_queries(bound):
             assert client.get(path).status_code == 200

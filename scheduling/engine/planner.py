@@ -1108,7 +1108,9 @@ class Planner:
             if self.can_borrow(job):
                 deferred.append(job)
                 return
-            swapping = self.swap.instead_of_eviction(job, short_q, short_l)
+            swapping = self.swap.instead_of_eviction(
+                job, short_q, short_l
+            ) or self.swap.overdue_first(job, short_q, short_l)
         if (short_q or short_l) and not waits_for_quota and not swapping:
             if (
                 self.unavailable(job, sh) is None
@@ -1157,8 +1159,8 @@ class Planner:
                 return
             if nodes is not None and self.swap.start_instead(job, sh, nodes):
                 return
-        if (leaving and self.hold_for_leaving(job, sh, leaving)) or self.try_preempt(
-            job, sh, 0, 0, leaving
+        if (leaving and self.hold_for_leaving(job, sh, leaving)) or (
+            job.id not in self.swap.overdue and self.try_preempt(job, sh, 0, 0, leaving)
         ):
             if swapping:
                 self.swap.hold_instead(job)

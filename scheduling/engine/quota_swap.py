@@ -255,8 +255,11 @@ class QuotaSwap:
         self.waiting: dict[int, tuple[int, int]] = {}
         self.swaps: list[Swap] = []
         # jobs that displace instead of evicting for quota room (``instead_of_eviction``),
-        # with the scope they are short in
+        # or swap first because they are overdue (``overdue_first``), with the scope they
+        # are short in
         self.instead: dict[int, Scope] = {}
+        # the overdue ones: the displaced queues' rules hold them, and they evict no one
+        self.overdue: set[int] = set()
 
     def idx(self) -> dict[Scope, list[RunningJob]]:
         if self._idx is None:
@@ -300,6 +303,40 @@ class QuotaSwap:
         self.instead[job.id] = ("queue", job.queue) if short_q else ("line", job.line)
         return True
 
+    def overdue_first(self, job: PendingJob, short_q: int, short_l: int) -> bool:
+        """Whether ``job`` (over quota, may not borrow) swaps in the first pass because it is
+        overdue (``policy.hold_quota_when_overdue``): its scope's preemptible work covers what
+        it lacks within the displaced queues' rules now. It is then a job within quota
+        waiting for *nodes*: it holds a reservation like any job blocked for capacity, and
+        the work becomes borrowed when it starts (``start_instead``). In the borrowing pass
+        it could only start on GPUs left idle after everyone else, so a gang waited for
+        whole free nodes that small jobs kept taking (ITP: a 64-GPU job 14 days,
+        docs/replay.md). Unlike a job that swaps instead of evicting, it preempts no one."""
+        p = self.p
+        if not (
+            p.policy.hold_quota_when_overdue
+            and job.submitted_at <= p.overdue_since
+            and swaps(job, p.policy)
+            and self._ruled(job, self._shorts(job, short_q, short_l)) is not None
+        ):
+            return False
+        self.instead[job.id] = ("queue", job.queue) if short_q else ("line", job.line)
+        self.overdue.add(job.id)
+        return True
+
+    def _ruled(self, job: PendingJob, shorts: Mapping[Scope, int]) -> list[RunningJob] | None:
+        """The work a swap for ``job`` would displace under the displaced queues' rules
+        (room, eviction budget, risk cap, lenders' forecast); None if they refuse it."""
+        p = self.p
+        chosen = self._choose_now(
+            shorts, Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
+        )
+        if chosen is None or swap_too_costly(job, chosen, p.now, p.policy):
+            return None
+        if self.forecast_refusal(chosen) is not None:
+            return None
+        return chosen
+
     def note(self, job: PendingJob) -> str:
         """What the verdict of a job swapping instead of evicting adds: why its quota does
         not hold it (empty for other jobs)."""
@@ -324,7 +361,9 @@ class QuotaSwap:
         its scope that ``choose`` picks becomes the borrowed part. False (nothing done) if that work no
         longer covers it (its own victims, still stopping, count against its quota)."""
         p = self.p
-        chosen = self._choose_now(self._shorts(job, *p.quota_short(job, ())))
+        shorts = self._shorts(job, *p.quota_short(job, ()))
+        ruled = job.id in self.overdue
+        chosen = self._ruled(job, shorts) if ruled else self._choose_now(shorts)
         if chosen is None:
             return False
         p.start(job, sh, nodes, borrowed=False)

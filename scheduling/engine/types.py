@@ -360,7 +360,9 @@ class PolicyConfig:
       ``share_bands``: fair-share bands per quota (0: order by the exact share);
       ``overdue_across_tiers``: overdue jobs go before every job not overdue, whatever
       its tier; ``hold_quota_when_overdue``: an overdue job over quota holds its
-      queue's or line's quota room (both on in the ``backfill`` preset only).
+      queue's or line's quota room, and one that would start by a quota swap swaps in
+      the first pass, holding a node reservation (``QuotaSwap.overdue_first``; both on
+      in the ``backfill`` preset only).
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
       ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
       lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /

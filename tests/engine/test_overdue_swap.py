@@ -77,6 +77,7 @@ def test_an_overdue_swapper_holds_a_reservation_later_work_cannot_take():
     v = result.verdicts[10]
     assert v.code in ("TOPOLOGY", "INSUFFICIENT_GPUS", "PRIORITY"), v
     assert v.estimated_start == NOW + 2 * HOUR  # when a03 is whole again
+    assert "over its quota, but that does not hold it" in v.message  # what the job reads
     assert started_ids(result) == []  # job 11 would still run then
     assert result.preemptions == ()  # it evicts no one
 

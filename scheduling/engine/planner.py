@@ -1167,7 +1167,11 @@ class Planner:
         elif waits_for_quota:
             q_short, _ = self.quota_short(job, ())
             self.record(job, *self.quota_reason(job, q_short, ""))
-        elif self.consolidation.try_gang(job, sh):
+        elif (
+            self.swap.consolidate_overdue(job, sh)
+            if job.id in self.swap.overdue
+            else self.consolidation.try_gang(job, sh)
+        ):
             pass
         else:
             est = None

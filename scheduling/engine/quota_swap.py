@@ -464,6 +464,13 @@ class QuotaSwap:
         victims.difference_update(added)
         return False
 
+    def consolidate_overdue(self, job: PendingJob, sh: ShapeT) -> bool:
+        """An overdue swapper with no room (``overdue_first``): ask consolidation to move
+        jobs for it as for a swapper of the borrowing pass, the work it will displace kept
+        from the search."""
+        chosen = self._ruled(job, self._shorts(job, *self.p.quota_short(job, ())))
+        return chosen is not None and self.consolidate(job, sh, chosen)
+
     def keep(self, chosen: Iterable[RunningJob]) -> None:
         """A job holding nodes until it swaps keeps the work it will displace: no later job
         of the plan stops or moves it (the scope's use within quota stays as it is)."""

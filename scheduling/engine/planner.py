@@ -520,7 +520,10 @@ class Planner:
         """An overdue job over quota holds its queue's (or line's) quota room: as a
         reservation holds nodes, later jobs of that scope start within quota only if
         predicted to end before the room is due (``quota_held``). Without it, a tenant's
-        small jobs take every GPU of quota released before a large one fits (ITP)."""
+        small jobs take every GPU of quota released before a large one fits (ITP). An
+        overdue job that will start by a quota swap (``QuotaSwap.overdue_first``) holds it
+        from its reservation's start, against later work a swap could not displace: such
+        work would take the room the swap counts on."""
         if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
             return
         if job.gpus > self._scope_quota(job, short_q):
@@ -545,6 +548,8 @@ class Planner:
             if got is None or got[0] == job.id:
                 continue
             holder, room_at = got
+            if holder in self.swap.overdue and self.can_borrow(job):
+                continue  # work a swap may displace leaves the swapper's cover as it was
             if end is None:
                 end = self.now + job_runtime(job, self.policy)
             if room_at is not None and end <= room_at:
@@ -706,6 +711,7 @@ class Planner:
             self.nb_line[job.line] = self.nb_line.get(job.line, 0) + job.gpus
             for ck in (("queue", job.queue), ("line", job.line)):
                 insort(self._started_ends.setdefault(ck, []), (end, job.gpus))
+            self.swap.started_within(job)
 
     def hold(self, job: PendingJob, nodes: Sequence[int], t: float | None) -> None:
         st = _INF if t is None else t
@@ -1180,6 +1186,8 @@ class Planner:
             if self.n_backfill_res < self.policy.max_reservations:
                 est = self.reserve(job, sh)
                 no_estimate = explain.NO_PLACEMENT_AHEAD
+                if est is not None and job.id in self.swap.overdue:
+                    self.hold_quota(job, short_q, est)  # its swap's cover, until it starts
             self.blocked.append(
                 (
                     job,

@@ -260,6 +260,9 @@ class QuotaSwap:
         self.instead: dict[int, Scope] = {}
         # the overdue ones: the displaced queues' rules hold them, and they evict no one
         self.overdue: set[int] = set()
+        # GPUs per scope of work this plan started within quota that a swap of the next
+        # plan may displace (``started_within``)
+        self.fresh: dict[Scope, int] = defaultdict(int)
 
     def idx(self) -> dict[Scope, list[RunningJob]]:
         if self._idx is None:
@@ -350,11 +353,22 @@ class QuotaSwap:
         )
 
     def covers(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> bool:
-        """A job swapping instead of evicting still finds enough to displace now that the
-        plan is complete (its wait is then for nodes, not quota)."""
+        """A job swapping instead of evicting, or overdue, still finds enough to displace
+        now that the plan is complete (its wait is then for nodes, not quota), counting the
+        displaceable work the plan started, which the next plan may displace."""
         if job.id not in self.instead:
             return False
-        return self._choose_now(self._shorts(job, *self.p.quota_short(job, leaving))) is not None
+        shorts = self._shorts(job, *self.p.quota_short(job, leaving))
+        left = {sc: short - self.fresh.get(sc, 0) for sc, short in shorts.items()}
+        return self._choose_now(left) is not None
+
+    def started_within(self, job: PendingJob) -> None:
+        """``job`` started within quota: if a swap may displace it once it runs, count it
+        for ``covers``."""
+        p = self.p
+        if job.preemptible and not is_demoted(job.preemption_count, p.policy):
+            self.fresh[("queue", job.queue)] += job.gpus
+            self.fresh[("line", job.line)] += job.gpus
 
     def start_instead(self, job: PendingJob, sh: ShapeT, nodes: list[int]) -> bool:
         """Start a job swapping instead of evicting on ``nodes``: the preemptible work of

@@ -132,6 +132,48 @@ def test_it_reclaims_no_borrowed_work_for_its_nodes():
     assert result.verdicts[10].estimated_start == NOW + 2 * HOUR
 
 
+def cover_scenario(**policy: object) -> et.Snapshot:
+    """llm: quota 10, its preemptible experiment holds 4 (half of a00). Job 10 is 2 short:
+    the swap covers it, and a later 4-GPU job of llm that cannot be displaced, fitting in
+    the room that is left, would take the cover away (4 + 8 > 10)."""
+    half = rjob(1, {"a00": range(4)}, predicted_end=NOW + 6 * HOUR)
+    knobs: dict[str, object] = dict(
+        starvation_bound_s=3 * DAY, hold_quota_when_overdue=True, borrow_forecast=False
+    )
+    knobs.update(policy)
+    later_np = pjob(12, 4, tier="finetune", preemptible=False, predicted_runtime_s=5 * HOUR)
+    later_p = pjob(13, 4, tier="finetune", predicted_runtime_s=5 * HOUR)
+    return snap(
+        rack("a", 4, "r0"),
+        [OVERDUE, later_np, later_p],
+        [half, *SEARCH],
+        lines=[et.LineView("llm", 10), et.LineView("search", 24)],
+        queues=standard_queues("llm") + standard_queues("search"),
+        policy=et.PolicyConfig.preset("full", **knobs),  # type: ignore[arg-type]
+    )
+
+
+def test_its_swaps_cover_is_held_against_later_work_that_cannot_be_displaced():
+    s = cover_scenario()
+    result = run(dataclasses.replace(s, pending=s.pending[:2]))
+    assert result.verdicts[10].estimated_start == NOW + 2 * HOUR
+    held = result.verdicts[12]
+    assert held.code == "PRIORITY" and held.details["quota_held_for"] == 10
+    assert started_ids(result) == []
+
+
+def test_work_a_swap_could_displace_is_not_held_and_leaves_the_cover():
+    result = run(cover_scenario())
+    assert {s.job_id: s.borrowed for s in result.starts} == {13: False}
+    assert result.verdicts[10].estimated_start == NOW + 2 * HOUR  # still covered
+
+
+def test_without_the_hold_later_work_takes_the_cover():
+    result = run(cover_scenario(hold_quota_when_overdue=False))
+    assert {s.job_id: s.borrowed for s in result.starts} == {12: False, 13: True}
+    assert code(result, 10) == "QUOTA_EXCEEDED"
+
+
 def overdue_state(seed: int, n_nodes: int, n_running: int, n_pending: int) -> et.Snapshot:
     """A random state where swaps are likely: each line at (or a few GPUs below) its quota,
     most waiting jobs not preemptible, every one overdue; the risk cap on or off."""

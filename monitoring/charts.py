@@ -788,6 +788,7 @@ class NodeRow(NamedTuple):
     gpus_total: int
     residual_gpus: int
     gpus_used: int
+    inference_gpus: int = 0  # serving online inference on a shared node: in use too
 
 
 class Cell(NamedTuple):
@@ -797,8 +798,11 @@ class Cell(NamedTuple):
     label: str
 
 
-def node_status(state: str, health: str, used: int, total: int, residual: int) -> str:
-    """The rack-map status key of a node; what stops scheduling wins over how full it is."""
+def node_status(
+    state: str, health: str, used: int, total: int, residual: int, inference: int = 0
+) -> str:
+    """The rack-map status key of a node; what stops scheduling wins over how full it is.
+    GPUs serving online inference (``inference``) are in use as much as jobs' GPUs."""
     if state == "down" or health == "down":
         return "down"
     if state == "unhealthy" or health != "ok":
@@ -807,19 +811,25 @@ def node_status(state: str, health: str, used: int, total: int, residual: int) -
         return state
     if residual > 0:
         return "residual"
-    if used <= 0:
+    in_use = used + inference
+    if in_use <= 0:
         return "idle"
-    return "full" if used >= total else "partial"
+    return "full" if in_use >= total else "partial"
 
 
 def node_cell(row: NodeRow) -> Cell:
-    """One cell: status key, glyph and the sentence read out for it."""
-    status = node_status(row.state, row.health, row.gpus_used, row.gpus_total, row.residual_gpus)
-    glyph = STATUS_GLYPH.get(status) or str(row.gpus_used)
+    """One cell: status key, glyph (the GPUs in use, inference's included) and the
+    sentence read out for it."""
+    status = node_status(
+        row.state, row.health, row.gpus_used, row.gpus_total, row.residual_gpus, row.inference_gpus
+    )
+    glyph = STATUS_GLYPH.get(status) or str(row.gpus_used + row.inference_gpus)
     words = STATUS_WORDS[status]
     if status == "unhealthy" and row.health not in ("ok", "down"):
         words = f"unhealthy ({row.health.replace('_', ' ')})"
     label = f"{row.name}: {words}, {row.gpus_used}/{row.gpus_total} GPUs used"
+    if row.inference_gpus:
+        label += f", {row.inference_gpus} serving inference"
     if row.residual_gpus:
         label += f", {row.residual_gpus} held by residual processes"
     return Cell(row.name, status, glyph, label)

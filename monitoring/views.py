@@ -462,7 +462,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
     used = sum(j["gpus_here"] for j in jobs)
     cell = charts.node_cell(
         charts.NodeRow(node.name, node.rack, node.state, node.health, node.gpus_total,
-                       node.residual_gpus, used)
+                       node.residual_gpus, used, node.inference_gpus)
     )  # fmt: skip
     blast = build_blast_radius(node.name)
     header_clock = cluster_reading()  # the header's reading too: one clock query a page

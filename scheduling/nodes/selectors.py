@@ -26,7 +26,7 @@ from scheduling.models import Allocation, Job, Node
 
 # The columns of ``list_node_rows``, in order (monitoring.charts.NodeRow takes them so).
 NODE_ROW_FIELDS = ("name", "rack", "state", "health", "gpus_total", "residual_gpus",
-                   "gpus_allocated")  # fmt: skip
+                   "gpus_allocated", "inference_gpus")  # fmt: skip
 
 
 def free_gpus(

@@ -183,6 +183,25 @@ def test_each_node_cell_has_a_status_a_glyph_and_a_sentence(
     assert (cell.status, cell.glyph, cell.label) == (status, glyph, label)
 
 
+@pytest.mark.parametrize(
+    ("used", "inference", "status", "glyph", "label"),
+    [
+        (1, 7, "full", "8", "r011-n29: ready, full, 1/8 GPUs used, 7 serving inference"),
+        (0, 3, "partial", "3", "r011-n29: ready, partly used, 0/8 GPUs used, 3 serving inference"),
+        (2, 3, "partial", "5", "r011-n29: ready, partly used, 2/8 GPUs used, 3 serving inference"),
+        (0, 0, "idle", "0", "r011-n29: ready, idle, 0/8 GPUs used"),
+    ],
+)  # fmt: skip
+def test_a_shared_nodes_cell_counts_the_gpus_serving_inference(
+    used, inference, status, glyph, label
+):
+    """Found on the busy demo: a shared node with 7 GPUs serving inference and 1 running a
+    job read "ready, partly used, 1/8 GPUs used" on the rack map and node page, while its
+    GPUs line said 0 free."""
+    cell = charts.node_cell(NodeRow("r011-n29", "r011", "ready", "ok", 8, 0, used, inference))
+    assert (cell.status, cell.glyph, cell.label) == (status, glyph, label)
+
+
 def test_colour_is_never_the_only_signal_every_status_has_its_own_glyph():
     glyphs = {}
     for key, glyph, words in charts.LEGEND:

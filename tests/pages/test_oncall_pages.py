@@ -280,6 +280,10 @@ def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
     body = page.get("/oncall/nodes/r000-n01/").content.decode()
     assert re.search(r'id="node-gpus">0 used, 4 free, .*>1</span> held by residual processes, '
                      r'<span id="node-inference">3</span> serving online inference, of 8', body)  # fmt: skip
+    # the status line and the rack map's cell say the same (before, they left inference out)
+    said = "r000-n01: ready, GPUs held by residual processes, 0/8 GPUs used, 3 serving inference"
+    assert said in body
+    assert said in page.get("/oncall/rack-map/").content.decode()
     plain = page.get("/oncall/nodes/r000-n02/").content.decode()
     assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
 

@@ -87,6 +87,7 @@ def test_node_rows_are_in_rack_order_with_the_documented_columns(demo):
     assert by_name["r000-n03"] == {
         "name": "r000-n03", "rack": by_name["r000-n00"]["rack"], "state": "cordoned",
         "health": "ok", "gpus_total": 8, "residual_gpus": 1, "gpus_allocated": 0,
+        "inference_gpus": 0,
     }  # fmt: skip
 
 

@@ -416,7 +416,6 @@ def test_a_job_moves_for_a_gang_that_will_start_by_a_quota_swap():
     assert sim.preempted == []
 
 
-
 def test_an_overdue_swapping_gang_moves_jobs_in_the_first_pass_as_a_swapper():
     """Overdue with the quota hold, the gang swaps in the first pass
     (``QuotaSwap.overdue_first``): the same move, and it still claims no quota and keeps
@@ -428,6 +427,7 @@ def test_an_overdue_swapping_gang_moves_jobs_in_the_first_pass_as_a_swapper():
     v = p.verdicts[GANG]
     assert v.code == et.Code.PREEMPTING and v.details["over_quota"] == "swapped"
     assert "a quota swap" in v.message
+
 
 # -- the invariant checker ---------------------------------------------------------------
 def base() -> tuple[et.Snapshot, et.Plan]:

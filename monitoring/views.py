@@ -306,6 +306,7 @@ def _rack_context() -> dict[str, Any]:
         "nodes_total": len(rows),
         "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
         "gpus_used": sum(r.gpus_used for r in rows),
+        "gpus_inference": sum(r.inference_gpus for r in rows),
         "gpus_total": sum(r.gpus_total for r in rows),
         "gpus_residual": sum(r.residual_gpus for r in rows),
         "cells_url": reverse("monitoring:oncall-rack-cells"),
@@ -335,6 +336,7 @@ def rack_cells(request: HttpRequest) -> JsonResponse:
             "counts": counts,
             "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
             "gpus_used": sum(r.gpus_used for r in rows),
+            "gpus_inference": sum(r.inference_gpus for r in rows),
             "gpus_residual": sum(r.residual_gpus for r in rows),
         }
     )

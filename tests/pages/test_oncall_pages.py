@@ -283,7 +283,10 @@ def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
     # the status line and the rack map's cell say the same (before, they left inference out)
     said = "r000-n01: ready, GPUs held by residual processes, 0/8 GPUs used, 3 serving inference"
     assert said in body
-    assert said in page.get("/oncall/rack-map/").content.decode()
+    rack_map = page.get("/oncall/rack-map/").content.decode()
+    assert said in rack_map
+    assert '<strong id="rm-gpus-inference">3</strong> serving online inference' in rack_map
+    assert page.get("/oncall/rack-map/cells/").json()["gpus_inference"] == 3
     plain = page.get("/oncall/nodes/r000-n02/").content.decode()
     assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
 

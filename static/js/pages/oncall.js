@@ -63,6 +63,7 @@
       });
       setText("rm-nodes-out", snap.nodes_out);
       setText("rm-gpus-used", snap.gpus_used);
+      setText("rm-gpus-inference", snap.gpus_inference);
       setText("rm-gpus-residual", snap.gpus_residual);
       if (news && changed.length) {
         news.textContent = changed.length <= 3 ? changed.join("; ") : `${changed.length} nodes changed`;

@@ -286,6 +286,16 @@ def build_node_rows(name: str | None = None) -> list[charts.NodeRow]:
     return [charts.NodeRow(*row) for row in list_node_rows(name)]
 
 
+def _rack_totals(rows: list[charts.NodeRow], counts: dict[str, int]) -> dict[str, int]:
+    """The rack map's summary line: the page's first render and every live refresh."""
+    return {
+        "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
+        "gpus_used": sum(r.gpus_used for r in rows),
+        "gpus_inference": sum(r.inference_gpus for r in rows),
+        "gpus_residual": sum(r.residual_gpus for r in rows),
+    }
+
+
 def _rack_context() -> dict[str, Any]:
     rows = build_node_rows()
     racks, counts = charts.build_rack_map(rows)
@@ -304,11 +314,8 @@ def _rack_context() -> dict[str, Any]:
         "counts": counts,
         "legend": [(key, glyph, words, counts[key]) for key, glyph, words in charts.LEGEND],
         "nodes_total": len(rows),
-        "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
-        "gpus_used": sum(r.gpus_used for r in rows),
-        "gpus_inference": sum(r.inference_gpus for r in rows),
         "gpus_total": sum(r.gpus_total for r in rows),
-        "gpus_residual": sum(r.residual_gpus for r in rows),
+        **_rack_totals(rows, counts),
         "cells_url": reverse("monitoring:oncall-rack-cells"),
     }
 
@@ -334,10 +341,7 @@ def rack_cells(request: HttpRequest) -> JsonResponse:
             "cells": [list(c) for rack in racks for c in rack.cells],
             "racks": {rack.name: rack.summary for rack in racks},
             "counts": counts,
-            "nodes_out": sum(counts[k] for k in OUT_OF_POOL),
-            "gpus_used": sum(r.gpus_used for r in rows),
-            "gpus_inference": sum(r.inference_gpus for r in rows),
-            "gpus_residual": sum(r.residual_gpus for r in rows),
+            **_rack_totals(rows, counts),
         }
     )
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from scheduling.engine import check_plan, plan
 from scheduling.engine import types as et
+from scheduling.engine.policy import swaps_before_evicting
 
 from .helpers import HOUR, NOW, code, pjob, rack, rjob, run, snap, standard_queues
 from .strategies import build_snapshot
@@ -201,13 +202,20 @@ def overdue_state(seed: int, n_nodes: int, n_running: int, n_pending: int) -> et
     )
 
 
+def overdue_only(s: et.Snapshot) -> set[int]:
+    """The waiting jobs that may swap only as overdue jobs: not those that swap instead of
+    evicting (``swaps_before_evicting``: a queue that may preempt, urgent's or a random
+    state's own)."""
+    queues = {q.name: q for q in s.queues}
+    return {j.id for j in s.pending if not swaps_before_evicting(j, queues.get(j.queue), s.policy)}
+
+
 def swappers_evict_no_one(s: et.Snapshot, result: et.Plan) -> None:
-    """A job below ``urgent`` that starts by a swap stopped no one for itself."""
-    tiers = {j.id: j.tier for j in s.pending}
+    """A job that swaps only because it is overdue stopped no one for itself."""
+    only = overdue_only(s)
     swapped = {sw.job_id for sw in result.swaps}
     for p in result.preemptions:
-        if p.for_job_id in swapped:
-            assert tiers[p.for_job_id] == et.Tier.URGENT
+        assert not (p.for_job_id in swapped and p.for_job_id in only), p
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -224,11 +232,20 @@ def test_overdue_swappers_keep_every_rule_and_evict_no_one(
 
 
 def test_the_random_states_do_swap():
-    """The property above is not vacuous: its states start overdue jobs by swaps."""
-    swaps = 0
+    """The property above is not vacuous: jobs that may swap only as overdue jobs wait as
+    swappers in the first pass (their verdict says the quota does not hold them) and
+    start by swaps."""
+    swaps = waiting = 0
     for seed in range(200):
         s = overdue_state(seed, 1 + seed % 8, seed % 11, 1 + seed % 12)
         result = plan(s, NOW)
         assert check_plan(s, result) == []
-        swaps += len(result.swaps)
-    assert swaps >= 3
+        swappers_evict_no_one(s, result)
+        only = overdue_only(s)
+        swaps += sum(1 for sw in result.swaps if sw.job_id in only)
+        waiting += sum(
+            1
+            for jid, v in result.verdicts.items()
+            if jid in only and "over its quota, but that does not hold it" in v.message
+        )
+    assert swaps >= 1 and waiting >= 5

@@ -159,6 +159,19 @@ def entitled_now(lines: Mapping[str, LineView], demand_now: Mapping[str, int]) -
     return total
 
 
+def own_demand(line: LineView | None, line_demand: int, gpus: int) -> int:
+    """What a waiting job of ``gpus`` GPUs adds to the entitled demand now: its line's
+    term (``line_demand`` held within quota plus waiting, at most the quota) with it,
+    less without it. Rule 1 leaves it out of the lenders' forecast: once the job
+    borrows, its GPUs count as borrowed load instead, and counting them twice kept a
+    reclaimed job larger than its line's room from ever borrowing again, even on an
+    empty cluster."""
+    quota = None if line is None else line.quota_gpus
+    if quota is None:
+        return gpus
+    return min(line_demand, quota) - min(max(0, line_demand - gpus), quota)
+
+
 def forecast_demand(now_gpus: int, peaks: Sequence[int]) -> list[int]:
     """Forecast entitled demand per horizon (rule 1): the recent peak, never less than now."""
     return [max(now_gpus, peaks[i] if i < len(peaks) else 0) for i in range(len(HORIZONS_S))]
@@ -205,6 +218,7 @@ class Borrowing:
         self._slack: list[int] | None = None
         self._queue_borrowed: dict[str, int] = {}
         self._queue_exposure: dict[str, float] = {}  # GPU time its borrowed runs were given
+        self._line_demand: dict[str, int] = {}  # per line: held within quota + waiting
         self.capacity = 0
 
     def _prepare(self) -> list[int]:
@@ -226,10 +240,8 @@ class Borrowing:
                     qx = self._queue_exposure
                     qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
         bl = BorrowedLoad(load)
-        demand = forecast_demand(
-            entitled_now(p.lines, entitled_demand_now(p.usage.nb_line, s.pending)),
-            s.demand_peaks,
-        )
+        self._line_demand = entitled_demand_now(p.usage.nb_line, s.pending)
+        demand = forecast_demand(entitled_now(p.lines, self._line_demand), s.demand_peaks)
         self._slack = [
             self.capacity - demand[i] - bl.at(now + _STARTS[i]) for i in range(len(HORIZONS_S))
         ]
@@ -252,7 +264,8 @@ class Borrowing:
             return refused
         over = over_target(p.queues.get(job.queue), policy.borrow_eviction_target)
         if policy.borrow_forecast and forecast_applies(job, over, policy):
-            return self.lenders_refusal(job.gpus, job_runtime(job, policy))
+            own = own_demand(p.lines.get(job.line), self._line_demand.get(job.line, 0), job.gpus)
+            return self.lenders_refusal(job.gpus, job_runtime(job, policy), own)
         return None
 
     def queue_refusal(self, name: str, gpus: int) -> tuple[str, str] | None:
@@ -322,10 +335,12 @@ class Borrowing:
             f"pass the {target:.0%} target ({room / 3600:,.1f} GPU-hours of room)."
         )
 
-    def lenders_refusal(self, gpus: int, runtime: float) -> tuple[str, str] | None:
-        """Rule 1 for ``gpus`` GPUs borrowed for ``runtime`` seconds (None: allowed)."""
+    def lenders_refusal(self, gpus: int, runtime: float, own: int = 0) -> tuple[str, str] | None:
+        """Rule 1 for ``gpus`` GPUs borrowed for ``runtime`` seconds (None: allowed);
+        ``own``: the borrower's own part of the entitled demand (``own_demand``), which
+        the forecast leaves out."""
         slack = self._slack if self._slack is not None else self._prepare()
-        if min(slack[: segments(runtime)]) < gpus:
+        if min(slack[: segments(runtime)]) + own < gpus:
             return LENDERS_RETURN, (
                 f"It is predicted to run {explain.duration(runtime)}, and the lenders "
                 "are predicted to need their idle GPUs back before then."
@@ -378,10 +393,8 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
                 qb[r.queue] = qb.get(r.queue, 0) + r.gpus
                 qx[r.queue] = qx.get(r.queue, 0.0) + given_gpu_s(r, now)
     ready = sum(n.gpus_total for n in snapshot.nodes if n.state == READY)
-    demand = forecast_demand(
-        entitled_now(lines, entitled_demand_now(usage.nb_line, snapshot.pending)),
-        snapshot.demand_peaks,
-    )
+    line_demand = entitled_demand_now(usage.nb_line, snapshot.pending)
+    demand = forecast_demand(entitled_now(lines, line_demand), snapshot.demand_peaks)
     errors: list[str] = []
     running = {r.id: r for r in snapshot.running}
     swapped = {sw.job_id: sw.displaced for sw in plan.swaps}
@@ -426,8 +439,13 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
             over = over_target(queues.get(j.queue), policy.borrow_eviction_target)
             if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
                 bl = BorrowedLoad(load)
+                own = (
+                    0
+                    if proxy
+                    else own_demand(lines.get(j.line), line_demand.get(j.line, 0), j.gpus)
+                )
                 for i in range(segments(runtime)):
-                    if demand[i] + bl.at(now + _STARTS[i]) + gpus > ready:
+                    if demand[i] - own + bl.at(now + _STARTS[i]) + gpus > ready:
                         errors.append(
                             f"job {j.id} borrows but is predicted to be reclaimed before it ends"
                         )

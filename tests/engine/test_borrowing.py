@@ -111,6 +111,21 @@ def test_waiting_lender_work_is_demand_now():
     assert borrowed(result) == []
 
 
+def test_a_reclaimed_job_s_own_waiting_is_not_the_lenders_demand():
+    """A reclaimed job larger than its line's room borrows on an empty cluster: its own
+    demand (its line's room) is not counted again beside the GPUs it borrows. Before,
+    it was counted twice and such a job could never borrow again, however idle the
+    cluster; it still waits for lenders that do need their GPUs."""
+    whole = pjob(10, 32, preemption_count=1, predicted_runtime_s=HOUR)
+    alone = run(scenario([whole], running=[]))
+    assert borrowed(alone) == [10]
+    # its own past waiting is in the recent peaks too (the portal samples it)
+    assert borrowed(run(scenario([whole], peaks=(8,) * len(HORIZONS_S), running=[]))) == [10]
+    # lenders that needed 24 GPUs within the last horizons are still expected back
+    busy = run(scenario([whole], peaks=(24,) * len(HORIZONS_S), running=[]))
+    assert borrowed(busy) == [] and refused(busy, 10) == "lenders_return"
+
+
 def test_by_default_the_forecast_gates_only_jobs_already_preempted():
     fresh = pjob(10, 8, predicted_runtime_s=5 * HOUR)
     again = pjob(11, 8, predicted_runtime_s=5 * HOUR, preemption_count=1)
@@ -339,10 +354,15 @@ def test_no_borrower_is_predicted_to_be_reclaimed_before_it_ends(s: et.Snapshot)
         if not (gated or (over and policy.borrow_forecast_over_target)):
             load.append((end, job.gpus))  # a first borrow is not forecast by default
             continue
+        # the job's own waiting is not the lenders' demand: once it borrows, its GPUs are
+        # borrowed load (its line's term with it, less without it)
+        d, quota = demand_now[job.line], lines[job.line].quota_gpus
+        own = job.gpus if quota is None else min(d, quota) - min(d - job.gpus, quota)
         instants = {NOW, *(NOW + h for h in HORIZONS_S), *(t for t, _ in load)}
         for t in sorted(x for x in instants if NOW <= x < end):
             running_borrowed = sum(g for e, g in load if e > t)
-            assert entitled(t - NOW) + running_borrowed + job.gpus <= capacity, (job.id, t)
+            lenders = entitled(t - NOW) - own
+            assert lenders + running_borrowed + job.gpus <= capacity, (job.id, t)
         load.append((end, job.gpus))
 
 

@@ -219,6 +219,9 @@ class QuotaRequest(models.Model):
 
 #: The most nodes a cycle may empty for defragmentation (each move is a checkpoint).
 MAX_DEFRAGMENT_NODES = 8
+# The starvation bound (#19): 7 days by default, Slurm's PriorityMaxAge; at most 90 days.
+DEFAULT_STARVATION_BOUND_HOURS = 168
+MAX_STARVATION_BOUND_HOURS = 90 * 24
 
 
 class QuotaPolicy(models.Model):
@@ -240,6 +243,9 @@ class QuotaPolicy(models.Model):
     ``defragment_nodes``: partly used nodes the scheduler may empty per cycle by moving
     checkpointable jobs into holes elsewhere, so whole nodes are free before a gang asks
     (#19, ``scheduling/engine/defragment.py``; 0, the default: only for a waiting gang).
+    ``starvation_bound_hours``: a job waiting this long goes ahead of every job of its
+    tier that has waited less, and holds its queue's or line's quota room (#19,
+    ``scheduling/engine/aging.py``; 168, the default: 7 days; 0: no bound).
     """
 
     singleton = models.BooleanField(default=True, unique=True, editable=False)
@@ -278,6 +284,13 @@ class QuotaPolicy(models.Model):
         "checkpointable jobs into holes on fuller nodes, so whole nodes are free before a "
         "multi-GPU job asks (0, the default: jobs move only for a waiting one)",
     )
+    starvation_bound_hours = models.PositiveIntegerField(
+        default=DEFAULT_STARVATION_BOUND_HOURS,
+        validators=[MaxValueValidator(MAX_STARVATION_BOUND_HOURS)],
+        help_text="hours after which a waiting job goes ahead of every job of its tier that "
+        "has waited less and holds its quota room, so it cannot be overtaken for ever "
+        "(168, the default: 7 days; 0: no bound; higher tiers still go first)",
+    )
     usage_days = models.PositiveIntegerField(
         default=7, help_text="days of recent use shown next to a request"
     )
@@ -296,6 +309,10 @@ class QuotaPolicy(models.Model):
             models.CheckConstraint(
                 condition=Q(defragment_nodes__lte=MAX_DEFRAGMENT_NODES),
                 name="quota_policy_defragment_bounded",
+            ),
+            models.CheckConstraint(
+                condition=Q(starvation_bound_hours__lte=MAX_STARVATION_BOUND_HOURS),
+                name="quota_policy_starvation_bound_bounded",
             ),
         ]
 

@@ -7,7 +7,9 @@ portal's records, for ``snapshot.build_snapshot`` and ``cycle.context.production
   ``QuotaPolicy.preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience
   before reclaiming / before an urgent job preempts), ``predictive_patience`` and
   ``borrow_cap`` (the eviction target caps a queue's borrowing, or only advises),
-  ``defragment_nodes`` (nodes a cycle may empty before a gang asks, ``engine.defragment``);
+  ``defragment_nodes`` (nodes a cycle may empty before a gang asks, ``engine.defragment``),
+  ``starvation_bound_hours`` (the starvation bound and, with it, the quota hold for
+  overdue jobs, ``engine.aging``; 0: neither);
 * the peak of the cluster's entitled demand over each look-ahead of ``HORIZONS_S``, from
   the per-minute ``UsageSample`` rows of the lines (held within quota plus waiting:
   ``used - borrowed + pending``, at most the line's quota, summed per sample);
@@ -68,15 +70,16 @@ def queue_view_fields(reading: EvictionReading | None) -> dict[str, float | None
     }
 
 
-def policy_knobs() -> dict[str, float | bool | int]:
+def policy_knobs() -> dict[str, float | bool | int | None]:
     """``PolicyConfig`` overrides from the admins' quota policy (defaults when no row)."""
     names = ("borrow_cooldown_minutes", "eviction_target", "preempt_after_minutes",
              "urgent_preempt_after_minutes", "predictive_patience", "borrow_cap",
-             "defragment_nodes")  # fmt: skip
+             "defragment_nodes", "starvation_bound_hours")  # fmt: skip
     row = QuotaPolicy.objects.values(*names).first()
     if row is None:
         row = {name: QuotaPolicy._meta.get_field(name).get_default() for name in names}
     cooldown = float(row["borrow_cooldown_minutes"]) * 60.0
+    bound = row["starvation_bound_hours"]
     return {
         "borrow_cooldown_s": cooldown,
         "borrow_queue_cooldown_s": cooldown,
@@ -86,6 +89,8 @@ def policy_knobs() -> dict[str, float | bool | int]:
         "predictive_patience": bool(row["predictive_patience"]),
         "borrow_cap": bool(row["borrow_cap"]),
         "defragment_nodes": int(row["defragment_nodes"]),
+        "starvation_bound_s": float(bound) * 3600.0 if bound else None,
+        "hold_quota_when_overdue": bool(bound),
     }
 
 

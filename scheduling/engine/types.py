@@ -59,6 +59,10 @@ PREEMPTING = "preempting"
 GRACEFUL = "graceful"
 COLD = "cold"
 
+#: The ``full`` preset's starvation bound (#19): 7 days, the default of Slurm's
+#: PriorityMaxAge; the portal's admins set theirs in the quota policy.
+FULL_STARVATION_BOUND_S = 7 * 86400.0
+
 
 class Code:
     """Pending reason codes, exactly as in API.md (and in its precedence order)."""
@@ -354,15 +358,15 @@ class PolicyConfig:
       leaves are used instead of breaking a whole node (#19).
     - ``starvation_bound_s``: a job waiting this long is overdue and goes first in its
       tier, oldest first, so it gets a reservation nothing later can take (``aging.py``;
-      None, the default: no bound; off by default because, with borrowing, a 24 h bound
-      made Philly 640's average wait 12% and its p95 34% longer, docs/replay.md). ``order_by_work``: within a tier and fair-share band, the smallest
+      None: no bound; the ``full`` preset has 7 days, within the tier and with the quota
+      hold: shorter bounds cost ``full`` wait on Philly 640, docs/engine.md "Job order"). ``order_by_work``: within a tier and fair-share band, the smallest
       predicted work (GPUs x predicted runtime) first, else submit order;
       ``share_bands``: fair-share bands per quota (0: order by the exact share);
       ``overdue_across_tiers``: overdue jobs go before every job not overdue, whatever
       its tier; ``hold_quota_when_overdue``: an overdue job over quota holds its
       queue's or line's quota room, and one that would start by a quota swap swaps in
-      the first pass, holding a node reservation (``QuotaSwap.overdue_first``; both on
-      in the ``backfill`` preset only).
+      the first pass, holding a node reservation (``QuotaSwap.overdue_first``; on in the
+      ``backfill`` and ``full`` presets).
     - Borrowing that does not thrash (``borrowing.py``, with ``borrowing`` on):
       ``borrow_forecast``: borrow only if the job's predicted runtime ends before the
       lenders are predicted to need the capacity back; ``borrow_cooldown_s`` /
@@ -454,7 +458,7 @@ class PolicyConfig:
                 share_bands=0,
             ),
             # no starvation (#19): ITP 1,280 GPUs, p95 wait 340,332 s -> 206,950 s, FIFO's
-            # 213,612 s (docs/replay.md); not in "full": Philly 640's average +55%
+            # 213,612 s (docs/replay.md); across tiers, not in "full": Philly 640 +55%
             "backfill": dict(
                 backfill=True,
                 borrowing=False,
@@ -463,7 +467,15 @@ class PolicyConfig:
                 overdue_across_tiers=True,
                 hold_quota_when_overdue=True,
             ),
-            "full": dict(backfill=True, borrowing=True, preemption=True),
+            # within the tier at 7 days (Slurm's PriorityMaxAge), with the quota hold: on
+            # Philly 640 and ITP 1,280 within the runs' spread (docs/replay.md, session 27)
+            "full": dict(
+                backfill=True,
+                borrowing=True,
+                preemption=True,
+                starvation_bound_s=FULL_STARVATION_BOUND_S,
+                hold_quota_when_overdue=True,
+            ),
         }
         try:
             values = presets[name]

@@ -37,9 +37,9 @@ def _policy(bound: float | None = BOUND) -> et.PolicyConfig:
 
 
 def _full(bound: float | None = BOUND) -> et.PolicyConfig:
-    """The portal's policy (borrowing, quota swaps, preemption, consolidation) with the
-    bound at ``bound``, as the live loop runs it."""
-    return et.PolicyConfig.preset("full", starvation_bound_s=bound, hold_quota_when_overdue=True)
+    """The portal's policy (borrowing, quota swaps, preemption, consolidation, the quota
+    hold) with the bound at ``bound`` instead of its 7 days."""
+    return et.PolicyConfig.preset("full", starvation_bound_s=bound)
 
 
 arrival = st.tuples(

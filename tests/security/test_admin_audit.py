@@ -146,3 +146,31 @@ def test_the_quota_policy_s_defragmentation_knob_is_bounded_and_audited(site_adm
     [entry] = records("admin.change")
     assert entry.target_type == "quotas.quotapolicy"
     assert entry.before == {"defragment_nodes": 0} and entry.after == {"defragment_nodes": 2}
+
+
+def test_the_quota_policy_s_starvation_bound_is_bounded_and_audited(site_admin, demo):
+    """``starvation_bound_hours`` (#19): more than 90 days, a negative or a word is a form
+    error that saves nothing; 72 hours is saved with an audit record; 0 turns it off."""
+    from django.forms.models import model_to_dict
+
+    from quotas.models import (
+        DEFAULT_STARVATION_BOUND_HOURS,
+        MAX_STARVATION_BOUND_HOURS,
+        QuotaPolicy,
+    )
+
+    policy = QuotaPolicy.load()
+    url = f"/admin/quotas/quotapolicy/{policy.pk}/change/"
+    form = {k: v for k, v in model_to_dict(policy).items() if k not in ("id", "singleton")}
+    for bad in (MAX_STARVATION_BOUND_HOURS + 1, -1, "week", "1e9"):
+        response = site_admin.post(url, {**form, "starvation_bound_hours": bad})
+        assert response.status_code == 200 and b"errornote" in response.content, bad
+    assert QuotaPolicy.load().starvation_bound_hours == DEFAULT_STARVATION_BOUND_HOURS
+    assert not records("admin.change")
+    assert site_admin.post(url, {**form, "starvation_bound_hours": 72}).status_code == 302
+    assert QuotaPolicy.load().starvation_bound_hours == 72
+    [entry] = records("admin.change")
+    assert entry.before == {"starvation_bound_hours": DEFAULT_STARVATION_BOUND_HOURS}
+    assert entry.after == {"starvation_bound_hours": 72}
+    assert site_admin.post(url, {**form, "starvation_bound_hours": 0}).status_code == 302
+    assert QuotaPolicy.load().starvation_bound_hours == 0

@@ -182,13 +182,27 @@ def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
     assert not production_policy().borrow_cap and not production_policy().predictive_patience
     assert not et.PolicyConfig.preset("full").borrow_cap
     assert production_policy().defragment_nodes == 0 == et.PolicyConfig().defragment_nodes
+    # the starvation bound: 7 days with the quota hold, in the model and the preset
+    default = production_policy()
+    assert (
+        default.starvation_bound_s
+        == 7 * 86400.0
+        == et.PolicyConfig.preset("full").starvation_bound_s
+    )
+    assert (
+        default.hold_quota_when_overdue and et.PolicyConfig.preset("full").hold_quota_when_overdue
+    )
     QuotaPolicy.objects.create(borrow_cooldown_minutes=45, eviction_target=0.2,
                                preempt_after_minutes=20, urgent_preempt_after_minutes=5,
                                predictive_patience=True, borrow_cap=True,
-                               defragment_nodes=2)  # fmt: skip
+                               defragment_nodes=2, starvation_bound_hours=72)  # fmt: skip
     policy = production_policy()
     assert policy.predictive_patience and policy.borrow_cap
     assert policy.defragment_nodes == 2
+    assert policy.starvation_bound_s == 72 * 3600.0 and policy.hold_quota_when_overdue
+    QuotaPolicy.objects.update(starvation_bound_hours=0)
+    unbound = production_policy()
+    assert unbound.starvation_bound_s is None and not unbound.hold_quota_when_overdue
     assert (policy.borrow_cooldown_s, policy.borrow_queue_cooldown_s) == (2700.0, 2700.0)
     assert policy.borrow_eviction_target == 0.2
     assert (policy.preempt_after_s, policy.tier_preempt_after_s) == (1200.0, 300.0)

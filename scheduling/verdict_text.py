@@ -41,6 +41,7 @@ LABELS: dict[str, str] = {
     "ahead_gpus": "GPUs they wait for",
     "reservations_ahead": "Reservations holding nodes",
     "overdue_reservations_ahead": "Of those, for jobs waiting past the starvation bound",
+    "overdue_at": "Past the starvation bound since",
     "strict_order": "Strict order policy",
     "victims": "Jobs checkpointing to make room",
     "victim_gpus": "GPUs they free",

@@ -222,6 +222,17 @@ def quota_held(
     return Code.PRIORITY, msg, details, remedy
 
 
+def overdue(reason: Reason, overdue_at: float, bound_s: float) -> Reason:
+    """``reason`` for a job past the starvation bound since ``overdue_at`` (#19,
+    ``aging.py``): it says so, and that the job now goes first in its tier."""
+    code, msg, details, remedy = reason
+    msg += (
+        f" It has waited past the {duration(bound_s)} starvation bound, so it goes ahead of "
+        "every job of its tier that has waited less."
+    )
+    return code, msg, dict(details, overdue_at=iso(overdue_at)), remedy
+
+
 def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None) -> Reason:
     """Victims checkpoint to make room; ``deadline`` (when the last has stopped) is also the
     verdict's estimated start."""

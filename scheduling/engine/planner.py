@@ -1290,7 +1290,11 @@ class Planner:
             if rec is None:
                 continue
             pos += 1
-            (code, message, details, remedy), est = rec
+            reason, est = rec
+            if job.submitted_at <= self.overdue_since:
+                bound = self.policy.starvation_bound_s or 0.0
+                reason = explain.overdue(reason, job.submitted_at + bound, bound)
+            code, message, details, remedy = reason
             verdicts[job.id] = Verdict(code, message, details, remedy, est, pos)
         plan = Plan(
             starts=tuple(self.starts),

@@ -16,7 +16,7 @@ import dataclasses
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduling.engine import aging
+from scheduling.engine import aging, explain
 from scheduling.engine import types as et
 from tests.engine.helpers import HOUR, NOW, node, pjob, rjob, run, snap, standard_queues
 from tests.engine.sim import Stepper
@@ -242,6 +242,14 @@ def test_overdue_job_goes_first_in_its_tier_and_holds_the_reservation() -> None:
     assert v.code == et.Code.PRIORITY
     assert v.details["overdue_reservations_ahead"] == 2
     assert "starvation bound" in v.message
+    assert "overdue_at" not in v.details  # it has waited 60 s
+    # an overdue job's own verdict says it is overdue, since when, and what that means
+    own = result.verdicts[1]
+    assert own.details["overdue_at"] == explain.iso(old_big.submitted_at + BOUND)
+    assert own.message.endswith(
+        "It has waited past the 2 h starvation bound, so it goes ahead of every job of its "
+        "tier that has waited less."
+    )
     without = run(snap(nodes, [old_big, older_big, fresh], busy, policy=unaged))
     assert [s.job_id for s in without.starts] == [3]
 

@@ -48,6 +48,8 @@ from scheduling import verdict_text as vt
         ("predicted_end_at", "2026-12-01T14:00:00Z", "2026-12-01 14:00 UTC"),
         ("may_preempt_at", "2026-12-01T00:40:00Z", "2026-12-01 00:40 UTC"),
         ("inference_reclaims_gpus", 3, "3"),
+        # past the starvation bound (#19, session 27)
+        ("overdue_at", "2026-12-08T09:30:00Z", "2026-12-08 09:30 UTC"),
         ("ratio", 2.0, "2"),
         ("ratio", 0.4567, "0.5"),
         ("where", "", "none"),

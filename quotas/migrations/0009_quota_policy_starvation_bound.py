@@ -5,19 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('quotas', '0008_quota_policy_defragment_nodes'),
+        ("quotas", "0008_quota_policy_defragment_nodes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='quotapolicy',
-            name='starvation_bound_hours',
-            field=models.PositiveIntegerField(default=168, help_text='hours after which a waiting job goes ahead of every job of its tier that has waited less and holds its quota room, so it cannot be overtaken for ever (168, the default: 7 days; 0: no bound; higher tiers still go first)', validators=[django.core.validators.MaxValueValidator(2160)]),
+            model_name="quotapolicy",
+            name="starvation_bound_hours",
+            field=models.PositiveIntegerField(
+                default=168,
+                help_text="hours after which a waiting job goes ahead of every job of its tier that has waited less and holds its quota room, so it cannot be overtaken for ever (168, the default: 7 days; 0: no bound; higher tiers still go first)",
+                validators=[django.core.validators.MaxValueValidator(2160)],
+            ),
         ),
         migrations.AddConstraint(
-            model_name='quotapolicy',
-            constraint=models.CheckConstraint(condition=models.Q(('starvation_bound_hours__lte', 2160)), name='quota_policy_starvation_bound_bounded'),
+            model_name="quotapolicy",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("starvation_bound_hours__lte", 2160)),
+                name="quota_policy_starvation_bound_bounded",
+            ),
         ),
     ]

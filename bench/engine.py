@@ -211,7 +211,7 @@ def build_snapshot(gpus: int, pending: int, running: int, seed: int = 0) -> Snap
         queues=tuple(queues),
         running=tuple(run_jobs),
         pending=tuple(pend),
-        policy=PolicyConfig(),
+        policy=PolicyConfig.preset("full"),  # the live loop's policy
     )
 
 
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     switches: dict[str, bool | int] = {}
     for item in args.switch:
         name, _, value = item.partition("=")
-        default = getattr(PolicyConfig(), name, None)
+        default = getattr(PolicyConfig.preset("full"), name, None)
         if isinstance(default, bool) and value in ("true", "false"):
             switches[name] = value == "true"
         elif type(default) is int and value.isdigit():

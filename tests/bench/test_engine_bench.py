@@ -119,7 +119,7 @@ def test_jobs_and_queues_are_consistent(snapshot):
         assert queue.line == job.line and queue.tier == job.tier
     assert len(snapshot.pending) == 300 and 0 < len(snapshot.running) <= 400
     assert all(j.submitted_at <= BENCH_NOW for j in snapshot.pending)
-    assert snapshot.policy == PolicyConfig()
+    assert snapshot.policy == PolicyConfig.preset("full")  # the live loop's
 
 
 @pytest.mark.parametrize("gpus", [8, 16, 100, 1000])

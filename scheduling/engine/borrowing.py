@@ -24,7 +24,11 @@ happening:
    predicted end (victims until their deadline) and the jobs this plan already let
    borrow. The forecast is a step function (one step per horizon) and borrowed work only
    decreases, so the check is one inequality per horizon segment. A runtime longer than
-   the last horizon uses the last horizon's peak.
+   the last horizon uses the last horizon's peak. The borrower's own part of the
+   entitled demand now (``own_demand``: its line's room it would fill) is left out of
+   every horizon's forecast, as it is counted in ``g``; the recent peaks held it too while
+   it waited or ran within quota. (Before session 27 it was counted twice, and a reclaimed
+   job larger than its line's room never borrowed again, however idle the cluster.)
 2. **Cool-down.** A job evicted less than ``borrow_cooldown_s`` ago
    (``PendingJob.last_evicted_at``), or any job of a queue that had a job evicted that
    recently (``QueueView.last_reclaim_at``), does not borrow: it waits within its quota.

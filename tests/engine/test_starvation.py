@@ -6,7 +6,8 @@ longest runtime ``R`` (plus a cycle ``C``) of the one before, so a job with ``m`
 jobs waiting when it becomes overdue waits at most ``B + C + (m + 1) * (R + C)``, whatever
 arrives after it. The property test drives the engine through arbitrary arrival
 sequences (sizes from 1 GPU to the whole cluster, two lines whose fair-share bands
-change as they run, smallest-work-first order) and checks every job against it.
+change as they run, smallest-work-first order) and checks every job against it; a second
+does the same under ``full``, the live loop's policy (moves, quota waits, the quota hold).
 """
 
 from __future__ import annotations

@@ -1291,7 +1291,8 @@ class Planner:
                 continue
             pos += 1
             reason, est = rec
-            if job.submitted_at <= self.overdue_since:
+            # an overdue job says so, unless it can never run (its order does not matter)
+            if job.submitted_at <= self.overdue_since and reason[0] != Code.NEVER_FITS:
                 bound = self.policy.starvation_bound_s or 0.0
                 reason = explain.overdue(reason, job.submitted_at + bound, bound)
             code, message, details, remedy = reason

@@ -255,6 +255,18 @@ def test_overdue_job_goes_first_in_its_tier_and_holds_the_reservation() -> None:
     assert [s.job_id for s in without.starts] == [3]
 
 
+def test_a_job_that_can_never_run_does_not_say_it_is_overdue() -> None:
+    """NEVER_FITS keeps its words: its place in the order does not matter."""
+    old = pjob(1, 1, gpu_memory_gb=80, submitted_at=NOW - BOUND - 10)
+    waits = pjob(2, 8, submitted_at=NOW - BOUND - 5)
+    busy = [rjob(100, {"a": range(8)}, predicted_end=NOW + HOUR)]
+    result = run(snap([node("a", gpu_memory_gb=40)], [old, waits], busy, policy=_policy()))
+    assert result.verdicts[1].code == et.Code.NEVER_FITS
+    assert "overdue_at" not in result.verdicts[1].details
+    assert "starvation bound" not in result.verdicts[1].message
+    assert "overdue_at" in result.verdicts[2].details  # waiting for capacity: it says so
+
+
 def test_overdue_across_tiers_puts_an_overdue_job_before_higher_tiers() -> None:
     """With ``overdue_across_tiers`` an overdue experiment job goes before a fresh urgent
     one (a stream of higher-tier work no longer holds it back for ever); without it, after."""

@@ -1,5 +1,6 @@
 """The concurrency drill (#16): cycles back to back while people submit, cancel, ask for
-quota, approve, withdraw, cordon, drain and uncordon, all at once, on real PostgreSQL.
+quota, approve, withdraw, cordon, drain and uncordon, and an admin edits the quota policy's
+starvation bound in the Django admin (#19), all at once, on real PostgreSQL.
 
 Zero unexpected errors (a refusal the rules call for, such as cancelling a finished job or
 approving a request someone withdrew, is expected and counted apart), zero deadlocks, every
@@ -19,9 +20,11 @@ from collections.abc import Callable
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
+from django.forms.models import model_to_dict
+from django.test import Client
 
 from core.models import AuditRecord
-from quotas.models import QuotaRequest
+from quotas.models import QuotaPolicy, QuotaRequest
 from quotas.services import (
     QuotaRequestInput,
     approve_quota_request,
@@ -126,7 +129,26 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
         drill.act(action.__name__, lambda: action(oncall, name, "drill"))
         time.sleep(0.01)
 
-    drill.run([cycles, cycles, submitter, canceller, quota, operator])
+    policy = QuotaPolicy.load()
+    policy_url = f"/admin/quotas/quotapolicy/{policy.pk}/change/"
+    policy_form = {k: v for k, v in model_to_dict(policy).items() if k not in ("id", "singleton")}
+    bounds: list[int] = []
+
+    def policy_editor(rng: random.Random) -> None:
+        browser = Client()
+        browser.force_login(admin)
+        hours = rng.choice([0, 1, 72, 168])
+
+        def edit() -> None:
+            response = browser.post(policy_url, {**policy_form, "starvation_bound_hours": hours})
+            if response.status_code != 302:
+                raise RuntimeError(f"the admin answered {response.status_code}")
+            bounds.append(hours)
+
+        drill.act("policy", edit)
+        time.sleep(0.02)
+
+    drill.run([cycles, cycles, submitter, canceller, quota, operator, policy_editor])
 
     print("drill:", dict(drill.accepted), "refused:", dict(drill.refused))
     assert drill.errors == [], drill.errors[:5]
@@ -139,5 +161,8 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
     audited = Counter(AuditRecord.objects.values_list("action", flat=True))
     for action in ("cordon_node", "drain_node", "uncordon_node"):
         assert audited[f"node.{action.removesuffix('_node')}"] == drill.accepted[action]
+    edits = AuditRecord.objects.filter(action="admin.change", target_type="quotas.quotapolicy")
+    assert drill.accepted["policy"] >= 2 and edits.count() == drill.accepted["policy"]
+    assert QuotaPolicy.load().starvation_bound_hours == bounds[-1]  # the last edit stands
     run_cycle_now(admin)
     assert find_inconsistencies() == []

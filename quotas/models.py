@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core import clock
+from scheduling.engine.types import FULL_STARVATION_BOUND_S
 
 
 class Tier(models.TextChoices):
@@ -219,8 +220,8 @@ class QuotaRequest(models.Model):
 
 #: The most nodes a cycle may empty for defragmentation (each move is a checkpoint).
 MAX_DEFRAGMENT_NODES = 8
-# The starvation bound (#19): 7 days by default, Slurm's PriorityMaxAge; at most 90 days.
-DEFAULT_STARVATION_BOUND_HOURS = 168
+# The starvation bound (#19): the ``full`` preset's by default (7 days), at most 90 days.
+DEFAULT_STARVATION_BOUND_HOURS = round(FULL_STARVATION_BOUND_S / 3600)
 MAX_STARVATION_BOUND_HOURS = 90 * 24
 
 

@@ -10,6 +10,7 @@ and an impact's lists say what changed and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 
@@ -171,9 +172,8 @@ def test_the_order_jobs_are_listed_in_changes_nothing(world, rnd: random.Random)
     assert L.positions(c, shuffled) == L.positions(c, holds)
 
 
-@FAST
-@given(st.data())
-def test_raising_a_quota_never_makes_a_job_borrowed(data):
+def raised_pair(data) -> tuple[L.Contracts, L.Contracts, tuple[L.Hold, ...]]:
+    """A world, and the same world with one quota raised (by 0 to 16 GPUs)."""
     c, holds = data.draw(worlds())
     change = data.draw(changes_for(c))
     quota, _ = c.target_contract(change)
@@ -183,7 +183,74 @@ def test_raising_a_quota_never_makes_a_job_borrowed(data):
     raised = c.with_change(
         L.Change(change.line, change.queue, quota + data.draw(st.integers(0, 16)))
     )
+    return c, raised, holds
+
+
+def settled(c: L.Contracts, holds: tuple[L.Hold, ...]) -> tuple[L.Hold, ...]:
+    """The holds with their stored flags set to what the contracts settle them to: the
+    state every cycle writes back (``Plan.marks``), so the state a quota change meets."""
+    borrowed = L.positions(c, holds).borrowed_ids
+    return tuple(dataclasses.replace(h, borrowed=h.id in borrowed) for h in holds)
+
+
+@FAST
+@given(worlds())
+def test_settled_flags_stay_settled(world):
+    c, holds = world
+    steady = settled(c, holds)
+    assert L.positions(c, steady).borrowed_ids == L.positions(c, holds).borrowed_ids
+
+
+@FAST
+@given(st.data())
+def test_raising_a_quota_never_makes_a_job_borrowed(data):
+    """From the flags the last cycle wrote back, a raise only ever clears borrowed jobs."""
+    c, raised, holds = raised_pair(data)
+    holds = settled(c, holds)
     assert L.positions(raised, holds).borrowed_ids <= L.positions(c, holds).borrowed_ids
+
+
+@FAST
+@given(st.data())
+def test_between_cycles_a_raise_borrows_only_jobs_already_flagged(data):
+    """Between cycles the stored flags may lag (a job ended since the last plan). A raise
+    then newly borrows only a job whose stored flag already says borrowed: the flags are
+    sticky, so the job that stays borrowed may be the flagged one rather than the one
+    the lower quota would have picked."""
+    c, raised, holds = raised_pair(data)
+    flagged = {h.id for h in holds if h.borrowed}
+    assert L.positions(raised, holds).borrowed_ids <= L.positions(c, holds).borrowed_ids | flagged
+
+
+def test_a_raise_between_cycles_keeps_the_flagged_job_borrowed_not_the_larger_one():
+    """The case Hypothesis found against the unqualified rule. Line l2 (quota 27) holds 28:
+    12 + 6 firm GPUs, j1 (9 GPUs, preemptible, started later) and j2 (1 GPU, preemptible,
+    stored as borrowed). At queue quota 19, l2q1 is 2 over, so j1 is borrowed, and that
+    also brings the line within its quota: j2's flag clears. Raised to 21, l2q1 is within
+    quota; the line is 1 over, and the sticky flag keeps j2 borrowed. One GPU borrowed
+    instead of nine, and no job the cycles had not already flagged."""
+    def hold(i, queue, gpus, preemptible, started_at=0.0, borrowed=False):
+        return L.Hold(id=i, queue=queue, line="l2", gpus=gpus, preemptible=preemptible,
+                      started_at=started_at, borrowed=borrowed, preempting=False,
+                      name=f"j{i}", owner="o")  # fmt: skip
+
+    c = L.Contracts(
+        (L.LineContract("l2", 27, 0),),
+        (L.QueueContract("l2q0", "l2", None, 0), L.QueueContract("l2q1", "l2", 19, 0)),
+    )
+    holds = (
+        hold(1, "l2q1", 9, True, started_at=1.0),
+        hold(2, "l2q0", 1, True, borrowed=True),
+        hold(4, "l2q1", 12, False),
+        hold(8, "l2q0", 6, False),
+    )
+    raised = c.with_change(L.Change("l2", "l2q1", 21))
+    assert L.positions(c, holds).borrowed_ids == {1}
+    assert L.positions(raised, holds).borrowed_ids == {2}
+    assert L.positions(raised, holds).lines["l2"].reclaimable_gpus == 1
+    # From the flags the cycle writes back at quota 19 ({j1}), the raise clears j1 and
+    # borrows nothing new: the line's one GPU over is then j1's, the flagged one.
+    assert L.positions(raised, settled(c, holds)).borrowed_ids == {1}
 
 
 # -- contracts and changes ------------------------------------------------------------------

@@ -229,6 +229,7 @@ def test_a_raise_between_cycles_keeps_the_flagged_job_borrowed_not_the_larger_on
     also brings the line within its quota: j2's flag clears. Raised to 21, l2q1 is within
     quota; the line is 1 over, and the sticky flag keeps j2 borrowed. One GPU borrowed
     instead of nine, and no job the cycles had not already flagged."""
+
     def hold(i, queue, gpus, preemptible, started_at=0.0, borrowed=False):
         return L.Hold(id=i, queue=queue, line="l2", gpus=gpus, preemptible=preemptible,
                       started_at=started_at, borrowed=borrowed, preempting=False,

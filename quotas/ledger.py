@@ -364,6 +364,17 @@ def positions(contracts: Contracts, holds: Iterable[Hold]) -> Positions:
     )
 
 
+def settled(contracts: Contracts, holds: Iterable[Hold]) -> tuple[Hold, ...]:
+    """``holds`` with their stored ``borrowed`` flags set to what ``contracts`` settle
+    them to: what the next plan writes back (``Plan.marks``). Between cycles the stored
+    flags may lag (work ended since the last plan); ``impact`` compares a change against
+    this steady state, so a raise never lists a job as newly reclaimable only because its
+    stale flag kept it on top."""
+    holds = tuple(holds)
+    borrowed = positions(contracts, holds).borrowed_ids
+    return tuple(replace(h, borrowed=h.id in borrowed) for h in holds)
+
+
 # ---------------------------------------------------------------------------
 # Guarantees against capacity
 
@@ -582,8 +593,9 @@ def impact(state: ClusterState, change: Change) -> Impact:
     """
     before_c = state.contracts
     after_c = before_c.with_change(change)
-    pb = positions(before_c, state.holds)
-    pa = positions(after_c, state.holds)
+    holds = settled(before_c, state.holds)
+    pb = positions(before_c, holds)
+    pa = positions(after_c, holds)
     fit = check_fit(
         before_c, change, state.healthy_gpus, state.reserve_gpus, scheduled=state.scheduled
     )
@@ -606,27 +618,23 @@ def impact(state: ClusterState, change: Change) -> Impact:
     def outside(h: Hold) -> bool:
         return not inside(h)
 
-    by_id = {h.id: h for h in state.holds}
+    by_id = {h.id: h for h in holds}
     newly = sorted(pa.borrowed_ids - pb.borrowed_ids)
     freed = sorted(pb.borrowed_ids - pa.borrowed_ids)
 
     claim_b, claim_a = _claimable(pb, change), _claimable(pa, change)
     likely_b = {
         h.id
-        for h in _reclaim(
-            state.holds, pb.borrowed_ids, outside, min(demand, claim_b), state.free_gpus
-        )
+        for h in _reclaim(holds, pb.borrowed_ids, outside, min(demand, claim_b), state.free_gpus)
     }
-    likely_a = _reclaim(
-        state.holds, pa.borrowed_ids, outside, min(demand, claim_a), state.free_gpus
-    )
+    likely_a = _reclaim(holds, pa.borrowed_ids, outside, min(demand, claim_a), state.free_gpus)
     likely = [h for h in likely_a if h.id not in likely_b]
 
     risk_b: dict[str, int] = {}
-    for h in _reclaim(state.holds, pb.borrowed_ids, outside, claim_b, state.free_gpus):
+    for h in _reclaim(holds, pb.borrowed_ids, outside, claim_b, state.free_gpus):
         risk_b[h.line] = risk_b.get(h.line, 0) + h.gpus
     risk_a: dict[str, int] = {}
-    for h in _reclaim(state.holds, pa.borrowed_ids, outside, claim_a, state.free_gpus):
+    for h in _reclaim(holds, pa.borrowed_ids, outside, claim_a, state.free_gpus):
         risk_a[h.line] = risk_a.get(h.line, 0) + h.gpus
     shrinks = tuple(
         LineShrink(

@@ -29,6 +29,8 @@ happening:
    every horizon's forecast, as it is counted in ``g``; the recent peaks held it too while
    it waited or ran within quota. (Before session 27 it was counted twice, and a reclaimed
    job larger than its line's room never borrowed again, however idle the cluster.)
+   A quota swap's displaced runs are judged the same way: their part of their line's
+   entitled demand now (``Borrowing.displaced_part``) is left out, as they count in ``g``.
 2. **Cool-down.** A job evicted less than ``borrow_cooldown_s`` ago
    (``PendingJob.last_evicted_at``), or any job of a queue that had a job evicted that
    recently (``QueueView.last_reclaim_at``), does not borrow: it waits within its quota.
@@ -339,6 +341,14 @@ class Borrowing:
             f"pass the {target:.0%} target ({room / 3600:,.1f} GPU-hours of room)."
         )
 
+    def displaced_part(self, line: str, gpus: int) -> int:
+        """The part of line ``line``'s entitled demand now that ``gpus`` GPUs of its work
+        displaced by a quota swap make (``own_demand``): within the line's quota they are
+        in its term, and once displaced they count as borrowed load instead."""
+        if self._slack is None:
+            self._prepare()
+        return own_demand(self.p.lines.get(line), self._line_demand.get(line, 0), gpus)
+
     def lenders_refusal(self, gpus: int, runtime: float, own: int = 0) -> tuple[str, str] | None:
         """Rule 1 for ``gpus`` GPUs borrowed for ``runtime`` seconds (None: allowed);
         ``own``: the borrower's own part of the entitled demand (``own_demand``), which
@@ -443,11 +453,7 @@ def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:
             over = over_target(queues.get(j.queue), policy.borrow_eviction_target)
             if policy.borrow_forecast and (proxy or forecast_applies(j, over, policy)):
                 bl = BorrowedLoad(load)
-                own = (
-                    0
-                    if proxy
-                    else own_demand(lines.get(j.line), line_demand.get(j.line, 0), j.gpus)
-                )
+                own = own_demand(lines.get(j.line), line_demand.get(j.line, 0), gpus)
                 for i in range(segments(runtime)):
                     if demand[i] - own + bl.at(now + _STARTS[i]) + gpus > ready:
                         errors.append(

@@ -336,7 +336,7 @@ class QuotaSwap:
         )
         if chosen is None or swap_too_costly(job, chosen, p.now, p.policy):
             return None
-        if self.forecast_refusal(chosen) is not None:
+        if self.forecast_refusal(job, chosen) is not None:
             return None
         return chosen
 
@@ -439,14 +439,14 @@ class QuotaSwap:
                 return
             elif (nodes := p.try_place(job, sh, p.now + job_runtime(job, p.policy))) is None:
                 note = NO_ROOM
-                if self.forecast_refusal(chosen) is None and self.consolidate(job, sh, chosen):
+                if self.forecast_refusal(job, chosen) is None and self.consolidate(job, sh, chosen):
                     return
             elif not chosen:
                 # an earlier swap displaced more than it needed (whole jobs): room within quota
                 p.start(job, sh, nodes, borrowed=False)
                 return
             else:
-                refused = self.forecast_refusal(chosen)
+                refused = self.forecast_refusal(job, chosen)
                 if refused is None:
                     p.start(job, sh, nodes, borrowed=False)
                     self.displace(job, chosen)
@@ -457,14 +457,18 @@ class QuotaSwap:
             return
         p.record(job, *p.quota_reason(job, first_q, note))
 
-    def forecast_refusal(self, chosen: list[RunningJob]) -> tuple[str, str] | None:
-        """The lenders' forecast against displacing ``chosen`` until they end (None: it
-        allows it, or is off)."""
+    def forecast_refusal(self, job: PendingJob, chosen: list[RunningJob]) -> tuple[str, str] | None:
+        """The lenders' forecast against displacing ``chosen`` for ``job`` until they end
+        (None: it allows it, or is off). The displaced runs' part of their line's entitled
+        demand now is left out (``Borrowing.displaced_part``): from the swap on they
+        count as the borrowed load instead."""
         p = self.p
         if not chosen or not p.policy.borrow_forecast:
             return None
         until = max(running_end(r, p.now, p.policy) for r in chosen)
-        return p.borrowing.lenders_refusal(sum(r.gpus for r in chosen), until - p.now)
+        gpus = sum(r.gpus for r in chosen)
+        own = p.borrowing.displaced_part(job.line, gpus)
+        return p.borrowing.lenders_refusal(gpus, until - p.now, own)
 
     def consolidate(self, job: PendingJob, sh: ShapeT, chosen: list[RunningJob]) -> bool:
         """No room for ``job``: ask consolidation to move jobs so it gets its nodes (the

@@ -193,6 +193,40 @@ def test_the_lenders_return_is_judged_on_the_displaced_work():
     assert any("predicted to be reclaimed" in e for e in late), late
 
 
+def test_work_the_swap_keeps_within_its_line_s_quota_is_not_counted_twice():
+    # llm-finetune (quota 8) is at quota with its own preemptible run; its line llm (quota
+    # 16) has room for the waiting 8-GPU job too. The lenders are predicted to need all of
+    # their 16 back: 16 + 16 = the cluster's 32. After the swap the displaced run is
+    # borrowed only against its queue; its line still holds its 16 within quota, so the
+    # lenders' 16 fit beside it. Before session 28 the run counted both in llm's entitled
+    # demand and as the borrowed load, and the swap was refused ("lenders_return").
+    queues = [
+        dataclasses.replace(q, quota_gpus=8) if q.name == "llm-finetune" else q
+        for q in standard_queues("llm") + standard_queues("search")
+    ]
+    own = rjob(1, {"a00": range(8)}, tier="finetune", predicted_end=NOW + HOUR)
+    s = dataclasses.replace(
+        snap(
+            rack("a", 4, "r0"),
+            [FINETUNE],
+            [own],
+            lines=[et.LineView("llm", 16), et.LineView("search", 16)],
+            queues=queues,
+            policy=et.PolicyConfig.preset("full", swap_quota=True),
+        ),
+        demand_peaks=(32,) * 8,
+    )
+    result = run(s)
+    assert starts(result) == {10: False}
+    assert result.swaps == (et.Swap(10, (1,)),)
+    assert check_plan(s, result) == []
+    # where the lenders' 16 and llm's 16 do not both fit (a 24-GPU cluster), it is refused
+    small = dataclasses.replace(s, nodes=s.nodes[:3], demand_peaks=(32,) * 8)
+    refused = run(small)
+    assert starts(refused) == {}
+    assert refused.verdicts[10].details["borrow_refused"] == "lenders_return"
+
+
 def with_queue(name: str, **changes: object) -> list[et.QueueView]:
     return [
         dataclasses.replace(q, **changes) if q.name == name else q  # type: ignore[arg-type]

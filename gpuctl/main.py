@@ -183,7 +183,8 @@ def cmd_submit(portal: Portal, args: argparse.Namespace) -> int:
         print_json(job)
     else:
         print(
-            f"submitted job {job['id']} ({job['name']}) to {job['queue']}: {job['gpus']} GPUs, "
+            f"submitted job {job['id']} ({job['name']}) to {job['queue']}: {job['gpus']} "
+            f"GPU{'' if job['gpus'] == 1 else 's'}, "
             f"tier {job['tier']}, {job['state']}. Next: gpuctl explain {job['id']}"
         )
     return EXIT_OK

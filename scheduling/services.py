@@ -26,6 +26,7 @@ from core.realtime import publish_coalesced, publish_on_commit
 from core.security import is_ascii_number
 from quotas.models import Queue, Tier
 from scheduling import feasibility, limits
+from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
 from scheduling.permissions import may_cancel, may_submit, submits_to_any_queue
@@ -289,7 +290,8 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 
 
 def _submitted_message(user: Any, job: Job) -> str:
-    return f"submitted by {user.username} to {job.queue.name}: {job.gpus} GPUs, tier {job.tier}"
+    gpus = explain.count(job.gpus, "GPU")
+    return f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
 
 
 def submit_jobs(

@@ -44,6 +44,7 @@ from scheduling.backends.sim_store import SavedSimulator
 from scheduling.backends.simulator import SimulatorBackend
 from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.cycle.context import production_policy
+from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
@@ -344,8 +345,9 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
         swap = next((sw for sw in plan.swaps if sw.job_id == job_id), None)
         if swap is not None:
             message += (
-                f" It would start within its quota: {len(swap.displaced)} preemptible job(s) "
-                "of its queue or line would run on as borrowed capacity in its place."
+                " It would start within its quota: "
+                f"{explain.count(len(swap.displaced), 'preemptible job')} of its queue or line "
+                "would run on as borrowed capacity in its place."
             )
         return {"status": "fits_now", "code": "", "message": message, "borrowed": start.borrowed,
                 "nodes": nodes, "estimated_start": plan.now}  # fmt: skip

@@ -19,6 +19,7 @@ from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
 from scheduling.cycle.telemetry import record_starts, record_swaps
+from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
@@ -75,8 +76,9 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         clear(job)
         borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
         if job.pk in displaced:
-            borrowed = (f" within its quota; {len(displaced[job.pk])} preemptible job(s) of "
-                        "its queue or line now run on borrowed capacity in its place")  # fmt: skip
+            moved = explain.count(len(displaced[job.pk]), "preemptible job")
+            borrowed = (f" within its quota; {moved} of its queue or line now run on "
+                        "borrowed capacity in its place")  # fmt: skip
         cycle.event(job, "started", f"started on {fmt_placement(start.placement)}{borrowed}")
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip

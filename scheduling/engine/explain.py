@@ -36,6 +36,11 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(int(t), tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+def count(n: int, noun: str) -> str:
+    """A number with its noun for people: ``1 GPU``, ``8 GPUs``, ``1 preemptible job``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def duration(seconds: float) -> str:
     """A duration for people: ``45 s``, ``20 min``, ``2 h 10 min`` (up to 47 h), ``3 d 4 h``."""
     s = max(0, int(seconds))

@@ -43,6 +43,9 @@ def test_submit_sends_only_the_fields_given_with_their_api_names(cli, portal):
         "submitted job 42 (llama-ft) to llm-finetune: 16 GPUs, tier finetune, pending. "
         "Next: gpuctl explain 42\n"
     )
+    portal.answers[("post", "jobs/")] = {**JOB, "gpus": 1}
+    one = cli("submit", "llama-ft", "-q", "llm-finetune", "-g", "1")
+    assert "to llm-finetune: 1 GPU, tier finetune" in one.out, one.out
 
 
 def test_submit_file_fields_are_overridden_by_flags_and_unknown_keys_pass_through(

@@ -104,7 +104,8 @@ def test_generate_submits_through_the_service():
     for job in jobs[:20]:
         (event,) = job.events.all()
         assert event.message == (
-            f"submitted by workload to {job.queue.name}: {job.gpus} GPUs, tier {job.tier}"
+            f"submitted by workload to {job.queue.name}: {job.gpus} "
+            f"GPU{'' if job.gpus == 1 else 's'}, tier {job.tier}"
         )
         assert event.at == job.submitted_at
 

@@ -39,6 +39,15 @@ def test_duration(seconds, text):
 
 
 @pytest.mark.parametrize(
+    "n, noun, text",
+    [(1, "GPU", "1 GPU"), (0, "GPU", "0 GPUs"), (8, "GPU", "8 GPUs"),
+     (1, "preemptible job", "1 preemptible job"), (3, "preemptible job", "3 preemptible jobs")],
+)  # fmt: skip
+def test_count_says_one_in_the_singular(n, noun, text):
+    assert explain.count(n, noun) == text
+
+
+@pytest.mark.parametrize(
     "kw, text",
     [
         ({}, ""),

@@ -67,7 +67,8 @@ def test_each_job_gets_its_submitted_event(demo):
         (event,) = JobEvent.objects.filter(job=job)
         assert event.kind == "submitted"
         assert event.message == (
-            f"submitted by researcher to {job.queue.name}: {job.gpus} GPUs, tier {job.tier}"
+            f"submitted by researcher to {job.queue.name}: {job.gpus} "
+            f"GPU{'' if job.gpus == 1 else 's'}, tier {job.tier}"
         )
 
 

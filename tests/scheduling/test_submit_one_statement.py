@@ -34,7 +34,7 @@ def test_what_it_writes_is_what_it_returns(demo):
     (event,) = job.events.all()  # prefetched: no query
     stored_job, (stored_event,) = Job.objects.get(pk=job.pk), JobEvent.objects.filter(job=job)
     assert (stored_event.pk, stored_event.kind, stored_event.message) == (
-        event.pk, "submitted", "submitted by researcher to llm-experiment: 1 GPUs, tier experiment"
+        event.pk, "submitted", "submitted by researcher to llm-experiment: 1 GPU, tier experiment"
     )  # fmt: skip
     assert stored_event.at == stored_job.submitted_at == stored_job.updated_at == event.at
     assert stored_job.state == Job.State.PENDING and stored_job.owner == demo["researcher"]

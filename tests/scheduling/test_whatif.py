@@ -100,7 +100,7 @@ def test_a_quota_swap_is_said_and_the_cycle_does_it(roomy):
     run_cycle()
     answer = whatif.what_if(roomy["researcher"], req())
     assert answer.starts and answer.code == ""
-    assert "within its quota: 1 preemptible job(s)" in answer.message
+    assert "within its quota: 1 preemptible job of its queue" in answer.message
     assert outcome(roomy["researcher"], req()) == ("fits_now", "")
     experiment.refresh_from_db()
     assert experiment.state == "running" and experiment.borrowed

@@ -19,6 +19,7 @@ from html import escape
 from typing import Any, NamedTuple
 
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+from scheduling.engine.explain import count
 
 BLUE = "#0072B2"
 SKY = "#56B4E9"
@@ -732,7 +733,7 @@ def eviction_ratio_figure(
         return _figure(data, layout, summary, empty="No eviction figures yet")
     hot = [q for q, o in zip(rows, over, strict=True) if o]
     if hot:
-        summary = f"{len(hot)} queue(s) above the {threshold:.0%} alert line, {window}: " + (
+        summary = f"{count(len(hot), 'queue')} above the {threshold:.0%} alert line, {window}: " + (
             ", ".join(f"{q.name} {_pct(q.ratio)} ({q.evictions} evictions)" for q in hot)
         )
     else:

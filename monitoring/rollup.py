@@ -20,6 +20,7 @@ from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
 from scheduling.borrow_inputs import EvictionReading
 from scheduling.clock import cluster_now
+from scheduling.engine.explain import count
 from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
@@ -228,7 +229,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         firing[Alert.Kind.PENDING_TOO_LONG].add(row["queue__name"])
         raise_alert(
             Alert.Kind.PENDING_TOO_LONG, Alert.Severity.WARNING, row["queue__name"],
-            f"{row['n']} job(s) in {row['queue__name']} have waited more than "
+            f"{count(row['n'], 'job')} in {row['queue__name']} "
+            f"{'has' if row['n'] == 1 else 'have'} waited more than "
             f"{PENDING_TOO_LONG.total_seconds() / 3600:.0f} h; check their pending reasons.",
         )  # fmt: skip
     for name, row in per_line.items():

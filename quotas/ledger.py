@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from monitoring.metrics import window_eviction_ratio
 from scheduling.engine.accounting import borrowed_gpus as beyond_quota
 from scheduling.engine.accounting import derive_usage
+from scheduling.engine.explain import count
 from scheduling.engine.types import PREEMPTING, RUNNING, LineView, QueueView, RunningJob, Tier
 
 
@@ -653,14 +654,14 @@ def impact(state: ClusterState, change: Change) -> Impact:
     if newly:
         gpus = sum(by_id[i].gpus for i in newly)
         notes.append(
-            f"{len(newly)} running job(s) ({gpus} GPUs) of the {change.target} would sit above "
+            f"{count(len(newly), 'running job')} ({count(gpus, 'GPU')}) of the {change.target} would sit above "
             f"the new quota and become the first reclaimed when others need the GPUs."
         )
     if likely:
         gpus = sum(h.gpus for h in likely)
         notes.append(
             f"With its {demand} pending GPUs it would reclaim about {gpus} borrowed GPUs from "
-            f"{len(likely)} job(s) of other lines when it takes effect."
+            f"{count(len(likely), 'job')} of other lines when it takes effect."
         )
     for s in shrinks:
         notes.append(

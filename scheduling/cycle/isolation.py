@@ -12,6 +12,7 @@ from core import audit
 from scheduling import alerts
 from scheduling.alerts import raise_alert
 from scheduling.cycle.context import Cycle
+from scheduling.engine import explain
 from scheduling.models import Node
 
 
@@ -45,7 +46,7 @@ def clean_residual(cycle: Cycle, node: Node, gpus: int) -> None:
         node.residual_gpus = 0
         raise_alert(
             alerts.RESIDUAL_PROCESS, alerts.WARNING, node.name,
-            f"{gpus} GPU(s) on {node.name} were held by processes of finished jobs; "
+            f"{explain.count(gpus, 'GPU')} on {node.name} were held by processes of finished jobs; "
             "they were killed and the GPUs returned to the pool.",
         )  # fmt: skip
         cycle.report.counts["residual_cleaned"] += gpus

@@ -41,6 +41,11 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def verb(n: int, one: str, many: str) -> str:
+    """The verb that agrees with a count: ``verb(1, "is", "are")`` is ``is``."""
+    return one if n == 1 else many
+
+
 def duration(seconds: float) -> str:
     """A duration for people: ``45 s``, ``20 min``, ``2 h 10 min`` (up to 47 h), ``3 d 4 h``."""
     s = max(0, int(seconds))
@@ -187,15 +192,17 @@ def priority(
         details["overdue_reservations_ahead"] = overdue
     if strict_order:
         msg = (
-            f"Waiting its turn: the policy keeps strict order and {ahead_jobs} job(s) ahead "
-            f"needing {ahead_gpus} GPUs are blocked."
+            "Waiting its turn: the policy keeps strict order and "
+            f"{count(ahead_jobs, 'job')} ahead needing {count(ahead_gpus, 'GPU')} "
+            f"{verb(ahead_jobs, 'is', 'are')} blocked."
         )
         remedy = "Starts after the jobs ahead of it start."
     else:
         msg = (
             f"This job {shape}; the GPUs left free this cycle would fit it, but they are "
-            f"reserved for higher-priority work ({reservations} reservation(s) hold nodes, and "
-            f"{ahead_jobs} job(s) ahead still wait for {ahead_gpus} GPUs)."
+            f"reserved for higher-priority work ({count(reservations, 'reservation')} "
+            f"{verb(reservations, 'holds', 'hold')} nodes, and {count(ahead_jobs, 'job')} ahead "
+            f"still {verb(ahead_jobs, 'waits', 'wait')} for {count(ahead_gpus, 'GPU')})."
         )
         if overdue:
             msg += (
@@ -248,8 +255,9 @@ def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None)
         details[NO_ESTIMATE] = "the jobs making room have no stop deadline"
     return (
         Code.PREEMPTING,
-        f"Making room: {victims} running job(s) holding {gpus} GPUs (lower priority, or "
-        f"on borrowed capacity) are being preempted and will stop by {when(deadline)}.",
+        f"Making room: {count(victims, 'running job')} holding {count(gpus, 'GPU')} (lower "
+        f"priority, or on borrowed capacity) {verb(victims, 'is', 'are')} being preempted and "
+        f"will stop by {when(deadline)}.",
         details,
         "Nothing to do: it starts as soon as they have stopped.",
     )

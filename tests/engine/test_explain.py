@@ -180,7 +180,7 @@ def test_priority_in_strict_order():
     code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, True)
     assert code == Code.PRIORITY
     assert msg == (
-        "Waiting its turn: the policy keeps strict order and 2 job(s) ahead needing 16 GPUs "
+        "Waiting its turn: the policy keeps strict order and 2 jobs ahead needing 16 GPUs "
         "are blocked."
     )
     assert details == {
@@ -196,23 +196,29 @@ def test_priority_behind_higher_priority_work():
     _code, msg, details, remedy = explain.priority(pjob(1, 8), SHAPE, 2, 16, 1, False)
     assert msg == (
         "This job needs 8 GPUs on one node; the GPUs left free this cycle would fit it, but "
-        "they are reserved for higher-priority work (1 reservation(s) hold nodes, and 2 job(s) "
+        "they are reserved for higher-priority work (1 reservation holds nodes, and 2 jobs "
         "ahead still wait for 16 GPUs)."
     )
     assert details["strict_order"] == 0
     assert remedy.startswith("Starts when the work ahead is placed")
+    _code, one, _details, _remedy = explain.priority(pjob(1, 8), SHAPE, 1, 8, 1, False)
+    assert "(1 reservation holds nodes, and 1 job ahead still waits for 8 GPUs)" in one
+    _code, strict, _details, _remedy = explain.priority(pjob(1, 8), SHAPE, 1, 1, 0, True)
+    assert strict.endswith("1 job ahead needing 1 GPU is blocked.")
 
 
 def test_preempting():
     assert explain.preempting(pjob(1, 8), 2, 12, NOW + 300) == (
         Code.PREEMPTING,
-        "Making room: 2 running job(s) holding 12 GPUs (lower priority, or on borrowed "
+        "Making room: 2 running jobs holding 12 GPUs (lower priority, or on borrowed "
         "capacity) are being preempted and will stop by 1970-01-12 13:51 UTC.",
         {"victims": 2, "victim_gpus": 12, "victims_stop_at": "1970-01-12T13:51:40Z"},
         "Nothing to do: it starts as soon as they have stopped.",
     )
     _code, msg, details, _remedy = explain.preempting(pjob(1, 8), 1, 8, None)
     assert msg.endswith("will stop by unknown.") and "victims_stop_at" not in details
+    assert msg.startswith("Making room: 1 running job holding 8 GPUs (lower priority, or on ")
+    assert "capacity) is being preempted" in msg
     assert details["no_estimate_reason"] == "the jobs making room have no stop deadline"
 
 

@@ -140,7 +140,7 @@ def test_eviction_ratio_marks_queues_over_the_alert_line_by_text_and_pattern_too
     assert fig["layout"]["yaxis"]["range"][1] >= 32.0
     assert (
         fig["summary"]
-        == "1 queue(s) above the 15% alert line, last 24 h: llm-experiment 32.0% (7 evictions)"
+        == "1 queue above the 15% alert line, last 24 h: llm-experiment 32.0% (7 evictions)"
     )
     calm = charts.eviction_ratio_figure(queues[1:], threshold=0.15)
     assert calm["summary"] == (

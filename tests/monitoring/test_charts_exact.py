@@ -190,7 +190,7 @@ def test_several_queues_over_the_line_are_all_named_in_display_order():
     fig = charts.eviction_ratio_figure([QueueEviction(*r) for r in rows], threshold=0.2)
     assert fig["data"][0]["x"] == ["a-core", "a-exp", "b-exp"]
     assert fig["summary"] == (
-        "2 queue(s) above the 20% alert line, last 24 h: a-exp 25.0% (4 evictions), b-exp 40.0% (9 evictions)"
+        "2 queues above the 20% alert line, last 24 h: a-exp 25.0% (4 evictions), b-exp 40.0% (9 evictions)"
     )
 
 

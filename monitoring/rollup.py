@@ -20,7 +20,7 @@ from monitoring.services import raise_alert, resolve_cleared, resolve_quiet
 from quotas.models import BusinessLine, Queue, QuotaPolicy
 from scheduling.borrow_inputs import EvictionReading
 from scheduling.clock import cluster_now
-from scheduling.engine.explain import count
+from scheduling.engine.explain import count, verb
 from scheduling.models import CONSOLIDATION, Eviction, Job
 from scheduling.nodes.selectors import list_usable_free_gpus
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
@@ -230,7 +230,7 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         raise_alert(
             Alert.Kind.PENDING_TOO_LONG, Alert.Severity.WARNING, row["queue__name"],
             f"{count(row['n'], 'job')} in {row['queue__name']} "
-            f"{'has' if row['n'] == 1 else 'have'} waited more than "
+            f"{verb(row['n'], 'has', 'have')} waited more than "
             f"{PENDING_TOO_LONG.total_seconds() / 3600:.0f} h; check their pending reasons.",
         )  # fmt: skip
     for name, row in per_line.items():

@@ -48,6 +48,7 @@ from scheduling.blast import BlastRadius, grace_text, node_blast_radius
 from scheduling.clock import reading as cluster_reading
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.cycle.context import shared_nodes_first
+from scheduling.engine.explain import count
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
 from scheduling.nodes.selectors import (
@@ -551,7 +552,7 @@ CONFIRMED_NODE_ACTIONS = ("cordon", "drain")
 def _node_confirmation(request: HttpRequest, node: Node, action: str, reason: str,
                        blast: BlastRadius) -> HttpResponse:  # fmt: skip
     """What cordoning or draining ``node`` hits, and the form that does it (confirm=1)."""
-    jobs = f"{blast.job_count} job{'s' if blast.job_count != 1 else ''}"
+    jobs = count(blast.job_count, "job")
     queues = ", ".join(blast.queues) or "no queue"
     free = node.gpus_total - blast.gpus_here
     if action == "drain":

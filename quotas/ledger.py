@@ -654,8 +654,8 @@ def impact(state: ClusterState, change: Change) -> Impact:
     if newly:
         gpus = sum(by_id[i].gpus for i in newly)
         notes.append(
-            f"{count(len(newly), 'running job')} ({count(gpus, 'GPU')}) of the {change.target} would sit above "
-            f"the new quota and become the first reclaimed when others need the GPUs."
+            f"{count(len(newly), 'running job')} ({count(gpus, 'GPU')}) of the {change.target} "
+            "would sit above the new quota and become the first reclaimed when others need the GPUs."
         )
     if likely:
         gpus = sum(h.gpus for h in likely)

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 
 from scheduling.clock import cluster_now
+from scheduling.engine.explain import count
 from scheduling.engine.types import Code
 from scheduling.models import Allocation, Job
 
@@ -148,9 +149,8 @@ def grace_text() -> str:
     in words: "5 minutes", "30 seconds"."""
     seconds = round(float(getattr(settings, "PREEMPTION_GRACE_SECONDS", 300)))
     if seconds % 60 or seconds < 60:
-        return f"{seconds} second{'s' if seconds != 1 else ''}"
-    minutes = seconds // 60
-    return f"{minutes} minute{'s' if minutes != 1 else ''}"
+        return count(seconds, "second")
+    return count(seconds // 60, "minute")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from core.confirm import Confirmation, is_confirmed, render_confirmation
 from quotas.models import Queue, Tier
 from scheduling import estimator, verdict_text, whatif
 from scheduling.blast import job_blast_radius
+from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
 from scheduling.models import Job, Node
 from scheduling.permissions import may_cancel, sees_all_jobs
@@ -425,7 +426,7 @@ def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
     )
     figures = [
         (f"{blast.gpu_hours_at_risk:.1f} GPU-hours", f"of work {since} are lost"),
-        (f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}", "are released: the job ends for good"),
+        (count(job.gpus, "GPU"), f"{verb(job.gpus, 'is', 'are')} released: the job ends for good"),
     ]
     if job.checkpoint_path:
         figures.append((job.checkpoint_path, "keeps the last checkpoint (a new job can resume)"))

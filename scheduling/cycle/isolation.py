@@ -46,7 +46,8 @@ def clean_residual(cycle: Cycle, node: Node, gpus: int) -> None:
         node.residual_gpus = 0
         raise_alert(
             alerts.RESIDUAL_PROCESS, alerts.WARNING, node.name,
-            f"{explain.count(gpus, 'GPU')} on {node.name} were held by processes of finished jobs; "
+            f"{explain.count(gpus, 'GPU')} on {node.name} {explain.verb(gpus, 'was', 'were')} "
+            "held by processes of finished jobs; "
             "they were killed and the GPUs returned to the pool.",
         )  # fmt: skip
         cycle.report.counts["residual_cleaned"] += gpus

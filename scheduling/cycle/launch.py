@@ -76,9 +76,10 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         clear(job)
         borrowed = " on borrowed idle capacity (reclaimable)" if start.borrowed else ""
         if job.pk in displaced:
-            moved = explain.count(len(displaced[job.pk]), "preemptible job")
-            borrowed = (f" within its quota; {moved} of its queue or line now run on "
-                        "borrowed capacity in its place")  # fmt: skip
+            n = len(displaced[job.pk])
+            borrowed = (f" within its quota; {explain.count(n, 'preemptible job')} of its queue "
+                        f"or line now {explain.verb(n, 'runs', 'run')} on borrowed capacity in "
+                        "its place")  # fmt: skip
         cycle.event(job, "started", f"started on {fmt_placement(start.placement)}{borrowed}")
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip

@@ -30,7 +30,7 @@ happening:
    it waited or ran within quota. (Before session 27 it was counted twice, and a reclaimed
    job larger than its line's room never borrowed again, however idle the cluster.)
    A quota swap's displaced runs are judged the same way: their part of their line's
-   entitled demand now (``Borrowing.displaced_part``) is left out, as they count in ``g``.
+   entitled demand now (``Borrowing.own_part``) is left out, as they count in ``g``.
 2. **Cool-down.** A job evicted less than ``borrow_cooldown_s`` ago
    (``PendingJob.last_evicted_at``), or any job of a queue that had a job evicted that
    recently (``QueueView.last_reclaim_at``), does not borrow: it waits within its quota.
@@ -270,7 +270,7 @@ class Borrowing:
             return refused
         over = over_target(p.queues.get(job.queue), policy.borrow_eviction_target)
         if policy.borrow_forecast and forecast_applies(job, over, policy):
-            own = own_demand(p.lines.get(job.line), self._line_demand.get(job.line, 0), job.gpus)
+            own = self.own_part(job.line, job.gpus)
             return self.lenders_refusal(job.gpus, job_runtime(job, policy), own)
         return None
 
@@ -341,10 +341,10 @@ class Borrowing:
             f"pass the {target:.0%} target ({room / 3600:,.1f} GPU-hours of room)."
         )
 
-    def displaced_part(self, line: str, gpus: int) -> int:
+    def own_part(self, line: str, gpus: int) -> int:
         """The part of line ``line``'s entitled demand now that ``gpus`` GPUs of its work
-        displaced by a quota swap make (``own_demand``): within the line's quota they are
-        in its term, and once displaced they count as borrowed load instead."""
+        make (``own_demand``): a borrower's waiting GPUs, or the runs a quota swap
+        displaces. Rule 1 leaves it out, as they count as the borrowed load instead."""
         if self._slack is None:
             self._prepare()
         return own_demand(self.p.lines.get(line), self._line_demand.get(line, 0), gpus)

@@ -460,14 +460,14 @@ class QuotaSwap:
     def forecast_refusal(self, job: PendingJob, chosen: list[RunningJob]) -> tuple[str, str] | None:
         """The lenders' forecast against displacing ``chosen`` for ``job`` until they end
         (None: it allows it, or is off). The displaced runs' part of their line's entitled
-        demand now is left out (``Borrowing.displaced_part``): from the swap on they
+        demand now is left out (``Borrowing.own_part``): from the swap on they
         count as the borrowed load instead."""
         p = self.p
         if not chosen or not p.policy.borrow_forecast:
             return None
         until = max(running_end(r, p.now, p.policy) for r in chosen)
         gpus = sum(r.gpus for r in chosen)
-        own = p.borrowing.displaced_part(job.line, gpus)
+        own = p.borrowing.own_part(job.line, gpus)
         return p.borrowing.lenders_refusal(gpus, until - p.now, own)
 
     def consolidate(self, job: PendingJob, sh: ShapeT, chosen: list[RunningJob]) -> bool:

@@ -56,7 +56,7 @@ def test_the_node_page_follows_a_drain_without_a_reload(demo, api, page, login):
     go_live(page, f"{base}/oncall/nodes/{node.name}/")
     expect(page.locator("#node-gpus")).to_contain_text("8 used, 0 free")
     expect(page.locator("#node-jobs")).to_contain_text(f"#{job.pk} moves")
-    expect(page.locator("#blast-radius")).to_contain_text("1 job in 1 queue")
+    expect(page.locator("#blast-radius")).to_contain_text("1 job in 1 queue runs here")
 
     in_thread(drain_node, demo["admin"], node.name, "disk errors: move the work off")
     expect(page.locator("#node-state")).to_have_text("draining", timeout=LIVE_MS)

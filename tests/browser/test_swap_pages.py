@@ -85,7 +85,7 @@ def test_a_displaced_job_page_says_live_that_it_now_runs_on_borrowed_capacity(de
     page.goto(f"{base}/jobs/{finetune.pk}/")
     expect(page.locator('#job-status [data-field="borrowed"]')).to_have_text("no")
     expect(page.locator("#timeline li", has_text="started")).to_contain_text(
-        "within its quota; 1 preemptible job of its queue or line now run on borrowed "
+        "within its quota; 1 preemptible job of its queue or line now runs on borrowed "
         "capacity in its place"
     )
     assert Job.objects.filter(state="running").count() == 2

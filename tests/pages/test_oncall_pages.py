@@ -265,7 +265,10 @@ def test_the_node_page_shows_its_jobs_and_the_blast_radius_before_the_forms(clie
     body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{node.name}/").content.decode()
     job = node.allocations.first().job
     assert f"#{job.pk} {job.name}" in body
-    assert "1 job</strong> in <strong>1 queue" in body and "llm-core (8 GPUs)" in body
+    assert (
+        "1 job</strong> in <strong>1 queue</strong> runs here" in body
+        and "llm-core (8 GPUs)" in body
+    )
     assert body.index('id="blast-radius"') < body.index('id="node-action-form"')
     assert f"{node.name}: ready, full, 8/8 GPUs used" in body
     # labels on every input; only applicable buttons

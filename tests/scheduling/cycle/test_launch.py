@@ -149,7 +149,9 @@ def test_a_quota_swap_marks_the_work_it_displaces_borrowed_and_says_why(
     job.refresh_from_db()
     displaced.refresh_from_db()
     assert job.state == "running" and not job.borrowed
-    assert "within its quota; 1 preemptible job of its queue" in job.events.get().message
+    assert "within its quota; 1 preemptible job of its queue or line now runs on" in (
+        job.events.get().message
+    )
     assert displaced.borrowed and displaced.state == "running"
     assert kinds(displaced) == ["borrowed"]
     assert f"job {job.pk}, which may not be preempted" in displaced.events.get().message
@@ -205,4 +207,6 @@ def test_a_job_displaced_again_while_still_flagged_gets_no_second_line(
     run_starts(backend, start(job, "n1"), swaps=(Swap(job.pk, (again.pk,)),))
     again.refresh_from_db()
     assert (again.borrowed, kinds(again)) == (True, [])
-    assert "within its quota; 1 preemptible job of its queue" in job.events.get().message
+    assert "within its quota; 1 preemptible job of its queue or line now runs on" in (
+        job.events.get().message
+    )

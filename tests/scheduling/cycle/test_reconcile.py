@@ -126,7 +126,7 @@ def test_residual_processes_are_killed_alerted_and_their_gpus_returned(backend, 
     assert backend.called("clean_residual") == [("n1",)]
     assert node("n1").residual_gpus == 0
     alert = Alert.objects.get(kind="residual_process", subject="n1")
-    assert alert.severity == "warning" and "2 GPUs on n1" in alert.message
+    assert alert.severity == "warning" and "2 GPUs on n1 were held" in alert.message
     assert cycle.report.counts["residual_cleaned"] == 2
     assert [e[2]["residual_gpus"] for e in sent] == [0], "the node page hears it is clean"
 

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core import clock
-from scheduling.engine.types import FULL_STARVATION_BOUND_S
+from scheduling.engine.types import FULL_RECLAIM_PATIENCE_S, FULL_STARVATION_BOUND_S
 
 
 class Tier(models.TextChoices):
@@ -223,6 +223,8 @@ MAX_DEFRAGMENT_NODES = 8
 # The starvation bound (#19): the ``full`` preset's by default (7 days), at most 90 days.
 DEFAULT_STARVATION_BOUND_HOURS = round(FULL_STARVATION_BOUND_S / 3600)
 MAX_STARVATION_BOUND_HOURS = 90 * 24
+# The patience before a reclaim (#19, session 29): the ``full`` preset's (25 min, predictive).
+DEFAULT_RECLAIM_PATIENCE_MINUTES = round(FULL_RECLAIM_PATIENCE_S / 60)
 
 
 class QuotaPolicy(models.Model):
@@ -237,8 +239,10 @@ class QuotaPolicy(models.Model):
     idle capacity again (#19).
     ``preempt_after_minutes`` / ``urgent_preempt_after_minutes`` (patience, #19): how long a
     waiting job waits for capacity to free before it reclaims borrowed work / before a job
-    of a queue that preempts lower tiers (urgent) stops them; 0: at once.
-    ``predictive_patience``: only for capacity predicted to free within the patience.
+    of a queue that preempts lower tiers (urgent) stops them; 0: at once (25 and 0 by
+    default, the ``full`` preset's).
+    ``predictive_patience`` (on by default): only for capacity predicted to free within the
+    patience; when nothing is, the reclaim happens at once.
     ``borrow_cap``: the eviction target also caps a queue's borrowed GPUs (#19; off by
     default since session 15: docs/quotas.md).
     ``defragment_nodes``: partly used nodes the scheduler may empty per cycle by moving
@@ -258,9 +262,9 @@ class QuotaPolicy(models.Model):
         default=30, help_text="minutes a preempted job or queue waits before borrowing again"
     )
     preempt_after_minutes = models.PositiveIntegerField(
-        default=0,
+        default=DEFAULT_RECLAIM_PATIENCE_MINUTES,
         help_text="minutes a job within its quota waits for capacity to free before it "
-        "reclaims borrowed GPUs",
+        "reclaims borrowed GPUs (25, the default; 0: at once)",
     )
     urgent_preempt_after_minutes = models.PositiveIntegerField(
         default=0,
@@ -268,9 +272,9 @@ class QuotaPolicy(models.Model):
         "capacity to free before it preempts",
     )
     predictive_patience = models.BooleanField(
-        default=False,
+        default=True,
         help_text="wait out the patience only for capacity the running work is predicted "
-        "to free within it; otherwise reclaim at once",
+        "to free within it; otherwise reclaim at once (on, the default)",
     )
     borrow_cap = models.BooleanField(
         default=False,

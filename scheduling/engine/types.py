@@ -62,6 +62,12 @@ COLD = "cold"
 #: The ``full`` preset's starvation bound (#19): 7 days, the default of Slurm's
 #: PriorityMaxAge; the portal's admins set theirs in the quota policy.
 FULL_STARVATION_BOUND_S = 7 * 86400.0
+#: The ``full`` preset's patience before reclaiming borrowed work (#19, session 29): 25
+#: minutes, predictive (waited out only for room the running work is predicted to free
+#: within it), and shorter than ``PolicyConfig.overrun_s`` so that a run already past its
+#: predicted end (guessed to end ``overrun_s`` from now) is no reason to wait. On ITP it
+#: keeps evictions under 5% of runs; urgent work preempts at once.
+FULL_RECLAIM_PATIENCE_S = 1500.0
 
 
 class Code:
@@ -328,7 +334,9 @@ class PolicyConfig:
       needs no eviction); ``tier_preempt_after_s``: the same for a job whose queue may
       preempt lower tiers (urgent), kept short. ``predictive_patience``: the patience is
       waited out only for room the running work is predicted to free before it ends;
-      room predicted later is preempted for at once. ``wait_if_free_within_s``: a job that
+      room predicted later is preempted for at once. The ``full`` preset waits
+      ``FULL_RECLAIM_PATIENCE_S`` (25 min), predictively, before a reclaim, and lets
+      urgent work preempt at once. ``wait_if_free_within_s``: a job that
       fits its quota does not preempt for capacity the running work is predicted to free
       within this long (its backfill reservation would start by then): it waits for that
       instead (0: off).
@@ -468,13 +476,16 @@ class PolicyConfig:
                 hold_quota_when_overdue=True,
             ),
             # within the tier at 7 days (Slurm's PriorityMaxAge), with the quota hold: on
-            # Philly 640 and ITP 1,280 within the runs' spread (docs/replay.md, session 27)
+            # Philly 640 and ITP 1,280 within the runs' spread (docs/replay.md, session 27);
+            # 25 min of predictive patience before a reclaim (session 29)
             "full": dict(
                 backfill=True,
                 borrowing=True,
                 preemption=True,
                 starvation_bound_s=FULL_STARVATION_BOUND_S,
                 hold_quota_when_overdue=True,
+                preempt_after_s=FULL_RECLAIM_PATIENCE_S,
+                predictive_patience=True,
             ),
         }
         try:

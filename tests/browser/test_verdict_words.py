@@ -8,7 +8,8 @@ Two waiting jobs are made through the product's own paths, on the demo's mixed l
   simulator, from a Monday 09:00 to Tuesday 05:00 of cluster time, learn the shared node's
   inference by hour (``Node.inference_profile``: its afternoon peak, its night trough);
 - the admin sets the patience knobs in the Django admin (``QuotaPolicy``:
-  ``preempt_after_minutes``, ``urgent_preempt_after_minutes``);
+  ``preempt_after_minutes``, ``urgent_preempt_after_minutes``, and ``predictive_patience``
+  off: the jobs wait out their patience whatever the predictions);
 - the researcher submits through the API an urgent fix (8 GPUs, off the shared node): it
   waits out its patience, so its verdict says ``may_preempt_at``; and a 12-hour sweep
   asking exactly the GPUs the shared node has free at night: inference is predicted to
@@ -109,6 +110,7 @@ def set_patience(page, base: str) -> None:
     page.locator("#result_list tbody a").first.click()
     page.locator("#id_preempt_after_minutes").fill(str(PATIENCE_MIN))
     page.locator("#id_urgent_preempt_after_minutes").fill(str(URGENT_PATIENCE_MIN))
+    page.locator("#id_predictive_patience").uncheck()  # on by default (session 29)
     page.get_by_role("button", name="Save", exact=True).click()
     expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
     policy = QuotaPolicy.load()
@@ -116,6 +118,7 @@ def set_patience(page, base: str) -> None:
         PATIENCE_MIN,
         URGENT_PATIENCE_MIN,
     )
+    assert not policy.predictive_patience
 
 
 def submit_and_plan(free_on_shared: int) -> tuple[int, int]:

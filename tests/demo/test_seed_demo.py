@@ -78,14 +78,18 @@ def test_uniform_small_cluster_is_deterministic_for_a_seed(monkeypatch):
 
 
 def test_the_busy_demo_waits_before_preempting_and_a_quiet_seed_does_not(monkeypatch):
-    """#19: the demo with its workload seeds the quota policy's patience; the portal's own
-    default (and a cluster seeded without workload, as the drills use) preempts at once."""
+    """#19: the demo with its workload seeds the quota policy's blind patience; the
+    portal's own default (and a cluster seeded without workload, as the drills use) waits
+    25 minutes before a reclaim, only for room predicted to free, and preempts for urgent
+    work at once."""
     from quotas.models import QuotaPolicy
 
     monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
     call_command("seed_demo", nodes=8, nodes_per_rack=4, no_workload=True, stdout=None)
     quiet = QuotaPolicy.load()
-    assert (quiet.preempt_after_minutes, quiet.urgent_preempt_after_minutes) == (0, 0)
+    assert (quiet.preempt_after_minutes, quiet.urgent_preempt_after_minutes) == (25, 0)
+    assert quiet.predictive_patience
     call_command("seed_demo", nodes=8, nodes_per_rack=4, stdout=None)
     busy = QuotaPolicy.load()
     assert (busy.preempt_after_minutes, busy.urgent_preempt_after_minutes) == (15, 10)
+    assert not busy.predictive_patience

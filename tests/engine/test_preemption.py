@@ -329,6 +329,30 @@ def test_predictive_patience_waits_only_for_room_predicted_to_free_within_it():
     assert victims(run(snap(full(1), [waited], soon, lines=lines, policy=predictive))) == {1: 9}
 
 
+def test_the_full_preset_waits_only_for_runs_predicted_to_end_not_for_overruns():
+    """The ``full`` preset (the portal's default, session 29) waits 25 minutes before a
+    reclaim, predictively: for borrowed work predicted to end within them, not for work
+    already past its predicted end, which the timeline guesses ends ``overrun_s`` (30 min)
+    from now. Urgent work still preempts at once."""
+    policy = PolicyConfig.preset("full")
+    assert 0 < policy.preempt_after_s < policy.overrun_s and policy.predictive_patience
+    assert policy.tier_preempt_after_s == 0
+    lines = [LineView("llm", 8), LineView("cv", 0)]
+
+    def borrowed(ends_at: float):
+        return [rjob(1, {"n0": range(8)}, line="cv", tier="experiment",
+                     started_at=NOW - 2 * HOUR, predicted_end=ends_at)]  # fmt: skip
+
+    lender = pjob(9, 8, tier="core", submitted_at=NOW)
+    soon = run(snap(full(1), [lender], borrowed(NOW + 600), lines=lines, policy=policy))
+    assert soon.preemptions == () and soon.verdicts[9].estimated_start == NOW + 600
+    overrun = borrowed(NOW - 600)  # its prediction has passed: a guess, not a forecast
+    assert victims(run(snap(full(1), [lender], overrun, lines=lines, policy=policy))) == {1: 9}
+    at_once = PolicyConfig.preset("full", preempt_after_s=0.0)
+    waited = run(snap(full(1), [lender], borrowed(NOW + 600), lines=lines, policy=at_once))
+    assert victims(waited) == {1: 9}
+
+
 def test_the_victim_weighs_the_gpu_time_its_run_was_given():
     """R4 counts an evicted run's whole GPU time: of two experiments, the one that has run
     20 h and checkpointed 5 min ago loses less work than the one that has run 1 h and

@@ -102,11 +102,21 @@ class Command(BaseCommand):
 
     def _seed_patience(self) -> None:
         """The busy demo's quota policy waits before preempting (#19): capacity that frees
-        within the patience needs no eviction. The portal's own default is 0 (at once)."""
+        within the patience needs no eviction. Its patience is blind (whatever the
+        predictions), as measured since session 8; the portal's own default waits 25
+        minutes before a reclaim only for room predicted to free within them, and lets
+        urgent work preempt at once."""
         policy = QuotaPolicy.load()
         policy.preempt_after_minutes = DEMO_PATIENCE_MINUTES
         policy.urgent_preempt_after_minutes = DEMO_URGENT_PATIENCE_MINUTES
-        policy.save(update_fields=["preempt_after_minutes", "urgent_preempt_after_minutes"])
+        policy.predictive_patience = False
+        policy.save(
+            update_fields=[
+                "preempt_after_minutes",
+                "urgent_preempt_after_minutes",
+                "predictive_patience",
+            ]
+        )
 
     def _seed_nodes(self, opts: dict) -> int:
         layout = build_demo_cluster(

@@ -176,11 +176,15 @@ def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
     from scheduling.cycle.context import production_policy
 
     assert production_policy().borrow_cooldown_s == 1800.0  # the default, without a row
+    # 25 min of predictive patience before a reclaim, urgent work at once (session 29),
+    # in the model and the preset
+    full = et.PolicyConfig.preset("full")
     assert (production_policy().preempt_after_s, production_policy().tier_preempt_after_s) == (
-        0.0, 0.0)  # fmt: skip
+        1500.0, 0.0) == (full.preempt_after_s, full.tier_preempt_after_s)  # fmt: skip
+    assert production_policy().predictive_patience and full.predictive_patience
     # the cap is off by default (session 15, docs/quotas.md), in the model and the engine
-    assert not production_policy().borrow_cap and not production_policy().predictive_patience
-    assert not et.PolicyConfig.preset("full").borrow_cap
+    assert not production_policy().borrow_cap
+    assert not full.borrow_cap
     assert production_policy().defragment_nodes == 0 == et.PolicyConfig().defragment_nodes
     # the starvation bound: 7 days with the quota hold, in the model and the preset
     default = production_policy()
@@ -194,10 +198,11 @@ def test_the_loop_policy_takes_the_borrowing_knobs_from_the_quota_policy(db):
     )
     QuotaPolicy.objects.create(borrow_cooldown_minutes=45, eviction_target=0.2,
                                preempt_after_minutes=20, urgent_preempt_after_minutes=5,
-                               predictive_patience=True, borrow_cap=True,
+                               predictive_patience=False, borrow_cap=True,
                                defragment_nodes=2, starvation_bound_hours=72)  # fmt: skip
     policy = production_policy()
-    assert policy.predictive_patience and policy.borrow_cap
+    assert not policy.predictive_patience and policy.borrow_cap
+    assert (policy.preempt_after_s, policy.tier_preempt_after_s) == (1200.0, 300.0)
     assert policy.defragment_nodes == 2
     assert policy.starvation_bound_s == 72 * 3600.0 and policy.hold_quota_when_overdue
     QuotaPolicy.objects.update(starvation_bound_hours=0)

@@ -306,17 +306,24 @@ def test_an_urgent_queue_has_its_own_patience_and_reclaiming_the_other():
     assert victims(run(snap(full(1), [lender], borrowed, lines=lines, policy=policy))) == {1: 9}
 
 
+#: Line ``llm`` owns the one node; line ``cv`` owns nothing and borrows it.
+LENT_LINES = [LineView("llm", 8), LineView("cv", 0)]
+
+
+def borrowed_node(ends_at: float):
+    """``cv``'s experiment borrowing the whole of ``n0`` (running since an hour ago),
+    predicted to end at ``ends_at``."""
+    return [rjob(1, {"n0": range(8)}, line="cv", tier="experiment", predicted_end=ends_at)]
+
+
 def test_predictive_patience_waits_only_for_room_predicted_to_free_within_it():
     """``predictive_patience``: a lender within its quota waits out its patience only if
     the borrowed work is predicted to free its room before the patience ends; room further
     off than that is reclaimed at once (blind patience would wait the whole hour); past the
     patience it reclaims whatever the prediction."""
-    lines = [LineView("llm", 8), LineView("cv", 0)]
     blind = PolicyConfig(preempt_after_s=3600)
     predictive = PolicyConfig(preempt_after_s=3600, predictive_patience=True)
-
-    def borrowed(ends_at: float):
-        return [rjob(1, {"n0": range(8)}, line="cv", tier="experiment", predicted_end=ends_at)]
+    lines, borrowed = LENT_LINES, borrowed_node
 
     lender = pjob(9, 8, tier="core", submitted_at=NOW - 600)  # patience ends at NOW + 3000
     soon, late = borrowed(NOW + 1200), borrowed(NOW + 7200)
@@ -337,11 +344,7 @@ def test_the_full_preset_waits_only_for_runs_predicted_to_end_not_for_overruns()
     policy = PolicyConfig.preset("full")
     assert 0 < policy.preempt_after_s < policy.overrun_s and policy.predictive_patience
     assert policy.tier_preempt_after_s == 0
-    lines = [LineView("llm", 8), LineView("cv", 0)]
-
-    def borrowed(ends_at: float):
-        return [rjob(1, {"n0": range(8)}, line="cv", tier="experiment",
-                     started_at=NOW - 2 * HOUR, predicted_end=ends_at)]  # fmt: skip
+    lines, borrowed = LENT_LINES, borrowed_node
 
     lender = pjob(9, 8, tier="core", submitted_at=NOW)
     soon = run(snap(full(1), [lender], borrowed(NOW + 600), lines=lines, policy=policy))

@@ -13,18 +13,30 @@ from pathlib import Path
 
 from portal.devservices import Postgres, Redis, free_port
 
-_scratch = Path(tempfile.mkdtemp(prefix="portal-tests-"))
-os.chmod(_scratch, 0o755)
-atexit.register(shutil.rmtree, _scratch, True)
 
-if not os.environ.get("DATABASE_URL"):
-    _pg = Postgres(_scratch / "pg", free_port()).start()
-    atexit.register(_pg.stop)
-    os.environ["DATABASE_URL"] = _pg.url
-if not os.environ.get("REDIS_URL"):
-    _redis = Redis(_scratch / "redis", free_port()).start()
-    atexit.register(_redis.stop)
-    os.environ["REDIS_URL"] = _redis.url
+def _scratch_folder() -> Path:
+    """A folder for the throw-away servers, removed at exit.
+
+    Made only when a server is started here: the subprocesses the tests start
+    (servers, workers, commands) inherit the URLs, and are often stopped by a
+    signal, which skips ``atexit``; they would leave empty folders behind.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="portal-tests-"))
+    os.chmod(folder, 0o755)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
+    _scratch = _scratch_folder()
+    if not os.environ.get("DATABASE_URL"):
+        _pg = Postgres(_scratch / "pg", free_port()).start()
+        atexit.register(_pg.stop)
+        os.environ["DATABASE_URL"] = _pg.url
+    if not os.environ.get("REDIS_URL"):
+        _redis = Redis(_scratch / "redis", free_port()).start()
+        atexit.register(_redis.stop)
+        os.environ["REDIS_URL"] = _redis.url
 
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("SIMULATOR_SPEED", "0")  # virtual time moves only when a test advances it

@@ -15,7 +15,8 @@ from monitoring.permissions import may_use_oncall_console
 
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
-JOB_TOPIC = re.compile(r"^job\.([0-9]{1,18})$")  # ASCII digits: \d takes "٢" too
+# ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"
+JOB_TOPIC = re.compile(r"^job\.([0-9]{1,18})\Z")
 MAX_MESSAGE_BYTES = 4096
 MAX_SUBSCRIPTIONS = 50
 

@@ -303,6 +303,9 @@ T0 = "spec.tasks.0.template"
         (_set("spec.plugins", {"sshd": []}), "spec.plugins: unknown Volcano job plugin 'sshd'"),
         (_set("metadata.name", "portal-42-3-" + "x" * 50), "is not a DNS-1123 label"),
         (_set(("metadata", "labels", "gpu-portal.io/job-id"), "42 "), "invalid label value '42 '"),
+        # Go's "$" is the end of the text; Python's also matches before a final newline
+        (_set("metadata.name", "portal-42-3\n"), "metadata.name: 'portal-42-3\\n' is not a DNS-1123 label"),
+        (_set(("metadata", "labels", "gpu-portal.io/job-id"), "42\n"), "invalid label value '42\\n'"),
         (_set(("spec", "tasks", 0, "template", "spec", "containers", 0, "resources", "limits", "rdma/hca"), "0.5"), "extended resource rdma/hca must be a whole number"),
     ],
 )  # fmt: skip

@@ -119,10 +119,13 @@ def test_a_job_topic_is_only_for_those_who_may_see_the_job(demo, api):
         owner = await _open(as_user(demo["researcher"]))
         denied = await _send(other, {"subscribe": f"job.{job_id}"})
         allowed = await _send(owner, {"subscribe": f"job.{job_id}"})
+        # Python's "$" also matches before a final newline: a topic no event is sent to
+        trailing = await _send(owner, {"subscribe": f"job.{job_id}\n"})
         await other.disconnect()
         await owner.disconnect()
-        return denied, allowed
+        return denied, allowed, trailing
 
-    denied, allowed = async_to_sync(run)()
+    denied, allowed, trailing = async_to_sync(run)()
     assert "no such job" in denied["error"]
     assert allowed == {"subscribed": f"job.{job_id}"}
+    assert "unknown topic" in trailing["error"]

@@ -97,7 +97,14 @@ def test_ordinary_checkpoint_uris_are_taken(api, path):
 
 
 @pytest.mark.parametrize(
-    "topic,ok", [("job.12", True), ("job.١٢", False), ("job.１２", False), ("job.", False)]
+    "topic,ok",
+    [
+        ("job.12", True),
+        ("job.١٢", False),
+        ("job.１２", False),
+        ("job.", False),
+        ("job.12\n", False),
+    ],
 )
 def test_job_topics_take_ascii_ids_only(topic, ok):
     assert bool(JOB_TOPIC.match(topic)) is ok

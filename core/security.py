@@ -357,9 +357,17 @@ BAD_REQUEST_PAGE = """{% extends "base.html" %}
 
 
 class ControlCharacterMiddleware:
-    """Refuses with 400, before any view runs, a request whose path, query string or form
-    fields hold control characters (form fields may hold tabs and line breaks). API paths
-    get the JSON error envelope of API.md, pages a short plain-text answer."""
+    """Refuses with 400, before any view runs, a request whose path, query string, form
+    fields or headers hold control characters (form fields may hold tabs and line breaks,
+    headers tabs). API paths get the JSON error envelope of API.md, pages a short
+    plain-text answer.
+
+    Headers: HTTP servers refuse most controls in them already (uvicorn's parsers do), but
+    a NUL in the ``Cookie`` or ``Authorization`` header that reached the session or token
+    lookup would be a 500 (PostgreSQL refuses NUL), so this does not rely on the server.
+    Header text is the raw bytes read as Latin-1, so UTF-8 shows as C1 codes there: only
+    C0 controls and DEL are refused in headers.
+    """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -389,10 +397,14 @@ class ControlCharacterMiddleware:
                     has_control_characters(v, _FORM_ALLOWED) for v in values
                 ):
                     return "form"
+        for key, value in request.META.items():
+            if key.startswith("HTTP_") and has_control_characters(str(value), _HEADER_ALLOWED):
+                return f"{key[5:].replace('_', '-').title()} header"
         return None
 
 
 _FORM_ALLOWED = frozenset("\t\n\r")
+_HEADER_ALLOWED = frozenset(chr(c) for c in (0x09, *range(0x80, 0xA0)))
 
 
 # -- websocket origin -------------------------------------------------------------------

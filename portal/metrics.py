@@ -339,7 +339,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     scheme, _, credentials = header.partition(" ")
     if scheme.lower() == "bearer":
         expected = os.environ.get("METRICS_TOKEN", "")
-        if not expected or not hmac.compare_digest(credentials.strip(), expected):
+        # as bytes: compare_digest refuses str with non-ASCII characters, which a
+        # (Latin-1) header may hold
+        given = credentials.strip().encode()
+        if not expected or not hmac.compare_digest(given, expected.encode()):
             return _deny(401, "bad metrics token")
     else:
         user = request.user

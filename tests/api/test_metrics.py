@@ -151,6 +151,9 @@ def test_only_admins_or_the_metrics_token_may_scrape(demo, monkeypatch):
     assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
     monkeypatch.setenv("METRICS_TOKEN", METRICS_TOKEN)
     assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer nope").status_code == 401
+    # a header is Latin-1 text: hmac.compare_digest refuses non-ASCII str (TypeError)
+    assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Bearer caf\xe9").status_code == 401
+    assert anonymous.get("/metrics", HTTP_AUTHORIZATION="Token caf\xe9").status_code == 401
     assert "gpuportal_cluster_gpus" in scrape(
         anonymous, HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}"
     )

@@ -444,16 +444,22 @@ def websocket_origin_allowed(origin: str, host: str, scheme: str) -> bool:
 
 class SameOriginWebsocket:
     """ASGI middleware: refuses (403 before the handshake) a websocket whose Origin is not
-    exactly this site's (``websocket_origin_allowed``), before any authentication."""
+    exactly this site's (``websocket_origin_allowed``), or whose headers hold a C0 control
+    or DEL (as ``ControlCharacterMiddleware`` does for HTTP: a NUL in the session cookie
+    would reach PostgreSQL), before any authentication."""
 
     def __init__(self, application: Callable) -> None:
         self.application = application
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        headers = {name: value for name, value in scope.get("headers", [])}
+        pairs = scope.get("headers", [])
+        headers = {name: value for name, value in pairs}
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1")
-        if websocket_origin_allowed(origin, host, scope.get("scheme", "ws")):
+        clean = not any(
+            has_control_characters(value.decode("latin-1"), _HEADER_ALLOWED) for _, value in pairs
+        )
+        if clean and websocket_origin_allowed(origin, host, scope.get("scheme", "ws")):
             return await self.application(scope, receive, send)
         return await WebsocketDenier()(scope, receive, send)
 

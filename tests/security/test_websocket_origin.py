@@ -42,6 +42,17 @@ def test_only_the_portals_own_origin_may_open_the_live_socket(demo):
     assert connects([(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]) is False
 
 
+def test_a_header_with_a_control_character_is_refused_before_the_session_lookup(demo):
+    client = Client()
+    client.force_login(demo["researcher"])
+    cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+    base = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1")]
+    assert connects(base + [(b"cookie", cookie.encode())]) is True
+    # a NUL in the session key reached PostgreSQL, which refuses it: an error, not a refusal
+    assert connects(base + [(b"cookie", cookie.encode() + b"\x00x")]) is False
+    assert connects(base + [(b"cookie", cookie.encode()), (b"user-agent", b"a\x1bb")]) is False
+
+
 @pytest.mark.parametrize(
     "origin",
     [b"http://localhost:3000", b"http://127.0.0.1:1", b"https://127.0.0.1:8000",

@@ -345,6 +345,32 @@ def has_control_characters(text: str, allowed: frozenset[str] = frozenset()) -> 
     return not (_CONTROLS - allowed).isdisjoint(text)
 
 
+# Invisible format characters (Unicode category Cf): bidi embeddings, overrides and
+# isolates, zero-width spaces, the BOM, soft hyphens. In a name they make it read as
+# another ("\u202egnp.exe" shows as "exe.png") or two names look the same. The joiners
+# (U+200C, U+200D) stay: scripts and emoji sequences need them.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def invisible_character(text: str) -> str | None:
+    """The first invisible format character in ``text`` as ``U+XXXX``, or None."""
+    for ch in text:
+        if unicodedata.category(ch) == "Cf" and ch not in _JOINERS:
+            return f"U+{ord(ch):04X}"
+    return None
+
+
+def invisible_character_error(text: str) -> str | None:
+    """The message refusing a name that holds an invisible format character, or None."""
+    found = invisible_character(text)
+    if found is None:
+        return None
+    return (
+        f"Invisible formatting characters are not allowed in a name ({found}: bidi controls "
+        "and zero-width spaces make a name read as another)."
+    )
+
+
 BAD_REQUEST_PAGE = """{% extends "base.html" %}
 {% block title %}Bad request{% endblock %}
 {% block content %}

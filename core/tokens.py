@@ -27,7 +27,7 @@ from rest_framework.authtoken.models import Token
 from core import audit
 from core.models import ApiToken
 from core.prepared import Prepared
-from core.security import has_control_characters
+from core.security import has_control_characters, invisible_character_error
 
 TOKEN_PREFIX = "gpt_"
 PREFIX_SHOWN = len(TOKEN_PREFIX) + 8  # "gpt_" and 8 characters of the secret
@@ -66,6 +66,8 @@ def clean_name(name: Any) -> str:
         raise TokenError({"name": ["A name is required (what the token is for)."]})
     if has_control_characters(name):  # before trimming: a name is one line, as sent
         raise TokenError({"name": ["Control characters are not allowed."]})
+    if invisible := invisible_character_error(name):
+        raise TokenError({"name": [invisible]})
     name = name.strip()
     if len(name) > MAX_NAME:
         raise TokenError({"name": [f"At most {MAX_NAME} characters."]})

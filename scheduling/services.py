@@ -23,7 +23,7 @@ from django.db.models import Q, QuerySet
 from core import audit, clock, events
 from core.prepared import Prepared, PreparedInsert
 from core.realtime import publish_coalesced, publish_on_commit
-from core.security import is_ascii_number
+from core.security import invisible_character_error, is_ascii_number
 from quotas.models import Queue, Tier
 from scheduling import feasibility, limits
 from scheduling.engine import explain
@@ -162,6 +162,9 @@ def resolve_job_request(
         _check_checkpoint_path(req.checkpoint_path)
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    for field, text in (("name", req.name), ("model_name", req.model_name)):
+        if invisible := invisible_character_error(text or ""):
+            errors[field] = [invisible]
     if errors:
         raise ValidationError(errors)
 

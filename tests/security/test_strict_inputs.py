@@ -143,3 +143,44 @@ def test_a_list_without_filters_still_pages_and_names_what_it_takes():
     answer = view(unknown)
     assert answer.status_code == 400
     assert answer.data["errors"]["state"] == ["unknown filter; this list takes: no filters"]
+
+
+@pytest.mark.parametrize(
+    "field,text,code",
+    [("name", "\u202egnp.exe", "U+202E"), ("name", "run\u200b1", "U+200B"),
+     ("name", "\u2066isolated\u2069", "U+2066"), ("model_name", "llama\ufeff-7b", "U+FEFF")],
+)  # fmt: skip
+def test_a_name_with_invisible_formatting_is_refused_through_the_api(api, field, text, code):
+    # "\u202egnp.exe" reads "exe.png" on a page; "run\u200b1" looks like "run1"
+    count = Job.objects.count()
+    response = api("researcher").post("/api/v1/jobs/", body(**{field: text}), format="json")
+    assert response.status_code == 400
+    (message,) = response.json()["errors"][field]
+    assert code in message and "Invisible formatting characters" in message
+    assert Job.objects.count() == count
+
+
+def test_a_name_with_invisible_formatting_is_refused_by_the_form(signed_in):
+    count = Job.objects.count()
+    response = signed_in("researcher").post(
+        "/jobs/new/", {"name": "\u202egnp.exe", "queue": "llm-experiment", "gpus": "1"}
+    )
+    assert response.status_code == 200  # the form again, with the error on the field
+    assert "Invisible formatting characters are not allowed in a name (U+202E" in (
+        response.content.decode()
+    )
+    assert Job.objects.count() == count
+
+
+def test_names_in_other_scripts_and_emoji_sequences_are_taken(api):
+    # the joiners (U+200C, U+200D) are part of scripts and emoji, not tricks
+    for name in ("نام\u200cکار", "👩\u200d💻 run", "日本語のジョブ", "naïve"):
+        response = api("researcher").post("/api/v1/jobs/", body(name=name), format="json")
+        assert response.status_code == 201 and response.json()["name"] == name
+
+
+def test_a_token_name_with_invisible_formatting_is_refused(api):
+    response = api("researcher").post(
+        "/api/v1/tokens/", {"name": "ci\u202e", "expires_in_days": 30}, format="json"
+    )
+    assert response.status_code == 400 and "U+202E" in response.json()["errors"]["name"][0]

@@ -147,12 +147,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         )
 
     def username_from(self, claims: dict[str, Any]) -> str:
-        """The portal user name: the ``OIDC_USERNAME_CLAIM`` claim, lower-cased as the
-        directory's are; refused (``SuspiciousOperation``) when missing or not a valid name."""
+        """The portal user name: the ``OIDC_USERNAME_CLAIM`` claim in NFKC, as ``create_user``
+        stores it (``ｌｅａｄ`` is ``lead``: looked up unnormalized it missed that account and
+        its creation collided with it, a 500), lower-cased as the directory's are; refused
+        (``SuspiciousOperation``) when missing or not a valid name."""
         value = claims.get(settings.OIDC_USERNAME_CLAIM)
         if not isinstance(value, str) or not value.strip():
             raise SuspiciousOperation(f"no {settings.OIDC_USERNAME_CLAIM!r} claim")
-        name = value.strip().lower()
+        name = self.UserModel.normalize_username(value).strip().lower()
         field = self.UserModel._meta.get_field(self.UserModel.USERNAME_FIELD)
         try:
             field.run_validators(name)

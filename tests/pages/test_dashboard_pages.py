@@ -82,7 +82,10 @@ def test_the_dashboard_embeds_every_figure_and_loads_plotly_locally(client, demo
         assert escape(data["figures"][key]["summary"]) in body, "each chart has a text alternative"
     # the partial bundle and the page's script, deferred (static/vendor/README.md)
     assert '<script defer src="/static/vendor/plotly-partial.min.js">' in body
-    assert "cdn" not in body.lower()
+    # nothing loads from another origin (not "cdn" anywhere: a CSRF token may hold it)
+    sources = re.findall(r'<(?:script|link|img)\b[^>]*\b(?:src|href)="([^"]*)"', body)
+    assert sources and all(u.startswith("/") and not u.startswith("//") for u in sources), sources
+    assert "cdn.plot.ly" not in body
     assert '<script defer src="/static/js/pages/dashboard.js">' in body
     assert 'data-url="/dashboard/data/?window=24h"' in body
 

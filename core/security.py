@@ -352,23 +352,16 @@ def has_control_characters(text: str, allowed: frozenset[str] = frozenset()) -> 
 _JOINERS = frozenset("\u200c\u200d")
 
 
-def invisible_character(text: str) -> str | None:
-    """The first invisible format character in ``text`` as ``U+XXXX``, or None."""
+def invisible_character_error(text: str) -> str | None:
+    """The message refusing a name that holds an invisible format character (naming the
+    first as ``U+XXXX``), or None."""
     for ch in text:
         if unicodedata.category(ch) == "Cf" and ch not in _JOINERS:
-            return f"U+{ord(ch):04X}"
+            return (
+                f"Invisible formatting characters are not allowed in a name (U+{ord(ch):04X}: "
+                "bidi controls and zero-width spaces make a name read as another)."
+            )
     return None
-
-
-def invisible_character_error(text: str) -> str | None:
-    """The message refusing a name that holds an invisible format character, or None."""
-    found = invisible_character(text)
-    if found is None:
-        return None
-    return (
-        f"Invisible formatting characters are not allowed in a name ({found}: bidi controls "
-        "and zero-width spaces make a name read as another)."
-    )
 
 
 BAD_REQUEST_PAGE = """{% extends "base.html" %}
@@ -424,13 +417,19 @@ class ControlCharacterMiddleware:
                 ):
                     return "form"
         for key, value in request.META.items():
-            if key.startswith("HTTP_") and has_control_characters(str(value), _HEADER_ALLOWED):
+            if key.startswith("HTTP_") and header_has_controls(str(value)):
                 return f"{key[5:].replace('_', '-').title()} header"
         return None
 
 
 _FORM_ALLOWED = frozenset("\t\n\r")
 _HEADER_ALLOWED = frozenset(chr(c) for c in (0x09, *range(0x80, 0xA0)))
+
+
+def header_has_controls(text: str) -> bool:
+    """Whether a header's text (its bytes read as Latin-1) holds a C0 control but tab, or
+    DEL. Its C1 codes stay: they are UTF-8 read as Latin-1."""
+    return has_control_characters(text, _HEADER_ALLOWED)
 
 
 # -- websocket origin -------------------------------------------------------------------
@@ -482,9 +481,7 @@ class SameOriginWebsocket:
         headers = {name: value for name, value in pairs}
         origin = headers.get(b"origin", b"").decode("latin-1")
         host = headers.get(b"host", b"").decode("latin-1")
-        clean = not any(
-            has_control_characters(value.decode("latin-1"), _HEADER_ALLOWED) for _, value in pairs
-        )
+        clean = not any(header_has_controls(value.decode("latin-1")) for _, value in pairs)
         if clean and websocket_origin_allowed(origin, host, scope.get("scheme", "ws")):
             return await self.application(scope, receive, send)
         return await WebsocketDenier()(scope, receive, send)

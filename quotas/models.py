@@ -264,7 +264,7 @@ class QuotaPolicy(models.Model):
     preempt_after_minutes = models.PositiveIntegerField(
         default=DEFAULT_RECLAIM_PATIENCE_MINUTES,
         help_text="minutes a job within its quota waits for capacity to free before it "
-        "reclaims borrowed GPUs (25, the default; 0: at once)",
+        f"reclaims borrowed GPUs ({DEFAULT_RECLAIM_PATIENCE_MINUTES}, the default; 0: at once)",
     )
     urgent_preempt_after_minutes = models.PositiveIntegerField(
         default=0,

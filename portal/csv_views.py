@@ -4,8 +4,10 @@
 ``core.csv_export.CSVExportMixin``: the same visibility, the same filters (an unknown one
 is a 400), every selected row. ``/api/v1/business-lines/{id}/usage.csv`` is the line's
 usage samples (the line's total and each of its queues, one row a minute, cluster time)
-over ``?days=`` (1-90, default the quota policy's ``usage_days``). The pages' "Download
-CSV" links point here with the page's filters.
+over ``?days=`` (1-90, default the quota policy's ``usage_days``; samples are kept 30
+days, ``quotas.services.USAGE_RETENTION``), every sample of the period. The pages'
+"Download CSV" links point here with the page's filters. Each is streamed
+(``core.csv_export.csv_response``).
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db.models import F
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.csv_export import MAX_ROWS, CSVExportMixin
+from core.csv_export import EXPORT_BATCH, CSVExportMixin, batched, csv_response
 from core.security import is_ascii_number
 from quotas.api import QueueViewSet
 from quotas.models import BusinessLine, QuotaPolicy, UsageSample
@@ -99,7 +101,7 @@ class LineUsageCSVView(CSVExportMixin, APIView):
     csv_columns = ("at", "business_line", "queue", "used_gpus", "borrowed_gpus", "pending_gpus")
     csv_time_columns = ("at",)
 
-    def get(self, request: Request, pk: str, **kwargs) -> Response:
+    def get(self, request: Request, pk: str, **kwargs) -> StreamingHttpResponse:
         unknown = sorted(set(request.query_params) - {"days", "format"})
         if unknown:
             raise exceptions.ValidationError(
@@ -117,20 +119,24 @@ class LineUsageCSVView(CSVExportMixin, APIView):
             days = int(days_text)
         else:
             raise exceptions.ValidationError({"days": [f"whole days from 1 to {MAX_DAYS}"]})
-        self.csv_filename = f"usage-{line.name}.csv"
         now = cluster_now()
         samples = (
             UsageSample.objects.filter(
                 business_line=line, at__gte=now - timedelta(days=days), at__lte=now
             )
             .order_by("at", F("queue__name").asc(nulls_first=True), "id")
-            .values_list("at", "queue__name", "used_gpus", "borrowed_gpus", "pending_gpus")[
-                :MAX_ROWS
-            ]
+            .values_list("at", "queue__name", "used_gpus", "borrowed_gpus", "pending_gpus")
         )
-        rows = [
+        # Every sample of the period: at most USAGE_RETENTION of minutes per series, so no
+        # row cap (a cap kept the oldest 100,000 rows: under 14 days of a four-queue line).
+        rows = (
             {"at": at, "business_line": line.name, "queue": queue or "", "used_gpus": used,
              "borrowed_gpus": borrowed, "pending_gpus": pending}
-            for at, queue, used, borrowed, pending in samples
-        ]  # fmt: skip
-        return Response(rows)
+            for at, queue, used, borrowed, pending in samples.iterator(chunk_size=EXPORT_BATCH)
+        )  # fmt: skip
+        return csv_response(
+            batched(rows),
+            self.csv_columns,
+            self.csv_time_columns,
+            filename=f"usage-{line.name}.csv",
+        )

@@ -7,8 +7,9 @@ job submission, that cost about 4.5 ms of CPU on top of the ~5.5 ms the request
 itself needs (docs/api.md, "Throughput"). Here a request crosses once: its body is
 read on the event loop, the whole request runs in a pool thread, as under gunicorn's
 threaded worker, and the response is sent from the loop. Websockets stay on Channels
-(``portal/asgi.py``); streaming responses are not used by the portal and are sent
-whole.
+(``portal/asgi.py``). A streaming response (the CSV exports, ``core.csv_export``) is
+joined in its pool thread and sent whole: its rows are built a batch at a time, and its
+bytes (about 20 MB for the 100,000-row cap) are the only copy held.
 """
 
 from __future__ import annotations

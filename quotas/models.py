@@ -10,7 +10,7 @@ actions), and every change leaves a ``QuotaChange`` row.
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -227,6 +227,10 @@ MAX_STARVATION_BOUND_HOURS = 90 * 24
 DEFAULT_RECLAIM_PATIENCE_MINUTES = round(FULL_RECLAIM_PATIENCE_S / 60)
 
 
+# A line's and each queue's usage is sampled each minute and kept this long.
+USAGE_RETENTION_DAYS = 30
+
+
 class QuotaPolicy(models.Model):
     """The admins' knobs of quota governance (one row, edited in the Django admin).
 
@@ -297,7 +301,10 @@ class QuotaPolicy(models.Model):
         "(168, the default: 7 days; 0: no bound; higher tiers still go first)",
     )
     usage_days = models.PositiveIntegerField(
-        default=7, help_text="days of recent use shown next to a request"
+        default=7,
+        validators=[MinValueValidator(1), MaxValueValidator(USAGE_RETENTION_DAYS)],
+        help_text=f"days of recent use shown next to a request and on a line's page (1 to "
+        f"{USAGE_RETENTION_DAYS}: usage samples are kept {USAGE_RETENTION_DAYS} days)",
     )
 
     class Meta:

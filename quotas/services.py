@@ -29,7 +29,15 @@ from core.models import Role
 from core.realtime import publish_on_commit
 from quotas import ledger, transitions
 from quotas.mail import mail_on_commit
-from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
+from quotas.models import (
+    USAGE_RETENTION_DAYS,
+    BusinessLine,
+    Queue,
+    QuotaChange,
+    QuotaPolicy,
+    QuotaRequest,
+    UsageSample,
+)
 from quotas.permissions import ensure_may_request, may_decide, may_request_for_line, may_withdraw
 from quotas.selectors import (
     build_contracts,
@@ -45,7 +53,7 @@ log = logging.getLogger(__name__)
 
 REASON_MAX = 2000
 NOTE_MAX = 2000
-USAGE_RETENTION = timedelta(days=30)
+USAGE_RETENTION = timedelta(days=USAGE_RETENTION_DAYS)
 
 
 @dataclass(frozen=True)

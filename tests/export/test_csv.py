@@ -24,7 +24,8 @@ def rows_of(response) -> list[dict[str, str]]:
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith("attachment;")
-    return list(csv.DictReader(io.StringIO(response.content.decode("utf-8"))))
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    return list(csv.DictReader(io.StringIO(body.decode("utf-8"))))
 
 
 def submit(api, user: str, name: str, queue: str = "llm-finetune", gpus: int = 1) -> dict:
@@ -155,3 +156,49 @@ def test_an_export_cut_at_the_row_cap_says_so(demo, api, monkeypatch):
     monkeypatch.setattr(csv_export, "MAX_ROWS", 3)
     response = api("researcher").get("/api/v1/jobs.csv?mine=1")
     assert len(rows_of(response)) == 3 and csv_export.TRUNCATED_HEADER not in response
+
+
+def test_an_export_is_streamed_a_batch_at_a_time_in_the_lists_order(demo, api, monkeypatch):
+    """The CSV is read and written ``EXPORT_BATCH`` rows at a time (a 100,000-row export
+    built whole held 577 MiB): the rows are the JSON list's, in its order, and the
+    queries grow with the batches, not the rows."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core import csv_export
+
+    queue = llm_queue(api)
+    for i in range(7):
+        submit(api, "researcher", f"batch-{i}", queue)
+    listed = [j["id"] for j in api("researcher").get("/api/v1/jobs/?mine=1").json()["results"]]
+    monkeypatch.setattr(csv_export, "EXPORT_BATCH", 3)
+    with CaptureQueriesContext(connection) as queries:
+        response = api("researcher").get("/api/v1/jobs.csv?mine=1")
+        chunks = list(response.streaming_content)
+    assert response.streaming and len(chunks) == 1 + 3  # the header, then 3 + 3 + 1 rows
+    rows = list(csv.DictReader(io.StringIO(b"".join(chunks).decode("utf-8"))))
+    assert [int(r["id"]) for r in rows] == listed and len(listed) == 7
+    with CaptureQueriesContext(connection) as fewer:
+        monkeypatch.setattr(csv_export, "EXPORT_BATCH", 7)
+        list(api("researcher").get("/api/v1/jobs.csv?mine=1").streaming_content)
+    assert len(queries) - len(fewer) == 2  # two more batches, one query each
+
+
+def test_the_usage_export_has_every_sample_of_its_period_past_the_row_cap(demo, api, monkeypatch):
+    """Samples are kept 30 days, so the usage export is not cut at ``MAX_ROWS``: with the
+    cap at 100,000 it kept the oldest rows, under 14 days of a line with four queues, and
+    said nothing."""
+    from core import csv_export
+    from portal import csv_views
+
+    monkeypatch.setattr(csv_export, "MAX_ROWS", 2)
+    monkeypatch.setattr(csv_views, "MAX_ROWS", 2, raising=False)  # where it was read before
+    line = BusinessLine.objects.get(name="llm")
+    now = cluster_now()
+    for minutes in (40, 30, 20, 10):
+        UsageSample.objects.create(
+            at=now - timedelta(minutes=minutes), business_line=line, used_gpus=minutes
+        )
+    response = api("researcher").get(f"/api/v1/business-lines/{line.pk}/usage.csv?days=1")
+    assert [r["used_gpus"] for r in rows_of(response)] == ["40", "30", "20", "10"]
+    assert csv_export.TRUNCATED_HEADER not in response

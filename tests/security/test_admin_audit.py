@@ -174,3 +174,30 @@ def test_the_quota_policy_s_starvation_bound_is_bounded_and_audited(site_admin, 
     assert entry.after == {"starvation_bound_hours": 72}
     assert site_admin.post(url, {**form, "starvation_bound_hours": 0}).status_code == 302
     assert QuotaPolicy.load().starvation_bound_hours == 0
+
+
+def test_the_quota_policy_s_usage_days_stay_within_the_samples_kept(site_admin, demo, api):
+    """``usage_days`` is the period of a line's "Recent use" and of its usage CSV link:
+    0 (the link was a 400) or more days than the samples are kept (the page said "last 60
+    days" over 30 days of samples) is a form error that saves nothing; 30 is saved, audited,
+    and the line page's CSV link answers."""
+    import re
+
+    from django.forms.models import model_to_dict
+
+    from quotas.models import USAGE_RETENTION_DAYS, QuotaPolicy
+
+    policy = QuotaPolicy.load()
+    url = f"/admin/quotas/quotapolicy/{policy.pk}/change/"
+    form = {k: v for k, v in model_to_dict(policy).items() if k not in ("id", "singleton")}
+    for bad in (0, USAGE_RETENTION_DAYS + 1, 91, -1):
+        response = site_admin.post(url, {**form, "usage_days": bad})
+        assert response.status_code == 200 and b"errornote" in response.content, bad
+    assert QuotaPolicy.load().usage_days == 7 and not records("admin.change")
+    assert site_admin.post(url, {**form, "usage_days": USAGE_RETENTION_DAYS}).status_code == 302
+    [entry] = records("admin.change")
+    assert entry.after == {"usage_days": USAGE_RETENTION_DAYS}
+    page = site_admin.get("/quotas/lines/llm/").content.decode()
+    assert f"Recent use (last {USAGE_RETENTION_DAYS} days)" in page
+    link = re.search(r'<a href="([^"]+)" id="usage-csv"', page).group(1)
+    assert site_admin.get(link).status_code == 200

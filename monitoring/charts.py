@@ -451,9 +451,9 @@ def idle_causes_figure(
         for c in sorted(shown, key=lambda c: -totals[c])
     )
     summary = (
-        f"While jobs waited in {where}, {_gpus(total / span)} GPUs sat idle on average "
-        f"({_gpus(total / 3600)} GPU-hours; {_gpus(healthy / span)} of them on healthy "
-        f"nodes): {parts}."
+        f"While jobs waited in {where}, {_gpus(total / span)} GPUs sat idle on average, "
+        f"{_gpus(healthy / span)} of them on healthy nodes ({_gpus(total / 3600)} "
+        f"GPU-hours): {parts}."
     )
     return _figure(data, layout, summary)
 

@@ -61,8 +61,8 @@ def test_the_idle_chart_draws_causes_with_readable_numbers(demo, page, login):
     # 8 + 8 + 16 GPUs for 15 minutes: 32 on average, 8 GPU-hours, 24 on healthy nodes
     caption = page.locator("#summary-idle .summary-text").text_content()
     assert caption == (
-        "While jobs waited in the last hour, 32 GPUs sat idle on average (8 GPU-hours; 24 of "
-        "them on healthy nodes): more idle than jobs ask for 50%, over quota, may not borrow "
+        "While jobs waited in the last hour, 32 GPUs sat idle on average, 24 of them on "
+        "healthy nodes (8 GPU-hours): more idle than jobs ask for 50%, over quota, may not borrow "
         "25%, nodes out of service 25%."
     )
     assert errors == []

@@ -39,8 +39,8 @@ def test_each_interval_is_its_mean_idle_gpus_per_cause_stacked_as_steps():
     assert len(styles) == len(fig["data"]), "no two causes look alike"
     assert fig["summary"] == (
         # 110,400 GPU-seconds over 20 minutes; 9,600 of them on the node out of service
-        "While jobs waited in these samples, 92 GPUs sat idle on average (31 GPU-hours; "
-        "84 of them on healthy nodes): over quota, may not borrow 87%, nodes out of service "
+        "While jobs waited in these samples, 92 GPUs sat idle on average, 84 of them on "
+        "healthy nodes (31 GPU-hours): over quota, may not borrow 87%, nodes out of service "
         "9%, held for a reservation 4%."
     )
 
@@ -50,7 +50,8 @@ def test_the_caption_names_the_window_and_reads_thousands():
     window = charts.TimeWindow(T0 - timedelta(hours=23), T0 + timedelta(hours=1), "last 24 hours")
     fig = charts.idle_causes_figure(points, window=window)
     assert fig["summary"].startswith(
-        "While jobs waited in the last 24 hours, 2,500 GPUs sat idle on average (2,500 GPU-hours"
+        "While jobs waited in the last 24 hours, 2,500 GPUs sat idle on average, 2,500 of them "
+        "on healthy nodes (2,500 GPU-hours)"
     )
     assert fig["layout"]["xaxis"]["range"] == [window.start.isoformat(), window.end.isoformat()]
     assert fig["layout"]["xaxis"]["title"]["text"] == "cluster time (UTC)"

@@ -1,0 +1,25 @@
+"""The recent-use sentence of a line's page and of a request's impact (one include): units
+on every figure, and "1 sample", not "1 samples" (session 31 read it on the demo)."""
+
+from __future__ import annotations
+
+from django.template.loader import render_to_string
+
+
+def sentence(**recent) -> str:
+    return render_to_string("quotas/_recent_use.html", {"recent": recent}).strip()
+
+
+def test_one_sample_is_singular_and_every_figure_has_its_unit():
+    text = sentence(samples=1, peak_used=3501, avg_used=3501.0, peak_pending=0, avg_pending=0.0)
+    assert text == (
+        "Peak 3501 GPUs, average 3501.0 GPUs; pending demand peak 0 GPUs, average 0.0 GPUs "
+        "(1 sample, one a minute)."
+    )
+    assert sentence(samples=2, peak_used=1, avg_used=0.5, peak_pending=0, avg_pending=0).endswith(
+        "(2 samples, one a minute)."
+    )
+
+
+def test_no_samples_says_where_they_come_from():
+    assert sentence(samples=0).startswith("No usage samples yet (they are taken every minute")

@@ -12,7 +12,7 @@ from rest_framework import exceptions, permissions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from core.security import is_ascii_number
+from core.security import INVISIBLE_CHARACTERS, is_ascii_number
 
 
 def _messages(value: Any) -> list[str]:
@@ -179,6 +179,34 @@ BODY_TEXT_NOT_BLANK = rf"^[^{_BODY_CONTROLS}]*[^\s{_BODY_CONTROLS}][^{_BODY_CONT
 LINE_TEXT_NOT_BLANK = rf"^[^{_CONTROLS}]*[^\s{_CONTROLS}][^{_CONTROLS}]*{_END}"
 
 
+def _as_class(chars: frozenset[str]) -> str:
+    """``chars`` as the inside of a regex class, in ranges of ``\\uXXXX`` escapes (which
+    ECMA-262 and Python read alike)."""
+    points = sorted(map(ord, chars))
+    ranges: list[list[int]] = []
+    for point in points:
+        if ranges and point == ranges[-1][1] + 1:
+            ranges[-1][1] = point
+        else:
+            ranges.append([point, point])
+    return "".join(f"\\u{a:04X}" if a == b else f"\\u{a:04X}-\\u{b:04X}" for a, b in ranges)
+
+
+# Names (a job's, its model's, a token's) also refuse the invisible format characters
+# (``core.security.invisible_character_error``): the schema names them too.
+_NAME_BODY = _BODY_CONTROLS + _as_class(INVISIBLE_CHARACTERS)
+_NAME_LINE = _CONTROLS + _as_class(INVISIBLE_CHARACTERS)
+BODY_NAME = rf"^[^{_NAME_BODY}]*{_END}"
+BODY_NAME_NOT_BLANK = rf"^[^{_NAME_BODY}]*[^\s{_NAME_BODY}][^{_NAME_BODY}]*{_END}"
+LINE_NAME_NOT_BLANK = rf"^[^{_NAME_LINE}]*[^\s{_NAME_LINE}][^{_NAME_LINE}]*{_END}"
+
+
+class NameField(serializers.CharField):
+    """A name in a request body (a job's, its model's). The services refuse invisible
+    format characters in names on every path (API, form, ``gpuctl``); with this field the
+    schema's pattern says so (``document_errors``), so a client or a fuzzer knows."""
+
+
 def _error(schema: str, description: str) -> dict:
     return {
         "description": description,
@@ -214,7 +242,10 @@ def _document_body(component: dict, serializer: serializers.Serializer | None) -
             and not field.allow_blank
             and field.trim_whitespace
         )
-        prop["pattern"] = BODY_TEXT_NOT_BLANK if not_blank else BODY_TEXT
+        if isinstance(field, NameField):
+            prop["pattern"] = BODY_NAME_NOT_BLANK if not_blank else BODY_NAME
+        else:
+            prop["pattern"] = BODY_TEXT_NOT_BLANK if not_blank else BODY_TEXT
         if not_blank:
             prop["minLength"] = max(1, prop.get("minLength", 1))
 

@@ -345,18 +345,24 @@ def has_control_characters(text: str, allowed: frozenset[str] = frozenset()) -> 
     return not (_CONTROLS - allowed).isdisjoint(text)
 
 
-# Invisible format characters (Unicode category Cf): bidi embeddings, overrides and
-# isolates, zero-width spaces, the BOM, soft hyphens. In a name they make it read as
-# another ("\u202egnp.exe" shows as "exe.png") or two names look the same. The joiners
-# (U+200C, U+200D) stay: scripts and emoji sequences need them.
-_JOINERS = frozenset("\u200c\u200d")
+# Invisible format characters (Unicode category Cf) of the Basic Multilingual Plane:
+# bidi embeddings, overrides and isolates, zero-width spaces, the BOM, soft hyphens. In a
+# name they make it read as another ("\u202egnp.exe" shows as "exe.png") or two names look
+# the same. The joiners (U+200C, U+200D) stay: scripts and emoji sequences need them, and
+# so do the tag characters beyond the BMP (U+E0020-E007F: the flags of Scotland or
+# Wales). The API schema's name pattern lists these same characters (``core.api``).
+INVISIBLE_CHARACTERS = frozenset(
+    ch
+    for ch in map(chr, range(0x10000))
+    if unicodedata.category(ch) == "Cf" and ch not in "\u200c\u200d"
+)
 
 
 def invisible_character_error(text: str) -> str | None:
     """The message refusing a name that holds an invisible format character (naming the
     first as ``U+XXXX``), or None."""
     for ch in text:
-        if unicodedata.category(ch) == "Cf" and ch not in _JOINERS:
+        if ch in INVISIBLE_CHARACTERS:
             return (
                 f"Invisible formatting characters are not allowed in a name (U+{ord(ch):04X}: "
                 "bidi controls and zero-width spaces make a name read as another)."

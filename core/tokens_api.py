@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from core import tokens
 from core.api import (
-    LINE_TEXT_NOT_BLANK,
+    LINE_NAME_NOT_BLANK,
     AsciiIdLookup,
     StrictIntegerField,
     StrictSerializer,
@@ -58,11 +58,12 @@ class TextField(serializers.CharField):
 
 
 @extend_schema_field(
-    {"type": "string", "minLength": 1, "maxLength": tokens.MAX_NAME, "pattern": LINE_TEXT_NOT_BLANK}
+    {"type": "string", "minLength": 1, "maxLength": tokens.MAX_NAME, "pattern": LINE_NAME_NOT_BLANK}
 )
 class TokenNameField(TextField):
     """A token's name as sent: one line, no control character (not even a trailing line
-    break, which DRF would trim away before ``tokens.clean_name`` could refuse it)."""
+    break, which DRF would trim away before ``tokens.clean_name`` could refuse it) and no
+    invisible format character; the schema's pattern says both."""
 
     def __init__(self, **kwargs):
         super().__init__(max_length=tokens.MAX_NAME, trim_whitespace=False, **kwargs)

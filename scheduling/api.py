@@ -18,6 +18,7 @@ from rest_framework.response import Response
 
 from core.api import (
     AsciiIdLookup,
+    NameField,
     SharedFields,
     SharedFieldsModelSerializer,
     StrictIntegerField,
@@ -39,7 +40,7 @@ from scheduling.services import JobRequest, cancel_job, submit_job
 class JobSubmitSerializer(SharedFields, serializers.Serializer):
     """The submission body of API.md; types and bounds only (rules live in the service)."""
 
-    name = serializers.CharField(min_length=1, max_length=limits.NAME_MAX, trim_whitespace=True)
+    name = NameField(min_length=1, max_length=limits.NAME_MAX, trim_whitespace=True)
     queue = serializers.CharField(max_length=80, help_text="queue id or name")
     tier = serializers.ChoiceField(choices=Tier.choices, required=False)
     gpus = StrictIntegerField(min_value=1, max_value=limits.GPUS_MAX)
@@ -65,7 +66,7 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     estimated_runtime_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
-    model_name = serializers.CharField(
+    model_name = NameField(
         max_length=limits.MODEL_NAME_MAX, required=False, allow_blank=True, default=""
     )
     sim_duration_minutes = StrictIntegerField(

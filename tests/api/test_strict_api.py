@@ -11,7 +11,15 @@ import re
 
 import pytest
 
-from core.api import BODY_TEXT, BODY_TEXT_NOT_BLANK, LINE_TEXT_NOT_BLANK, PARAMETER_TEXT
+from core.api import (
+    BODY_NAME,
+    BODY_NAME_NOT_BLANK,
+    BODY_TEXT,
+    BODY_TEXT_NOT_BLANK,
+    LINE_NAME_NOT_BLANK,
+    LINE_TEXT_NOT_BLANK,
+    PARAMETER_TEXT,
+)
 from monitoring.services import raise_alert
 from scheduling.models import Job, Node
 
@@ -209,9 +217,9 @@ def test_the_schema_documents_the_refusals(schema):
     for name in bodies:
         assert components[name]["additionalProperties"] is False, name
     submit = components["JobSubmit"]["properties"]
-    assert submit["name"]["pattern"] == BODY_TEXT_NOT_BLANK
+    assert submit["name"]["pattern"] == BODY_NAME_NOT_BLANK  # no invisible characters either
     assert submit["queue"]["pattern"] == BODY_TEXT_NOT_BLANK and submit["queue"]["minLength"] == 1
-    assert submit["model_name"]["pattern"] == BODY_TEXT  # may be blank
+    assert submit["model_name"]["pattern"] == BODY_NAME  # may be blank
     jobs = schema["paths"]["/api/v1/jobs/"]["get"]["parameters"]
     assert next(p for p in jobs if p["name"] == "queue")["schema"]["pattern"] == PARAMETER_TEXT
 
@@ -224,7 +232,11 @@ def test_the_schema_documents_the_refusals(schema):
      (BODY_TEXT_NOT_BLANK, " x ", True), (BODY_TEXT_NOT_BLANK, "", False),
      # Python's ``$`` matched before a final line break: "llm-core\n" read as valid
      (PARAMETER_TEXT, "llm-core\n", False), (LINE_TEXT_NOT_BLANK, "laptop\n", False),
-     (LINE_TEXT_NOT_BLANK, "東京 ✓", True), (LINE_TEXT_NOT_BLANK, " ", False)],
+     (LINE_TEXT_NOT_BLANK, "東京 ✓", True), (LINE_TEXT_NOT_BLANK, " ", False),
+     # names: no invisible format character either, the joiners aside
+     (BODY_NAME_NOT_BLANK, "run\u200b1", False), (BODY_NAME, "\u202egnp.exe", False),
+     (BODY_NAME, "", True), (BODY_NAME_NOT_BLANK, "👩\u200d💻 run", True),
+     (LINE_NAME_NOT_BLANK, "ci\u00ad", False), (LINE_NAME_NOT_BLANK, "ci laptop", True)],
 )  # fmt: skip
 def test_the_patterns_say_what_the_portal_takes(pattern, text, matches):
     assert bool(re.match(pattern, text)) is matches

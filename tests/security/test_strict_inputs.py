@@ -174,7 +174,9 @@ def test_a_name_with_invisible_formatting_is_refused_by_the_form(signed_in):
 
 def test_names_in_other_scripts_and_emoji_sequences_are_taken(api):
     # the joiners (U+200C, U+200D) are part of scripts and emoji, not tricks
-    for name in ("نام\u200cکار", "👩\u200d💻 run", "日本語のジョブ", "naïve"):
+    # and so do the tag characters of a subdivision flag (Scotland: U+1F3F4 and tags)
+    scotland = "\U0001f3f4\U000e0067\U000e0062\U000e0073\U000e0063\U000e0074\U000e007f"
+    for name in ("نام\u200cکار", "👩\u200d💻 run", "日本語のジョブ", "naïve", f"{scotland} run"):
         response = api("researcher").post("/api/v1/jobs/", body(name=name), format="json")
         assert response.status_code == 201 and response.json()["name"] == name
 
@@ -184,3 +186,28 @@ def test_a_token_name_with_invisible_formatting_is_refused(api):
         "/api/v1/tokens/", {"name": "ci\u202e", "expires_in_days": 30}, format="json"
     )
     assert response.status_code == 400 and "U+202E" in response.json()["errors"]["name"][0]
+
+
+def test_the_schema_s_name_pattern_refuses_exactly_what_the_server_refuses(api):
+    """The job body's ``name`` and ``model_name`` and the token's ``name`` carry a pattern
+    that names the invisible characters the services refuse: a fuzzer drawing from the
+    schema found U+00AD accepted by the pattern and refused by the portal."""
+    import re
+    import unicodedata
+
+    from core.security import INVISIBLE_CHARACTERS, invisible_character_error
+
+    schema = api("researcher").get("/api/schema/?format=json").json()["components"]["schemas"]
+    patterns = {
+        "name": schema["JobSubmit"]["properties"]["name"]["pattern"],
+        "model_name": schema["JobSubmit"]["properties"]["model_name"]["pattern"],
+        "token": schema["CreateToken"]["properties"]["name"]["pattern"],
+    }
+    format_characters = [
+        ch for ch in map(chr, range(0x10000)) if unicodedata.category(ch) == "Cf"
+    ] + ["\U000e0067", "\U000e0001"]  # beyond the BMP: tags, allowed
+    for field, pattern in patterns.items():
+        for ch in format_characters:
+            refused = invisible_character_error(f"a{ch}b") is not None
+            assert refused == (ch in INVISIBLE_CHARACTERS)
+            assert (re.match(pattern, f"a{ch}b") is None) == refused, (field, f"U+{ord(ch):04X}")

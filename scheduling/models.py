@@ -191,6 +191,13 @@ class Job(models.Model):
             # who may see a job (its queue's line, or its owner) and its state: a list's
             # COUNT(*) reads this index alone (docs/benchmarks.md, "A year of history")
             models.Index(fields=["queue", "owner", "state"]),
+            # the runtime predictor's history, the newest successful runs first
+            # (``scheduling.prediction.load_history``): read once a minute, not sorted
+            models.Index(
+                fields=["-finished_at"],
+                condition=Q(state="succeeded"),
+                name="job_succeeded_newest_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),

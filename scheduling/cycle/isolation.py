@@ -36,6 +36,15 @@ def isolate(cycle: Cycle, node: Node, why: str) -> None:
     cycle.report.counts["isolated"] += 1
 
 
+def residual_cleaned_message(node: str, gpus: int) -> str:
+    """The ``residual_process`` alert's words, agreeing with the count of GPUs."""
+    return (
+        f"{explain.count(gpus, 'GPU')} on {node} {explain.verb(gpus, 'was', 'were')} held by "
+        "processes of finished jobs; they were killed and "
+        f"{explain.verb(gpus, 'the GPU', 'the GPUs')} returned to the pool."
+    )
+
+
 def clean_residual(cycle: Cycle, node: Node, gpus: int) -> None:
     """R6: stale processes hold GPU memory: kill them and give the GPUs back.
 
@@ -46,8 +55,6 @@ def clean_residual(cycle: Cycle, node: Node, gpus: int) -> None:
         node.residual_gpus = 0
         raise_alert(
             alerts.RESIDUAL_PROCESS, alerts.WARNING, node.name,
-            f"{explain.count(gpus, 'GPU')} on {node.name} {explain.verb(gpus, 'was', 'were')} "
-            "held by processes of finished jobs; "
-            "they were killed and the GPUs returned to the pool.",
+            residual_cleaned_message(node.name, gpus),
         )  # fmt: skip
         cycle.report.counts["residual_cleaned"] += gpus

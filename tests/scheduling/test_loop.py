@@ -3,6 +3,7 @@
 import pytest
 
 from monitoring.models import Alert
+from scheduling.cycle.isolation import residual_cleaned_message
 from scheduling.models import Allocation, Job, Node, SchedulingCycle
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
 
@@ -95,6 +96,8 @@ def test_a_residual_process_is_cleaned_alerted_and_the_node_reused(api):
     cycle(admin)
     alert = Alert.objects.get(kind="residual_process", subject=node)
     assert "returned to the pool" in alert.message
+    gpus = int(alert.message.split(" ", 1)[0])
+    assert alert.message == residual_cleaned_message(node, gpus)
     jobs = [submit(me, name=f"j{i}", queue="llm-core", gpus=8) for i in range(4)]
     cycle(admin)
     nodes_used = {p["node"] for j in jobs for p in job(me, j)["placement"]}
@@ -202,3 +205,16 @@ def test_backend_errors_raise_an_alert_and_the_job_starts_after_a_backoff(api):
     advance(admin, 15)  # past the launch backoff
     cycle(admin)
     assert job(me, waiting)["state"] == "running", job(me, waiting)["pending_reason"]
+
+
+def test_the_residual_alert_agrees_with_its_count_of_gpus():
+    """Session 31 read "1 GPU on r007-n11 was held …; they were killed and the GPUs returned
+    to the pool" on the on-call page."""
+    assert residual_cleaned_message("r007-n11", 1) == (
+        "1 GPU on r007-n11 was held by processes of finished jobs; they were killed and the "
+        "GPU returned to the pool."
+    )
+    assert residual_cleaned_message("r007-n11", 3) == (
+        "3 GPUs on r007-n11 were held by processes of finished jobs; they were killed and the "
+        "GPUs returned to the pool."
+    )

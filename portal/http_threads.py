@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from tempfile import SpooledTemporaryFile
 from typing import IO, Any
+
+logger = logging.getLogger(__name__)
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -115,14 +118,8 @@ class ThreadedWSGI:
     async def too_large(self, scope: Scope, send: Send) -> None:
         """413, in the API's error envelope on ``/api/``; the connection is then closed."""
         message = f"the request body is larger than {self.max_body} bytes"
-        if scope["path"].startswith("/api/"):
-            content = json.dumps({"errors": {"non_field_errors": [message]}}).encode()
-            content_type = b"application/json"
-        else:
-            content, content_type = f"{message}\n".encode(), b"text/plain; charset=utf-8"
-        headers = [(b"content-type", content_type), (b"connection", b"close"),
-                   (b"x-content-type-options", b"nosniff")]  # fmt: skip
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        status, headers, content = plain_answer(scope, 413, message, close=True)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
 
     def respond(self, scope: Scope, body: IO[bytes]) -> tuple[int, list, bytes]:
@@ -138,8 +135,28 @@ class ThreadedWSGI:
         result = self.wsgi_app(build_environ(scope, body), start_response)
         try:
             content = b"".join(result)
+        except Exception:
+            # A streamed response (a CSV export) is built here, after Django's handler has
+            # returned: its failure is logged and answered here, not by the ASGI server.
+            logger.exception("building the response to %s failed", scope["path"])
+            return plain_answer(scope, 500, "the server failed while building this answer")
         finally:
             close = getattr(result, "close", None)
             if close is not None:
                 close()  # Django's request_finished: returns the DB connection to its pool
         return started["status"], started["headers"], content
+
+
+def plain_answer(
+    scope: Scope, status: int, message: str, close: bool = False
+) -> tuple[int, list, bytes]:
+    """An answer given without Django: the API's error envelope on ``/api/``, else text."""
+    if scope["path"].startswith("/api/"):
+        content = json.dumps({"errors": {"non_field_errors": [message]}}).encode()
+        content_type = b"application/json"
+    else:
+        content, content_type = f"{message}\n".encode(), b"text/plain; charset=utf-8"
+    headers = [(b"content-type", content_type), (b"x-content-type-options", b"nosniff")]
+    if close:
+        headers.insert(1, (b"connection", b"close"))
+    return status, headers, content

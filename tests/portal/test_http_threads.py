@@ -144,3 +144,36 @@ def test_websocket_scopes_are_not_its_business():
 
     with pytest.raises(ValueError, match="HTTP only"):
         run(ThreadedWSGI(Recorder(), threads=1)({"type": "websocket"}, never, never))
+
+
+def test_a_stream_that_fails_while_it_is_built_is_a_logged_500_in_the_envelope(caplog):
+    """A CSV export is built after Django's handler returned (``core.csv_export``): a
+    failure then was uvicorn's bare "Internal Server Error". It is the API's envelope,
+    logged with its traceback, and the response is still closed (the DB connection goes
+    back to its pool)."""
+    closed = []
+
+    def rows():
+        yield b"id\r\n"
+        raise RuntimeError("the database went away")
+
+    class Streamed:
+        def __iter__(self):
+            return rows()
+
+        def close(self) -> None:
+            closed.append(True)
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Type", "text/csv")])
+        return Streamed()
+
+    sent = serve(app, {**SCOPE, "method": "GET", "path": "/api/v1/jobs.csv"}, [b""])
+    assert sent[0]["status"] == 500
+    assert dict(sent[0]["headers"])[b"content-type"] == b"application/json"
+    assert sent[1]["body"] == (
+        b'{"errors": {"non_field_errors": ["the server failed while building this answer"]}}'
+    )
+    assert closed == [True]
+    failure = next(r for r in caplog.records if r.name == "portal.http_threads")
+    assert "/api/v1/jobs.csv" in failure.getMessage() and failure.exc_info is not None

@@ -179,6 +179,9 @@ class Planner:
         self.n_overdue_res = 0
         # quota room held for overdue jobs (``quota_hold``): (scope, name) -> (holder, room at)
         self.quota_holds: dict[tuple[str, str], tuple[int, float | None]] = {}
+        # ... and claimed by overdue jobs waiting for capacity (``claim_overdue_room``):
+        # (scope, name) -> (holder, its GPUs, its reservation's start)
+        self.quota_claims: dict[tuple[str, str], tuple[int, int, float | None]] = {}
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
@@ -531,25 +534,56 @@ class Planner:
         key = ("queue", job.queue) if short_q else ("line", job.line)
         self.quota_holds.setdefault(key, (job.id, room_at))
 
+    def claim_overdue_room(self, job: PendingJob, start_at: float | None) -> None:
+        """An overdue job within quota but waiting for capacity claims its queue's and
+        line's quota room from its reservation's start: the reservation keeps its nodes,
+        this keeps the quota it will need there. Without it a later job of its line could
+        start on other nodes, fill the quota, and the overdue job, its nodes free at last,
+        would wait again for that job to end (Hypothesis found this, session 31)."""
+        if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
+            return
+        q = self.queues.get(job.queue)
+        if q is not None and q.quota_gpus is not None:
+            self.quota_claims.setdefault(("queue", job.queue), (job.id, job.gpus, start_at))
+        line = self.lines.get(job.line)
+        if line is not None and line.quota_gpus is not None:
+            self.quota_claims.setdefault(("line", job.line), (job.id, job.gpus, start_at))
+
+    def _claimed_room_short(self, job: PendingJob, key: tuple[str, str], claim: int) -> bool:
+        """Whether ``job`` starting now would leave its scope less than ``claim`` GPUs."""
+        if key[0] == "queue":
+            quota, held = self.queues[job.queue].quota_gpus, self.nb_queue.get(job.queue, 0)
+        else:
+            quota, held = self.lines[job.line].quota_gpus, self.nb_line.get(job.line, 0)
+        return quota is not None and held + job.gpus + claim > quota
+
     def _scope_quota(self, job: PendingJob, short_q: int) -> int:
         if short_q:
             return self.queues[job.queue].quota_gpus or 0
         return self.lines[job.line].quota_gpus or 0
 
     def quota_held(self, job: PendingJob) -> explain.Reason | None:
-        """PRIORITY if an overdue job of this queue or line holds its quota room and
-        ``job`` is not predicted to end before the room is due."""
-        holds = self.quota_holds
-        if not holds:
+        """PRIORITY if an overdue job of this queue or line holds its quota room, or has
+        claimed the room ``job`` would take from it, and ``job`` is not predicted to end
+        before the room is due."""
+        if not self.quota_holds and not self.quota_claims:
             return None
         end = None
         for key in (("queue", job.queue), ("line", job.line)):
-            got = holds.get(key)
-            if got is None or got[0] == job.id:
+            got = self.quota_holds.get(key)
+            if got is not None and got[0] != job.id:
+                holder, room_at = got
+                if holder in self.swap.overdue and self.can_borrow(job):
+                    got = None  # work a swap may displace leaves the swapper's cover as it was
+            else:
+                claim = self.quota_claims.get(key)
+                got = None
+                if claim is not None and claim[0] != job.id:
+                    holder, gpus, room_at = claim
+                    if self._claimed_room_short(job, key, gpus):
+                        got = (holder, room_at)
+            if got is None:
                 continue
-            holder, room_at = got
-            if holder in self.swap.overdue and self.can_borrow(job):
-                continue  # work a swap may displace leaves the swapper's cover as it was
             if end is None:
                 end = self.now + job_runtime(job, self.policy)
             if room_at is not None and end <= room_at:
@@ -1188,6 +1222,8 @@ class Planner:
                 no_estimate = explain.NO_PLACEMENT_AHEAD
                 if est is not None and job.id in self.swap.overdue:
                     self.hold_quota(job, short_q, est)  # its swap's cover, until it starts
+            if job.id not in self.swap.overdue:
+                self.claim_overdue_room(job, est)
             self.blocked.append(
                 (
                     job,

@@ -197,6 +197,28 @@ def test_under_the_portal_s_policy_the_quota_hold_keeps_the_promise_for_quota_wa
     assert violations(replay(arrivals, BOUND, policy=_full(), line_quota=8), BOUND) == []
 
 
+def test_an_overdue_job_waiting_for_nodes_keeps_the_quota_room_it_will_need() -> None:
+    """Hypothesis found this in session 31's full run: the 8-GPU vision job 14 is overdue
+    and within quota, but waits for a whole node (two llm jobs hold 4 GPUs on each). Its
+    reservation kept node b; a later 4-GPU vision job started on node a and took half of
+    the line's quota, so when node b freed, job 14 waited again for that job to end
+    (15,000 s against the promise's 14,700). An overdue job waiting for capacity now
+    claims its quota room from its reservation's start."""
+    arrivals = [(0, 1, 1, "llm", False)] * 12 + [
+        (0, 1, 3, "vision", False),
+        (1, 8, 1, "vision", False),
+        (0, 1, 11, "vision", False),
+        (12, 4, 12, "llm", False),
+        (14, 4, 12, "llm", False),
+        (26, 4, 12, "vision", False),
+    ]
+    sim = replay(arrivals, BOUND, policy=_full(), line_quota=8)
+    assert violations(sim, BOUND) == []
+    assert starts(sim)[14] < starts(sim)[18], "the overdue job first, then the later one"
+    no_hold = dataclasses.replace(_full(), hold_quota_when_overdue=False)
+    assert violations(replay(arrivals, BOUND, policy=no_hold, line_quota=8), BOUND) != []
+
+
 def test_without_the_bound_a_big_job_starves() -> None:
     """The counterexample the bound exists for: small jobs keep arriving, each smaller
     than the 16-GPU job, so smallest-work-first keeps them ahead and it is overtaken

@@ -549,14 +549,6 @@ class Planner:
         if line is not None and line.quota_gpus is not None:
             self.quota_claims.setdefault(("line", job.line), (job.id, job.gpus, start_at))
 
-    def _claimed_room_short(self, job: PendingJob, key: tuple[str, str], claim: int) -> bool:
-        """Whether ``job`` starting now would leave its scope less than ``claim`` GPUs."""
-        if key[0] == "queue":
-            quota, held = self.queues[job.queue].quota_gpus, self.nb_queue.get(job.queue, 0)
-        else:
-            quota, held = self.lines[job.line].quota_gpus, self.nb_line.get(job.line, 0)
-        return quota is not None and held + job.gpus + claim > quota
-
     def _scope_quota(self, job: PendingJob, short_q: int) -> int:
         if short_q:
             return self.queues[job.queue].quota_gpus or 0
@@ -570,26 +562,40 @@ class Planner:
             return None
         end = None
         for key in (("queue", job.queue), ("line", job.line)):
-            got = self.quota_holds.get(key)
-            if got is not None and got[0] != job.id:
-                holder, room_at = got
-                if holder in self.swap.overdue and self.can_borrow(job):
-                    got = None  # work a swap may displace leaves the swapper's cover as it was
-            else:
-                claim = self.quota_claims.get(key)
-                got = None
-                if claim is not None and claim[0] != job.id:
-                    holder, gpus, room_at = claim
-                    if self._claimed_room_short(job, key, gpus):
-                        got = (holder, room_at)
-            if got is None:
+            blocker = self._held_by(job, key) or self._claimed_by(job, key)
+            if blocker is None:
                 continue
+            holder, room_at = blocker
             if end is None:
                 end = self.now + job_runtime(job, self.policy)
             if room_at is not None and end <= room_at:
                 continue
             return explain.quota_held(job, key[0], key[1], holder, room_at)
         return None
+
+    def _held_by(self, job: PendingJob, key: tuple[str, str]) -> tuple[int, float | None] | None:
+        """``(holder, room at)`` of another overdue job holding ``key``'s quota room."""
+        got = self.quota_holds.get(key)
+        if got is None or got[0] == job.id:
+            return None
+        if got[0] in self.swap.overdue and self.can_borrow(job):
+            return None  # work a swap may displace leaves the swapper's cover as it was
+        return got
+
+    def _claimed_by(self, job: PendingJob, key: tuple[str, str]) -> tuple[int, float | None] | None:
+        """``(holder, its start)`` of another overdue job that claimed ``key``'s room, if
+        ``job`` starting now would leave the scope less than the holder's GPUs."""
+        claim = self.quota_claims.get(key)
+        if claim is None or claim[0] == job.id:
+            return None
+        holder, gpus, start_at = claim
+        if key[0] == "queue":
+            quota, held = self.queues[job.queue].quota_gpus, self.nb_queue.get(job.queue, 0)
+        else:
+            quota, held = self.lines[job.line].quota_gpus, self.nb_line.get(job.line, 0)
+        if quota is None or held + job.gpus + gpus <= quota:
+            return None
+        return holder, start_at
 
     def can_borrow(self, job: PendingJob) -> bool:
         return may_borrow(

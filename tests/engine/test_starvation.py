@@ -127,8 +127,8 @@ def violations(sim: Stepper, bound: float) -> list[str]:
 
 # The same 60 examples on every run (``derandomize``): a wider search under ``full`` finds
 # the known limit in docs/engine.md ("The starvation bound": a gang whose quota room comes
-# while other lines' work has split the nodes), about once in a thousand examples, and a
-# suite that fails by chance is not a check. STARVATION_SEARCH_EXAMPLES=N searches N
+# while other lines' work has split the nodes) in one of two runs of 3,000 examples, and
+# a suite that fails by chance is not a check. STARVATION_SEARCH_EXAMPLES=N searches N
 # random examples instead (docs/engine.md gives the command).
 SEARCH = int(os.environ.get("STARVATION_SEARCH_EXAMPLES", "0"))
 PROPERTY = settings(

@@ -471,19 +471,20 @@ class Planner:
         self, job: PendingJob, short_q: int, note: str
     ) -> tuple[explain.Reason, float | None]:
         """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted."""
-        if short_q > 0:
-            scope, name = "queue", job.queue
-            quota = self.queues[job.queue].quota_gpus
-            held = self.nb_queue.get(job.queue, 0)
-        else:
-            scope, name = "line", job.line
-            quota = self.lines[job.line].quota_gpus
-            held = self.nb_line.get(job.line, 0)
+        scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
+        quota, held = self._quota_and_held(scope, name)
         assert quota is not None
         room_at = None
         if job.gpus <= quota:
             room_at = self._quota_room_at(scope, name, held + job.gpus - quota)
         return explain.quota_exceeded(job, scope, name, held, quota, note, room_at), room_at
+
+    def _quota_and_held(self, scope: str, name: str) -> tuple[int | None, int]:
+        """A queue's or line's quota and the GPUs it holds within it (this plan's starts
+        included)."""
+        if scope == "queue":
+            return self.queues[name].quota_gpus, self.nb_queue.get(name, 0)
+        return self.lines[name].quota_gpus, self.nb_line.get(name, 0)
 
     def _quota_room_at(self, scope: str, name: str, need: int) -> float | None:
         """When running work of this queue/line is predicted to release ``need`` GPUs."""
@@ -589,10 +590,7 @@ class Planner:
         if claim is None or claim[0] == job.id:
             return None
         holder, gpus, start_at = claim
-        if key[0] == "queue":
-            quota, held = self.queues[job.queue].quota_gpus, self.nb_queue.get(job.queue, 0)
-        else:
-            quota, held = self.lines[job.line].quota_gpus, self.nb_line.get(job.line, 0)
+        quota, held = self._quota_and_held(*key)
         if quota is None or held + job.gpus + gpus <= quota:
             return None
         return holder, start_at

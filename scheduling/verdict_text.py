@@ -26,6 +26,7 @@ LABELS: dict[str, str] = {
     "room_gpus": "Room left under the quota (GPUs)",
     "short_gpus": "GPUs short",
     "quota_room_at": "Quota room predicted at",
+    "reservation_starts_at": "Nodes reserved for it from",
     "constraint": "Rule it breaks",
     "nodes_needed": "Nodes needed",
     "gpus_per_node": "GPUs per node",

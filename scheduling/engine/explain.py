@@ -119,10 +119,13 @@ def quota_exceeded(
     quota: int,
     borrow_note: str,
     room_at: float | None = None,
+    reserved_at: float | None = None,
 ) -> Reason:
     """Over quota. ``room_at``: when running work of the scope is predicted to have released
     enough: the verdict's estimated start (the earliest it could start), said in the remedy
-    and stored as ``quota_room_at``."""
+    and stored as ``quota_room_at``. ``reserved_at``: for an overdue job that reserved
+    nodes from after its room is due (``Planner.reserve_for_quota_room``), that later
+    start, which is then the estimate (``reservation_starts_at``)."""
     room = max(0, quota - held)
     details: dict[str, Any] = {
         "scope": scope,
@@ -137,17 +140,20 @@ def quota_exceeded(
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
         details[NO_ESTIMATE] = f"it is larger than the whole {scope} quota"
     else:
-        remedy = (
-            f"Starts once {job.gpus - room} GPUs of {scope} {name} are released"
-            + (f" (predicted by {when(room_at)})" if room_at is not None else "")
-            + ", or after a quota increase."
-        )
+        released = f"Starts once {job.gpus - room} GPUs of {scope} {name} are released"
+        if reserved_at is not None:
+            released += f" and its reserved nodes free (predicted by {when(reserved_at)})"
+        elif room_at is not None:
+            released += f" (predicted by {when(room_at)})"
+        remedy = released + ", or after a quota increase."
         if room_at is not None:
             details["quota_room_at"] = iso(room_at)
         else:
             details[NO_ESTIMATE] = (
                 f"no running work of {scope} {name} is predicted to release enough GPUs"
             )
+        if reserved_at is not None:
+            details["reservation_starts_at"] = iso(reserved_at)
         if not job.preemptible:
             remedy += " A preemptible job could borrow idle capacity meanwhile."
     msg = (

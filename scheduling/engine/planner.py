@@ -468,15 +468,21 @@ class Planner:
         return short_q, short_l
 
     def quota_reason(
-        self, job: PendingJob, short_q: int, note: str
+        self, job: PendingJob, short_q: int, note: str, reserved_at: float | None = None
     ) -> tuple[explain.Reason, float | None]:
-        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted."""
+        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted (or,
+        ``reserved_at``, when the nodes reserved for it from later free)."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self._quota_and_held(scope, name)
         assert quota is not None
         room_at = None
         if job.gpus <= quota:
             room_at = self._quota_room_at(scope, name, held + job.gpus - quota)
+        if reserved_at is not None and room_at is not None and reserved_at > room_at:
+            return (
+                explain.quota_exceeded(job, scope, name, held, quota, note, room_at, reserved_at),
+                reserved_at,
+            )
         return explain.quota_exceeded(job, scope, name, held, quota, note, room_at), room_at
 
     def _quota_and_held(self, scope: str, name: str) -> tuple[int | None, int]:
@@ -549,6 +555,34 @@ class Planner:
         line = self.lines.get(job.line)
         if line is not None and line.quota_gpus is not None:
             self.quota_claims.setdefault(("line", job.line), (job.id, job.gpus, start_at))
+
+    def reserve_for_quota_room(
+        self, job: PendingJob, sh: ShapeT, short_q: int, room_at: float | None
+    ) -> float | None:
+        """An overdue job that holds its scope's quota room (``hold_quota``) also
+        reserves nodes, from when the room is due or nodes free, whichever is later; its
+        start (None: no reservation). Without it the room came while other lines' work
+        had split the nodes, and the job waited one runtime more for a whole node
+        (Hypothesis found this, session 31's known limit)."""
+        key = ("queue", job.queue) if short_q else ("line", job.line)
+        held = self.quota_holds.get(key)
+        if (
+            room_at is None
+            or held is None
+            or held[0] != job.id
+            or not self.policy.backfill
+            or self.n_backfill_res >= self.policy.max_reservations
+            or self.unavailable(job, sh) is not None
+        ):
+            return None
+        res = self.earliest_start(job, sh)
+        if res is None:
+            return None
+        t, nodes = res
+        start = max(t, room_at)
+        self.hold(job, nodes, start)
+        self.n_backfill_res += 1
+        return start
 
     def _scope_quota(self, job: PendingJob, short_q: int) -> int:
         if short_q:
@@ -1169,6 +1203,9 @@ class Planner:
             if self.swap.defer(job, short_q, short_l):
                 deferred.append(job)  # quota_swap.py: in the borrowing pass
                 return
+            reserved_at = self.reserve_for_quota_room(job, sh, short_q, room_at)
+            if reserved_at is not None:
+                reason, room_at = self.quota_reason(job, short_q, "", reserved_at)
             self.record(job, reason, room_at)
             return
         un = self.unavailable(job, sh)

@@ -50,8 +50,10 @@ def unreadable(v: Verdict) -> list[str]:
         out.append(f"estimated start {v.estimated_start} but details {v.details}")
     if v.estimated_start is not None and v.code == Code.QUOTA_EXCEEDED:
         at = datetime.fromtimestamp(int(v.estimated_start), tz=UTC)
-        if v.details.get("quota_room_at") != at.isoformat().replace("+00:00", "Z"):
-            out.append(f"quota room {v.details.get('quota_room_at')} is not the estimate")
+        # the quota room, or the later start of the nodes an overdue job reserved
+        key = "reservation_starts_at" if "reservation_starts_at" in v.details else "quota_room_at"
+        if v.details.get(key) != at.isoformat().replace("+00:00", "Z"):
+            out.append(f"{key} {v.details.get(key)} is not the estimate")
     return out
 
 

@@ -1,0 +1,120 @@
+"""Every page passes axe-core's WCAG 2.2 A and AA rules and its best practices, as each role
+reads it on a busy cluster, on a wide screen and on a 390 px phone.
+
+axe-core (Deque's engine, bundled by ``axe-playwright-python``) runs in Chromium on each
+page after its scripts and live parts have run: forms with their errors shown, the
+dashboard with its charts drawn, error pages, the Django admin. What it finds and what the
+portal did about each is in docs/accessibility.md. It does not judge everything WCAG asks
+(it cannot tell a good label from a bad one); the flows' own tests use the pages by their
+roles and labels, as a screen reader would (``get_by_role``, ``get_by_label``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+
+from quotas.services import QuotaRequestInput, create_quota_request
+from scheduling.models import Node
+from tests.browser.conftest import draw_dashboard, in_thread
+from tests.browser.test_trust_walk import busy  # noqa: F401 - the busy cluster fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+RULES = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]
+WIDTHS = (1400, 390)
+# /api/docs/ is Swagger UI (drf-spectacular): its markup's faults are upstream's
+# (swagger-api/swagger-ui#10697, #9576): method badges below 4.5:1, buttons holding links,
+# small operation links, a heading level skipped, content outside landmarks. The page's
+# own part (its language, its title) is checked.
+SWAGGER_UI_RULES = ["html-has-lang", "html-lang-valid", "document-title"]
+
+AXE = Axe()
+
+
+def violations(page, rules: list[str] | None = None) -> list[str]:
+    """axe-core's violations on the page as it stands, one line each."""
+    run_only = {"type": "rule", "values": rules} if rules else {"type": "tag", "values": RULES}
+    found = AXE.run(page, options={"resultTypes": ["violations"], "runOnly": run_only})
+    return [
+        f"{v['id']} ({v['impact']}): {v['help']}; e.g. {v['nodes'][0]['target']}"
+        f" ({len(v['nodes'])} elements)"
+        for v in found.response["violations"]
+    ]
+
+
+def audit(page, where: str, rules: list[str] | None = None) -> list[str]:
+    """The violations at each width, named by where they were found."""
+    out = []
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.wait_for_timeout(150)  # the tables' focusability follows the resize
+        out += [f"{where} at {width} px: {v}" for v in violations(page, rules)]
+    page.set_viewport_size({"width": WIDTHS[0], "height": 900})
+    return out
+
+
+def submit_empty(page, url: str, button: str) -> None:
+    """A form sent empty (past the browser's own checks), so its errors are on the page."""
+    page.goto(url)
+    page.evaluate("document.querySelectorAll('form').forEach((f) => { f.noValidate = true; })")
+    page.locator(button).click()
+    page.wait_for_load_state()
+    assert page.locator("main .error").count() > 0, f"{url}: no error shown"
+
+
+def test_every_page_passes_axe_core_as_each_role_reads_it(busy, page, login, portal_server):  # noqa: F811
+    base = portal_server
+    lead = busy["users"]["lead"]
+    request = in_thread(
+        lambda: (
+            create_quota_request(
+                lead, QuotaRequestInput(business_line="llm", quota_gpus=300, reason="Q4 needs more")
+            ).pk
+        )
+    )
+    node = Node.objects.order_by("name").first().name
+    pages = {
+        "researcher": [
+            "/", "/jobs/", "/jobs/new/", f"/jobs/{busy['waiting']}/",
+            f"/jobs/{busy['running']}/", "/queues/", "/quotas/", "/account/",
+            "/account/tokens/", "/audit/",  # the last: a 403 page
+        ],
+        "lead": [
+            "/quotas/", "/quotas/requests/", "/quotas/requests/new/",
+            f"/quotas/requests/{request}/", "/quotas/lines/llm/",
+        ],
+        "oncall": ["/oncall/", "/oncall/rack-map/", f"/oncall/nodes/{node}/"],
+        "admin": [
+            "/jobs/?state=pending", "/audit/", f"/quotas/requests/{request}/",
+            "/no/such/page/", "/admin/", "/admin/quotas/quotapolicy/",
+        ],
+    }  # fmt: skip
+    found = []
+    page.goto(f"{base}/accounts/login/")
+    found += audit(page, "login")
+    page.get_by_label("Username").fill("nobody")
+    page.get_by_label("Password").fill("wrong")
+    page.get_by_role("button", name="Log in").click()
+    found += audit(page, "login refused")
+    for role, paths in pages.items():
+        page.context.clear_cookies()
+        login(role)
+        for path in paths:
+            page.goto(base + path)
+            page.wait_for_timeout(500)  # live parts connect and fill in
+            found += audit(page, f"{role} {path}")
+    submit_empty(page, f"{base}/jobs/new/", "#submit-button")  # the admin's: every form error shown
+    found += audit(page, "submit form with errors")
+    page.context.clear_cookies()
+    login("lead")
+    submit_empty(page, f"{base}/quotas/requests/new/", "main form.card button[type=submit]")
+    found += audit(page, "quota request form with errors")
+    page.context.clear_cookies()
+    login("admin")
+    draw_dashboard(page, f"{base}/dashboard/")
+    found += audit(page, "dashboard, charts drawn")
+    page.goto(f"{base}/api/docs/")
+    page.wait_for_selector(".swagger-ui .info")
+    found += audit(page, "API docs", SWAGGER_UI_RULES)
+    assert found == [], "\n".join(found)

@@ -1,5 +1,6 @@
 """Every page passes axe-core's WCAG 2.2 A and AA rules and its best practices, as each role
-reads it on a busy cluster, on a wide screen and on a 390 px phone.
+reads it on a busy cluster, on a wide screen and on a 390 px phone; and the keyboard alone
+reaches every control, each showing where the focus is.
 
 axe-core (Deque's engine, bundled by ``axe-playwright-python``) runs in Chromium on each
 page after its scripts and live parts have run: forms with their errors shown, the
@@ -118,3 +119,69 @@ def test_every_page_passes_axe_core_as_each_role_reads_it(busy, page, login, por
     page.wait_for_selector(".swagger-ui .info")
     found += audit(page, "API docs", SWAGGER_UI_RULES)
     assert found == [], "\n".join(found)
+
+
+# What has the keyboard's focus: whether it is on screen and shows where it is.
+FOCUSED_JS = """() => {
+  const el = document.activeElement;
+  if (!el || el === document.body) return null;
+  const cs = getComputedStyle(el);
+  const r = el.getBoundingClientRect();
+  const label = el.getAttribute("aria-label") || el.innerText || el.value || el.id || "";
+  return {
+    what: `${el.tagName.toLowerCase()} "${label.trim().slice(0, 40)}"`,
+    inMain: !!el.closest("main"),
+    outlined: cs.outlineStyle !== "none" && parseFloat(cs.outlineWidth) >= 2,
+    onScreen: r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < innerHeight
+      && r.right > 0 && r.left < innerWidth,
+  };
+}"""
+TABS = 120  # past the header and well into each page (a page's rack map has 64 cells)
+
+
+def tab_through(page, where: str) -> list[str]:
+    """Press Tab until focus leaves the page (or TABS times): every control it reaches
+    must be on screen and outlined (WCAG 2.4.7, focus visible; 2.4.11, not hidden)."""
+    bad = []
+    for _ in range(TABS):
+        page.keyboard.press("Tab")
+        focused = page.evaluate(FOCUSED_JS)
+        if focused is None:
+            break  # past the last control, to the browser
+        if not (focused["outlined"] and focused["onScreen"]):
+            bad.append(f"{where}: {focused}")
+    return bad
+
+
+def test_the_keyboard_reaches_every_control_and_shows_where_it_is(busy, page, login, portal_server):  # noqa: F811
+    """Tab from the top of each page: the first stop is "Skip to content", which moves
+    the focus into the page, and every control after it shows its focus on screen."""
+    base = portal_server
+    pages = {
+        "researcher": ["/", "/jobs/", "/jobs/new/", f"/jobs/{busy['waiting']}/", "/queues/"],
+        "lead": ["/quotas/", "/quotas/requests/new/", "/quotas/lines/llm/"],
+        "oncall": ["/oncall/", "/oncall/rack-map/"],
+        "admin": ["/audit/", "/account/tokens/"],
+    }
+    bad = []
+    for role, paths in pages.items():
+        page.context.clear_cookies()
+        login(role)
+        for path in paths:
+            page.goto(base + path)
+            page.keyboard.press("Tab")
+            first = page.evaluate(FOCUSED_JS)
+            assert first and first["what"] == 'a "Skip to content"', f"{path}: {first}"
+            assert first["onScreen"] and first["outlined"], f"{path}: {first}"
+            page.keyboard.press("Enter")
+            assert page.evaluate("document.activeElement.id") == "content", path
+            if page.locator("main a[href], main button, main input, main select").count():
+                page.keyboard.press("Tab")
+                inside = page.evaluate(FOCUSED_JS)
+                assert inside and inside["inMain"], f"{path}: after the skip link, {inside}"
+            page.goto(base + path)
+            bad += tab_through(page, f"{role} {path}")
+    page.set_viewport_size({"width": 390, "height": 844})  # and on a phone
+    page.goto(f"{base}/queues/")
+    bad += tab_through(page, "admin /queues/ at 390 px")
+    assert bad == [], "\n".join(bad)

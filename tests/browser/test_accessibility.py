@@ -185,3 +185,54 @@ def test_the_keyboard_reaches_every_control_and_shows_where_it_is(busy, page, lo
     page.goto(f"{base}/queues/")
     bad += tab_through(page, "admin /queues/ at 390 px")
     assert bad == [], "\n".join(bad)
+
+
+def focused_node(page) -> str | None:
+    return page.evaluate("document.activeElement.dataset.n || null")
+
+
+def test_the_rack_map_is_one_tab_stop_and_the_arrows_move_between_nodes(
+    busy,  # noqa: F811
+    page,
+    login,
+    portal_server,
+):
+    """The on-call console's map of every node is one Tab stop, not one per node (1,250 on
+    the demo): the arrow keys move from node to node, by the rack's rows and into the
+    next rack, Page Down to the next rack, Home and End to the ends, Enter opens it."""
+    login("oncall")
+    page.goto(f"{portal_server}/oncall/rack-map/")
+    names = page.locator("#rack-map a.n").evaluate_all("cells => cells.map((c) => c.dataset.n)")
+    racks = page.locator("#rack-map .rack .cells").evaluate_all(
+        "boxes => boxes.map((b) => Array.from(b.querySelectorAll('a.n')).map((c) => c.dataset.n))"
+    )
+    assert len(racks) > 2 and all(len(r) == 8 for r in racks), racks  # one row of 8 each
+    for _ in range(40):
+        page.keyboard.press("Tab")
+        if focused_node(page):
+            break
+    assert focused_node(page) == names[0]
+    page.keyboard.press("Tab")
+    assert focused_node(page) is None, "one Tab leaves the map"
+    page.keyboard.press("Shift+Tab")
+    assert focused_node(page) == names[0], "and Shift+Tab comes back to it"
+    page.keyboard.press("ArrowRight")
+    assert focused_node(page) == names[1]
+    page.keyboard.press("ArrowDown")  # a rack is one row: the next rack, same column
+    assert focused_node(page) == racks[1][1]
+    page.keyboard.press("ArrowUp")
+    assert focused_node(page) == names[1]
+    page.keyboard.press("PageDown")
+    assert focused_node(page) == racks[1][0]
+    page.keyboard.press("End")
+    assert focused_node(page) == names[-1]
+    page.keyboard.press("ArrowRight")  # the last node stays
+    assert focused_node(page) == names[-1]
+    page.keyboard.press("Home")
+    assert focused_node(page) == names[0]
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Shift+Tab")
+    assert focused_node(page) == names[1], "the map remembers where the reader was"
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/oncall/nodes/{names[1]}/")

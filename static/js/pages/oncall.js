@@ -81,6 +81,72 @@
     }
   }
 
+  // -- rack map, by keyboard ----------------------------------------------------------------
+  // One Tab stop for the whole map (1,250 nodes on the demo would be 1,250 stops): the
+  // arrow keys move from node to node (up and down by the rack's rows, into the next or
+  // previous rack at the same column), Page Up / Page Down from rack to rack, Home / End
+  // to the first / last node, Enter opens the node (WCAG 2.1.1, the roving tabindex of
+  // the ARIA practices). Without JavaScript every cell is a Tab stop, as a plain link.
+  if (map) {
+    const all = Array.from(map.querySelectorAll("a.n[data-n]"));
+    const racks = Array.from(map.querySelectorAll(".rack .cells"));
+    if (all.length) {
+      let current = all[0];
+      all.forEach((el) => el.setAttribute("tabindex", el === current ? "0" : "-1"));
+      const take = (el) => {
+        if (el === current) return;
+        current.setAttribute("tabindex", "-1");
+        el.setAttribute("tabindex", "0");
+        current = el;
+      };
+      const inRack = (box) => Array.from(box.querySelectorAll("a.n[data-n]"));
+      const columns = (box) => getComputedStyle(box).gridTemplateColumns.split(" ").length;
+      const target = (el, key) => {
+        const box = el.closest(".cells");
+        const cells = inRack(box);
+        const at = cells.indexOf(el);
+        const r = racks.indexOf(box);
+        const cols = columns(box);
+        switch (key) {
+          case "ArrowRight": return all[all.indexOf(el) + 1];
+          case "ArrowLeft": return all[all.indexOf(el) - 1];
+          case "Home": return all[0];
+          case "End": return all[all.length - 1];
+          case "PageDown": return racks[r + 1] && inRack(racks[r + 1])[0];
+          case "PageUp": return racks[r - 1] && inRack(racks[r - 1])[0];
+          case "ArrowDown": {
+            if (at + cols < cells.length) return cells[at + cols];
+            const next = racks[r + 1] && inRack(racks[r + 1]);
+            return next && next[Math.min(at % cols, next.length - 1)];
+          }
+          case "ArrowUp": {
+            if (at - cols >= 0) return cells[at - cols];
+            const prev = racks[r - 1] && inRack(racks[r - 1]);
+            if (!prev) return undefined;
+            const lastRow = Math.floor((prev.length - 1) / cols) * cols;
+            return prev[Math.min(lastRow + (at % cols), prev.length - 1)];
+          }
+          default: return null;
+        }
+      };
+      map.addEventListener("focusin", (e) => {
+        const el = e.target.closest && e.target.closest("a.n[data-n]");
+        if (el) take(el);
+      });
+      map.addEventListener("keydown", (e) => {
+        const el = e.target.closest && e.target.closest("a.n[data-n]");
+        if (!el || e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+        const to = target(el, e.key);
+        if (to === null) return;  // not a key the map uses
+        e.preventDefault();
+        if (to) {
+          take(to);
+          to.focus();
+        }
+      });
+    }
+  }
+
   // -- alerts ---------------------------------------------------------------------------
   if (alertsBody) {
     const refreshAlerts = debounce(async () => {

@@ -189,6 +189,12 @@ def percent(u: float) -> str:
     return f"{u:.1%}"
 
 
+def number(n: int) -> str:
+    """A count as the dashboard writes it everywhere (tiles, captions, bar labels), with
+    thousands separators: ``2,943``."""
+    return f"{n:,}"
+
+
 def _time_axis(
     window: TimeWindow | None, zone: DisplayZone = IN_UTC, moments: Sequence[Any] = ()
 ) -> dict[str, Any]:
@@ -331,7 +337,7 @@ def fragmentation_figure(
     ``zone`` (the viewer's)."""
     measured, seeded = _split_seeded(points)
     style = {"line": {"color": ORANGE, "width": 2, "shape": "hv"}, "marker": {"size": 5}}
-    hover = "%{y} free GPUs on partly used nodes"
+    hover = "%{y:,} free GPUs on partly used nodes"
     data = [_series("fragmented free GPUs", measured, [int(v) for _, v in measured], style,
                     hover, zone=zone)]  # fmt: skip
     if seeded:
@@ -347,8 +353,8 @@ def fragmentation_figure(
     if not values:
         return _figure(data, layout, "No samples yet.", empty="No samples yet")
     summary = (
-        f"{values[-1]} free GPUs are stranded on partly used nodes at the latest sample "
-        f"(peak {max(values)} in the {window.label if window else 'window'})."
+        f"{number(values[-1])} free GPUs are stranded on partly used nodes at the latest "
+        f"sample (peak {number(max(values))} in the {window.label if window else 'window'})."
     )
     return _figure(data, layout, summary + _seeded_note(points))
 
@@ -616,25 +622,25 @@ def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
     borrowed = [ln.borrowed for ln in lines]
     data = [
         {"type": "bar", "name": "used within quota", "x": names, "y": own,
-         "marker": {"color": BLUE}, "text": [str(v) for v in own], "textposition": "inside",
-         "hovertemplate": "%{x}: %{y} GPUs within quota<extra></extra>"},
+         "marker": {"color": BLUE}, "text": [number(v) for v in own], "textposition": "inside",
+         "hovertemplate": "%{x}: %{y:,} GPUs within quota<extra></extra>"},
         {"type": "bar", "name": "borrowed (idle capacity)", "x": names, "y": borrowed,
          "marker": {"color": SKY, "pattern": {"shape": "/"}},
-         "text": [str(v) if v else "" for v in borrowed], "textposition": "inside",
-         "hovertemplate": "%{x}: %{y} GPUs borrowed beyond quota<extra></extra>"},
+         "text": [number(v) if v else "" for v in borrowed], "textposition": "inside",
+         "hovertemplate": "%{x}: %{y:,} GPUs borrowed beyond quota<extra></extra>"},
         {"type": "scatter", "mode": "markers", "name": "quota", "x": names,
          "y": [ln.quota for ln in lines],
          "marker": {"symbol": "line-ew-open", "size": 40, "color": VERMILION,
                     "line": {"width": 3, "color": VERMILION}},
-         "hovertemplate": "%{x}: quota %{y} GPUs<extra></extra>"},
+         "hovertemplate": "%{x}: quota %{y:,} GPUs<extra></extra>"},
         {"type": "scatter", "mode": "markers", "name": "guarantee", "x": names,
          "y": [ln.guarantee for ln in lines],
          "marker": {"symbol": "diamond", "size": 11, "color": GREEN},
-         "hovertemplate": "%{x}: guarantee %{y} GPUs<extra></extra>"},
+         "hovertemplate": "%{x}: guarantee %{y:,} GPUs<extra></extra>"},
         {"type": "scatter", "mode": "markers", "name": "used + pending", "x": names,
          "y": [ln.used + ln.pending_gpus for ln in lines],
          "marker": {"symbol": "triangle-up-open", "size": 11, "color": GREY},
-         "hovertemplate": "%{x}: %{y} GPUs used or asked by waiting jobs<extra></extra>"},
+         "hovertemplate": "%{x}: %{y:,} GPUs used or asked by waiting jobs<extra></extra>"},
     ]  # fmt: skip
     layout = _layout(
         "GPUs per line against quota and guarantee",
@@ -642,8 +648,8 @@ def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
         yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
     )
     summary = "; ".join(
-        f"{ln.label}: {ln.used} used ({ln.borrowed} borrowed) of quota {ln.quota}, "
-        f"guarantee {ln.guarantee}, {ln.pending_gpus} pending"
+        f"{ln.label}: {number(ln.used)} used ({number(ln.borrowed)} borrowed) of quota "
+        f"{number(ln.quota)}, guarantee {number(ln.guarantee)}, {number(ln.pending_gpus)} pending"
         for ln in lines
     )
     return _figure(data, layout, summary or "No business lines.")
@@ -661,8 +667,8 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
          "marker": {"color": [colour for colour, _ in styles],
                     "pattern": {"shape": [pattern for _, pattern in styles],
                                 "fgcolor": "#ffffff", "solidity": 0.3}},
-         "text": [str(v) for v in xs], "textposition": "auto",
-         "hovertemplate": "%{y}: %{x} jobs<extra></extra>"}
+         "text": [number(v) for v in xs], "textposition": "auto",
+         "hovertemplate": "%{y}: %{x:,} jobs<extra></extra>"}
     ]  # fmt: skip
     layout = _layout(
         "Pending jobs by reason",
@@ -674,8 +680,8 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
     total = sum(xs)
     if not total:
         return _figure(data, layout, "No job is waiting.", empty="No job is waiting")
-    summary = f"{total} jobs pending: " + ", ".join(
-        f"{v} {c}" for c, v in zip(codes, xs, strict=True)
+    summary = f"{number(total)} jobs pending: " + ", ".join(
+        f"{number(v)} {c}" for c, v in zip(codes, xs, strict=True)
     )
     return _figure(data, layout, summary)
 

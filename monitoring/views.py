@@ -203,13 +203,13 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
             # utilization of healthy GPUs: in use by jobs or by online inference on healthy
             # nodes over healthy GPUs (ClusterSummary.utilization)
             "utilization": f"{cluster.utilization:.1%}",
-            "gpus_allocated": cluster.gpus_allocated_healthy,
-            "gpus_inference": cluster.gpus_inference_healthy,
-            "gpus_healthy": cluster.gpus_healthy,
-            "gpus_total": cluster.gpus_total,
-            "nodes_out": cluster.nodes_total - ready,
-            "pending_jobs": pending,
-            "fragmentation": latest["fragmentation_gpus"] if latest else 0,
+            "gpus_allocated": charts.number(cluster.gpus_allocated_healthy),
+            "gpus_inference": charts.number(cluster.gpus_inference_healthy),
+            "gpus_healthy": charts.number(cluster.gpus_healthy),
+            "gpus_total": charts.number(cluster.gpus_total),
+            "nodes_out": charts.number(cluster.nodes_total - ready),
+            "pending_jobs": charts.number(pending),
+            "fragmentation": charts.number(latest["fragmentation_gpus"] if latest else 0),
         },
         "figures": {
             "utilization": charts.utilization_figure(

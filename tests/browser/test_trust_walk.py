@@ -405,10 +405,11 @@ def test_an_admin_walks_a_busy_cluster(busy, page, login):
     assert caption.startswith(f"Utilization {card} now ("), (card, caption)
     summary = api_get(page, base, "metrics/summary/")
     assert card == f"{summary['utilization']:.1%}", (card, summary["utilization"])
-    allocated = int(page.locator("#tile-gpus_allocated").inner_text())
-    assert allocated == summary["gpus_allocated_healthy"]
-    assert int(page.locator("#tile-pending_jobs").inner_text()) == sum(
-        summary["pending_by_reason"].values()
+    allocated = page.locator("#tile-gpus_allocated").inner_text()
+    assert allocated == f"{summary['gpus_allocated_healthy']:,}"
+    assert (
+        page.locator("#tile-pending_jobs").inner_text()
+        == f"{sum(summary['pending_by_reason'].values()):,}"
     )
     screenshot(page, "dashboard")
     for window in ("24h", "7d"):

@@ -144,6 +144,26 @@ def test_unknown_reason_codes_come_last_in_name_order_with_a_lower_case_label():
     assert fig["summary"] == "7 jobs pending: 2 PRIORITY, 4 ALPHA_CODE, 1 ZED"
 
 
+def test_counts_from_a_thousand_read_with_separators_in_every_caption_and_label():
+    """The demo's dashboard read "2943 jobs pending" in one caption and "2,943 jobs were
+    waiting" in the next, and "9369 / 9792" in a tile: one way to write a count."""
+    fig = charts.pending_by_reason_figure(
+        {"INSUFFICIENT_GPUS": 2403, "TOPOLOGY": 514, "DEMOTED": 26}
+    )
+    assert fig["summary"] == "2,943 jobs pending: 514 TOPOLOGY, 2,403 INSUFFICIENT_GPUS, 26 DEMOTED"
+    assert fig["data"][0]["text"] == ["514", "2,403", "26"]  # API.md's order
+    fig = charts.line_usage_figure([
+        LineRow("search", "Search", used=4186, borrowed=1200, pending_gpus=21575, quota=4500,
+                guarantee=1800),
+    ])  # fmt: skip
+    assert fig["summary"] == (
+        "Search: 4,186 used (1,200 borrowed) of quota 4,500, guarantee 1,800, 21,575 pending"
+    )
+    assert [t["text"] for t in fig["data"][:2]] == [["2,986"], ["1,200"]]
+    assert all(":," in t["hovertemplate"] for t in fig["data"])
+    assert charts.number(10000) == "10,000" and charts.number(7) == "7"
+
+
 def test_every_reason_code_has_a_label_and_new_is_not_an_engine_code():
     assert set(charts.REASON_ORDER) | {"NEW"} == set(charts.REASON_LABELS)
     assert "NEW" not in charts.REASON_ORDER

@@ -151,5 +151,5 @@ def test_the_fragmentation_card_caption_and_last_point_are_the_latest_sample(dem
                                     utilization=0.5, fragmentation_gpus=gpus, pending_jobs=0)  # fmt: skip
     data = build_dashboard("1h")
     fig = data["figures"]["fragmentation"]
-    assert data["tiles"]["fragmentation"] == 8 == fig["data"][0]["y"][-1]
+    assert data["tiles"]["fragmentation"] == "8" and fig["data"][0]["y"][-1] == 8
     assert fig["summary"].startswith("8 free GPUs are stranded on partly used nodes at the latest")

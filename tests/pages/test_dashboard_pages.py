@@ -107,7 +107,7 @@ def test_the_figures_are_the_chart_functions_applied_to_the_samples(client, demo
     assert "llm-experiment 25.0%" in data["figures"]["eviction"]["summary"]
     lines = data["figures"]["lines"]["data"]
     assert lines[0]["x"] == ["Large language models", "Multimodal", "Search & Recommendation"]
-    assert data["tiles"]["gpus_total"] == 32 and data["tiles"]["utilization"] == "0.0%"
+    assert data["tiles"]["gpus_total"] == "32" and data["tiles"]["utilization"] == "0.0%"
 
 
 def test_pending_reasons_come_from_the_latest_cycle(client, demo):
@@ -128,7 +128,7 @@ def test_pending_reasons_come_from_the_latest_cycle(client, demo):
     client.force_login(demo["admin"])
     data = client.get("/dashboard/data/").json()
     trace = data["figures"]["pending"]["data"][0]
-    assert trace["x"] == [4, 3, 1] and data["tiles"]["pending_jobs"] == 8
+    assert trace["x"] == [4, 3, 1] and data["tiles"]["pending_jobs"] == "8"
     api = client.get("/api/v1/metrics/summary/").json()
     assert api["pending_by_reason"] == {"PRIORITY": 4, "TOPOLOGY": 3, "NEW": 1}
     assert data["as_of"]["cycle"] == SchedulingCycle.objects.get(kind="cycle").pk
@@ -146,7 +146,7 @@ def test_the_live_snapshot_changes_when_the_cluster_does(client, demo):
     after = client.get("/dashboard/data/").json()
     assert after["as_of"]["sample"] is not None
     assert len(after["figures"]["utilization"]["data"][0]["x"]) == 5 + 1  # and now
-    assert after["tiles"]["nodes_out"] == 1 and after["tiles"]["gpus_healthy"] == 24
+    assert after["tiles"]["nodes_out"] == "1" and after["tiles"]["gpus_healthy"] == "24"
 
 
 def test_the_time_window_limits_the_series_and_bad_values_fall_back(client, demo):

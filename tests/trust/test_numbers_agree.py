@@ -327,13 +327,19 @@ def test_every_number_agrees_on_every_surface_at_the_same_cycle(users):
     assert samples[("gpuportal_gpu_utilization_ratio", frozenset())] == utilization
     dash = web.get("/dashboard/data/").json()
     assert dash["tiles"]["utilization"] == f"{utilization:.1%}"
-    assert (dash["tiles"]["gpus_allocated"], dash["tiles"]["gpus_inference"],
-            dash["tiles"]["gpus_healthy"]) == (
-        t["gpus_allocated_healthy"], t["gpus_inference_healthy"], t["gpus_healthy"],
-    )  # fmt: skip
+    # the tiles are written as the page shows them, with thousands separators
+    assert (
+        dash["tiles"]["gpus_allocated"],
+        dash["tiles"]["gpus_inference"],
+        dash["tiles"]["gpus_healthy"],
+    ) == (
+        f"{t['gpus_allocated_healthy']:,}",
+        f"{t['gpus_inference_healthy']:,}",
+        f"{t['gpus_healthy']:,}",
+    )
     pending_jobs = Job.objects.filter(state="pending").count()
-    assert dash["tiles"]["pending_jobs"] == sum(summary["pending_by_reason"].values())
-    assert dash["tiles"]["pending_jobs"] == pending_jobs
+    assert dash["tiles"]["pending_jobs"] == f"{sum(summary['pending_by_reason'].values()):,}"
+    assert dash["tiles"]["pending_jobs"] == f"{pending_jobs:,}"
     assert sum(r["pending_jobs"] for r in t["line"].values()) == pending_jobs
 
     # the dashboard's per-line chart: used within quota + borrowed, against the quota

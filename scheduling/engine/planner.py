@@ -526,20 +526,21 @@ class Planner:
         return None
 
     # -- quota room held for overdue jobs (#19) ---------------------------------------
-    def hold_quota(self, job: PendingJob, short_q: int, room_at: float | None) -> None:
+    def hold_quota(self, job: PendingJob, short_q: int, room_at: float | None) -> bool:
         """An overdue job over quota holds its queue's (or line's) quota room: as a
         reservation holds nodes, later jobs of that scope start within quota only if
         predicted to end before the room is due (``quota_held``). Without it, a tenant's
         small jobs take every GPU of quota released before a large one fits (ITP). An
         overdue job that will start by a quota swap (``QuotaSwap.overdue_first``) holds it
         from its reservation's start, against later work a swap could not displace: such
-        work would take the room the swap counts on."""
+        work would take the room the swap counts on. True if ``job`` holds it (an older
+        overdue job of the scope may already)."""
         if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
-            return
+            return False
         if job.gpus > self._scope_quota(job, short_q):
-            return  # larger than the whole quota: it never starts, holds nothing
+            return False  # larger than the whole quota: it never starts, holds nothing
         key = ("queue", job.queue) if short_q else ("line", job.line)
-        self.quota_holds.setdefault(key, (job.id, room_at))
+        return self.quota_holds.setdefault(key, (job.id, room_at))[0] == job.id
 
     def claim_overdue_room(self, job: PendingJob, start_at: float | None) -> None:
         """An overdue job within quota but waiting for capacity claims its queue's and
@@ -555,34 +556,6 @@ class Planner:
         line = self.lines.get(job.line)
         if line is not None and line.quota_gpus is not None:
             self.quota_claims.setdefault(("line", job.line), (job.id, job.gpus, start_at))
-
-    def reserve_for_quota_room(
-        self, job: PendingJob, sh: ShapeT, short_q: int, room_at: float | None
-    ) -> float | None:
-        """An overdue job that holds its scope's quota room (``hold_quota``) also
-        reserves nodes, from when the room is due or nodes free, whichever is later; its
-        start (None: no reservation). Without it the room came while other lines' work
-        had split the nodes, and the job waited one runtime more for a whole node
-        (Hypothesis found this, session 31's known limit)."""
-        key = ("queue", job.queue) if short_q else ("line", job.line)
-        held = self.quota_holds.get(key)
-        if (
-            room_at is None
-            or held is None
-            or held[0] != job.id
-            or not self.policy.backfill
-            or self.n_backfill_res >= self.policy.max_reservations
-            or self.unavailable(job, sh) is not None
-        ):
-            return None
-        res = self.earliest_start(job, sh)
-        if res is None:
-            return None
-        t, nodes = res
-        start = max(t, room_at)
-        self.hold(job, nodes, start)
-        self.n_backfill_res += 1
-        return start
 
     def _scope_quota(self, job: PendingJob, short_q: int) -> int:
         if short_q:
@@ -1009,14 +982,31 @@ class Planner:
             job.model_name, self.now, horizon,
         )  # fmt: skip
 
-    def reserve(self, job: PendingJob, sh: ShapeT) -> float | None:
+    def reserve(self, job: PendingJob, sh: ShapeT, not_before: float = -_INF) -> float | None:
+        """Hold the nodes of ``job``'s earliest placement from when they free, or from
+        ``not_before`` if later (an overdue job's quota room, below); its start."""
         res = self.earliest_start(job, sh)
         if res is None:
             return None
         t, nodes = res
+        t = max(t, not_before)
         self.hold(job, nodes, t)
         self.n_backfill_res += 1
         return t
+
+    def reserve_for_quota_room(self, job: PendingJob, sh: ShapeT, room_at: float) -> float | None:
+        """An overdue job that holds its scope's quota room (``hold_quota``) also reserves
+        nodes, from when the room is due or the nodes free, whichever is later; its start
+        (None: no reservation). Without it the room came while other lines' work had split
+        the nodes, and the job waited one runtime more for a whole node (Hypothesis found
+        this, session 31's known limit)."""
+        if (
+            not self.policy.backfill
+            or self.n_backfill_res >= self.policy.max_reservations
+            or self.unavailable(job, sh) is not None
+        ):
+            return None
+        return self.reserve(job, sh, room_at)
 
     def diagnose(self, job: PendingJob, sh: ShapeT) -> tuple[str, dict[str, Any]]:
         """Why a blocked job cannot be placed, from what is left free this cycle (``final``):
@@ -1199,13 +1189,14 @@ class Planner:
                 self.ahead_gpus += job.gpus
                 return
             reason, room_at = self.quota_reason(job, short_q, "")
-            self.hold_quota(job, short_q, room_at)
+            holds = self.hold_quota(job, short_q, room_at)
             if self.swap.defer(job, short_q, short_l):
                 deferred.append(job)  # quota_swap.py: in the borrowing pass
                 return
-            reserved_at = self.reserve_for_quota_room(job, sh, short_q, room_at)
-            if reserved_at is not None:
-                reason, room_at = self.quota_reason(job, short_q, "", reserved_at)
+            if holds and room_at is not None:
+                reserved_at = self.reserve_for_quota_room(job, sh, room_at)
+                if reserved_at is not None:
+                    reason, room_at = self.quota_reason(job, short_q, "", reserved_at)
             self.record(job, reason, room_at)
             return
         un = self.unavailable(job, sh)

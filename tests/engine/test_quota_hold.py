@@ -12,7 +12,7 @@ from __future__ import annotations
 from scheduling.engine import explain
 from scheduling.engine import types as et
 
-from .helpers import HOUR, NOW, code, pjob, rack, rjob, run, snap
+from .helpers import HOUR, NOW, code, node, pjob, rack, rjob, run, snap
 from .test_verdict_readable import unreadable
 
 DAY = 24 * HOUR
@@ -91,8 +91,6 @@ def test_other_lines_are_not_held():
 def test_nodes_unavailable_reads_before_the_hold():
     """API.md's order: NODES_UNAVAILABLE before PRIORITY. A job that fits its quota but
     whose only matching node is cordoned reads NODES_UNAVAILABLE even behind a hold."""
-    from .helpers import node
-
     big_memory = pjob(14, 4, tier="core", gpu_memory_gb=141, predicted_runtime_s=3 * HOUR)
     nodes = [*rack("a", 4, "r0"), node("h00", rack="r1", gpu_memory_gb=141, state=et.CORDONED)]
     s = snap(
@@ -120,8 +118,6 @@ LLM_SHORT = pjob(22, 1, predicted_runtime_s=HOUR)  # ends before +2 h
 
 
 def split_nodes(pending: list[et.PendingJob], preset: str, hold: bool = True) -> et.Plan:
-    from .helpers import node
-
     policy = et.PolicyConfig.preset(preset, starvation_bound_s=DAY, hold_quota_when_overdue=hold)  # type: ignore[arg-type]
     return run(
         snap(

@@ -77,8 +77,7 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
             out.append(f"no verdict for {j.id}")
     # quotas: non-borrowed use + non-borrowed starts within quota, but for the running
     # work quota swaps turn into borrowed work: preemptible, not demoted, not borrowed,
-    # not stopping, of the swapping job's queue (line), once; the swapping job may not
-    # borrow itself
+    # not stopping, displaced once; the swapping job may not borrow itself
     usage = snapshot_usage(s)
     add_q: Counter[str] = Counter()
     add_l: Counter[str] = Counter()
@@ -113,11 +112,13 @@ def independent_violations(s: Snapshot, p: Plan) -> list[str]:
                 or r.migrating
             ):
                 out.append(f"bad displaced job {rid}")
+            if r.line != job.line:  # a queue belongs to one line
+                out.append(f"displaced job {rid} of another line")
             displaced.add(rid)
-            if r.queue == job.queue:
-                room_q[r.queue] += r.gpus
-            if r.line == job.line:
-                room_l[r.line] += r.gpus
+            # borrowed from then on, at both levels: out of its own queue's and line's
+            # use within quota, whoever's queue swapped (docs/engine.md, "Quota swap")
+            room_q[r.queue] += r.gpus
+            room_l[r.line] += r.gpus
     for q in s.queues:
         held = usage.nb_queue.get(q.name, 0)
         swapped = room_q[q.name]

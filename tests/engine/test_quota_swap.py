@@ -23,6 +23,7 @@ from scheduling.engine.policy import swaps_before_evicting
 from .helpers import HOUR, NOW, node, pjob, rack, rjob, run, snap, standard_queues
 from .sim import Stepper
 from .strategies import build_snapshot, random_policy, snapshots
+from .test_properties import independent_violations
 
 # llm: quota 8, held by its own preemptible experiment (job 1 on a00); search: quota 24,
 # idle (the lender). Job 10: a non-preemptible finetune job of llm, 8 GPUs.
@@ -656,3 +657,46 @@ def test_the_accounting_counts_borrowed_the_runs_the_swap_displaced(runs, gpus):
     usage = snapshot_usage(st_.snapshot())
     assert usage.borrowed_ids <= displaced
     assert usage.nb_queue["llm-experiment"] <= quota
+
+
+def test_the_room_a_swap_frees_beyond_its_need_goes_to_the_line_s_other_work():
+    # llm (quota 8) is at quota: finetune's preemptible 6-GPU run (its queue's quota is 6)
+    # and core's 2. Job 10, core's overdue 3-GPU job that may not be preempted, swaps in the
+    # first pass and displaces the whole 6-GPU run for the 3 it lacks. The 3 GPUs of line
+    # room left over, and finetune's queue room, are room within quota for finetune's own
+    # waiting jobs: the run is borrowed at both levels from then on. The next plan's
+    # accounting agrees: within quota llm holds exactly its 8, finetune 3 of its 6.
+    # (Hypothesis found this plan in session 32; the property's own checker had counted a
+    # swap's room only in the swapping job's queue.)
+    run_ = rjob(1, {"a00": range(6)}, tier="finetune", predicted_end=NOW + HOUR)
+    core = rjob(2, {"a00": [6, 7]}, tier="core", preemptible=False)
+    overdue = pjob(
+        10, 3, tier="core", preemptible=False, predicted_runtime_s=HOUR,
+        submitted_at=NOW - 4 * 24 * HOUR,
+    )  # fmt: skip
+    later = [pjob(11, 2, tier="finetune"), pjob(12, 1, tier="finetune")]
+    s = snap(
+        rack("a", 4, "r0"),
+        [overdue, *later],
+        [run_, core],
+        lines=[et.LineView("llm", 8), et.LineView("search", 24)],
+        queues=standard_queues("llm", finetune=6) + standard_queues("search"),
+        policy=et.PolicyConfig.preset(
+            "full",
+            swap_quota=True,
+            borrow_forecast=False,
+            hold_quota_when_overdue=True,
+            starvation_bound_s=3 * 24 * HOUR,
+        ),  # fmt: skip
+    )
+    result = run(s)
+    assert result.swaps == (et.Swap(10, (1,)),)
+    assert starts(result) == {10: False, 11: False, 12: False}
+    assert check_plan(s, result) == []
+    assert independent_violations(s, result) == []
+    queues = {q.name: q for q in s.queues}
+    lines = {line.name: line for line in s.lines}
+    after = derive_usage(next_running(s, result), queues, lines)
+    assert after.borrowed_ids == {1}
+    assert after.nb_line["llm"] == 8
+    assert after.nb_queue["llm-finetune"] == 3

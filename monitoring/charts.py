@@ -19,7 +19,7 @@ from html import escape
 from typing import Any, NamedTuple
 
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
-from scheduling.engine.explain import count
+from scheduling.engine.explain import count, num
 
 BLUE = "#0072B2"
 SKY = "#56B4E9"
@@ -78,6 +78,16 @@ def label_room(labels: Sequence[str], *, angle: float = 0) -> int:
         rad = math.radians(abs(angle))
         return math.ceil(longest * math.sin(rad) + 12 * math.cos(rad) + 16)
     return math.ceil(longest + 16)
+
+
+def _count_axis(title: str, **extra: Any) -> dict[str, Any]:
+    """An axis of counts (GPUs, jobs) from zero, its ticks written as every page writes
+    counts: ``2,000``, never ``2000`` or ``2k`` (``separatethousands`` groups 4-digit
+    numbers too)."""
+    return {
+        "rangemode": "tozero", "title": {"text": title}, "exponentformat": "none",
+        "separatethousands": True, **extra,
+    }  # fmt: skip
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
@@ -189,12 +199,6 @@ def percent(u: float) -> str:
     return f"{u:.1%}"
 
 
-def number(n: int) -> str:
-    """A count as the dashboard writes it everywhere (tiles, captions, bar labels), with
-    thousands separators: ``2,943``."""
-    return f"{n:,}"
-
-
 def _time_axis(
     window: TimeWindow | None, zone: DisplayZone = IN_UTC, moments: Sequence[Any] = ()
 ) -> dict[str, Any]:
@@ -250,7 +254,7 @@ def _seeded_note(points: Sequence[tuple]) -> str:
     n = sum(1 for p in points if len(p) > 2 and p[2])
     if not n:
         return ""
-    return f" {n} of the samples are seeded demo history (dotted grey), not measurements."
+    return f" {num(n)} of the samples are seeded demo history (dotted grey), not measurements."
 
 
 def utilization_figure(
@@ -345,7 +349,7 @@ def fragmentation_figure(
                             seeded=True, zone=zone))  # fmt: skip
     layout = _layout(
         "Fragmentation (free GPUs on partly used nodes)",
-        yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
+        yaxis=_count_axis("GPUs"),
         xaxis=_time_axis(window, zone, [p[0] for p in measured + seeded]),
         **_seeded_legend(bool(seeded)),
     )
@@ -353,8 +357,8 @@ def fragmentation_figure(
     if not values:
         return _figure(data, layout, "No samples yet.", empty="No samples yet")
     summary = (
-        f"{number(values[-1])} free GPUs are stranded on partly used nodes at the latest "
-        f"sample (peak {number(max(values))} in the {window.label if window else 'window'})."
+        f"{num(values[-1])} free GPUs are stranded on partly used nodes at the latest "
+        f"sample (peak {num(max(values))} in the {window.label if window else 'window'})."
     )
     return _figure(data, layout, summary + _seeded_note(points))
 
@@ -429,12 +433,7 @@ def idle_causes_figure(
         })  # fmt: skip
     layout = _layout(
         "Why GPUs are idle while jobs wait (mean idle GPUs by cause)",
-        yaxis={
-            "rangemode": "tozero",
-            "title": {"text": "idle GPUs"},
-            "exponentformat": "none",
-            "separatethousands": True,
-        },  # fmt: skip
+        yaxis=_count_axis("idle GPUs"),
         xaxis=_time_axis(window, zone, [datetime.fromtimestamp(t, UTC) for t, _ in rows]),
         showlegend=True,
         legend={"orientation": "h", "y": -0.32, "x": 0, "traceorder": "normal"},
@@ -549,10 +548,7 @@ def waiting_by_reason_figure(
             "hovertemplate": f"%{{y:,}} jobs waiting: {reason_label(code)}<extra></extra>",
         })  # fmt: skip
     peak = max((sum(counts.values()) for _, counts in rows), default=0)
-    yaxis: dict[str, Any] = {
-        "rangemode": "tozero", "title": {"text": "waiting jobs"},
-        "exponentformat": "none", "separatethousands": True,
-    }  # fmt: skip
+    yaxis = _count_axis("waiting jobs")
     if peak <= 6:
         yaxis["dtick"] = 1  # whole jobs, never 0.5 of one
     layout = _layout(
@@ -622,11 +618,11 @@ def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
     borrowed = [ln.borrowed for ln in lines]
     data = [
         {"type": "bar", "name": "used within quota", "x": names, "y": own,
-         "marker": {"color": BLUE}, "text": [number(v) for v in own], "textposition": "inside",
+         "marker": {"color": BLUE}, "text": [num(v) for v in own], "textposition": "inside",
          "hovertemplate": "%{x}: %{y:,} GPUs within quota<extra></extra>"},
         {"type": "bar", "name": "borrowed (idle capacity)", "x": names, "y": borrowed,
          "marker": {"color": SKY, "pattern": {"shape": "/"}},
-         "text": [number(v) if v else "" for v in borrowed], "textposition": "inside",
+         "text": [num(v) if v else "" for v in borrowed], "textposition": "inside",
          "hovertemplate": "%{x}: %{y:,} GPUs borrowed beyond quota<extra></extra>"},
         {"type": "scatter", "mode": "markers", "name": "quota", "x": names,
          "y": [ln.quota for ln in lines],
@@ -645,11 +641,11 @@ def line_usage_figure(lines: Sequence[LineRow]) -> Figure:
     layout = _layout(
         "GPUs per line against quota and guarantee",
         barmode="stack",
-        yaxis={"rangemode": "tozero", "title": {"text": "GPUs"}},
+        yaxis=_count_axis("GPUs"),
     )
     summary = "; ".join(
-        f"{ln.label}: {number(ln.used)} used ({number(ln.borrowed)} borrowed) of quota "
-        f"{number(ln.quota)}, guarantee {number(ln.guarantee)}, {number(ln.pending_gpus)} pending"
+        f"{ln.label}: {num(ln.used)} used ({num(ln.borrowed)} borrowed) of quota "
+        f"{num(ln.quota)}, guarantee {num(ln.guarantee)}, {num(ln.pending_gpus)} pending"
         for ln in lines
     )
     return _figure(data, layout, summary or "No business lines.")
@@ -667,21 +663,21 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
          "marker": {"color": [colour for colour, _ in styles],
                     "pattern": {"shape": [pattern for _, pattern in styles],
                                 "fgcolor": "#ffffff", "solidity": 0.3}},
-         "text": [number(v) for v in xs], "textposition": "auto",
+         "text": [num(v) for v in xs], "textposition": "auto",
          "hovertemplate": "%{y}: %{x:,} jobs<extra></extra>"}
     ]  # fmt: skip
     layout = _layout(
         "Pending jobs by reason",
         yaxis={"autorange": "reversed", "automargin": True},
-        xaxis={"rangemode": "tozero", "title": {"text": "jobs"}},
+        xaxis=_count_axis("jobs"),
         showlegend=False,
         margin={**MARGIN, "l": max(MARGIN["l"], label_room(ys))},
     )
     total = sum(xs)
     if not total:
         return _figure(data, layout, "No job is waiting.", empty="No job is waiting")
-    summary = f"{number(total)} jobs pending: " + ", ".join(
-        f"{number(v)} {c}" for c, v in zip(codes, xs, strict=True)
+    summary = f"{num(total)} jobs pending: " + ", ".join(
+        f"{num(v)} {c}" for c, v in zip(codes, xs, strict=True)
     )
     return _figure(data, layout, summary)
 

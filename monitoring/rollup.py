@@ -215,8 +215,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
             window = metrics.window_label(row["eviction_window_s"])
             raise_alert(
                 Alert.Kind.EVICTION_RATIO, Alert.Severity.WARNING, row["name"],
-                f"{row['evictions']} evictions in the {window}: "
-                f"{row['evicted_gpu_s'] / 3600:.0f} GPU-hours evicted, eviction ratio "
+                f"{row['evictions']:,} evictions in the {window}: "
+                f"{row['evicted_gpu_s'] / 3600:,.0f} GPU-hours evicted, eviction ratio "
                 f"{metrics.ratio_text(ratio)} of delivered GPU time. "
                 f"Consider a guarantee for {row['name']} (see the line's page).",
             )  # fmt: skip
@@ -238,7 +238,7 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
             firing[Alert.Kind.QUOTA_NEAR_LIMIT].add(name)
             raise_alert(
                 Alert.Kind.QUOTA_NEAR_LIMIT, Alert.Severity.INFO, name,
-                f"line {name} holds {row['used']} of its {row['quota']} GPU quota "
+                f"line {name} holds {row['used']:,} of its {row['quota']:,} GPU quota "
                 f"({row['used'] / row['quota']:.0%}).",
             )  # fmt: skip
 

@@ -48,7 +48,7 @@ from scheduling.blast import BlastRadius, grace_text, node_blast_radius
 from scheduling.clock import reading as cluster_reading
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.cycle.context import shared_nodes_first
-from scheduling.engine.explain import count
+from scheduling.engine.explain import count, num
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
 from scheduling.nodes.selectors import (
@@ -203,13 +203,13 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
             # utilization of healthy GPUs: in use by jobs or by online inference on healthy
             # nodes over healthy GPUs (ClusterSummary.utilization)
             "utilization": f"{cluster.utilization:.1%}",
-            "gpus_allocated": charts.number(cluster.gpus_allocated_healthy),
-            "gpus_inference": charts.number(cluster.gpus_inference_healthy),
-            "gpus_healthy": charts.number(cluster.gpus_healthy),
-            "gpus_total": charts.number(cluster.gpus_total),
-            "nodes_out": charts.number(cluster.nodes_total - ready),
-            "pending_jobs": charts.number(pending),
-            "fragmentation": charts.number(latest["fragmentation_gpus"] if latest else 0),
+            "gpus_allocated": num(cluster.gpus_allocated_healthy),
+            "gpus_inference": num(cluster.gpus_inference_healthy),
+            "gpus_healthy": num(cluster.gpus_healthy),
+            "gpus_total": num(cluster.gpus_total),
+            "nodes_out": num(cluster.nodes_total - ready),
+            "pending_jobs": num(pending),
+            "fragmentation": num(latest["fragmentation_gpus"] if latest else 0),
         },
         "figures": {
             "utilization": charts.utilization_figure(

@@ -182,9 +182,9 @@ def validate_change(
         if value is None:
             continue
         if value < 0:
-            err(name, f"must not be negative (got {value})")
+            err(name, f"must not be negative (got {value:,})")
         elif value > cluster_gpus:
-            err(name, f"{value} GPUs is more than the cluster holds ({cluster_gpus} GPUs)")
+            err(name, f"{value:,} GPUs is more than the cluster holds ({cluster_gpus:,} GPUs)")
     if errors:
         return errors
 
@@ -195,27 +195,27 @@ def validate_change(
         if change.quota_gpus is None:
             err(
                 "guarantee_gpus",
-                f"a guarantee of {new_guarantee} GPUs is above the current quota of "
-                f"{new_quota}; ask for a quota of at least {new_guarantee} too",
+                f"a guarantee of {new_guarantee:,} GPUs is above the current quota of "
+                f"{new_quota:,}; ask for a quota of at least {new_guarantee:,} too",
             )
         else:
             err(
                 "guarantee_gpus",
-                f"the guarantee ({new_guarantee}) cannot be above the quota ({new_quota})",
+                f"the guarantee ({new_guarantee:,}) cannot be above the quota ({new_quota:,})",
             )
     if change.queue:
         line = contracts.line(change.line)
         if change.quota_gpus is not None and change.quota_gpus > line.quota_gpus:
             err(
                 "quota_gpus",
-                f"a queue's quota ({change.quota_gpus}) cannot be above its line's quota "
-                f"({line.quota_gpus}); ask for the line's quota first",
+                f"a queue's quota ({change.quota_gpus:,}) cannot be above its line's quota "
+                f"({line.quota_gpus:,}); ask for the line's quota first",
             )
         if new_guarantee > line.quota_gpus and "guarantee_gpus" not in errors:
             err(
                 "guarantee_gpus",
-                f"a queue's guarantee ({new_guarantee}) cannot be above its line's quota "
-                f"({line.quota_gpus})",
+                f"a queue's guarantee ({new_guarantee:,}) cannot be above its line's quota "
+                f"({line.quota_gpus:,})",
             )
     elif change.quota_gpus is not None:
         queues = contracts.queues_of(change.line)
@@ -223,7 +223,7 @@ def validate_change(
         if change.quota_gpus < promised:
             err(
                 "quota_gpus",
-                f"the line's queues guarantee {promised} GPUs together; its quota cannot go "
+                f"the line's queues guarantee {promised:,} GPUs together; its quota cannot go "
                 f"below that",
             )
     if not errors and (new_quota, new_guarantee) == (quota, guarantee):
@@ -429,11 +429,11 @@ class GuaranteeFit:
 
     def message(self) -> str:
         head = (
-            f"guarantees would total {self.total_after} GPUs (now {self.total_before}) of "
-            f"{self.healthy_gpus} healthy GPUs"
+            f"guarantees would total {self.total_after:,} GPUs (now {self.total_before:,}) of "
+            f"{self.healthy_gpus:,} healthy GPUs"
         )
         if self.reserve_gpus:
-            head += f", {self.reserve_gpus} of them kept in the admins' reserve"
+            head += f", {self.reserve_gpus:,} of them kept in the admins' reserve"
         if not self.allowed:
             return f"Does not fit: {head}."
         if self.needs_reserve_override:
@@ -660,18 +660,18 @@ def impact(state: ClusterState, change: Change) -> Impact:
     if likely:
         gpus = sum(h.gpus for h in likely)
         notes.append(
-            f"With its {demand} pending GPUs it would reclaim about {gpus} borrowed GPUs from "
+            f"With its {demand:,} pending GPUs it would reclaim about {gpus:,} borrowed GPUs from "
             f"{count(len(likely), 'job')} of other lines when it takes effect."
         )
     for s in shrinks:
         notes.append(
-            f"Line {s.line} borrows {s.borrowed_gpus} GPUs beyond its quota and its "
-            f"reclaimable jobs hold {s.reclaimable_gpus}; up to {s.at_risk_gpus} more of them "
+            f"Line {s.line} borrows {s.borrowed_gpus:,} GPUs beyond its quota and its "
+            f"reclaimable jobs hold {s.reclaimable_gpus:,}; up to {s.at_risk_gpus:,} more of them "
             f"could be reclaimed under the new contract."
         )
     if after.guarantee_gpus < before.guarantee_gpus and before.active_gpus > after.guarantee_gpus:
         notes.append(
-            f"Protected use drops from {before.protected_gpus} to {after.protected_gpus} GPUs: "
+            f"Protected use drops from {before.protected_gpus:,} to {after.protected_gpus:,} GPUs: "
             f"more of its running work becomes preemptible by urgent queues."
         )
     return Impact(
@@ -726,24 +726,24 @@ def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) ->
     if not use.samples:
         return ["No usage history yet: the comparison with recent use is not available."]
     out = [
-        f"Recent use: peak {use.peak_used} GPUs, average {use.avg_used}; pending demand peak "
-        f"{use.peak_pending} GPUs, average {use.avg_pending}."
+        f"Recent use: peak {use.peak_used:,} GPUs, average {use.avg_used:,}; pending demand peak "
+        f"{use.peak_pending:,} GPUs, average {use.avg_pending:,}."
     ]
     if quota_gpus is not None:
         wanted = use.peak_used + use.peak_pending
         if quota_gpus > wanted:
             out.append(
-                f"The quota of {quota_gpus} is above the recent peak of use plus pending "
-                f"demand ({wanted}): {quota_gpus - wanted} GPUs would have gone unused."
+                f"The quota of {quota_gpus:,} is above the recent peak of use plus pending "
+                f"demand ({wanted:,}): {quota_gpus - wanted:,} GPUs would have gone unused."
             )
         elif quota_gpus < use.peak_used:
             out.append(
-                f"The quota of {quota_gpus} is below the recent peak of use ({use.peak_used})."
+                f"The quota of {quota_gpus:,} is below the recent peak of use ({use.peak_used:,})."
             )
     if guarantee_gpus > use.peak_used:
         out.append(
-            f"The guarantee of {guarantee_gpus} is above the recent peak of use "
-            f"({use.peak_used}): part of it would protect nothing."
+            f"The guarantee of {guarantee_gpus:,} is above the recent peak of use "
+            f"({use.peak_used:,}): part of it would protect nothing."
         )
     return out
 
@@ -849,16 +849,16 @@ class Suggestion(_Plain):
 
     def message(self) -> str:
         text = (
-            f"Queue {self.queue}: {self.evictions} evictions cost "
-            f"{self.evicted_gpu_hours:.1f} GPU-hours, an eviction ratio of "
+            f"Queue {self.queue}: {self.evictions:,} evictions cost "
+            f"{self.evicted_gpu_hours:,.1f} GPU-hours, an eviction ratio of "
             f"{self.eviction_ratio:.1%} (target {self.target_ratio:.1%}). A guarantee of "
-            f"{self.suggested_guarantee} GPUs (now {self.current_guarantee}) would have "
-            f"prevented {self.prevented_evictions} of them ({self.prevented_share:.0%} of the "
+            f"{self.suggested_guarantee:,} GPUs (now {self.current_guarantee:,}) would have "
+            f"prevented {self.prevented_evictions:,} of them ({self.prevented_share:.0%} of the "
             f"lost GPU time; the window's evictions replayed against it), bringing the ratio "
             f"to about {self.ratio_after:.1%}."
         )
         if self.capped_at is not None:
-            text += f" It is capped at {self.capped_at} GPUs, the most its quota allows."
+            text += f" It is capped at {self.capped_at:,} GPUs, the most its quota allows."
         if self.floor_for_target is None:
             text += (
                 f" No guaranteed floor within its quota would have kept it under its "
@@ -868,7 +868,7 @@ class Suggestion(_Plain):
             self.target_ratio
         ):
             text += (
-                f" A guaranteed floor of {self.floor_for_target} GPUs would have kept it "
+                f" A guaranteed floor of {self.floor_for_target:,} GPUs would have kept it "
                 f"under its {self.target_ratio:.1%} target (about {self.ratio_at_floor:.1%})."
             )
         return text

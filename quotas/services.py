@@ -114,9 +114,9 @@ def _admin_emails() -> list[str]:
 def _describe(req: QuotaRequest) -> str:
     parts = []
     if req.quota_gpus is not None:
-        parts.append(f"quota {req.quota_gpus}")
+        parts.append(f"quota {req.quota_gpus:,}")
     if req.guarantee_gpus is not None:
-        parts.append(f"guarantee {req.guarantee_gpus}")
+        parts.append(f"guarantee {req.guarantee_gpus:,}")
     return f"{' and '.join(parts)} GPUs for {req.target_name}"
 
 

@@ -156,7 +156,7 @@ def resolve_job_request(
         errors["gpus_per_node"] = [f"nodes have at most {node_size} GPUs"]
     elif req.gpus % per_node:
         errors["gpus_per_node"] = [
-            f"{req.gpus} GPUs cannot be split evenly into nodes of {per_node} GPUs"
+            f"{req.gpus:,} GPUs cannot be split evenly into nodes of {per_node} GPUs"
         ]
     try:
         _check_checkpoint_path(req.checkpoint_path)

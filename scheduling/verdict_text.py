@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduling.engine import borrowing
-from scheduling.engine.explain import NO_ESTIMATE, duration, when
+from scheduling.engine.explain import NO_ESTIMATE, duration, num, when
 
 # Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
 LABELS: dict[str, str] = {
@@ -103,6 +103,7 @@ CONSTRAINTS: dict[str, str] = {
 }
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
+IDS = {"quota_held_for"}  # a job's id, not a count: no thousands separators
 
 
 def _time(value: Any) -> str | None:
@@ -136,12 +137,19 @@ def format_value(key: str, value: Any) -> str:
         return BORROW_RULES.get(value, value)
     if key in YES_NO or isinstance(value, bool):
         return "yes" if value else "no"
+    if key in IDS:
+        return str(value)
     if isinstance(value, float):
-        return str(round(value)) if value == int(value) else f"{value:.1f}"
+        return num(round(value)) if value == int(value) else f"{value:,.1f}"
+    if isinstance(value, int):
+        return num(value)
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value) or "none"
     if isinstance(value, dict):
-        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "none"
+        return (
+            ", ".join(f"{k}: {num(v) if isinstance(v, int) else v}" for k, v in value.items())
+            or "none"
+        )
     if value is None or value == "":
         return "none"
     return str(value)

@@ -66,7 +66,7 @@ def duration_text(seconds: float) -> str:
     minutes = int(seconds // 60)
     if minutes < 60:
         return f"{minutes} min"
-    return f"{minutes // 60} h {minutes % 60} min"
+    return f"{minutes // 60:,} h {minutes % 60} min"
 
 
 def _is_simulator() -> bool:
@@ -432,7 +432,7 @@ def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
         figures.append((job.checkpoint_path, "keeps the last checkpoint (a new job can resume)"))
     return render_confirmation(request, Confirmation(
         title=f"Cancel job #{job.pk} ({job.name})",
-        what=f"Job #{job.pk} is {job.state} on {job.gpus} GPUs. Cancelling stops it and "
+        what=f"Job #{job.pk} is {job.state} on {job.gpus:,} GPUs. Cancelling stops it and "
              "cannot be undone; its GPUs go back to the queue at the next cycle.",
         button=f"Yes, cancel job #{job.pk}",
         action_url=request.path, back_url=f"/jobs/{job.pk}/",

@@ -152,7 +152,7 @@ def duration_text(seconds: float) -> str:
     if hours < 48:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    return f"{days:,} d {hours} h" if hours else f"{days:,} d"
 
 
 def when_text(ts: float, now: float) -> str:
@@ -335,7 +335,7 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
     if start is not None:
         nodes = tuple(s.node for s in start.placement)
         shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes)} nodes ({shown})"
+        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes):,} nodes ({shown})"
         message = f"It would start now, on {where}."
         if start.borrowed:
             message += (

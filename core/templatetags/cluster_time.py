@@ -83,7 +83,7 @@ def span(seconds: float) -> str:
     if hours < 48:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    return f"{days:,} d {hours} h" if hours else f"{days:,} d"
 
 
 def relative(value: datetime, now: datetime) -> str:

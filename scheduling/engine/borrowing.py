@@ -300,7 +300,7 @@ class Borrowing:
                 return EVICTION_CAP, (
                     f"Queue {name} has an eviction ratio of {queue.eviction_ratio:.0%}, above "
                     f"the {policy.borrow_eviction_target:.0%} target, so it may hold at most "
-                    f"{cap} borrowed GPUs ({held} now)."
+                    f"{explain.num(cap)} borrowed GPUs ({explain.num(held)} now)."
                 )
         return None
 

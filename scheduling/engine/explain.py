@@ -36,9 +36,15 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(int(t), tz=UTC).isoformat().replace("+00:00", "Z")
 
 
+def num(n: int) -> str:
+    """A count for people, with thousands separators: ``2,750`` (as every page writes it,
+    ``core.counts``)."""
+    return f"{n:,}"
+
+
 def count(n: int, noun: str) -> str:
-    """A number with its noun for people: ``1 GPU``, ``8 GPUs``, ``1 preemptible job``."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    """A number with its noun for people: ``1 GPU``, ``8 GPUs``, ``1,024 GPUs``."""
+    return f"{n} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def verb(n: int, one: str, many: str) -> str:
@@ -58,7 +64,7 @@ def duration(seconds: float) -> str:
     if hours < 48:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
+    return f"{days:,} d {hours} h" if hours else f"{days:,} d"
 
 
 def kind_of(job: PendingJob) -> str:
@@ -86,7 +92,7 @@ def describe_shape(
     kind = kind_of(job)
     if k == 1:
         where = "a whole node to itself" if exclusive else "one node"
-        return f"needs {job.gpus} GPUs{kind} on {where}"
+        return f"needs {num(job.gpus)} GPUs{kind} on {where}"
     rdma = "RDMA " if job.rdma else ""
     rest = kind_of(dataclasses.replace(job, rdma=False))
     if exclusive or c >= node_gpus:
@@ -157,8 +163,8 @@ def quota_exceeded(
         if not job.preemptible:
             remedy += " A preemptible job could borrow idle capacity meanwhile."
     msg = (
-        f"{scope.capitalize()} {name} holds {held} of its {quota} GPU quota; "
-        f"this job needs {job.gpus}."
+        f"{scope.capitalize()} {name} holds {num(held)} of its {num(quota)} GPU quota; "
+        f"this job needs {num(job.gpus)}."
     )
     if borrow_note:
         msg += " " + borrow_note
@@ -169,7 +175,7 @@ def nodes_unavailable(job: PendingJob, shape: str, details: dict[str, Any]) -> R
     return (
         Code.NODES_UNAVAILABLE,
         f"This job {shape}; that only exists if unavailable nodes are counted "
-        f"({details['unavailable_nodes']} matching nodes are cordoned, draining, down or "
+        f"({num(details['unavailable_nodes'])} matching nodes are cordoned, draining, down or "
         "unhealthy).",
         dict(details, **{NO_ESTIMATE: "it depends on when unavailable nodes return to service"}),
         "Starts when enough of those nodes return to service; ask on-call, or request fewer GPUs.",
@@ -272,16 +278,16 @@ def preempting(job: PendingJob, victims: int, gpus: int, deadline: float | None)
 def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     where = diag.get("where", "")
     if diag["nodes_needed"] == 1:
-        best = f"the emptiest matching node has {diag['best_node_free']}"
+        best = f"the emptiest matching node has {num(diag['best_node_free'])}"
     elif not diag["best_rack"]:
         best = "no rack has a whole matching node free"
     else:
         best = (
-            f"the best rack ({diag['best_rack']}) has {diag['best_rack_nodes']} and the best "
-            f"block {diag['best_block_nodes']} such nodes"
+            f"the best rack ({diag['best_rack']}) has {num(diag['best_rack_nodes'])} and the "
+            f"best block {num(diag['best_block_nodes'])} such nodes"
         )
     msg = (
-        f"This job {shape}; {diag['free_gpus']} such GPUs are left free this cycle but "
+        f"This job {shape}; {num(diag['free_gpus'])} such GPUs are left free this cycle but "
         f"scattered: {best}." + (f" Free GPUs by rack: {where}." if where else "")
     )
     remedy = (
@@ -294,17 +300,17 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
 def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     short = job.gpus - diag["free_gpus"]
     msg = (
-        f"This job {shape}; only {diag['free_gpus']} matching GPUs are left free this cycle, "
-        f"{short} short."
+        f"This job {shape}; only {num(diag['free_gpus'])} matching GPUs are left free this "
+        f"cycle, {num(short)} short."
     )
-    remedy = f"Starts when {short} more matching GPUs are released."
+    remedy = f"Starts when {num(short)} more matching GPUs are released."
     details = dict(diag, short_gpus=short)
     reclaims = diag.get("inference_reclaims_gpus")
     if reclaims:
         end = diag["predicted_end_at"]
         details["predicted_end_at"] = iso(end)
         msg += (
-            f" {reclaims} more are free on nodes shared with online inference, which is "
+            f" {num(reclaims)} more are free on nodes shared with online inference, which is "
             f"predicted to want them back before this job would end ({when(end)})."
         )
         remedy += " A shorter predicted runtime would let it use the shared nodes' GPUs."

@@ -227,7 +227,7 @@ def _refusal(shape: ClusterShape, ask: Ask, f: Fit) -> Refusal:
         constraint, fld, why = "no_nodes", "gpus", "the cluster has no nodes"
     elif c > largest:
         constraint, fld = "gpus_per_node", "gpus_per_node" if ask.gpus_per_node else "gpus"
-        why = f"it asks for {c} GPUs on one node but the largest node has {largest}"
+        why = f"it asks for {c:,} GPUs on one node but the largest node has {largest:,}"
     elif ask.gpu_memory_gb and max_mem < ask.gpu_memory_gb:
         constraint, fld = "gpu_memory", "gpu_memory_gb"
         why = f"it asks for {ask.gpu_memory_gb} GB per GPU but the largest GPUs have {max_mem} GB"
@@ -251,14 +251,14 @@ def _refusal(shape: ClusterShape, ask: Ask, f: Fit) -> Refusal:
     elif f.qualifying < k:
         constraint, fld = "node_count", "gpus"
         why = (
-            f"it needs {k} nodes{what} with {c} GPUs each but the cluster has "
-            f"{f.qualifying} such nodes"
+            f"it needs {k:,} nodes{what} with {c} GPUs each but the cluster has "
+            f"{f.qualifying:,} such nodes"
         )
     else:
         constraint, fld = "block_size", "gpus"
         why = (
-            f"it needs {k} nodes{what} with {c} GPUs each inside one network block (a job "
-            f"never spans blocks) but the largest block has {f.max_block} such nodes"
+            f"it needs {k:,} nodes{what} with {c} GPUs each inside one network block (a job "
+            f"never spans blocks) but the largest block has {f.max_block:,} such nodes"
         )
     details["constraint"] = constraint
     return Refusal(constraint, fld, why, tuple(details.items()))

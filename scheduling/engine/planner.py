@@ -1099,7 +1099,7 @@ class Planner:
             per_block[b] = per_block.get(b, 0) + q
         got["best_block_nodes"] = max(per_block.values(), default=0)
         top = sorted(per_rack, key=lambda r: (-per_rack[r], r))[:3]
-        got["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]}" for r in top)
+        got["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]:,}" for r in top)
         self._where_cache[ck] = got
         return got
 

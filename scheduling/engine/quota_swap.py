@@ -152,9 +152,9 @@ def risk_note(job: PendingJob, chosen: list[RunningJob], now: float, policy: Pol
     cap = policy.swap_risk_cap_gpu_h * job.gpus
     return (
         f"Its own quota is held by preemptible work, but the runs that would become the "
-        f"borrowed part in its place ({sum(r.gpus for r in chosen)} GPUs) are so big or have "
+        f"borrowed part in its place ({sum(r.gpus for r in chosen):,} GPUs) are so big or have "
         f"run so long that a reclaim an hour from now would count {risk:,.0f} GPU-hours evicted, more "
-        f"than the {cap:,.0f} a swap may put at risk for a {job.gpus}-GPU job."
+        f"than the {cap:,.0f} a swap may put at risk for a {job.gpus:,}-GPU job."
     )
 
 

@@ -8,9 +8,15 @@
  *   Dom.clusterNow()   // cluster time now, epoch ms (from the header's #cluster-clock)
  *   Dom.when(iso)      // "2026-12-01 03:10 UTC"
  *   Dom.zoned(text)    // a verdict's text with its "2026-12-01 03:10 UTC" times in the page's zone
- *   Dom.ago(iso)       // "5 min ago" / "in 2 h 10 min", against Dom.clusterNow() */
+ *   Dom.ago(iso)       // "5 min ago" / "in 2 h 10 min", against Dom.clusterNow()
+ * and counts as every page writes them (scheduling.engine.explain.num, the `count` filter):
+ *   Dom.count(2943)    // "2,943"; text and null pass through unchanged */
 (function () {
   "use strict";
+
+  function count(n) {
+    return typeof n === "number" && Number.isInteger(n) ? n.toLocaleString("en-US") : n;
+  }
 
   function el(tag, text, cls) {
     const node = document.createElement(tag);
@@ -108,7 +114,8 @@
     if (minutes < 60) return `${minutes} min`;
     const hours = Math.floor(minutes / 60);
     if (hours < 48) return minutes % 60 ? `${hours} h ${minutes % 60} min` : `${hours} h`;
-    return hours % 24 ? `${Math.floor(hours / 24)} d ${hours % 24} h` : `${Math.floor(hours / 24)} d`;
+    const days = count(Math.floor(hours / 24));
+    return hours % 24 ? `${days} d ${hours % 24} h` : `${days} d`;
   }
 
   function ago(iso) {
@@ -152,5 +159,5 @@
     if (window.Live) window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time));
   }
 
-  window.Dom = { el, fillList, clusterNow, when, zoned, ago, span };
+  window.Dom = { el, fillList, clusterNow, when, zoned, ago, span, count };
 })();

@@ -6,6 +6,9 @@ digit number, with or without decimals), a float dump (an exponent, or more than
 decimals) and a clock time without its zone (``UTC``, or the short name of the zone the
 page is shown in, e.g. ``JST``) that is not relative. A time has its zone when the element
 showing it, its row, or its table column header names it, or when a chart's axis does.
+It also fails on a count of 1,000 or more written without its thousands separators
+("4186 used"), outside literal values (``<code>``: an audit record's stored before and
+after); a job's id (``#4186``, ``job 4186``) is not a count.
 """
 
 from __future__ import annotations
@@ -16,6 +19,12 @@ EPOCH = re.compile(r"(?<![\d.,])\d{9,10}(?:\.\d+)?(?![\d,])")
 EXPONENT = re.compile(r"\d(?:\.\d+)?[eE][+-]?\d+\b")
 ISO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?$")
 LONG_DECIMALS = re.compile(r"(?<![\d.])\d+\.\d{4,}(?![\d.])")  # not in dotted versions/IPs
+# A count of 1,000 or more without its thousands separators ("4186 used" where another
+# page writes "4,186"): a number standing alone, not a job's id (#4186, job 4186), not part
+# of a date, time, name, version or path.
+UNSEPARATED = re.compile(
+    r"(?<![\w#.,:/+-])(?<!job )(?<!jobs )(?<!Job )\d{4,}(?![\w:/-]|,\d)"
+)
 
 # Every text node showing a clock time (HH:MM) whose element, row or column header,
 # within the nearest few ancestors, has no "UTC" and is not a relative time.
@@ -72,6 +81,21 @@ _CHART_TEXT_JS = """() => Array.from(document.querySelectorAll("svg text"))
     .map((t) => t.textContent).join("\\n")"""
 
 
+# The page's text but literal values (``<code>``, ``<pre>``, ``<kbd>``, ``<samp>``: an audit
+# record's stored before/after, a command), which are shown as stored, not as prose.
+_PROSE_JS = """() => {
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  while (walker.nextNode()) {
+    const el = walker.currentNode.parentElement;
+    if (el && !el.closest("code, pre, kbd, samp, script, style, template")) {
+      out.push(walker.currentNode.textContent);
+    }
+  }
+  return out.join("\\n");
+}"""
+
+
 def unreadable(text: str) -> list[str]:
     """The raw epochs and float dumps in ``text``, each with a little context."""
     found = []
@@ -81,12 +105,23 @@ def unreadable(text: str) -> list[str]:
     return found
 
 
+def unseparated(text: str) -> list[str]:
+    """The counts of four digits or more in ``text`` written without thousands separators,
+    each with a little context."""
+    return [
+        text[max(0, m.start() - 40) : m.end() + 20].replace("\n", " | ")
+        for m in UNSEPARATED.finditer(text)
+    ]
+
+
 def readable(page, where: str) -> str:
     """Assert the page reads well (see the module docstring); return its visible text."""
     text = page.inner_text("body")
     charts = page.evaluate(_CHART_TEXT_JS)
     bad = unreadable(text + "\n" + charts)
     assert not bad, f"{where}: raw epoch or float dump: {bad}"
+    bare = unseparated(page.evaluate(_PROSE_JS) + "\n" + charts)
+    assert not bare, f"{where}: a count without thousands separators: {bare}"
     zoneless = page.evaluate(_ZONELESS_JS)
     assert not zoneless, f"{where}: a time without its zone: {zoneless}"
     return text
@@ -112,3 +147,5 @@ def readable_json(value, where: str) -> None:
     walk(value)
     bad = unreadable("\n".join(strings))
     assert not bad, f"{where}: raw epoch or float dump: {bad}"
+    bare = unseparated("\n".join(strings))
+    assert not bare, f"{where}: a count without thousands separators: {bare}"

@@ -161,7 +161,7 @@ def test_counts_from_a_thousand_read_with_separators_in_every_caption_and_label(
     )
     assert [t["text"] for t in fig["data"][:2]] == [["2,986"], ["1,200"]]
     assert all(":," in t["hovertemplate"] for t in fig["data"])
-    assert charts.number(10000) == "10,000" and charts.number(7) == "7"
+    assert charts.num(10000) == "10,000" and charts.num(7) == "7"
 
 
 def test_every_reason_code_has_a_label_and_new_is_not_an_engine_code():

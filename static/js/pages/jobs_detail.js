@@ -33,7 +33,7 @@
     /* formatted by the server (scheduling/verdict_text.py), as the page and gpuctl show them */
     for (const fact of reason.facts || []) dl.append(el("dt", fact.label), el("dd", zoned(fact.text)));
     $("verdict-remedy").textContent = zoned(reason.remedy) || "—";
-    $("queue-position").textContent = job.queue_position ?? "unknown";
+    $("queue-position").textContent = Dom.count(job.queue_position || "unknown");
     $("estimated-start").textContent = zoned(reason.estimated_start_text)
       || (job.estimated_start ? when(job.estimated_start) : "unknown");
   }

@@ -13,7 +13,7 @@
   const EST_FIELDS = ["params", "precision", "optimizer", "zero_stage", "data_parallel", "seq_len",
     "micro_batch", "hidden_size", "num_layers", "activation_checkpointing"];
   const $ = (id) => document.getElementById(id);
-  const { el, zoned } = window.Dom;
+  const { el, zoned, count } = window.Dom;
   let lastRecommendation = null;
 
   function debounce(fn, ms) {
@@ -92,7 +92,7 @@
     part.code.hidden = !body.code;
     part.text.textContent = zoned(body.message);
     part.start.textContent = zoned(body.estimated_start_text);
-    part.position.textContent = body.position ? `; place in line: ${body.position}` : "";
+    part.position.textContent = body.position ? `; place in line: ${count(body.position)}` : "";
     part.when.hidden = !body.estimated_start_text;
     part.remedy.textContent = zoned(body.remedy);
     part.remedy.hidden = !body.remedy;
@@ -173,7 +173,7 @@
     box.replaceChildren();
     box.appendChild(el("h3", "Memory per GPU"));
     const table = el("table", null, "grid rp-breakdown");
-    const caption = `Estimated memory per GPU at ${b.data_parallel} data-parallel GPU` +
+    const caption = `Estimated memory per GPU at ${count(b.data_parallel)} data-parallel GPU` +
       `${b.data_parallel === 1 ? "" : "s"}${b.zero_stage ? `, ZeRO-${b.zero_stage}` : ""}`;
     table.appendChild(el("caption", caption));
     const head = el("thead");
@@ -208,15 +208,15 @@
     box.appendChild(el("p",
       `Model states: ${Number(b.bytes_per_param.toFixed(2))} bytes per parameter, ` +
       `${Math.round(b.states_gb)} GB for the whole model before sharding. Shape: hidden ` +
-      `${b.hidden_size}, ${b.num_layers} layers${b.shape_derived ? " (derived from the size)" : ""}.`,
+      `${count(b.hidden_size)}, ${count(b.num_layers)} layers${b.shape_derived ? " (derived from the size)" : ""}.`,
       "rp-muted"));
     const p = el("p", null, rec.fits ? "rp-recommend" : "rp-recommend is-bad");
     p.id = "recommendation-text";
     if (rec.fits) {
       p.appendChild(el("strong", "Recommended:"));
-      let text = ` ${rec.gpus} × ${rec.gpu_model} ${rec.gpu_memory_gb} GB`;
+      let text = ` ${count(rec.gpus)} × ${rec.gpu_model} ${rec.gpu_memory_gb} GB`;
       text += rec.fits_one_node ? ", fits on one node"
-        : ` on ${rec.nodes} nodes of ${rec.gpus_per_node} GPUs (needs RDMA)`;
+        : ` on ${count(rec.nodes)} nodes of ${rec.gpus_per_node} GPUs (needs RDMA)`;
       if (rec.zero_stage) text += `, ZeRO-${rec.zero_stage}`;
       if (rec.activation_checkpointing) text += ", activation checkpointing";
       text += `. Ask for at least ${b.needed_memory_gb} GB per GPU.`;
@@ -261,7 +261,7 @@
     form.elements.gpus_per_node.value = "";
     form.elements.gpu_memory_gb.value = rec.form.gpu_memory_gb ?? "";
     const note = $("estimate-result").querySelector(".js-filled") || el("p", null, "js-filled rp-ok");
-    note.textContent = `Filled the job form: ${rec.form.gpus} GPUs, at least ` +
+    note.textContent = `Filled the job form: ${count(rec.form.gpus)} GPUs, at least ` +
       `${rec.form.gpu_memory_gb} GB each.`;
     $("estimate-result").appendChild(note);
     checkFeasibility();

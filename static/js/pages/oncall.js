@@ -30,7 +30,7 @@
 
   function setText(id, value) {
     const el = document.getElementById(id);
-    if (el && value !== undefined) el.textContent = String(value);
+    if (el && value !== undefined) el.textContent = String(Dom.count(value));
   }
 
   // -- rack map -------------------------------------------------------------------------
@@ -59,14 +59,14 @@
         if (el) el.textContent = summary;
       }
       document.querySelectorAll(".legend-count[data-status]").forEach((el) => {
-        el.textContent = String(snap.counts[el.dataset.status] ?? 0);
+        el.textContent = String(Dom.count(snap.counts[el.dataset.status] ?? 0));
       });
       setText("rm-nodes-out", snap.nodes_out);
       setText("rm-gpus-used", snap.gpus_used);
       setText("rm-gpus-inference", snap.gpus_inference);
       setText("rm-gpus-residual", snap.gpus_residual);
       if (news && changed.length) {
-        news.textContent = changed.length <= 3 ? changed.join("; ") : `${changed.length} nodes changed`;
+        news.textContent = changed.length <= 3 ? changed.join("; ") : `${Dom.count(changed.length)} nodes changed`;
       }
       map.dataset.refreshed = String(Date.now());
     }, 200);

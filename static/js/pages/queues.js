@@ -13,9 +13,10 @@
     return Array.isArray(body) ? body : body.results;
   }
 
-  function set(row, field, text) {
+  function set(row, field, value) {
     const cell = row.querySelector(`[data-field="${field}"]`);
-    if (cell && cell.textContent !== String(text)) cell.textContent = String(text);
+    const text = String(Dom.count(value));
+    if (cell && cell.textContent !== text) cell.textContent = text;
   }
 
   function setUsage(row, used, quota) {
@@ -28,8 +29,8 @@
     bar.value = Math.min(100, percent || 0);
     bar.hidden = quota === null || quota === undefined;
     box.querySelector(".rp-usage-text").textContent = quota === null || quota === undefined
-      ? `${used} GPU${used === 1 ? "" : "s"} (no queue quota: the line's applies)`
-      : `${used} of ${quota} GPUs (${percent}%)${over ? ", over quota" : ""}`;
+      ? `${Dom.count(used)} GPU${used === 1 ? "" : "s"} (no queue quota: the line's applies)`
+      : `${Dom.count(used)} of ${Dom.count(quota)} GPUs (${percent}%)${over ? ", over quota" : ""}`;
   }
 
   async function refresh() {

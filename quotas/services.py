@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -52,6 +52,9 @@ from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
 log = logging.getLogger(__name__)
 
 REASON_MAX = 2000
+# How far ahead a request may start or end: a contract is planned for the next quarters,
+# not for the year 9999 (which the form and the API took until session 33).
+PLAN_HORIZON = timedelta(days=2 * 365)
 NOTE_MAX = 2000
 USAGE_RETENTION = timedelta(days=USAGE_RETENTION_DAYS)
 
@@ -167,7 +170,17 @@ def create_quota_request(
         errors["reason"] = ["say why: the reason is shown to the admins who decide"]
     elif len(reason) > REASON_MAX:
         errors["reason"] = [f"at most {REASON_MAX} characters"]
-    if data.starts_at and data.ends_at and data.ends_at <= data.starts_at:
+    latest = now + PLAN_HORIZON
+    for name, when in (("starts_at", data.starts_at), ("ends_at", data.ends_at)):
+        if when and when > latest:
+            errors[name] = [
+                f"at most {PLAN_HORIZON.days // 365} years ahead (by "
+                f"{latest.astimezone(UTC):%Y-%m-%d %H:%M} UTC): plan further changes nearer "
+                "the time"
+            ]
+    if errors.keys() & {"starts_at", "ends_at"}:
+        pass  # a date beyond the horizon: that is what to mend first
+    elif data.starts_at and data.ends_at and data.ends_at <= data.starts_at:
         errors["ends_at"] = ["the end must be after the start"]
     elif data.ends_at and data.ends_at <= now:
         errors["ends_at"] = ["the end is already past"]

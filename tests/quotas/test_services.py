@@ -1,7 +1,7 @@
 """The quota services: who may ask and decide, what is refused (and stores nothing), what an
 approval changes, and contracts starting and ending on their dates."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from unittest import mock
 
 import pytest
@@ -78,6 +78,8 @@ BAD = [
     ({"quota_gpus": 20, "starts_at": NOW + 2 * HOUR, "ends_at": NOW + HOUR}, "ends_at", "after the start"),
     ({"quota_gpus": 20, "starts_at": NOW + HOUR, "ends_at": NOW + HOUR}, "ends_at", "after the start"),
     ({"quota_gpus": 20, "ends_at": NOW - HOUR}, "ends_at", "already past"),
+    ({"quota_gpus": 20, "starts_at": NOW + 731 * 24 * HOUR}, "starts_at", "at most 2 years ahead"),
+    ({"quota_gpus": 20, "ends_at": datetime(9999, 12, 31, tzinfo=UTC)}, "ends_at", "at most 2 years ahead"),
     ({"quota_gpus": 33}, "quota_gpus", "more than the cluster holds (32 GPUs)"),
     ({"quota_gpus": 10**9}, "quota_gpus", "more than the cluster holds"),
     ({"line": "no-such-line", "quota_gpus": 20}, "business_line", "unknown business line"),

@@ -148,7 +148,9 @@ def resolve_job_request(
     largest_node, cluster_gpus = cluster.largest_node, cluster.total_gpus
     node_size = largest_node or limits.GPUS_PER_NODE_MAX
     if req.gpus > cluster_gpus:
-        errors["gpus"] = [f"the cluster has {cluster_gpus} GPUs in all; this job asks {req.gpus}"]
+        errors["gpus"] = [
+            f"the cluster has {cluster_gpus:,} GPUs in all; this job asks {req.gpus:,}"
+        ]
     per_node = req.gpus_per_node
     if per_node is None:
         per_node = req.gpus if req.gpus <= node_size else node_size

@@ -213,19 +213,21 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     "POST /api/v1/jobs/": {
         "queue": r"you may not submit to this queue$",
         "tier": r"queue \S+ allows tiers up to '\w+', not '\w+'$",
-        "gpus": r"the cluster has \d+ GPUs in all; this job asks \d+$",
-        "gpus_per_node": r"nodes have at most \d+ GPUs$|\d+ GPUs cannot be split evenly into ",
+        "gpus": r"the cluster has [\d,]+ GPUs in all; this job asks [\d,]+$",
+        "gpus_per_node": r"nodes have at most \d+ GPUs$|[\d,]+ GPUs cannot be split evenly into ",
         "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
         "*": r"This job could never run on this cluster, even empty: ",
     },
     "POST /api/v1/quota-requests/": {
         "queue": r"queue \S+ belongs to the line \S+, not \S+$",
-        "ends_at": r"the end must be after the start$|the end is already past$",
-        "quota_gpus": r"give a new quota, a new guarantee, or both$|\d+ GPUs is more than the "
-        r"cluster holds|a queue's quota \(\d+\) cannot be above its line's quota",
-        "guarantee_gpus": r"\d+ GPUs is more than the cluster holds|a guarantee of \d+ GPUs is "
-        r"above the current quota|the guarantee \(\d+\) cannot be above the quota|a queue's "
-        r"guarantee \(\d+\) cannot be above its line's quota",
+        "starts_at": r"at most 2 years ahead ",
+        "ends_at": r"the end must be after the start$|the end is already past$|at most 2 years "
+        r"ahead ",
+        "quota_gpus": r"give a new quota, a new guarantee, or both$|[\d,]+ GPUs is more than "
+        r"the cluster holds|a queue's quota \([\d,]+\) cannot be above its line's quota",
+        "guarantee_gpus": r"[\d,]+ GPUs is more than the cluster holds|a guarantee of [\d,]+ "
+        r"GPUs is above the current quota|the guarantee \([\d,]+\) cannot be above the quota|"
+        r"a queue's guarantee \([\d,]+\) cannot be above its line's quota",
         "non_field_errors": r"already the contract of ",
     },
     "POST /api/v1/quota-requests/{id}/approve/": {

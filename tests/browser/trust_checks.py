@@ -22,9 +22,7 @@ LONG_DECIMALS = re.compile(r"(?<![\d.])\d+\.\d{4,}(?![\d.])")  # not in dotted v
 # A count of 1,000 or more without its thousands separators ("4186 used" where another
 # page writes "4,186"): a number standing alone, not a job's id (#4186, job 4186), not part
 # of a date, time, name, version or path.
-UNSEPARATED = re.compile(
-    r"(?<![\w#.,:/+-])(?<!job )(?<!jobs )(?<!Job )\d{4,}(?![\w:/-]|,\d)"
-)
+UNSEPARATED = re.compile(r"(?<![\w#.,:/+-])(?<!job )(?<!jobs )(?<!Job )\d{4,}(?![\w:/-]|,\d)")
 
 # Every text node showing a clock time (HH:MM) whose element, row or column header,
 # within the nearest few ancestors, has no "UTC" and is not a relative time.

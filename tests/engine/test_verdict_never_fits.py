@@ -61,7 +61,7 @@ DEMO = fz.ClusterShape.of_nodes(build_demo_cluster())  # 1,250 nodes: racks of 3
          "it needs 264 nodes (RDMA) with 8 GPUs each inside one network block (a job never "
          "spans blocks) but the largest block has 256 such nodes"),
         (fz.Ask(8 * 1100, rdma=True), "node_count", "gpus",
-         "it needs 1100 nodes (RDMA) with 8 GPUs each but the cluster has 1058 such nodes"),
+         "it needs 1,100 nodes (RDMA) with 8 GPUs each but the cluster has 1,058 such nodes"),
         (fz.Ask(512, gpu_memory_gb=48, rdma=True, gpu_model="L40S"), "combination",
          "gpu_memory_gb", "no node has GPUs of 48 GB or more, L40S GPUs and RDMA together"),
         (fz.Ask(8, gpu_model="B200"), "gpu_model", "gpu_model", "no node has B200 GPUs"),

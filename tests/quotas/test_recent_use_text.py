@@ -13,7 +13,7 @@ def sentence(**recent) -> str:
 def test_one_sample_is_singular_and_every_figure_has_its_unit():
     text = sentence(samples=1, peak_used=3501, avg_used=3501.0, peak_pending=0, avg_pending=0.0)
     assert text == (
-        "Peak 3501 GPUs, average 3501.0 GPUs; pending demand peak 0 GPUs, average 0.0 GPUs "
+        "Peak 3,501 GPUs, average 3,501.0 GPUs; pending demand peak 0 GPUs, average 0.0 GPUs "
         "(1 sample, one a minute)."
     )
     assert sentence(samples=2, peak_used=1, avg_used=0.5, peak_pending=0, avg_pending=0).endswith(

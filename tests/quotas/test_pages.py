@@ -1,6 +1,7 @@
 """The quota pages: each role on each page, the lead's form, the admins' approval page with
 the impact, the line page with its history; labels and CSRF on every form."""
 
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 
 import pytest
@@ -126,11 +127,13 @@ def test_the_lead_requests_through_the_form(client, demo):
     assert f"#{req.pk}" in listing and "queue llm-core" in listing
 
 
+NEXT_YEAR = datetime.now(UTC).year + 1  # the demo's cluster clock starts at the wall clock
 BAD_FORMS = [
     ({"quota_gpus": "10", "guarantee_gpus": "12"}, "cannot be above the quota"),
     ({"quota_gpus": "-3"}, "must not be negative"),
     ({"guarantee_gpus": "-1"}, "must not be negative"),
-    ({"quota_gpus": "20", "starts_at": "2031-01-02T10:00", "ends_at": "2031-01-01T10:00"}, "the end must be after the start"),
+    ({"quota_gpus": "20", "starts_at": f"{NEXT_YEAR}-01-02T10:00", "ends_at": f"{NEXT_YEAR}-01-01T10:00"}, "the end must be after the start"),
+    ({"quota_gpus": "20", "ends_at": "9999-12-31T10:00"}, "at most 2 years ahead"),
     ({"quota_gpus": "500"}, "more than the cluster holds (32 GPUs)"),
     ({"business_line": "no-such-line", "quota_gpus": "20"}, "unknown business line"),
     ({"queue": "search-rec-core", "guarantee_gpus": "2"}, "belongs to the line search-rec, not llm"),

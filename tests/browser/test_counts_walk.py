@@ -21,7 +21,7 @@ from rest_framework.test import APIClient
 
 from demo.workload import generate
 from monitoring.rollup import rollup
-from quotas.models import BusinessLine
+from quotas.models import BusinessLine, Queue
 from quotas.services import QuotaRequestInput, create_quota_request
 from quotas.tasks import quota_activation
 from scheduling.cycle import run_cycle
@@ -29,6 +29,7 @@ from scheduling.models import Job, Node
 from scheduling.sim_services import advance_clock
 from tests.browser.conftest import draw_dashboard, in_thread
 from tests.browser.test_live_pages import LIVE_MS, go_live
+from tests.browser.test_whatif_form import ask
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
 from tests.drills import start_busy_cluster
@@ -130,3 +131,18 @@ def test_the_live_parts_keep_the_separators(big, page, login):
             "data-refreshed", before or "", timeout=LIVE_MS
         )
         assert SEPARATED.search(readable(page, f"{where}, live"))
+
+
+def test_the_what_if_writes_a_place_in_line_past_1000_with_its_separator(big, page, login):
+    # llm-experiment has over a thousand jobs waiting on the full demo: a new one's place in
+    # line, written by the form's script from the what-if's answer (Dom.count)
+    base = login("researcher")
+    page.goto(f"{base}/jobs/new/")
+    page.get_by_label("Job name").fill("one-more")
+    page.get_by_label("Queue").select_option(value=str(Queue.objects.get(name="llm-experiment").pk))
+    answer = ask(page, base, "8")
+    assert answer["position"] >= 1000, answer
+    expect(page.locator("#feasibility-position")).to_have_text(
+        f"; place in line: {answer['position']:,}"
+    )
+    readable(page, "submit form with its what-if")

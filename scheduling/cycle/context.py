@@ -10,8 +10,9 @@ the time it was written.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,6 +26,8 @@ from scheduling.backends.base import BackendError, ClusterBackend, Observation
 from scheduling.clock import to_datetime
 from scheduling.engine import types as et
 from scheduling.models import Job, JobEvent
+
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
 
 PRODUCTION_PRESET = "full"
 
@@ -56,9 +59,43 @@ class CycleReport:
     touched_backend: bool = False
 
 
-def fmt_placement(slots: tuple[et.Slot, ...] | list[et.Slot]) -> str:
-    """``node[0,1], node2[3]``: a placement as a timeline line shows it."""
-    return ", ".join(f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots)
+def fmt_placement(
+    slots: tuple[et.Slot, ...] | list[et.Slot], node_gpus: Mapping[str, int] | None = None
+) -> str:
+    """A placement as a timeline line shows it: ``node[0,1], node2[3]`` where a node lends
+    part of its GPUs, and nodes used whole by name alone, consecutive ones as a range
+    (``node_gpus``: each node's GPUs; without it every node shows its GPUs). A 256-GPU job
+    reads ``32 whole nodes (256 GPUs): r005-n00 to r005-n31``, not 32 lists of 8 GPUs."""
+    sizes = node_gpus or {}
+    whole = [s.node for s in slots if len(s.gpus) == sizes.get(s.node)]
+    part = [f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots if s.node not in whole]
+    if not whole:
+        return ", ".join(part)
+    gpus = sum(len(s.gpus) for s in slots if s.node in whole)
+    named = node_ranges(whole)
+    if len(whole) == 1:
+        lead = f"{named} (whole node, {gpus} GPUs)"
+    else:
+        lead = f"{len(whole):,} whole nodes ({gpus:,} GPUs): {named}"
+    return "; ".join([lead, *([", ".join(part)] if part else [])])
+
+
+def node_ranges(names: list[str]) -> str:
+    """Node names with runs of three or more consecutive numbers joined: ``r005-n00 to
+    r005-n05``, ``r005-n07``. Names are kept in the order given; a run goes on while a
+    name's trailing number is one more than the previous one's, with the same prefix and
+    width."""
+    runs: list[list[str]] = []
+    last: tuple[str, int, int] | None = None
+    for name in names:
+        m = _TRAILING_NUMBER.match(name)
+        key = (m.group(1), len(m.group(2)), int(m.group(2))) if m else None
+        if key and last and key[:2] == last[:2] and key[2] == last[2] + 1:
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+        last = key
+    return ", ".join(f"{run[0]} to {run[-1]}" if len(run) >= 3 else ", ".join(run) for run in runs)
 
 
 class Cycle:

@@ -64,6 +64,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     bulk_set(Job, BACKOFF_FIELDS,
              [(j.pk, *(getattr(j, f) for f in BACKOFF_FIELDS)) for j in retried])  # fmt: skip
     placed = allocate_many(cycle, launched)
+    sizes = {n.name: n.gpus_total for n in cycle.obs.nodes}
     for job, start in placed:
         set_state(job, Job.State.RUNNING)
         job.attempt += 1
@@ -80,7 +81,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
             borrowed = (f" within its quota; {explain.count(n, 'preemptible job')} of its queue "
                         f"or line now {explain.verb(n, 'runs', 'run')} on borrowed capacity in "
                         "its place")  # fmt: skip
-        cycle.event(job, "started", f"started on {fmt_placement(start.placement)}{borrowed}")
+        cycle.event(job, "started", f"started on {fmt_placement(start.placement, sizes)}{borrowed}")
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)

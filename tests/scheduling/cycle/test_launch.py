@@ -45,7 +45,7 @@ def test_a_start_launches_the_next_run_records_its_gpus_and_the_job_runs(backend
         ("n1", g) for g in ALL
     ]
     assert kinds(job) == ["started"]
-    assert "n1[0,1,2,3,4,5,6,7] on borrowed idle capacity" in job.events.get().message
+    assert "n1 (whole node, 8 GPUs) on borrowed idle capacity" in job.events.get().message
     assert cycle.report.counts["starts"] == 1
 
 

@@ -25,6 +25,7 @@ LABELS: dict[str, str] = {
     "requested_gpus": "GPUs this job asks",
     "room_gpus": "Room left under the quota (GPUs)",
     "short_gpus": "GPUs short",
+    "waiting_ahead_gpus": "GPUs the jobs ahead of it wait for",
     "quota_room_at": "Quota room predicted at",
     "reservation_starts_at": "Nodes reserved for it from",
     "constraint": "Rule it breaks",

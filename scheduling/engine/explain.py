@@ -126,9 +126,11 @@ def quota_exceeded(
     borrow_note: str,
     room_at: float | None = None,
     reserved_at: float | None = None,
+    ahead_gpus: int = 0,
 ) -> Reason:
     """Over quota. ``room_at``: when running work of the scope is predicted to have released
-    enough: the verdict's estimated start (the earliest it could start), said in the remedy
+    enough for it, after ``ahead_gpus`` GPUs for the jobs ahead of it waiting for the same
+    room: the verdict's estimated start (the earliest it could start), said in the remedy
     and stored as ``quota_room_at``. ``reserved_at``: for an overdue job that reserved
     nodes from after its room is due (``Planner.reserve_for_quota_room``), that later
     start, which is then the estimate (``reservation_starts_at``)."""
@@ -142,11 +144,17 @@ def quota_exceeded(
         "room_gpus": room,
         "short_gpus": job.gpus - room,
     }
+    if ahead_gpus:
+        details["waiting_ahead_gpus"] = ahead_gpus
     if job.gpus > quota:
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
         details[NO_ESTIMATE] = f"it is larger than the whole {scope} quota"
     else:
-        released = f"Starts once {job.gpus - room} GPUs of {scope} {name} are released"
+        released = (
+            f"Starts once {num(job.gpus - room + ahead_gpus)} GPUs of {scope} {name} are released"
+        )
+        if ahead_gpus:
+            released += f" ({num(ahead_gpus)} of them for the jobs ahead of it)"
         if reserved_at is not None:
             released += f" and its reserved nodes free (predicted by {when(reserved_at)})"
         elif room_at is not None:
@@ -157,6 +165,7 @@ def quota_exceeded(
         else:
             details[NO_ESTIMATE] = (
                 f"no running work of {scope} {name} is predicted to release enough GPUs"
+                + (" for it and the jobs ahead of it" if ahead_gpus else "")
             )
         if reserved_at is not None:
             details["reservation_starts_at"] = iso(reserved_at)

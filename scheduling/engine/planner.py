@@ -182,6 +182,10 @@ class Planner:
         # ... and claimed by overdue jobs waiting for capacity (``claim_overdue_room``):
         # (scope, name) -> (holder, its GPUs, its reservation's start)
         self.quota_claims: dict[tuple[str, str], tuple[int, int, float | None]] = {}
+        # GPUs of the jobs given QUOTA_EXCEEDED so far, per (scope, name): the room a later
+        # job of the scope waits for comes after theirs (``quota_reason``)
+        self.quota_waiting: dict[tuple[str, str], int] = {}
+        self._waiting_counted: set[int] = set()
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
@@ -375,6 +379,10 @@ class Planner:
             details = dict(details, **{explain.NO_ESTIMATE: no_estimate or "none is predicted"})
         elif est is not None and explain.NO_ESTIMATE in details:
             details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
+        if code == Code.QUOTA_EXCEEDED and job.id not in self._waiting_counted:
+            self._waiting_counted.add(job.id)
+            key = (details["scope"], details["name"])
+            self.quota_waiting[key] = self.quota_waiting.get(key, 0) + job.gpus
         self.records[job.id] = ((code, msg, details, remedy), est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:
@@ -468,22 +476,45 @@ class Planner:
         return short_q, short_l
 
     def quota_reason(
-        self, job: PendingJob, short_q: int, note: str, reserved_at: float | None = None
+        self,
+        job: PendingJob,
+        short_q: int,
+        note: str,
+        reserved_at: float | None = None,
+        holds: bool = False,
     ) -> tuple[explain.Reason, float | None]:
-        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted (or,
-        ``reserved_at``, when the nodes reserved for it from later free)."""
+        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted for it
+        after the jobs given QUOTA_EXCEEDED before it in this plan (``quota_waiting``) have
+        had theirs, unless it ``holds`` the room (an overdue job's hold: it is first); or,
+        ``reserved_at``, when the nodes reserved for it from later free. Before session 33
+        the estimate ignored the jobs ahead: the 2,356th job waiting for a line's room read
+        "starts in 5 min", when the line's next job would end."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self._quota_and_held(scope, name)
         assert quota is not None
+        ahead = 0 if holds else self.quota_waiting.get((scope, name), 0)
         room_at = None
         if job.gpus <= quota:
-            room_at = self._quota_room_at(scope, name, held + job.gpus - quota)
+            room_at = self._quota_room_at(scope, name, held + ahead + job.gpus - quota)
+        reason = explain.quota_exceeded(
+            job, scope, name, held, quota, note, room_at, ahead_gpus=ahead
+        )
         if reserved_at is not None and room_at is not None and reserved_at > room_at:
-            return (
-                explain.quota_exceeded(job, scope, name, held, quota, note, room_at, reserved_at),
-                reserved_at,
+            reason = explain.quota_exceeded(
+                job, scope, name, held, quota, note, room_at, reserved_at, ahead_gpus=ahead
             )
-        return explain.quota_exceeded(job, scope, name, held, quota, note, room_at), room_at
+            return reason, reserved_at
+        return reason, room_at
+
+    def quota_room(self, job: PendingJob, short_q: int) -> float | None:
+        """When running work of the scope ``job`` is short in is predicted to release the
+        room it lacks, whoever else waits for it: what an overdue job's hold waits for."""
+        scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
+        quota, held = self._quota_and_held(scope, name)
+        assert quota is not None
+        if job.gpus > quota:
+            return None
+        return self._quota_room_at(scope, name, held + job.gpus - quota)
 
     def _quota_and_held(self, scope: str, name: str) -> tuple[int | None, int]:
         """A queue's or line's quota and the GPUs it holds within it (this plan's starts
@@ -1188,16 +1219,15 @@ class Planner:
                 self.ahead_jobs += 1
                 self.ahead_gpus += job.gpus
                 return
-            reason, room_at = self.quota_reason(job, short_q, "")
+            room_at = self.quota_room(job, short_q)
             holds = self.hold_quota(job, short_q, room_at)
             if self.swap.defer(job, short_q, short_l):
                 deferred.append(job)  # quota_swap.py: in the borrowing pass
                 return
+            reserved_at = None
             if holds and room_at is not None:
                 reserved_at = self.reserve_for_quota_room(job, sh, room_at)
-                if reserved_at is not None:
-                    reason, room_at = self.quota_reason(job, short_q, "", reserved_at)
-            self.record(job, reason, room_at)
+            self.record(job, *self.quota_reason(job, short_q, "", reserved_at, holds))
             return
         un = self.unavailable(job, sh)
         if un is not None:

@@ -493,28 +493,23 @@ class Planner:
         quota, held = self._quota_and_held(scope, name)
         assert quota is not None
         ahead = 0 if holds else self.quota_waiting.get((scope, name), 0)
-        room_at = None
-        if job.gpus <= quota:
-            room_at = self._quota_room_at(scope, name, held + ahead + job.gpus - quota)
+        room_at = self.quota_room(job, short_q, ahead)
+        if reserved_at is not None and (room_at is None or reserved_at <= room_at):
+            reserved_at = None  # the room comes last: it is the estimate
         reason = explain.quota_exceeded(
-            job, scope, name, held, quota, note, room_at, ahead_gpus=ahead
+            job, scope, name, held, quota, note, room_at, reserved_at, ahead_gpus=ahead
         )
-        if reserved_at is not None and room_at is not None and reserved_at > room_at:
-            reason = explain.quota_exceeded(
-                job, scope, name, held, quota, note, room_at, reserved_at, ahead_gpus=ahead
-            )
-            return reason, reserved_at
-        return reason, room_at
+        return reason, reserved_at if reserved_at is not None else room_at
 
-    def quota_room(self, job: PendingJob, short_q: int) -> float | None:
+    def quota_room(self, job: PendingJob, short_q: int, ahead: int = 0) -> float | None:
         """When running work of the scope ``job`` is short in is predicted to release the
-        room it lacks, whoever else waits for it: what an overdue job's hold waits for."""
+        room it lacks, after ``ahead`` GPUs for jobs ahead of it (0: whoever else waits,
+        what an overdue job's hold waits for); None if never (or it exceeds the quota)."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self._quota_and_held(scope, name)
-        assert quota is not None
-        if job.gpus > quota:
+        if quota is None or job.gpus > quota:
             return None
-        return self._quota_room_at(scope, name, held + job.gpus - quota)
+        return self._quota_room_at(scope, name, held + ahead + job.gpus - quota)
 
     def _quota_and_held(self, scope: str, name: str) -> tuple[int | None, int]:
         """A queue's or line's quota and the GPUs it holds within it (this plan's starts

@@ -171,15 +171,18 @@ def create_quota_request(
     elif len(reason) > REASON_MAX:
         errors["reason"] = [f"at most {REASON_MAX} characters"]
     latest = now + PLAN_HORIZON
-    for name, when in (("starts_at", data.starts_at), ("ends_at", data.ends_at)):
-        if when and when > latest:
+    beyond = [
+        n
+        for n, at in (("starts_at", data.starts_at), ("ends_at", data.ends_at))
+        if at and at > latest
+    ]
+    if beyond:  # what to mend first: the order of the dates waits for it
+        for name in beyond:
             errors[name] = [
                 f"at most {PLAN_HORIZON.days // 365} years ahead (by "
                 f"{latest.astimezone(UTC):%Y-%m-%d %H:%M} UTC): plan further changes nearer "
                 "the time"
             ]
-    if errors.keys() & {"starts_at", "ends_at"}:
-        pass  # a date beyond the horizon: that is what to mend first
     elif data.starts_at and data.ends_at and data.ends_at <= data.starts_at:
         errors["ends_at"] = ["the end must be after the start"]
     elif data.ends_at and data.ends_at <= now:

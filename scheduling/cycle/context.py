@@ -67,12 +67,17 @@ def fmt_placement(
     (``node_gpus``: each node's GPUs; without it every node shows its GPUs). A 256-GPU job
     reads ``32 whole nodes (256 GPUs): r005-n00 to r005-n31``, not 32 lists of 8 GPUs."""
     sizes = node_gpus or {}
-    whole = [s.node for s in slots if len(s.gpus) == sizes.get(s.node)]
-    part = [f"{s.node}[{','.join(map(str, s.gpus))}]" for s in slots if s.node not in whole]
+    whole: list[et.Slot] = []
+    part: list[str] = []
+    for s in slots:
+        if len(s.gpus) == sizes.get(s.node):
+            whole.append(s)
+        else:
+            part.append(f"{s.node}[{','.join(map(str, s.gpus))}]")
     if not whole:
         return ", ".join(part)
-    gpus = sum(len(s.gpus) for s in slots if s.node in whole)
-    named = node_ranges(whole)
+    gpus = sum(len(s.gpus) for s in whole)
+    named = node_ranges([s.node for s in whole])
     if len(whole) == 1:
         lead = f"{named} (whole node, {gpus} GPUs)"
     else:

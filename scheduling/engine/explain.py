@@ -37,8 +37,8 @@ def iso(t: float) -> str:
 
 
 def num(n: int) -> str:
-    """A count for people, with thousands separators: ``2,750`` (as every page writes it,
-    ``core.counts``)."""
+    """A count for people, with thousands separators: ``2,750``, as every page writes it
+    (the ``count`` filter, scheduling/templatetags/counts.py; ``Dom.count`` in scripts)."""
     return f"{n:,}"
 
 

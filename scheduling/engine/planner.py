@@ -185,7 +185,6 @@ class Planner:
         # GPUs of the jobs given QUOTA_EXCEEDED so far, per (scope, name): the room a later
         # job of the scope waits for comes after theirs (``quota_reason``)
         self.quota_waiting: dict[tuple[str, str], int] = {}
-        self._waiting_counted: set[int] = set()
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
@@ -379,8 +378,8 @@ class Planner:
             details = dict(details, **{explain.NO_ESTIMATE: no_estimate or "none is predicted"})
         elif est is not None and explain.NO_ESTIMATE in details:
             details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
-        if code == Code.QUOTA_EXCEEDED and job.id not in self._waiting_counted:
-            self._waiting_counted.add(job.id)
+        earlier = self.records.get(job.id)
+        if code == Code.QUOTA_EXCEEDED and (earlier is None or earlier[0][0] != code):
             key = (details["scope"], details["name"])
             self.quota_waiting[key] = self.quota_waiting.get(key, 0) + job.gpus
         self.records[job.id] = ((code, msg, details, remedy), est)

@@ -30,7 +30,7 @@ from scheduling.sim_services import advance_clock
 from tests.browser.conftest import draw_dashboard, in_thread
 from tests.browser.test_live_pages import LIVE_MS, go_live
 from tests.browser.test_whatif_form import ask
-from tests.browser.trust_checks import readable, readable_json
+from tests.browser.trust_checks import readable, readable_json, unseparated
 from tests.conftest import DEMO_PASSWORD
 from tests.drills import start_busy_cluster
 
@@ -146,3 +146,20 @@ def test_the_what_if_writes_a_place_in_line_past_1000_with_its_separator(big, pa
         f"; place in line: {answer['position']:,}"
     )
     readable(page, "submit form with its what-if")
+
+
+@pytest.mark.parametrize(
+    "text, bare",
+    [
+        ("4186 used", ["4186"]),
+        ("9369 / 9792 GPUs", ["9369", "9792"]),
+        ("average 1860.7 GPUs", ["1860"]),
+        ("2356 jobs, page 1 of 48.", ["2356"]),
+        ("4,186 used; 1,860.7 GPUs; 999 jobs", []),
+        ("#4186 train · job 4186 · Job 4186 · jobs 4186", []),  # ids
+        ("2030-01-07 09:30 UTC · r005-n0123 · v1.2345 · :8000 · s3://b/run/2048", []),
+    ],
+)
+def test_the_check_knows_a_bare_count_from_an_id_a_date_or_a_name(text, bare):
+    found = unseparated(text)
+    assert len(found) == len(bare) and all(b in f for b, f in zip(bare, found, strict=True))

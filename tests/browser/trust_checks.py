@@ -96,20 +96,18 @@ _PROSE_JS = """() => {
 
 def unreadable(text: str) -> list[str]:
     """The raw epochs and float dumps in ``text``, each with a little context."""
-    found = []
-    for pattern in (EPOCH, EXPONENT, LONG_DECIMALS):
-        for m in pattern.finditer(text):
-            found.append(text[max(0, m.start() - 40) : m.end() + 20].replace("\n", " | "))
-    return found
+    return [_around(text, m) for p in (EPOCH, EXPONENT, LONG_DECIMALS) for m in p.finditer(text)]
 
 
 def unseparated(text: str) -> list[str]:
     """The counts of four digits or more in ``text`` written without thousands separators,
     each with a little context."""
-    return [
-        text[max(0, m.start() - 40) : m.end() + 20].replace("\n", " | ")
-        for m in UNSEPARATED.finditer(text)
-    ]
+    return [_around(text, m) for m in UNSEPARATED.finditer(text)]
+
+
+def _around(text: str, m: re.Match[str]) -> str:
+    """A match with a little context, on one line."""
+    return text[max(0, m.start() - 40) : m.end() + 20].replace("\n", " | ")
 
 
 def readable(page, where: str) -> str:

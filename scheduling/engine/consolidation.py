@@ -540,7 +540,7 @@ class Consolidation:
                 p._timeline.add(end, dest, v.gpus)
         p.hold(job, found.nodes, deadline)
         if not over_quota:
-            p.claim_quota(job, ())
+            p.quota.claim_for(job, ())
         moved = [v for v, _ in found.moves]
         p.record(job, moving(job, moved, topo, deadline, over_quota), deadline)
         p.n_preemptors += 1

@@ -49,6 +49,11 @@ def class_key(
     return (int(gpu_memory_gb or 0), bool(rdma), bool(inference_allowed), pool, gpu_model)
 
 
+def without_inference(key: ClassKey) -> ClassKey:
+    """The same class of nodes, less the ones shared with online inference."""
+    return (key[0], key[1], False, key[3], key[4])
+
+
 def node_matches(node: NodeView, key: ClassKey) -> bool:
     """Static fit of a node for a class, whatever the node's state."""
     mem, rdma, infer_ok, pool, model = key

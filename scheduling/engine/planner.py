@@ -33,22 +33,27 @@ end no earlier).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from heapq import merge
 from itertools import compress
 from typing import Any
 
 from . import aging, explain, feasibility
 from .accounting import derive_usage, marks, preemption_budgets
 from .backfill import Timeline
+from .blocked import BlockedJob, BlockedJobs
 from .borrowing import Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
 from .defragment import defragment
-from .inference_forecast import rise_until
-from .kept_rooms import keep_rooms, kept_node, restarts
-from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
+from .kept_rooms import keep_rooms, restarts
+from .node_choice import NodeChoice
+from .placement import (
+    ClassKey,
+    Cluster,
+    Topology,
+    class_key,
+    place_on_counts,
+)
 from .policy import (
     gc_paused,
     given_gpu_s,
@@ -68,6 +73,7 @@ from .preemption import (
     VictimRequest,
     select_victims,
 )
+from .quota_room import QuotaRoom
 from .quota_swap import QuotaSwap
 from .types import (
     COLD,
@@ -88,17 +94,8 @@ from .types import (
 
 ShapeT = tuple[ClassKey, int, int, int, bool]
 Record = tuple[explain.Reason, float | None]
-# A job blocked for capacity, explained once the plan is complete: (job, shape, estimated
-# start, why none, and what was ahead of it: jobs, GPUs, reservations, of which for
-# overdue jobs).
-Blocked = tuple[PendingJob, ShapeT, float | None, str, int, int, int, int]
 
 _INF = math.inf
-
-
-def without_inference(key: ClassKey) -> ClassKey:
-    """The same class of nodes, less the ones shared with online inference."""
-    return (key[0], key[1], False, key[3], key[4])
 
 
 def waiting_since(job: PendingJob) -> float:
@@ -132,7 +129,6 @@ class Planner:
         self.live = Cluster(self.topo)
         if self.policy.align_ends:
             self.live.ends = node_ends(self.topo, snapshot.running, self.now, self.policy)
-        self._final: Cluster | None = None
         self._cluster_shape: feasibility.ClusterShape | None = None
         self.queues = {q.name: q for q in snapshot.queues}
         self.lines = {line.name: line for line in snapshot.lines}
@@ -177,22 +173,14 @@ class Planner:
         # jobs past the starvation bound (``aging``): submitted at or before this instant
         self.overdue_since = aging.overdue_since(self.now, self.policy)
         self.n_overdue_res = 0
-        # quota room held for overdue jobs (``quota_hold``): (scope, name) -> (holder, room at)
-        self.quota_holds: dict[tuple[str, str], tuple[int, float | None]] = {}
-        # ... and claimed by overdue jobs waiting for capacity (``claim_overdue_room``):
-        # (scope, name) -> (holder, its GPUs, its reservation's start)
-        self.quota_claims: dict[tuple[str, str], tuple[int, int, float | None]] = {}
-        # GPUs of the jobs given QUOTA_EXCEEDED so far, per (scope, name): the room a later
-        # job of the scope waits for comes after theirs (``quota_reason``)
-        self.quota_waiting: dict[tuple[str, str], int] = {}
+        # shortfalls, predicted room, and the room overdue jobs hold (quota_room.py)
+        self.quota = QuotaRoom(self)
         self.n_backfill_res = 0
         self.n_preemptors = 0
         self.n_searches = 0
         self.records: dict[int, Record] = {}
-        self.blocked: list[Blocked] = []
-        # Jobs whose code comes after QUOTA_EXCEEDED, decided before the plan was complete:
-        # their quota is checked again once every start is counted.
-        self.recheck_quota: list[PendingJob] = []
+        # jobs blocked for capacity, explained once the plan is complete (blocked.py)
+        self.blocked = BlockedJobs(self)
         # jobs that may preempt only once they have waited ``preempt_after_s``: id -> from
         self.patient: dict[int, float] = {}
         # caches (valid for this plan only)
@@ -201,30 +189,16 @@ class Planner:
         self._unavail: dict[ShapeT, dict[str, Any] | None] = {}
         self._elig_ready: dict[ClassKey, bytearray] = {}
         self._block_hist: dict[tuple[ClassKey, bool], list[list[int]]] = {}
-        self._live_failed: set[ShapeT] = set()
-        self._fail_end: dict[ShapeT, float] = {}
         self._preempt_failed: set[tuple[Any, ...]] = set()
-        self._diag: dict[ShapeT, tuple[str, dict[str, Any]]] = {}
         self._describe: dict[ShapeT, str] = {}
-        self._where_cache: dict[tuple[ClassKey, int, bool], dict[str, Any]] = {}
-        self._release_curves: dict[tuple[str, str], list[tuple[int, float]]] = {}
-        self._release_steps: dict[tuple[str, str], list[tuple[float, int]]] = {}
-        # (end, GPUs) of the jobs this plan starts within quota, per ("queue"|"line", name)
-        self._started_ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
         self.ahead_jobs = 0
         self.ahead_gpus = 0
         self.hol: set[Any] = set()
         # moving checkpointable jobs so a waiting gang starts (#19, consolidation.py)
         self.consolidation = Consolidation(self)
-        self.has_inference = any(nd.inference for nd in snapshot.nodes)
-        # shared nodes and what inference was seen to want more over the day (#19)
-        self.shared = [i for i, nd in enumerate(snapshot.nodes) if nd.inference]
-        self.rise = {i: snapshot.nodes[i].inference_rise for i in self.shared
-                     if snapshot.nodes[i].inference_rise}  # fmt: skip
-        # the shared nodes whose forecast has seen a whole day, filled first (#19)
-        self.shared_first = [i for i in self.shared if snapshot.nodes[i].inference_day_learned
-                             ] if self.policy.shared_nodes_first else []  # fmt: skip
+        # where a job starts now: nodes without inference first, the forecast (node_choice.py)
+        self.where = NodeChoice(self)
         # who may borrow, and for how long (#19, borrowing.py)
         self.borrowing = Borrowing(self)
         # non-preemptible work starting within quota by displacing its own (#19)
@@ -233,27 +207,6 @@ class Planner:
         keep_rooms(self)
 
     # -- helpers -------------------------------------------------------------------
-    @property
-    def final(self) -> Cluster:
-        """Free capacity once this plan's starts are placed, with reservations and holds
-        lifted: the GPUs left free this cycle (read-only; for explaining blocked jobs)."""
-        view = self._final
-        if view is None:
-            view = self.live.copy()
-            ready = self.topo.ready
-            nodes = self.topo.nodes
-            for n in self.reserved:
-                if (
-                    not view.usable[n]
-                    and ready[n]
-                    and not nodes[n].exclusive
-                    and n not in self.plan_excl
-                ):
-                    view.usable[n] = 1
-                    insort(view.buckets[view.nfree[n]], n)
-            self._final = view
-        return view
-
     def cluster_shape(self) -> feasibility.ClusterShape:
         """Every node, whatever its state (for NEVER_FITS and for describing shapes)."""
         if self._cluster_shape is None:
@@ -380,8 +333,7 @@ class Planner:
             details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
         earlier = self.records.get(job.id)
         if code == Code.QUOTA_EXCEEDED and (earlier is None or earlier[0][0] != code):
-            key = (details["scope"], details["name"])
-            self.quota_waiting[key] = self.quota_waiting.get(key, 0) + job.gpus
+            self.quota.counted(details, job.gpus)
         self.records[job.id] = ((code, msg, details, remedy), est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:
@@ -446,187 +398,6 @@ class Planner:
         return res
 
     # -- quota ---------------------------------------------------------------------
-    def quota_short(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> tuple[int, int]:
-        """GPUs over the queue / line quota if the job started now without borrowing
-        (``leaving``: victims of this job that will have released their share)."""
-        q = self.queues.get(job.queue)
-        line = self.lines.get(job.line)
-        short_q = short_l = 0
-        if q is not None and q.quota_gpus is not None:
-            held = self.nb_queue.get(job.queue, 0)
-            if leaving:
-                borrowed = self.usage.borrowed_ids
-                held -= sum(
-                    v.gpus
-                    for v in leaving
-                    if v.queue == job.queue and v.id not in borrowed and not v.migrating
-                )
-            short_q = max(0, held + job.gpus - q.quota_gpus)
-        if line is not None and line.quota_gpus is not None:
-            held = self.nb_line.get(job.line, 0)
-            if leaving:
-                borrowed = self.usage.borrowed_ids
-                held -= sum(
-                    v.gpus
-                    for v in leaving
-                    if v.line == job.line and v.id not in borrowed and not v.migrating
-                )
-            short_l = max(0, held + job.gpus - line.quota_gpus)
-        return short_q, short_l
-
-    def quota_reason(
-        self,
-        job: PendingJob,
-        short_q: int,
-        note: str,
-        reserved_at: float | None = None,
-        holds: bool = False,
-    ) -> tuple[explain.Reason, float | None]:
-        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted for it
-        after the jobs given QUOTA_EXCEEDED before it in this plan (``quota_waiting``) have
-        had theirs, unless it ``holds`` the room (an overdue job's hold: it is first); or,
-        ``reserved_at``, when the nodes reserved for it from later free. Before session 33
-        the estimate ignored the jobs ahead: the 2,356th job waiting for a line's room read
-        "starts in 5 min", when the line's next job would end."""
-        scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
-        quota, held = self._quota_and_held(scope, name)
-        assert quota is not None
-        ahead = 0 if holds else self.quota_waiting.get((scope, name), 0)
-        room_at = self.quota_room(job, short_q, ahead)
-        if reserved_at is not None and (room_at is None or reserved_at <= room_at):
-            reserved_at = None  # the room comes last: it is the estimate
-        reason = explain.quota_exceeded(
-            job, scope, name, held, quota, note, room_at, reserved_at, ahead_gpus=ahead
-        )
-        return reason, reserved_at if reserved_at is not None else room_at
-
-    def quota_room(self, job: PendingJob, short_q: int, ahead: int = 0) -> float | None:
-        """When running work of the scope ``job`` is short in is predicted to release the
-        room it lacks, after ``ahead`` GPUs for jobs ahead of it (0: whoever else waits,
-        what an overdue job's hold waits for); None if never (or it exceeds the quota)."""
-        scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
-        quota, held = self._quota_and_held(scope, name)
-        if quota is None or job.gpus > quota:
-            return None
-        return self._quota_room_at(scope, name, held + ahead + job.gpus - quota)
-
-    def _quota_and_held(self, scope: str, name: str) -> tuple[int | None, int]:
-        """A queue's or line's quota and the GPUs it holds within it (this plan's starts
-        included)."""
-        if scope == "queue":
-            return self.queues[name].quota_gpus, self.nb_queue.get(name, 0)
-        return self.lines[name].quota_gpus, self.nb_line.get(name, 0)
-
-    def _quota_room_at(self, scope: str, name: str, need: int) -> float | None:
-        """When running work of this queue/line is predicted to release ``need`` GPUs."""
-        ck = (scope, name)
-        curve = self._release_curves.get(ck)
-        if curve is None:
-            borrowed = self.usage.borrowed_ids
-            ends = sorted(
-                (running_end(r, self.now, self.policy), r.gpus)
-                for r in self.s.running
-                if r.id not in borrowed and (r.queue if scope == "queue" else r.line) == name
-            )
-            cum = 0
-            curve = []
-            for t, g in ends:
-                cum += g
-                curve.append((cum, t))
-            self._release_curves[ck] = curve
-        started = self._started_ends.get(ck)
-        if not started:
-            i = bisect_left(curve, (need, -_INF))
-            return curve[i][1] if i < len(curve) else None
-        # Jobs started by this plan release their share too (as the next plan sees them).
-        ends = self._release_steps.get(ck)
-        if ends is None:
-            ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
-            self._release_steps[ck] = ends
-        cum = 0
-        for t, g in merge(ends, started):
-            cum += g
-            if cum >= need:
-                return t
-        return None
-
-    # -- quota room held for overdue jobs (#19) ---------------------------------------
-    def hold_quota(self, job: PendingJob, short_q: int, room_at: float | None) -> bool:
-        """An overdue job over quota holds its queue's (or line's) quota room: as a
-        reservation holds nodes, later jobs of that scope start within quota only if
-        predicted to end before the room is due (``quota_held``). Without it, a tenant's
-        small jobs take every GPU of quota released before a large one fits (ITP). An
-        overdue job that will start by a quota swap (``QuotaSwap.overdue_first``) holds it
-        from its reservation's start, against later work a swap could not displace: such
-        work would take the room the swap counts on. True if ``job`` holds it (an older
-        overdue job of the scope may already)."""
-        if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
-            return False
-        if job.gpus > self._scope_quota(job, short_q):
-            return False  # larger than the whole quota: it never starts, holds nothing
-        key = ("queue", job.queue) if short_q else ("line", job.line)
-        return self.quota_holds.setdefault(key, (job.id, room_at))[0] == job.id
-
-    def claim_overdue_room(self, job: PendingJob, start_at: float | None) -> None:
-        """An overdue job within quota but waiting for capacity claims its queue's and
-        line's quota room from its reservation's start: the reservation keeps its nodes,
-        this keeps the quota it will need there. Without it a later job of its line could
-        start on other nodes, fill the quota, and the overdue job, its nodes free at last,
-        would wait again for that job to end (Hypothesis found this, session 31)."""
-        if not self.policy.hold_quota_when_overdue or job.submitted_at > self.overdue_since:
-            return
-        q = self.queues.get(job.queue)
-        if q is not None and q.quota_gpus is not None:
-            self.quota_claims.setdefault(("queue", job.queue), (job.id, job.gpus, start_at))
-        line = self.lines.get(job.line)
-        if line is not None and line.quota_gpus is not None:
-            self.quota_claims.setdefault(("line", job.line), (job.id, job.gpus, start_at))
-
-    def _scope_quota(self, job: PendingJob, short_q: int) -> int:
-        if short_q:
-            return self.queues[job.queue].quota_gpus or 0
-        return self.lines[job.line].quota_gpus or 0
-
-    def quota_held(self, job: PendingJob) -> explain.Reason | None:
-        """PRIORITY if an overdue job of this queue or line holds its quota room, or has
-        claimed the room ``job`` would take from it, and ``job`` is not predicted to end
-        before the room is due."""
-        if not self.quota_holds and not self.quota_claims:
-            return None
-        end = None
-        for key in (("queue", job.queue), ("line", job.line)):
-            blocker = self._held_by(job, key) or self._claimed_by(job, key)
-            if blocker is None:
-                continue
-            holder, room_at = blocker
-            if end is None:
-                end = self.now + job_runtime(job, self.policy)
-            if room_at is not None and end <= room_at:
-                continue
-            return explain.quota_held(job, key[0], key[1], holder, room_at)
-        return None
-
-    def _held_by(self, job: PendingJob, key: tuple[str, str]) -> tuple[int, float | None] | None:
-        """``(holder, room at)`` of another overdue job holding ``key``'s quota room."""
-        got = self.quota_holds.get(key)
-        if got is None or got[0] == job.id:
-            return None
-        if got[0] in self.swap.overdue and self.can_borrow(job):
-            return None  # work a swap may displace leaves the swapper's cover as it was
-        return got
-
-    def _claimed_by(self, job: PendingJob, key: tuple[str, str]) -> tuple[int, float | None] | None:
-        """``(holder, its start)`` of another overdue job that claimed ``key``'s room, if
-        ``job`` starting now would leave the scope less than the holder's GPUs."""
-        claim = self.quota_claims.get(key)
-        if claim is None or claim[0] == job.id:
-            return None
-        holder, gpus, start_at = claim
-        quota, held = self._quota_and_held(*key)
-        if quota is None or held + job.gpus + gpus <= quota:
-            return None
-        return holder, start_at
-
     def can_borrow(self, job: PendingJob) -> bool:
         return may_borrow(
             job.preemptible, is_demoted(job.preemption_count, self.policy), self.policy
@@ -637,123 +408,6 @@ class Planner:
         if not self.hol:
             return False
         return None in self.hol or job.pool is None or job.pool in self.hol
-
-    # -- placement -----------------------------------------------------------------
-    def try_place(self, job: PendingJob, sh: ShapeT, end: float) -> list[int] | None:
-        fail = self._fail_end.get(sh)
-        if fail is not None and end >= fail:
-            return None
-        key, k, c, _last, excl = sh
-        live = self.live
-        cls = live.node_class(key)
-        kept = kept_node(self, job)  # a moved job restarts in the room kept for it
-        if kept is not None:
-            return [kept]
-        if sh not in self._live_failed:
-            forecast = key[2] and bool(self.rise)
-            nodes = None
-            if key[2] and k == 1 and self.shared_first:  # short work to shared nodes first
-                nodes = self._find_shared(job, sh, cls.elig, end, shared=self.shared_first)
-            if nodes is None and key[2] and self.has_inference:
-                nodes = self._find_dedicated(job, sh, end)
-            if nodes is None:
-                if forecast:
-                    nodes = self._find_shared(job, sh, cls.elig, end)
-                else:
-                    nodes = live.find(cls, k, c, excl, job.model_name, end)
-            if nodes is not None:
-                return nodes
-            if not forecast:  # with a forecast the answer depends on ``end``
-                self._live_failed.add(sh)
-        if self.policy.backfill and self.reserved and self.max_res_start >= end:
-            nodes = self._place_backfill(job, sh, cls.elig, end)
-            if nodes is not None:
-                return nodes
-        self._fail_end[sh] = end if fail is None else min(fail, end)
-        return None
-
-    def _find_dedicated(self, job: PendingJob, sh: ShapeT, end: float) -> list[int] | None:
-        """A job allowed beside online inference goes to nodes without inference first:
-        there inference traffic cannot stop it (#19: on the live demo about a quarter of the
-        experiment queues' evictions were inference taking its GPUs back); the shared
-        nodes' free GPUs are its fallback, except those a whole learnt day of forecast
-        lets a single-node job take first (``shared_nodes_first``)."""
-        key, k, c, _last, excl = sh
-        dkey = without_inference(key)
-        dsh = (dkey, k, c, _last, excl)
-        if dsh in self._live_failed:
-            return None
-        nodes = self.live.find(self.live.node_class(dkey), k, c, excl, job.model_name, end)
-        if nodes is None:
-            self._live_failed.add(dsh)
-        return nodes
-
-    def _best_fit(
-        self, room: Iterable[tuple[int, int]], c: int, excl: bool, model: str | None
-    ) -> list[int] | None:
-        """One node among (node, free GPUs) pairs: the fewest free GPUs that fit ``c`` (all
-        of them when ``excl``), then one that ran the job's model lately, then the lowest."""
-        total, models = self.topo.total, self.topo.node_models
-        best = None
-        for n, f in room:
-            if f < c or (excl and f != total[n]):
-                continue
-            kk = (f, 0 if model and model in models[n] else 1, n)
-            if best is None or kk < best:
-                best = kk
-        return None if best is None else [best[2]]
-
-    def _find_shared(
-        self,
-        job: PendingJob,
-        sh: ShapeT,
-        elig: bytearray,
-        end: float,
-        view: Cluster | None = None,
-        shared: list[int] | None = None,
-    ) -> list[int] | None:
-        """The shared nodes' free GPUs that online inference is not predicted to want back
-        before the job's predicted ``end`` (``inference_forecast``; #19: such stops were
-        most of the live demo's evictions once the cluster was full): where no node
-        without inference has room, or first among ``shared`` (``shared_nodes_first``)."""
-        _key, k, c, _last, excl = sh
-        live = self.live if view is None else view
-        nfree, usable = live.nfree, live.usable
-        room: dict[int, int] = {}
-        for n in self.shared if shared is None else shared:
-            if not (elig[n] and usable[n]) or (k == 1 and nfree[n] < c):
-                continue
-            room[n] = nfree[n] - self.rise_on(n, end)
-        if k == 1:
-            return self._best_fit(room.items(), c, excl, job.model_name)
-        counts = live.usable_counts()
-        for n, f in room.items():
-            counts[n] = max(0, f)
-        return place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
-
-    def _place_backfill(
-        self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float
-    ) -> list[int] | None:
-        """Use reserved nodes whose reservation starts after the job's predicted end (on a
-        shared node, less what inference is predicted to want back before then)."""
-        key, k, c, _last, excl = sh
-        live = self.live
-        nfree = live.nfree
-        open_nodes = [
-            n
-            for n, st in self.reserved.items()
-            if st >= end and elig[n] and n not in self.excl_held
-        ]
-        if not open_nodes:
-            return None
-        forecast = key[2] and bool(self.rise)
-        room = {n: nfree[n] - (self.rise_on(n, end) if forecast else 0) for n in open_nodes}
-        if k == 1:
-            return self._best_fit(room.items(), c, excl, job.model_name)
-        counts = live.usable_counts()
-        for n, f in room.items():
-            counts[n] = max(0, f)
-        return place_on_counts(self.topo, elig, counts, k, c, excl, job.model_name)
 
     def start(self, job: PendingJob, sh: ShapeT, nodes: list[int], borrowed: bool) -> None:
         _key, k, c, last, excl = sh
@@ -779,8 +433,7 @@ class Planner:
         if not borrowed:
             self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + job.gpus
             self.nb_line[job.line] = self.nb_line.get(job.line, 0) + job.gpus
-            for ck in (("queue", job.queue), ("line", job.line)):
-                insort(self._started_ends.setdefault(ck, []), (end, job.gpus))
+            self.quota.started(job, end)
             self.swap.started_within(job)
 
     def hold(self, job: PendingJob, nodes: Sequence[int], t: float | None) -> None:
@@ -828,7 +481,7 @@ class Planner:
         deadline = max(running_end(v, self.now, self.policy) for v in leaving)
         self.hold(job, nodes, deadline)
         if not over_quota:
-            self.claim_quota(job, leaving)
+            self.quota.claim_for(job, leaving)
         gpus = sum(v.gpus for v in leaving)
         reason = leaving_reason(job, leaving, self.topo, deadline, over_quota)
         if reason is None:
@@ -949,7 +602,7 @@ class Planner:
         if leaving:
             until = max(until, max(running_end(v, self.now, self.policy) for v in leaving))
         self.hold(job, found.nodes, until)
-        self.claim_quota(job, (*found.victims, *leaving))
+        self.quota.claim_for(job, (*found.victims, *leaving))
         n_v = len(found.victims) + len(leaving)
         gpus = sum(v.gpus for v in found.victims) + sum(v.gpus for v in leaving)
         self.record(job, explain.preempting(job, n_v, gpus, until), until)
@@ -966,36 +619,6 @@ class Planner:
         if self._timeline is not None:
             self._timeline.move(v.id, deadline, self.released(v))
 
-    def claim_quota(self, job: PendingJob, victims: Sequence[RunningJob]) -> None:
-        """A preemptor counts on quota room: what its victims free, plus the room left now.
-        Count the latter as held from now on, so no later job of its queue or line takes
-        it while the victims checkpoint (and the preemptor reads QUOTA_EXCEEDED after all)."""
-        borrowed = self.usage.borrowed_ids
-        # moved jobs (consolidation) come back: the room they hold stays theirs
-        entitled = [v for v in victims if v.id not in borrowed and not v.migrating]
-        freed_q = sum(v.gpus for v in entitled if v.queue == job.queue)
-        freed_l = sum(v.gpus for v in entitled if v.line == job.line)
-        self.nb_queue[job.queue] = self.nb_queue.get(job.queue, 0) + max(0, job.gpus - freed_q)
-        self.nb_line[job.line] = self.nb_line.get(job.line, 0) + max(0, job.gpus - freed_l)
-
-    def reservable_counts(self, job: PendingJob, key: ClassKey) -> list[int]:
-        """Free GPUs per node a reservation may count on from now: on a shared node less
-        what online inference is predicted to want back before the job would end if it
-        started now (the rule ``_find_shared`` applies to a start now; for a later start
-        an approximation), so no job is estimated to start on GPUs it was kept off."""
-        counts = self.live.usable_counts()
-        if key[2] and self.rise:
-            end = self.now + job_runtime(job, self.policy)
-            for n in self.rise:
-                counts[n] = max(0, counts[n] - self.rise_on(n, end))
-        return counts
-
-    def rise_on(self, n: int, end: float) -> int:
-        """GPUs online inference is predicted to want on shared node ``n`` beyond what it
-        holds now, before ``end`` (0: nothing learned)."""
-        r = self.rise.get(n)
-        return rise_until(r, self.now, end) if r else 0
-
     def earliest_start(
         self, job: PendingJob, sh: ShapeT, horizon: float | None = None
     ) -> tuple[float, list[int]] | None:
@@ -1003,7 +626,7 @@ class Planner:
         and the inference forecast counted; None: never, or not by ``horizon``)."""
         key, k, c, _last, excl = sh
         return self.timeline().earliest_start(
-            self.topo, self.open_elig(key), self.reservable_counts(job, key), k, c, excl,
+            self.topo, self.open_elig(key), self.where.reservable_counts(job, key), k, c, excl,
             job.model_name, self.now, horizon,
         )  # fmt: skip
 
@@ -1020,7 +643,7 @@ class Planner:
         return t
 
     def reserve_for_quota_room(self, job: PendingJob, sh: ShapeT, room_at: float) -> float | None:
-        """An overdue job that holds its scope's quota room (``hold_quota``) also reserves
+        """An overdue job that holds its scope's quota room (``QuotaRoom.hold``) also reserves
         nodes, from when the room is due or the nodes free, whichever is later; its start
         (None: no reservation). Without it the room came while other lines' work had split
         the nodes, and the job waited one runtime more for a whole node (Hypothesis found
@@ -1032,140 +655,6 @@ class Planner:
         ):
             return None
         return self.reserve(job, sh, room_at)
-
-    def diagnose(self, job: PendingJob, sh: ShapeT) -> tuple[str, dict[str, Any]]:
-        """Why a blocked job cannot be placed, from what is left free this cycle (``final``):
-        it would fit there but for reservations -> PRIORITY; enough matching GPUs but no
-        valid placement -> TOPOLOGY; else INSUFFICIENT_GPUS."""
-        got = self._diag.get(sh)
-        if got is not None:
-            return got
-        key, k, c, _last, excl = sh
-        init = self.final
-        cls = init.node_class(key)
-        if init.find(cls, k, c, excl, None) is not None:
-            if key[2] and self.rise:  # per job: the forecast depends on its end
-                return self._diagnose_shared(job, sh, cls.elig)
-            got = (Code.PRIORITY, {})
-        else:
-            base = self._where(key, c, excl)
-            diag = dict(base, nodes_needed=k, gpus_per_node=c)
-            code = Code.TOPOLOGY if base["free_gpus"] >= job.gpus else Code.INSUFFICIENT_GPUS
-            got = (code, diag)
-        self._diag[sh] = got
-        return got
-
-    def _diagnose_shared(
-        self, job: PendingJob, sh: ShapeT, elig: bytearray
-    ) -> tuple[str, dict[str, Any]]:
-        """A job that would fit in what is left free only on shared nodes' GPUs that online
-        inference is predicted to want back before the job ends: INSUFFICIENT_GPUS with
-        ``inference_reclaims_gpus``; else, as any job that fits but for reservations,
-        PRIORITY."""
-        key, k, c, _last, excl = sh
-        init = self.final
-        dkey = without_inference(key)
-        end = self.now + job_runtime(job, self.policy)
-        if init.find(init.node_class(dkey), k, c, excl, None) is not None:
-            return Code.PRIORITY, {}
-        if self._find_shared(job, sh, elig, end, init) is not None:
-            return Code.PRIORITY, {}
-        base = self._where(key, c, excl)
-        reclaims = sum(
-            min(init.nfree[n], self.rise_on(n, end))
-            for n in self.rise
-            if elig[n] and init.usable[n]
-        )
-        free = max(0, base["free_gpus"] - reclaims)
-        if free >= job.gpus:  # enough beside inference's, but scattered
-            return Code.TOPOLOGY, dict(base, nodes_needed=k, gpus_per_node=c)
-        diag = dict(base, nodes_needed=k, gpus_per_node=c, free_gpus=free)
-        return Code.INSUFFICIENT_GPUS, dict(
-            diag, inference_reclaims_gpus=reclaims, predicted_end_at=end
-        )
-
-    def _where(self, key: ClassKey, c: int, excl: bool) -> dict[str, Any]:
-        """Where the matching GPUs left free this cycle are (one scan per class)."""
-        ck = (key, c, excl)
-        got = self._where_cache.get(ck)
-        if got is not None:
-            return got
-        topo = self.topo
-        init = self.final
-        cls = init.node_class(key)
-        best_node = 0
-        per_rack: dict[int, int] = {}
-        rack_qual: dict[int, int] = {}
-        usable = init.usable
-        nfree = init.nfree
-        total = topo.total
-        for r, nodes in cls.rack_nodes.items():
-            for n in nodes:
-                if not usable[n]:
-                    continue
-                f = nfree[n]
-                if f > best_node:
-                    best_node = f
-                if f:
-                    per_rack[r] = per_rack.get(r, 0) + f
-                if f >= c and (not excl or f == total[n]):
-                    rack_qual[r] = rack_qual.get(r, 0) + 1
-        got = {"free_gpus": init.free_gpus_of(cls), "best_node_free": best_node}
-        if rack_qual:
-            br = min(rack_qual, key=lambda r: (-rack_qual[r], r))
-            got["best_rack"] = topo.rack_label[br]
-            got["best_rack_nodes"] = rack_qual[br]
-        else:
-            got["best_rack"] = ""
-            got["best_rack_nodes"] = 0
-        per_block: dict[int, int] = {}
-        for r, q in rack_qual.items():
-            b = topo.rack_block[r]
-            per_block[b] = per_block.get(b, 0) + q
-        got["best_block_nodes"] = max(per_block.values(), default=0)
-        top = sorted(per_rack, key=lambda r: (-per_rack[r], r))[:3]
-        got["where"] = ", ".join(f"{topo.rack_label[r]}: {per_rack[r]:,}" for r in top)
-        self._where_cache[ck] = got
-        return got
-
-    def over_quota_now(self, job: PendingJob) -> bool:
-        """Jobs started after it may have used the quota room it had when it was considered:
-        if so, QUOTA_EXCEEDED (first in API.md's order), as the next cycle will read."""
-        leaving = tuple(self.leaving_for.get(job.id, ()))
-        short_q, short_l = self.quota_short(job, leaving)
-        if (short_q or short_l) and not self.swap.covers(job, leaving):
-            self.record(job, *self.quota_reason(job, short_q, ""))
-            return True
-        return False
-
-    def explain_blocked(self) -> None:
-        """Verdicts of the jobs blocked for capacity, now that every start is placed: as the
-        next cycle will see them if nothing else changes. Quota first, then what is left."""
-        for job in self.recheck_quota:
-            self.over_quota_now(job)
-        for (
-            job,
-            sh,
-            est,
-            no_estimate,
-            ahead_jobs,
-            ahead_gpus,
-            reservations,
-            overdue,
-        ) in self.blocked:
-            if self.over_quota_now(job):
-                continue
-            code, diag = self.diagnose(job, sh)
-            shape = self.describe(job, sh)
-            if code == Code.PRIORITY:
-                reason = explain.priority(
-                    job, shape, ahead_jobs, ahead_gpus, reservations, False, overdue
-                )
-            elif code == Code.TOPOLOGY:
-                reason = explain.topology(job, shape, dict(diag))
-            else:
-                reason = explain.insufficient(job, shape, dict(diag))
-            self.record(job, self.maybe_demoted(job, reason), est, no_estimate)
 
     def maybe_demoted(self, job: PendingJob, reason: explain.Reason) -> explain.Reason:
         if is_demoted(job.preemption_count, self.policy):
@@ -1187,11 +676,11 @@ class Planner:
             return
         got = self.leaving_for.get(job.id)
         leaving: tuple[RunningJob, ...] = tuple(got) if got else ()
-        short_q, short_l = self.quota_short(job, ())
+        short_q, short_l = self.quota.short(job, ())
         waits_for_quota = False
         if (short_q or short_l) and leaving:
             # Its victims still hold GPUs (and quota); once gone, does it fit?
-            lq, ll = self.quota_short(job, leaving)
+            lq, ll = self.quota.short(job, leaving)
             if not lq and not ll:
                 waits_for_quota = True
             else:
@@ -1213,25 +702,25 @@ class Planner:
                 self.ahead_jobs += 1
                 self.ahead_gpus += job.gpus
                 return
-            room_at = self.quota_room(job, short_q)
-            holds = self.hold_quota(job, short_q, room_at)
+            room_at = self.quota.room(job, short_q)
+            holds = self.quota.hold(job, short_q, room_at)
             if self.swap.defer(job, short_q, short_l):
                 deferred.append(job)  # quota_swap.py: in the borrowing pass
                 return
             reserved_at = None
             if holds and room_at is not None:
                 reserved_at = self.reserve_for_quota_room(job, sh, room_at)
-            self.record(job, *self.quota_reason(job, short_q, "", reserved_at, holds))
+            self.record(job, *self.quota.reason(job, short_q, "", reserved_at, holds))
             return
         un = self.unavailable(job, sh)
         if un is not None:
             self.record(job, explain.nodes_unavailable(job, self.describe(job, sh), un))
-            self.recheck_quota.append(job)
+            self.blocked.recheck_quota.append(job)
             return
-        held = self.quota_held(job)  # PRIORITY: after NODES_UNAVAILABLE (API.md's order)
+        held = self.quota.held(job)  # PRIORITY: after NODES_UNAVAILABLE (API.md's order)
         if held is not None:
             self.record(job, held)
-            self.recheck_quota.append(job)
+            self.blocked.recheck_quota.append(job)
             return
         if self.hol_blocked(job):
             reason = explain.priority(
@@ -1243,13 +732,13 @@ class Planner:
                 True,
             )
             self.record(job, self.maybe_demoted(job, reason), None, explain.STRICT_ORDER)
-            self.recheck_quota.append(job)
+            self.blocked.recheck_quota.append(job)
             self.ahead_jobs += 1
             self.ahead_gpus += job.gpus
             return
         if not waits_for_quota:
             end = self.now + job_runtime(job, self.policy)
-            nodes = self.try_place(job, sh, end)
+            nodes = self.where.place(job, sh, end)
             if nodes is not None and not swapping:
                 self.start(job, sh, nodes, borrowed=False)
                 return
@@ -1261,8 +750,8 @@ class Planner:
             if swapping:
                 self.swap.hold_instead(job)
         elif waits_for_quota:
-            q_short, _ = self.quota_short(job, ())
-            self.record(job, *self.quota_reason(job, q_short, ""))
+            q_short, _ = self.quota.short(job, ())
+            self.record(job, *self.quota.reason(job, q_short, ""))
         elif (
             self.swap.consolidate_overdue(job, sh)
             if job.id in self.swap.overdue
@@ -1277,11 +766,11 @@ class Planner:
                 est = self.reserve(job, sh)
                 no_estimate = explain.NO_PLACEMENT_AHEAD
                 if est is not None and job.id in self.swap.overdue:
-                    self.hold_quota(job, short_q, est)  # its swap's cover, until it starts
+                    self.quota.hold(job, short_q, est)  # its swap's cover, until it starts
             if job.id not in self.swap.overdue:
-                self.claim_overdue_room(job, est)
-            self.blocked.append(
-                (
+                self.quota.claim_overdue(job, est)
+            self.blocked.jobs.append(
+                BlockedJob(
                     job,
                     sh,
                     est,
@@ -1302,7 +791,7 @@ class Planner:
             self.swap.consider(job)
             return
         sh = self.shape(job)
-        short_q, _short_l = self.quota_short(job, ())
+        short_q, _short_l = self.quota.short(job, ())
         leaving = tuple(self.leaving_for.get(job.id, ()))
         if self.unavailable(job, sh) is not None:
             note = "It could borrow idle capacity, but the nodes it needs are unavailable."
@@ -1313,11 +802,11 @@ class Planner:
             if leaving and self.hold_for_leaving(job, sh, leaving, BORROWED):
                 self.borrowing.started(job, end)  # jobs still move off the nodes it borrows
                 return
-            nodes = self.try_place(job, sh, end)
+            nodes = self.where.place(job, sh, end)
             if nodes is not None:
                 refused = self.borrowing.refusal(job)  # borrowing.py (#19)
                 if refused is not None:
-                    reason, est = self.quota_reason(job, short_q, refused[1])
+                    reason, est = self.quota.reason(job, short_q, refused[1])
                     self.record(job, refused_reason(reason, refused[0]), est)
                     return
                 self.start(job, sh, nodes, borrowed=True)
@@ -1332,7 +821,7 @@ class Planner:
                 self.borrowing.started(job, end)  # it holds the nodes jobs move off
                 return
             note = "It may borrow idle capacity, but none fits it now."
-        self.record(job, *self.quota_reason(job, short_q, note))
+        self.record(job, *self.quota.reason(job, short_q, note))
 
     def run(self) -> Plan:
         order = aging.order(
@@ -1353,7 +842,7 @@ class Planner:
             self.consider(job, deferred)
         for job in deferred:
             self.consider_borrower(job)
-        self.explain_blocked()
+        self.blocked.explain()
         defragment(self.consolidation)
         return self.assemble(first + rest)
 
@@ -1401,15 +890,6 @@ class Planner:
         return replace(
             plan, marks=marks(self.s.running, self.usage.borrowed_ids, plan.decided_ids())
         )
-
-
-def _steps(curve: list[tuple[int, float]]) -> list[int]:
-    """GPUs released at each point of a cumulative release curve."""
-    out, prev = [], 0
-    for cum, _t in curve:
-        out.append(cum - prev)
-        prev = cum
-    return out
 
 
 def plan(snapshot: Snapshot, now: float) -> Plan:

@@ -358,7 +358,7 @@ class QuotaSwap:
         displaceable work the plan started, which the next plan may displace."""
         if job.id not in self.instead:
             return False
-        shorts = self._shorts(job, *self.p.quota_short(job, leaving))
+        shorts = self._shorts(job, *self.p.quota.short(job, leaving))
         left = {sc: short - self.fresh.get(sc, 0) for sc, short in shorts.items()}
         return self._choose_now(left) is not None
 
@@ -375,7 +375,7 @@ class QuotaSwap:
         its scope that ``choose`` picks becomes the borrowed part. False (nothing done) if that work no
         longer covers it (its own victims, still stopping, count against its quota)."""
         p = self.p
-        shorts = self._shorts(job, *p.quota_short(job, ()))
+        shorts = self._shorts(job, *p.quota.short(job, ()))
         ruled = job.id in self.overdue
         chosen = self._ruled(job, shorts) if ruled else self._choose_now(shorts)
         if chosen is None:
@@ -419,7 +419,7 @@ class QuotaSwap:
         p = self.p
         sh = p.shape(job)
         first_q = self.waiting[job.id][0]
-        shorts = self._shorts(job, *p.quota_short(job, ()))
+        shorts = self._shorts(job, *p.quota.short(job, ()))
         limits = Limits(p.borrowing.displace_room, p.borrowing.budget, p.now)
         chosen = self._choose_now(shorts, limits)
         refused = None
@@ -437,7 +437,7 @@ class QuotaSwap:
             elif leaving and p.hold_for_leaving(job, sh, leaving, SWAPPED):
                 self.keep(chosen)  # jobs still move off the nodes it will start on
                 return
-            elif (nodes := p.try_place(job, sh, p.now + job_runtime(job, p.policy))) is None:
+            elif (nodes := p.where.place(job, sh, p.now + job_runtime(job, p.policy))) is None:
                 note = NO_ROOM
                 if self.forecast_refusal(job, chosen) is None and self.consolidate(job, sh, chosen):
                     return
@@ -452,10 +452,10 @@ class QuotaSwap:
                     self.displace(job, chosen)
                     return
         if refused is not None:
-            reason, est = p.quota_reason(job, first_q, refused[1])
+            reason, est = p.quota.reason(job, first_q, refused[1])
             p.record(job, refused_reason(reason, refused[0]), est)
             return
-        p.record(job, *p.quota_reason(job, first_q, note))
+        p.record(job, *p.quota.reason(job, first_q, note))
 
     def forecast_refusal(self, job: PendingJob, chosen: list[RunningJob]) -> tuple[str, str] | None:
         """The lenders' forecast against displacing ``chosen`` for ``job`` until they end
@@ -486,7 +486,7 @@ class QuotaSwap:
         """An overdue swapper with no room (``overdue_first``): ask consolidation to move
         jobs for it as for a swapper of the borrowing pass, the work it will displace kept
         from the search."""
-        chosen = self._ruled(job, self._shorts(job, *self.p.quota_short(job, ())))
+        chosen = self._ruled(job, self._shorts(job, *self.p.quota.short(job, ())))
         return chosen is not None and self.consolidate(job, sh, chosen)
 
     def keep(self, chosen: Iterable[RunningJob]) -> None:

@@ -1,5 +1,5 @@
 """Online inference's learned daily demand and what it leaves training (#19,
-``engine.inference_forecast``; placement on shared nodes in ``planner._find_shared``)."""
+``engine.inference_forecast``; placement on shared nodes in ``NodeChoice.find_shared``)."""
 
 from __future__ import annotations
 

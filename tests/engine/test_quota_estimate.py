@@ -4,7 +4,7 @@ for the same room (session 33).
 On the full demo the 2,356th job waiting for line search-rec's room read "#2,356 in line ·
 starts ~09:35", five minutes off: the estimate was when the line's running work would
 release what *this* job lacks, as if no job were ahead of it. Now the room goes to the
-jobs given QUOTA_EXCEEDED before it in the plan first (``Planner.quota_reason``); the
+jobs given QUOTA_EXCEEDED before it in the plan first (``QuotaRoom.reason``); the
 plan's decisions are the same (the plan corpus's starts, stops, reservations and codes
 did not change), only the estimates and their words.
 """

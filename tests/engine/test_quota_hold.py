@@ -1,4 +1,4 @@
-"""Quota room held for an overdue job (#19, ``Planner.hold_quota`` / ``quota_held``).
+"""Quota room held for an overdue job (#19, ``QuotaRoom.hold`` / ``held``).
 
 On ITP a tenant's small jobs took every GPU of quota released before one of its large
 jobs fitted, so under backfill the large job waited days longer than under strict FIFO.

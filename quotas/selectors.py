@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from core.roles import line_ids, role_of
 from monitoring.metrics import ratio_text
 from monitoring.rollup import EvictionFigures, list_evictions_with_use
-from quotas import ledger
+from quotas import advice, ledger
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest, UsageSample
 from quotas.permissions import sees_all_requests
 from scheduling.models import Job
@@ -139,12 +139,12 @@ def build_cluster_state(exclude_scheduled: int | None = None) -> ledger.ClusterS
 
 def build_recent_use(
     line: BusinessLine, queue: Queue | None, now: datetime, days: int
-) -> ledger.UseSummary:
+) -> advice.UseSummary:
     """Peak and average use and pending demand over the last ``days`` (from usage samples)."""
     points = UsageSample.objects.filter(
         business_line=line, queue=queue, at__gte=now - timedelta(days=days), at__lte=now
     ).values_list("at", "used_gpus", "pending_gpus")
-    return ledger.summarize_use([(at.timestamp(), used, pend) for at, used, pend in points])
+    return advice.summarize_use([(at.timestamp(), used, pend) for at, used, pend in points])
 
 
 def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
@@ -157,7 +157,7 @@ def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
     after = result.after
     data = result.as_dict()
     data["recent_use"] = {**use.as_dict(), "days": policy.usage_days}
-    data["notes"] += ledger.compare_use(use, after.quota_gpus, after.guarantee_gpus)
+    data["notes"] += advice.compare_use(use, after.quota_gpus, after.guarantee_gpus)
     data["takes_effect"] = (
         "at approval"
         if req.starts_at is None or req.starts_at <= now
@@ -169,7 +169,7 @@ def build_request_impact(req: QuotaRequest, now: datetime) -> dict:
 def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dict]:
     """R4: for each queue of the line whose eviction ratio (the latest rollup's, over its
     window) is above the policy's target, the smallest guarantee whose replay against the
-    window's evictions prevents most of them (``ledger.suggest_guarantee``)."""
+    window's evictions prevents most of them (``advice.suggest_guarantee``)."""
     if eviction.sampled_at is None:
         return []
     policy = QuotaPolicy.load()
@@ -186,11 +186,11 @@ def build_suggestions(line: BusinessLine, eviction: EvictionFigures) -> list[dic
     for queue in queues:
         figures = eviction.by_queue[queue.pk]
         events = [
-            ledger.EvictionEvent(gpus=gpus, gpu_seconds=gpu_s, queue_used=used, at=at.timestamp())
+            advice.EvictionEvent(gpus=gpus, gpu_seconds=gpu_s, queue_used=used, at=at.timestamp())
             for at, gpus, gpu_s, used in list_evictions_with_use(queue.pk, since, until)
         ]
         cap = queue.quota_gpus if queue.quota_gpus is not None else line.quota_gpus
-        suggestion = ledger.suggest_guarantee(
+        suggestion = advice.suggest_guarantee(
             queue.name,
             events,
             figures["delivered_gpu_s"],

@@ -4,6 +4,7 @@ against capacity, borrowed use, the impact of a change, recent use and R4 sugges
 import pytest
 
 from monitoring import metrics
+from quotas import advice
 from quotas import ledger as L
 
 LINES = (L.LineContract("a", 10, 4), L.LineContract("b", 10, 2))
@@ -192,17 +193,17 @@ def test_impact_reports_a_change_that_does_not_fit():
     ],
 )
 def test_recent_use_summary(points, expected):
-    u = L.summarize_use(points)
+    u = advice.summarize_use(points)
     assert (u.samples, u.peak_used, u.avg_used, u.peak_pending, u.avg_pending, u.since) == expected
 
 
 def test_recent_use_is_compared_with_the_proposed_contract():
-    use = L.summarize_use([(0, 2, 1), (60, 6, 3)])
-    notes = " ".join(L.compare_use(use, 20, 8))
+    use = advice.summarize_use([(0, 2, 1), (60, 6, 3)])
+    notes = " ".join(advice.compare_use(use, 20, 8))
     assert "11 GPUs would have gone unused" in notes
     assert "guarantee of 8 is above the recent peak of use (6)" in notes
-    assert "below the recent peak" in " ".join(L.compare_use(use, 4, 0))
-    assert "No usage history" in L.compare_use(L.summarize_use([]), 4, 0)[0]
+    assert "below the recent peak" in " ".join(advice.compare_use(use, 4, 0))
+    assert "No usage history" in advice.compare_use(advice.summarize_use([]), 4, 0)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -226,18 +227,18 @@ def test_delivered_gpu_seconds_integrates_the_step_series(points, until, expecte
     "used,gpus,needed", [(8, 2, 7), (2, 2, 1), (1, 4, 1), (10, 1, 10), (0, 3, 1)]
 )
 def test_the_guarantee_needed_to_forbid_an_eviction(used, gpus, needed):
-    assert L.guarantee_needed(L.EvictionEvent(gpus, 1.0, used)) == needed
+    assert advice.guarantee_needed(advice.EvictionEvent(gpus, 1.0, used)) == needed
 
 
 MIXED = [
-    L.EvictionEvent(2, 7200, 4),  # needs 3
-    L.EvictionEvent(2, 7200, 6),  # needs 5
-    L.EvictionEvent(2, 720, 8),  # needs 7
+    advice.EvictionEvent(2, 7200, 4),  # needs 3
+    advice.EvictionEvent(2, 7200, 6),  # needs 5
+    advice.EvictionEvent(2, 720, 8),  # needs 7
 ]
 
 
 def test_a_suggestion_covers_most_of_the_lost_gpu_time_with_its_numbers():
-    s = L.suggest_guarantee("q", MIXED, 40_000, 2, cap=None, target_ratio=0.1)
+    s = advice.suggest_guarantee("q", MIXED, 40_000, 2, cap=None, target_ratio=0.1)
     assert s is not None
     assert s.suggested_guarantee == 5, "3 and 5 cover 14400 of 15120 GPU-s (>= 80%)"
     assert (s.evictions, s.prevented_evictions, s.capped_at) == (3, 2, None)
@@ -260,7 +261,7 @@ def test_a_suggestion_covers_most_of_the_lost_gpu_time_with_its_numbers():
 def test_suggestions_only_when_the_ratio_stays_above_target(
     events, delivered, current, cap, target, expected
 ):
-    s = L.suggest_guarantee("q", events, delivered, current, cap, target)
+    s = advice.suggest_guarantee("q", events, delivered, current, cap, target)
     assert (s.suggested_guarantee if s else None) == expected
     if s is not None:
         assert s.eviction_ratio <= 1.0

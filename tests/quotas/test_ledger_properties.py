@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from monitoring import metrics
+from quotas import advice
 from quotas import ledger as L
 
 FAST = settings(max_examples=60, deadline=None)
@@ -474,10 +475,10 @@ samples = st.lists(
 @FAST
 @given(samples)
 def test_a_use_summary_lies_between_the_samples_extremes(points):
-    u = L.summarize_use(points)
+    u = advice.summarize_use(points)
     assert u.samples == len(points)
     if not points:
-        assert u == L.UseSummary(0, 0, 0.0, 0, 0.0, None)
+        assert u == advice.UseSummary(0, 0, 0.0, 0, 0.0, None)
         return
     used = [p[1] for p in points]
     pending = [p[2] for p in points]
@@ -491,8 +492,8 @@ def test_a_use_summary_lies_between_the_samples_extremes(points):
 @FAST
 @given(samples, st.none() | st.integers(0, 1200), st.integers(0, 600))
 def test_the_comparison_with_recent_use_says_each_thing_only_when_true(points, quota, guarantee):
-    u = L.summarize_use(points)
-    notes = L.compare_use(u, quota, guarantee)
+    u = advice.summarize_use(points)
+    notes = advice.compare_use(u, quota, guarantee)
     if not points:
         assert notes == ["No usage history yet: the comparison with recent use is not available."]
         return
@@ -537,14 +538,14 @@ def test_the_eviction_ratio_is_zero_without_delivered_time(evicted, delivered):
     assert ratio == (0.0 if delivered <= 0 else evicted / delivered)
 
 
-def test_the_ledger_uses_the_one_eviction_ratio():
-    assert L.window_eviction_ratio is metrics.window_eviction_ratio
+def test_the_guarantee_advice_uses_the_one_eviction_ratio():
+    assert advice.window_eviction_ratio is metrics.window_eviction_ratio
 
 
 @FAST
 @given(st.integers(0, 64), st.integers(1, 16))
 def test_the_guarantee_needed_is_the_smallest_that_forbids_the_eviction(used, gpus):
-    g = L.guarantee_needed(L.EvictionEvent(gpus, 1.0, used))
+    g = advice.guarantee_needed(advice.EvictionEvent(gpus, 1.0, used))
     active = max(used, gpus)
     assert active - g < gpus, "with it, the queue may not lose this many GPUs"
     assert active - (g - 1) >= gpus, "one less and the eviction was allowed"
@@ -552,7 +553,7 @@ def test_the_guarantee_needed_is_the_smallest_that_forbids_the_eviction(used, gp
 
 
 events = st.lists(
-    st.builds(L.EvictionEvent, st.integers(1, 16), st.floats(1, 1e5), st.integers(0, 64)),
+    st.builds(advice.EvictionEvent, st.integers(1, 16), st.floats(1, 1e5), st.integers(0, 64)),
     max_size=12,
 )
 
@@ -565,7 +566,7 @@ events = st.lists(
 def test_a_suggestion_raises_the_guarantee_within_its_cap_and_never_promises_too_much(
     evs, delivered, current, cap, target
 ):
-    s = L.suggest_guarantee("q", evs, delivered, current, cap, target)
+    s = advice.suggest_guarantee("q", evs, delivered, current, cap, target)
     evicted = sum(e.gpu_seconds for e in evs)
     if len(evs) < 3:
         assert s is None
@@ -580,7 +581,7 @@ def test_a_suggestion_raises_the_guarantee_within_its_cap_and_never_promises_too
     if s.capped_at is None:
         assert s.prevented_share >= 0.8 - 1e-4, "the default coverage is met"
         assert s.prevented_evictions > 0
-    prevented = [e for e in evs if L.guarantee_needed(e) <= s.suggested_guarantee]
+    prevented = [e for e in evs if advice.guarantee_needed(e) <= s.suggested_guarantee]
     assert s.prevented_evictions == len(prevented)
     assert s.prevented_share == round(sum(e.gpu_seconds for e in prevented) / evicted, 4)
     assert s.message().startswith(f"Queue q: {len(evs)} evictions cost ")
@@ -588,19 +589,19 @@ def test_a_suggestion_raises_the_guarantee_within_its_cap_and_never_promises_too
 
 def test_suggestions_group_events_by_the_guarantee_each_needs():
     """Ties: every eviction needing the suggested guarantee is counted as prevented."""
-    evs = [L.EvictionEvent(2, 100.0, 4)] * 3 + [L.EvictionEvent(1, 1.0, 40)]
-    s = L.suggest_guarantee("q", evs, 400.0, 0, None, 0.1)
+    evs = [advice.EvictionEvent(2, 100.0, 4)] * 3 + [advice.EvictionEvent(1, 1.0, 40)]
+    s = advice.suggest_guarantee("q", evs, 400.0, 0, None, 0.1)
     assert s is not None and s.suggested_guarantee == 3
     assert (s.prevented_evictions, s.prevented_share) == (3, round(300 / 301, 4))
     by_needed = defaultdict(int)
     for e in evs:
-        by_needed[L.guarantee_needed(e)] += 1
+        by_needed[advice.guarantee_needed(e)] += 1
     assert dict(by_needed) == {3: 3, 40: 1}
 
 
 def test_a_capped_suggestion_that_would_prevent_no_eviction_is_not_made():
-    evs = [L.EvictionEvent(1, 3600.0, 2)] * 3  # each needed a guarantee of 2
-    s = L.suggest_guarantee("q", evs, 3 * 3600.0, 0, cap=1, target_ratio=0.1)
+    evs = [advice.EvictionEvent(1, 3600.0, 2)] * 3  # each needed a guarantee of 2
+    s = advice.suggest_guarantee("q", evs, 3 * 3600.0, 0, cap=1, target_ratio=0.1)
     assert s is None, s and s.message()
 
 
@@ -655,13 +656,13 @@ def test_a_fit_as_dict_has_the_numbers_and_verdicts_the_impact_page_shows():
 
 
 def test_plain_records_as_dicts_are_their_fields_in_order():
-    use = L.UseSummary(samples=3, peak_used=9, avg_used=4.5, peak_pending=2, avg_pending=0.5,
+    use = advice.UseSummary(samples=3, peak_used=9, avg_used=4.5, peak_pending=2, avg_pending=0.5,
                        since=100.0)  # fmt: skip
     assert list(use.as_dict().items()) == [
         ("samples", 3), ("peak_used", 9), ("avg_used", 4.5), ("peak_pending", 2),
         ("avg_pending", 0.5), ("since", 100.0),
     ]  # fmt: skip
-    suggestion = L.Suggestion("q", 0.3, 0.1, 4, 12.0, 2, 6, 3, 0.75, 0.05, None)
+    suggestion = advice.Suggestion("q", 0.3, 0.1, 4, 12.0, 2, 6, 3, 0.75, 0.05, None)
     assert list(suggestion.as_dict()) == [
         "queue", "eviction_ratio", "target_ratio", "evictions", "evicted_gpu_hours",
         "current_guarantee", "suggested_guarantee", "prevented_evictions", "prevented_share",

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from monitoring.models import MetricSample
 from monitoring.rollup import rollup
-from quotas import ledger as L
+from quotas import advice
 from quotas.models import Queue, QuotaPolicy
 from scheduling.clock import cluster_now
 from scheduling.models import Eviction, Job
 
-E = L.EvictionEvent
+E = advice.EvictionEvent
 
 
 # -- the replay -------------------------------------------------------------------------------
@@ -32,19 +32,19 @@ def test_one_plan_shares_one_budget():
     """Four 8-GPU victims taken at once from a queue using 64: a guarantee of 33 leaves a
     budget of 31, so three could still go and one is prevented; 57 prevents all four."""
     plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
-    assert [len(L.replay_guarantee(plan, g)) for g in (32, 33, 41, 49, 57)] == [0, 1, 2, 3, 4]
+    assert [len(advice.replay_guarantee(plan, g)) for g in (32, 33, 41, 49, 57)] == [0, 1, 2, 3, 4]
     # the same evictions as separate plans: each alone needs 57
     alone = [E(8, 3600.0, 64) for _ in range(4)]
-    assert [len(L.replay_guarantee(alone, g)) for g in (33, 56, 57)] == [0, 0, 4]
+    assert [len(advice.replay_guarantee(alone, g)) for g in (33, 56, 57)] == [0, 0, 4]
 
 
 def test_the_suggestion_is_the_smallest_guarantee_whose_replay_covers_enough():
     plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
-    s = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
+    s = advice.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
     assert s is not None and (s.suggested_guarantee, s.prevented_evictions) == (33, 1)
     assert s.prevented_share == 0.25 and s.ratio_after == round(3 / 16, 4)
     assert "would have prevented 1 of them (25% of the lost GPU time" in s.message()
-    s = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1)  # 80%: all four
+    s = advice.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1)  # 80%: all four
     assert (s.suggested_guarantee, s.prevented_evictions, s.ratio_after) == (57, 4, 0.0)
 
 
@@ -52,27 +52,27 @@ def test_the_suggestion_says_what_floor_would_have_kept_the_queue_under_target()
     """#19: 4 evictions of 3,600 GPU-s out of 57,600 delivered (25%); the 10% target needs
     3 of them prevented: a floor of 49 (the 25% coverage suggests 33, which leaves 18.8%)."""
     plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
-    s = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
+    s = advice.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1, coverage=0.25)
     assert s is not None and s.suggested_guarantee == 33
     assert (s.floor_for_target, s.ratio_at_floor) == (49, 0.0625)
     assert "A guaranteed floor of 49 GPUs would have kept it under its 10.0% target" in s.message()
-    capped = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, 40, 0.1, coverage=0.25)
+    capped = advice.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, 40, 0.1, coverage=0.25)
     assert capped is not None and capped.floor_for_target is None
     assert "No guaranteed floor within its quota" in capped.message()
-    enough = L.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1)  # 80%: 57, ratio 0
+    enough = advice.suggest_guarantee("q", plan, 4 * 3600.0 * 4, 0, None, 0.1)  # 80%: 57, ratio 0
     assert enough is not None and enough.floor_for_target == 49
     assert "floor" in enough.message()  # 49 < 57: the smaller floor is named
 
 
 def test_a_cap_the_replay_prevents_nothing_under_gives_no_suggestion():
     plan = [E(8, 3600.0, 64, at=100.0) for _ in range(4)]
-    assert L.suggest_guarantee("q", plan, 10 * 3600.0, 0, cap=32, target_ratio=0.1) is None
-    capped = L.suggest_guarantee("q", plan, 10 * 3600.0, 0, cap=40, target_ratio=0.1)
+    assert advice.suggest_guarantee("q", plan, 10 * 3600.0, 0, cap=32, target_ratio=0.1) is None
+    capped = advice.suggest_guarantee("q", plan, 10 * 3600.0, 0, cap=40, target_ratio=0.1)
     assert capped is not None and capped.capped_at == 40
-    assert capped.prevented_evictions == len(L.replay_guarantee(plan, 40)) == 1
+    assert capped.prevented_evictions == len(advice.replay_guarantee(plan, 40)) == 1
 
 
-def _fewest_prevented(plan: list[L.EvictionEvent], guarantee: int) -> int:
+def _fewest_prevented(plan: list[advice.EvictionEvent], guarantee: int) -> int:
     """Brute force: over every set of victims that fits the plan's budget, the fewest left."""
     active = max(max(e.queue_used for e in plan), sum(e.gpus for e in plan))
     budget = max(0, active - guarantee)
@@ -94,12 +94,12 @@ plans = st.lists(
 @settings(max_examples=200, deadline=None)
 @given(plans, st.integers(0, 80))
 def test_the_replay_prevents_the_fewest_any_choice_of_victims_could(events, guarantee):
-    prevented = L.replay_guarantee(events, guarantee)
+    prevented = advice.replay_guarantee(events, guarantee)
     groups: dict[object, list] = {}
     for i, e in enumerate(events):
         groups.setdefault(e.at if e.at is not None else ("alone", i), []).append(e)
     assert len(prevented) == sum(_fewest_prevented(g, guarantee) for g in groups.values())
-    more = L.replay_guarantee(events, guarantee + 1)
+    more = advice.replay_guarantee(events, guarantee + 1)
     assert len(more) >= len(prevented), "a larger guarantee never prevents less"
 
 
@@ -109,17 +109,17 @@ def test_a_suggestion_is_what_its_replay_gives_and_the_smallest_that_does(
     events, current, cap, coverage
 ):
     evicted = sum(e.gpu_seconds for e in events)
-    s = L.suggest_guarantee("q", events, evicted * 2, current, cap, 0.1, coverage=coverage)
+    s = advice.suggest_guarantee("q", events, evicted * 2, current, cap, 0.1, coverage=coverage)
     if s is None:
         return
-    prevented = L.replay_guarantee(events, s.suggested_guarantee)
+    prevented = advice.replay_guarantee(events, s.suggested_guarantee)
     assert s.prevented_evictions == len(prevented) > 0, "never 'prevents 0'"
     saved = sum(e.gpu_seconds for e in prevented)
     assert s.prevented_share == round(saved / evicted, 4)
     if s.capped_at is None:
         assert saved >= coverage * evicted - 1e-6
         for g in range(current + 1, s.suggested_guarantee):
-            smaller = sum(e.gpu_seconds for e in L.replay_guarantee(events, g))
+            smaller = sum(e.gpu_seconds for e in advice.replay_guarantee(events, g))
             assert smaller < coverage * evicted, f"{g} would have done"
 
 
@@ -161,10 +161,10 @@ def test_the_line_page_suggests_what_the_replay_of_its_window_gives(client, demo
     # loses two (2 of 8 prevented); at G = 33 it keeps one and each pair one: 3 + 1 + 1 = 5
     # prevented, the first guarantee covering half the lost GPU time.
     assert suggested == 33
-    events = [L.EvictionEvent(8, 8 * 3600.0, 48, at=float(h)) for h, n in
+    events = [advice.EvictionEvent(8, 8 * 3600.0, 48, at=float(h)) for h, n in
               [(1, 4), (3, 2), (5, 2)] for _ in range(n)]  # fmt: skip
-    assert len(L.replay_guarantee(events, 32)) == 2
-    assert int(shown.group(1)) == len(L.replay_guarantee(events, suggested)) == 5
+    assert len(advice.replay_guarantee(events, 32)) == 2
+    assert int(shown.group(1)) == len(advice.replay_guarantee(events, suggested)) == 5
     assert int(shown.group(2)) == 8
     assert "would have prevented 5 of them" in card
     assert "13.3%" in card and "Eviction ratio, last 72 h" in card

@@ -32,7 +32,7 @@ from core.models import LineMembership
 from demo.workload import generate
 from monitoring.models import MetricSample
 from monitoring.rollup import rollup
-from quotas import ledger
+from quotas import advice
 from quotas.models import BusinessLine, Queue, QuotaPolicy
 from scheduling.backend_factory import open_simulator
 from scheduling.cycle import run_cycle
@@ -417,7 +417,7 @@ def test_every_number_agrees_on_every_surface_at_the_same_cycle(users):
             shown = re.search(r'data-field="prevented_evictions">(\d+) of (\d+)', card)
             events = window_evictions(queue)
             assert int(shown.group(2)) == len(events)
-            prevented = ledger.replay_guarantee(events, suggested)
+            prevented = advice.replay_guarantee(events, suggested)
             assert int(shown.group(1)) == len(prevented) > 0, queue_name
             ratio = ratios[queue_name]
             assert f"{100 * ratio:.1f}%" in card and f"Eviction ratio, {WINDOW}" in card
@@ -425,7 +425,7 @@ def test_every_number_agrees_on_every_surface_at_the_same_cycle(users):
     # prevented an eviction; tests/quotas/test_suggestion_replay.py has both cases)
 
 
-def window_evictions(queue: Queue) -> list[ledger.EvictionEvent]:
+def window_evictions(queue: Queue) -> list[advice.EvictionEvent]:
     """The queue's evictions in the latest sample's window, with its sampled use then."""
     latest = MetricSample.objects.order_by("-at").first()
     since = latest.at - timedelta(seconds=WINDOW_S)
@@ -444,7 +444,7 @@ def window_evictions(queue: Queue) -> list[ledger.EvictionEvent]:
     ):
         before = [used for t, used in series if t <= at]
         used = before[-1] if before else (series[0][1] if series else 0)
-        out.append(ledger.EvictionEvent(gpus, gpu_s, used, at=at.timestamp()))
+        out.append(advice.EvictionEvent(gpus, gpu_s, used, at=at.timestamp()))
     return out
 
 

@@ -13,18 +13,27 @@ The contracts, positions and impacts these advise on are ``quotas.ledger``'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from monitoring.metrics import window_eviction_ratio
 
-from .ledger import Plain
+
+class _Plain:
+    """A dataclass whose ``as_dict()`` is every field by name, in order."""
+
+    __slots__ = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
 
 # ---------------------------------------------------------------------------
 # Recent use
 
 
 @dataclass(frozen=True, slots=True)
-class UseSummary(Plain):
+class UseSummary(_Plain):
     samples: int
     peak_used: int
     avg_used: float
@@ -157,7 +166,7 @@ def _replay_thresholds(events: Sequence[EvictionEvent]) -> list[int]:
 
 
 @dataclass(frozen=True, slots=True)
-class Suggestion(Plain):
+class Suggestion(_Plain):
     queue: str
     eviction_ratio: float
     target_ratio: float

@@ -41,15 +41,6 @@ def _pick(obj: object, *names: str) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in names}
 
 
-class Plain:
-    """A dataclass whose ``as_dict()`` is every field by name, in order."""
-
-    __slots__ = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
-
-
 # ---------------------------------------------------------------------------
 # Contracts
 

@@ -28,6 +28,7 @@ from scheduling.engine.predict import PLAN_QUANTILE
 from .prediction_error import table as prediction_table
 from .replay import BORROW_KNOBS, ORDER_KNOBS, POLICIES, ReplayConfig, run_replay
 from .report import render_html, render_markdown
+from .start_estimates import table as estimates_table
 
 Writer = Callable[[str], None]
 
@@ -302,6 +303,12 @@ def human_summary(result: dict) -> list[str]:
     if pred.get("jobs"):
         lines += ["", "runtime prediction error (predicted at first start vs. true runtime):"]
         rows = prediction_table(pred)
+        width = max(len(label) for label, _ in rows)
+        lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
+    est = o.get("start_estimates") or {}
+    if est.get("jobs"):
+        lines += ["", "estimated starts shown to waiting jobs vs. when they started:"]
+        rows = estimates_table(est)
         width = max(len(label) for label, _ in rows)
         lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
     if o.get("rejected"):

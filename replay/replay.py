@@ -85,6 +85,7 @@ from .pools import (
 from .predictor import OnlinePredictor
 from .results import DAY, result_of
 from .shortcuts import candidates, head_blocked, plan_prefix
+from .start_estimates import StartEstimates
 from .wait_reasons import WaitLedger, reason_of, unseen_reason, why_not_borrowing
 from .workload import NODE_GPUS, Layout, Workload, build_layout, load_workload
 
@@ -248,6 +249,8 @@ class Replay:
         self.done = 0
         self.now = 0.0
         self.waits = WaitLedger()  # queueing delay by reason (``wait_reasons``)
+        # the estimated starts shown to waiting jobs, against their starts
+        self.estimates = StartEstimates(config.cycle_s)
 
     # -- bookkeeping ----------------------------------------------------------------
     def _meters(self, j: ReplayJob, t: float) -> tuple[m.Meter, m.Meter, m.FragMeter]:
@@ -438,6 +441,7 @@ class Replay:
                 j = self.jobs[jid]
                 del pool.pending[jid]
                 self.waits.drop(jid)
+                self.estimates.drop(jid)
                 self._wait(j, now, -1)
                 j.state = REJECTED
                 self.done += 1
@@ -493,6 +497,7 @@ class Replay:
             why_not = why_not_borrowing(j.preemptible, j.demoted, policy)
             if v is not None:
                 hold(j.idx, now, reason_of(v, why_not))
+                self.estimates.shown(j.idx, now, v.estimated_start)
             else:
                 hold(j.idx, now, unseen_reason(self._over_quota(j), decided is None, why_not))
 
@@ -569,6 +574,7 @@ class Replay:
         if j.first_start is None:
             j.first_start = now
             self.waits.started(j.idx, now)
+            self.estimates.started(j.idx, now)
             got = self._prediction(j)  # what the scheduler believed, for the error table
             j.predicted_s = got.seconds
             j.predicted_source = got.source

@@ -8,12 +8,13 @@ the first figure): it opens offline, no CDN.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from .prediction_error import table as prediction_table
+from .start_estimates import table as estimates_table
 
 COLORS = {
     "fifo": "#7f7f7f",
@@ -115,15 +116,27 @@ def queue_rows(run: dict) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def prediction_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
-    """One row per run: the runtime predictor's error (``replay.prediction_error``)."""
+def _rows_of(
+    runs: Sequence[dict], key: str, table: Callable[[dict], list[tuple[str, str]]]
+) -> tuple[list[str], list[list[str]]]:
+    """One row per run of the (label, value) rows ``table`` makes of ``overall[key]``."""
     header = ["policy"]
     rows = []
     for r in runs:
-        got = prediction_table(r["overall"].get("prediction") or {})
+        got = table(r["overall"].get(key) or {})
         header = ["policy", *(label for label, _ in got)]
         rows.append([r["policy"], *(value for _, value in got)])
     return header, rows
+
+
+def prediction_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per run: the runtime predictor's error (``replay.prediction_error``)."""
+    return _rows_of(runs, "prediction", prediction_table)
+
+
+def estimate_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
+    """One row per run: the estimated starts' error (``replay.start_estimates``)."""
+    return _rows_of(runs, "start_estimates", estimates_table)
 
 
 def wait_rows(runs: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
@@ -169,6 +182,13 @@ def render_markdown(runs: Sequence[dict]) -> str:
             "Predicted whole runtime at a job's first start against its true runtime, "
             "finished jobs only.",
             prediction_rows,
+        ),
+        (
+            "Estimated starts",
+            "The estimated start each waiting job was shown against when it first started "
+            "(error = start - estimate): its first verdict's, and every verdict's weighted "
+            "by how long it was shown.",
+            estimate_rows,
         ),
         (
             "What the jobs waited for",
@@ -306,6 +326,8 @@ def render_html(runs: Sequence[dict]) -> str:
         _html_table(*overall_rows(runs)),
         "<h2>Runtime prediction error</h2>",
         _html_table(*prediction_rows(runs)),
+        "<h2>Estimated starts</h2>",
+        _html_table(*estimate_rows(runs)),
         "<h2>What the jobs waited for</h2>",
         _html_table(*wait_rows(runs)),
     ]

@@ -200,6 +200,7 @@ def result_of(r: Replay, end: float, wall: float) -> dict[str, Any]:
         ),
         queues_over_alert_line=sorted(q for q, x in peaks.items() if x > EVICTION_ALERT_RATIO),
         prediction=prediction_error(r.jobs),
+        start_estimates=r.estimates.summary(),
         longest_waits=longest_waits(r.jobs, r.waits),
         idle_gpu_s_by_cause={c: round(gs) for c, gs, _share in idle_table(by_cause)},
         capacity_gpus=layout.total_gpus,

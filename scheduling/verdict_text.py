@@ -15,6 +15,7 @@ from typing import Any
 
 from scheduling.engine import borrowing
 from scheduling.engine.explain import NO_ESTIMATE, duration, num, when
+from scheduling.engine.line_estimate import ESTIMATE_BASIS, LINE
 
 # Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
 LABELS: dict[str, str] = {
@@ -70,6 +71,15 @@ LABELS: dict[str, str] = {
     "inference_reclaims_gpus": "Free GPUs online inference will want back before it ends",
     "predicted_end_at": "It would end by",
     "may_preempt_at": "May preempt from",
+    ESTIMATE_BASIS: "Estimated start from",
+}
+
+# ``details.estimate_basis`` (``scheduling.engine.line_estimate``), in words.
+ESTIMATE_BASES: dict[str, str] = {
+    LINE: (
+        "its turn for the GPUs the running work and the jobs ahead of it release, not where "
+        "they are: no nodes are reserved for it yet, so it is rougher than a reservation's"
+    ),
 }
 
 # ``details.borrow_refused`` of QUOTA_EXCEEDED (#19, ``scheduling.engine.borrowing``), in words.
@@ -136,6 +146,8 @@ def format_value(key: str, value: Any) -> str:
         return CONSTRAINTS.get(value, value)
     if key == "borrow_refused" and isinstance(value, str):
         return BORROW_RULES.get(value, value)
+    if key == ESTIMATE_BASIS and isinstance(value, str):
+        return ESTIMATE_BASES.get(value, value)
     if key in YES_NO or isinstance(value, bool):
         return "yes" if value else "no"
     if key in IDS:

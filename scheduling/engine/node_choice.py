@@ -175,13 +175,16 @@ class NodeChoice:
             counts[n] = max(0, f)
         return place_on_counts(self.p.topo, elig, counts, k, c, excl, model)
 
-    def reservable_counts(self, job: PendingJob, key: ClassKey) -> list[int]:
-        """Free GPUs per node a reservation may count on from now: on a shared node less
-        what online inference is predicted to want back before the job would end if it
-        started now (the rule ``find_shared`` applies to a start now; for a later start
-        an approximation), so no job is estimated to start on GPUs it was kept off."""
+    def reservable_counts(
+        self, job: PendingJob, key: ClassKey, view: Cluster | None = None
+    ) -> list[int]:
+        """Free GPUs per node a reservation may count on from now (in ``view``, the plan's
+        free capacity by default): on a shared node less what online inference is
+        predicted to want back before the job would end if it started now (the rule
+        ``find_shared`` applies to a start now; for a later start an approximation), so no
+        job is estimated to start on GPUs it was kept off."""
         p = self.p
-        counts = p.live.usable_counts()
+        counts = (p.live if view is None else view).usable_counts()
         if key[2] and self.rise:
             end = p.now + job_runtime(job, p.policy)
             for n in self.rise:

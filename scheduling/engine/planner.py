@@ -46,6 +46,7 @@ from .borrowing import Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
 from .defragment import defragment
 from .kept_rooms import keep_rooms, restarts
+from .line_estimate import estimate_the_line
 from .node_choice import NodeChoice
 from .placement import (
     ClassKey,
@@ -620,13 +621,22 @@ class Planner:
             self._timeline.move(v.id, deadline, self.released(v))
 
     def earliest_start(
-        self, job: PendingJob, sh: ShapeT, horizon: float | None = None
+        self,
+        job: PendingJob,
+        sh: ShapeT,
+        horizon: float | None = None,
+        reserved_too: bool = False,
     ) -> tuple[float, list[int]] | None:
         """When and where the backfill timeline first has room for ``job`` (reservations
-        and the inference forecast counted; None: never, or not by ``horizon``)."""
+        and the inference forecast counted; None: never, or not by ``horizon``); with
+        ``reserved_too``, on reserved nodes too, as if their reservations were lifted."""
         key, k, c, _last, excl = sh
+        if reserved_too:
+            elig, view = self.elig_ready(key), self.blocked.final
+        else:
+            elig, view = self.open_elig(key), self.live
         return self.timeline().earliest_start(
-            self.topo, self.open_elig(key), self.where.reservable_counts(job, key), k, c, excl,
+            self.topo, elig, self.where.reservable_counts(job, key, view), k, c, excl,
             job.model_name, self.now, horizon,
         )  # fmt: skip
 
@@ -843,6 +853,7 @@ class Planner:
         for job in deferred:
             self.consider_borrower(job)
         self.blocked.explain()
+        estimate_the_line(self)  # an estimate beyond the reservations (line_estimate.py)
         defragment(self.consolidation)
         return self.assemble(first + rest)
 

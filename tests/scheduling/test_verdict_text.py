@@ -24,6 +24,14 @@ from scheduling import verdict_text as vt
         ("strict_order", 0, "no"),
         ("demoted", 1, "yes"),
         ("constraint", "block_size", "more matching nodes than any network block has"),
+        # an estimate from the job's turn in the line, not a reservation (line_estimate.py)
+        (
+            "estimate_basis",
+            "line",
+            "its turn for the GPUs the running work and the jobs ahead of it release, not "
+            "where they are: no nodes are reserved for it yet, so it is rougher than a "
+            "reservation's",
+        ),
         # the borrowing rule that keeps a job from borrowing (#19)
         ("borrow_refused", "cooldown", "it was preempted recently (cool-down)"),
         (

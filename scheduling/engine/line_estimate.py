@@ -1,0 +1,147 @@
+"""An estimated start for every job blocked for capacity, not only the reserved ones (V1).
+
+Only the first ``max_reservations`` jobs blocked for capacity reserve nodes, and a
+reservation's start is their estimate. Before session 34 every other such job read "no
+estimate": on the Philly replay (640 GPUs, ``full``) that was 96% of the time jobs
+waited (``replay.start_estimates``), when a researcher asks first "when?".
+
+The line's estimate counts GPUs, not places: per class of nodes the job may use, the
+GPUs free once this plan's starts are placed, and the GPUs the running work (and the
+work this plan starts) releases at its predicted end (the backfill timeline's events),
+are handed to the blocked jobs in the plan's order, each when enough have come for it;
+each then runs for its predicted runtime and gives its GPUs back. A job's estimate is
+when its turn comes. A reserved job keeps its reservation's start and takes its GPUs in its
+turn, and no job starts before a placement of its shape opens up on the nodes not reserved
+(the backfill timeline's search, once per shape), or if none ever does, on the reserved ones
+as well: a job blocked for its topology waits for whole nodes, not for a count of GPUs. Work arriving later ahead of it is not foreseen, and
+the GPUs of the jobs ahead are counted, not placed, so the estimate is rougher than a
+reservation's; the replay measures both. A job blocked now is not estimated to start
+before the next release.
+
+Only jobs on part of one node waiting for GPUs to be released (``INSUFFICIENT_GPUS``,
+``PRIORITY``) get it: on the replay, the line's estimates of jobs of whole nodes and of jobs
+blocked by where the GPUs are (``TOPOLOGY``) were hours early (small jobs wait, or are
+backfilled, around them), so those keep "no estimate" until they reserve.
+
+It changes no decision: only the verdicts' ``estimated_start`` of jobs that had none
+because of the reservation limit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from . import explain
+from .placement import ClassKey
+from .policy import job_runtime
+from .types import Code
+
+# the codes whose jobs the line estimates: those waiting for GPUs to be released, not for
+# them to come together (TOPOLOGY)
+ESTIMATED = frozenset({Code.INSUFFICIENT_GPUS, Code.PRIORITY})
+
+# ``details[ESTIMATE_BASIS]`` of a verdict whose estimate is the line's, not a reservation's
+ESTIMATE_BASIS = "estimate_basis"
+LINE = "line"
+
+if TYPE_CHECKING:
+    from .blocked import BlockedJob
+    from .planner import Planner, ShapeT
+
+
+def estimate_the_line(p: Planner) -> None:
+    """Give the line's estimate (the module's rule) to each job on part of a node blocked
+    for GPUs that has no estimate only because of the reservation limit."""
+    no_res = explain.NO_RESERVATION.format(n=p.policy.max_reservations)
+    by_key: dict[ClassKey, list[BlockedJob]] = {}
+    for b in p.blocked.jobs:
+        rec = p.records.get(b.job.id)
+        if rec is None or rec[0][0] == Code.QUOTA_EXCEEDED:
+            continue  # it waits for quota now: its estimate is the quota room's
+        by_key.setdefault(b.shape[0], []).append(b)
+    for key, line in by_key.items():
+        if any(b.est is None and b.no_estimate == no_res for b in line):
+            _estimate(p, key, line, no_res)
+
+
+def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str) -> None:
+    elig = p.elig_ready(key)
+    free = sum(f for f, e in zip(p.live.nfree, elig, strict=True) if e)
+    tl = p.timeline()
+    voided = tl.voided
+    releases = [(t, g) for t, n, g, tag in tl.ordered() if elig[n] and tag not in voided]
+    given = _turns(p.now, free, releases, [(b.job.gpus, b.est, _runtime(p, b)) for b in line])
+    first_release = next((t for t, _g in releases if t > p.now), None)
+    per_job = key[2] and bool(p.where.rise)  # the inference forecast reads the job's end
+    placed: dict[ShapeT, float | None] = {}  # per shape: when a placement opens up
+
+    def opens(b: BlockedJob) -> float | None:
+        if per_job or b.shape not in placed:
+            got = p.earliest_start(b.job, b.shape) or p.earliest_start(
+                b.job, b.shape, reserved_too=True
+            )
+            placed[b.shape] = None if got is None else got[0]
+        return placed[b.shape]
+
+    for b, turn in zip(line, given, strict=True):
+        if b.est is not None or b.no_estimate != no_res or turn is None:
+            continue
+        (code, msg, details, remedy), _ = p.records[b.job.id]
+        if code not in ESTIMATED or not _part_of_a_node(p, b.shape):
+            continue
+        details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
+        at = opens(b)
+        if at is None:  # not even once all running work has ended as predicted
+            details[explain.NO_ESTIMATE] = explain.NO_PLACEMENT_AHEAD
+            p.records[b.job.id] = ((code, msg, details, remedy), None)
+            continue
+        est = max(turn, at)
+        if est <= p.now:  # blocked now all the same: not before something is released
+            est = first_release
+        if est is not None:
+            details[ESTIMATE_BASIS] = LINE
+            p.records[b.job.id] = ((code, msg, details, remedy), est)
+
+
+def _part_of_a_node(p: Planner, sh: ShapeT) -> bool:
+    """A shape on one node, not all of it: the jobs the line's count estimates well."""
+    _key, k, c, _last, excl = sh
+    return k == 1 and not excl and c < p.topo.max_gpus
+
+
+def _runtime(p: Planner, b: BlockedJob) -> float:
+    return job_runtime(b.job, p.policy)
+
+
+def _turns(
+    now: float,
+    free: int,
+    releases: Sequence[tuple[float, int]],
+    line: Sequence[tuple[int, float | None, float]],
+) -> list[float | None]:
+    """When each job of ``line`` (GPUs, reserved start or None, runtime), in order, gets
+    its GPUs: ``free`` now, then ``releases`` (time, GPUs; sorted) and what the jobs
+    before it give back at their end. None once a job never gets enough (and for every
+    job after it: the line keeps its order)."""
+    out: list[float | None] = []
+    back: list[tuple[float, int]] = []  # the line's own jobs ending: (time, GPUs)
+    i, t = 0, now
+    for gpus, reserved, runtime in line:
+        while free < gpus:
+            nxt = releases[i][0] if i < len(releases) else None
+            if back and (nxt is None or back[0][0] < nxt):
+                at, g = heapq.heappop(back)
+            elif nxt is not None:
+                at, g = releases[i]
+                i += 1
+            else:
+                return out + [None] * (len(line) - len(out))
+            t = max(t, at)
+            free += g
+        start = t if reserved is None else max(t, reserved)
+        out.append(start)
+        free -= gpus
+        heapq.heappush(back, (start + runtime, gpus))
+    return out

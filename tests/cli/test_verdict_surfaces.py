@@ -85,3 +85,35 @@ def test_no_estimate_says_why_on_every_surface(gpuctl, api, client, demo):
     assert f'id="estimated-start">{text}</strong>' in page
     assert "no_estimate_reason" not in page and "No estimate reason" not in page
     assert f"estimated start  {text}" in out
+
+
+def test_the_line_s_estimate_is_the_same_date_everywhere_and_says_what_it_is(
+    gpuctl, api, client, demo
+):
+    # 32 GPUs held for 90 min; six 4-GPU jobs wait: the first four reserve nodes, the
+    # other two are dated by their turn in the line (line_estimate.py)
+    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
+    BusinessLine.objects.update(quota_gpus=64, guarantee_gpus=0)
+    client.force_login(demo["researcher"])
+    for i in range(4):
+        submit(gpuctl, f"fill{i}", "llm-core", 8, 90)
+    assert api("admin").post("/api/v1/scheduler/cycle/").status_code == 200
+    waiting = [submit(gpuctl, f"w{i}", "llm-core", 4, 30) for i in range(6)]
+    assert api("admin").post("/api/v1/scheduler/cycle/").status_code == 200
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=waiting)}
+    assert all(j.estimated_start is not None for j in jobs.values())
+    lined = [pk for pk in waiting if jobs[pk].pending_details.get("estimate_basis") == "line"]
+    assert lined == waiting[4:]
+    job = jobs[lined[-1]]
+    shown = f"{job.estimated_start:%Y-%m-%d %H:%M} UTC"
+    got, page, out = surfaces(gpuctl, api, client, job.pk)
+    reason = got["pending_reason"]
+    assert reason["estimated_start_text"] == shown
+    fact = next(f for f in reason["facts"] if f["key"] == "estimate_basis")
+    assert fact["label"] == "Estimated start from"
+    assert fact["text"].startswith("its turn for the GPUs the running work")
+    assert f'id="estimated-start">{shown}</strong>' in page
+    assert f"<dt>Estimated start from</dt><dd>{fact['text']}</dd>" in page
+    assert f"estimated start  {shown}" in out and "Estimated start from: its turn" in out
+    for text in (json.dumps(reason), page, out.split("events:")[0]):
+        assert not RAW.search(text), RAW.search(text)

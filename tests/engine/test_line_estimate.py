@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
-from scheduling.engine import PolicyConfig, explain
+from hypothesis import HealthCheck, given, settings
+
+from scheduling.engine import PolicyConfig, Snapshot, explain, plan
 from scheduling.engine.line_estimate import ESTIMATE_BASIS, LINE, _turns
 
 from .helpers import HOUR, NOW, node, pjob, rjob, run, snap
+from .strategies import snapshots
 
 
 def test_the_line_takes_the_gpus_in_order_and_gives_them_back_at_its_end():
@@ -82,3 +85,21 @@ def test_behind_a_reservation_on_the_only_node_the_job_waits_for_the_reserved_ru
     v = plan.verdicts[11]
     assert v.estimated_start == NOW + HOUR + policy.default_runtime_s
     assert v.details[ESTIMATE_BASIS] == LINE
+
+
+@settings(deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots(max_pending=20))
+def test_the_line_s_estimates_keep_their_rules_on_random_clusters(s: Snapshot) -> None:
+    p = plan(s, NOW)
+    max_gpus = max((n.gpus_total for n in s.nodes), default=0)
+    pending = {j.id: j for j in s.pending}
+    reserved = {r.job_id for r in p.reservations}
+    for jid, v in p.verdicts.items():
+        if v.details.get(ESTIMATE_BASIS) != LINE:
+            continue
+        job = pending[jid]
+        assert jid not in reserved and v.code in {"INSUFFICIENT_GPUS", "PRIORITY"}
+        assert job.gpus < max_gpus and not job.exclusive_node
+        assert v.estimated_start is not None and v.estimated_start > NOW
+        assert explain.NO_ESTIMATE not in v.details
+    assert plan(s, NOW) == p  # pure: the same snapshot gives the same estimates

@@ -48,13 +48,7 @@ from .defragment import defragment
 from .kept_rooms import keep_rooms, restarts
 from .line_estimate import estimate_the_line
 from .node_choice import NodeChoice
-from .placement import (
-    ClassKey,
-    Cluster,
-    Topology,
-    class_key,
-    place_on_counts,
-)
+from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     gc_paused,
     given_gpu_s,
@@ -122,6 +116,16 @@ def node_ends(
 
 
 class Planner:
+    """One plan: the pass over the waiting jobs (``consider``, ``consider_borrower``) and
+    the state its parts share (free capacity, reservations, quota use, verdicts).
+
+    The parts, each given the planner: ``quota`` (``QuotaRoom``: shortfalls, predicted
+    room, holds), ``where`` (``NodeChoice``: where a job starts now), ``blocked``
+    (``BlockedJobs``: verdicts of the jobs blocked for capacity), ``consolidation``,
+    ``borrowing``, ``swap`` (``QuotaSwap``), and, once the pass is done, the line's
+    estimates (``line_estimate``) and defragmentation.
+    """
+
     def __init__(self, snapshot: Snapshot, now: float) -> None:
         self.s = snapshot
         self.now = float(now)

@@ -299,18 +299,17 @@ def human_summary(result: dict) -> list[str]:
         o.get("wait_by_reason_s") or {},
         "s",
     )
-    pred = o.get("prediction") or {}
-    if pred.get("jobs"):
-        lines += ["", "runtime prediction error (predicted at first start vs. true runtime):"]
-        rows = prediction_table(pred)
-        width = max(len(label) for label, _ in rows)
-        lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
-    est = o.get("start_estimates") or {}
-    if est.get("jobs"):
-        lines += ["", "estimated starts shown to waiting jobs vs. when they started:"]
-        rows = estimates_table(est)
-        width = max(len(label) for label, _ in rows)
-        lines += [f"  {label.ljust(width)}  {value}" for label, value in rows]
+    for key, title, table in (
+        ("prediction", "runtime prediction error (predicted at first start vs. true runtime):",
+         prediction_table),
+        ("start_estimates", "estimated starts shown to waiting jobs vs. when they started:",
+         estimates_table),
+    ):  # fmt: skip
+        got = o.get(key) or {}
+        if got.get("jobs"):
+            rows = table(got)
+            width = max(len(label) for label, _ in rows)
+            lines += ["", title, *(f"  {label.ljust(width)}  {value}" for label, value in rows)]
     if o.get("rejected"):
         lines.append(
             f"{o['rejected']} jobs could never fit their pool or quota and were not replayed"

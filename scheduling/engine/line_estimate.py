@@ -56,14 +56,30 @@ def estimate_the_line(p: Planner) -> None:
     for GPUs that has no estimate only because of the reservation limit."""
     no_res = explain.NO_RESERVATION.format(n=p.policy.max_reservations)
     by_key: dict[ClassKey, list[BlockedJob]] = {}
+    wanted: set[ClassKey] = set()
     for b in p.blocked.jobs:
         rec = p.records.get(b.job.id)
         if rec is None or rec[0][0] == Code.QUOTA_EXCEEDED:
             continue  # it waits for quota now: its estimate is the quota room's
         by_key.setdefault(b.shape[0], []).append(b)
-    for key, line in by_key.items():
-        if any(b.est is None and b.no_estimate == no_res for b in line):
-            _estimate(p, key, line, no_res)
+        if _wants(p, b, rec[0][0], no_res):
+            wanted.add(b.shape[0])
+    for key in wanted:  # every blocked job of the class is in its line; some want a date
+        _estimate(p, key, by_key[key], no_res)
+
+
+def _wants(p: Planner, b: BlockedJob, code: str, no_res: str) -> bool:
+    """Whether ``b`` gets the line's estimate: no estimate only for the reservation limit,
+    waiting for GPUs to be released, on part of one node."""
+    _key, k, c, _last, excl = b.shape
+    return (
+        b.est is None
+        and b.no_estimate == no_res
+        and code in ESTIMATED
+        and k == 1
+        and not excl
+        and c < p.topo.max_gpus
+    )
 
 
 def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str) -> None:
@@ -72,7 +88,9 @@ def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str
     tl = p.timeline()
     voided = tl.voided
     releases = [(t, g) for t, n, g, tag in tl.ordered() if elig[n] and tag not in voided]
-    given = _turns(p.now, free, releases, [(b.job.gpus, b.est, _runtime(p, b)) for b in line])
+    given = _turns(
+        p.now, free, releases, [(b.job.gpus, b.est, job_runtime(b.job, p.policy)) for b in line]
+    )
     first_release = next((t for t, _g in releases if t > p.now), None)
     per_job = key[2] and bool(p.where.rise)  # the inference forecast reads the job's end
     placed: dict[ShapeT, float | None] = {}  # per shape: when a placement opens up
@@ -86,10 +104,8 @@ def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str
         return placed[b.shape]
 
     for b, turn in zip(line, given, strict=True):
-        if b.est is not None or b.no_estimate != no_res or turn is None:
-            continue
         (code, msg, details, remedy), _ = p.records[b.job.id]
-        if code not in ESTIMATED or not _part_of_a_node(p, b.shape):
+        if turn is None or not _wants(p, b, code, no_res):
             continue
         details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
         at = opens(b)
@@ -103,16 +119,6 @@ def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str
         if est is not None:
             details[ESTIMATE_BASIS] = LINE
             p.records[b.job.id] = ((code, msg, details, remedy), est)
-
-
-def _part_of_a_node(p: Planner, sh: ShapeT) -> bool:
-    """A shape on one node, not all of it: the jobs the line's count estimates well."""
-    _key, k, c, _last, excl = sh
-    return k == 1 and not excl and c < p.topo.max_gpus
-
-
-def _runtime(p: Planner, b: BlockedJob) -> float:
-    return job_runtime(b.job, p.policy)
 
 
 def _turns(

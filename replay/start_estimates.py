@@ -35,7 +35,7 @@ _Shown = tuple[float, float | None]
 class StartEstimates:
     """The estimates shown to the jobs still waiting, and the errors of the started ones."""
 
-    __slots__ = ("_cycle_s", "_first", "_open", "_first_err", "_no_first", "_spans", "_blind_s")
+    __slots__ = ("_cycle_s", "_open", "_first_err", "_no_first", "_spans", "_blind_s")
 
     def __init__(self, cycle_s: float) -> None:
         self._cycle_s = cycle_s

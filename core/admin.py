@@ -10,13 +10,18 @@ quota requests, alerts, the audit log itself).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
+from django.db import models
 from django.forms.models import model_to_dict
+from django.utils.html import format_html
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
@@ -47,7 +52,50 @@ def _fields(obj: Any) -> dict[str, Any]:
     }
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class ReadCount(int):
+    """A count that prints with thousands separators (``68,503``), the portal's one rule
+    for counts people read (``scheduling.engine.explain.num``), and is an ``int`` for
+    everything else: the admin's templates compare it and pluralize by it."""
+
+    def __str__(self) -> str:
+        return f"{int(self):,}"
+
+
+class SeparatedChangeList(ChangeList):
+    """The admin's list, whose counts read as the portal's pages write them: "68,503 jobs",
+    "All 68,503 selected", "3 results (68,503 total)"."""
+
+    def get_results(self, request) -> None:
+        super().get_results(request)
+        self.result_count = ReadCount(self.result_count)
+        if self.full_result_count is not None:
+            self.full_result_count = ReadCount(self.full_result_count)
+
+
+class PortalAdmin(admin.ModelAdmin):
+    """What every model admin of the portal shares: counts with separators, and the times a
+    row stamps itself (``at``, ``created_at``, ``updated_at``: not editable, so Django
+    leaves them off the page) shown on its page, read-only."""
+
+    def get_changelist(self, request, **kwargs) -> type[ChangeList]:
+        return SeparatedChangeList
+
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        shown = list(super().get_readonly_fields(request, obj))
+        stamps = [
+            f.name
+            for f in self.model._meta.concrete_fields
+            if not f.editable and not f.primary_key and f.name not in shown
+        ]
+        return shown + stamps
+
+    @admin.display(description="#", ordering="pk")
+    def number(self, obj: Any) -> str:
+        """A row's id as the portal writes it (``#4186``), for the lists that show it."""
+        return f"#{obj.pk}"
+
+
+class AuditedAdmin(PortalAdmin):
     """A model admin whose every addition, change and deletion leaves an AuditRecord
     (action ``admin.add`` / ``admin.change`` / ``admin.delete``, before and after)."""
 
@@ -81,8 +129,35 @@ class AuditedAdmin(admin.ModelAdmin):
         return super().log_deletions(request, queryset)
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows only the services write: shown, never added, changed or deleted here."""
+def stored_json(field: models.Field) -> Callable[[Any], str]:
+    """A JSON field's read-only display: the value as stored, in ``<pre>``. It is a literal
+    value, as the audit page shows a record's before and after, not prose with counts;
+    Django's admin would write it as one line of ``json.dumps``."""
+
+    def show(obj: Any) -> str:
+        value = getattr(obj, field.name)
+        if value in (None, "", {}, []):
+            return "-"
+        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+        return format_html("<pre>{}</pre>", text)
+
+    show.__name__ = field.name
+    show.short_description = field.verbose_name  # type: ignore[attr-defined]
+    return show
+
+
+class ReadOnlyAdmin(PortalAdmin):
+    """Rows only the services write: shown, never added, changed or deleted here; JSON
+    fields as stored (``stored_json``)."""
+
+    def get_fields(self, request, obj=None) -> list[Any]:
+        json_fields = {
+            f.name: f for f in self.model._meta.concrete_fields if isinstance(f, models.JSONField)
+        }
+        return [
+            stored_json(json_fields[name]) if name in json_fields else name
+            for name in super().get_fields(request, obj)
+        ]
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False

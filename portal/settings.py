@@ -177,6 +177,8 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Dates and times Django writes itself (the admin) in the pages' shape: 2026-12-01 03:10 UTC.
+FORMAT_MODULE_PATH = ["portal.formats"]
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

@@ -37,7 +37,7 @@ class QuotaChangeAdmin(ReadOnlyAdmin):
 class QuotaRequestAdmin(ReadOnlyAdmin):
     """Requests are decided on the portal's pages and API (audited there)."""
 
-    list_display = ["id", "business_line", "queue", "requester", "quota_gpus", "guarantee_gpus",
+    list_display = ["number", "business_line", "queue", "requester", "quota_gpus", "guarantee_gpus",
                     "state", "starts_at", "ends_at", "applied_at", "expired_at"]  # fmt: skip
     list_filter = ["state", "business_line"]
 

@@ -34,7 +34,7 @@ class JobAdmin(ReadOnlyAdmin):
     """Jobs are submitted and cancelled through the services (the cycle releases their
     GPUs); deleting one here would leave the cluster running it."""
 
-    list_display = ["id", "name", "owner", "queue", "tier", "gpus", "state", "pending_code"]
+    list_display = ["number", "name", "owner", "queue", "tier", "gpus", "state", "pending_code"]
     list_filter = ["state", "tier", "queue"]
     search_fields = ["name", "owner__username"]
     inlines = [JobEventInline]

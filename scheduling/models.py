@@ -263,6 +263,9 @@ class JobEvent(models.Model):
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["job", "at"])]
 
+    def __str__(self) -> str:
+        return f"{self.kind} (event #{self.pk})"
+
 
 class ClusterSettings(models.Model):
     """The one row of cluster-wide settings the demo and the loop read.

@@ -94,10 +94,14 @@ def test_every_count_has_its_separators_on_the_full_cluster(big, page, login):
         "rack map": "/oncall/rack-map/",
         "node page": f"/oncall/nodes/{big['node']}/",
         "audit": "/audit/",
+        "Django admin, jobs": "/admin/scheduling/job/",
+        "Django admin, a job": f"/admin/scheduling/job/{big['job']}/change/",
+        "Django admin, nodes": "/admin/scheduling/node/",
     }
     texts = {where: read(page, f"{base}{url}", where) for where, url in pages.items()}
     # the check bites: these pages do write counts of 1,000 and more
-    for where in ("home", "/queues/", "quotas", "line page", "request page", "rack map"):
+    for where in ("home", "/queues/", "quotas", "line page", "request page", "rack map",
+                  "Django admin, jobs", "Django admin, nodes"):  # fmt: skip
         assert SEPARATED.search(texts[where]), f"{where}: no count of 1,000 or more"
     draw_dashboard(page, f"{base}/dashboard/")
     assert SEPARATED.search(readable(page, "dashboard"))

@@ -30,7 +30,7 @@ _ZONELESS_JS = r"""
 () => {
   const TIME = /(^|[^\d:])\d{1,2}:\d{2}(?::\d{2})?(?![\d:])/;
   // UTC, or a name the page gives its display zone (<html data-tz-names>: "540=JST")
-  const names = ["UTC", "\\+00:00", "\\bZ\\b"];
+  const names = ["UTC", "\\+00:00", "\\bZ\\b", "\\dZ\\b"];  // ISO 8601: 20:30:00Z
   for (const pair of (document.documentElement.dataset.tzNames || "").split(";")) {
     const name = pair.split("=")[1];
     if (name && /^[A-Za-z]{2,6}$/.test(name)) names.push(`\\b${name}\\b`);

@@ -57,7 +57,7 @@ from scheduling.engine import (
     plan,
 )
 from scheduling.engine.policy import is_demoted
-from scheduling.engine.predict import PLAN_QUANTILE, Prediction
+from scheduling.engine.predict import PLAN_QUANTILE, Prediction, waiting_runtime_s
 from scheduling.engine.types import COLD, PREEMPTING, READY
 from scheduling.simcore import SimConfig, SimNode, Simulator, build_demo_cluster
 from scheduling.simcore.observation import (
@@ -348,8 +348,9 @@ class Replay:
         if self.oracle:
             remaining_true = j.duration - j.progress
             return j.pending_view(remaining_true, remaining_true if self.sjf else j.submit)
-        total = self._predicted_s(j, j.progress)
-        pred = max(total - j.progress, self.policy.overrun_s) if j.progress else total
+        pred = waiting_runtime_s(
+            lambda elapsed: self._predicted_s(j, elapsed), j.progress, self.policy.overrun_s
+        )
         return j.pending_view(pred, j.submit)
 
     def _running_view(self, j: ReplayJob) -> RunningJob:

@@ -153,6 +153,11 @@ class Job(models.Model):
     preemption_count = models.PositiveSmallIntegerField(default=0)
     retry_count = models.PositiveSmallIntegerField(default=0)
     progress_seconds = models.FloatField(default=0)
+    run_start_progress_seconds = models.FloatField(
+        default=0,
+        help_text="the progress the current run started from (its checkpoint's): with "
+        "started_at, when the run is predicted to end; progress_seconds moves on as it runs",
+    )
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     preempt_deadline = models.DateTimeField(null=True, blank=True)
     preempted_for = models.ForeignKey(

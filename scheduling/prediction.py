@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from scheduling.engine.predict import FinishedJob, HistoryPredictor
+from scheduling.engine.predict import FinishedJob, HistoryPredictor, run_end, waiting_runtime_s
 from scheduling.models import Job
 
 HISTORY_SIZE = 5000
@@ -44,9 +44,11 @@ def load_history() -> list[FinishedJob]:
 class RuntimePredictor:
     """Predicts a job's total run time in seconds from history, else the user's estimate.
 
-    A prediction depends only on the job's key (owner, model, queue, size, estimate) and
-    the history, which is fixed while the predictor lives: answers are remembered per
-    key (``memo``), so a cycle asks the history once per kind of job, not once per job.
+    A prediction depends only on the job's key (owner, model, queue, size, estimate, and
+    how long it has already run) and the history, which is fixed while the predictor
+    lives: answers are remembered per key (``memo``), so a cycle asks the history once per
+    kind of job, not once per job. A run past its predicted end asks with its own elapsed
+    time, a new key each cycle; the memo goes with the predictor (``REFRESH_S``).
     """
 
     def __init__(self, predictor: HistoryPredictor, memo: dict[tuple, float] | None = None) -> None:
@@ -61,15 +63,38 @@ class RuntimePredictor:
             _cache["p"] = cached
         return cls(cached[1], cached[2])
 
-    def predict_row(self, row: dict, queue_name: str) -> float:
-        """The predicted whole runtime (s) of a job row (``snapshot.FIELDS``) in ``queue_name``."""
+    def predict_row(self, row: dict, queue_name: str, elapsed_s: float = 0.0) -> float:
+        """The predicted whole runtime (s) of a job row (``snapshot.FIELDS``) in ``queue_name``
+        that has already run ``elapsed_s`` (``HistoryPredictor.predict``)."""
         minutes = row.get("estimated_runtime_minutes")
         key = (row.get("owner__username") or "", row.get("model_name") or None, queue_name,
-               row["gpus"], float(minutes) * 60 if minutes else None)  # fmt: skip
+               row["gpus"], float(minutes) * 60 if minutes else None, elapsed_s)  # fmt: skip
         seconds = self.memo.get(key)
         if seconds is None:
-            owner, model_name, queue, gpus, estimate_s = key
+            owner, model_name, queue, gpus, estimate_s, _ = key
             seconds = self.memo[key] = self.predictor.predict(
-                owner=owner, model_name=model_name, queue=queue, gpus=gpus, estimate_s=estimate_s
-            ).seconds
+                owner=owner, model_name=model_name, queue=queue, gpus=gpus,
+                estimate_s=estimate_s, elapsed_s=elapsed_s,
+            ).seconds  # fmt: skip
         return seconds
+
+    def waiting_s(self, row: dict, queue_name: str, overrun_s: float) -> float:
+        """What a waiting job still has to run (``predict.waiting_runtime_s``): its whole
+        runtime, or after a checkpoint the rest of it, predicted from the runs that got as
+        far."""
+        return waiting_runtime_s(
+            lambda elapsed: self.predict_row(row, queue_name, elapsed),
+            row["progress_seconds"],
+            overrun_s,
+        )
+
+    def run_end(self, row: dict, queue_name: str, started_at: float, now: float) -> float:
+        """When a running job is predicted to end (``predict.run_end``), from the progress
+        its run started from (``run_start_progress_seconds``), not the progress it has made
+        since (``progress_seconds``, which moves on as it runs)."""
+        return run_end(
+            lambda elapsed: self.predict_row(row, queue_name, elapsed),
+            started_at,
+            row["run_start_progress_seconds"],
+            now,
+        )

@@ -39,8 +39,8 @@ JOB_FIELDS = (
     "exclusive_node", "avoid_inference", "preemptible", "preemption_count", "model_name",
     "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
-    "queue_position", "estimated_start", "progress_seconds", "checkpoint_path", "stop_reason",
-    "move_to_node",
+    "queue_position", "estimated_start", "progress_seconds", "run_start_progress_seconds",
+    "checkpoint_path", "stop_reason", "move_to_node",
 )  # fmt: skip
 # The times the engine reads, as epoch seconds computed by PostgreSQL (``<field>_ts``): a
 # float is cheap to send and read, where a timestamp is formatted by the server and parsed
@@ -233,8 +233,8 @@ def build_snapshot(
     built, reused = {}, _previous.pending
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
-        predicted = predictor.predict_row(r, queue.name)
         if r["state"] == Job.State.PENDING:
+            predicted = predictor.waiting_s(r, queue.name, policy.overrun_s)
             inputs = (
                 queue.name,
                 queue.business_line.name,
@@ -257,14 +257,13 @@ def build_snapshot(
         if r["exclusive_node"]:
             exclusive_nodes.update(s.node for s in slots)
         started = r["started_at_ts"] or now
-        remaining = None if predicted is None else max(0.0, predicted - r["progress_seconds"])
         running.append(
             et.RunningJob(
                 **job,
                 placement=slots,
                 started_at=started,
                 last_checkpoint_at=r["last_checkpoint_at_ts"],
-                predicted_end=None if remaining is None else started + remaining,
+                predicted_end=predictor.run_end(r, queue.name, started, now),
                 state=et.PREEMPTING if r["state"] == Job.State.PREEMPTING else et.RUNNING,
                 preempted_for=r["preempted_for_id"],
                 preempt_deadline=r["preempt_deadline_ts"],

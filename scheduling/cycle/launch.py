@@ -25,8 +25,9 @@ from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
-STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "borrowed", "pending_code",
-                  "queue_position", "estimated_start", "move_to_node", *BACKOFF_FIELDS)  # fmt: skip
+STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "run_start_progress_seconds",
+                  "borrowed", "pending_code", "queue_position", "estimated_start", "move_to_node",
+                  *BACKOFF_FIELDS)  # fmt: skip
 
 # What ``launch`` made of one start.
 LAUNCHED, REFUSED, RETRY = "launched", "refused", "retry"
@@ -69,6 +70,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         set_state(job, Job.State.RUNNING)
         job.attempt += 1
         job.started_at = cycle.stamp(job)
+        job.run_start_progress_seconds = job.progress_seconds  # from its checkpoint
         job.borrowed = start.borrowed
         job.pending_code = ""
         job.queue_position = None

@@ -232,9 +232,10 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     job.backend_ref = o.ref
     job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
     job.started_at = job.started_at or cycle.stamp(job)
+    job.run_start_progress_seconds = job.progress_seconds  # the launch started it from there
     clear_backoff(job)
-    job.save(update_fields=["state", "backend_ref", "attempt", "started_at", *BACKOFF_FIELDS,
-                            "updated_at"])  # fmt: skip
+    job.save(update_fields=["state", "backend_ref", "attempt", "started_at",
+                            "run_start_progress_seconds", *BACKOFF_FIELDS, "updated_at"])  # fmt: skip
     cycle.event(job, "adopted", f"found running on the backend as {o.ref}: adopted")
     cycle.report.drift.append(f"run {o.ref} adopted for job {job.pk}")
 

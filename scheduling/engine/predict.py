@@ -43,7 +43,7 @@ import bisect
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .types import Snapshot
@@ -253,6 +253,37 @@ class HistoryPredictor:
             if len(runs) >= self.min_samples:
                 return Prediction(_quantile(runs, q), "history:" + LEVEL_NAMES[i], len(runs))
         return Prediction(self.default_s, "default")
+
+
+def waiting_runtime_s(
+    whole_s: Callable[[float], float], progress_s: float, overrun_s: float
+) -> float:
+    """What a waiting job still has to run, for ``PendingJob.predicted_runtime_s``.
+
+    ``whole_s(elapsed_s)`` is the predicted whole runtime of a job that has run
+    ``elapsed_s`` (``HistoryPredictor.predict``'s). A job that never ran needs its whole
+    runtime; one with progress (restarted from a checkpoint) the whole runtime predicted
+    from the runs that got as far, less its progress, at least ``overrun_s``."""
+    if progress_s <= 0:
+        return whole_s(0.0)
+    return max(whole_s(progress_s) - progress_s, overrun_s)
+
+
+def run_end(
+    whole_s: Callable[[float], float], started_at: float, start_progress_s: float, now: float
+) -> float:
+    """When a running job is predicted to end, for ``RunningJob.predicted_end``.
+
+    The run started at ``started_at`` from ``start_progress_s`` of progress (0, or its
+    checkpoint's), so it ends when it has done the rest of its whole runtime predicted from
+    the runs that got that far. A run already past that end is predicted again from the
+    runs that lasted as long as it has now; if it is past that too, the engine's overrun
+    rule applies (``policy.running_end``: ``overrun_s`` from now)."""
+    end = started_at + max(0.0, whole_s(start_progress_s) - start_progress_s)
+    if end <= now:
+        elapsed = start_progress_s + (now - started_at)
+        end = started_at + max(0.0, whole_s(elapsed) - start_progress_s)
+    return end
 
 
 def fill_predictions(snapshot: Snapshot, predictor: HistoryPredictor) -> Snapshot:

@@ -149,9 +149,15 @@ def test_the_predictor_of_a_process_shares_its_answers_until_it_is_rebuilt(monke
     assert RuntimePredictor.from_history().memo is not first.memo
 
 
-class NoPrediction:
-    def predict_row(self, row: dict, queue_name: str) -> None:
-        return None
+class FixedPrediction(RuntimePredictor):
+    """Every job takes ``seconds``, whatever it is and however long it has run."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(HistoryPredictor())
+        self.seconds = seconds
+
+    def predict_row(self, row: dict, queue_name: str, elapsed_s: float = 0.0) -> float:
+        return self.seconds
 
 
 @pytest.mark.parametrize("micro", [0, 1, 123456, 499999, 500000, 999999])
@@ -163,7 +169,7 @@ def test_times_reach_the_engine_to_the_microsecond(make_job, running_job, backen
     make_job(submitted_at=submitted)
     running_job(started_at=started, last_checkpoint_at=checkpoint, preempt_deadline=deadline,
                 state="preempting", submitted_at=submitted)  # fmt: skip
-    snap = build_snapshot(backend.observe(), et.PolicyConfig(), NoPrediction()).snapshot
+    snap = build_snapshot(backend.observe(), et.PolicyConfig(), FixedPrediction(3600.0)).snapshot
     (pending,) = snap.pending
     (held,) = snap.running
     assert pending.submitted_at == submitted.timestamp()
@@ -216,14 +222,6 @@ def test_the_snapshot_rows_come_in_the_model_order_with_exact_estimated_starts(m
     assert [r["id"] for r in got] == [r["id"] for r in expected]
     assert got == expected
     assert [r["estimated_start"] for r in got] == [r["estimated_start"] for r in expected]
-
-
-class FixedPrediction:
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-
-    def predict_row(self, row: dict, queue_name: str) -> float | None:
-        return self.seconds
 
 
 def test_the_next_snapshot_reuses_what_did_not_change_and_rebuilds_the_rest(

@@ -49,6 +49,18 @@ def test_a_start_launches_the_next_run_records_its_gpus_and_the_job_runs(backend
     assert cycle.report.counts["starts"] == 1
 
 
+def test_a_run_restarted_from_a_checkpoint_remembers_the_progress_it_started_from(
+    backend, make_job
+):
+    """What the snapshot predicts the run's end from (``run_start_progress_seconds``), while
+    ``progress_seconds`` moves on as it runs."""
+    job = make_job(progress_seconds=5400.0, run_start_progress_seconds=1200.0,
+                   preemption_count=1)  # fmt: skip
+    run_starts(backend, start(job, "n1"))
+    job.refresh_from_db()
+    assert (job.state, job.run_start_progress_seconds) == ("running", 5400.0)
+
+
 def test_only_jobs_still_pending_are_started(backend, make_job):
     cancelled = make_job(state="cancelled")
     run_starts(backend, start(cancelled))

@@ -6,12 +6,15 @@ each kind adds its own. The predictor is a stub that answers per job and counts 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from quotas.models import Tier
 from scheduling.engine import types as et
+from scheduling.engine.predict import HistoryPredictor
+from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
 
 from .conftest import T0
@@ -19,16 +22,23 @@ from .conftest import T0
 pytestmark = pytest.mark.django_db
 
 
-class StubPredictor:
-    """``predict_row`` answers ``runtimes[job name]`` (None when absent) and logs each call."""
+UNKNOWN_S = 12 * 3600.0  # the history's default for a job without history
 
-    def __init__(self, **runtimes: float) -> None:
+
+class StubPredictor(RuntimePredictor):
+    """``predict_row`` answers ``runtimes[job name]`` (``UNKNOWN_S`` when absent), a number
+    or a function of the time the job has already run, and logs each call (job name, queue,
+    elapsed)."""
+
+    def __init__(self, **runtimes: float | Callable[[float], float]) -> None:
+        super().__init__(HistoryPredictor())
         self.runtimes = runtimes
-        self.asked: list[tuple[str, str]] = []
+        self.asked: list[tuple[str, str, float]] = []
 
-    def predict_row(self, row: dict, queue_name: str) -> float | None:
-        self.asked.append((row["name"], queue_name))
-        return self.runtimes.get(row["name"])
+    def predict_row(self, row: dict, queue_name: str, elapsed_s: float = 0.0) -> float:
+        self.asked.append((row["name"], queue_name, elapsed_s))
+        got = self.runtimes.get(row["name"], UNKNOWN_S)
+        return got(elapsed_s) if callable(got) else got
 
 
 def at(seconds: float) -> datetime:
@@ -53,22 +63,22 @@ def test_a_waiting_job_is_seen_with_every_field_of_its_row(make_job, backend, cl
         preemptible=False, submitted_at=T0 - 60, preemption_count=2, model_name="llama-7b",
         predicted_runtime_s=900.0, owner="owner", estimated_runtime_s=1800,
     )  # fmt: skip
-    assert predictor.asked == [("wait", "llm-experiment")]
+    assert predictor.asked == [("wait", "llm-experiment", 0.0)]
 
 
 def test_a_waiting_job_without_model_or_estimate_says_none(make_job, backend):
     make_job(name="bare", model_name="", estimated_runtime_minutes=None)
     (pending,) = snapshot_of(backend, StubPredictor()).pending
     assert (pending.model_name, pending.estimated_runtime_s) == (None, None)
-    assert pending.predicted_runtime_s is None
+    assert pending.predicted_runtime_s == UNKNOWN_S
 
 
 def test_a_running_job_is_seen_with_its_placement_and_predicted_end(running_job, backend):
     job = running_job(
         node="n1", gpus=(5, 2, 3), name="run", exclusive_node=True, preemptible=True,
         preemption_count=1, started_at=at(T0 - 600), last_checkpoint_at=at(T0 - 120),
-        progress_seconds=500.0, model_name="llama-7b", borrowed=True,
-        preempt_deadline=at(T0 + 300),
+        run_start_progress_seconds=500.0, progress_seconds=1050.0, model_name="llama-7b",
+        borrowed=True, preempt_deadline=at(T0 + 300),
     )  # fmt: skip
     predictor = StubPredictor(run=2000.0)
     snap = snapshot_of(backend, predictor)
@@ -81,21 +91,54 @@ def test_a_running_job_is_seen_with_its_placement_and_predicted_end(running_job,
         model_name="llama-7b", preempted_for=None, preempt_deadline=T0 + 300, borrowed=True,
         owner="owner",
     )  # fmt: skip
-    assert predictor.asked == [("run", "llm-experiment")]
+    assert predictor.asked == [("run", "llm-experiment", 500.0)], "from the runs that got as far"
     exclusive = {n.name: n.exclusive for n in snap.nodes}
     assert exclusive == {"n0": False, "n1": True}, "an exclusive job's node is marked"
 
 
-def test_a_run_past_its_prediction_is_predicted_to_end_when_it_started(running_job, backend):
-    running_job(name="late", started_at=at(T0 - 600), progress_seconds=900.0)
-    (running,) = snapshot_of(backend, StubPredictor(late=300.0)).running
-    assert running.predicted_end == T0 - 600, "remaining time never goes below zero"
+def test_the_predicted_end_stays_put_while_the_run_makes_progress(running_job, backend):
+    """The progress a run has made (written every 5 minutes of work) is not the progress it
+    started from: the end is the start plus the rest of the whole runtime, whatever progress
+    the row says it has made since. Before session 35 the snapshot subtracted the progress
+    made so far from the run's start, so a job half-way through its prediction looked done."""
+    job = running_job(name="run", started_at=at(T0 - 3600), run_start_progress_seconds=0.0,
+                      progress_seconds=0.0)  # fmt: skip
+    ends = []
+    for progress in (0.0, 1800.0, 3600.0):
+        job.progress_seconds = progress
+        job.save(update_fields=["progress_seconds"])
+        (running,) = snapshot_of(backend, StubPredictor(run=7200.0)).running
+        ends.append(running.predicted_end)
+    assert ends == [T0 - 3600 + 7200.0] * 3
 
 
-def test_a_running_job_without_prediction_has_no_predicted_end(running_job, backend):
-    running_job(name="unknown")
-    (running,) = snapshot_of(backend, StubPredictor()).running
-    assert running.predicted_end is None
+def test_a_run_past_its_prediction_is_predicted_again_from_the_runs_as_long(running_job, backend):
+    """Predicted 300 s, it has run 600: the runs that lasted 600 s or more say 1,800."""
+    running_job(name="late", started_at=at(T0 - 600), run_start_progress_seconds=0.0)
+    whole = {0.0: 300.0, 600.0: 1800.0}
+    predictor = StubPredictor(late=lambda elapsed: whole[elapsed])
+    (running,) = snapshot_of(backend, predictor).running
+    assert running.predicted_end == T0 - 600 + 1800.0
+    assert [e for _, _, e in predictor.asked] == [0.0, 600.0]
+
+
+def test_a_run_past_even_that_is_left_to_the_engines_overrun_rule(running_job, backend):
+    running_job(name="late", started_at=at(T0 - 600), run_start_progress_seconds=100.0)
+    (running,) = snapshot_of(backend, StubPredictor(late=400.0)).running
+    assert running.predicted_end == T0 - 600 + 300.0, "never before the run's own start"
+
+
+def test_a_job_waiting_again_needs_the_rest_of_its_run(make_job, backend):
+    """Stopped at a checkpoint after 5,000 s of work: it waits for the rest of the whole
+    runtime predicted from the runs that got that far, at least the overrun guess."""
+    make_job(name="resumed", progress_seconds=5000.0, preemption_count=1)
+    make_job(name="nearly", progress_seconds=5000.0, preemption_count=1)
+    predictor = StubPredictor(resumed=lambda e: 20_000.0 if e else 6000.0,
+                              nearly=lambda e: 5100.0 if e else 6000.0)  # fmt: skip
+    by_name = {p.id: p for p in snapshot_of(backend, predictor).pending}
+    resumed, nearly = sorted(by_name.values(), key=lambda p: p.id)
+    assert resumed.predicted_runtime_s == 15_000.0
+    assert nearly.predicted_runtime_s == et.PolicyConfig().overrun_s
 
 
 def test_a_preempting_job_holds_its_gpus_in_the_preempting_state(running_job, make_job, backend):

@@ -29,6 +29,8 @@ Measured, after ``warmup_s`` of cluster time:
   run is inside it), at the end and its highest after the warm-up, and the eviction-ratio
   alerts raised;
 - idle GPU-seconds by cause while jobs waited (``monitoring.idle``);
+- how right the estimated starts shown to waiting jobs were (``start_estimates``, the
+  replay's figures: ``EstimateWatch``), for jobs submitted after the warm-up;
 - jobs waiting (time-weighted mean, end), the load offered and dropped, cycle times.
 """
 
@@ -54,7 +56,10 @@ from monitoring.models import Alert, MetricSample
 from monitoring.rollup import AS_OF, rollup_if_due
 from quotas.models import QuotaPolicy
 from quotas.tasks import quota_activation
+from replay.start_estimates import StartEstimates
+from replay.start_estimates import table as estimate_rows
 from scheduling.backend_factory import open_simulator
+from scheduling.clock import to_datetime
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
 from scheduling.cycle.stops import KEPT_ROOM
@@ -241,12 +246,14 @@ def run_demo(run: DemoRun, progress: Callable[[str], None] | None = None) -> dic
     use = TrueUse()
     offers: list[workload.Offer] = []
     next_sweep, next_quota = start + SWEEP_EVERY_S, start
+    estimates = EstimateWatch(StartEstimates(run.step_s), warm)
     now = start
     for step in range(run.steps):
         offered = workload.offer()
         if now >= warm:
             offers.append(offered)
         run_cycle(wait_s=30)
+        estimates.read(now)
         if now >= next_sweep:
             run_cycle("sweep", wait_s=30)
             next_sweep += SWEEP_EVERY_S
@@ -260,8 +267,39 @@ def run_demo(run: DemoRun, progress: Callable[[str], None] | None = None) -> dic
                      f"{time.perf_counter() - wall0:.0f} s")  # fmt: skip
     # the state after the last step: one more cycle and sample at the end
     run_cycle(wait_s=30)
+    estimates.read(now)
     rollup_if_due()
-    return report(run, warm, now, use, offers, time.perf_counter() - wall0)
+    figures = report(run, warm, now, use, offers, time.perf_counter() - wall0)
+    figures["start_estimates"] = estimates.meter.summary()
+    return figures
+
+
+class EstimateWatch:
+    """How right the estimated starts the portal showed were: after every cycle, each job
+    submitted since the warm-up and still waiting shows its ``estimated_start`` (or none);
+    when it starts, every estimate it was shown is settled against its start, as the
+    replay measures it (``replay.start_estimates``, ``overall.start_estimates``)."""
+
+    def __init__(self, meter: StartEstimates, since: float) -> None:
+        self.meter = meter
+        self.since = to_datetime(since)
+        self.waiting: set[int] = set()
+        self.started: set[int] = set()  # first start settled: a job waiting again is not new
+
+    def read(self, now: float) -> None:
+        rows = Job.objects.filter(state=Job.State.PENDING, submitted_at__gte=self.since)
+        shown = {pk: est for pk, est in rows.values_list("pk", "estimated_start")
+                 if pk not in self.started}  # fmt: skip
+        for pk, est in shown.items():
+            self.meter.shown(pk, now, est.timestamp() if est else None)
+        left = self.waiting - shown.keys()
+        for pk, started_at in Job.objects.filter(pk__in=left).values_list("pk", "started_at"):
+            if started_at is None:
+                self.meter.drop(pk)  # cancelled or rejected before it started
+            else:
+                self.meter.started(pk, started_at.timestamp())
+                self.started.add(pk)
+        self.waiting = set(shown)
 
 
 def _weighted(points: list[tuple[float, float]], end: float) -> float | None:
@@ -481,5 +519,7 @@ def human(result: dict) -> list[str]:
         f"({j['submitted']:,} jobs; {j['dropped_at_backlog']:,} dropped while 3,000 waited); "
         f"{j['finished']:,} jobs finished",
         f"cycles: {c['count']}, median {c['median_ms']:,} ms, p95 {c['p95_ms']:,} ms",
+        "estimated starts (jobs submitted after the warm-up that waited a cycle):",
     ]
+    lines += [f"  {label:<34} {value}" for label, value in estimate_rows(result["start_estimates"])]
     return lines

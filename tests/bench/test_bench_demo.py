@@ -77,6 +77,12 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     counted = sum(IdleAccount.objects.get().totals.values())
     assert 0 < sum(idle["gpu_hours"].values()) * 3600 <= counted + 3600 * 0.05 * len(CAUSES)
     assert got["cycles"]["count"] == 24 + 1, "the cycles after the warm-up hour, and the last"
+    # the estimated starts, settled for the jobs submitted after the warm-up that started
+    shown = got["start_estimates"]
+    warm_at = datetime.fromtimestamp(1767571200.0 + 3600, UTC)
+    started_since_warm = Job.objects.filter(submitted_at__gte=warm_at, started_at__isnull=False)
+    assert 0 < shown["jobs"] <= started_since_warm.count()
+    assert 0 <= shown["with_estimate_share"] <= 1
 
 
 def test_here_refuses_a_database_with_a_cluster(demo):

@@ -1,5 +1,7 @@
 """The loop end to end on a small simulated cluster (4 uniform nodes x 8 GPUs), through the API."""
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from monitoring.models import Alert
@@ -218,3 +220,28 @@ def test_the_residual_alert_agrees_with_its_count_of_gpus():
         "3 GPUs on r007-n11 were held by processes of finished jobs; they were killed and the "
         "GPUs returned to the pool."
     )
+
+
+def test_a_job_half_way_through_its_prediction_is_not_taken_for_done(api):
+    """The work ahead is predicted 2 h and has run 70 min: the job waiting for its GPUs
+    reads the end of that prediction, 2 h after they started. Before session 35 the loop
+    took a running job's end as its start plus the prediction less the progress made so
+    far (not the progress it started from): 50 min after the start, so it was guessed to
+    end the overrun guess (30 min) from now, 100 min after the start."""
+    admin, me = api("admin"), api("researcher")
+    for i in range(4):
+        submit(me, name=f"fill{i}", queue="llm-core", gpus=8, estimated_runtime_minutes=120)
+    cycle(admin)
+    started = {job(me, j["id"])["started_at"] for j in me.get("/api/v1/jobs/").data["results"]}
+    (started_at,) = started
+    waiting = submit(me, name="next", queue="llm-core", gpus=8, estimated_runtime_minutes=60)
+    advance(admin, 70 * 60)
+    cycle(admin)  # writes the runs' progress (every 5 minutes of work), then plans
+    cycle(admin)
+    late = job(me, waiting)
+    assert late["pending_reason"]["code"] == "INSUFFICIENT_GPUS"
+    start = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+    assert late["estimated_start"] is not None
+    estimated = datetime.fromisoformat(late["estimated_start"].replace("Z", "+00:00"))
+    assert estimated == start + timedelta(minutes=120)
+    assert Job.objects.filter(state="running").values_list("progress_seconds", flat=True)[0] >= 3600

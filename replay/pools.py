@@ -130,7 +130,7 @@ class ReplayJob:
             )
         return v
 
-    def running_view(self, remaining_s: float) -> RunningJob:
+    def running_view(self, predicted_end: float) -> RunningJob:
         """The job running, as the engine sees it (the caller caches it in ``rview``)."""
         return RunningJob(
             id=self.idx,
@@ -143,7 +143,7 @@ class ReplayJob:
             preemption_count=self.evictions,
             started_at=self.started_at,
             last_checkpoint_at=self.last_ckpt,
-            predicted_end=self.started_at + remaining_s,
+            predicted_end=predicted_end,
             model_name=self.model,
             borrowed=self.borrowed,
             checkpointable=True,  # the simulator checkpoints every run, and on a graceful stop

@@ -57,7 +57,7 @@ from scheduling.engine import (
     plan,
 )
 from scheduling.engine.policy import is_demoted
-from scheduling.engine.predict import PLAN_QUANTILE, Prediction, waiting_runtime_s
+from scheduling.engine.predict import PLAN_QUANTILE, Prediction, run_end, waiting_runtime_s
 from scheduling.engine.types import COLD, PREEMPTING, READY
 from scheduling.simcore import SimConfig, SimNode, Simulator, build_demo_cluster
 from scheduling.simcore.observation import (
@@ -355,8 +355,9 @@ class Replay:
 
     def _running_view(self, j: ReplayJob) -> RunningJob:
         """The job running, as the engine sees it. Its predicted end is learnt history
-        conditioned on how long it had run when it started; once it runs past that end
-        it is predicted again, from the runs that lasted as long as it has now."""
+        conditioned on how long it had run when the view was built (``predict.run_end``,
+        as the loop predicts it from the run's last checkpoint); the view is built again
+        at a checkpoint, a change of its borrowed flag, and once it runs past that end."""
         v = j.rview
         if v is None or (
             not self.oracle
@@ -365,11 +366,11 @@ class Replay:
             and v.predicted_end <= self.now
         ):
             if self.oracle:
-                remaining = j.duration - j.progress
-            else:
-                elapsed = j.progress + max(0.0, self.now - j.started_at)
-                remaining = max(0.0, self._predicted_s(j, elapsed) - j.progress)
-            v = j.rview = j.running_view(remaining)
+                end = j.started_at + (j.duration - j.progress)
+            else:  # known to have run until now (the view is rebuilt at a checkpoint)
+                end = run_end(lambda e: self._predicted_s(j, e), j.started_at, j.progress,
+                              self.now, reached_at=self.now)  # fmt: skip
+            v = j.rview = j.running_view(end)
         return v
 
     # -- one pool's plan ----------------------------------------------------------

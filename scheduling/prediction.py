@@ -89,12 +89,14 @@ class RuntimePredictor:
         )
 
     def run_end(self, row: dict, queue_name: str, started_at: float, now: float) -> float:
-        """When a running job is predicted to end (``predict.run_end``), from the progress
+        """When a running job is predicted to end (``predict.run_end``): from the progress
         its run started from (``run_start_progress_seconds``), not the progress it has made
-        since (``progress_seconds``, which moves on as it runs)."""
+        since (``progress_seconds``, which moves on as it runs), and known to have run until
+        its last checkpoint."""
         return run_end(
             lambda elapsed: self.predict_row(row, queue_name, elapsed),
             started_at,
             row["run_start_progress_seconds"],
             now,
+            reached_at=row["last_checkpoint_at_ts"],
         )

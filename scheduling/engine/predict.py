@@ -270,16 +270,24 @@ def waiting_runtime_s(
 
 
 def run_end(
-    whole_s: Callable[[float], float], started_at: float, start_progress_s: float, now: float
+    whole_s: Callable[[float], float],
+    started_at: float,
+    start_progress_s: float,
+    now: float,
+    reached_at: float | None = None,
 ) -> float:
     """When a running job is predicted to end, for ``RunningJob.predicted_end``.
 
     The run started at ``started_at`` from ``start_progress_s`` of progress (0, or its
-    checkpoint's), so it ends when it has done the rest of its whole runtime predicted from
-    the runs that got that far. A run already past that end is predicted again from the
-    runs that lasted as long as it has now; if it is past that too, the engine's overrun
-    rule applies (``policy.running_end``: ``overrun_s`` from now)."""
-    end = started_at + max(0.0, whole_s(start_progress_s) - start_progress_s)
+    checkpoint's) and is known to have run until ``reached_at`` (its last checkpoint; None:
+    only its start), so it ends when it has done the rest of its whole runtime predicted
+    from the runs that got that far. A run already past that end is predicted again from
+    the runs that lasted as long as it has now; if it is past that too, the engine's
+    overrun rule applies (``policy.running_end``: ``overrun_s`` from now)."""
+    reached = start_progress_s + max(
+        0.0, (started_at if reached_at is None else reached_at) - started_at
+    )
+    end = started_at + max(0.0, whole_s(reached) - start_progress_s)
     if end <= now:
         elapsed = start_progress_s + (now - started_at)
         end = started_at + max(0.0, whole_s(elapsed) - start_progress_s)

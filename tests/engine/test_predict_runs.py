@@ -33,6 +33,18 @@ def test_a_run_ends_after_the_rest_of_its_whole_runtime():
                    now=2000.0) == 1000.0 + 6000.0  # fmt: skip
 
 
+def test_a_run_known_to_have_reached_its_checkpoint_is_predicted_from_the_runs_that_did():
+    asked: list[float] = []
+
+    def whole(elapsed: float) -> float:
+        asked.append(elapsed)
+        return 9000.0
+
+    end = run_end(whole, started_at=1000.0, start_progress_s=200.0, now=3000.0,
+                  reached_at=2500.0)  # fmt: skip
+    assert asked == [200.0 + 1500.0] and end == 1000.0 + 8800.0
+
+
 def test_a_run_past_its_end_is_predicted_from_the_runs_as_long_as_it_has_run():
     whole = {0.0: 600.0, 900.0: 5000.0}
     assert run_end(whole.__getitem__, started_at=0.0, start_progress_s=0.0, now=900.0) == 5000.0

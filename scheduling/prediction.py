@@ -47,8 +47,9 @@ class RuntimePredictor:
     A prediction depends only on the job's key (owner, model, queue, size, estimate, and
     how long it has already run) and the history, which is fixed while the predictor
     lives: answers are remembered per key (``memo``), so a cycle asks the history once per
-    kind of job, not once per job. A run past its predicted end asks with its own elapsed
-    time, a new key each cycle; the memo goes with the predictor (``REFRESH_S``).
+    kind of job, not once per job. A running job asks with the time it is known to have run
+    (to its last checkpoint: a new key an hour), one past its predicted end with its own
+    elapsed time (a new key each cycle); the memo goes with the predictor (``REFRESH_S``).
     """
 
     def __init__(self, predictor: HistoryPredictor, memo: dict[tuple, float] | None = None) -> None:

@@ -26,11 +26,13 @@ def test_the_db_bench_times_every_phase_and_the_plan_alone(demo):
     assert sum(wall.values()) <= result["median_ms"] * 1.5
     assert result["plan_alone_median_ms"] > 0
     assert result["plan_check_alone_median_ms"] >= result["plan_alone_median_ms"]
+    # the ratios are rounded to 2 decimals: within half a step of the ratio of the medians
+    # (a relative tolerance failed on a ratio of 0.247 written 0.25)
     assert result["cycle_over_plan_alone"] == pytest.approx(
-        result["median_ms"] / result["plan_alone_median_ms"], rel=0.01
+        result["median_ms"] / result["plan_alone_median_ms"], rel=0.01, abs=0.005
     )
     assert result["plan_in_cycle_over_alone"] == pytest.approx(
-        wall["plan"] / result["plan_alone_median_ms"], rel=0.01
+        wall["plan"] / result["plan_alone_median_ms"], rel=0.01, abs=0.005
     )
     assert result["cpu_median_ms"] > 0 and result["errors"] == 0 and result["violations"] == 0
 

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .types import Snapshot
+from .types import RunningJob, Snapshot
 
 DEFAULT_RUNTIME_S = 12 * 3600.0
 #: The quantile the plan uses (reservations, backfill): see docs/engine.md.
@@ -294,8 +294,10 @@ def run_end(
     return end
 
 
-def fill_predictions(snapshot: Snapshot, predictor: HistoryPredictor) -> Snapshot:
-    """Fill missing ``predicted_runtime_s`` / ``predicted_end`` from the predictor."""
+def fill_predictions(snapshot: Snapshot, predictor: HistoryPredictor, now: float) -> Snapshot:
+    """Fill missing ``predicted_runtime_s`` / ``predicted_end`` from the predictor, by the
+    rules the loop and the replay use (``waiting_runtime_s``, ``run_end``; the engine's
+    views carry no progress, so a run is taken to have started from none)."""
     pending = tuple(
         j
         if j.predicted_runtime_s is not None
@@ -311,16 +313,18 @@ def fill_predictions(snapshot: Snapshot, predictor: HistoryPredictor) -> Snapsho
         )
         for j in snapshot.pending
     )
+
+    def end(r: RunningJob) -> float:
+        def whole_s(elapsed: float) -> float:
+            return predictor.predict(
+                owner=r.owner, model_name=r.model_name, queue=r.queue, gpus=r.gpus,
+                elapsed_s=elapsed,
+            ).seconds  # fmt: skip
+
+        return run_end(whole_s, r.started_at, 0.0, now, reached_at=r.last_checkpoint_at)
+
     running = tuple(
-        r
-        if r.predicted_end is not None
-        else dataclasses.replace(
-            r,
-            predicted_end=r.started_at
-            + predictor.predict(
-                owner=r.owner, model_name=r.model_name, queue=r.queue, gpus=r.gpus
-            ).seconds,
-        )
+        r if r.predicted_end is not None else dataclasses.replace(r, predicted_end=end(r))
         for r in snapshot.running
     )
     return dataclasses.replace(snapshot, pending=pending, running=running)

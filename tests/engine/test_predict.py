@@ -102,12 +102,28 @@ def test_fill_predictions_fills_only_what_is_missing():
         lines=[LineView("llm", None)],
         policy=PolicyConfig(),
     )
-    filled = fill_predictions(s, HistoryPredictor(history))
+    filled = fill_predictions(s, HistoryPredictor(history), NOW)
     by_id = {j.id: j for j in filled.pending}
     assert by_id[1].predicted_runtime_s == 600
     assert by_id[2].predicted_runtime_s == 42.0
     assert by_id[3].predicted_runtime_s == 7200.0
     assert filled.running[0].predicted_end == NOW - 100 + 600
+
+
+def test_fill_predictions_predicts_a_run_past_its_end_from_the_runs_as_long():
+    """The rule of the loop and the replay (``predict.run_end``): predicted 600 s, it has
+    run 700; the runs that lasted 700 s or more say 3,000."""
+    history = runs("ann", "m", "llm-experiment", 4, *[600] * 5, 3000, 3000, 3000)
+    s = snap(
+        [node("a")],
+        [],
+        [rjob(9, {"a": range(4)}, predicted_end=None, started_at=NOW - 700, owner="ann",
+              model_name="m", queue="llm-experiment")],
+        lines=[LineView("llm", None)],
+        policy=PolicyConfig(),
+    )  # fmt: skip
+    filled = fill_predictions(s, HistoryPredictor(history, quantile=0.5), NOW)
+    assert filled.running[0].predicted_end == NOW - 700 + 3000
 
 
 @pytest.mark.parametrize(

@@ -338,7 +338,7 @@ class Planner:
             details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
         earlier = self.records.get(job.id)
         if code == Code.QUOTA_EXCEEDED and (earlier is None or earlier[0][0] != code):
-            self.quota.counted(details, job.gpus)
+            self.quota.counted(job, details, est)
         self.records[job.id] = ((code, msg, details, remedy), est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:

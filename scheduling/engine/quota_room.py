@@ -10,8 +10,11 @@ part of the plan reads them:
 - ``reason``: ``QUOTA_EXCEEDED`` and its one estimated start: when the scope's running
   work (and the work this plan starts within quota) is predicted to release the room it
   lacks, *after* the jobs given ``QUOTA_EXCEEDED`` before it in this plan have had theirs
-  (``waiting``). Before session 33 the estimate ignored them: the 2,356th job waiting for a
-  line's room read "starts in 5 min", when the line's next job would end.
+  (``waiting``), each of which gives its room back after its predicted runtime
+  (``quota_turns.Turns``). Before session 33 the estimate ignored them: the 2,356th job
+  waiting for a line's room read "starts in 5 min", when the line's next job would end;
+  before session 36 they kept the room for ever, so most jobs of a long line read "no
+  estimate".
 - ``hold`` / ``claim_overdue`` / ``held``: the starvation bound's quota side. An overdue
   job over quota holds its scope's room as a reservation holds nodes; one within quota but
   waiting for nodes claims the room it will need from its reservation's start; later jobs
@@ -23,13 +26,14 @@ part of the plan reads them:
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator, Sequence
 from heapq import merge
 from typing import TYPE_CHECKING, Any
 
 from . import explain
 from .policy import job_runtime, running_end
+from .quota_turns import Turns
 from .types import PendingJob, RunningJob
 
 if TYPE_CHECKING:
@@ -53,6 +57,10 @@ class QuotaRoom:
         # GPUs of the jobs given QUOTA_EXCEEDED so far, per scope: the room a later job of
         # the scope waits for comes after theirs (``reason``)
         self.waiting: dict[Scope, int] = {}
+        # ... and as their turns come, each giving its room back after its runtime
+        self.turns: dict[Scope, Turns] = {}
+        # job -> (scope, when its turn comes) of the last ``reason`` given, for ``counted``
+        self._turn_of: dict[int, tuple[Scope, float | None]] = {}
         self._release_curves: dict[Scope, list[tuple[int, float]]] = {}
         self._release_steps: dict[Scope, list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per scope
@@ -113,7 +121,8 @@ class QuotaRoom:
         quota, held = self.quota_and_held(scope, name)
         assert quota is not None
         ahead = 0 if holds else self.waiting.get((scope, name), 0)
-        room_at = self.room(job, short_q, ahead)
+        room_at = self.room(job, short_q) if holds else self._turn(job, scope, name)
+        self._turn_of[job.id] = ((scope, name), room_at)
         if reserved_at is not None and (room_at is None or reserved_at <= room_at):
             reserved_at = None  # the room comes last: it is the estimate
         reason = explain.quota_exceeded(
@@ -121,11 +130,49 @@ class QuotaRoom:
         )
         return reason, reserved_at if reserved_at is not None else room_at
 
-    def counted(self, details: dict[str, Any], gpus: int) -> None:
-        """A job now reads QUOTA_EXCEEDED (``details``' scope): later jobs of that scope
-        wait for the room after its ``gpus``."""
+    def counted(self, job: PendingJob, details: dict[str, Any], est: float | None) -> None:
+        """``job`` now reads QUOTA_EXCEEDED (``details``' scope), estimated to start at
+        ``est``: later jobs of that scope wait for the room after its GPUs, which it takes
+        when its turn comes and gives back after its predicted runtime."""
         key = (details["scope"], details["name"])
-        self.waiting[key] = self.waiting.get(key, 0) + gpus
+        self.waiting[key] = self.waiting.get(key, 0) + job.gpus
+        asked = self._turn_of.get(job.id)
+        if est is None or asked is None or asked[0] != key or asked[1] is None:
+            return  # its turn never comes: it holds no room
+        end = est + job_runtime(job, self.p.policy)
+        self._turns_of(key).take(asked[1], job.gpus, end)
+
+    def _turns_of(self, key: Scope) -> Turns:
+        turns = self.turns.get(key)
+        if turns is None:
+            turns = self.turns[key] = Turns(self.p.now)
+        return turns
+
+    def _turn(self, job: PendingJob, scope: str, name: str) -> float | None:
+        """When ``job``'s turn for its scope's room comes (``quota_turns``); None if never
+        (or it exceeds the quota)."""
+        quota, held = self.quota_and_held(scope, name)
+        if quota is None or job.gpus > quota:
+            return None
+        turns = self._turns_of((scope, name))
+        released, later = self._releases((scope, name), turns.at)
+        return turns.start(job.gpus, quota - held + released, later)
+
+    def _releases(self, ck: Scope, after: float) -> tuple[int, Iterator[tuple[float, int]]]:
+        """The GPUs the scope's running work (and this plan's starts within quota) has
+        released by ``after``, and its later releases in time order."""
+        curve = self._curve(*ck)
+        steps = self._release_steps.get(ck)
+        if steps is None:
+            steps = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
+            self._release_steps[ck] = steps
+        i = bisect_right(steps, (after, _INF))
+        released = curve[i - 1][0] if i else 0
+        started = self._started_ends.get(ck, [])
+        j = bisect_right(started, (after, _INF))
+        released += sum(g for _t, g in started[:j])
+        later = (steps[k] for k in range(i, len(steps)))  # lazily: a turn needs a few
+        return released, merge(later, started[j:])
 
     def room(self, job: PendingJob, short_q: int, ahead: int = 0) -> float | None:
         """When running work of the scope ``job`` is short in is predicted to release the
@@ -139,22 +186,8 @@ class QuotaRoom:
 
     def _room_at(self, scope: str, name: str, need: int) -> float | None:
         """When running work of this queue/line is predicted to release ``need`` GPUs."""
-        p = self.p
         ck = (scope, name)
-        curve = self._release_curves.get(ck)
-        if curve is None:
-            borrowed = p.usage.borrowed_ids
-            ends = sorted(
-                (running_end(r, p.now, p.policy), r.gpus)
-                for r in p.s.running
-                if r.id not in borrowed and (r.queue if scope == "queue" else r.line) == name
-            )
-            cum = 0
-            curve = []
-            for t, g in ends:
-                cum += g
-                curve.append((cum, t))
-            self._release_curves[ck] = curve
+        curve = self._curve(scope, name)
         started = self._started_ends.get(ck)
         if not started:
             i = bisect_left(curve, (need, -_INF))
@@ -170,6 +203,27 @@ class QuotaRoom:
             if cum >= need:
                 return t
         return None
+
+    def _curve(self, scope: str, name: str) -> list[tuple[int, float]]:
+        """``(GPUs released so far, when)`` by the scope's running work within quota, in
+        time order."""
+        ck = (scope, name)
+        curve = self._release_curves.get(ck)
+        if curve is None:
+            p = self.p
+            borrowed = p.usage.borrowed_ids
+            ends = sorted(
+                (running_end(r, p.now, p.policy), r.gpus)
+                for r in p.s.running
+                if r.id not in borrowed and (r.queue if scope == "queue" else r.line) == name
+            )
+            cum = 0
+            curve = []
+            for t, g in ends:
+                cum += g
+                curve.append((cum, t))
+            self._release_curves[ck] = curve
+        return curve
 
     def started(self, job: PendingJob, end: float) -> None:
         """``job`` starts within quota, predicted to end at ``end``: it releases its share

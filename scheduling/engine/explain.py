@@ -171,6 +171,10 @@ def quota_exceeded(
             details["reservation_starts_at"] = iso(reserved_at)
         if not job.preemptible:
             remedy += " A preemptible job could borrow idle capacity meanwhile."
+        elif borrow_note and room_at is not None:
+            # a borrower: its turn for the quota room is the latest it waits, unless it
+            # borrows first (docs/engine.md, "Turns for quota room")
+            remedy += " It may start sooner on borrowed idle capacity."
     msg = (
         f"{scope.capitalize()} {name} holds {num(held)} of its {num(quota)} GPU quota; "
         f"this job needs {num(job.gpus)}."

@@ -149,7 +149,7 @@ QUOTA_WORDS = [
         (pjob(1, 8), "queue", "q", 12, 16, "It may borrow idle capacity.", NOW),
         "Queue q holds 12 of its 16 GPU quota; this job needs 8. It may borrow idle capacity.",
         "Starts once 4 GPUs of queue q are released (predicted by 1970-01-12 13:46 UTC), "
-        "or after a quota increase.",
+        "or after a quota increase. It may start sooner on borrowed idle capacity.",
     ),
     (
         (pjob(1, 32), "queue", "q", 20, 16, "", NOW),

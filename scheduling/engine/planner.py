@@ -338,7 +338,7 @@ class Planner:
             details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
         earlier = self.records.get(job.id)
         if code == Code.QUOTA_EXCEEDED and (earlier is None or earlier[0][0] != code):
-            self.quota.counted(job, details, est)
+            self.quota.counted(job, details)
         self.records[job.id] = ((code, msg, details, remedy), est)
 
     def describe(self, job: PendingJob, sh: ShapeT) -> str:
@@ -858,6 +858,7 @@ class Planner:
             self.consider_borrower(job)
         self.blocked.explain()
         estimate_the_line(self)  # an estimate beyond the reservations (line_estimate.py)
+        self.quota.finish()  # the quota waits' turns, every start placed (quota_turns.py)
         defragment(self.consolidation)
         return self.assemble(first + rest)
 

@@ -7,14 +7,14 @@ part of the plan reads them:
 
 - ``short``: the GPUs a job would take over its queue's / line's quota if it started now
   without borrowing, its victims' share already released.
-- ``reason``: ``QUOTA_EXCEEDED`` and its one estimated start: when the scope's running
-  work (and the work this plan starts within quota) is predicted to release the room it
-  lacks, *after* the jobs given ``QUOTA_EXCEEDED`` before it in this plan have had theirs
-  (``waiting``), each of which gives its room back after its predicted runtime
-  (``quota_turns.Turns``). Before session 33 the estimate ignored them: the 2,356th job
-  waiting for a line's room read "starts in 5 min", when the line's next job would end;
-  before session 36 they kept the room for ever, so most jobs of a long line read "no
-  estimate".
+- ``reason`` / ``finish``: ``QUOTA_EXCEEDED`` and its one estimated start. Once the plan
+  has placed what it starts, ``finish`` plays each scope's room forward
+  (``quota_turns.first_fit``): the room its running work, this plan's starts and
+  preemptors give back goes to the jobs given ``QUOTA_EXCEEDED`` in the plan's order, each
+  one it fits, and each gives it back after its predicted runtime. Before session 33 the
+  estimate ignored the other waiting jobs: the 2,356th job waiting for a line's room read
+  "starts in 5 min", when the line's next job would end; from session 33 to 35 the jobs
+  ahead kept the room for ever, so most jobs of a long line read "no estimate".
 - ``hold`` / ``claim_overdue`` / ``held``: the starvation bound's quota side. An overdue
   job over quota holds its scope's room as a reservation holds nodes; one within quota but
   waiting for nodes claims the room it will need from its reservation's start; later jobs
@@ -26,15 +26,16 @@ part of the plan reads them:
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
 from heapq import merge
 from typing import TYPE_CHECKING, Any
 
 from . import explain
+from .borrowing import refused_reason
 from .policy import job_runtime, running_end
-from .quota_turns import Turns
-from .types import PendingJob, RunningJob
+from .quota_turns import first_fit
+from .types import Code, PendingJob, RunningJob
 
 if TYPE_CHECKING:
     from .planner import Planner
@@ -57,10 +58,13 @@ class QuotaRoom:
         # GPUs of the jobs given QUOTA_EXCEEDED so far, per scope: the room a later job of
         # the scope waits for comes after theirs (``reason``)
         self.waiting: dict[Scope, int] = {}
-        # ... and as their turns come, each giving its room back after its runtime
-        self.turns: dict[Scope, Turns] = {}
-        # job -> (scope, when its turn comes) of the last ``reason`` given, for ``counted``
-        self._turn_of: dict[int, tuple[Scope, float | None]] = {}
+        # ... and those jobs, in the plan's order (``finish`` gives them their turns)
+        self._in_line: dict[Scope, list[PendingJob]] = {}
+        # job -> what its QUOTA_EXCEEDED reason was given (short_q, note, reserved_at,
+        # holds, GPUs ahead), to say it again with its turn (``finish``)
+        self._asked: dict[int, tuple[int, str, float | None, bool, int]] = {}
+        # (when, GPUs) this plan's preemptors take (< 0) and give back, per scope
+        self._claimed_ends: dict[Scope, list[tuple[float, int]]] = {}
         self._release_curves: dict[Scope, list[tuple[int, float]]] = {}
         self._release_steps: dict[Scope, list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per scope
@@ -113,16 +117,28 @@ class QuotaRoom:
         reserved_at: float | None = None,
         holds: bool = False,
     ) -> tuple[explain.Reason, float | None]:
-        """QUOTA_EXCEEDED, and its estimated start: when the quota room is predicted for it
-        after the jobs given QUOTA_EXCEEDED before it in this plan (``waiting``) have had
-        theirs, unless it ``holds`` the room (an overdue job's hold: it is first); or,
-        ``reserved_at``, when the nodes reserved for it from later free."""
+        """QUOTA_EXCEEDED. An overdue job that ``holds`` the room is first: its estimated
+        start is when the room is predicted (or, ``reserved_at``, when the nodes reserved
+        for it from later free). Every other job's estimate comes at the end of the plan,
+        once all the scope's waiting jobs are known (``finish``)."""
+        scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
+        ahead = 0 if holds else self.waiting.get((scope, name), 0)
+        self._asked[job.id] = (short_q, note, reserved_at, holds, ahead)
+        room_at = self.room(job, short_q) if holds else None
+        return self._reason(job, short_q, note, reserved_at, ahead, room_at)
+
+    def _reason(
+        self,
+        job: PendingJob,
+        short_q: int,
+        note: str,
+        reserved_at: float | None,
+        ahead: int,
+        room_at: float | None,
+    ) -> tuple[explain.Reason, float | None]:
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self.quota_and_held(scope, name)
         assert quota is not None
-        ahead = 0 if holds else self.waiting.get((scope, name), 0)
-        room_at = self.room(job, short_q) if holds else self._turn(job, scope, name)
-        self._turn_of[job.id] = ((scope, name), room_at)
         if reserved_at is not None and (room_at is None or reserved_at <= room_at):
             reserved_at = None  # the room comes last: it is the estimate
         reason = explain.quota_exceeded(
@@ -130,59 +146,62 @@ class QuotaRoom:
         )
         return reason, reserved_at if reserved_at is not None else room_at
 
-    def counted(self, job: PendingJob, details: dict[str, Any], est: float | None) -> None:
-        """``job`` now reads QUOTA_EXCEEDED (``details``' scope), estimated to start at
-        ``est``: later jobs of that scope wait for the room after its GPUs, which it takes
-        when its turn comes and gives back after its predicted runtime."""
+    def counted(self, job: PendingJob, details: dict[str, Any]) -> None:
+        """``job`` now reads QUOTA_EXCEEDED (``details``' scope): later jobs of that scope
+        wait for the room after its GPUs, and ``finish`` gives it its turn."""
         key = (details["scope"], details["name"])
         self.waiting[key] = self.waiting.get(key, 0) + job.gpus
-        asked = self._turn_of.get(job.id)
-        if est is None or asked is None or asked[0] != key or asked[1] is None:
-            return  # its turn never comes: it holds no room
-        end = est + job_runtime(job, self.p.policy)
-        self._turns_of(key).take(asked[1], job.gpus, end)
+        self._in_line.setdefault(key, []).append(job)
 
-    def _turns_of(self, key: Scope) -> Turns:
-        turns = self.turns.get(key)
-        if turns is None:
-            turns = self.turns[key] = Turns(self.p.now)
-        return turns
+    def finish(self) -> None:
+        """The estimates of the jobs waiting for quota room, once the plan has placed
+        everything it starts: per scope, when ``quota_turns.first_fit`` hands each its room
+        (an overdue job holding the room keeps its own estimate, and goes first)."""
+        p = self.p
+        for (scope, name), jobs in self._in_line.items():
+            quota, held = self.quota_and_held(scope, name)
+            if quota is None:
+                continue
+            fits = [j for j in jobs if j.gpus <= quota and self._still_waits(j)]
+            starts = first_fit(
+                quota - held,
+                self._releases((scope, name)),
+                [(j.gpus, job_runtime(j, p.policy)) for j in fits],
+                p.now,
+            )
+            for job, room_at in zip(fits, starts, strict=True):
+                short_q, note, reserved_at, holds, ahead = self._asked[job.id]
+                if holds or room_at is None:
+                    continue  # its own estimate stands (none: the room never comes)
+                reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
+                refused = p.records[job.id][0][2].get("borrow_refused")
+                if refused is not None:
+                    reason = refused_reason(reason, refused)
+                p.record(job, reason, est)
 
-    def _turn(self, job: PendingJob, scope: str, name: str) -> float | None:
-        """When ``job``'s turn for its scope's room comes (``quota_turns``); None if never
-        (or it exceeds the quota)."""
-        quota, held = self.quota_and_held(scope, name)
-        if quota is None or job.gpus > quota:
-            return None
-        turns = self._turns_of((scope, name))
-        released, later = self._releases((scope, name), turns.at)
-        return turns.start(job.gpus, quota - held + released, later)
+    def _still_waits(self, job: PendingJob) -> bool:
+        rec = self.p.records.get(job.id)
+        return rec is not None and rec[0][0] == Code.QUOTA_EXCEEDED
 
-    def _releases(self, ck: Scope, after: float) -> tuple[int, Iterator[tuple[float, int]]]:
-        """The GPUs the scope's running work (and this plan's starts within quota) has
-        released by ``after``, and its later releases in time order."""
+    def _releases(self, ck: Scope) -> Iterator[tuple[float, int]]:
+        """``(when, GPUs)`` the scope's running work (and this plan's starts within quota
+        and preemptors) gives back, in time order."""
         curve = self._curve(*ck)
         steps = self._release_steps.get(ck)
         if steps is None:
             steps = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
             self._release_steps[ck] = steps
-        i = bisect_right(steps, (after, _INF))
-        released = curve[i - 1][0] if i else 0
-        started = self._started_ends.get(ck, [])
-        j = bisect_right(started, (after, _INF))
-        released += sum(g for _t, g in started[:j])
-        later = (steps[k] for k in range(i, len(steps)))  # lazily: a turn needs a few
-        return released, merge(later, started[j:])
+        return merge(steps, self._started_ends.get(ck, []), self._claimed_ends.get(ck, []))
 
-    def room(self, job: PendingJob, short_q: int, ahead: int = 0) -> float | None:
+    def room(self, job: PendingJob, short_q: int) -> float | None:
         """When running work of the scope ``job`` is short in is predicted to release the
-        room it lacks, after ``ahead`` GPUs for jobs ahead of it (0: whoever else waits,
-        what an overdue job's hold waits for); None if never (or it exceeds the quota)."""
+        room it lacks, whoever else waits (what an overdue job's hold waits for); None if
+        never (or it exceeds the quota)."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self.quota_and_held(scope, name)
         if quota is None or job.gpus > quota:
             return None
-        return self._room_at(scope, name, held + ahead + job.gpus - quota)
+        return self._room_at(scope, name, held + job.gpus - quota)
 
     def _room_at(self, scope: str, name: str, need: int) -> float | None:
         """When running work of this queue/line is predicted to release ``need`` GPUs."""
@@ -243,6 +262,14 @@ class QuotaRoom:
         freed_l = sum(v.gpus for v in entitled if v.line == job.line)
         p.nb_queue[job.queue] = p.nb_queue.get(job.queue, 0) + max(0, job.gpus - freed_q)
         p.nb_line[job.line] = p.nb_line.get(job.line, 0) + max(0, job.gpus - freed_l)
+        # for the turns (``finish``): the preemptor takes what its victims release once they
+        # stop (about a grace period from now) and gives its GPUs back after its runtime
+        start = p.now + p.policy.grace_seconds
+        end = start + job_runtime(job, p.policy)
+        for ck, freed in ((("queue", job.queue), freed_q), (("line", job.line), freed_l)):
+            taken = self._claimed_ends.setdefault(ck, [])
+            insort(taken, (start, -min(freed, job.gpus)))
+            insort(taken, (end, job.gpus))
 
     # -- room held and claimed for overdue jobs (#19) ----------------------------------
     def _overdue(self, job: PendingJob) -> bool:

@@ -1,69 +1,80 @@
-"""The turns of the jobs waiting for a queue's or line's quota room (Q4, V1).
+"""When the jobs waiting for a queue's or line's quota room get it (Q4, V1).
 
-A job waiting for quota room (``QUOTA_EXCEEDED``) is estimated to start when the room it
-lacks comes, after the jobs given ``QUOTA_EXCEEDED`` before it in the same scope have had
-theirs (``quota_room.QuotaRoom.reason``). Before session 36 the jobs ahead kept the room
+A job waiting for quota room (``QUOTA_EXCEEDED``) is estimated to start when its scope has
+room for it. Before session 36 the jobs given ``QUOTA_EXCEEDED`` ahead of it kept the room
 they were given for ever: the 3,000th job waiting for a line's room needed the line's
 running work to release its own GPUs *plus every GPU of the jobs ahead of it*, more than
-the line holds, so it read "no estimate" however soon its turn would come. On the 10,000-GPU
-demo that was two thirds of the time jobs waited for quota.
+the line holds, so it read "no estimate" however soon its turn would come. On the
+10,000-GPU demo that was two thirds of the time jobs waited for quota.
 
-``Turns`` keeps, per scope, the jobs ahead as they will run: each takes its room when
-enough has come (in the plan's order: no job's turn comes before the one ahead of it) and
-gives it back after its predicted runtime, so the room goes round. The room at an instant
-``t`` is the room left now, plus what the running work (and this plan's starts) has
-released by ``t``, less what the jobs ahead hold at ``t``.
+``first_fit`` plays the scope's room forward as the planner hands it out, plan after plan:
+at each instant the running work (or a job started here) gives room back, the waiting
+jobs are taken in the plan's order and each one the room fits starts (a small job behind a
+big one that does not fit yet starts first, as it would), holds its room for its predicted
+runtime and gives it back. A job's estimate is the instant it starts there.
 
-Like every estimate beyond a reservation it foresees no work arriving later ahead of the
-job, nor a job ahead that starts by borrowing instead; the replay and ``bench_demo``
-measure how right it is (``start_estimates``). It changes no decision: only the verdicts'
-estimated starts.
+Like every estimate beyond a reservation it foresees no work arriving later, nor a job
+starting by borrowing or by a quota swap instead, nor whether nodes are free; the replay
+and ``bench_demo`` measure how right it is (``start_estimates``). It changes no decision:
+only the verdicts' estimated starts.
 
 Pure: no Django.
 """
 
 from __future__ import annotations
 
-from bisect import insort
-from collections.abc import Iterable
-from heapq import merge
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
 
 
-class Turns:
-    """One scope's jobs waiting for quota room, as their turns come (the module's rule)."""
+def first_fit(
+    room: int, releases: Iterable[tuple[float, int]], jobs: Sequence[tuple[int, float]], now: float
+) -> list[float | None]:
+    """When each of ``jobs`` (``(GPUs, predicted runtime)``, in the plan's order) starts:
+    ``room`` is the scope's room now (below 0 when it holds more than its quota),
+    ``releases`` the ``(when, GPUs)`` its running work gives back, in time order. None for
+    a job the room never fits."""
+    out: list[float | None] = [None] * len(jobs)
+    waiting: dict[int, deque[int]] = {}  # GPUs -> the jobs of that size, in order
+    for i, (gpus, _runtime) in enumerate(jobs):
+        waiting.setdefault(gpus, deque()).append(i)
+    sizes = sorted(waiting)
+    ends: list[tuple[float, int]] = []  # (when, GPUs) the jobs started here give back
+    left = len(jobs)
 
-    __slots__ = ("at", "back", "held")
+    def start_those_that_fit(t: float) -> None:
+        nonlocal room, left
+        while left:
+            first: int | None = None  # the size whose first job comes first in the order
+            for size in sizes:
+                if size > room:
+                    break
+                if waiting[size] and (first is None or waiting[size][0] < waiting[first][0]):
+                    first = size
+            if first is None:
+                return
+            i = waiting[first].popleft()
+            out[i] = t
+            room -= first
+            left -= 1
+            heapq.heappush(ends, (t + jobs[i][1], first))
 
-    def __init__(self, now: float) -> None:
-        self.at = now  # no later job of the scope takes room before this instant
-        # (when, GPUs) the jobs ahead give back, all after ``at``
-        self.back: list[tuple[float, int]] = []
-        self.held = 0  # GPUs the jobs ahead hold at ``at``
-
-    def start(self, gpus: int, room: int, releases: Iterable[tuple[float, int]]) -> float | None:
-        """When a job of ``gpus`` gets its turn: ``room`` is the room at ``at`` before the
-        jobs ahead take theirs (the room left now plus what was released by ``at``),
-        ``releases`` the later releases of the running work in time order. None if the
-        room never comes."""
-        room -= self.held
-        if room >= gpus:
-            return self.at
-        for t, g in merge(releases, self.back):
-            room += g
-            if room >= gpus:
-                return t
-        return None
-
-    def take(self, start: float, gpus: int, end: float) -> None:
-        """A job of ``gpus`` takes its turn at ``start`` and gives the room back at
-        ``end``; later jobs' turns come after it."""
-        start = max(start, self.at)
-        if start > self.at:
-            gone = 0
-            while self.back and self.back[0][0] <= start:
-                gone += self.back.pop(0)[1]
-            self.held -= gone
-            self.at = start
-        if end > start:
-            self.held += gpus
-            insort(self.back, (end, gpus))
+    later = iter(releases)
+    nxt = next(later, None)
+    while nxt is not None and nxt[0] <= now:  # what comes back now is room now
+        room += nxt[1]
+        nxt = next(later, None)
+    start_those_that_fit(now)
+    while left and (nxt is not None or ends):
+        t = ends[0][0] if ends else math.inf
+        if nxt is not None and nxt[0] < t:
+            t = nxt[0]
+        while nxt is not None and nxt[0] == t:  # every release of this instant first
+            room += nxt[1]
+            nxt = next(later, None)
+        while ends and ends[0][0] == t:
+            room += heapq.heappop(ends)[1]
+        start_those_that_fit(t)
+    return out

@@ -9,7 +9,7 @@ plan's decisions are the same (the plan corpus's starts, stops, reservations and
 did not change), only the estimates and their words.
 
 Since session 36 each job ahead gives its room back after its predicted runtime
-(``quota_turns.Turns``): before, they kept it for ever, so a job behind more GPUs than the
+(``quota_turns.first_fit``): before, they kept it for ever, so a job behind more GPUs than the
 line's running work holds read "no estimate" (two thirds of the quota waits on the demo).
 """
 

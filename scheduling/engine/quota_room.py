@@ -156,23 +156,28 @@ class QuotaRoom:
     def finish(self) -> None:
         """The estimates of the jobs waiting for quota room, once the plan has placed
         everything it starts: per scope, when ``quota_turns.first_fit`` hands each its room
-        (an overdue job holding the room keeps its own estimate, and goes first)."""
+        (an overdue job holding the room keeps its own estimate, and goes first). Each is
+        told again with the scope's use after the plan, so all of a scope's jobs read the
+        same numbers."""
         p = self.p
         for (scope, name), jobs in self._in_line.items():
             quota, held = self.quota_and_held(scope, name)
             if quota is None:
                 continue
-            fits = [j for j in jobs if j.gpus <= quota and self._still_waits(j)]
+            waits = [j for j in jobs if self._still_waits(j)]
+            fits = [j for j in waits if j.gpus <= quota]
             starts = first_fit(
                 quota - held,
                 self._releases((scope, name)),
                 [(j.gpus, job_runtime(j, p.policy)) for j in fits],
                 p.now,
             )
-            for job, room_at in zip(fits, starts, strict=True):
+            turn = {j.id: t for j, t in zip(fits, starts, strict=True)}
+            for job in waits:
                 short_q, note, reserved_at, holds, ahead = self._asked[job.id]
-                if holds or room_at is None:
-                    continue  # its own estimate stands (none: the room never comes)
+                if holds:
+                    continue  # its own estimate stands: the room it holds
+                room_at = turn.get(job.id)  # None: the room never comes (or is too small)
                 reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
                 refused = p.records[job.id][0][2].get("borrow_refused")
                 if refused is not None:

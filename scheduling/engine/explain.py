@@ -150,15 +150,23 @@ def quota_exceeded(
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
         details[NO_ESTIMATE] = f"it is larger than the whole {scope} quota"
     else:
-        released = (
-            f"Starts once {num(job.gpus - room + ahead_gpus)} GPUs of {scope} {name} are released"
-        )
-        if ahead_gpus:
-            released += f" ({num(ahead_gpus)} of them for the jobs ahead of it)"
-        if reserved_at is not None:
-            released += f" and its reserved nodes free (predicted by {when(reserved_at)})"
-        elif room_at is not None:
-            released += f" (predicted by {when(room_at)})"
+        if ahead_gpus and room_at is not None and reserved_at is None:
+            # the room goes round (quota_turns.first_fit): its turn says when, not a count
+            released = (
+                f"Starts when {scope} {name}'s room comes round to it (predicted by "
+                f"{when(room_at)}; the jobs ahead of it wait for {num(ahead_gpus)} GPUs of it)"
+            )
+        else:
+            released = (
+                f"Starts once {num(job.gpus - room + ahead_gpus)} GPUs of {scope} {name} are "
+                "released"
+            )
+            if ahead_gpus:
+                released += f" ({num(ahead_gpus)} of them for the jobs ahead of it)"
+            if reserved_at is not None:
+                released += f" and its reserved nodes free (predicted by {when(reserved_at)})"
+            elif room_at is not None:
+                released += f" (predicted by {when(room_at)})"
         remedy = released + ", or after a quota increase."
         if room_at is not None:
             details["quota_room_at"] = iso(room_at)

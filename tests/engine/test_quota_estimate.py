@@ -16,7 +16,7 @@ line's running work holds read "no estimate" (two thirds of the quota waits on t
 from __future__ import annotations
 
 from scheduling.engine import types as et
-from scheduling.engine.explain import iso
+from scheduling.engine.explain import iso, when
 
 from .helpers import HOUR, NOW, pjob, rack, rjob, run, snap, standard_queues
 
@@ -55,8 +55,11 @@ def test_each_job_waits_for_the_room_after_the_jobs_ahead_of_it():
     assert [v.estimated_start for v in verdicts] == [NOW + HOUR, NOW + 2 * HOUR, NOW + 2 * HOUR]
     assert [v.details.get("waiting_ahead_gpus") for v in verdicts] == [None, 4, 8]
     assert verdicts[2].details["quota_room_at"] == iso(NOW + 2 * HOUR)
+    # with jobs ahead, the remedy says when its turn comes, not a count of GPUs (first fit
+    # may start it before some of them)
     assert verdicts[2].remedy.startswith(
-        "Starts once 12 GPUs of line llm are released (8 of them for the jobs ahead of it) "
+        f"Starts when line llm's room comes round to it (predicted by {when(NOW + 2 * HOUR)}; "
+        "the jobs ahead of it wait for 8 GPUs of it), or after a quota increase."
     )
     assert verdicts[0].remedy.startswith("Starts once 4 GPUs of line llm are released (")
 

@@ -377,10 +377,14 @@ class Borrowing:
         self._queue_exposure[queue] = self._queue_exposure.get(queue, 0.0) + given_gpu_s
 
 
+#: The details' key naming the borrowing rule that refused a QUOTA_EXCEEDED job.
+BORROW_REFUSED = "borrow_refused"
+
+
 def refused_reason(reason: explain.Reason, kind: str) -> explain.Reason:
     """A QUOTA_EXCEEDED reason with the borrowing rule that refused it in its details."""
     code, msg, details, remedy = reason
-    return code, msg, dict(details, borrow_refused=kind), remedy
+    return code, msg, dict(details, **{BORROW_REFUSED: kind}), remedy
 
 
 def check_borrowing(snapshot: Snapshot, plan: Plan) -> list[str]:

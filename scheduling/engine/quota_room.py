@@ -32,7 +32,7 @@ from heapq import merge
 from typing import TYPE_CHECKING, Any
 
 from . import explain
-from .borrowing import refused_reason
+from .borrowing import BORROW_REFUSED, refused_reason
 from .policy import job_runtime, running_end
 from .quota_turns import first_fit
 from .types import Code, PendingJob, RunningJob
@@ -59,7 +59,7 @@ class QuotaRoom:
         # the scope waits for comes after theirs (``reason``)
         self.waiting: dict[Scope, int] = {}
         # ... and those jobs, in the plan's order (``finish`` gives them their turns)
-        self._in_line: dict[Scope, list[PendingJob]] = {}
+        self._in_line: dict[Scope, dict[int, PendingJob]] = {}
         # job -> what its QUOTA_EXCEEDED reason was given (short_q, note, reserved_at,
         # holds, GPUs ahead), to say it again with its turn (``finish``)
         self._asked: dict[int, tuple[int, str, float | None, bool, int]] = {}
@@ -119,13 +119,15 @@ class QuotaRoom:
     ) -> tuple[explain.Reason, float | None]:
         """QUOTA_EXCEEDED. An overdue job that ``holds`` the room is first: its estimated
         start is when the room is predicted (or, ``reserved_at``, when the nodes reserved
-        for it from later free). Every other job's estimate comes at the end of the plan,
-        once all the scope's waiting jobs are known (``finish``)."""
+        for it from later free). Every other job is worded, with its estimate, at the end of
+        the plan, once all the scope's waiting jobs are known (``finish``); until then its
+        verdict carries only the code and the scope, all the plan reads of it."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         ahead = 0 if holds else self.waiting.get((scope, name), 0)
         self._asked[job.id] = (short_q, note, reserved_at, holds, ahead)
-        room_at = self.room(job, short_q) if holds else None
-        return self._reason(job, short_q, note, reserved_at, ahead, room_at)
+        if holds:
+            return self._reason(job, short_q, note, reserved_at, ahead, self.room(job, short_q))
+        return (Code.QUOTA_EXCEEDED, "", {"scope": scope, "name": name}, ""), None
 
     def _reason(
         self,
@@ -151,7 +153,7 @@ class QuotaRoom:
         wait for the room after its GPUs, and ``finish`` gives it its turn."""
         key = (details["scope"], details["name"])
         self.waiting[key] = self.waiting.get(key, 0) + job.gpus
-        self._in_line.setdefault(key, []).append(job)
+        self._in_line.setdefault(key, {})[job.id] = job
 
     def finish(self) -> None:
         """The estimates of the jobs waiting for quota room, once the plan has placed
@@ -164,7 +166,7 @@ class QuotaRoom:
             quota, held = self.quota_and_held(scope, name)
             if quota is None:
                 continue
-            waits = [j for j in jobs if self._still_waits(j)]
+            waits = [j for j in jobs.values() if self._still_waits(j)]
             fits = [j for j in waits if j.gpus <= quota]
             starts = first_fit(
                 quota - held,
@@ -179,7 +181,7 @@ class QuotaRoom:
                     continue  # its own estimate stands: the room it holds
                 room_at = turn.get(job.id)  # None: the room never comes (or is too small)
                 reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
-                refused = p.records[job.id][0][2].get("borrow_refused")
+                refused = p.records[job.id][0][2].get(BORROW_REFUSED)
                 if refused is not None:
                     reason = refused_reason(reason, refused)
                 p.record(job, reason, est)
@@ -191,12 +193,17 @@ class QuotaRoom:
     def _releases(self, ck: Scope) -> Iterator[tuple[float, int]]:
         """``(when, GPUs)`` the scope's running work (and this plan's starts within quota
         and preemptors) gives back, in time order."""
-        curve = self._curve(*ck)
+        steps = self._steps_of(ck)
+        return merge(steps, self._started_ends.get(ck, []), self._claimed_ends.get(ck, []))
+
+    def _steps_of(self, ck: Scope) -> list[tuple[float, int]]:
+        """``(when, GPUs)`` each of the scope's running jobs within quota releases."""
         steps = self._release_steps.get(ck)
         if steps is None:
+            curve = self._curve(*ck)
             steps = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
             self._release_steps[ck] = steps
-        return merge(steps, self._started_ends.get(ck, []), self._claimed_ends.get(ck, []))
+        return steps
 
     def room(self, job: PendingJob, short_q: int) -> float | None:
         """When running work of the scope ``job`` is short in is predicted to release the
@@ -217,12 +224,8 @@ class QuotaRoom:
             i = bisect_left(curve, (need, -_INF))
             return curve[i][1] if i < len(curve) else None
         # Jobs started by this plan release their share too (as the next plan sees them).
-        ends = self._release_steps.get(ck)
-        if ends is None:
-            ends = [(t, g) for (_c, t), g in zip(curve, _steps(curve), strict=True)]
-            self._release_steps[ck] = ends
         cum = 0
-        for t, g in merge(ends, started):
+        for t, g in merge(self._steps_of(ck), started):
             cum += g
             if cum >= need:
                 return t

@@ -56,7 +56,7 @@ from monitoring.models import Alert, MetricSample
 from monitoring.rollup import AS_OF, rollup_if_due
 from quotas.models import QuotaPolicy
 from quotas.tasks import quota_activation
-from replay.start_estimates import StartEstimates
+from replay.start_estimates import StartEstimates, code_table
 from replay.start_estimates import table as estimate_rows
 from scheduling.backend_factory import open_simulator
 from scheduling.clock import to_datetime
@@ -288,10 +288,12 @@ class EstimateWatch:
 
     def read(self, now: float) -> None:
         rows = Job.objects.filter(state=Job.State.PENDING, submitted_at__gte=self.since)
-        shown = {pk: est for pk, est in rows.values_list("pk", "estimated_start")
+        shown = {pk: (est, code)
+                 for pk, est, code in rows.values_list("pk", "estimated_start", "pending_code")
                  if pk not in self.started}  # fmt: skip
-        for pk, est in shown.items():
-            self.meter.shown(pk, now, est.timestamp() if est else None)
+        for pk, (est, code) in shown.items():
+            # a job no plan has seen yet has no code (nor an estimate)
+            self.meter.shown(pk, now, est.timestamp() if est else None, code or "NOT_PLANNED_YET")
         left = self.waiting - shown.keys()
         for pk, started_at in Job.objects.filter(pk__in=left).values_list("pk", "started_at"):
             if started_at is None:
@@ -521,5 +523,9 @@ def human(result: dict) -> list[str]:
         f"cycles: {c['count']}, median {c['median_ms']:,} ms, p95 {c['p95_ms']:,} ms",
         "estimated starts (jobs submitted after the warm-up that waited a cycle):",
     ]
-    lines += [f"  {label:<34} {value}" for label, value in estimate_rows(result["start_estimates"])]
+    estimates = result["start_estimates"]
+    lines += [
+        f"  {label:<34} {value}"
+        for label, value in estimate_rows(estimates) + code_table(estimates)
+    ]
     return lines

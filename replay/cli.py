@@ -28,6 +28,7 @@ from scheduling.engine.predict import PLAN_QUANTILE
 from .prediction_error import table as prediction_table
 from .replay import BORROW_KNOBS, ORDER_KNOBS, POLICIES, ReplayConfig, run_replay
 from .report import render_html, render_markdown
+from .start_estimates import code_table
 from .start_estimates import table as estimates_table
 
 Writer = Callable[[str], None]
@@ -307,7 +308,7 @@ def human_summary(result: dict) -> list[str]:
     ):  # fmt: skip
         got = o.get(key) or {}
         if got.get("jobs"):
-            rows = table(got)
+            rows = table(got) + (code_table(got) if key == "start_estimates" else [])
             width = max(len(label) for label, _ in rows)
             lines += ["", title, *(f"  {label.ljust(width)}  {value}" for label, value in rows)]
     if o.get("rejected"):

@@ -499,7 +499,7 @@ class Replay:
             why_not = why_not_borrowing(j.preemptible, j.demoted, policy)
             if v is not None:
                 hold(j.idx, now, reason_of(v, why_not))
-                self.estimates.shown(j.idx, now, v.estimated_start)
+                self.estimates.shown(j.idx, now, v.estimated_start, v.code)
             else:
                 hold(j.idx, now, unseen_reason(self._over_quota(j), decided is None, why_not))
 

@@ -17,6 +17,7 @@ from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
 from portal.devstack import DEMO_CYCLE_SECONDS
 from quotas.models import Queue, QuotaPolicy
+from scheduling.engine.types import Code
 from scheduling.models import Eviction, Job, Node, SchedulingCycle, SimulatorState
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -83,6 +84,10 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     started_since_warm = Job.objects.filter(submitted_at__gte=warm_at, started_at__isnull=False)
     assert 0 < shown["jobs"] <= started_since_warm.count()
     assert 0 <= shown["with_estimate_share"] <= 1
+    # by what the jobs waited for: API codes (or none yet), their shares of the whole
+    codes = {v for k, v in vars(Code).items() if k.isupper()}
+    assert shown["by_code"] and set(shown["by_code"]) <= codes | {"NOT_PLANNED_YET"}
+    assert sum(c["time_share"] for c in shown["by_code"].values()) == pytest.approx(1, abs=0.01)
 
 
 def test_here_refuses_a_database_with_a_cluster(demo):

@@ -15,7 +15,7 @@ from typing import Any
 
 from scheduling.engine import borrowing
 from scheduling.engine.explain import NO_ESTIMATE, duration, num, when
-from scheduling.engine.line_estimate import ESTIMATE_BASIS, LINE
+from scheduling.engine.line_estimate import BORROWING, ESTIMATE_BASIS, LINE
 
 # Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
 LABELS: dict[str, str] = {
@@ -79,6 +79,11 @@ ESTIMATE_BASES: dict[str, str] = {
     LINE: (
         "its turn for the GPUs the running work and the jobs ahead of it release, not where "
         "they are: no nodes are reserved for it yet, so it is rougher than a reservation's"
+    ),
+    BORROWING: (
+        "its turn to borrow idle capacity: when the GPUs the running work and the jobs ahead "
+        "of it release come round to it, before its own quota room; it borrows then if the "
+        "borrowing rules still allow it"
     ),
 }
 

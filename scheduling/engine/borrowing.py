@@ -86,6 +86,8 @@ _STARTS: tuple[float, ...] = (0.0, *HORIZONS_S[:-1])
 
 COOLDOWN = "cooldown"
 QUEUE_COOLDOWN = "queue_cooldown"
+# the rules whose refusal ends at a known time (``Borrowing.cooled_from``)
+COOLDOWNS = frozenset({COOLDOWN, QUEUE_COOLDOWN})
 EVICTION_CAP = "eviction_cap"
 EVICTION_BUDGET = "eviction_budget"
 LENDERS_RETURN = "lenders_return"
@@ -273,6 +275,21 @@ class Borrowing:
             own = self.own_part(job.line, job.gpus)
             return self.lenders_refusal(job.gpus, job_runtime(job, policy), own)
         return None
+
+    def cooled_from(self, job: PendingJob) -> float:
+        """When rule 2's cool-downs (the job's own and its queue's) let ``job`` borrow: now,
+        or when the later of them ends."""
+        p = self.p
+        at = p.now
+        cool = p.policy.borrow_cooldown_s
+        if in_cooldown(job.last_evicted_at, p.now, cool):
+            at = max(at, job.last_evicted_at + cool)  # type: ignore[operator]
+        queue = p.queues.get(job.queue)
+        if queue is not None:
+            qcool = queue_cooldown_s(over_target(queue, p.policy.borrow_eviction_target), p.policy)
+            if in_cooldown(queue.last_reclaim_at, p.now, qcool):
+                at = max(at, queue.last_reclaim_at + qcool)  # type: ignore[operator]
+        return at
 
     def queue_refusal(self, name: str, gpus: int) -> tuple[str, str] | None:
         """Rules 2 and 3 for ``gpus`` more borrowed GPUs of queue ``name``: its cool-down

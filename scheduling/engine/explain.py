@@ -127,13 +127,16 @@ def quota_exceeded(
     room_at: float | None = None,
     reserved_at: float | None = None,
     ahead_gpus: int = 0,
+    borrow_at: float | None = None,
 ) -> Reason:
     """Over quota. ``room_at``: when running work of the scope is predicted to have released
     enough for it, after ``ahead_gpus`` GPUs for the jobs ahead of it waiting for the same
     room: the verdict's estimated start (the earliest it could start), said in the remedy
     and stored as ``quota_room_at``. ``reserved_at``: for an overdue job that reserved
     nodes from after its room is due (``Planner.reserve_for_quota_room``), that later
-    start, which is then the estimate (``reservation_starts_at``)."""
+    start, which is then the estimate (``reservation_starts_at``). ``borrow_at``: for a job
+    that may borrow, when it is predicted to find idle capacity to borrow, before its room
+    (``line_estimate``): then that is the estimate, the one time the remedy says."""
     room = max(0, quota - held)
     details: dict[str, Any] = {
         "scope": scope,
@@ -149,6 +152,19 @@ def quota_exceeded(
     if job.gpus > quota:
         remedy = f"The job is larger than the whole {scope} quota: ask for a quota increase."
         details[NO_ESTIMATE] = f"it is larger than the whole {scope} quota"
+    elif borrow_at is not None:
+        own = (
+            f"when {scope} {name}'s room comes round to it (the jobs ahead of it wait for "
+            f"{num(ahead_gpus)} GPUs of it)"
+            if ahead_gpus
+            else f"once {num(job.gpus - room)} GPUs of {scope} {name} are released"
+        )
+        remedy = (
+            f"Predicted to start by {when(borrow_at)} on borrowed idle capacity; otherwise it "
+            f"starts {own}, or after a quota increase."
+        )
+        if room_at is not None:
+            details["quota_room_at"] = iso(room_at)
     else:
         if ahead_gpus and room_at is not None and reserved_at is None:
             # the room goes round (quota_turns.first_fit): its turn says when, not a count

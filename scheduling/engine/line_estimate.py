@@ -23,8 +23,18 @@ Only jobs on part of one node waiting for GPUs to be released (``INSUFFICIENT_GP
 blocked by where the GPUs are (``TOPOLOGY``) were hours early (small jobs wait, or are
 backfilled, around them), so those keep "no estimate" until they reserve.
 
+A job waiting for quota room that may borrow, and found no idle capacity that fits it now
+or is refused only by a cool-down, is in the same line after the jobs within quota (the
+plan's borrowing pass comes after them), in the plan's order. Its turn is when it is
+predicted to find GPUs to borrow (``QuotaRoom.borrow_at``), not before its cool-downs end
+(``Borrowing.cooled_from``); it is its estimate if it comes before its own quota room
+(``QuotaRoom.finish``, ``details.estimate_basis`` "borrowing"). Before session 37 such a
+job was told only its quota room's turn, the latest it waits: on the ITP replay the jobs
+waiting for quota started a median 54 minutes before the estimate shown, those of the
+experiment tier (which borrow) 6.6 hours before it.
+
 It changes no decision: only the verdicts' ``estimated_start`` of jobs that had none
-because of the reservation limit.
+because of the reservation limit, and of the borrowers above.
 """
 
 from __future__ import annotations
@@ -34,9 +44,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import explain
+from .borrowing import BORROW_REFUSED, COOLDOWN, COOLDOWNS
 from .placement import ClassKey
 from .policy import job_runtime
-from .types import Code
+from .types import Code, PendingJob
 
 # the codes whose jobs the line estimates: those waiting for GPUs to be released, not for
 # them to come together (TOPOLOGY)
@@ -45,6 +56,7 @@ ESTIMATED = frozenset({Code.INSUFFICIENT_GPUS, Code.PRIORITY})
 # ``details[ESTIMATE_BASIS]`` of a verdict whose estimate is the line's, not a reservation's
 ESTIMATE_BASIS = "estimate_basis"
 LINE = "line"
+BORROWING = "borrowing"  # a job waiting for quota room: its turn to borrow in the line
 
 if TYPE_CHECKING:
     from .blocked import BlockedJob
@@ -64,8 +76,29 @@ def estimate_the_line(p: Planner) -> None:
         by_key.setdefault(b.shape[0], []).append(b)
         if _wants(p, b, rec[0][0], no_res):
             wanted.add(b.shape[0])
-    for key in wanted:  # every blocked job of the class is in its line; some want a date
-        _estimate(p, key, by_key[key], no_res)
+    borrowers: dict[ClassKey, list[tuple[PendingJob, ShapeT]]] = {}
+    for job in p.quota.borrowers:
+        sh = p.shape(job)
+        if _may_borrow_later(p, job, sh):
+            borrowers.setdefault(sh[0], []).append((job, sh))
+    # every blocked job of the class is in its line; some want a date
+    for key in wanted | borrowers.keys():
+        _estimate(p, key, by_key.get(key, []), no_res, borrowers.get(key, []))
+
+
+def _may_borrow_later(p: Planner, job: PendingJob, sh: ShapeT) -> bool:
+    """Whether the borrower ``job`` gets a turn in the line: it still waits for quota room,
+    no borrowing rule refused it but a cool-down, and it runs on part of one node."""
+    rec = p.records.get(job.id)
+    _key, k, c, _last, excl = sh
+    return (
+        rec is not None
+        and rec[0][0] == Code.QUOTA_EXCEEDED
+        and rec[0][2].get(BORROW_REFUSED, COOLDOWN) in COOLDOWNS
+        and k == 1
+        and not excl
+        and c < p.topo.max_gpus
+    )
 
 
 def _wants(p: Planner, b: BlockedJob, code: str, no_res: str) -> bool:
@@ -82,40 +115,58 @@ def _wants(p: Planner, b: BlockedJob, code: str, no_res: str) -> bool:
     )
 
 
-def _estimate(p: Planner, key: ClassKey, line: Sequence[BlockedJob], no_res: str) -> None:
+def _estimate(
+    p: Planner,
+    key: ClassKey,
+    line: Sequence[BlockedJob],
+    no_res: str,
+    borrowers: Sequence[tuple[PendingJob, ShapeT]],
+) -> None:
+    """The turns of the class's line: its blocked jobs, then its borrowers."""
     elig = p.elig_ready(key)
     free = sum(f for f, e in zip(p.live.nfree, elig, strict=True) if e)
     tl = p.timeline()
     voided = tl.voided
     releases = [(t, g) for t, n, g, tag in tl.ordered() if elig[n] and tag not in voided]
     given = _turns(
-        p.now, free, releases, [(b.job.gpus, b.est, job_runtime(b.job, p.policy)) for b in line]
+        p.now,
+        free,
+        releases,
+        [(b.job.gpus, b.est, job_runtime(b.job, p.policy)) for b in line]
+        + [(job.gpus, None, job_runtime(job, p.policy)) for job, _sh in borrowers],
     )
     first_release = next((t for t, _g in releases if t > p.now), None)
     per_job = key[2] and bool(p.where.rise)  # the inference forecast reads the job's end
     placed: dict[ShapeT, float | None] = {}  # per shape: when a placement opens up
 
-    def opens(b: BlockedJob) -> float | None:
-        if per_job or b.shape not in placed:
-            got = p.earliest_start(b.job, b.shape) or p.earliest_start(
-                b.job, b.shape, reserved_too=True
-            )
-            placed[b.shape] = None if got is None else got[0]
-        return placed[b.shape]
+    def opens(job: PendingJob, shape: ShapeT) -> float | None:
+        if per_job or shape not in placed:
+            got = p.earliest_start(job, shape) or p.earliest_start(job, shape, reserved_too=True)
+            placed[shape] = None if got is None else got[0]
+        return placed[shape]
 
-    for b, turn in zip(line, given, strict=True):
+    def estimate(turn: float, at: float, not_before: float = p.now) -> float | None:
+        est = max(turn, at, not_before)
+        return first_release if est <= p.now else est  # blocked now: not before a release
+
+    for (job, sh), turn in zip(borrowers, given[len(line) :], strict=True):
+        at = None if turn is None else opens(job, sh)
+        if turn is None or at is None:
+            continue
+        est = estimate(turn, at, p.borrowing.cooled_from(job))
+        if est is not None:
+            p.quota.borrow_at[job.id] = est
+    for b, turn in zip(line, given[: len(line)], strict=True):
         (code, msg, details, remedy), _ = p.records[b.job.id]
         if turn is None or not _wants(p, b, code, no_res):
             continue
         details = {k: v for k, v in details.items() if k != explain.NO_ESTIMATE}
-        at = opens(b)
+        at = opens(b.job, b.shape)
         if at is None:  # not even once all running work has ended as predicted
             details[explain.NO_ESTIMATE] = explain.NO_PLACEMENT_AHEAD
             p.records[b.job.id] = ((code, msg, details, remedy), None)
             continue
-        est = max(turn, at)
-        if est <= p.now:  # blocked now all the same: not before something is released
-            est = first_release
+        est = estimate(turn, at)
         if est is not None:
             details[ESTIMATE_BASIS] = LINE
             p.records[b.job.id] = ((code, msg, details, remedy), est)

@@ -42,7 +42,7 @@ from . import aging, explain, feasibility
 from .accounting import derive_usage, marks, preemption_budgets
 from .backfill import Timeline
 from .blocked import BlockedJob, BlockedJobs
-from .borrowing import Borrowing, refused_reason
+from .borrowing import COOLDOWNS, Borrowing, refused_reason
 from .consolidation import BORROWED, Consolidation, leaving_reason
 from .defragment import defragment
 from .kept_rooms import keep_rooms, restarts
@@ -820,6 +820,8 @@ class Planner:
             if nodes is not None:
                 refused = self.borrowing.refusal(job)  # borrowing.py (#19)
                 if refused is not None:
+                    if refused[0] in COOLDOWNS:
+                        self.quota.borrowers.append(job)  # its turn once it has cooled down
                     reason, est = self.quota.reason(job, short_q, refused[1])
                     self.record(job, refused_reason(reason, refused[0]), est)
                     return
@@ -835,6 +837,7 @@ class Planner:
                 self.borrowing.started(job, end)  # it holds the nodes jobs move off
                 return
             note = "It may borrow idle capacity, but none fits it now."
+            self.quota.borrowers.append(job)  # its turn to borrow (line_estimate.py)
         self.record(job, *self.quota.reason(job, short_q, note))
 
     def run(self) -> Plan:

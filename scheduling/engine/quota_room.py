@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import explain
 from .borrowing import BORROW_REFUSED, refused_reason
+from .line_estimate import BORROWING, ESTIMATE_BASIS
 from .policy import job_runtime, running_end
 from .quota_turns import first_fit
 from .types import Code, PendingJob, RunningJob
@@ -69,6 +70,10 @@ class QuotaRoom:
         self._release_steps: dict[Scope, list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per scope
         self._started_ends: dict[Scope, list[tuple[float, int]]] = {}
+        # jobs over quota that may borrow but found no idle capacity that fits them now, in
+        # the plan's order; and when each is predicted to find some (line_estimate.py)
+        self.borrowers: list[PendingJob] = []
+        self.borrow_at: dict[int, float] = {}
 
     # -- how far over --------------------------------------------------------------
     def short(self, job: PendingJob, leaving: tuple[RunningJob, ...]) -> tuple[int, int]:
@@ -137,15 +142,22 @@ class QuotaRoom:
         reserved_at: float | None,
         ahead: int,
         room_at: float | None,
+        borrow_at: float | None = None,
     ) -> tuple[explain.Reason, float | None]:
+        """The job's QUOTA_EXCEEDED reason and estimate: when it is predicted to borrow
+        (``borrow_at``, given only when that comes before its room), else the later of its
+        room and the nodes it reserved."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self.quota_and_held(scope, name)
         assert quota is not None
         if reserved_at is not None and (room_at is None or reserved_at <= room_at):
             reserved_at = None  # the room comes last: it is the estimate
         reason = explain.quota_exceeded(
-            job, scope, name, held, quota, note, room_at, reserved_at, ahead_gpus=ahead
+            job, scope, name, held, quota, note, room_at, reserved_at, ahead, borrow_at
         )
+        if borrow_at is not None:
+            reason[2][ESTIMATE_BASIS] = BORROWING
+            return reason, borrow_at
         return reason, reserved_at if reserved_at is not None else room_at
 
     def counted(self, job: PendingJob, details: dict[str, Any]) -> None:
@@ -180,7 +192,11 @@ class QuotaRoom:
                 if holds:
                     continue  # its own estimate stands: the room it holds
                 room_at = turn.get(job.id)  # None: the room never comes (or is too small)
-                reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
+                borrow_at = self.borrow_at.get(job.id) if job.gpus <= quota else None
+                if borrow_at is not None and (room_at is None or borrow_at < room_at):
+                    reason, est = self._reason(job, short_q, note, None, ahead, room_at, borrow_at)
+                else:
+                    reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
                 refused = p.records[job.id][0][2].get(BORROW_REFUSED)
                 if refused is not None:
                     reason = refused_reason(reason, refused)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from scheduling.engine import Code, LineView, Plan, Tier, Verdict, plan
 from scheduling.engine import types as et
 from scheduling.engine.explain import NO_ESTIMATE, when
+from scheduling.engine.line_estimate import BORROWING, ESTIMATE_BASIS
 
 from .corpus import CASES, corpus_snapshot
 from .helpers import HOUR, node, pjob, rjob, run, snap, standard_queues
@@ -50,10 +51,18 @@ def unreadable(v: Verdict) -> list[str]:
         out.append(f"estimated start {v.estimated_start} but details {v.details}")
     if v.estimated_start is not None and v.code == Code.QUOTA_EXCEEDED:
         at = datetime.fromtimestamp(int(v.estimated_start), tz=UTC)
-        # the quota room, or the later start of the nodes an overdue job reserved
-        key = "reservation_starts_at" if "reservation_starts_at" in v.details else "quota_room_at"
-        if v.details.get(key) != at.isoformat().replace("+00:00", "Z"):
-            out.append(f"{key} {v.details.get(key)} is not the estimate")
+        stamp = at.isoformat().replace("+00:00", "Z")
+        if v.details.get(ESTIMATE_BASIS) == BORROWING:
+            # its turn to borrow, before its own room (if that comes at all)
+            if v.details.get("quota_room_at", "9999") <= stamp:
+                out.append(f"borrowing at {stamp}, not before the room {v.details}")
+        else:
+            # the quota room, or the later start of the nodes an overdue job reserved
+            key = (
+                "reservation_starts_at" if "reservation_starts_at" in v.details else "quota_room_at"
+            )
+            if v.details.get(key) != stamp:
+                out.append(f"{key} {v.details.get(key)} is not the estimate")
     return out
 
 

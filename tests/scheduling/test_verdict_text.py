@@ -32,6 +32,14 @@ from scheduling import verdict_text as vt
             "where they are: no nodes are reserved for it yet, so it is rougher than a "
             "reservation's",
         ),
+        # a job waiting for quota: its turn to borrow idle capacity (session 37)
+        (
+            "estimate_basis",
+            "borrowing",
+            "its turn to borrow idle capacity: when the GPUs the running work and the jobs "
+            "ahead of it release come round to it, before its own quota room; it borrows then "
+            "if the borrowing rules still allow it",
+        ),
         # the borrowing rule that keeps a job from borrowing (#19)
         ("borrow_refused", "cooldown", "it was preempted recently (cool-down)"),
         (

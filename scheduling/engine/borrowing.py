@@ -261,8 +261,10 @@ class Borrowing:
         policy = p.policy
         now = p.now
         cool = policy.borrow_cooldown_s
-        if in_cooldown(job.last_evicted_at, now, cool):
-            until = job.last_evicted_at + cool  # type: ignore[operator]
+        # the cool-down that ends last is named: its end is the job's turn at the earliest
+        if in_cooldown(job.last_evicted_at, now, cool) and (
+            (until := job.last_evicted_at + cool) >= self.cooled_from(job)  # type: ignore[operator]
+        ):
             return COOLDOWN, (
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."

@@ -70,8 +70,9 @@ class QuotaRoom:
         self._release_steps: dict[Scope, list[tuple[float, int]]] = {}
         # (end, GPUs) of the jobs this plan starts within quota, per scope
         self._started_ends: dict[Scope, list[tuple[float, int]]] = {}
-        # jobs over quota that may borrow but found no idle capacity that fits them now, in
-        # the plan's order; and when each is predicted to find some (line_estimate.py)
+        # jobs over quota that may borrow but found no idle capacity that fits them now (or
+        # were refused only by a cool-down), in the plan's order; and when each is predicted
+        # to find some (line_estimate.py)
         self.borrowers: list[PendingJob] = []
         self.borrow_at: dict[int, float] = {}
 

@@ -137,3 +137,23 @@ def test_a_non_preemptible_job_is_not_told_it_borrows():
     v = plan_for([job]).verdicts[10]
     assert v.estimated_start == NOW + 3 * HOUR
     assert ESTIMATE_BASIS not in v.details
+
+
+def test_with_two_cool_downs_the_one_that_ends_last_is_named_and_is_the_estimate():
+    """The job was preempted 20 minutes ago (its own cool-down ends in 10) and its queue
+    had work preempted a minute ago (ends in 29): the verdict names the queue's, the later,
+    and that is when it is estimated to borrow; one time on the page."""
+    job = pjob(10, 4, predicted_runtime_s=HOUR / 2, last_evicted_at=NOW - 1200)
+    v = plan_for([job], running=(LLM_RUN,), last_reclaim_at=NOW - 60).verdicts[10]
+    until = NOW - 60 + et.PolicyConfig.preset("full").borrow_queue_cooldown_s
+    assert v.details[BORROW_REFUSED] == "queue_cooldown"
+    assert v.estimated_start == until
+    assert f"again from {when(until)} (cool-down)" in v.message
+    # its own cool-down, ending later than its queue's, is the one named
+    v = plan_for(
+        [pjob(10, 4, predicted_runtime_s=HOUR / 2, last_evicted_at=NOW - 60)],
+        running=(LLM_RUN,),
+        last_reclaim_at=NOW - 1200,
+    ).verdicts[10]
+    assert v.details[BORROW_REFUSED] == "cooldown"
+    assert v.estimated_start == NOW - 60 + et.PolicyConfig.preset("full").borrow_cooldown_s

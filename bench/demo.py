@@ -274,6 +274,10 @@ def run_demo(run: DemoRun, progress: Callable[[str], None] | None = None) -> dic
     return figures
 
 
+# ``start_estimates.by_code``'s key for a job no plan had seen yet (no code, no estimate)
+NOT_PLANNED = "NOT_PLANNED_YET"
+
+
 class EstimateWatch:
     """How right the estimated starts the portal showed were: after every cycle, each job
     submitted since the warm-up and still waiting shows its ``estimated_start`` (or none);
@@ -292,8 +296,7 @@ class EstimateWatch:
                  for pk, est, code in rows.values_list("pk", "estimated_start", "pending_code")
                  if pk not in self.started}  # fmt: skip
         for pk, (est, code) in shown.items():
-            # a job no plan has seen yet has no code (nor an estimate)
-            self.meter.shown(pk, now, est.timestamp() if est else None, code or "NOT_PLANNED_YET")
+            self.meter.shown(pk, now, est.timestamp() if est else None, code or NOT_PLANNED)
         left = self.waiting - shown.keys()
         for pk, started_at in Job.objects.filter(pk__in=left).values_list("pk", "started_at"):
             if started_at is None:

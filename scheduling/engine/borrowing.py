@@ -156,6 +156,11 @@ def in_cooldown(t: float | None, now: float, cooldown_s: float) -> bool:
     return t is not None and cooldown_s > 0 and now - t < cooldown_s
 
 
+def cooldown_end(t: float | None, now: float, cooldown_s: float) -> float | None:
+    """When a cool-down of ``cooldown_s`` from ``t`` ends, if it still runs at ``now``."""
+    return t + cooldown_s if in_cooldown(t, now, cooldown_s) else None  # type: ignore[operator]
+
+
 def entitled_now(lines: Mapping[str, LineView], demand_now: Mapping[str, int]) -> int:
     """The cluster's entitled demand now: per line at most its quota, summed."""
     total = 0
@@ -260,11 +265,9 @@ class Borrowing:
         p = self.p
         policy = p.policy
         now = p.now
-        cool = policy.borrow_cooldown_s
         # the cool-down that ends last is named: its end is the job's turn at the earliest
-        if in_cooldown(job.last_evicted_at, now, cool) and (
-            (until := job.last_evicted_at + cool) >= self.cooled_from(job)  # type: ignore[operator]
-        ):
+        until = cooldown_end(job.last_evicted_at, now, policy.borrow_cooldown_s)
+        if until is not None and until >= self.cooled_from(job):
             return COOLDOWN, (
                 f"It was preempted {explain.duration(now - job.last_evicted_at)} ago and may "  # type: ignore[operator]
                 f"borrow idle capacity again from {explain.when(until)} (cool-down)."
@@ -282,16 +285,19 @@ class Borrowing:
         """When rule 2's cool-downs (the job's own and its queue's) let ``job`` borrow: now,
         or when the later of them ends."""
         p = self.p
-        at = p.now
-        cool = p.policy.borrow_cooldown_s
-        if in_cooldown(job.last_evicted_at, p.now, cool):
-            at = max(at, job.last_evicted_at + cool)  # type: ignore[operator]
-        queue = p.queues.get(job.queue)
-        if queue is not None:
-            qcool = queue_cooldown_s(over_target(queue, p.policy.borrow_eviction_target), p.policy)
-            if in_cooldown(queue.last_reclaim_at, p.now, qcool):
-                at = max(at, queue.last_reclaim_at + qcool)  # type: ignore[operator]
-        return at
+        ends = (
+            cooldown_end(job.last_evicted_at, p.now, p.policy.borrow_cooldown_s),
+            self._queue_cooldown_end(p.queues.get(job.queue)),
+        )
+        return max((t for t in ends if t is not None), default=p.now)
+
+    def _queue_cooldown_end(self, queue: QueueView | None) -> float | None:
+        """When the cool-down after a reclaim of ``queue``'s work ends, if it still runs."""
+        if queue is None:
+            return None
+        policy = self.p.policy
+        qcool = queue_cooldown_s(over_target(queue, policy.borrow_eviction_target), policy)
+        return cooldown_end(queue.last_reclaim_at, self.p.now, qcool)
 
     def queue_refusal(self, name: str, gpus: int) -> tuple[str, str] | None:
         """Rules 2 and 3 for ``gpus`` more borrowed GPUs of queue ``name``: its cool-down
@@ -302,9 +308,8 @@ class Borrowing:
         queue = p.queues.get(name)
         if queue is None:
             return None
-        qcool = queue_cooldown_s(over_target(queue, policy.borrow_eviction_target), policy)
-        if in_cooldown(queue.last_reclaim_at, now, qcool):
-            until = queue.last_reclaim_at + qcool  # type: ignore[operator]
+        until = self._queue_cooldown_end(queue)
+        if until is not None:
             return QUEUE_COOLDOWN, (
                 f"Queue {name} had work preempted "
                 f"{explain.duration(now - queue.last_reclaim_at)} ago; its jobs may borrow "  # type: ignore[operator]

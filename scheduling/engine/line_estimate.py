@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from . import explain
-from .borrowing import BORROW_REFUSED, COOLDOWN, COOLDOWNS
 from .placement import ClassKey
 from .policy import job_runtime
 from .types import Code, PendingJob
@@ -87,14 +86,14 @@ def estimate_the_line(p: Planner) -> None:
 
 
 def _may_borrow_later(p: Planner, job: PendingJob, sh: ShapeT) -> bool:
-    """Whether the borrower ``job`` gets a turn in the line: it still waits for quota room,
-    no borrowing rule refused it but a cool-down, and it runs on part of one node."""
+    """Whether the borrower ``job`` (``QuotaRoom.borrowers``: no rule but a cool-down
+    refused it) gets a turn in the line: it still waits for quota room, on part of one
+    node."""
     rec = p.records.get(job.id)
     _key, k, c, _last, excl = sh
     return (
         rec is not None
         and rec[0][0] == Code.QUOTA_EXCEEDED
-        and rec[0][2].get(BORROW_REFUSED, COOLDOWN) in COOLDOWNS
         and k == 1
         and not excl
         and c < p.topo.max_gpus

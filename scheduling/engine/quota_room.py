@@ -146,8 +146,8 @@ class QuotaRoom:
         borrow_at: float | None = None,
     ) -> tuple[explain.Reason, float | None]:
         """The job's QUOTA_EXCEEDED reason and estimate: when it is predicted to borrow
-        (``borrow_at``, given only when that comes before its room), else the later of its
-        room and the nodes it reserved."""
+        (``borrow_at``, given only when that comes before its room; a borrower reserves no
+        nodes), else the later of its room and the nodes it reserved."""
         scope, name = ("queue", job.queue) if short_q > 0 else ("line", job.line)
         quota, held = self.quota_and_held(scope, name)
         assert quota is not None
@@ -194,10 +194,11 @@ class QuotaRoom:
                     continue  # its own estimate stands: the room it holds
                 room_at = turn.get(job.id)  # None: the room never comes (or is too small)
                 borrow_at = self.borrow_at.get(job.id) if job.gpus <= quota else None
-                if borrow_at is not None and (room_at is None or borrow_at < room_at):
-                    reason, est = self._reason(job, short_q, note, None, ahead, room_at, borrow_at)
-                else:
-                    reason, est = self._reason(job, short_q, note, reserved_at, ahead, room_at)
+                if borrow_at is not None and room_at is not None and borrow_at >= room_at:
+                    borrow_at = None  # its room comes first: that is the estimate
+                reason, est = self._reason(
+                    job, short_q, note, reserved_at, ahead, room_at, borrow_at
+                )
                 refused = p.records[job.id][0][2].get(BORROW_REFUSED)
                 if refused is not None:
                     reason = refused_reason(reason, refused)

@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command, get_commands
 from django.db import connection
 
-from bench.demo import DemoRun, human, node_kind
+from bench.demo import NOT_PLANNED, DemoRun, human, node_kind
 from demo.management.commands.seed_demo import DEMO_URGENT_PATIENCE_MINUTES
 from monitoring.idle import CAUSES
 from monitoring.models import IdleAccount, MetricSample
@@ -86,7 +86,7 @@ def test_a_small_demo_runs_here_and_reports_what_it_wrote():
     assert 0 <= shown["with_estimate_share"] <= 1
     # by what the jobs waited for: API codes (or none yet), their shares of the whole
     codes = {v for k, v in vars(Code).items() if k.isupper()}
-    assert shown["by_code"] and set(shown["by_code"]) <= codes | {"NOT_PLANNED_YET"}
+    assert shown["by_code"] and set(shown["by_code"]) <= codes | {NOT_PLANNED}
     assert sum(c["time_share"] for c in shown["by_code"].values()) == pytest.approx(1, abs=0.01)
 
 

@@ -32,19 +32,18 @@ SEARCH_RUN = rjob(
 BORROWER = pjob(10, 4, predicted_runtime_s=HOUR / 2)
 
 
-def plan_for(
+def snapshot_for(
     pending: list[et.PendingJob],
     running: tuple[et.RunningJob, ...] = (LLM_RUN, SEARCH_RUN),
     last_reclaim_at: float | None = None,
-    snapshot_only: bool = False,
     **policy: float,
-) -> Any:
+) -> et.Snapshot:
     queues = [
         et.QueueView(q.name, q.line, q.tier, q.quota_gpus, last_reclaim_at=last_reclaim_at)
         if q.name == "llm-experiment" else q
         for q in standard_queues("llm") + standard_queues("search")
     ]  # fmt: skip
-    s = snap(
+    return snap(
         NODES,
         pending,
         running,
@@ -52,7 +51,10 @@ def plan_for(
         queues=queues,
         policy=et.PolicyConfig.preset("full", swap_quota=False, **policy),
     )
-    return s if snapshot_only else run(s)
+
+
+def plan_for(pending: list[et.PendingJob], **kw: Any) -> et.Plan:
+    return run(snapshot_for(pending, **kw))
 
 
 def test_a_borrower_is_told_when_idle_capacity_frees_for_it_before_its_room():
@@ -125,7 +127,7 @@ def test_a_job_the_lenders_forecast_refuses_keeps_its_room():
     preempted once, to run 10 h, is refused by the lenders' forecast and told its room, as
     before (when the forecast will allow it is not foreseen)."""
     long = pjob(10, 4, predicted_runtime_s=10 * HOUR, preemption_count=1)
-    s = plan_for([long], running=(LLM_RUN,), snapshot_only=True)
+    s = snapshot_for([long], running=(LLM_RUN,))
     v = run(dataclasses.replace(s, demand_peaks=(16,) * len(HORIZONS_S))).verdicts[10]
     assert v.details[BORROW_REFUSED] == "lenders_return"
     assert v.estimated_start == NOW + 3 * HOUR

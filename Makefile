@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint check
+.PHONY: install run test lint check screenshots
 
 # python-ldap (LDAP sign-in) builds from source: Debian needs gcc, python3-dev, libldap2-dev
 # and libsasl2-dev (apt; .ci/run installs them).
@@ -22,6 +22,10 @@ run: install
 
 test: install
 	$(BIN)/pytest
+
+# Refresh docs/screenshots/ from the browser tests (a plain `make test` leaves them alone).
+screenshots: install
+	PORTAL_SCREENSHOTS_DIR=docs/screenshots $(BIN)/pytest -m browser
 
 lint: install
 	$(BIN)/ruff check .

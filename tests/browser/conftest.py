@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,12 @@ CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
 ]  # fmt: skip
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# Screenshots go to a scratch directory, so a test run leaves the checkout as it was;
+# `make screenshots` sets PORTAL_SCREENSHOTS_DIR=docs/screenshots to refresh the docs' ones.
+SCREENSHOTS = Path(
+    os.environ.get("PORTAL_SCREENSHOTS_DIR")
+    or Path(tempfile.gettempdir()) / "portal-screenshots"
+)
 
 pytestmark = pytest.mark.browser
 
@@ -107,7 +113,8 @@ def draw_dashboard(page, url: str) -> float:
 
 
 def screenshot(page, name: str) -> None:
-    """Save a screenshot for docs/ (docs/screenshots/<name>.png)."""
+    """Save a screenshot (``<name>.png``) to SCREENSHOTS: docs/screenshots/ under
+    `make screenshots`, a scratch directory otherwise."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 

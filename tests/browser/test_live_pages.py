@@ -119,6 +119,7 @@ def test_the_job_pages_flash_is_marked_as_earlier_once_the_job_runs(demo, api, p
 
     in_thread(cycle, api("admin"))
     expect(page.locator("#job-state")).to_have_text("running", timeout=LIVE_MS)
+    expect(page.locator("#started-label")).to_have_text("Started")  # not a last run's
     earlier = flash.locator("li.is-earlier")
     expect(earlier).to_have_text(f"Earlier: Job #{job.pk} submitted: it waits for the next cycle.")
     expect(flash.locator("li[data-now]")).to_have_text(

@@ -13,7 +13,7 @@ are portal pages with a way back, and the node and line pages follow changes liv
 Confirmations, live pages and error pages have their own focused tests
 (test_confirm_flow.py, test_live_pages.py, tests/portal/test_error_pages.py); here they
 are walked on the busy cluster, with the readability checks on every page. The walks
-also refresh docs/screenshots/ with the busy cluster.
+also take the docs' screenshots of the busy cluster (`make screenshots`).
 """
 
 from __future__ import annotations

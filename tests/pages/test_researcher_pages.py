@@ -471,6 +471,20 @@ def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas
     )
 
 
+def test_a_requeued_job_says_its_start_was_its_last_runs(demo, roomy_quotas, as_user):
+    job = new_job(demo, name="again", queue="llm-core")
+    run_cycle()
+    job.refresh_from_db()
+    assert job.state == "running" and job.started_at is not None
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="started-label">Started</dt>' in page
+    # waiting again after a preemption, it keeps the start of the run it lost
+    Job.objects.filter(pk=job.pk).update(state="pending")
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="started-label">Last run started</dt>' in page
+    assert job.started_at.strftime("%Y-%m-%d %H:%M") in page
+
+
 def test_pending_details_are_listed_readably():
     from scheduling.views import detail_rows
 

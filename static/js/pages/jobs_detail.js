@@ -50,6 +50,9 @@
       borrowed: job.borrowed ? "yes (reclaimable)" : "no",
       failure_reason: job.failure_reason || "—",
     };
+    /* a requeued job keeps its last run's start: say so while it waits again */
+    $("started-label").textContent =
+      job.state === "pending" && job.started_at ? "Last run started" : "Started";
     for (const dd of document.querySelectorAll("#job-status [data-field]")) {
       if (dd.dataset.field in values) dd.textContent = values[dd.dataset.field];
     }

@@ -29,8 +29,7 @@ CHROMIUM_ARGS = [
 # Screenshots go to a scratch directory, so a test run leaves the checkout as it was;
 # `make screenshots` sets PORTAL_SCREENSHOTS_DIR=docs/screenshots to refresh the docs' ones.
 SCREENSHOTS = Path(
-    os.environ.get("PORTAL_SCREENSHOTS_DIR")
-    or Path(tempfile.gettempdir()) / "portal-screenshots"
+    os.environ.get("PORTAL_SCREENSHOTS_DIR") or Path(tempfile.gettempdir()) / "portal-screenshots"
 )
 
 pytestmark = pytest.mark.browser

@@ -16,6 +16,7 @@ from typing import Any
 from scheduling.engine import borrowing
 from scheduling.engine.explain import NO_ESTIMATE, duration, num, when
 from scheduling.engine.line_estimate import BORROWING, ESTIMATE_BASIS, LINE
+from scheduling.engine.overrun_note import OVERRUN_JOB, OVERRUN_RAN
 
 # Words for the keys of ``pending_details`` (an unknown key reads as itself, capitalised).
 LABELS: dict[str, str] = {
@@ -72,6 +73,8 @@ LABELS: dict[str, str] = {
     "predicted_end_at": "It would end by",
     "may_preempt_at": "May preempt from",
     ESTIMATE_BASIS: "Estimated start from",
+    OVERRUN_JOB: "Its estimate waits for job",
+    OVERRUN_RAN: "That job has run (past its predicted end)",
 }
 
 # ``details.estimate_basis`` (``scheduling.engine.line_estimate``), in words.
@@ -119,7 +122,7 @@ CONSTRAINTS: dict[str, str] = {
 }
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
-IDS = {"quota_held_for"}  # a job's id, not a count: no thousands separators
+IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: no thousands separators
 
 
 def _time(value: Any) -> str | None:

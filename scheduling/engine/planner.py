@@ -48,6 +48,7 @@ from .defragment import defragment
 from .kept_rooms import keep_rooms, restarts
 from .line_estimate import estimate_the_line
 from .node_choice import NodeChoice
+from .overrun_note import note_overruns
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
     gc_paused,
@@ -862,6 +863,7 @@ class Planner:
         self.blocked.explain()
         estimate_the_line(self)  # an estimate beyond the reservations (line_estimate.py)
         self.quota.finish()  # the quota waits' turns, every start placed (quota_turns.py)
+        note_overruns(self)  # an estimate that waits on an overrun says so (overrun_note.py)
         defragment(self.consolidation)
         return self.assemble(first + rest)
 

@@ -60,6 +60,9 @@ from scheduling import verdict_text as vt
             "put at risk for it",
         ),
         ("free_gpus", 12, "12"),
+        # an estimate that waits on a run past its predicted end (session 38): an id, a time
+        ("overrun_job", 12345, "12345"),
+        ("overrun_job_ran_seconds", 69060, "19 h 11 min"),
         # kept off shared inference nodes, and patience before preempting (#19, session 8)
         ("predicted_end_at", "2026-12-01T14:00:00Z", "2026-12-01 14:00 UTC"),
         ("may_preempt_at", "2026-12-01T00:40:00Z", "2026-12-01 00:40 UTC"),
@@ -84,6 +87,11 @@ def test_facts_keep_the_order_and_leave_the_no_estimate_reason_to_the_estimate()
         {"key": "x_y", "label": "X y", "text": "3"},
     ]
     assert vt.facts(None) == [] and vt.facts([1]) == []
+    overrun = vt.facts({"overrun_job": 7, "overrun_job_ran_seconds": 3600})
+    assert [f["label"] for f in overrun] == [
+        "Its estimate waits for job",
+        "That job has run (past its predicted end)",
+    ]
 
 
 def test_the_estimate_is_a_date_or_unknown_with_the_reason():

@@ -1,0 +1,96 @@
+"""Say so when a waiting job's estimated start waits on a run that has outlived its
+prediction (V1: a time a person can trust, or why not).
+
+A run past its predicted end, and past every prediction its history can make, is taken
+by the plan to need ``overrun_s`` more, whenever it is asked (``policy.running_end``):
+short on purpose, so that an overrun is no reason to wait before preempting. A waiting
+job whose estimate comes from that release reads "in 30 minutes" at every cycle for as
+long as the run goes on: on the Philly replay (640 GPUs, ``full``, seed 0) 78% of the
+verdicts of reserved jobs of whole nodes, and such runs had a median of 18 hours left
+when they got there (docs/replay.md, "Session 38").
+
+Foreseeing their ends instead (as long again as they have run, the median on the traces)
+made every estimate worse on both traces: the rest of the running work is predicted
+late (the p80), and the early guess for overruns offsets it. So the estimate stays, and
+the verdict says what it waits on: the run (the longest-running one when several
+release then) and how long it has run, in ``details`` (``overrun_job``,
+``overrun_job_ran_seconds``) and in a sentence of its message.
+
+It changes no decision: only the messages and details of these verdicts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import explain
+from .types import PREEMPTING, Code, PendingJob, RunningJob
+
+if TYPE_CHECKING:
+    from .planner import Planner
+
+OVERRUN_JOB = "overrun_job"
+OVERRUN_RAN = "overrun_job_ran_seconds"
+
+
+def overrunning(p: Planner) -> list[RunningJob]:
+    """The runs the plan takes to end ``overrun_s`` from now because they have outlived
+    their prediction, the longest-running first."""
+    now, default_s = p.now, p.policy.default_runtime_s
+    out = [
+        r
+        for r in p.s.running
+        if r.state != PREEMPTING
+        and r.id not in p.victim_ids  # stopped or moved by this plan: it ends otherwise
+        and (r.started_at + default_s if r.predicted_end is None else r.predicted_end) <= now
+    ]
+    out.sort(key=lambda r: (r.started_at, r.id))
+    return out
+
+
+def note_overruns(p: Planner) -> None:
+    """Add the run it waits on to each verdict whose estimate is an overrun's release."""
+    at = p.now + p.policy.overrun_s
+    if not any(est == at for _reason, est in p.records.values()):
+        return
+    runs = overrunning(p)
+    if not runs:
+        return
+    reserved = {r.job_id: set(r.nodes) for r in p.reservations}
+    pending = {j.id: j for j in p.s.pending}
+    for job_id, ((code, msg, details, remedy), est) in list(p.records.items()):
+        job = pending.get(job_id)
+        if est != at or job is None:
+            continue
+        run = _waits_on(p, job, code, reserved.get(job_id), runs)
+        if run is None:
+            continue
+        ran = int(p.now - run.started_at)
+        msg += (
+            f" Its estimate waits for job {run.id}, which has run {explain.duration(ran)}, past "
+            f"its predicted end; until that job ends, each cycle expects it within "
+            f"{explain.duration(p.policy.overrun_s)}, so this estimate keeps moving later."
+        )
+        details = dict(details, **{OVERRUN_JOB: run.id, OVERRUN_RAN: ran})
+        p.records[job_id] = ((code, msg, details, remedy), est)
+
+
+def _waits_on(
+    p: Planner,
+    job: PendingJob,
+    code: str,
+    reserved: set[str] | None,
+    runs: list[RunningJob],
+) -> RunningJob | None:
+    """The longest-running overrun ``job``'s estimate waits on: on its reserved nodes, or
+    for a job waiting for quota a run of its line, else one on nodes of its class."""
+    if reserved is not None:
+        return next((r for r in runs if any(s.node in reserved for s in r.placement)), None)
+    if code == Code.QUOTA_EXCEEDED:
+        return next((r for r in runs if r.line == job.line), None)
+    elig = p.elig_ready(p.shape(job)[0])
+    index = p.topo.index
+    return next(
+        (r for r in runs if any(elig[index[s.node]] for s in r.placement if s.node in index)),
+        None,
+    )

@@ -58,34 +58,37 @@ def note_overruns(p: Planner) -> None:
         return
     reserved = {r.job_id: set(r.nodes) for r in p.reservations}
     pending = {j.id: j for j in p.s.pending}
-    for job_id, ((code, msg, details, remedy), est) in list(p.records.items()):
-        job = pending.get(job_id)
-        if est != at or job is None:
+    found: dict[tuple, RunningJob | None] = {}  # per line, or class of nodes: its run
+    said: dict[int, tuple[str, dict[str, int]]] = {}  # per run: its sentence and details
+    for job_id, (reason, est) in p.records.items():  # values replaced, keys kept
+        if est != at or (job := pending.get(job_id)) is None:
             continue
-        run = _waits_on(p, job, code, reserved.get(job_id), runs)
+        code, msg, details, remedy = reason
+        nodes = reserved.get(job_id)
+        if nodes is not None:
+            run = next((r for r in runs if any(s.node in nodes for s in r.placement)), None)
+        else:
+            scope = ("line", job.line) if code == Code.QUOTA_EXCEEDED else p.shape(job)[0]
+            if scope not in found:
+                found[scope] = _waits_on(p, job, code, runs)
+            run = found[scope]
         if run is None:
             continue
-        ran = int(p.now - run.started_at)
-        msg += (
-            f" Its estimate waits for job {run.id}, which has run {explain.duration(ran)}, past "
-            f"its predicted end; until that job ends, each cycle expects it within "
-            f"{explain.duration(p.policy.overrun_s)}, so this estimate keeps moving later."
-        )
-        details = dict(details, **{OVERRUN_JOB: run.id, OVERRUN_RAN: ran})
-        p.records[job_id] = ((code, msg, details, remedy), est)
+        if run.id not in said:
+            ran = int(p.now - run.started_at)
+            said[run.id] = (
+                f" Its estimate waits for job {run.id}, which has run {explain.duration(ran)}, "
+                f"past its predicted end; until that job ends, each cycle expects it within "
+                f"{explain.duration(p.policy.overrun_s)}, so this estimate keeps moving later.",
+                {OVERRUN_JOB: run.id, OVERRUN_RAN: ran},
+            )
+        note, facts = said[run.id]
+        p.records[job_id] = ((code, msg + note, details | facts, remedy), est)
 
 
-def _waits_on(
-    p: Planner,
-    job: PendingJob,
-    code: str,
-    reserved: set[str] | None,
-    runs: list[RunningJob],
-) -> RunningJob | None:
-    """The longest-running overrun ``job``'s estimate waits on: on its reserved nodes, or
-    for a job waiting for quota a run of its line, else one on nodes of its class."""
-    if reserved is not None:
-        return next((r for r in runs if any(s.node in reserved for s in r.placement)), None)
+def _waits_on(p: Planner, job: PendingJob, code: str, runs: list[RunningJob]) -> RunningJob | None:
+    """The longest-running overrun that ``job``'s estimate (not a reservation's) waits
+    on: for a job waiting for quota a run of its line, else one on nodes of its class."""
     if code == Code.QUOTA_EXCEEDED:
         return next((r for r in runs if r.line == job.line), None)
     elig = p.elig_ready(p.shape(job)[0])

@@ -64,6 +64,8 @@ def note_overruns(p: Planner) -> None:
         if est != at or (job := pending.get(job_id)) is None:
             continue
         code, msg, details, remedy = reason
+        if code == Code.PREEMPTING:
+            continue  # its estimate is its victims' deadline, whatever else ends then
         nodes = reserved.get(job_id)
         if nodes is not None:
             run = next((r for r in runs if any(s.node in nodes for s in r.placement)), None)

@@ -81,3 +81,19 @@ def test_every_noted_verdict_is_readable_and_its_estimate_is_the_overrun_release
             assert v.estimated_start == NOW + OVERRUN_S
             assert isinstance(v.details[OVERRUN_RAN], int)
             assert explain.NO_ESTIMATE not in v.details
+
+
+def test_a_preemptor_whose_victims_stop_then_is_not_told_of_an_overrun():
+    # n0: a preemptible run, and beside it a run past its end. The urgent job's victim
+    # checkpoints for overrun_s, so its deadline is the overrun's release time too
+    policy = PolicyConfig(grace_seconds=OVERRUN_S)
+    nodes = [node("n0")]
+    running = [
+        rjob(1, {"n0": range(4)}, tier="experiment"),
+        rjob(2, {"n0": range(4, 8)}, tier="core", started_at=NOW - 5 * HOUR, predicted_end=NOW - 1),
+    ]
+    plan = run(snap(nodes, [pjob(10, 4, tier="urgent")], running, policy=policy))
+    v = plan.verdicts[10]
+    assert v.code == "PREEMPTING" and v.estimated_start == NOW + OVERRUN_S
+    assert [r.nodes for r in plan.reservations] == [("n0",)]
+    assert OVERRUN_JOB not in v.details and "past its predicted end" not in v.message

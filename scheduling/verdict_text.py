@@ -122,7 +122,7 @@ CONSTRAINTS: dict[str, str] = {
 }
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
-IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: no thousands separators
+IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
 
 
 def _time(value: Any) -> str | None:
@@ -159,7 +159,7 @@ def format_value(key: str, value: Any) -> str:
     if key in YES_NO or isinstance(value, bool):
         return "yes" if value else "no"
     if key in IDS:
-        return str(value)
+        return f"#{value}"  # as the job's page names it: "Job #27077"
     if isinstance(value, float):
         return num(round(value)) if value == int(value) else f"{value:,.1f}"
     if isinstance(value, int):

@@ -61,7 +61,8 @@ from scheduling import verdict_text as vt
         ),
         ("free_gpus", 12, "12"),
         # an estimate that waits on a run past its predicted end (session 38): an id, a time
-        ("overrun_job", 12345, "12345"),
+        ("overrun_job", 12345, "#12345"),
+        ("quota_held_for", 27077, "#27077"),
         ("overrun_job_ran_seconds", 69060, "19 h 11 min"),
         # kept off shared inference nodes, and patience before preempting (#19, session 8)
         ("predicted_end_at", "2026-12-01T14:00:00Z", "2026-12-01 14:00 UTC"),

@@ -180,16 +180,21 @@ def label(key: str) -> str:
     return LABELS.get(key) or key.replace("_", " ").capitalize()
 
 
+# A row's place: the order of LABELS (what limits the job, then its numbers, then when and
+# why), not the stored order, which the database's JSON does not keep; unknown keys last.
+_RANK = {key: i for i, key in enumerate(LABELS)}
+
+
 def facts(details: Any) -> list[dict[str, str]]:
-    """``pending_details`` as rows ``{key, label, text}``, in their order; the reason for no
-    estimate is not a row (``estimate`` says it)."""
+    """``pending_details`` as rows ``{key, label, text}``, in the order of ``LABELS`` (keys
+    it does not know last, in their own order); the reason for no estimate is not a row
+    (``estimate`` says it)."""
     if not isinstance(details, dict):
         return []
-    return [
-        {"key": str(k), "label": label(str(k)), "text": format_value(str(k), v)}
-        for k, v in details.items()
-        if k != NO_ESTIMATE
-    ]
+    keys = sorted(
+        (str(k) for k in details if k != NO_ESTIMATE), key=lambda k: _RANK.get(k, len(_RANK))
+    )
+    return [{"key": k, "label": label(k), "text": format_value(k, details[k])} for k in keys]
 
 
 def estimate(estimated_start: datetime | None, details: Any) -> str:

@@ -498,17 +498,17 @@ def test_pending_details_are_listed_readably():
             "some_new_number": 3.5,
         }
     )
-    assert rows == [
+    assert rows == [  # in the order of verdict_text.LABELS, unknown keys last
+        ("Limited by", "line"),
         ("GPUs held now", "16"),
         ("Quota (GPUs)", "16"),
-        ("Limited by", "line"),
-        ("They stop by", "unknown"),
         ("Strict order policy", "no"),
+        ("They stop by", "unknown"),
         ("Some new number", "3.5"),
     ]
     assert detail_rows({"where": "", "best_rack": ""}) == [
-        ("Free GPUs by rack", "none"),
         ("Best rack", "none"),
+        ("Free GPUs by rack", "none"),
     ]
     assert detail_rows({"deadline": 1_700_000_000.0})[0][1] == "2023-11-14 22:13 UTC"
     assert detail_rows({"next_attempt_at": "2026-11-29T14:05:09.5+00:00"})[0][1] == (

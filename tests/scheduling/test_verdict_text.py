@@ -81,6 +81,18 @@ def test_each_detail_reads_with_its_unit(key, value, text):
     assert vt.format_value(key, value) == text
 
 
+def test_facts_follow_the_labels_order_whatever_order_the_details_come_in():
+    # PostgreSQL's jsonb keeps its own key order (shortest first): the rows do not follow it
+    stored = {"where": "r1: 9", "free_gpus": 9, "overrun_job": 7, "nodes_needed": 2, "zz": 1}
+    assert [f["key"] for f in vt.facts(stored)] == [
+        "nodes_needed",
+        "free_gpus",
+        "where",
+        "overrun_job",
+        "zz",
+    ]
+
+
 def test_facts_keep_the_order_and_leave_the_no_estimate_reason_to_the_estimate():
     details = {"held_gpus": 16, "no_estimate_reason": "it can never run as asked", "x_y": 3}
     assert vt.facts(details) == [

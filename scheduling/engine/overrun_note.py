@@ -24,7 +24,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import explain
-from .types import PREEMPTING, Code, PendingJob, RunningJob
+from .placement import ClassKey
+from .policy import overruns
+from .types import Code, RunningJob
 
 if TYPE_CHECKING:
     from .planner import Planner
@@ -35,14 +37,12 @@ OVERRUN_RAN = "overrun_job_ran_seconds"
 
 def overrunning(p: Planner) -> list[RunningJob]:
     """The runs the plan takes to end ``overrun_s`` from now because they have outlived
-    their prediction, the longest-running first."""
-    now, default_s = p.now, p.policy.default_runtime_s
+    their prediction (``policy.overruns``), the longest-running first."""
     out = [
         r
         for r in p.s.running
-        if r.state != PREEMPTING
-        and r.id not in p.victim_ids  # stopped or moved by this plan: it ends otherwise
-        and (r.started_at + default_s if r.predicted_end is None else r.predicted_end) <= now
+        if r.id not in p.victim_ids  # stopped or moved by this plan: it ends otherwise
+        and overruns(r, p.now, p.policy)
     ]
     out.sort(key=lambda r: (r.started_at, r.id))
     return out
@@ -58,7 +58,8 @@ def note_overruns(p: Planner) -> None:
         return
     reserved = {r.job_id: set(r.nodes) for r in p.reservations}
     pending = {j.id: j for j in p.s.pending}
-    found: dict[tuple, RunningJob | None] = {}  # per line, or class of nodes: its run
+    by_line: dict[str, RunningJob | None] = {}  # the run each one waits on
+    by_class: dict[ClassKey, RunningJob | None] = {}
     said: dict[int, tuple[str, dict[str, int]]] = {}  # per run: its sentence and details
     for job_id, (reason, est) in p.records.items():  # values replaced, keys kept
         if est != at or (job := pending.get(job_id)) is None:
@@ -68,12 +69,19 @@ def note_overruns(p: Planner) -> None:
             continue  # its estimate is its victims' deadline, whatever else ends then
         nodes = reserved.get(job_id)
         if nodes is not None:
-            run = next((r for r in runs if any(s.node in nodes for s in r.placement)), None)
-        else:
-            scope = ("line", job.line) if code == Code.QUOTA_EXCEEDED else p.shape(job)[0]
-            if scope not in found:
-                found[scope] = _waits_on(p, job, code, runs)
-            run = found[scope]
+            run = _on(runs, nodes)
+        elif code == Code.QUOTA_EXCEEDED:  # the room its line's runs free
+            if job.line not in by_line:
+                by_line[job.line] = next((r for r in runs if r.line == job.line), None)
+            run = by_line[job.line]
+        else:  # its turn for the GPUs of its class of nodes
+            key = p.shape(job)[0]
+            if key not in by_class:
+                elig = p.elig_ready(key)
+                by_class[key] = _on(
+                    runs, {n.name for n, e in zip(p.topo.nodes, elig, strict=True) if e}
+                )
+            run = by_class[key]
         if run is None:
             continue
         if run.id not in said:
@@ -88,14 +96,6 @@ def note_overruns(p: Planner) -> None:
         p.records[job_id] = ((code, msg + note, details | facts, remedy), est)
 
 
-def _waits_on(p: Planner, job: PendingJob, code: str, runs: list[RunningJob]) -> RunningJob | None:
-    """The longest-running overrun that ``job``'s estimate (not a reservation's) waits
-    on: for a job waiting for quota a run of its line, else one on nodes of its class."""
-    if code == Code.QUOTA_EXCEEDED:
-        return next((r for r in runs if r.line == job.line), None)
-    elig = p.elig_ready(p.shape(job)[0])
-    index = p.topo.index
-    return next(
-        (r for r in runs if any(elig[index[s.node]] for s in r.placement if s.node in index)),
-        None,
-    )
+def _on(runs: list[RunningJob], nodes: set[str]) -> RunningJob | None:
+    """The longest-running of ``runs`` on any of ``nodes``."""
+    return next((r for r in runs if any(s.node in nodes for s in r.placement)), None)

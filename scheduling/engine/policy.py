@@ -72,19 +72,29 @@ def job_runtime(job: PendingJob, policy: PolicyConfig) -> float:
     return float(rt)
 
 
+def _predicted_end(job: RunningJob, policy: PolicyConfig) -> float:
+    """The run's predicted end, or its start plus the conservative default when unknown."""
+    end = job.predicted_end
+    return job.started_at + policy.default_runtime_s if end is None else float(end)
+
+
+def overruns(job: RunningJob, now: float, policy: PolicyConfig) -> bool:
+    """Whether a running (not preempting) job is past its predicted end, so that
+    ``running_end`` takes it to need ``overrun_s`` more."""
+    return job.state != PREEMPTING and _predicted_end(job, policy) <= now
+
+
 def running_end(job: RunningJob, now: float, policy: PolicyConfig) -> float:
     """When a running job is expected to free its GPUs.
 
     A preempting job is gone by its deadline (now if unknown or past). A running
-    job past its predicted end is assumed to need ``overrun_s`` more.
+    job past its predicted end (``overruns``) is assumed to need ``overrun_s`` more.
     """
     if job.state == PREEMPTING:
         deadline = job.preempt_deadline
         return now if deadline is None or deadline < now else float(deadline)
-    end = job.predicted_end
-    if end is None:
-        end = job.started_at + policy.default_runtime_s
-    return max(float(end), now + policy.overrun_s) if end <= now else float(end)
+    end = _predicted_end(job, policy)
+    return max(end, now + policy.overrun_s) if end <= now else end
 
 
 def shape_counts(gpus: int, gpus_per_node: int | None, node_gpus: int) -> tuple[int, int, int]:

@@ -76,11 +76,12 @@ def test_a_turn_in_the_line_on_an_overrunning_runs_gpus_names_it():
 def test_every_noted_verdict_is_readable_and_its_estimate_is_the_overrun_release():
     nodes, running, pending = whole_node_wait(NOW - 2 * HOUR, NOW + 5 * HOUR)
     plan = run(snap(nodes, pending, running))
-    for v in plan.verdicts.values():
-        if OVERRUN_JOB in v.details:
-            assert v.estimated_start == NOW + OVERRUN_S
-            assert isinstance(v.details[OVERRUN_RAN], int)
-            assert explain.NO_ESTIMATE not in v.details
+    noted = {j: v for j, v in plan.verdicts.items() if OVERRUN_JOB in v.details}
+    assert set(noted) == {10}
+    for v in noted.values():
+        assert v.estimated_start == NOW + OVERRUN_S
+        assert v.details[OVERRUN_RAN] == 2 * 3600 and isinstance(v.details[OVERRUN_RAN], int)
+        assert explain.NO_ESTIMATE not in v.details
 
 
 def test_a_preemptor_whose_victims_stop_then_is_not_told_of_an_overrun():

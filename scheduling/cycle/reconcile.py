@@ -231,7 +231,7 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     set_state(job, Job.State.RUNNING)
     job.backend_ref = o.ref
     job.attempt = max(job.attempt, int(o.ref.rsplit("-", 1)[1]))
-    job.started_at = job.started_at or cycle.stamp(job)
+    job.started_at = cycle.stamp(job)  # this run's start (not an earlier run's)
     job.run_start_progress_seconds = job.progress_seconds  # the launch started it from there
     clear_backoff(job)
     job.save(update_fields=["state", "backend_ref", "attempt", "started_at",

@@ -189,15 +189,16 @@ def test_a_run_that_vanished_is_retried_from_its_checkpoint(backend, running_job
 
 
 def test_a_lost_launch_of_a_waiting_job_is_adopted(backend, make_job):
+    # It ran before (preempted at 900 s of work): its last run's start is hours old.
     job = make_job(launch_attempts=1, launch_first_failed_at=when(-20),
                    launch_last_failed_at=when(-20), launch_error="timeout",
-                   progress_seconds=900.0)  # fmt: skip
+                   progress_seconds=900.0, attempt=1, started_at=when(-7200))  # fmt: skip
     ref = backend.start(job.pk, 2, (Slot("n1", (0, 1, 2, 3, 4, 5, 6, 7)),))
     cycle = sync_jobs(backend)
     job.refresh_from_db()
     assert (job.state, job.backend_ref, job.attempt) == ("running", ref, 2)
     assert job.run_start_progress_seconds == 900.0, "the lost launch started it from there"
-    assert job.started_at == when(0)
+    assert job.started_at == when(0), "the adopted run's start, not the earlier run's"
     assert job.launch_attempts == 0 and job.launch_error == "", "the backoff is over"
     assert Allocation.objects.filter(job=job, node__name="n1").count() == 8
     assert JobEvent.objects.get(job=job).kind == "adopted"

@@ -10,6 +10,7 @@ actions), and every change leaves a ``QuotaChange`` row.
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -88,6 +89,25 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """``preempts_tiers`` is a list of tier names strictly below the queue's: every cycle
+        reads it (``scheduling.snapshot``), so anything else saved here (in the Django admin)
+        stopped the loop, and a tier not below the queue's would be silently ignored (R2)."""
+        super().clean()
+        tiers = self.preempts_tiers
+        if not isinstance(tiers, list) or not all(
+            isinstance(t, str) and t in Tier.values for t in tiers
+        ):
+            raise ValidationError(
+                {"preempts_tiers": f"a list of tiers, of {', '.join(Tier.values)}"}
+            )
+        if self.tier in Tier.values:
+            above = [t for t in tiers if Tier.rank(t) >= Tier.rank(self.tier)]
+            if above:
+                raise ValidationError(
+                    {"preempts_tiers": f"only tiers below {self.tier}; not {', '.join(above)}"}
+                )
 
 
 class QuotaChange(models.Model):

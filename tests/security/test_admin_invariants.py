@@ -1,0 +1,53 @@
+"""The Django admin cannot bypass the services' invariants: what an admin saves there is
+either refused as a form error (nothing stored) or something the scheduling loop and the
+quota services can live with."""
+
+from __future__ import annotations
+
+import pytest
+from django.forms.models import model_to_dict
+from django.test import Client
+
+from core.models import AuditRecord
+from quotas.models import Queue
+from scheduling.sim_services import run_cycle_now
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def site_admin(signed_in) -> Client:
+    return signed_in("admin")
+
+
+def queue_form(queue: Queue, **changes) -> dict:
+    form = {k: v for k, v in model_to_dict(queue).items()
+            if k not in ("id", "quota_gpus", "guarantee_gpus")}  # fmt: skip
+    form["preempts_tiers"] = '["experiment"]' if queue.tier != "experiment" else "[]"
+    return {**form, **changes}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ['["bogus"]', '"experiment"', "5", '{"experiment": 1}', "[1.5]", "[null]", '["core"]'],
+)
+def test_a_queue_s_preempted_tiers_are_known_lower_tiers_or_a_form_error(site_admin, demo, bad):
+    """``preempts_tiers`` is read by every cycle (``scheduling.snapshot``): an unknown tier,
+    a JSON value that is not a list of tiers, or a tier not strictly below the queue's was
+    saved, and every cycle after it failed (``ValueError: unknown tier``)."""
+    queue = Queue.objects.get(name="llm-core")
+    url = f"/admin/quotas/queue/{queue.pk}/change/"
+    response = site_admin.post(url, queue_form(queue, preempts_tiers=bad))
+    assert response.status_code == 200 and b"errornote" in response.content, bad
+    assert Queue.objects.get(pk=queue.pk).preempts_tiers == queue.preempts_tiers
+    assert not AuditRecord.objects.filter(action="admin.change").exists()
+    assert run_cycle_now(demo["admin"]) is not None
+
+
+def test_a_queue_s_preempted_tiers_may_be_set_to_lower_tiers(site_admin, demo):
+    queue = Queue.objects.get(name="llm-core")
+    url = f"/admin/quotas/queue/{queue.pk}/change/"
+    response = site_admin.post(url, queue_form(queue, preempts_tiers='["experiment", "finetune"]'))
+    assert response.status_code == 302
+    assert sorted(Queue.objects.get(pk=queue.pk).preempts_tiers) == ["experiment", "finetune"]
+    assert run_cycle_now(demo["admin"]) is not None

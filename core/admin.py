@@ -19,7 +19,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
-from django.db import models
+from django.db import connection, models
 from django.forms.models import model_to_dict
 from django.utils.html import format_html
 from rest_framework.authtoken.admin import TokenAdmin
@@ -97,7 +97,19 @@ class PortalAdmin(admin.ModelAdmin):
 
 class AuditedAdmin(PortalAdmin):
     """A model admin whose every addition, change and deletion leaves an AuditRecord
-    (action ``admin.add`` / ``admin.change`` / ``admin.delete``, before and after)."""
+    (action ``admin.add`` / ``admin.change`` / ``admin.delete``, before and after).
+
+    A POST reads its row ``FOR UPDATE`` (the change and delete views are one transaction;
+    the password view is not, and reads it as before): the change view's save writes
+    every column back, so a row read before a service committed (a quota approved, a node
+    cordoned) and saved after it undid that change without a trace; now the admin waits
+    for the service and edits what it committed."""
+
+    def get_object(self, request, object_id, from_field=None):
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None and request.method == "POST" and connection.in_atomic_block:
+            obj = self.get_queryset(request).select_for_update(of=("self",)).get(pk=obj.pk)
+        return obj
 
     def save_model(self, request, obj, form, change: bool) -> None:
         if change:

@@ -67,7 +67,13 @@ def sync_nodes(cycle: Cycle) -> None:
     known = {row[0]: row for row in Node.objects.values_list(*NODE_CHECK)}
     attention = [o.name for o in cycle.obs.nodes if o.name in known
                  and _needs_attention(known[o.name], o)]  # fmt: skip
-    db_nodes = {n.name: n for n in Node.objects.filter(name__in=attention)} if attention else {}
+    # Locked: these rows are written back whole (``NODE_FIELDS``) after the backend calls
+    # below, so a cordon committed meanwhile would be undone; on-call's writers wait instead.
+    db_nodes = (
+        {n.name: n for n in Node.objects.select_for_update().filter(name__in=attention)}
+        if attention
+        else {}
+    )
     created = []
     changed: list[Node] = []
     for o in cycle.obs.nodes:

@@ -45,12 +45,24 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
             pk__in=[s.job_id for s in starts], state=Job.State.PENDING
         )
     }
+    # Held until the cycle commits: a node cordoned, drained or isolated since the snapshot
+    # takes no new work (V5), and a cordon arriving from now on waits for this cycle.
+    isolated = {
+        name
+        for name, state in Node.objects.select_for_update(no_key=True)
+        .filter(name__in={s.node for start in starts for s in start.placement})
+        .order_by("name")
+        .values_list("name", "state")
+        if state != Node.State.READY
+    }
     launched: list[tuple[Job, et.Start]] = []
     retried: list[Job] = []
     for start in starts:
         job = jobs.get(start.job_id)
         if job is None:
             continue  # cancelled (or adopted) since the snapshot
+        if any(s.node in isolated for s in start.placement):
+            continue  # its node was isolated since the snapshot: planned again next cycle
         streak = Streak.of(job)
         if streak and not streak.due(cycle.now):
             # Backing off after a transient launch failure: the backend is not asked.

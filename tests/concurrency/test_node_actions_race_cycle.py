@@ -57,3 +57,45 @@ def test_a_cordon_committed_while_the_cycle_uncordons_the_node_is_not_undone(dem
     assert AuditRecord.objects.filter(action="node.cordon", reason="fan failed again").exists()
     state = Node.objects.values_list("state", "state_reason").get(name=node)
     assert state == ("cordoned", "fan failed again"), "the cycle undid the cordon"
+
+
+def test_no_job_lands_on_a_node_cordoned_after_the_snapshot(demo, monkeypatch):
+    """The cycle plans on its snapshot; a cordon that commits after the snapshot but before
+    the launch used to be ignored: the job started on the node on-call had just isolated
+    ("nothing new lands"), after the cordon was answered and audited."""
+    from scheduling import engine
+    from scheduling.models import Allocation, Job
+    from scheduling.services import JobRequest, submit_job
+
+    oncall, admin = demo["oncall"], demo["admin"]
+    job = submit_job(demo["researcher"], JobRequest(name="lands", queue="llm-experiment", gpus=8))
+    planned: dict[str, set[str]] = {}
+    reached, go = threading.Event(), threading.Event()
+    real_plan = engine.plan
+
+    def held_plan(snapshot, now):
+        plan = real_plan(snapshot, now)
+        planned["nodes"] = {s.node for st in plan.starts if st.job_id == job.pk
+                            for s in st.placement}  # fmt: skip
+        reached.set()
+        assert go.wait(30), "the test never let the cycle go"
+        return plan
+
+    monkeypatch.setattr(engine, "plan", held_plan)
+    errors: list[str] = []
+    cycle = in_thread(errors, lambda: run_cycle_now(admin))
+    assert reached.wait(30), errors
+    [node] = planned["nodes"]
+    cordoner = in_thread(errors, lambda: cordon_node(oncall, node, "ECC errors"))
+    cordoner.join(30)  # the cordon commits before the cycle goes on
+    assert not cordoner.is_alive() and errors == []
+    go.set()
+    cycle.join(60)
+    assert errors == []
+    assert Node.objects.get(name=node).state == "cordoned"
+    on_it = Allocation.objects.filter(job=job, node__name=node)
+    assert not on_it.exists(), "the job started on a node cordoned before it was launched"
+    monkeypatch.setattr(engine, "plan", real_plan)
+    run_cycle_now(admin)  # the next cycle places it elsewhere
+    assert Job.objects.get(pk=job.pk).state == "running"
+    assert not Allocation.objects.filter(job=job, node__name=node).exists()

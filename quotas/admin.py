@@ -24,6 +24,12 @@ class QueueAdmin(NoDeleteAdmin):
     list_filter = ["business_line", "tier"]
     readonly_fields = ["quota_gpus", "guarantee_gpus"]
 
+    def get_readonly_fields(self, request, obj=None) -> list[str]:
+        """A queue's line is set when it is added: its contract was approved against that
+        line (Q4), and its jobs count there."""
+        fields = super().get_readonly_fields(request, obj)
+        return fields if obj is None else [*fields, "business_line"]
+
 
 @admin.register(QuotaChange)
 class QuotaChangeAdmin(ReadOnlyAdmin):

@@ -51,3 +51,35 @@ def test_a_queue_s_preempted_tiers_may_be_set_to_lower_tiers(site_admin, demo):
     assert response.status_code == 302
     assert sorted(Queue.objects.get(pk=queue.pk).preempts_tiers) == ["experiment", "finetune"]
     assert run_cycle_now(demo["admin"]) is not None
+
+
+def test_a_queue_cannot_be_moved_to_another_line_in_the_admin(site_admin, demo):
+    """A queue's quota and guarantee were approved against its line (Q4, Q6: a queue's
+    quota within its line's, its guarantee counted in its line's): moving the queue in the
+    admin put a 12-GPU queue quota into an 8-GPU line, with its running and waiting work,
+    and no request, no QuotaChange."""
+    from quotas import services
+    from quotas.models import BusinessLine
+    from tests.quotas.conftest import NOW, ask
+
+    req = ask(demo["lead"], line="llm", queue="llm-core", quota_gpus=12, guarantee_gpus=6)
+    services.approve_quota_request(demo["admin"], req.pk, "ok", now=NOW)
+    queue = Queue.objects.get(name="llm-core")
+    small = BusinessLine.objects.get(name="search-rec")
+    assert queue.quota_gpus > small.quota_gpus
+    url = f"/admin/quotas/queue/{queue.pk}/change/"
+    site_admin.post(url, queue_form(queue, business_line=small.pk))
+    assert Queue.objects.get(pk=queue.pk).business_line.name == "llm"
+    assert b'name="business_line"' not in site_admin.get(url).content
+
+
+def test_a_new_queue_is_added_in_the_admin_without_a_contract(site_admin, demo):
+    line = Queue.objects.get(name="llm-core").business_line
+    response = site_admin.post(
+        "/admin/quotas/queue/add/",
+        {"name": "llm-eval", "business_line": line.pk, "nature": "experiments",
+         "tier": "experiment", "preempts_tiers": "[]"},
+    )  # fmt: skip
+    assert response.status_code == 302
+    added = Queue.objects.get(name="llm-eval")
+    assert (added.business_line, added.quota_gpus, added.guarantee_gpus) == (line, None, 0)

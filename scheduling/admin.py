@@ -12,7 +12,10 @@ class NodeAdmin(AuditedAdmin):
     list_display = ["name", "rack", "block", "gpu_model", "gpus_total", "rdma", "state", "health"]
     list_filter = ["state", "health", "gpu_model", "rdma", "block"]
     search_fields = ["name", "rack"]
-    readonly_fields = ["state", "state_reason", "health", "health_detail", "residual_gpus"]
+    # What the loop observes, learns or is about to tell the backend is not a label.
+    readonly_fields = ["state", "state_reason", "health", "health_detail", "residual_gpus",
+                       "uncordon_requested", "inference_gpus", "inference_profile",
+                       "recent_models"]  # fmt: skip
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -83,3 +83,50 @@ def test_a_new_queue_is_added_in_the_admin_without_a_contract(site_admin, demo):
     assert response.status_code == 302
     added = Queue.objects.get(name="llm-eval")
     assert (added.business_line, added.quota_gpus, added.guarantee_gpus) == (line, None, 0)
+
+
+def node_form(client: Client, node, **changes) -> dict:
+    """The node's change form as the admin page offers it, with ``changes``."""
+    import json
+
+    from django.forms.models import model_to_dict
+
+    fields = client.get(f"/admin/scheduling/node/{node.pk}/change/").context["adminform"].form
+    form = {k: v for k, v in model_to_dict(node).items() if k in fields.fields}
+    form.update({k: json.dumps(v) for k, v in form.items() if isinstance(v, dict | list)})
+    form = {k: v for k, v in form.items() if v is not False}
+    return {k: ("on" if v is True else v) for k, v in {**form, **changes}.items()}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("recent_models", "5"), ("inference_profile", '"busy"'), ("inference_gpus", "8"),
+     ("uncordon_requested", "on")],
+)  # fmt: skip
+def test_a_node_s_loop_state_is_not_edited_in_the_admin(site_admin, demo, field, value):
+    """The admin corrects a node's labels; what the loop learns or acts on (the models it
+    ran, its inference load and profile, an uncordon on its way to the backend) is the
+    loop's and the on-call services': ``recent_models`` set to ``5`` there stopped every
+    cycle (``TypeError`` in ``scheduling.snapshot``), and ``uncordon_requested`` sent an
+    uncordon to the backend with no on-call action, its reason or its audit record."""
+    from scheduling.models import Node
+
+    node = Node.objects.order_by("name").first()
+    before = Node.objects.values(field).get(pk=node.pk)
+    url = f"/admin/scheduling/node/{node.pk}/change/"
+    site_admin.post(url, node_form(site_admin, node, **{field: value}))
+    assert Node.objects.values(field).get(pk=node.pk) == before
+    assert run_cycle_now(demo["admin"]) is not None
+
+
+def test_a_node_s_labels_are_corrected_in_the_admin(site_admin, demo):
+    from scheduling.models import Node
+
+    node = Node.objects.order_by("name").first()
+    url = f"/admin/scheduling/node/{node.pk}/change/"
+    response = site_admin.post(url, node_form(site_admin, node, rack="r09", block="b2"))
+    assert response.status_code == 302
+    assert Node.objects.values_list("rack", "block").get(pk=node.pk) == ("r09", "b2")
+    [entry] = AuditRecord.objects.filter(action="admin.change")
+    assert entry.after == {"rack": "r09", "block": "b2"}
+    assert run_cycle_now(demo["admin"]) is not None

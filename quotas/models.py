@@ -249,6 +249,10 @@ DEFAULT_RECLAIM_PATIENCE_MINUTES = round(FULL_RECLAIM_PATIENCE_S / 60)
 
 # A line's and each queue's usage is sampled each minute and kept this long.
 USAGE_RETENTION_DAYS = 30
+# The eviction window and the borrowing cool-down look back at most that far (cluster time
+# minus a larger one overflowed, and every rollup or cycle failed).
+MAX_EVICTION_WINDOW_HOURS = USAGE_RETENTION_DAYS * 24
+MAX_BORROW_COOLDOWN_MINUTES = USAGE_RETENTION_DAYS * 24 * 60
 
 
 class QuotaPolicy(models.Model):
@@ -280,10 +284,14 @@ class QuotaPolicy(models.Model):
     singleton = models.BooleanField(default=True, unique=True, editable=False)
     reserve_gpus = models.PositiveIntegerField(default=0)
     eviction_target = models.FloatField(default=0.10)
-    eviction_window_hours = models.PositiveIntegerField(default=72)
+    eviction_window_hours = models.PositiveIntegerField(
+        default=72, validators=[MaxValueValidator(MAX_EVICTION_WINDOW_HOURS)]
+    )
     suggestion_coverage = models.FloatField(default=0.8)
     borrow_cooldown_minutes = models.PositiveIntegerField(
-        default=30, help_text="minutes a preempted job or queue waits before borrowing again"
+        default=30,
+        validators=[MaxValueValidator(MAX_BORROW_COOLDOWN_MINUTES)],
+        help_text="minutes a preempted job or queue waits before borrowing again",
     )
     preempt_after_minutes = models.PositiveIntegerField(
         default=DEFAULT_RECLAIM_PATIENCE_MINUTES,

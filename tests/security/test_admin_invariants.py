@@ -130,3 +130,36 @@ def test_a_node_s_labels_are_corrected_in_the_admin(site_admin, demo):
     [entry] = AuditRecord.objects.filter(action="admin.change")
     assert entry.after == {"rack": "r09", "block": "b2"}
     assert run_cycle_now(demo["admin"]) is not None
+
+
+@pytest.mark.parametrize(
+    "field, bad", [("eviction_window_hours", 2_147_483_647), ("eviction_window_hours", 721),
+                   ("borrow_cooldown_minutes", 2_147_483_647),
+                   ("borrow_cooldown_minutes", 30 * 24 * 60 + 1)],
+)  # fmt: skip
+def test_the_quota_policy_s_windows_are_bounded_so_the_loop_keeps_running(
+    site_admin, demo, field, bad
+):
+    """A huge eviction window or borrowing cool-down was saved, and then every metrics
+    rollup (the live eviction ratio, R4) or every scheduling cycle failed with
+    ``OverflowError: date value out of range`` (cluster time minus the window). Both read
+    at most the 30 days of samples the portal keeps (``USAGE_RETENTION_DAYS``)."""
+    from monitoring.tasks import metrics_rollup
+    from quotas.models import USAGE_RETENTION_DAYS, QuotaPolicy
+    from scheduling.services import JobRequest, submit_job
+
+    policy = QuotaPolicy.load()
+    url = f"/admin/quotas/quotapolicy/{policy.pk}/change/"
+    form = {k: v for k, v in model_to_dict(policy).items() if k not in ("id", "singleton")}
+    form = {k: v for k, v in form.items() if v is not False}
+    response = site_admin.post(url, {**form, field: bad})
+    assert response.status_code == 200 and b"errornote" in response.content
+    assert not AuditRecord.objects.filter(action="admin.change").exists()
+    submit_job(demo["researcher"], JobRequest(name="runs", queue="llm-experiment", gpus=8))
+    assert run_cycle_now(demo["admin"]) is not None
+    metrics_rollup()
+    longest = {"eviction_window_hours": USAGE_RETENTION_DAYS * 24,
+               "borrow_cooldown_minutes": USAGE_RETENTION_DAYS * 24 * 60}[field]  # fmt: skip
+    assert site_admin.post(url, {**form, field: longest}).status_code == 302
+    assert run_cycle_now(demo["admin"]) is not None
+    metrics_rollup()

@@ -39,7 +39,8 @@ class BusinessLine(models.Model):
     name = models.SlugField(max_length=50, unique=True)
     display_name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
-    quota_gpus = models.PositiveIntegerField()
+    # 0 until a request is approved (Q4): a line added in the Django admin starts there.
+    quota_gpus = models.PositiveIntegerField(default=0)
     guarantee_gpus = models.PositiveIntegerField(default=0)
 
     class Meta:

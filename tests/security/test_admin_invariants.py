@@ -163,3 +163,19 @@ def test_the_quota_policy_s_windows_are_bounded_so_the_loop_keeps_running(
     assert site_admin.post(url, {**form, field: longest}).status_code == 302
     assert run_cycle_now(demo["admin"]) is not None
     metrics_rollup()
+
+
+def test_a_new_line_is_added_in_the_admin_with_no_contract_yet(site_admin, demo):
+    """Its quota is read-only there (Q4: it comes from an approved request), and the line
+    had no default for it: adding a line answered 500 (IntegrityError, quota_gpus null)."""
+    from quotas.models import BusinessLine
+
+    response = site_admin.post(
+        "/admin/quotas/businessline/add/",
+        {"name": "robotics", "display_name": "Robotics", "description": ""},
+    )
+    assert response.status_code == 302
+    line = BusinessLine.objects.get(name="robotics")
+    assert (line.quota_gpus, line.guarantee_gpus) == (0, 0)
+    [entry] = AuditRecord.objects.filter(action="admin.add")
+    assert entry.target_type == "quotas.businessline" and entry.after["name"] == "robotics"

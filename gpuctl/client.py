@@ -171,7 +171,13 @@ class Portal:
                 "the portal's base URL?",
                 EXIT_SERVER,
             )
-        return response.json()
+        try:
+            return response.json()
+        except ValueError as exc:  # labelled JSON, but not JSON (cut short, a proxy's page)
+            raise CliError(
+                f"unexpected answer from {response.url} (HTTP {status}): not valid JSON",
+                EXIT_SERVER,
+            ) from exc
 
     def get(self, path: str, **params: Any) -> Any:
         clean = {k: v for k, v in params.items() if v is not None and v is not False}

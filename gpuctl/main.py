@@ -20,6 +20,7 @@ from gpuctl import __version__, completion, login
 from gpuctl.client import (
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_SERVER,
     EXIT_USAGE,
     CliError,
     Config,
@@ -801,6 +802,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 130
         except BrokenPipeError:  # `gpuctl jobs | head`
             return EXIT_OK
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            # The portal's JSON was not the shape the command reads (another version, a
+            # proxy or a stand-in answering): one line and exit 5, not a traceback.
+            print(
+                f"gpuctl: error: the portal's answer is not what gpuctl {args.command} "
+                f"expects ({type(exc).__name__}: {exc}): is it a portal of this version?",
+                file=sys.stderr,
+            )
+            return EXIT_SERVER
 
 
 __all__ = ["main", "build_parser", "config_path", "EXIT_REFUSED"]

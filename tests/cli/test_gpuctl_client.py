@@ -402,3 +402,51 @@ def test_json_is_sorted_indented_and_writes_dates_as_text():
     out = StringIO()
     print_json({"b": datetime(2026, 3, 1, tzinfo=UTC), "a": [1]}, out=out)
     assert out.getvalue() == '{\n  "a": [\n    1\n  ],\n  "b": "2026-03-01 00:00:00+00:00"\n}\n'
+
+
+# -- answers that are not the API's shape -----------------------------------------------------
+
+
+def test_a_json_labelled_answer_that_is_not_json_exits_5_on_one_line(client, stub):
+    stub.routes[("GET", "/api/v1/jobs/")] = (200, "application/json", '{"count": 3, "resu')
+    error = failure(lambda: client.get("jobs/"))
+    assert error.code == EXIT_SERVER
+    assert (
+        str(error) == f"unexpected answer from {stub.url}/api/v1/jobs/ (HTTP 200): not valid JSON"
+    )
+
+
+# (argv, method, path, the answer's JSON): each command fed JSON of the wrong shape
+ODD_ANSWERS = [
+    (["jobs"], "GET", "jobs/", {"count": 1, "results": None}),
+    (["jobs"], "GET", "jobs/", {"count": 2, "results": [1, None]}),
+    (["nodes"], "GET", "nodes/", {"count": 1, "results": [{}], "next": None}),
+    (["alerts"], "GET", "alerts/", [None]),
+    (["quota", "list"], "GET", "quota-requests/", [1, 2]),
+    (["summary"], "GET", "metrics/summary/", {}),
+    (["summary"], "GET", "metrics/summary/", [1]),
+    (["version"], "GET", "version/", None),
+    (["explain", "7"], "GET", "jobs/7/", ["a job"]),
+    (["cancel", "7"], "POST", "jobs/7/cancel/", {}),
+    (["nodes", "cordon", "n1", "--reason", "fan"], "POST", "nodes/n1/cordon/", []),
+    (["alerts", "ack", "3"], "POST", "alerts/3/ack/", {"id": 3}),
+    (["submit", "x", "-q", "q", "-g", "1"], "POST", "jobs/", None),
+    (["quota", "approve", "4", "--note", "ok"], "POST", "quota-requests/4/approve/", 4),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("argv,method,path,answer", ODD_ANSWERS)
+def test_an_answer_of_another_shape_is_one_line_and_exit_5_never_a_traceback(
+    stub, clean_env, monkeypatch, capsys, argv, method, path, answer
+):
+    from gpuctl.main import main
+
+    monkeypatch.setenv("GPUCTL_URL", stub.url)
+    monkeypatch.setenv("GPUCTL_TOKEN", "s3cret")
+    stub.json(method, path, answer)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == EXIT_SERVER, (code, out, err)
+    assert err.startswith(f"gpuctl: error: the portal's answer is not what gpuctl {argv[0]} ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert stub.requests[0]["path"] == f"/api/v1/{path}"

@@ -58,7 +58,7 @@ class Config:
         if path.exists():
             try:
                 loaded = yaml.safe_load(path.read_text()) or {}
-            except (OSError, yaml.YAMLError) as exc:
+            except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
                 raise CliError(f"cannot read {path}: {exc}", EXIT_USAGE) from exc
             if not isinstance(loaded, dict):
                 raise CliError(f"{path} must be a mapping with url: and token:", EXIT_USAGE)

@@ -8,6 +8,7 @@ can run it in-process.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -161,11 +162,18 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         try:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             loaded = yaml.safe_load(text)
-        except (OSError, yaml.YAMLError) as exc:
+        except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
             message = f"cannot read job file {args.file}: {exc}".splitlines()[0]
             raise CliError(message, EXIT_USAGE) from exc
         if not isinstance(loaded, dict):
             raise CliError(f"job file {args.file} must be a mapping of API fields", EXIT_USAGE)
+        try:  # YAML reads 2026-01-01 as a date, !!binary as bytes, .nan as a float: not JSON
+            json.dumps(loaded, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise CliError(
+                f"job file {args.file} holds a value JSON cannot carry ({exc}): quote it as text",
+                EXIT_USAGE,
+            ) from exc
         body.update(loaded)
     for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL):
         value = getattr(args, name, None)

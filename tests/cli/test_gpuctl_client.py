@@ -150,6 +150,8 @@ def test_flag_then_environment_then_file_each_value_on_its_own(clean_env, monkey
         ({}, "- a list\n", EXIT_USAGE, "must be a mapping with url: and token:"),
         ({}, "url: [unclosed\n", EXIT_USAGE, "cannot read "),
         ({"GPUCTL_URL": "http://x"}, "token: ''\n", EXIT_AUTH, "no API token"),
+        ({}, b"url: http://caf\xe9\n", EXIT_USAGE, "cannot read "),
+        ({}, b"url: " + b"[" * 5000, EXIT_USAGE, "cannot read "),
     ],
 )  # fmt: skip
 def test_configuration_errors_say_what_to_set_with_their_exit_code(
@@ -159,7 +161,8 @@ def test_configuration_errors_say_what_to_set_with_their_exit_code(
         monkeypatch.setenv(name, value)
     if text is not None:
         (clean_env / "xdg").mkdir()
-        (clean_env / "xdg" / "gpuctl.yaml").write_text(text)
+        path = clean_env / "xdg" / "gpuctl.yaml"
+        path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     error = failure(Config.load)
     assert error.code == code and fragment in str(error)
 

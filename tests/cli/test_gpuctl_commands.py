@@ -96,6 +96,29 @@ def test_a_missing_job_file_is_a_usage_error_on_one_line(cli, portal, tmp_path):
 
 
 @pytest.mark.parametrize(
+    "content,fragment",
+    [
+        (b"name: caf\xe9\nqueue: q\ngpus: 1\n", "cannot read job file {path}: 'utf-8' codec"),
+        (b"name: x\nqueue: q\ngpus: 1\nx: " + b"[" * 5000, "cannot read job file {path}: "),
+        (b"name: 2026-01-01\nqueue: q\ngpus: 1\n", "holds a value JSON cannot carry"),
+        (b"name: !!binary aGk=\nqueue: q\ngpus: 1\n", "holds a value JSON cannot carry"),
+        (b"name: x\nqueue: q\ngpus: .nan\n", "holds a value JSON cannot carry"),
+    ],
+)  # fmt: skip
+def test_a_job_file_gpuctl_cannot_read_or_send_is_a_usage_error_and_sends_nothing(
+    cli, portal, tmp_path, content, fragment
+):
+    # Latin-1 bytes, YAML nested past Python's recursion limit, and values YAML reads as a
+    # date, bytes or NaN (which JSON cannot carry): a usage error, not a traceback.
+    spec = tmp_path / "job.yaml"
+    spec.write_bytes(content)
+    run = cli("submit", "-f", str(spec))
+    assert run.code == EXIT_USAGE, run
+    assert run.err.startswith("gpuctl: error: ") and fragment.format(path=spec) in run.err
+    assert run.err.count("\n") == 1 and portal.calls == []
+
+
+@pytest.mark.parametrize(
     "argv,missing",
     [
         ([], "NAME, --queue, --gpus"),

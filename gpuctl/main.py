@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -639,13 +640,25 @@ def watch(portal: Portal, args: argparse.Namespace) -> int:
         return EXIT_OK
 
 
+def _seconds(text: str) -> float:
+    """``--timeout`` / ``--interval``: a finite number of seconds above 0 (requests and
+    ``time.sleep`` raise on NaN, 0, negatives and infinities)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < 1e9):
+        raise argparse.ArgumentTypeError(f"seconds above 0, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(
         prog="gpuctl", description=TOP_HELP, formatter_class=_Formatter, parents=[_common(False)]
     )
     parser.add_argument("--url", help="portal base URL (default: GPUCTL_URL or the config file)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request (30)")
+    parser.add_argument("--timeout", type=_seconds, default=30.0, help="seconds per request (30)")
     parser.add_argument("--version", action="version", version=f"gpuctl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -656,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name in WATCHABLE:
             p.add_argument("-w", "--watch", action="store_true",
                            help="print again every --interval seconds until Ctrl-C")  # fmt: skip
-            p.add_argument("--interval", type=float, default=2.0, help="seconds (2)")
+            p.add_argument("--interval", type=_seconds, default=2.0, help="seconds (2)")
         return p
 
     p = add("submit", cmd_submit, "submit a job (flags or -f job.yaml)", SUBMIT_HELP)

@@ -459,6 +459,11 @@ def test_version_and_help_exit_0_without_a_configuration(cli, monkeypatch, capsy
         ["nodes", "--health", "sick"],
         ["alerts", "ack"],
         ["--timeout", "soon", "jobs"],
+        ["--timeout", "nan", "jobs"],
+        ["--timeout", "-1", "jobs"],
+        ["--timeout", "0", "jobs"],
+        ["--timeout", "1e309", "jobs"],
+        ["jobs", "-w", "--interval", "nan"],
     ],
 )
 def test_bad_command_lines_exit_2_with_usage_and_call_nothing(cli, portal, argv):

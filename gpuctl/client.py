@@ -77,7 +77,15 @@ class Config:
                 f"{path} (get one with `gpuctl --url URL login`)",
                 EXIT_AUTH,
             )
-        return cls(url=str(url).rstrip("/"), token=str(token), timeout=timeout)
+        token = str(token)
+        if not (token.isascii() and token.isprintable()) or " " in token:
+            # requests would fail on it as a header (a traceback, or "cannot reach the portal")
+            raise CliError(
+                "the API token has characters no token has (spaces, control or non-ASCII "
+                f"characters): copy it again into GPUCTL_TOKEN or {path}",
+                EXIT_AUTH,
+            )
+        return cls(url=str(url).rstrip("/"), token=token, timeout=timeout)
 
 
 def _flatten_errors(errors: Any, prefix: str = "") -> list[str]:

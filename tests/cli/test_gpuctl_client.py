@@ -151,6 +151,12 @@ def test_flag_then_environment_then_file_each_value_on_its_own(clean_env, monkey
         ({}, "url: [unclosed\n", EXIT_USAGE, "cannot read "),
         ({"GPUCTL_URL": "http://x"}, "token: ''\n", EXIT_AUTH, "no API token"),
         ({}, b"url: http://caf\xe9\n", EXIT_USAGE, "cannot read "),
+        ({"GPUCTL_URL": "http://x", "GPUCTL_TOKEN": "t\u00f6ken"}, None, EXIT_AUTH,
+         "the API token has characters no token has"),
+        ({"GPUCTL_URL": "http://x", "GPUCTL_TOKEN": "abc\ndef"}, None, EXIT_AUTH,
+         "the API token has characters no token has"),
+        ({"GPUCTL_URL": "http://x"}, "token: abc def\n", EXIT_AUTH,
+         "the API token has characters no token has"),
         ({}, b"url: " + b"[" * 5000, EXIT_USAGE, "cannot read "),
     ],
 )  # fmt: skip

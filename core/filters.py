@@ -37,7 +37,11 @@ def _choices(choice_filter: django_filters.ChoiceFilter) -> list[str]:
 
 # Query parameters every list endpoint takes besides its filters.
 PAGING_PARAMS = frozenset({"limit", "offset", "format"})
-BOOLEAN_WORDS = frozenset({"true", "false", "1", "0", "yes", "no"})
+# The words a yes/no filter takes (any case, spaces around), as django-filter's
+# BooleanWidget reads them: it knows only true/false/1/0 and reads anything else as
+# "no filter", so ``?rdma=no`` listed every node.
+BOOLEAN_WORDS = {"true": "true", "1": "true", "yes": "true",
+                 "false": "false", "0": "false", "no": "false"}  # fmt: skip
 
 
 class StrictFilterBackend(DjangoFilterBackend):
@@ -64,3 +68,13 @@ class StrictFilterBackend(DjangoFilterBackend):
         if errors:
             raise exceptions.ValidationError(errors)
         return super().filter_queryset(request, queryset, view)
+
+    def get_filterset_kwargs(self, request, queryset, view):
+        kwargs = super().get_filterset_kwargs(request, queryset, view)
+        filterset_class = self.get_filterset_class(view, queryset)
+        data = kwargs["data"].copy()
+        for name, value in kwargs["data"].items():
+            if isinstance(filterset_class.base_filters.get(name), django_filters.BooleanFilter):
+                data[name] = BOOLEAN_WORDS[value.strip().lower()]  # checked in filter_queryset
+        kwargs["data"] = data
+        return kwargs

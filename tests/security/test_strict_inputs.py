@@ -7,7 +7,7 @@ import pytest
 
 from monitoring.consumers import JOB_TOPIC
 from quotas.models import Queue
-from scheduling.models import Job
+from scheduling.models import Job, Node
 from scheduling.services import JobRequest, submit_job
 
 pytestmark = pytest.mark.django_db
@@ -72,6 +72,21 @@ def test_malformed_or_unknown_query_parameters_are_a_400_naming_them(api, query,
 @pytest.mark.parametrize("query", ["?rdma=true", "?rdma=0", "?limit=2&offset=1", "?format=json"])
 def test_well_formed_queries_still_work(api, query):
     assert api("oncall").get("/api/v1/nodes/" + query).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "word,rdma",
+    [("true", True), ("1", True), ("yes", True), ("YES", True), (" true", True),
+     ("false", False), ("0", False), ("no", False), ("No", False), ("false ", False)],
+)  # fmt: skip
+def test_every_yes_no_word_a_filter_takes_filters(api, word, rdma):
+    # django-filter reads only true/false/1/0: ``?rdma=no`` was taken and then ignored,
+    # listing the RDMA nodes too.
+    first = Node.objects.order_by("name").first()
+    Node.objects.filter(pk=first.pk).update(rdma=False)
+    listed = api("oncall").get("/api/v1/nodes/", {"rdma": word}).json()["results"]
+    expected = set(Node.objects.filter(rdma=rdma).values_list("name", flat=True))
+    assert expected and {n["name"] for n in listed} == expected
 
 
 def test_an_unknown_filter_names_the_ones_the_list_takes(api):

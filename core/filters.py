@@ -46,15 +46,22 @@ BOOLEAN_WORDS = {"true": "true", "1": "true", "yes": "true",
 
 class StrictFilterBackend(DjangoFilterBackend):
     """django-filter, with nothing silently ignored: an unknown query parameter, a yes/no
-    filter given anything but true/false/1/0/yes/no, or an empty choice (``?state=``) is a
-    400 naming it (``?rdma=maybe`` used to list every node)."""
+    filter given anything but true/false/1/0/yes/no, an empty choice (``?state=``) or a
+    parameter given twice is a 400 naming it (``?rdma=maybe`` used to list every node)."""
 
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
         filters = filterset_class.base_filters if filterset_class else {}
         takes = ", ".join(sorted(filters)) or "no filters"
         errors: dict[str, list[str]] = {}
+        for name, values in request.query_params.lists():
+            if len(values) > 1:
+                # each takes one value and django-filter reads the last: in
+                # ``?state=bogus&state=running`` the bogus one was silently dropped
+                errors[name] = [f"given {len(values)} times; give it once"]
         for name, value in request.query_params.items():
+            if name in errors:
+                continue
             if name not in filters and name not in PAGING_PARAMS:
                 errors[name] = [f"unknown filter; this list takes: {takes}"]
             elif isinstance(filters.get(name), django_filters.BooleanFilter) and (

@@ -134,6 +134,12 @@ def test_pages_link_their_csv_with_their_filters(demo, api):
     link = re.search(r'<a href="([^"]+)" id="jobs-csv"', page).group(1).replace("&amp;", "&")
     assert link.startswith("/api/v1/jobs.csv?") and "state=pending" in link and "queue=" not in link
     assert client.get(link).status_code == 200  # the session is enough
+    # a filter given twice: the page reads the last, and so does its link (the API
+    # refuses a filter given twice)
+    page = client.get("/jobs/?state=running&state=pending").content.decode()
+    link = re.search(r'<a href="([^"]+)" id="jobs-csv"', page).group(1).replace("&amp;", "&")
+    assert link == "/api/v1/jobs.csv?state=pending&mine=0"
+    assert client.get(link).status_code == 200
     assert 'id="queues-csv"' in client.get("/queues/").content.decode()
     line = BusinessLine.objects.get(name="llm")
     detail = client.get(f"/quotas/lines/{line.name}/").content.decode()

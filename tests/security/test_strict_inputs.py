@@ -89,6 +89,25 @@ def test_every_yes_no_word_a_filter_takes_filters(api, word, rdma):
     assert expected and {n["name"] for n in listed} == expected
 
 
+@pytest.mark.parametrize(
+    "path,query,param",
+    [("/api/v1/nodes/", "state=bogus&state=ready", "state"),
+     ("/api/v1/jobs/", "mine=1&mine=0", "mine"),
+     ("/api/v1/jobs/", "owner=researcher&owner=lead", "owner"),
+     ("/api/v1/alerts/", "status=open&status=resolved", "status"),
+     ("/api/v1/quota-requests/", "state=pending&state=pending", "state"),
+     ("/api/v1/nodes/", "limit=x&limit=5", "limit"),
+     ("/api/v1/queues/", "offset=1&offset=2", "offset"),
+     ("/api/v1/jobs.csv", "state=pending&state=running", "state")],
+)  # fmt: skip
+def test_a_query_parameter_given_twice_is_a_400_naming_it(api, path, query, param):
+    # Each takes one value, and django-filter and DRF read the last: the first
+    # (``bogus``, ``limit=x``) was silently dropped.
+    response = api("admin").get(f"{path}?{query}")
+    assert response.status_code == 400, response.content
+    assert response.json() == {"errors": {param: ["given 2 times; give it once"]}}
+
+
 def test_an_unknown_filter_names_the_ones_the_list_takes(api):
     errors = api("researcher").get("/api/v1/jobs/?stat=pending").json()["errors"]
     assert "state" in errors["stat"][0]

@@ -52,8 +52,9 @@ from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
 log = logging.getLogger(__name__)
 
 REASON_MAX = 2000
-# How far ahead a request may start or end: a contract is planned for the next quarters,
-# not for the year 9999 (which the form and the API took until session 33).
+# How far ahead a request may start or end (and how far back it may start): a contract is
+# planned for the next quarters, not for the year 9999 (which the form and the API took
+# until session 33), nor the year 1.
 PLAN_HORIZON = timedelta(days=2 * 365)
 NOTE_MAX = 2000
 USAGE_RETENTION = timedelta(days=USAGE_RETENTION_DAYS)
@@ -183,6 +184,13 @@ def create_quota_request(
                 f"{latest.astimezone(UTC):%Y-%m-%d %H:%M} UTC): plan further changes nearer "
                 "the time"
             ]
+    elif data.starts_at and data.starts_at < now - PLAN_HORIZON:
+        # a past start means "as soon as approved"; the year 1 was stored, and every page
+        # showing it west of UTC was a 500 (OverflowError below datetime.min)
+        errors["starts_at"] = [
+            f"at most {PLAN_HORIZON.days // 365} years ago: leave it empty to start as soon "
+            "as approved"
+        ]
     elif data.starts_at and data.ends_at and data.ends_at <= data.starts_at:
         errors["ends_at"] = ["the end must be after the start"]
     elif data.ends_at and data.ends_at <= now:

@@ -220,7 +220,7 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     },
     "POST /api/v1/quota-requests/": {
         "queue": r"queue \S+ belongs to the line \S+, not \S+$",
-        "starts_at": r"at most 2 years ahead ",
+        "starts_at": r"at most 2 years ahead |at most 2 years ago: ",
         "ends_at": r"the end must be after the start$|the end is already past$|at most 2 years "
         r"ahead ",
         "quota_gpus": r"give a new quota, a new guarantee, or both$|[\d,]+ GPUs is more than "

@@ -139,6 +139,7 @@ BAD = [
     ),
     ({"ends_at": "9999-12-31T00:00:00Z"}, "ends_at"),  # beyond the two-year horizon
     ({"starts_at": "9999-12-31T00:00:00Z"}, "starts_at"),
+    ({"starts_at": "0001-01-01T00:00:00Z"}, "starts_at"),  # shown west of UTC: a 500
     ({"starts_at": "next tuesday"}, "starts_at"),
     ({"reason": ""}, "reason"),
     ({"colour": "blue"}, "colour"),

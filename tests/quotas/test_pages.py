@@ -134,6 +134,7 @@ BAD_FORMS = [
     ({"guarantee_gpus": "-1"}, "must not be negative"),
     ({"quota_gpus": "20", "starts_at": f"{NEXT_YEAR}-01-02T10:00", "ends_at": f"{NEXT_YEAR}-01-01T10:00"}, "the end must be after the start"),
     ({"quota_gpus": "20", "ends_at": "9999-12-31T10:00"}, "at most 2 years ahead"),
+    ({"quota_gpus": "20", "starts_at": "0001-01-01T00:00"}, "at most 2 years ago"),
     ({"quota_gpus": "500"}, "more than the cluster holds (32 GPUs)"),
     ({"business_line": "no-such-line", "quota_gpus": "20"}, "unknown business line"),
     ({"queue": "search-rec-core", "guarantee_gpus": "2"}, "belongs to the line search-rec, not llm"),

@@ -80,6 +80,8 @@ BAD = [
     ({"quota_gpus": 20, "ends_at": NOW - HOUR}, "ends_at", "already past"),
     ({"quota_gpus": 20, "starts_at": NOW + 731 * 24 * HOUR}, "starts_at", "at most 2 years ahead"),
     ({"quota_gpus": 20, "ends_at": datetime(9999, 12, 31, tzinfo=UTC)}, "ends_at", "at most 2 years ahead"),
+    ({"quota_gpus": 20, "starts_at": datetime(1, 1, 1, tzinfo=UTC)}, "starts_at", "at most 2 years ago"),
+    ({"quota_gpus": 20, "starts_at": NOW - 731 * 24 * HOUR}, "starts_at", "at most 2 years ago"),
     ({"quota_gpus": 33}, "quota_gpus", "more than the cluster holds (32 GPUs)"),
     ({"quota_gpus": 10**9}, "quota_gpus", "more than the cluster holds"),
     ({"line": "no-such-line", "quota_gpus": 20}, "business_line", "unknown business line"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -102,12 +103,25 @@ class SharedFieldsModelSerializer(SharedFields, serializers.ModelSerializer):
     """An output-only ModelSerializer with fields built once per class (``SharedFields``)."""
 
 
+ASCII_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
+
+
 class StrictIntegerField(serializers.IntegerField):
     """DRF's IntegerField, taking digits 0-9 only: Python's ``int`` also reads ``"٧"`` (7)
     and ``"０１"`` (1), which no client means."""
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, str) and not is_ascii_number(data.strip().removeprefix("-")):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    """DRF's FloatField, taking a decimal number in digits 0-9 only: Python's ``float``
+    also reads ``"٧"`` (7), ``"７"`` and ``"1_000"``, which no client means."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, str) and not ASCII_DECIMAL.match(data.strip().removeprefix("-")):
             self.fail("invalid")
         return super().to_internal_value(data)
 

@@ -21,6 +21,7 @@ from core.api import (
     NameField,
     SharedFields,
     SharedFieldsModelSerializer,
+    StrictFloatField,
     StrictIntegerField,
     StrictSerializer,
     client_ip,
@@ -202,7 +203,7 @@ class FaultSerializer(StrictSerializer):
 
 
 class AdvanceSerializer(StrictSerializer):
-    seconds = serializers.FloatField(min_value=1, max_value=7 * 86400)
+    seconds = StrictFloatField(min_value=1, max_value=7 * 86400)
 
 
 class CycleSerializer(serializers.Serializer):

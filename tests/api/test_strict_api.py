@@ -167,6 +167,27 @@ def test_a_body_with_an_unknown_field_is_refused_naming_it(api, path, body):
     assert Node.objects.get(name=NODE).state == "ready"
 
 
+@pytest.mark.parametrize("seconds", ["٧", "７", "1_000", "６0"])
+@pytest.mark.parametrize("fmt", ["json", "multipart"])
+def test_seconds_to_advance_take_digits_0_9_only_and_nothing_moves(api, seconds, fmt):
+    # float() reads Arabic-Indic and full-width digits and underscores: "٧" moved the
+    # cluster clock 7 s, where every count in a body takes digits 0-9 only.
+    from core.models import AuditRecord
+    from scheduling.models import SimulatorState
+
+    before = (list(SimulatorState.objects.values()), AuditRecord.objects.count())
+    response = api("admin").post("/api/v1/simulator/advance/", {"seconds": seconds}, format=fmt)
+    assert response.status_code == 400
+    assert response.json() == {"errors": {"seconds": ["A valid number is required."]}}
+    assert (list(SimulatorState.objects.values()), AuditRecord.objects.count()) == before
+
+
+@pytest.mark.parametrize("seconds", ["60", " 60 ", "90.5", "1e2", 60, 90.5])
+def test_seconds_written_in_ascii_still_advance(api, seconds):
+    response = api("admin").post("/api/v1/simulator/advance/", {"seconds": seconds}, format="json")
+    assert response.status_code == 200 and response.json()["advanced_s"] == float(seconds)
+
+
 def test_a_rejection_needs_a_note_and_a_quota_request_a_reason(api):
     asked = api("lead").post(
         "/api/v1/quota-requests/",

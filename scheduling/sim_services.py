@@ -13,6 +13,7 @@ from django.db import transaction
 
 from core import audit
 from scheduling.backend_factory import open_simulator
+from scheduling.clock import to_datetime
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.cycle import run_cycle
 from scheduling.models import SchedulingCycle
@@ -54,7 +55,8 @@ def advance_clock(user: Any, seconds: Any, source_ip: str | None = None) -> dict
             backend.close()
             audit.record(user, "simulator.advance", store.row, after={"seconds": seconds},
                          source_ip=source_ip)  # fmt: skip
-        return {"cluster_time": backend.now(), "advanced_s": float(seconds)}
+        # ISO 8601 like every time of the API (API.md), not the simulator's epoch seconds
+        return {"cluster_time": to_datetime(backend.now()), "advanced_s": float(seconds)}
 
     return _with_cluster_lock(act)
 

@@ -188,6 +188,20 @@ def test_seconds_written_in_ascii_still_advance(api, seconds):
     assert response.status_code == 200 and response.json()["advanced_s"] == float(seconds)
 
 
+def test_advancing_answers_the_cluster_time_in_iso_8601_not_epoch_seconds(api):
+    from datetime import datetime
+
+    from scheduling.clock import cluster_now
+
+    response = api("admin").post("/api/v1/simulator/advance/", {"seconds": 90}, format="json")
+    assert response.status_code == 200
+    answer = response.json()
+    assert isinstance(answer["cluster_time"], str) and answer["cluster_time"].endswith("Z")
+    moved_to = datetime.fromisoformat(answer["cluster_time"])
+    assert abs((cluster_now() - moved_to).total_seconds()) < 5
+    assert answer["advanced_s"] == 90.0
+
+
 def test_a_rejection_needs_a_note_and_a_quota_request_a_reason(api):
     asked = api("lead").post(
         "/api/v1/quota-requests/",

@@ -128,9 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from(options: dict[str, Any]) -> ReplayConfig:
-    if options.get("cycle_s") is not None and not options["cycle_s"] > 0:
+    # finite too: with --cycle-s 1e309 (inf) the replay ran no cycle and gave up on every
+    # job; --replan-s nan passed ``< 0``
+    if options.get("cycle_s") is not None and not 0 < options["cycle_s"] < math.inf:
         raise CliError("--cycle-s must be > 0")
-    if options.get("replan_s") is not None and options["replan_s"] < 0:
+    if options.get("replan_s") is not None and not 0 <= options["replan_s"] < math.inf:
         raise CliError("--replan-s must be >= 0")
     pq = options.get("predict_quantile")
     if pq is not None and not 0.0 <= pq <= 1.0:
@@ -329,7 +331,7 @@ def execute(options: dict[str, Any], out: Writer, err: Writer) -> dict:
 
     try:
         result = run_replay(config, progress if options.get("progress") else None)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # OSError: a directory, no permission, not found
         raise CliError(str(exc)) from exc
     result["command"] = command_line(config)
     if options.get("out"):

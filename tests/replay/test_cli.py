@@ -141,6 +141,11 @@ def test_human_output_says_what_the_jobs_waited_for():
         (("itp", "--window", "100d:101d"), "no jobs"),
         (("itp", "--borrow", "cooldown=5"), "--borrow takes NAME=VALUE"),
         (("itp", "--borrow", "borrow_forecast=maybe"), "takes true or false"),
+        (("itp", "--cycle-s", "1e309"), "--cycle-s must be > 0"),
+        (("itp", "--cycle-s", "nan"), "--cycle-s must be > 0"),
+        (("itp", "--replan-s", "nan"), "--replan-s must be >= 0"),
+        (("itp", "--replan-s", "inf"), "--replan-s must be >= 0"),
+        ((str(Path(__file__).parent),), "Is a directory"),  # a folder given as the trace
     ],
 )
 def test_bad_arguments_are_command_errors(args, message):

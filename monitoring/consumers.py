@@ -15,8 +15,9 @@ from monitoring.permissions import may_use_oncall_console
 
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
-# ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"
-JOB_TOPIC = re.compile(r"^job\.([0-9]{1,18})\Z")
+# ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"; no
+# leading zero: "job.07" named job 7 but is a topic no event is published to (job.7's are)
+JOB_TOPIC = re.compile(r"^job\.([1-9][0-9]{0,17})\Z")
 MAX_MESSAGE_BYTES = 4096
 MAX_SUBSCRIPTIONS = 50
 

@@ -121,11 +121,14 @@ def test_a_job_topic_is_only_for_those_who_may_see_the_job(demo, api):
         allowed = await _send(owner, {"subscribe": f"job.{job_id}"})
         # Python's "$" also matches before a final newline: a topic no event is sent to
         trailing = await _send(owner, {"subscribe": f"job.{job_id}\n"})
+        # and a leading zero named the job but is a topic of its own: "subscribed", then silence
+        zero = await _send(owner, {"subscribe": f"job.0{job_id}"})
         await other.disconnect()
         await owner.disconnect()
-        return denied, allowed, trailing
+        return denied, allowed, trailing, zero
 
-    denied, allowed, trailing = async_to_sync(run)()
+    denied, allowed, trailing, zero = async_to_sync(run)()
     assert "no such job" in denied["error"]
     assert allowed == {"subscribed": f"job.{job_id}"}
     assert "unknown topic" in trailing["error"]
+    assert "unknown topic" in zero["error"]

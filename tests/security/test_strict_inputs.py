@@ -138,6 +138,8 @@ def test_ordinary_checkpoint_uris_are_taken(api, path):
         ("job.１２", False),
         ("job.", False),
         ("job.12\n", False),
+        ("job.012", False),
+        ("job.0", False),
     ],
 )
 def test_job_topics_take_ascii_ids_only(topic, ok):

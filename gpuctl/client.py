@@ -8,6 +8,7 @@ environment (``GPUCTL_URL``, ``GPUCTL_TOKEN``), then a YAML file
 
 from __future__ import annotations
 
+import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,17 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
         super().__init__(message)
         self.code = code
+
+
+def whole_number(text: str) -> int:
+    """An id or count from the command line, in digits 0-9 as the portal takes them:
+    ``int`` also reads ``"٧"`` (7), ``"１"`` and ``"1_0"`` (10), so ``gpuctl cancel ٧``
+    cancelled job 7. A leading ``-`` is kept for the portal to refuse with its message.
+    argparse's ``type`` for ids and counts."""
+    digits = text.removeprefix("-")
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (digits 0-9)")
+    return int(text)
 
 
 def config_path() -> Path:

@@ -30,6 +30,7 @@ from gpuctl.client import (
     CliError,
     config_path,
     error_message,
+    whole_number,
 )
 
 
@@ -128,7 +129,9 @@ def add_parser(sub: Any, formatter: Any) -> None:
     )
     p.add_argument("-u", "--username", help="portal username (default: asked)")
     p.add_argument("--name", help="token name (default: gpuctl@HOST)")
-    p.add_argument("--days", type=int, default=90, help="days until it expires, 1-365 (90)")
+    p.add_argument(
+        "--days", type=whole_number, default=90, help="days until it expires, 1-365 (90)"
+    )
     p.add_argument(
         "--password-stdin", action="store_true", help="read the password from standard input"
     )

@@ -28,6 +28,7 @@ from gpuctl.client import (
     Config,
     Portal,
     config_path,
+    whole_number,
 )
 from gpuctl.output import (
     MODES,
@@ -466,7 +467,7 @@ def _clip(text: str, width: int) -> str:
 
 
 def _id_or_name(value: str | None) -> int | str | None:
-    return int(value) if value is not None and value.isdigit() else value
+    return int(value) if value is not None and value.isascii() and value.isdigit() else value
 
 
 def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
@@ -676,11 +677,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="job name (1-100 characters)")
     p.add_argument("-f", "--file", help="YAML job file with API fields ('-' for stdin)")
     p.add_argument("-q", "--queue", help="queue name or id (one of your lines')")
-    p.add_argument("-g", "--gpus", type=int, help="whole GPUs in total")
+    p.add_argument("-g", "--gpus", type=whole_number, help="whole GPUs in total")
     p.add_argument("--tier", choices=["urgent", "core", "finetune", "experiment"],
                    help="default: the queue's; never above it")  # fmt: skip
-    p.add_argument("--gpus-per-node", type=int, help="1-8; default: whole nodes when multi-node")
-    p.add_argument("--gpu-memory-gb", type=int, help="minimum memory per GPU")
+    p.add_argument(
+        "--gpus-per-node", type=whole_number, help="1-8; default: whole nodes when multi-node"
+    )
+    p.add_argument("--gpu-memory-gb", type=whole_number, help="minimum memory per GPU")
     p.add_argument("--rdma", action=argparse.BooleanOptionalAction, default=None,
                    help="needs RDMA between its nodes (default: when multi-node)")  # fmt: skip
     p.add_argument("--exclusive-node", action=argparse.BooleanOptionalAction, default=None,
@@ -689,14 +692,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no co-location with online inference")  # fmt: skip
     p.add_argument("--preemptible", action=argparse.BooleanOptionalAction, default=None,
                    help="may borrow idle capacity and be preempted (default: below core)")  # fmt: skip
-    p.add_argument("--max-retries", type=int, help="automatic restarts on failure, 0-10 (3)")
+    p.add_argument(
+        "--max-retries", type=whole_number, help="automatic restarts on failure, 0-10 (3)"
+    )
     p.add_argument("--checkpoint-path", help="shared storage URI: nfs://, s3://, ...")
-    p.add_argument("--checkpoint-interval-minutes", type=int, help="(60)")
-    p.add_argument("--estimated-runtime-minutes", "--runtime", type=int,
+    p.add_argument("--checkpoint-interval-minutes", type=whole_number, help="(60)")
+    p.add_argument("--estimated-runtime-minutes", "--runtime", type=whole_number,
                    dest="estimated_runtime_minutes", help="your estimate")  # fmt: skip
     p.add_argument("--model-name", "--model", dest="model_name",
                    help="for node affinity and runtime prediction")  # fmt: skip
-    p.add_argument("--sim-duration-minutes", type=int, help="simulator only: true run time")
+    p.add_argument(
+        "--sim-duration-minutes", type=whole_number, help="simulator only: true run time"
+    )
 
     p = add(
         "jobs",
@@ -713,13 +720,13 @@ examples:
     p.add_argument("-q", "--queue", help="queue name or id")
     p.add_argument("-u", "--owner", "--user", dest="owner", help="username (as squeue -u)")
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
-    p.add_argument("--limit", type=int, default=100, help="at most N jobs (100)")
+    p.add_argument("--limit", type=whole_number, default=100, help="at most N jobs (100)")
     p.add_argument("--all", action="store_true", help="every matching job")
 
     p = add("explain", cmd_explain, "why a job waits, what would start it, its timeline",
             EXPLAIN_HELP)  # fmt: skip
-    p.add_argument("job", type=int, help="job id")
-    p.add_argument("--events", type=int, default=10, help="last N events (10; 0: all)")
+    p.add_argument("job", type=whole_number, help="job id")
+    p.add_argument("--events", type=whole_number, default=10, help="last N events (10; 0: all)")
 
     p = add(
         "cancel",
@@ -730,7 +737,7 @@ examples:
   gpuctl cancel 42
   gpuctl cancel 42 43 44""",
     )
-    p.add_argument("jobs", nargs="+", type=int, metavar="JOB")
+    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
 
     p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
             epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip
@@ -762,7 +769,7 @@ examples:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     for action, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close it")):
         a = actions.add_parser(action, help=text, description=text, parents=[common])
-        a.add_argument("ids", nargs="+", type=int, metavar="ALERT")
+        a.add_argument("ids", nargs="+", type=whole_number, metavar="ALERT")
 
     p = add("quota", cmd_quota, "quota requests: list, request, impact, approve, reject, withdraw",
             QUOTA_HELP)  # fmt: skip
@@ -775,18 +782,18 @@ examples:
                         parents=[common])  # fmt: skip
     q.add_argument("--line", required=True, help="business line name or id")
     q.add_argument("--queue", help="one queue of the line (default: the line itself)")
-    q.add_argument("--quota", type=int, required=True, help="quota asked, in GPUs")
-    q.add_argument("--guarantee", type=int, required=True, help="guarantee asked, in GPUs")
+    q.add_argument("--quota", type=whole_number, required=True, help="quota asked, in GPUs")
+    q.add_argument("--guarantee", type=whole_number, required=True, help="guarantee asked, in GPUs")
     q.add_argument("--reason", required=True)
     q.add_argument("--starts-at", help="ISO date/time (default: on approval)")
     q.add_argument("--ends-at", help="ISO date/time (default: open-ended)")
     q = qsub.add_parser("impact", help="what approval would change, and whether it fits",
                         parents=[common])  # fmt: skip
-    q.add_argument("id", type=int)
+    q.add_argument("id", type=whole_number)
     for action, text in (("approve", "approve (admins)"), ("reject", "reject (admins)"),
                          ("withdraw", "withdraw a pending request (requester, line lead)")):  # fmt: skip
         q = qsub.add_parser(action, help=text, parents=[common])
-        q.add_argument("ids", nargs="+", type=int, metavar="ID")
+        q.add_argument("ids", nargs="+", type=whole_number, metavar="ID")
         q.add_argument("--note", "--reason", dest="note", help="why (recorded with the decision)")
         if action == "approve":
             q.add_argument("--override-reserve", action="store_true",

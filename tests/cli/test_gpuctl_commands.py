@@ -355,6 +355,14 @@ def test_quota_request_sends_ids_as_numbers_and_names_as_text(cli, portal):
     )
 
 
+def test_a_line_named_in_other_digits_is_sent_as_text_for_the_portal_to_refuse(cli, portal):
+    # "٣".isdigit() is true: it went as line id 3
+    portal.answers[("post", "quota-requests/")] = {"id": 9, "status": "pending"}
+    run = cli("quota", "request", "--line", "٣", "--quota", "4", "--guarantee", "2",
+              "--reason", "x")  # fmt: skip
+    assert run.code == 0 and posted(portal, "quota-requests/")["business_line"] == "٣"
+
+
 def test_quota_request_for_a_whole_line_names_no_queue_and_says_sent_without_a_status(cli, portal):
     portal.answers[("post", "quota-requests/")] = {"id": 10}
     run = cli("quota", "request", "--line", "llm", "--quota", "1", "--guarantee", "0",
@@ -464,6 +472,15 @@ def test_version_and_help_exit_0_without_a_configuration(cli, monkeypatch, capsy
         ["--timeout", "0", "jobs"],
         ["--timeout", "1e309", "jobs"],
         ["jobs", "-w", "--interval", "nan"],
+        # ids and counts in digits 0-9, as the portal takes them: int() read "٧" as 7,
+        # "１" as 1 and "1_0" as 10 (`gpuctl cancel ٧` cancelled job 7)
+        ["cancel", "٧"],
+        ["explain", "１"],
+        ["alerts", "ack", "1_0"],
+        ["quota", "approve", "٣", "--note", "ok"],
+        ["submit", "x", "-q", "q", "-g", "４"],
+        ["jobs", "--limit", " 5"],
+        ["login", "--days", "٣٠"],
     ],
 )
 def test_bad_command_lines_exit_2_with_usage_and_call_nothing(cli, portal, argv):

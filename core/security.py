@@ -28,6 +28,7 @@ Redis costs one request a second rather than every request.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import logging
@@ -47,7 +48,8 @@ from django.urls import NoReverseMatch, reverse
 from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, get_encoding
+from rest_framework.utils import json as drf_json
 
 logger = logging.getLogger(__name__)
 
@@ -519,23 +521,39 @@ def _bad_text_in(document: object) -> str | None:
     return None
 
 
+def _once_each(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object whose keys are each given once: ``json`` keeps the last of
+    ``{"gpus": 1, "gpus": 900}``, where a proxy or a log may read the first."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice[:50]!r} is given twice")
+    return document
+
+
 class SafeJSONParser(JSONParser):
     """DRF's JSON parser, with too deeply nested documents and text no field may hold refused
     as bad input (400).
 
     ``json.load`` raises RecursionError (not ValueError) on a body such as 5,000 ``[``;
     DRF only turns ValueError into a 400, so that body was a 500 on every JSON endpoint.
-    Text with control characters (tab and line breaks aside) is refused anywhere in the
-    body, as ``ControlCharacterMiddleware`` refuses it in forms (API.md: text fields refuse
-    NUL and control characters): an escape sequence in a job name reached the operator's
-    terminal.
+    A key given twice in one object is refused too. Text with control characters (tab
+    and line breaks aside) is refused anywhere in the body, as
+    ``ControlCharacterMiddleware`` refuses it in forms (API.md: text fields refuse NUL and
+    control characters): an escape sequence in a job name reached the operator's terminal.
     """
 
     def parse(self, stream, media_type=None, parser_context=None):
+        # DRF's JSONParser.parse, with keys given twice refused (object_pairs_hook)
+        text = codecs.getreader(get_encoding(parser_context or {}))(stream)
+        constant = drf_json.strict_constant if self.strict else None
         try:
-            document = super().parse(stream, media_type, parser_context)
+            document = drf_json.load(text, parse_constant=constant, object_pairs_hook=_once_each)
         except RecursionError:
             raise exceptions.ParseError("JSON parse error - nested too deeply") from None
+        except ValueError as exc:
+            raise exceptions.ParseError(f"JSON parse error - {exc}") from None
         problem = _bad_text_in(document)
         if problem is not None:
             raise exceptions.ParseError(problem)

@@ -126,6 +126,23 @@ def test_a_body_that_is_not_json_is_a_400_in_the_envelopes_shape(api, text):
     assert all(isinstance(message, str) for message in errors["non_field_errors"])
 
 
+@pytest.mark.parametrize(
+    "text,key",
+    [('{"name": "a", "queue": "llm-experiment", "gpus": 1, "gpus": 900}', "gpus"),
+     ('{"name": "a", "queue": "llm-core", "queue": "llm-experiment", "gpus": 1}', "queue"),
+     ('{"name": "a", "queue": "llm-experiment", "gpus": 1, "x": {"y": 1, "y": 2}}', "y")],
+)  # fmt: skip
+def test_a_key_given_twice_in_a_json_body_is_a_400_and_nothing_is_stored(api, text, key):
+    # json keeps the last value; a proxy, a log or a reviewer reading the first sees
+    # another request than the one the portal runs
+    response = raw(api("researcher"), "/api/v1/jobs/", text)
+    assert response.status_code == 400
+    assert response.json() == {
+        "errors": {"non_field_errors": [f"JSON parse error - the key '{key}' is given twice"]}
+    }
+    assert Job.objects.count() == 0
+
+
 # -- queries ------------------------------------------------------------------------------
 
 

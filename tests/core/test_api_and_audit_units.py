@@ -102,6 +102,25 @@ def test_the_callers_address_is_remote_addr_and_forwarded_headers_are_not_truste
     assert client_ip(request) is None
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("address", ["unknown", "1.2.3.4:5678", "garbage", "unix:"])
+def test_an_address_that_is_no_ip_is_recorded_as_none_and_the_action_still_happens(demo, address):
+    # uvicorn takes REMOTE_ADDR from a trusted proxy's X-Forwarded-For as it is; a cordon
+    # then failed writing its audit record (inet): a 500, the node left as it was
+    from rest_framework.test import APIClient
+
+    from core.models import AuditRecord
+    from scheduling.models import Node
+
+    assert client_ip(RequestFactory().get("/", REMOTE_ADDR=address)) is None
+    client = APIClient(REMOTE_ADDR=address)
+    client.force_authenticate(demo["oncall"])
+    response = client.post("/api/v1/nodes/r000-n00/cordon/", {"reason": "fan"}, format="json")
+    assert response.status_code == 200
+    assert Node.objects.get(name="r000-n00").state == "cordoned"
+    assert AuditRecord.objects.get(action="node.cordon").source_ip is None
+
+
 # -- roles ------------------------------------------------------------------------------------
 
 

@@ -312,6 +312,7 @@ def document_errors(result: dict, generator: Any, request: Any, public: bool) ->
                     parameter.get("schema", {})
                 ):
                     parameter["schema"]["pattern"] = PARAMETER_TEXT
+                    parameter["schema"]["minLength"] = 1  # empty is a 400 (core.filters)
             for media in operation.get("requestBody", {}).get("content", {}).values():
                 ref = media.get("schema", {}).get("$ref", "")
                 if ref.startswith("#/components/schemas/"):

@@ -46,8 +46,8 @@ BOOLEAN_WORDS = {"true": "true", "1": "true", "yes": "true",
 
 class StrictFilterBackend(DjangoFilterBackend):
     """django-filter, with nothing silently ignored: an unknown query parameter, a yes/no
-    filter given anything but true/false/1/0/yes/no, an empty choice (``?state=``) or a
-    parameter given twice is a 400 naming it (``?rdma=maybe`` used to list every node)."""
+    filter given anything but true/false/1/0/yes/no, an empty choice or text
+    (``?state=``, ``?owner=``) or a parameter given twice is a 400 naming it (``?rdma=maybe`` used to list every node)."""
 
     def filter_queryset(self, request, queryset, view):
         filterset_class = self.get_filterset_class(view, queryset)
@@ -72,6 +72,9 @@ class StrictFilterBackend(DjangoFilterBackend):
                 # django-filter reads an empty choice as "no filter": a typo'd script
                 # (``?state=$STATE``) would list everything.
                 errors[name] = [f"one of: {', '.join(_choices(filters[name]))}"]
+            elif isinstance(filters.get(name), django_filters.CharFilter) and not value:
+                # the same for text: ``?owner=$USER`` with USER unset listed everyone's jobs
+                errors[name] = ["give a value, or leave the filter out"]
         if errors:
             raise exceptions.ValidationError(errors)
         return super().filter_queryset(request, queryset, view)

@@ -156,6 +156,20 @@ def test_an_empty_choice_or_a_zero_limit_is_a_400_naming_it(api, query, name):
     assert response.status_code == 400 and list(response.json()["errors"]) == [name]
 
 
+@pytest.mark.parametrize(
+    "query,name",
+    [("jobs/?owner=", "owner"), ("jobs/?queue=", "queue"), ("nodes/?rack=", "rack"),
+     ("queues/?name=", "name"), ("quota-requests/?business_line=", "business_line"),
+     ("jobs.csv?owner=", "owner")],
+)  # fmt: skip
+def test_an_empty_text_filter_is_a_400_not_no_filter(api, query, name):
+    # django-filter reads an empty value as "no filter": ``?owner=$USER`` with USER unset
+    # listed everyone's jobs, as ``?state=`` listed every state before
+    response = api("admin").get(f"/api/v1/{query}")
+    assert response.status_code == 400
+    assert response.json() == {"errors": {name: ["give a value, or leave the filter out"]}}
+
+
 def test_an_empty_choice_names_the_choices(api):
     response = api("admin").get("/api/v1/jobs/?mine=")
     assert response.json() == {"errors": {"mine": ["one of: 1, true, 0, false"]}}

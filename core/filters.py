@@ -85,6 +85,6 @@ class StrictFilterBackend(DjangoFilterBackend):
         data = kwargs["data"].copy()
         for name, value in kwargs["data"].items():
             if isinstance(filterset_class.base_filters.get(name), django_filters.BooleanFilter):
-                data[name] = BOOLEAN_WORDS[value.strip().lower()]  # checked in filter_queryset
+                data[name] = BOOLEAN_WORDS.get(value.strip().lower(), value)  # see filter_queryset
         kwargs["data"] = data
         return kwargs

@@ -120,6 +120,7 @@ ORDER_KNOBS: dict[str, type] = {
     "tier_preempt_after_s": float,
     "wait_if_free_within_s": float,
     "predictive_patience": bool,
+    "overrun_foresight": float,
     "victim_given_weight": float,
     # consolidation (moving checkpointable jobs so a waiting gang starts)
     "consolidation": bool,

@@ -12,7 +12,7 @@ placement exists: O(nodes + releases) per reservation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .placement import Topology, place_on_counts
 
@@ -42,6 +42,19 @@ class Timeline:
         self.voided.update(self._tags.pop(job_id, ()))
         for node, gpus in slots:
             self.add(t, node, gpus)
+
+    def with_later(self, later: Mapping[int, tuple[float, Sequence[tuple[int, int]]]]) -> Timeline:
+        """A copy in which each job of ``later`` (id -> (time, its released slots)) frees
+        its GPUs at that time instead."""
+        tl = Timeline()
+        tl.events = list(self.events)
+        tl._sorted = self._sorted
+        tl.voided = set(self.voided)
+        tl._tags = {job_id: list(tags) for job_id, tags in self._tags.items()}
+        tl._next = self._next
+        for job_id, (t, slots) in later.items():
+            tl.move(job_id, t, slots)
+        return tl
 
     def ordered(self) -> list[tuple[float, int, int, int]]:
         if not self._sorted:

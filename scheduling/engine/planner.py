@@ -51,12 +51,14 @@ from .node_choice import NodeChoice
 from .overrun_note import note_overruns
 from .placement import ClassKey, Cluster, Topology, class_key, place_on_counts
 from .policy import (
+    foreseen_end,
     gc_paused,
     given_gpu_s,
     inference_ok,
     is_demoted,
     job_runtime,
     may_borrow,
+    overruns,
     queue_preempts,
     running_end,
     shape_counts,
@@ -171,6 +173,7 @@ class Planner:
         self.reserved: dict[int, float] = {}
         self.max_res_start = -_INF
         self._timeline: Timeline | None = None
+        self._overrunning: list[RunningJob] | None = None  # runs past their predicted end
         self._start_events: list[tuple[float, int, int]] = []
         self._end_override: dict[int, float] = {}
         self.starts: list[Start] = []
@@ -645,13 +648,54 @@ class Planner:
             job.model_name, self.now, horizon,
         )  # fmt: skip
 
+    def foreseen_timeline(self) -> Timeline | None:
+        """The backfill timeline with each overrunning run releasing when it is foreseen
+        to end (``policy.foreseen_end``); None when no run overruns. Built per call: the
+        plan's starts and stops change the timeline between reservations."""
+        now, policy, moved = self.now, self.policy, self._end_override
+        if self._overrunning is None:
+            self._overrunning = [r for r in self.s.running if overruns(r, now, policy)]
+        later = {
+            r.id: (foreseen_end(r, now, policy), self.released(r))
+            for r in self._overrunning
+            if r.id not in moved
+        }
+        return self.timeline().with_later(later) if later else None
+
+    def reserved_nodes(
+        self, job: PendingJob, sh: ShapeT, t: float, nodes: list[int]
+    ) -> tuple[float, list[int]]:
+        """Where ``job`` reserves, given its earliest placement ``(t, nodes)``. With
+        ``overrun_foresight``, the earliest placement once overrunning runs are foreseen to
+        run longer (``foreseen_timeline``), held from when those nodes free on the
+        backfill timeline: a run that has outlived its prediction is expected "within
+        ``overrun_s``" at every cycle, and a reservation on its node slid later cycle after
+        cycle while other nodes freed (docs/engine.md, "Backfill and reservations")."""
+        tl = self.foreseen_timeline() if self.policy.overrun_foresight > 0 else None
+        if tl is None:
+            return t, nodes
+        key, k, c, _last, excl = sh
+        counts = self.where.reservable_counts(job, key, self.live)
+        found = tl.earliest_start(
+            self.topo, self.open_elig(key), counts, k, c, excl, job.model_name, self.now
+        )
+        if found is None or sorted(found[1]) == sorted(nodes):
+            return t, nodes
+        only = bytearray(self.topo.n)
+        for n in found[1]:
+            only[n] = 1
+        there = self.timeline().earliest_start(
+            self.topo, only, counts, k, c, excl, job.model_name, self.now
+        )
+        return (t, nodes) if there is None else there
+
     def reserve(self, job: PendingJob, sh: ShapeT, not_before: float = -_INF) -> float | None:
         """Hold the nodes of ``job``'s earliest placement from when they free, or from
         ``not_before`` if later (an overdue job's quota room, below); its start."""
         res = self.earliest_start(job, sh)
         if res is None:
             return None
-        t, nodes = res
+        t, nodes = self.reserved_nodes(job, sh, *res)
         t = max(t, not_before)
         self.hold(job, nodes, t)
         self.n_backfill_res += 1

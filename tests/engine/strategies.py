@@ -35,6 +35,7 @@ def policies(draw) -> et.PolicyConfig:
         max_preemptors=draw(st.integers(1, 4)),
         preemption_mode=draw(st.sampled_from(["graceful", "graceful", "cold"])),
         swap_quota=draw(st.booleans()),
+        overrun_foresight=draw(st.sampled_from([0.0, 0.5, 1.0])),
     )
 
 

@@ -102,9 +102,12 @@ def written(moment: datetime, zone: tzinfo, *, seconds: bool = False) -> str:
     """``moment`` as a person reads it in ``zone``: ``2026-12-01 12:10 JST`` (``seconds``:
     ``12:10:05 JST``); ``2026-12-01 03:10 UTC`` in UTC. The one shape of a time on the
     pages (``|utc``) and in what the portal writes to a person (mail)."""
-    local = moment.astimezone(UTC if is_utc(zone) else zone)
-    fmt = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
-    return f"{local.strftime(fmt)} {label(local, zone)}"
+    try:
+        local = moment.astimezone(UTC if is_utc(zone) else zone)
+    except OverflowError:  # the year 1 west of UTC (or 9999 east): only UTC can write it
+        local, zone = moment.astimezone(UTC), UTC
+    fmt = "-%m-%d %H:%M:%S" if seconds else "-%m-%d %H:%M"  # the year in 4 digits (%Y: "1")
+    return f"{local.year:04d}{local.strftime(fmt)} {label(local, zone)}"
 
 
 def offset_labels(zone: tzinfo, year: int) -> str:

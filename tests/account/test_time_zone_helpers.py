@@ -46,6 +46,18 @@ def test_written_gives_the_time_in_the_zone_named(zone, moment, seconds, expecte
     assert timezones.written(moment, zone, seconds=seconds) == expected
 
 
+@pytest.mark.parametrize(
+    ("zone", "moment", "expected"),
+    [
+        (ZoneInfo("America/New_York"), datetime(1, 1, 1, 2, 0, tzinfo=UTC), "0001-01-01 02:00 UTC"),
+        (TOKYO, datetime(9999, 12, 31, 20, 0, tzinfo=UTC), "9999-12-31 20:00 UTC"),
+    ],
+)
+def test_a_time_its_zone_cannot_hold_is_written_in_utc(zone, moment, expected):
+    # a quota request stored with a year-1 start made its pages a 500 west of UTC
+    assert timezones.written(moment, zone) == expected
+
+
 def test_written_is_what_the_pages_filter_renders():
     """``|utc`` and ``written`` are one function: a page and a mail never differ."""
     for name in ("UTC", "Asia/Tokyo", "Europe/Paris", "America/New_York"):

@@ -220,3 +220,15 @@ def test_the_request_list_puts_pending_first_for_admins(client, demo, req):
     assert "Waiting for your decision" in page
     only_rejected = client.get("/quotas/requests/?state=rejected").content.decode()
     assert f"#{other.pk}<" in only_rejected and f"#{req.pk}<" not in only_rejected
+
+
+def test_a_request_stored_with_a_year_1_start_is_shown_west_of_utc(client, demo, req):
+    """Stored before its start was bounded (session 39): its pages were a 500 for every
+    viewer whose zone cannot hold the year 1 (west of UTC); its start is written in UTC."""
+    QuotaRequest.objects.filter(pk=req.pk).update(starts_at=datetime(1, 1, 1, tzinfo=UTC))
+    client.force_login(demo["lead"])
+    client.cookies["tz"] = "America/New_York"
+    for url in ("/quotas/requests/", f"/quotas/requests/{req.pk}/", "/quotas/lines/llm/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+    assert "0001-01-01 00:00 UTC" in client.get(f"/quotas/requests/{req.pk}/").content.decode()

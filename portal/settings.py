@@ -96,6 +96,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.security.SecurityHeadersMiddleware",  # CSP, Permissions-Policy (docs/security.md)
     "core.security.ControlCharacterMiddleware",  # 400 for NUL & co. in path, query, form
+    "core.security.ApiFieldOnceMiddleware",  # 400 for an API form field given twice
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -143,6 +143,36 @@ def test_a_key_given_twice_in_a_json_body_is_a_400_and_nothing_is_stored(api, te
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    "content_type,body",
+    [("application/x-www-form-urlencoded",
+      b"name=a&queue=llm-core&queue=llm-experiment&gpus=1"),
+     ("multipart/form-data; boundary=XX",
+      b'--XX\r\nContent-Disposition: form-data; name="name"\r\n\r\na\r\n'
+      b'--XX\r\nContent-Disposition: form-data; name="queue"\r\n\r\nllm-core\r\n'
+      b'--XX\r\nContent-Disposition: form-data; name="queue"\r\n\r\nllm-experiment\r\n'
+      b'--XX\r\nContent-Disposition: form-data; name="gpus"\r\n\r\n1\r\n--XX--\r\n')],
+    ids=["form", "multipart"],
+)  # fmt: skip
+def test_a_field_given_twice_in_a_form_body_is_a_400_and_nothing_is_stored(api, content_type, body):
+    # the serializer read the last one: the job went to llm-experiment
+    response = api("researcher").post("/api/v1/jobs/", data=body, content_type=content_type)
+    assert response.status_code == 400
+    assert response.json() == {
+        "errors": {"non_field_errors": ["the field 'queue' is given 2 times"]}
+    }
+    assert Job.objects.count() == 0
+
+
+def test_a_form_body_with_each_field_once_still_submits(api):
+    body = b"name=a&queue=llm-experiment&gpus=1"
+    response = api("researcher").post(
+        "/api/v1/jobs/", data=body, content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 201, response.content
+    assert Job.objects.get().queue.name == "llm-experiment"
+
+
 # -- queries ------------------------------------------------------------------------------
 
 

@@ -22,6 +22,12 @@ MAX_MESSAGE_BYTES = 4096
 MAX_SUBSCRIPTIONS = 50
 
 
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` on the wire (UTF-8): the limit is 4 KiB, not 4,096 characters,
+    which in "é" or "漢" were 8 or 12 KiB."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 @database_sync_to_async
 def _may_subscribe(user: Any, topic: str) -> str | None:
     """None when allowed, else the error to send back."""
@@ -55,7 +61,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         error = None
         topic = None
-        if text_data is None or len(text_data) > MAX_MESSAGE_BYTES:
+        if text_data is None or _utf8_size(text_data) > MAX_MESSAGE_BYTES:
             error = "send one JSON text message of at most 4 KiB"
         else:
             try:

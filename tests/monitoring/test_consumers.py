@@ -80,11 +80,16 @@ def test_subscribe_rules_and_bad_messages(demo):
             await _send(comm, [1, 2]),
             await _send(comm, {"subscribe": 5}),
             await _send(comm, "x" * 5000),
+            # 4 KiB on the wire: 2,049 characters of two bytes each are over it
+            await _send(comm, json.dumps({"subscribe": "é" * 2040}, ensure_ascii=False)),
+            await _send(comm, json.dumps({"subscribe": "é" * 2030}, ensure_ascii=False)),
         ]
         await comm.disconnect()
         return results
 
-    ok, alerts, unknown, job, bad_json, array, number, huge = async_to_sync(run)()
+    ok, alerts, unknown, job, bad_json, array, number, huge, wide, fits = async_to_sync(run)()
+    assert "at most 4 KiB" in wide["error"], "2,040 characters, 4,097 bytes"
+    assert "unknown topic" in fits["error"], "4,077 bytes: read, and refused as a topic"
     assert ok == {"subscribed": "queues"}
     assert "no permission" in alerts["error"]
     assert "unknown topic" in unknown["error"]

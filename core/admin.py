@@ -203,8 +203,18 @@ class AuditRecordAdmin(ReadOnlyAdmin):
     search_fields = ["actor_name", "target_id", "reason"]
 
 
-# Django's and DRF's own admins, with the audit trail added.
-for model, base in ((get_user_model(), UserAdmin), (Group, GroupAdmin), (TokenProxy, TokenAdmin)):
+def _no_add(self, request) -> bool:
+    return False
+
+
+# Django's and DRF's own admins, with the audit trail added. A token is made by its owner
+# (the account page, ``gpuctl login``); here it is only seen and revoked: one minted here
+# for another user would act as that user, and the audit log would name them.
+for model, base, extra in (
+    (get_user_model(), UserAdmin, {}),
+    (Group, GroupAdmin, {}),
+    (TokenProxy, TokenAdmin, {"has_add_permission": _no_add}),
+):
     if admin.site.is_registered(model):
         admin.site.unregister(model)
-    admin.site.register(model, type(f"Audited{base.__name__}", (AuditedAdmin, base), {}))
+    admin.site.register(model, type(f"Audited{base.__name__}", (AuditedAdmin, base), extra))

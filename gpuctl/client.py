@@ -57,6 +57,25 @@ def config_path() -> Path:
     return Path(base) / "gpuctl.yaml"
 
 
+# What reading a YAML file may raise: a file that is not UTF-8, nesting past Python's
+# recursion limit, and YAML's own errors, besides the file system's.
+YAML_READ_ERRORS = (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError)
+
+
+def read_config() -> dict[str, Any]:
+    """The config file's mapping (empty when there is none); a usage error if unreadable."""
+    path = config_path()
+    if not path.exists():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except YAML_READ_ERRORS as exc:
+        raise CliError(f"cannot read {path}: {exc}", EXIT_USAGE) from exc
+    if not isinstance(loaded, dict):
+        raise CliError(f"{path} must be a mapping with url: and token:", EXIT_USAGE)
+    return loaded
+
+
 @dataclass(frozen=True)
 class Config:
     url: str
@@ -66,15 +85,7 @@ class Config:
     @classmethod
     def load(cls, url: str | None = None, timeout: float = 30.0) -> Config:
         path = config_path()
-        file_values: dict[str, Any] = {}
-        if path.exists():
-            try:
-                loaded = yaml.safe_load(path.read_text()) or {}
-            except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
-                raise CliError(f"cannot read {path}: {exc}", EXIT_USAGE) from exc
-            if not isinstance(loaded, dict):
-                raise CliError(f"{path} must be a mapping with url: and token:", EXIT_USAGE)
-            file_values = loaded
+        file_values = read_config()
         url = url or os.environ.get("GPUCTL_URL") or file_values.get("url") or ""
         token = os.environ.get("GPUCTL_TOKEN") or file_values.get("token") or ""
         if not url:

@@ -30,21 +30,9 @@ from gpuctl.client import (
     CliError,
     config_path,
     error_message,
+    read_config,
     whole_number,
 )
-
-
-def _read_config() -> dict[str, Any]:
-    path = config_path()
-    if not path.exists():
-        return {}
-    try:
-        loaded = yaml.safe_load(path.read_text()) or {}
-    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
-        raise CliError(f"cannot read {path}: {exc}", EXIT_USAGE) from exc
-    if not isinstance(loaded, dict):
-        raise CliError(f"{path} must be a mapping with url: and token:", EXIT_USAGE)
-    return loaded
 
 
 def _write_config(values: dict[str, Any]) -> str:
@@ -99,7 +87,7 @@ def request_token(
 
 def cmd_login(args: argparse.Namespace) -> int:
     """``gpuctl login [-u USER] [--name NAME] [--days N] [--password-stdin]``."""
-    stored = _read_config()
+    stored = read_config()
     url = str(args.url or os.environ.get("GPUCTL_URL") or stored.get("url") or "").rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise CliError("give the portal's URL: gpuctl --url https://... login", EXIT_USAGE)

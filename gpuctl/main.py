@@ -24,6 +24,7 @@ from gpuctl.client import (
     EXIT_REFUSED,
     EXIT_SERVER,
     EXIT_USAGE,
+    YAML_READ_ERRORS,
     CliError,
     Config,
     Portal,
@@ -164,7 +165,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
         try:
             text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
             loaded = yaml.safe_load(text)
-        except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
+        except YAML_READ_ERRORS as exc:
             message = f"cannot read job file {args.file}: {exc}".splitlines()[0]
             raise CliError(message, EXIT_USAGE) from exc
         if not isinstance(loaded, dict):

@@ -1,7 +1,12 @@
 """Sign-in against the organization's LDAP directory (django-auth-ldap).
 
-``PortalLDAPBackend`` is django-auth-ldap's backend with three additions:
+``PortalLDAPBackend`` is django-auth-ldap's backend with four additions:
 
+- the directory is asked for the user name the login limiter counts and the portal stores
+  (``core.security.normalize_username``: NFKC, stripped, case-folded), not the one typed:
+  OpenLDAP takes ``admİn`` (a capital dotted I) for ``admin`` where Python's lower case is
+  ``admi̇n``, which made a second account past the local-account guard, and a spelling the
+  limiter counted apart from the name;
 - after the directory accepts the password, the user's groups (their ``cn``) are mapped to
   the role and lines (``LDAP_IDENTITY_MAPPING``, ``portal.auth.sync``) at every sign-in, so
   a change of groups takes effect at the next one;
@@ -33,6 +38,14 @@ SOURCE = "directory"
 
 class PortalLDAPBackend(LDAPBackend):
     """django-auth-ldap with the portal's group mapping, outage notice and local-account guard."""
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        """django-auth-ldap's, for the name as ``normalize_username`` makes it (module docstring)."""
+        if username is not None:
+            username = normalize_username(username)
+        return super().authenticate(request, username=username, password=password, **kwargs)
 
     def get_or_build_user(self, username: str, ldap_user: Any) -> tuple[Any, bool]:
         user, built = super().get_or_build_user(username, ldap_user)

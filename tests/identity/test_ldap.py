@@ -202,3 +202,31 @@ def test_sign_ins_the_directory_could_not_check_do_not_lock_the_account(demo, ld
     assert sign_in("researcher", DEMO_PASSWORD)[1].status_code == 429
     ldap_on.start()
     assert sign_in("dora")[1].status_code == 302
+
+
+def test_a_spelling_the_directory_folds_is_no_way_past_the_local_account_guard(demo, ldap_on):
+    """OpenLDAP matches ``admİn`` (a capital dotted I) to ``admin``; Python lower-cases it to
+    ``admi̇n`` (an i and a combining dot), which no account has. The directory's ``admin``
+    typed that way signed in as a new superuser ``admi̇n``, past the guard of the local
+    break-glass ``admin``, and ``rİck`` made rick a second account."""
+    _, response = sign_in("adm\u0130n", PEOPLE["admin"][0])
+    assert response.status_code == 200
+    assert list(get_user_model().objects.filter(is_superuser=True).values_list("username")) == [
+        ("admin",)
+    ]
+    _, response = sign_in("r\u0130ck", PEOPLE["rick"][0])
+    assert response.status_code == 200
+    assert not get_user_model().objects.filter(username__startswith="ri").exists()
+    assert sign_in("RICK", PEOPLE["rick"][0])[1].status_code == 302  # case alone: the same one
+    assert user("rick").get_username() == "rick"
+
+
+def test_a_spelling_the_directory_folds_does_not_escape_the_failure_limit(demo, ldap_on, settings):
+    """The limiter counts ``rİck`` apart from ``rick`` (NFKC and case-folding keep the dot);
+    the directory must not take it for rick, or each I of a name doubles the guesses."""
+    settings.LOGIN_FAILURES_PER_USERNAME_AND_IP = 3
+    for _ in range(3):
+        assert sign_in("rick", "not-his-password")[1].status_code == 200
+    assert sign_in("rick")[1].status_code == 429
+    client, response = sign_in("r\u0130ck", PEOPLE["rick"][0])
+    assert response.status_code == 200 and "_auth_user_id" not in client.session

@@ -38,6 +38,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from core.identity import groups_from_claim
 from portal.auth import notices
+from portal.auth.accounts import accounts_named
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -169,7 +170,9 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return True
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
-        return self.UserModel.objects.filter(username__iexact=self.username_from(claims))
+        """The account of the claim's user name whatever its case (``accounts_named``: an
+        ``iexact`` filter signed a provider's ``rıck`` in as ``rick``)."""
+        return accounts_named(self.username_from(claims))
 
     def create_user(self, claims: dict[str, Any]) -> Any:
         user = self.UserModel.objects.create_user(

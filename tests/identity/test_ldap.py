@@ -230,3 +230,19 @@ def test_a_spelling_the_directory_folds_does_not_escape_the_failure_limit(demo, 
     assert sign_in("rick")[1].status_code == 429
     client, response = sign_in("r\u0130ck", PEOPLE["rick"][0])
     assert response.status_code == 200 and "_auth_user_id" not in client.session
+
+
+def test_accounts_whose_names_only_look_the_same_are_told_apart(demo, ldap_on):
+    """PostgreSQL's ``UPPER`` (Django's ``iexact``) folds a dotless ``ı`` into ``I``: the
+    directory's rick signed in to ``rıck`` (another person's single sign-on account), and
+    with ``rick`` there too the lookup found two and answered 500, as it did for two
+    accounts differing only in case."""
+    get_user_model().objects.create_user("r\u0131ck")  # no password: made by a sign-in
+    client, response = sign_in("rick")
+    assert response.status_code == 302 and user("rick").email == "rick@example.org"
+    assert user("r\u0131ck").email == ""
+    get_user_model().objects.create_user("Dora", password="a-local-password")
+    get_user_model().objects.create_user("dora")
+    client, response = sign_in("dora")
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert "More than one portal account has this user name" in response.content.decode()

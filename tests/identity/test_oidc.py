@@ -211,3 +211,19 @@ def test_single_sign_on_is_off_unless_configured(demo, provider):
     assert Client().get("/oidc/callback/?code=x&state=y").status_code == 404
     page = Client().get("/accounts/login/").content.decode()
     assert "Sign in with" not in page and "directory" not in page
+
+
+def test_a_look_alike_name_in_the_claim_is_not_the_account_it_looks_like(demo, oidc_on):
+    """PostgreSQL's ``UPPER`` (Django's ``iexact``) folds a dotless ``ı`` into ``I``: a
+    provider account named ``rıck`` (its own, distinct name) was signed in as ``rick``."""
+    sign_in("rick")
+    oidc_on.accounts["mallory"] = {
+        "password": sso_password("mallory"), "preferred_username": "r\u0131ck",
+        "email": "mallory@example.org", "groups": [],
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    client, response = sign_in("mallory")
+    assert response.status_code == 302
+    assert signed_in_as(client) == "r\u0131ck"
+    rick = get_user_model().objects.get(username="rick")
+    assert rick.email == "rick@example.org"

@@ -5,6 +5,11 @@ account. Django's ``iexact`` compares with PostgreSQL's ``UPPER``, which also fo
 that are not case variants in Python (a dotless ``ı`` is ``I``): ``rıck``, another
 person's name, found ``rick``. ``accounts_named`` keeps only the accounts whose name is the
 given one in Python's lower case.
+
+``profile_text`` is what an account keeps of the e-mail and names a sign-in brings (the
+directory's ``mail``, ``givenName``, ``sn``; the provider's ``email``, ``given_name``,
+``family_name``), which were copied as they came: a list, a NUL or a value longer than its
+column was a 500 at sign-in.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+
+from core.security import has_control_characters
 
 
 def accounts_named(name: str) -> list[Any]:
@@ -21,3 +28,16 @@ def accounts_named(name: str) -> list[Any]:
     model = get_user_model()
     candidates = model.objects.filter(**{f"{model.USERNAME_FIELD}__iexact": name})
     return [user for user in candidates if user.get_username().lower() == wanted]
+
+
+def profile_text(field: str, value: object) -> str | None:
+    """``value`` as the account's ``field`` (``email``, ``first_name``, ``last_name``), or
+    None when it cannot be that: not text, holding a control character (PostgreSQL refuses
+    NUL; a terminal escape is no name), or an e-mail longer than its column (cut, it would
+    be another address). A name longer than its column is cut to it."""
+    if not isinstance(value, str) or has_control_characters(value):
+        return None
+    limit = get_user_model()._meta.get_field(field).max_length
+    if limit is not None and len(value) > limit:
+        return None if field == "email" else value[:limit]
+    return value

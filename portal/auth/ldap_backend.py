@@ -1,6 +1,6 @@
 """Sign-in against the organization's LDAP directory (django-auth-ldap).
 
-``PortalLDAPBackend`` is django-auth-ldap's backend with four additions:
+``PortalLDAPBackend`` is django-auth-ldap's backend with these additions:
 
 - the directory is asked for the user name the login limiter counts and the portal stores
   (``core.security.normalize_username``: NFKC, stripped, case-folded), not the one typed:
@@ -10,6 +10,8 @@
 - after the directory accepts the password, the user's groups (their ``cn``) are mapped to
   the role and lines (``LDAP_IDENTITY_MAPPING``, ``portal.auth.sync``) at every sign-in, so
   a change of groups takes effect at the next one;
+- the e-mail and names the directory gives are kept only when the account can hold them
+  (``portal.auth.accounts.profile_text``: a NUL or a value too long was a 500);
 - a local account (one with a usable password: break-glass admins, demo users) is never
   signed in or changed by the directory, even under the same user name;
 - a directory that cannot be reached (django-auth-ldap catches the ``LDAPError`` and sends
@@ -26,11 +28,11 @@ from typing import Any
 import ldap
 from django.conf import settings
 from django.dispatch import receiver
-from django_auth_ldap.backend import LDAPBackend, ldap_error
+from django_auth_ldap.backend import LDAPBackend, ldap_error, populate_user
 
 from core.security import normalize_username
 from portal.auth import notices
-from portal.auth.accounts import accounts_named
+from portal.auth.accounts import accounts_named, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -85,6 +87,16 @@ class PortalLDAPBackend(LDAPBackend):
             notices.tell(request, notices.not_let_in("directory"))
             return None
         return user
+
+
+@receiver(populate_user, sender=PortalLDAPBackend, dispatch_uid="portal.auth.ldap_populate")
+def _keep_what_fits(sender: type, user: Any, ldap_user: Any, **kwargs: Any) -> None:
+    """django-auth-ldap copied ``mail``, ``givenName`` and ``sn`` as they came; before the
+    save, one the account cannot hold (``profile_text``: a NUL, an e-mail too long) is left
+    empty and a name too long is cut, not a 500."""
+    for field in settings.AUTH_LDAP_USER_ATTR_MAP:
+        value = profile_text(field, getattr(user, field))
+        setattr(user, field, "" if value is None else value)
 
 
 def _unreachable(exc: BaseException) -> bool:

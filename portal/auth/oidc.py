@@ -38,7 +38,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from core.identity import groups_from_claim
 from portal.auth import notices
-from portal.auth.accounts import accounts_named
+from portal.auth.accounts import accounts_named, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -175,9 +175,9 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return accounts_named(self.username_from(claims))
 
     def create_user(self, claims: dict[str, Any]) -> Any:
-        user = self.UserModel.objects.create_user(
-            self.username_from(claims), email=claims.get("email") or ""
-        )  # no password: unusable, so the account signs in through the provider only
+        # No password: unusable, so the account signs in through the provider only. The
+        # e-mail and names are ``update_user``'s (``profile_text``).
+        user = self.UserModel.objects.create_user(self.username_from(claims))
         return self.update_user(user, claims)
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
@@ -191,9 +191,10 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             "last_name": claims.get("family_name"),
         }
         changed = []
-        for name, value in fields.items():
-            if isinstance(value, str) and getattr(user, name) != value[:150]:
-                setattr(user, name, value[:150])
+        for name, claim in fields.items():
+            value = profile_text(name, claim)  # None: a claim the account cannot hold, not kept
+            if value is not None and getattr(user, name) != value:
+                setattr(user, name, value)
                 changed.append(name)
         if changed:
             user.save(update_fields=changed)

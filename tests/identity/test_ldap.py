@@ -246,3 +246,27 @@ def test_accounts_whose_names_only_look_the_same_are_told_apart(demo, ldap_on):
     client, response = sign_in("dora")
     assert response.status_code == 200 and "_auth_user_id" not in client.session
     assert "More than one portal account has this user name" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "attribute, value, field, kept",
+    [
+        ("mail", b"olga." + b"x" * 300 + b"@example.org", "email", ""),  # cut: another address
+        ("givenName", "Ö".encode() * 151, "first_name", "Ö" * 150),  # cut to the column
+        ("sn", b"Olga\x00Ivanova", "last_name", ""),  # PostgreSQL refuses NUL
+        ("sn", b"\x1b[2J", "last_name", ""),  # a terminal escape
+    ],
+)
+def test_directory_attributes_the_account_cannot_hold_are_not_a_500(
+    demo, ldap_on, attribute, value, field, kept
+):
+    """The directory's ``mail``, ``givenName`` and ``sn`` were copied as they came: one
+    too long for its column, or with a NUL, was a 500 at sign-in."""
+    original = b"olga@example.org" if attribute == "mail" else b"olga"
+    ldap_on.set_attribute("olga", attribute, value)
+    try:
+        _, response = sign_in("olga")
+    finally:
+        ldap_on.set_attribute("olga", attribute, original)
+    assert response.status_code == 302 and role_of(user("olga")) == "oncall"
+    assert getattr(user("olga"), field) == kept

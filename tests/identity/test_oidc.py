@@ -227,3 +227,31 @@ def test_a_look_alike_name_in_the_claim_is_not_the_account_it_looks_like(demo, o
     assert signed_in_as(client) == "r\u0131ck"
     rick = get_user_model().objects.get(username="rick")
     assert rick.email == "rick@example.org"
+
+
+@pytest.mark.parametrize(
+    "claims, field, kept",
+    [
+        ({"email": ["eve@example.org"]}, "email", ""),  # not a string: a 500
+        ({"email": 42}, "email", ""),
+        ({"email": "eve." + "x" * 300 + "@example.org"}, "email", ""),  # too long: a 500
+        ({"email": "eve\x00@example.org"}, "email", ""),  # NUL: a 500
+        ({"given_name": "Eve\x00"}, "first_name", ""),
+        ({"family_name": "\x1b[2J"}, "last_name", ""),  # a terminal escape
+        ({"given_name": "É" * 151}, "first_name", "É" * 150),
+    ],
+)
+def test_claims_the_account_cannot_hold_are_not_a_500(demo, oidc_on, claims, field, kept):
+    """The e-mail claim went to ``create_user`` as it came (a list or a number: an
+    AttributeError; too long or with a NUL: a DataError), and names with a NUL too: each a
+    500 at the callback. Such a claim is not kept; the sign-in goes on."""
+    oidc_on.accounts["eve"] = {
+        "password": sso_password("eve"), "preferred_username": "eve", "email": "eve@example.org",
+        "groups": ["llm-team"], **claims,
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    for _ in range(2):  # made at the first sign-in, updated at the second
+        client, response = sign_in("eve")
+        assert response.status_code == 302 and signed_in_as(client) == "eve"
+        eve = get_user_model().objects.get(username="eve")
+        assert getattr(eve, field) == kept and lines_of("eve") == {"llm": "member"}

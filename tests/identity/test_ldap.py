@@ -270,3 +270,26 @@ def test_directory_attributes_the_account_cannot_hold_are_not_a_500(
         ldap_on.set_attribute("olga", attribute, original)
     assert response.status_code == 302 and role_of(user("olga")) == "oncall"
     assert getattr(user("olga"), field) == kept
+
+
+def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
+    demo, directory, configure
+):
+    """An admin taken out of every group (one who left) was refused at the next sign-in,
+    rightly, but stayed a superuser and an admin for their open sessions and API tokens:
+    the refusal wrote nothing. Now it takes away what the groups gave, audited."""
+    configure(directory.portal_env(**prefixed("LDAP", REQUIRED_GROUPS="gpu-users")))
+    assert sign_in("boss")[1].status_code == 302 and user("boss").is_superuser
+    assert sign_in("dora")[1].status_code == 302 and lines_of("dora") == {"llm": "lead"}
+    directory.set_groups("boss", set())
+    directory.set_groups("dora", {"llm-leads"})
+    for name in ("boss", "dora"):
+        client, response = sign_in(name)
+        assert response.status_code == 200 and "_auth_user_id" not in client.session
+        assert "not in a group that may use the portal" in response.content.decode()
+    boss = user("boss")
+    assert (role_of(boss), boss.is_superuser, boss.is_staff) == ("researcher", False, False)
+    assert (role_of(user("dora")), lines_of("dora")) == ("researcher", {})
+    record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
+    assert (record.before["role"], record.after["role"]) == ("admin", "researcher")
+    assert "required" in record.reason

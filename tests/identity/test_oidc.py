@@ -255,3 +255,20 @@ def test_claims_the_account_cannot_hold_are_not_a_500(demo, oidc_on, claims, fie
         assert response.status_code == 302 and signed_in_as(client) == "eve"
         eve = get_user_model().objects.get(username="eve")
         assert getattr(eve, field) == kept and lines_of("eve") == {"llm": "member"}
+
+
+def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
+    demo, provider, configure
+):
+    """As for the directory: a refused sign-in left an admin an admin."""
+    configure(provider.portal_env(**prefixed("OIDC", REQUIRED_GROUPS="gpu-users")))
+    sign_in("boss")
+    boss = get_user_model().objects.get(username="boss")
+    assert role_of(boss) == "admin" and boss.is_superuser
+    provider.set_groups("boss", [])
+    client, response = sign_in("boss")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    boss = get_user_model().objects.get(username="boss")
+    assert (role_of(boss), boss.is_superuser, boss.is_staff) == ("researcher", False, False)
+    record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
+    assert (record.before["role"], record.after["role"]) == ("admin", "researcher")

@@ -95,6 +95,13 @@ def forget_provider() -> None:
         _discovered.clear()
 
 
+def _refused(exc: requests.RequestException) -> bool:
+    """The provider answered with a 4xx (a refusal: ``invalid_grant`` for a code made up,
+    used twice or expired), not a failure to reach it (no answer, or a 5xx)."""
+    response = exc.response
+    return response is not None and 400 <= response.status_code < 500
+
+
 class PortalOIDCBackend(OIDCAuthenticationBackend):
     """mozilla-django-oidc's backend with discovery, issuer/audience checks, user names from a
     claim, the group mapping, the local-account guard and no 500s (module docstring)."""
@@ -127,7 +134,10 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             return super().authenticate(request, **kwargs)
         except requests.RequestException as exc:
             logger.warning("OpenID Connect sign-in failed: %s", exc)
-            notices.tell(request, notices.sso_unavailable())
+            if _refused(exc):  # it answered: the code (made up, used, expired) was refused
+                notices.tell(request, notices.sso_failed())
+            else:
+                notices.tell(request, notices.sso_unavailable())
         except (SuspiciousOperation, jwt.InvalidTokenError, ValueError, KeyError) as exc:
             logger.warning("OpenID Connect sign-in refused: %r", exc)
             notices.tell(request, notices.sso_failed())

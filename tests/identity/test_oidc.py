@@ -272,3 +272,16 @@ def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
     assert (role_of(boss), boss.is_superuser, boss.is_staff) == ("researcher", False, False)
     record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
     assert (record.before["role"], record.after["role"]) == ("admin", "researcher")
+
+
+def test_a_code_the_provider_refuses_is_not_said_to_be_an_outage(demo, oidc_on):
+    """A code the token endpoint refuses (400 ``invalid_grant``: made up, used, expired or
+    for another PKCE verifier) was told as "the identity provider cannot be reached ...
+    try again in a few minutes": the provider had answered."""
+    client = Client()
+    back = at_provider(to_provider(client), "rick", sso_password("rick"))
+    state = parse_qs(urlparse(back).query)["state"][0]
+    response = client.get(f"/oidc/callback/?code=made-up&state={state}")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    page = client.get("/accounts/login/").content.decode()
+    assert "did not complete" in page and "cannot be reached" not in page

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 
 from core.security import has_control_characters
 
@@ -28,6 +29,17 @@ def accounts_named(name: str) -> list[Any]:
     model = get_user_model()
     candidates = model.objects.filter(**{f"{model.USERNAME_FIELD}__iexact": name})
     return [user for user in candidates if user.get_username().lower() == wanted]
+
+
+def make_account(name: str) -> tuple[Any, bool]:
+    """The account ``name`` for a sign-in, made now with no usable password (it signs in
+    through the directory or the provider only) unless another sign-in of the same person
+    made it a moment ago: (account, made). Two first sign-ins at once (a double click, two
+    tabs) both made it, and the second was a 500."""
+    model = get_user_model()
+    return model.objects.get_or_create(
+        **{model.USERNAME_FIELD: name}, defaults={"password": make_password(None)}
+    )
 
 
 def profile_text(field: str, value: object) -> str | None:

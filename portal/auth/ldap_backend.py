@@ -32,7 +32,7 @@ from django_auth_ldap.backend import LDAPBackend, ldap_error, populate_user
 
 from core.security import normalize_username
 from portal.auth import notices
-from portal.auth.accounts import accounts_named, profile_text
+from portal.auth.accounts import accounts_named, make_account, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -53,16 +53,18 @@ class PortalLDAPBackend(LDAPBackend):
     def get_or_build_user(self, username: str, ldap_user: Any) -> tuple[Any, bool]:
         """The account named ``username`` whatever its case (``accounts_named``, not
         django-auth-ldap's ``iexact`` get: PostgreSQL took ``rıck`` for ``rick``, and two
-        accounts differing in case were a 500), or a new one; refused when it is a local
-        account or when several accounts have the name."""
+        accounts differing in case were a 500), or a new one (``make_account``); refused
+        when it is a local account or when several accounts have the name."""
         found = accounts_named(username)
         if len(found) > 1:
             logger.warning("directory sign-in as %s refused: %d accounts have that name",
                            username, len(found))  # fmt: skip
             notices.tell(ldap_user._request, notices.several_accounts("the directory"))
             raise ldap_user.AuthenticationFailed("several accounts have this user name")
-        built = not found
-        user = found[0] if found else self.get_user_model()(username=username.lower())
+        if found:
+            user, built = found[0], False
+        else:  # made here, not at django-auth-ldap's save: two first sign-ins at once were a 500
+            user, built = make_account(username.lower())
         if not built and user.has_usable_password():
             logger.warning("directory sign-in as %s refused: a local account has that name", user)
             notices.tell(ldap_user._request, notices.local_account_taken("the directory"))

@@ -38,7 +38,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from core.identity import groups_from_claim
 from portal.auth import notices
-from portal.auth.accounts import accounts_named, profile_text
+from portal.auth.accounts import accounts_named, make_account, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -185,9 +185,10 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return accounts_named(self.username_from(claims))
 
     def create_user(self, claims: dict[str, Any]) -> Any:
-        # No password: unusable, so the account signs in through the provider only. The
-        # e-mail and names are ``update_user``'s (``profile_text``).
-        user = self.UserModel.objects.create_user(self.username_from(claims))
+        # No password: unusable, so the account signs in through the provider only
+        # (``make_account``: two first sign-ins at once were a 500). The e-mail and names
+        # are ``update_user``'s (``profile_text``).
+        user, _ = make_account(self.username_from(claims))
         return self.update_user(user, claims)
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:

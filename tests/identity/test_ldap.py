@@ -11,7 +11,7 @@ from django.test import Client
 from core.models import AuditRecord, LineMembership, Profile
 from core.roles import role_of
 from tests.conftest import DEMO_PASSWORD
-from tests.identity.conftest import PEOPLE, prefixed
+from tests.identity.conftest import PEOPLE, at_once, prefixed
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,10 @@ UNREACHABLE = "The company directory (LDAP) cannot be reached right now"
 MISMATCH = "Your username and password didn't match"
 
 
-def sign_in(username: str, password: str | None = None) -> tuple[Client, object]:
-    client = Client()
+def sign_in(
+    username: str, password: str | None = None, client: Client | None = None
+) -> tuple[Client, object]:
+    client = client or Client()
     password = PEOPLE[username][0] if password is None else password
     response = client.post("/accounts/login/", {"username": username, "password": password})
     return client, response
@@ -293,3 +295,20 @@ def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
     record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
     assert (record.before["role"], record.after["role"]) == ("admin", "researcher")
     assert "required" in record.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sign_ins_of_one_person_at_once_are_not_a_500(demo, ldap_on):
+    """Two first sign-ins of one person at once (a double click, two tabs) both made the
+    account, and the second save was a 500 (``auth_user_username_key``); two syncs of
+    the same groups at once both audited the one change."""
+
+    def one() -> int:
+        return sign_in("dora", client=Client(raise_request_exception=False))[1].status_code
+
+    for _ in range(4):
+        get_user_model().objects.filter(username="dora").delete()
+        assert at_once([one] * 4) == [302] * 4
+        assert lines_of("dora") == {"llm": "lead"}
+        dora = user("dora")
+        assert AuditRecord.objects.filter(target_id=str(dora.pk)).count() == 1

@@ -5,6 +5,7 @@ role and the lines at every sign-in; every failure is the login page with a mess
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import parse_qs, urljoin, urlparse
 
 import pytest
@@ -15,7 +16,7 @@ from django.test import Client
 from core.models import AuditRecord, LineMembership
 from core.roles import role_of
 from tests.conftest import DEMO_PASSWORD
-from tests.identity.conftest import prefixed
+from tests.identity.conftest import at_once, prefixed
 
 pytestmark = pytest.mark.django_db
 
@@ -285,3 +286,27 @@ def test_a_code_the_provider_refuses_is_not_said_to_be_an_outage(demo, oidc_on):
     assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
     page = client.get("/accounts/login/").content.decode()
     assert "did not complete" in page and "cannot be reached" not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sign_ins_of_one_person_at_once_are_not_a_500(demo, oidc_on):
+    """Two first sign-ins of one person completing at once (two tabs) both made the
+    account, and the second was a 500 (``auth_user_username_key``)."""
+
+    def flow() -> tuple[Client, str]:
+        client = Client(raise_request_exception=False)
+        return client, at_provider(to_provider(client), "dora", sso_password("dora"))
+
+    def back(client: Client, url: str) -> Callable[[], str]:
+        def go() -> str:
+            response = client.get(url.removeprefix(PORTAL))
+            return response.get("Location") or str(response.status_code)
+
+        return go
+
+    for _ in range(3):
+        get_user_model().objects.filter(username="dora").delete()
+        flows = [flow() for _ in range(4)]
+        assert at_once([back(client, url) for client, url in flows]) == ["/"] * 4
+        assert [signed_in_as(client) for client, _ in flows] == ["dora"] * 4
+        assert lines_of("dora") == {"llm": "lead"}

@@ -8,7 +8,8 @@ does not stop the portal, and a provider down at sign-in is a message on the log
 On top of mozilla-django-oidc (authorization code flow with PKCE and a nonce, ID token
 signature checked against the provider's keys), ``PortalOIDCBackend``:
 
-- checks the ID token's issuer and audience (the library leaves them unchecked);
+- checks the ID token's issuer and audience, and that the user info is about the ID
+  token's subject (the library leaves all three unchecked);
 - names the user by a claim (``OIDC_USERNAME_CLAIM``, ``preferred_username``), not by a
   hash of the e-mail, so a person has one account whichever sign-in they use;
 - maps the groups claim (``OIDC_GROUPS_CLAIM``) to the role and lines at every sign-in
@@ -156,6 +157,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             issuer=self.issuer,
             options={"require": ["iss", "aud", "exp", "sub"]},
         )
+
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        """The provider's user info, used only when it is about the ID token's subject
+        (OpenID Connect Core 1.0, 5.3.2; the library does not compare the ``sub``)."""
+        info = super().get_userinfo(access_token, id_token, payload)
+        if not isinstance(info, dict) or info.get("sub") != payload.get("sub"):
+            raise SuspiciousOperation("the user info is not about the ID token's subject")
+        return info
 
     def username_from(self, claims: dict[str, Any]) -> str:
         """The portal user name: the ``OIDC_USERNAME_CLAIM`` claim in NFKC, as ``create_user``

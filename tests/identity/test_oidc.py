@@ -310,3 +310,21 @@ def test_sign_ins_of_one_person_at_once_are_not_a_500(demo, oidc_on):
         assert at_once([back(client, url) for client, url in flows]) == ["/"] * 4
         assert [signed_in_as(client) for client, _ in flows] == ["dora"] * 4
         assert lines_of("dora") == {"llm": "lead"}
+
+
+def test_a_user_info_about_another_subject_is_not_used(demo, oidc_on):
+    """OpenID Connect Core 1.0, 5.3.2: the user info's ``sub`` must be the ID token's, or
+    its claims must not be used. mozilla-django-oidc does not compare them, so the claims
+    of a user info about another subject signed the ID token's person in."""
+    oidc_on.accounts["mallory"] = {
+        "password": sso_password("mallory"), "preferred_username": "mallory",
+        "email": "mallory@example.org", "groups": ["portal-admins"], "userinfo_sub": "boss",
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    client, response = sign_in("mallory")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    assert not get_user_model().objects.filter(username="mallory").exists()
+    assert "did not complete" in client.get("/accounts/login/").content.decode()
+    del oidc_on.accounts["mallory"]["userinfo_sub"]
+    oidc_on.write_accounts()
+    assert signed_in_as(sign_in("mallory")[0]) == "mallory"  # the same, about its subject

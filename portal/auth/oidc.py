@@ -63,7 +63,7 @@ def enabled() -> bool:
 def provider_metadata(issuer: str | None = None) -> dict[str, str]:
     """The provider's endpoints, from its discovery document (cached ``DISCOVERY_TTL`` s).
 
-    Raises ``ProviderUnavailable`` when it cannot be read, is not JSON, names another
+    Raises ``ProviderUnavailable`` when it cannot be read, is not a JSON object, names another
     issuer (OpenID Connect Discovery 1.0, section 4.3) or lacks an endpoint.
     """
     issuer = (issuer or settings.OIDC_ISSUER).rstrip("/")
@@ -79,8 +79,9 @@ def provider_metadata(issuer: str | None = None) -> dict[str, str]:
         document = response.json()
     except (requests.RequestException, ValueError) as exc:
         raise ProviderUnavailable(f"{url}: {exc}") from exc
-    if not isinstance(document, dict) or document.get("issuer", "").rstrip("/") != issuer:
-        raise ProviderUnavailable(f"{url} names another issuer: {document.get('issuer')!r}")
+    named = document.get("issuer") if isinstance(document, dict) else None
+    if not isinstance(named, str) or named.rstrip("/") != issuer:
+        raise ProviderUnavailable(f"{url} names another issuer: {named!r}")
     missing = [key for key in ENDPOINTS if not isinstance(document.get(key), str)]
     if missing:
         raise ProviderUnavailable(f"{url} lacks {', '.join(missing)}")
@@ -143,6 +144,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             logger.warning("OpenID Connect sign-in refused: %r", exc)
             notices.tell(request, notices.sso_failed())
         return None
+
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The library's token request; an answer that is not a JSON object is refused (the
+        library read it with ``.get``: an AttributeError, a 500)."""
+        token = super().get_token(payload)
+        if not isinstance(token, dict):
+            raise SuspiciousOperation("the token endpoint did not answer a JSON object")
+        return token
 
     def _verify_jws(self, payload: Any, key: Any) -> dict[str, Any]:
         """The library's signature check, plus the issuer and our client as audience."""

@@ -328,3 +328,72 @@ def test_a_user_info_about_another_subject_is_not_used(demo, oidc_on):
     del oidc_on.accounts["mallory"]["userinfo_sub"]
     oidc_on.write_accounts()
     assert signed_in_as(sign_in("mallory")[0]) == "mallory"  # the same, about its subject
+
+
+@pytest.fixture
+def odd_provider(provider):
+    """A stand-in issuer on this machine whose discovery document and token answer a test
+    sets (``odd_provider.answers``); the person signs in at the real provider, whose other
+    endpoints it names."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers: dict[str, object] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = json.dumps(answers.get(self.path.split("?")[0], {})).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    issuer = f"http://127.0.0.1:{server.server_address[1]}"
+    answers["/.well-known/openid-configuration"] = {
+        "issuer": issuer,
+        "authorization_endpoint": provider.issuer + "/auth",
+        "token_endpoint": issuer + "/token",
+        "userinfo_endpoint": provider.issuer + "/me",
+        "jwks_uri": provider.issuer + "/jwks",
+    }
+    server.issuer, server.answers = issuer, answers
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    "path, answer",
+    [
+        ("/.well-known/openid-configuration", {"issuer": 5}),
+        ("/.well-known/openid-configuration", ["not", "an", "object"]),
+        ("/token", ["not", "an", "object"]),
+    ],
+)
+def test_answers_of_the_wrong_shape_from_the_provider_are_not_a_500(
+    demo, provider, configure, odd_provider, path, answer
+):
+    """A discovery document whose ``issuer`` is not text, or one that is not a JSON object,
+    and a token answer that is not an object: each an AttributeError in reading it, a 500."""
+    configure({**provider.portal_env(**prefixed("OIDC")), "OIDC_ISSUER": odd_provider.issuer})
+    odd_provider.answers[path] = answer
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    assert start.status_code == 302
+    if path != "/token":
+        assert start["Location"] == "/accounts/login/"
+        assert "cannot be reached" in client.get("/accounts/login/").content.decode()
+        return
+    back = at_provider(start["Location"], "rick", sso_password("rick"))
+    response = client.get(back.removeprefix(PORTAL))
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    assert "did not complete" in client.get("/accounts/login/").content.decode()

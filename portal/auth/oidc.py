@@ -140,7 +140,7 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
                 notices.tell(request, notices.sso_failed())
             else:
                 notices.tell(request, notices.sso_unavailable())
-        except (SuspiciousOperation, jwt.InvalidTokenError, ValueError, KeyError) as exc:
+        except (SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError) as exc:
             logger.warning("OpenID Connect sign-in refused: %r", exc)
             notices.tell(request, notices.sso_failed())
         return None
@@ -152,6 +152,15 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         if not isinstance(token, dict):
             raise SuspiciousOperation("the token endpoint did not answer a JSON object")
         return token
+
+    def retrieve_matching_jwk(self, token: Any) -> Any:
+        """The library's key for the token from the provider's key set; a key set of the
+        wrong shape (not an object, keys that are not objects) is refused, not a TypeError
+        (a key it cannot use is PyJWT's ``PyJWKError``, refused in ``authenticate``)."""
+        try:
+            return super().retrieve_matching_jwk(token)
+        except (TypeError, AttributeError) as exc:
+            raise SuspiciousOperation(f"the provider's key set is not usable: {exc}") from exc
 
     def _verify_jws(self, payload: Any, key: Any) -> dict[str, Any]:
         """The library's signature check, plus the issuer and our client as audience."""

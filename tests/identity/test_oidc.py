@@ -377,19 +377,28 @@ def odd_provider(provider):
         ("/.well-known/openid-configuration", {"issuer": 5}),
         ("/.well-known/openid-configuration", ["not", "an", "object"]),
         ("/token", ["not", "an", "object"]),
+        ("/jwks", ["not", "an", "object"]),
+        ("/jwks", {"keys": ["test-key"]}),
+        ("/jwks", {"keys": [{"kid": "test-key", "kty": "EC"}]}),  # no curve: a PyJWKError
     ],
 )
 def test_answers_of_the_wrong_shape_from_the_provider_are_not_a_500(
     demo, provider, configure, odd_provider, path, answer
 ):
     """A discovery document whose ``issuer`` is not text, or one that is not a JSON object,
-    and a token answer that is not an object: each an AttributeError in reading it, a 500."""
+    a token answer that is not an object, a key set that is not an object or holds no
+    usable keys: each an AttributeError, a TypeError or PyJWT's ``PyJWKError`` /
+    ``InvalidKeyError`` (not ``InvalidTokenError``s) in reading it, a 500."""
     configure({**provider.portal_env(**prefixed("OIDC")), "OIDC_ISSUER": odd_provider.issuer})
     odd_provider.answers[path] = answer
+    if path == "/jwks":  # the real provider's tokens, checked with these keys
+        discovery = odd_provider.answers["/.well-known/openid-configuration"]
+        discovery["token_endpoint"] = provider.issuer + "/token"
+        discovery["jwks_uri"] = odd_provider.issuer + "/jwks"
     client = Client()
     start = client.get("/oidc/authenticate/")
     assert start.status_code == 302
-    if path != "/token":
+    if path.startswith("/.well-known/"):
         assert start["Location"] == "/accounts/login/"
         assert "cannot be reached" in client.get("/accounts/login/").content.decode()
         return

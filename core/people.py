@@ -52,6 +52,9 @@ def sync_identity(
     if role not in Role.values:
         raise ValueError(f"unknown role {role!r}")
     with transaction.atomic():
+        # One sync of a person at a time: two sign-ins at once both added the memberships
+        # (an IntegrityError) and both audited the one change.
+        type(user).objects.select_for_update().filter(pk=user.pk).exists()
         before = _state(user)
         admin = role == Role.ADMIN
         if user.is_staff != admin or user.is_superuser != admin:

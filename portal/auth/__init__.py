@@ -1,6 +1,7 @@
 """Sign-in with the organization's identity: LDAP and OpenID Connect (docs/deploy.md, "Identity").
 
 - ``config``: the settings of both, read from the environment (neither is on unless configured);
+- ``accounts``: the account of a user name, whatever its case (not PostgreSQL's folding);
 - ``sync``: applies the groups of a sign-in (``core.identity``) through ``core.people``;
 - ``ldap_backend``: django-auth-ldap, with the groups mapped and a directory outage said on
   the login page;

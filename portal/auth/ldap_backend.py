@@ -1,10 +1,17 @@
 """Sign-in against the organization's LDAP directory (django-auth-ldap).
 
-``PortalLDAPBackend`` is django-auth-ldap's backend with three additions:
+``PortalLDAPBackend`` is django-auth-ldap's backend with these additions:
 
+- the directory is asked for the user name the login limiter counts and the portal stores
+  (``core.security.normalize_username``: NFKC, stripped, case-folded), not the one typed:
+  OpenLDAP takes ``admİn`` (a capital dotted I) for ``admin`` where Python's lower case is
+  ``admi̇n``, which made a second account past the local-account guard, and a spelling the
+  limiter counted apart from the name;
 - after the directory accepts the password, the user's groups (their ``cn``) are mapped to
   the role and lines (``LDAP_IDENTITY_MAPPING``, ``portal.auth.sync``) at every sign-in, so
   a change of groups takes effect at the next one;
+- the e-mail and names the directory gives are kept only when the account can hold them
+  (``portal.auth.accounts.profile_text``: a NUL or a value too long was a 500);
 - a local account (one with a usable password: break-glass admins, demo users) is never
   signed in or changed by the directory, even under the same user name;
 - a directory that cannot be reached (django-auth-ldap catches the ``LDAPError`` and sends
@@ -21,10 +28,11 @@ from typing import Any
 import ldap
 from django.conf import settings
 from django.dispatch import receiver
-from django_auth_ldap.backend import LDAPBackend, ldap_error
+from django_auth_ldap.backend import LDAPBackend, ldap_error, populate_user
 
 from core.security import normalize_username
 from portal.auth import notices
+from portal.auth.accounts import accounts_named, make_account, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -34,8 +42,29 @@ SOURCE = "directory"
 class PortalLDAPBackend(LDAPBackend):
     """django-auth-ldap with the portal's group mapping, outage notice and local-account guard."""
 
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ) -> Any:
+        """django-auth-ldap's, for the name as ``normalize_username`` makes it (module docstring)."""
+        if username is not None:
+            username = normalize_username(username)
+        return super().authenticate(request, username=username, password=password, **kwargs)
+
     def get_or_build_user(self, username: str, ldap_user: Any) -> tuple[Any, bool]:
-        user, built = super().get_or_build_user(username, ldap_user)
+        """The account named ``username`` whatever its case (``accounts_named``, not
+        django-auth-ldap's ``iexact`` get: PostgreSQL took ``rıck`` for ``rick``, and two
+        accounts differing in case were a 500), or a new one (``make_account``); refused
+        when it is a local account or when several accounts have the name."""
+        found = accounts_named(username)
+        if len(found) > 1:
+            logger.warning("directory sign-in as %s refused: %d accounts have that name",
+                           username, len(found))  # fmt: skip
+            notices.tell(ldap_user._request, notices.several_accounts("the directory"))
+            raise ldap_user.AuthenticationFailed("several accounts have this user name")
+        if found:
+            user, built = found[0], False
+        else:  # made here, not at django-auth-ldap's save: two first sign-ins at once were a 500
+            user, built = make_account(username.lower())
         if not built and user.has_usable_password():
             logger.warning("directory sign-in as %s refused: a local account has that name", user)
             notices.tell(ldap_user._request, notices.local_account_taken("the directory"))
@@ -60,6 +89,16 @@ class PortalLDAPBackend(LDAPBackend):
             notices.tell(request, notices.not_let_in("directory"))
             return None
         return user
+
+
+@receiver(populate_user, sender=PortalLDAPBackend, dispatch_uid="portal.auth.ldap_populate")
+def _keep_what_fits(sender: type, user: Any, ldap_user: Any, **kwargs: Any) -> None:
+    """django-auth-ldap copied ``mail``, ``givenName`` and ``sn`` as they came; before the
+    save, one the account cannot hold (``profile_text``: a NUL, an e-mail too long) is left
+    empty and a name too long is cut, not a 500."""
+    for field in settings.AUTH_LDAP_USER_ATTR_MAP:
+        value = profile_text(field, getattr(user, field))
+        setattr(user, field, "" if value is None else value)
 
 
 def _unreachable(exc: BaseException) -> bool:

@@ -51,6 +51,13 @@ def local_account_taken(source: str) -> str:
     )
 
 
+def several_accounts(source: str) -> str:
+    return (
+        f"More than one portal account has this user name (in different cases), so {source} "
+        "cannot tell which is yours. Ask a cluster admin."
+    )
+
+
 def not_checked(request: HttpRequest | None, username: str) -> None:
     """Mark a sign-in whose password the directory could not check, so the login limiter
     does not count it as a wrong guess. Never for a local account (one with a usable

@@ -8,7 +8,8 @@ does not stop the portal, and a provider down at sign-in is a message on the log
 On top of mozilla-django-oidc (authorization code flow with PKCE and a nonce, ID token
 signature checked against the provider's keys), ``PortalOIDCBackend``:
 
-- checks the ID token's issuer and audience (the library leaves them unchecked);
+- checks the ID token's issuer and audience, and that the user info is about the ID
+  token's subject (the library leaves all three unchecked);
 - names the user by a claim (``OIDC_USERNAME_CLAIM``, ``preferred_username``), not by a
   hash of the e-mail, so a person has one account whichever sign-in they use;
 - maps the groups claim (``OIDC_GROUPS_CLAIM``) to the role and lines at every sign-in
@@ -38,6 +39,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 
 from core.identity import groups_from_claim
 from portal.auth import notices
+from portal.auth.accounts import accounts_named, make_account, profile_text
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -61,7 +63,7 @@ def enabled() -> bool:
 def provider_metadata(issuer: str | None = None) -> dict[str, str]:
     """The provider's endpoints, from its discovery document (cached ``DISCOVERY_TTL`` s).
 
-    Raises ``ProviderUnavailable`` when it cannot be read, is not JSON, names another
+    Raises ``ProviderUnavailable`` when it cannot be read, is not a JSON object, names another
     issuer (OpenID Connect Discovery 1.0, section 4.3) or lacks an endpoint.
     """
     issuer = (issuer or settings.OIDC_ISSUER).rstrip("/")
@@ -77,8 +79,9 @@ def provider_metadata(issuer: str | None = None) -> dict[str, str]:
         document = response.json()
     except (requests.RequestException, ValueError) as exc:
         raise ProviderUnavailable(f"{url}: {exc}") from exc
-    if not isinstance(document, dict) or document.get("issuer", "").rstrip("/") != issuer:
-        raise ProviderUnavailable(f"{url} names another issuer: {document.get('issuer')!r}")
+    named = document.get("issuer") if isinstance(document, dict) else None
+    if not isinstance(named, str) or named.rstrip("/") != issuer:
+        raise ProviderUnavailable(f"{url} names another issuer: {named!r}")
     missing = [key for key in ENDPOINTS if not isinstance(document.get(key), str)]
     if missing:
         raise ProviderUnavailable(f"{url} lacks {', '.join(missing)}")
@@ -92,6 +95,13 @@ def forget_provider() -> None:
     """Drop the cached discovery documents (tests; a provider that moved its endpoints)."""
     with _discovered_lock:
         _discovered.clear()
+
+
+def _refused(exc: requests.RequestException) -> bool:
+    """The provider answered with a 4xx (a refusal: ``invalid_grant`` for a code made up,
+    used twice or expired), not a failure to reach it (no answer, or a 5xx)."""
+    response = exc.response
+    return response is not None and 400 <= response.status_code < 500
 
 
 class PortalOIDCBackend(OIDCAuthenticationBackend):
@@ -126,11 +136,31 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             return super().authenticate(request, **kwargs)
         except requests.RequestException as exc:
             logger.warning("OpenID Connect sign-in failed: %s", exc)
-            notices.tell(request, notices.sso_unavailable())
-        except (SuspiciousOperation, jwt.InvalidTokenError, ValueError, KeyError) as exc:
+            if _refused(exc):  # it answered: the code (made up, used, expired) was refused
+                notices.tell(request, notices.sso_failed())
+            else:
+                notices.tell(request, notices.sso_unavailable())
+        except (SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError) as exc:
             logger.warning("OpenID Connect sign-in refused: %r", exc)
             notices.tell(request, notices.sso_failed())
         return None
+
+    def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The library's token request; an answer that is not a JSON object is refused (the
+        library read it with ``.get``: an AttributeError, a 500)."""
+        token = super().get_token(payload)
+        if not isinstance(token, dict):
+            raise SuspiciousOperation("the token endpoint did not answer a JSON object")
+        return token
+
+    def retrieve_matching_jwk(self, token: Any) -> Any:
+        """The library's key for the token from the provider's key set; a key set of the
+        wrong shape (not an object, keys that are not objects) is refused, not a TypeError
+        (a key it cannot use is PyJWT's ``PyJWKError``, refused in ``authenticate``)."""
+        try:
+            return super().retrieve_matching_jwk(token)
+        except (TypeError, AttributeError) as exc:
+            raise SuspiciousOperation(f"the provider's key set is not usable: {exc}") from exc
 
     def _verify_jws(self, payload: Any, key: Any) -> dict[str, Any]:
         """The library's signature check, plus the issuer and our client as audience."""
@@ -145,6 +175,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             issuer=self.issuer,
             options={"require": ["iss", "aud", "exp", "sub"]},
         )
+
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        """The provider's user info, used only when it is about the ID token's subject
+        (OpenID Connect Core 1.0, 5.3.2; the library does not compare the ``sub``)."""
+        info = super().get_userinfo(access_token, id_token, payload)
+        if not isinstance(info, dict) or info.get("sub") != payload.get("sub"):
+            raise SuspiciousOperation("the user info is not about the ID token's subject")
+        return info
 
     def username_from(self, claims: dict[str, Any]) -> str:
         """The portal user name: the ``OIDC_USERNAME_CLAIM`` claim in NFKC, as ``create_user``
@@ -169,12 +207,15 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return True
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
-        return self.UserModel.objects.filter(username__iexact=self.username_from(claims))
+        """The account of the claim's user name whatever its case (``accounts_named``: an
+        ``iexact`` filter signed a provider's ``rıck`` in as ``rick``)."""
+        return accounts_named(self.username_from(claims))
 
     def create_user(self, claims: dict[str, Any]) -> Any:
-        user = self.UserModel.objects.create_user(
-            self.username_from(claims), email=claims.get("email") or ""
-        )  # no password: unusable, so the account signs in through the provider only
+        # No password: unusable, so the account signs in through the provider only
+        # (``make_account``: two first sign-ins at once were a 500). The e-mail and names
+        # are ``update_user``'s (``profile_text``).
+        user, _ = make_account(self.username_from(claims))
         return self.update_user(user, claims)
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
@@ -188,9 +229,10 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             "last_name": claims.get("family_name"),
         }
         changed = []
-        for name, value in fields.items():
-            if isinstance(value, str) and getattr(user, name) != value[:150]:
-                setattr(user, name, value[:150])
+        for name, claim in fields.items():
+            value = profile_text(name, claim)  # None: a claim the account cannot hold, not kept
+            if value is not None and getattr(user, name) != value:
+                setattr(user, name, value)
                 changed.append(name)
         if changed:
             user.save(update_fields=changed)

@@ -12,8 +12,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,31 @@ MAPPING = {
 
 def prefixed(prefix: str, **extra: str) -> dict[str, str]:
     return {f"{prefix}_{k}": v for k, v in {**MAPPING, **extra}.items()}
+
+
+def at_once(actions: list[Callable[[], object]]) -> list[object]:
+    """Run ``actions`` in threads released together (each closes its database connection);
+    their results in order, or the exception an action raised."""
+    from django.db import connection
+
+    start = threading.Barrier(len(actions))
+    results: list[object] = [None] * len(actions)
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = actions[index]()
+        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+            results[index] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(actions))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
 
 
 @pytest.fixture(scope="session")

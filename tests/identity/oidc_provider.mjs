@@ -6,7 +6,7 @@
 // CONFIG: {"port": N, "issuer": "http://127.0.0.1:N", "accounts": "ACCOUNTS.json",
 //          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
 // ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
-//            "preferred_username", "groups": [...]}}, read again at every sign-in and
+//            "preferred_username", "groups": [...], "userinfo_sub"?}}, read again at every sign-in and
 // every user-info call, so a test changes someone's groups by rewriting the file.
 //
 // Prints "ready <issuer>" on standard output once it listens. Keys are made at start
@@ -52,9 +52,10 @@ const provider = new Provider(config.issuer, {
     if (!account) return undefined;
     return {
       accountId: sub,
-      async claims() {
+      async claims(use) {
         const now = accounts()[sub] || {};
-        const out = { sub };
+        // `userinfo_sub`: a user info naming another subject than the ID token (a test).
+        const out = { sub: use === 'userinfo' && now.userinfo_sub ? now.userinfo_sub : sub };
         for (const claim of CLAIMS) if (claim in now) out[claim] = now[claim];
         return out;
       },

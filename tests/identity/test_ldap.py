@@ -11,7 +11,7 @@ from django.test import Client
 from core.models import AuditRecord, LineMembership, Profile
 from core.roles import role_of
 from tests.conftest import DEMO_PASSWORD
-from tests.identity.conftest import PEOPLE, prefixed
+from tests.identity.conftest import PEOPLE, at_once, prefixed
 
 pytestmark = pytest.mark.django_db
 
@@ -19,8 +19,10 @@ UNREACHABLE = "The company directory (LDAP) cannot be reached right now"
 MISMATCH = "Your username and password didn't match"
 
 
-def sign_in(username: str, password: str | None = None) -> tuple[Client, object]:
-    client = Client()
+def sign_in(
+    username: str, password: str | None = None, client: Client | None = None
+) -> tuple[Client, object]:
+    client = client or Client()
     password = PEOPLE[username][0] if password is None else password
     response = client.post("/accounts/login/", {"username": username, "password": password})
     return client, response
@@ -202,3 +204,111 @@ def test_sign_ins_the_directory_could_not_check_do_not_lock_the_account(demo, ld
     assert sign_in("researcher", DEMO_PASSWORD)[1].status_code == 429
     ldap_on.start()
     assert sign_in("dora")[1].status_code == 302
+
+
+def test_a_spelling_the_directory_folds_is_no_way_past_the_local_account_guard(demo, ldap_on):
+    """OpenLDAP matches ``admİn`` (a capital dotted I) to ``admin``; Python lower-cases it to
+    ``admi̇n`` (an i and a combining dot), which no account has. The directory's ``admin``
+    typed that way signed in as a new superuser ``admi̇n``, past the guard of the local
+    break-glass ``admin``, and ``rİck`` made rick a second account."""
+    _, response = sign_in("adm\u0130n", PEOPLE["admin"][0])
+    assert response.status_code == 200
+    assert list(get_user_model().objects.filter(is_superuser=True).values_list("username")) == [
+        ("admin",)
+    ]
+    _, response = sign_in("r\u0130ck", PEOPLE["rick"][0])
+    assert response.status_code == 200
+    assert not get_user_model().objects.filter(username__startswith="ri").exists()
+    assert sign_in("RICK", PEOPLE["rick"][0])[1].status_code == 302  # case alone: the same one
+    assert user("rick").get_username() == "rick"
+
+
+def test_a_spelling_the_directory_folds_does_not_escape_the_failure_limit(demo, ldap_on, settings):
+    """The limiter counts ``rİck`` apart from ``rick`` (NFKC and case-folding keep the dot);
+    the directory must not take it for rick, or each I of a name doubles the guesses."""
+    settings.LOGIN_FAILURES_PER_USERNAME_AND_IP = 3
+    for _ in range(3):
+        assert sign_in("rick", "not-his-password")[1].status_code == 200
+    assert sign_in("rick")[1].status_code == 429
+    client, response = sign_in("r\u0130ck", PEOPLE["rick"][0])
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+
+
+def test_accounts_whose_names_only_look_the_same_are_told_apart(demo, ldap_on):
+    """PostgreSQL's ``UPPER`` (Django's ``iexact``) folds a dotless ``ı`` into ``I``: the
+    directory's rick signed in to ``rıck`` (another person's single sign-on account), and
+    with ``rick`` there too the lookup found two and answered 500, as it did for two
+    accounts differing only in case."""
+    get_user_model().objects.create_user("r\u0131ck")  # no password: made by a sign-in
+    client, response = sign_in("rick")
+    assert response.status_code == 302 and user("rick").email == "rick@example.org"
+    assert user("r\u0131ck").email == ""
+    get_user_model().objects.create_user("Dora", password="a-local-password")
+    get_user_model().objects.create_user("dora")
+    client, response = sign_in("dora")
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert "More than one portal account has this user name" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "attribute, value, field, kept",
+    [
+        ("mail", b"olga." + b"x" * 300 + b"@example.org", "email", ""),  # cut: another address
+        ("givenName", "Ö".encode() * 151, "first_name", "Ö" * 150),  # cut to the column
+        ("sn", b"Olga\x00Ivanova", "last_name", ""),  # PostgreSQL refuses NUL
+        ("sn", b"\x1b[2J", "last_name", ""),  # a terminal escape
+    ],
+)
+def test_directory_attributes_the_account_cannot_hold_are_not_a_500(
+    demo, ldap_on, attribute, value, field, kept
+):
+    """The directory's ``mail``, ``givenName`` and ``sn`` were copied as they came: one
+    too long for its column, or with a NUL, was a 500 at sign-in."""
+    original = b"olga@example.org" if attribute == "mail" else b"olga"
+    ldap_on.set_attribute("olga", attribute, value)
+    try:
+        _, response = sign_in("olga")
+    finally:
+        ldap_on.set_attribute("olga", attribute, original)
+    assert response.status_code == 302 and role_of(user("olga")) == "oncall"
+    assert getattr(user("olga"), field) == kept
+
+
+def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
+    demo, directory, configure
+):
+    """An admin taken out of every group (one who left) was refused at the next sign-in,
+    rightly, but stayed a superuser and an admin for their open sessions and API tokens:
+    the refusal wrote nothing. Now it takes away what the groups gave, audited."""
+    configure(directory.portal_env(**prefixed("LDAP", REQUIRED_GROUPS="gpu-users")))
+    assert sign_in("boss")[1].status_code == 302 and user("boss").is_superuser
+    assert sign_in("dora")[1].status_code == 302 and lines_of("dora") == {"llm": "lead"}
+    directory.set_groups("boss", set())
+    directory.set_groups("dora", {"llm-leads"})
+    for name in ("boss", "dora"):
+        client, response = sign_in(name)
+        assert response.status_code == 200 and "_auth_user_id" not in client.session
+        assert "not in a group that may use the portal" in response.content.decode()
+    boss = user("boss")
+    assert (role_of(boss), boss.is_superuser, boss.is_staff) == ("researcher", False, False)
+    assert (role_of(user("dora")), lines_of("dora")) == ("researcher", {})
+    record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
+    assert (record.before["role"], record.after["role"]) == ("admin", "researcher")
+    assert "required" in record.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sign_ins_of_one_person_at_once_are_not_a_500(demo, ldap_on):
+    """Two first sign-ins of one person at once (a double click, two tabs) both made the
+    account, and the second save was a 500 (``auth_user_username_key``); two syncs of
+    the same groups at once both audited the one change."""
+
+    def one() -> int:
+        return sign_in("dora", client=Client(raise_request_exception=False))[1].status_code
+
+    for _ in range(4):
+        get_user_model().objects.filter(username="dora").delete()
+        assert at_once([one] * 4) == [302] * 4
+        assert lines_of("dora") == {"llm": "lead"}
+        dora = user("dora")
+        assert AuditRecord.objects.filter(target_id=str(dora.pk)).count() == 1

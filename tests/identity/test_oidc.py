@@ -5,6 +5,7 @@ role and the lines at every sign-in; every failure is the login page with a mess
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from urllib.parse import parse_qs, urljoin, urlparse
 
 import pytest
@@ -15,7 +16,7 @@ from django.test import Client
 from core.models import AuditRecord, LineMembership
 from core.roles import role_of
 from tests.conftest import DEMO_PASSWORD
-from tests.identity.conftest import prefixed
+from tests.identity.conftest import at_once, prefixed
 
 pytestmark = pytest.mark.django_db
 
@@ -211,3 +212,197 @@ def test_single_sign_on_is_off_unless_configured(demo, provider):
     assert Client().get("/oidc/callback/?code=x&state=y").status_code == 404
     page = Client().get("/accounts/login/").content.decode()
     assert "Sign in with" not in page and "directory" not in page
+
+
+def test_a_look_alike_name_in_the_claim_is_not_the_account_it_looks_like(demo, oidc_on):
+    """PostgreSQL's ``UPPER`` (Django's ``iexact``) folds a dotless ``ı`` into ``I``: a
+    provider account named ``rıck`` (its own, distinct name) was signed in as ``rick``."""
+    sign_in("rick")
+    oidc_on.accounts["mallory"] = {
+        "password": sso_password("mallory"), "preferred_username": "r\u0131ck",
+        "email": "mallory@example.org", "groups": [],
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    client, response = sign_in("mallory")
+    assert response.status_code == 302
+    assert signed_in_as(client) == "r\u0131ck"
+    rick = get_user_model().objects.get(username="rick")
+    assert rick.email == "rick@example.org"
+
+
+@pytest.mark.parametrize(
+    "claims, field, kept",
+    [
+        ({"email": ["eve@example.org"]}, "email", ""),  # not a string: a 500
+        ({"email": 42}, "email", ""),
+        ({"email": "eve." + "x" * 300 + "@example.org"}, "email", ""),  # too long: a 500
+        ({"email": "eve\x00@example.org"}, "email", ""),  # NUL: a 500
+        ({"given_name": "Eve\x00"}, "first_name", ""),
+        ({"family_name": "\x1b[2J"}, "last_name", ""),  # a terminal escape
+        ({"given_name": "É" * 151}, "first_name", "É" * 150),
+    ],
+)
+def test_claims_the_account_cannot_hold_are_not_a_500(demo, oidc_on, claims, field, kept):
+    """The e-mail claim went to ``create_user`` as it came (a list or a number: an
+    AttributeError; too long or with a NUL: a DataError), and names with a NUL too: each a
+    500 at the callback. Such a claim is not kept; the sign-in goes on."""
+    oidc_on.accounts["eve"] = {
+        "password": sso_password("eve"), "preferred_username": "eve", "email": "eve@example.org",
+        "groups": ["llm-team"], **claims,
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    for _ in range(2):  # made at the first sign-in, updated at the second
+        client, response = sign_in("eve")
+        assert response.status_code == 302 and signed_in_as(client) == "eve"
+        eve = get_user_model().objects.get(username="eve")
+        assert getattr(eve, field) == kept and lines_of("eve") == {"llm": "member"}
+
+
+def test_someone_no_longer_in_a_required_group_loses_the_role_the_groups_gave(
+    demo, provider, configure
+):
+    """As for the directory: a refused sign-in left an admin an admin."""
+    configure(provider.portal_env(**prefixed("OIDC", REQUIRED_GROUPS="gpu-users")))
+    sign_in("boss")
+    boss = get_user_model().objects.get(username="boss")
+    assert role_of(boss) == "admin" and boss.is_superuser
+    provider.set_groups("boss", [])
+    client, response = sign_in("boss")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    boss = get_user_model().objects.get(username="boss")
+    assert (role_of(boss), boss.is_superuser, boss.is_staff) == ("researcher", False, False)
+    record = AuditRecord.objects.filter(action="identity.sync", target_id=str(boss.pk)).first()
+    assert (record.before["role"], record.after["role"]) == ("admin", "researcher")
+
+
+def test_a_code_the_provider_refuses_is_not_said_to_be_an_outage(demo, oidc_on):
+    """A code the token endpoint refuses (400 ``invalid_grant``: made up, used, expired or
+    for another PKCE verifier) was told as "the identity provider cannot be reached ...
+    try again in a few minutes": the provider had answered."""
+    client = Client()
+    back = at_provider(to_provider(client), "rick", sso_password("rick"))
+    state = parse_qs(urlparse(back).query)["state"][0]
+    response = client.get(f"/oidc/callback/?code=made-up&state={state}")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    page = client.get("/accounts/login/").content.decode()
+    assert "did not complete" in page and "cannot be reached" not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sign_ins_of_one_person_at_once_are_not_a_500(demo, oidc_on):
+    """Two first sign-ins of one person completing at once (two tabs) both made the
+    account, and the second was a 500 (``auth_user_username_key``)."""
+
+    def flow() -> tuple[Client, str]:
+        client = Client(raise_request_exception=False)
+        return client, at_provider(to_provider(client), "dora", sso_password("dora"))
+
+    def back(client: Client, url: str) -> Callable[[], str]:
+        def go() -> str:
+            response = client.get(url.removeprefix(PORTAL))
+            return response.get("Location") or str(response.status_code)
+
+        return go
+
+    for _ in range(3):
+        get_user_model().objects.filter(username="dora").delete()
+        flows = [flow() for _ in range(4)]
+        assert at_once([back(client, url) for client, url in flows]) == ["/"] * 4
+        assert [signed_in_as(client) for client, _ in flows] == ["dora"] * 4
+        assert lines_of("dora") == {"llm": "lead"}
+
+
+def test_a_user_info_about_another_subject_is_not_used(demo, oidc_on):
+    """OpenID Connect Core 1.0, 5.3.2: the user info's ``sub`` must be the ID token's, or
+    its claims must not be used. mozilla-django-oidc does not compare them, so the claims
+    of a user info about another subject signed the ID token's person in."""
+    oidc_on.accounts["mallory"] = {
+        "password": sso_password("mallory"), "preferred_username": "mallory",
+        "email": "mallory@example.org", "groups": ["portal-admins"], "userinfo_sub": "boss",
+    }  # fmt: skip
+    oidc_on.write_accounts()
+    client, response = sign_in("mallory")
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    assert not get_user_model().objects.filter(username="mallory").exists()
+    assert "did not complete" in client.get("/accounts/login/").content.decode()
+    del oidc_on.accounts["mallory"]["userinfo_sub"]
+    oidc_on.write_accounts()
+    assert signed_in_as(sign_in("mallory")[0]) == "mallory"  # the same, about its subject
+
+
+@pytest.fixture
+def odd_provider(provider):
+    """A stand-in issuer on this machine whose discovery document and token answer a test
+    sets (``odd_provider.answers``); the person signs in at the real provider, whose other
+    endpoints it names."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    answers: dict[str, object] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = json.dumps(answers.get(self.path.split("?")[0], {})).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    issuer = f"http://127.0.0.1:{server.server_address[1]}"
+    answers["/.well-known/openid-configuration"] = {
+        "issuer": issuer,
+        "authorization_endpoint": provider.issuer + "/auth",
+        "token_endpoint": issuer + "/token",
+        "userinfo_endpoint": provider.issuer + "/me",
+        "jwks_uri": provider.issuer + "/jwks",
+    }
+    server.issuer, server.answers = issuer, answers
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    "path, answer",
+    [
+        ("/.well-known/openid-configuration", {"issuer": 5}),
+        ("/.well-known/openid-configuration", ["not", "an", "object"]),
+        ("/token", ["not", "an", "object"]),
+        ("/jwks", ["not", "an", "object"]),
+        ("/jwks", {"keys": ["test-key"]}),
+        ("/jwks", {"keys": [{"kid": "test-key", "kty": "EC"}]}),  # no curve: a PyJWKError
+    ],
+)
+def test_answers_of_the_wrong_shape_from_the_provider_are_not_a_500(
+    demo, provider, configure, odd_provider, path, answer
+):
+    """A discovery document whose ``issuer`` is not text, or one that is not a JSON object,
+    a token answer that is not an object, a key set that is not an object or holds no
+    usable keys: each an AttributeError, a TypeError or PyJWT's ``PyJWKError`` /
+    ``InvalidKeyError`` (not ``InvalidTokenError``s) in reading it, a 500."""
+    configure({**provider.portal_env(**prefixed("OIDC")), "OIDC_ISSUER": odd_provider.issuer})
+    odd_provider.answers[path] = answer
+    if path == "/jwks":  # the real provider's tokens, checked with these keys
+        discovery = odd_provider.answers["/.well-known/openid-configuration"]
+        discovery["token_endpoint"] = provider.issuer + "/token"
+        discovery["jwks_uri"] = odd_provider.issuer + "/jwks"
+    client = Client()
+    start = client.get("/oidc/authenticate/")
+    assert start.status_code == 302
+    if path.startswith("/.well-known/"):
+        assert start["Location"] == "/accounts/login/"
+        assert "cannot be reached" in client.get("/accounts/login/").content.decode()
+        return
+    back = at_provider(start["Location"], "rick", sso_password("rick"))
+    response = client.get(back.removeprefix(PORTAL))
+    assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
+    assert "did not complete" in client.get("/accounts/login/").content.decode()

@@ -195,6 +195,18 @@ access to * by users read by * none
             conn.unbind_s()
         person.groups = set(groups)
 
+    def set_attribute(self, uid: str, attribute: str, value: bytes) -> None:
+        """Replace ``attribute`` of ``uid``'s entry with ``value`` (raw bytes: the directory
+        holds whatever it is given)."""
+        import ldap
+
+        conn = ldap.initialize(self.uri)
+        try:
+            conn.simple_bind_s(ROOT_DN, ROOT_PASSWORD)
+            conn.modify_s(self.people[uid].dn, [(ldap.MOD_REPLACE, attribute, [value])])
+        finally:
+            conn.unbind_s()
+
     def portal_env(self, **mapping: str) -> dict[str, str]:
         """The portal's environment for this directory (docs/deploy.md, "Identity")."""
         return {

@@ -119,22 +119,31 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 def request_list(request: HttpRequest) -> HttpResponse:
-    """Requests the user may see (admins: all, pending first: the review list)."""
+    """Requests the user may see (admins: all, pending first: the review list).
+
+    ``?state=`` empty or absent: any; an unknown state: 400, the filter saying why, and
+    no requests listed (as the audit page), never the whole list as if unfiltered."""
     state = request.GET.get("state", "")
     qs = list_requests_for_user(request.user)
+    status, state_error = 200, ""
     if state in QuotaRequest.State.values:
         qs = qs.filter(state=state)
+    elif state:
+        qs, status = qs.none(), 400
+        states = ", ".join(QuotaRequest.State.values)
+        state_error = f"unknown state “{state}”; one of {states}, or any"
     pending = [r for r in qs if r.state == QuotaRequest.State.PENDING]
     decided = [r for r in qs[:300] if r.state != QuotaRequest.State.PENDING]
     context = {
         "pending": pending,
         "decided": decided,
         "state": state,
+        "state_error": state_error,
         "states": QuotaRequest.State.values,
         "may_request": permissions.may_request(request.user),
         "may_decide": permissions.may_decide(request.user),
     }
-    return render(request, "quotas/request_list.html", context)
+    return render(request, "quotas/request_list.html", context, status=status)
 
 
 def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -> dict:

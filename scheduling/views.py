@@ -326,7 +326,9 @@ def feasibility(request: HttpRequest) -> JsonResponse:
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    """Jobs the user may see, newest first, filtered and paginated (a fixed few queries)."""
+    """Jobs the user may see, newest first, filtered and paginated (a fixed few queries).
+
+    A bad filter or page number: 400, the form naming it, and no jobs (as the audit page)."""
     user = request.user
     queues = list(
         Queue.objects.select_related("business_line")
@@ -337,9 +339,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
     if "mine" not in params:
         params["mine"] = "0" if sees_all_jobs(user) else "1"
     filters = JobFilterForm(params, queues=queues)
-    filters.is_valid()
-    chosen = filters.cleaned_data
     jobs = list_jobs_for_user(user)
+    status = 200
+    if not filters.is_valid():  # the form says which filter and why; nothing is listed
+        jobs, status = jobs.none(), 400
+    chosen = filters.cleaned_data
     if chosen.get("state"):
         jobs = jobs.filter(state=chosen["state"])
     if chosen.get("queue"):
@@ -363,7 +367,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "queue__name",
         "queue__business_line__name",
     ).order_by("-submitted_at", "-id")
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(chosen.get("page"))
     for job in page:
         job.code_title = CODE_TITLES.get(job.pending_code, job.pending_code)
     query = params.copy()
@@ -372,6 +376,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request,
         "scheduling/job_list.html",
         {"filters": filters, "page": page, "query": query.urlencode()},
+        status=status,
     )
 
 

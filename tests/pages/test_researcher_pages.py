@@ -532,8 +532,54 @@ def test_the_job_list_filters_by_state_queue_and_owner(demo, roomy_quotas, as_us
     assert "mine-core" not in pending
     by_queue = client.get(f"/jobs/?mine=0&queue={queue_id('llm-experiment')}").content.decode()
     assert "leads-exp" in by_queue and "mine-core" not in by_queue
-    assert client.get("/jobs/?state=bogus&queue=x&page=zz").status_code == 200
     assert f'href="/jobs/{mine.pk}/"' in default
+
+
+def job_rows(body: str) -> list[str]:
+    return re.findall(r'<tr data-job-id="(\d+)">', body)
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "words"),
+    [("state=bogus", "state", "unknown state “bogus”; one of pending, running"),
+     ("state=Running", "state", "unknown state “Running”"),
+     ("queue=x", "queue", "no queue “x” among those you may see"),
+     ("queue=99999999", "queue", "no queue “99999999”"),
+     ("mine=yes", "mine", "“yes” is neither 1 (only mine) nor 0 (all)"),
+     ("page=zz", "page", "Page: a page number"),
+     ("page=0", "page", "Page: pages start at 1")],
+)  # fmt: skip
+def test_a_bad_job_list_filter_is_a_400_naming_it_not_an_unfiltered_list(
+    demo, as_user, query, field, words
+):
+    """``/jobs/?state=bogus`` listed every job as if unfiltered (the form's errors were
+    dropped): a script or a typo read the wrong list as the right one. Now the audit page's
+    answer: 400, the form naming the filter and why, no jobs listed."""
+    new_job(demo, name="mine-core", queue="llm-core")
+    client = as_user("researcher")
+    assert job_rows(client.get("/jobs/").content.decode()), "the job is listed unfiltered"
+    response = client.get(f"/jobs/?{query}")
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 400, query
+    assert job_rows(body) == [] and "0 jobs." in body
+    assert re.search(r'<p class="error" role="alert"[^>]*>[^<]*' + re.escape(words), body), body
+    if field != "page":  # the field is marked and points at its error
+        assert (
+            f'<select name="{field}" aria-invalid="true" aria-describedby="id_{field}_error"'
+            in body
+        )
+        assert f'<p class="error" role="alert" id="id_{field}_error">' in body
+
+
+def test_a_queue_of_another_line_is_refused_in_the_job_list_filter(demo, as_user):
+    """researcher2 may not see the LLM queues: filtering by one listed all of theirs."""
+    new_job(demo, "researcher2", name="theirs", queue="search-rec-core")
+    client = as_user("researcher2")
+    assert job_rows(client.get("/jobs/").content.decode())
+    response = client.get(f"/jobs/?queue={queue_id('llm-core')}")
+    assert response.status_code == 400 and job_rows(response.content.decode()) == []
+    own = client.get(f"/jobs/?queue={queue_id('search-rec-core')}&page=1&state=&mine=0")
+    assert own.status_code == 200 and len(job_rows(own.content.decode())) == 1
 
 
 def test_the_job_list_is_paginated(demo, as_user):

@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from quotas.models import BusinessLine, QuotaChange, QuotaRequest
 from tests.quotas.conftest import ask
@@ -220,6 +221,19 @@ def test_the_request_list_puts_pending_first_for_admins(client, demo, req):
     assert "Waiting for your decision" in page
     only_rejected = client.get("/quotas/requests/?state=rejected").content.decode()
     assert f"#{other.pk}<" in only_rejected and f"#{req.pk}<" not in only_rejected
+
+
+@pytest.mark.parametrize("state", ["bogus", "Pending", "pending ", "<b>"])
+def test_an_unknown_state_filter_is_a_400_naming_it_not_the_whole_list(client, demo, req, state):
+    """``?state=bogus`` listed every request as if unfiltered: now the filter says why, with
+    a 400 and nothing listed (as the audit page answers a bad filter)."""
+    client.force_login(demo["admin"])
+    assert f"#{req.pk}<" in client.get("/quotas/requests/?state=").content.decode(), "any"
+    response = client.get("/quotas/requests/", {"state": state})
+    body = response.content.decode()
+    assert response.status_code == 400 and f"#{req.pk}<" not in body
+    assert '<p class="error" role="alert" id="state-error">unknown state' in body
+    assert escape(state) in body and "one of pending, approved" in body
 
 
 def test_a_request_stored_with_a_year_1_start_is_shown_west_of_utc(client, demo, req):

@@ -36,6 +36,7 @@ from scheduling.selectors import (
     get_job_for_user,
     list_jobs_for_user,
     list_queues_for_submit,
+    visible_job_ids,
 )
 from scheduling.services import JobRequest, cancel_job, submit_job
 
@@ -401,6 +402,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "placement": build_placement(job),
         "progress_text": duration_text(job.progress_seconds),
         "detail_rows": detail_rows(job.pending_details),
+        # the jobs its verdict names that this viewer may see: linked to their pages
+        "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

@@ -471,6 +471,57 @@ def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas
     )
 
 
+def waiting_on_overrun(job: Job, run: Job) -> None:
+    """``job``'s verdict as the overrun note (``scheduling.engine.overrun_note``) writes it
+    when its estimate waits for ``run``, which has outlived its prediction."""
+    sentence = (
+        f" Its estimate waits for job {run.pk}, which has run 20 h 5 min, past its predicted "
+        "end; until that job ends, each cycle expects it within 30 min, so this estimate "
+        "keeps moving later."
+    )
+    Job.objects.filter(pk=job.pk).update(
+        pending_code="INSUFFICIENT_GPUS",
+        pending_message="8 more GPUs of the kind it asks must free up <soon>." + sentence,
+        pending_details={"short_gpus": 8, "overrun_job": run.pk, "overrun_job_ran_seconds": 72300},
+    )
+
+
+def test_a_verdict_links_the_overrunning_job_it_waits_for_to_that_job_s_page(demo, as_user, api):
+    """ "Its estimate waits for job 7905" was plain text on the job page, in the sentence and
+    in its facts: now a link to job 7905's page, as the job list links jobs, for viewers who
+    may see that job (here: of the same line, and an admin), and on the live updates too
+    (the API's ``job_links``, which ``jobs_detail.js`` links with)."""
+    run = new_job(demo, "lead", name="long-run", queue="llm-core")
+    waiting = new_job(demo, name="waits")
+    waiting_on_overrun(waiting, run)
+    link = f'<a href="/jobs/{run.pk}/">'
+    for who in ("researcher", "admin"):
+        page = as_user(who).get(f"/jobs/{waiting.pk}/").content.decode()
+        message = re.search(r'<p id="verdict-message">(.*?)</p>', page, re.S).group(1)
+        assert f"Its estimate waits for {link}job {run.pk}</a>, which has run" in message
+        assert "must free up &lt;soon&gt;." in message, "the rest of the text stays escaped"
+        assert f"<dt>Its estimate waits for job</dt><dd>{link}#{run.pk}</a></dd>" in page
+        reason = api(who).get(f"/api/v1/jobs/{waiting.pk}/").json()["pending_reason"]
+        assert reason["job_links"] == {str(run.pk): f"/jobs/{run.pk}/"}
+
+
+def test_an_overrunning_job_the_viewer_may_not_see_is_named_but_not_linked(demo, as_user, api):
+    """The run may be another line's (its nodes are shared): researchers see their lines'
+    jobs only, so its id stays plain text (its page would be a 404)."""
+    run = new_job(demo, "researcher2", name="theirs", queue="search-rec-core")
+    waiting = new_job(demo, name="waits")
+    waiting_on_overrun(waiting, run)
+    page = as_user("researcher").get(f"/jobs/{waiting.pk}/").content.decode()
+    assert f"Its estimate waits for job {run.pk}, which has run" in page
+    assert f"<dd>#{run.pk}</dd>" in page and f'href="/jobs/{run.pk}/"' not in page
+    reason = api("researcher").get(f"/api/v1/jobs/{waiting.pk}/").json()["pending_reason"]
+    assert reason["job_links"] == {}
+    assert as_user("researcher").get(f"/jobs/{run.pk}/").status_code == 404
+    assert (
+        f'href="/jobs/{run.pk}/"' in as_user("oncall").get(f"/jobs/{waiting.pk}/").content.decode()
+    )
+
+
 def test_a_requeued_job_says_its_start_was_its_last_runs(demo, roomy_quotas, as_user):
     job = new_job(demo, name="again", queue="llm-core")
     run_cycle()

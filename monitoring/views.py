@@ -360,9 +360,16 @@ def rack_map(request: HttpRequest) -> HttpResponse:
 def rack_cells(request: HttpRequest) -> JsonResponse:
     """Every cell as ``[name, status, glyph, label]`` plus counts (live refresh).
 
-    ``?node=<name>``: that node's cell only (the node page), with the same shape.
+    ``?node=<name>``: that node's cell only (the node page), with the same shape; a name
+    of no node (or an empty one) is a 400 ``{"errors": {"node": [...]}}``, not a map of
+    no cells (or of every cell).
     """
-    rows = build_node_rows(request.GET.get("node"))
+    name = request.GET.get("node")
+    rows = build_node_rows(name)
+    if name is not None and not rows:
+        return JsonResponse(
+            {"errors": {"node": [f"there is no node named “{name[:80]}”"]}}, status=400
+        )
     racks, counts = charts.build_rack_map(rows)
     return JsonResponse(
         {

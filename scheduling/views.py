@@ -181,6 +181,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     """
     queues = list(list_queues_for_submit(request.user))
     simulator = _is_simulator()
+    prefill_refused = ""  # why a link's ?queue= is not chosen (the page is then a 400)
     action = request.POST.get("action", "submit") if request.method == "POST" else "view"
     data = request.POST if request.method == "POST" else None
     est_form = EstimatorForm(data if action in ("estimate", "fill") else None, prefix="est")
@@ -203,7 +204,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     else:
         initial = _initial(data, "") if data is not None else {}
         if request.method == "GET" and request.GET.get("queue"):
-            initial["queue"] = request.GET["queue"]
+            initial["queue"], prefill_refused = queue_asked(request.GET["queue"], queues)
         if action == "fill" and recommendation is not None and recommendation.fits:
             initial.update(
                 gpus=recommendation.gpus,
@@ -230,8 +231,21 @@ def submit(request: HttpRequest) -> HttpResponse:
         "queue_info": _queue_info(queues),
         "gpu_options": gpu_options(),
         "usable_percent": round(estimator.USABLE_FRACTION * 100),
+        "prefill_refused": prefill_refused,
     }
-    return render(request, "scheduling/submit.html", context)
+    return render(
+        request, "scheduling/submit.html", context, status=400 if prefill_refused else 200
+    )
+
+
+def queue_asked(value: str, queues: list[Queue]) -> tuple[str, str]:
+    """A link's ``?queue=`` (an id or a name) as the form's choice, and why not when it is
+    none of ``queues`` (those the user may submit to): then nothing is chosen and the page
+    says so, where it showed "Choose a queue…" as if no queue had been asked."""
+    for q in queues:
+        if value in (str(q.pk), q.name):
+            return str(q.pk), ""
+    return "", f"“{value[:80]}” is not a queue you may submit to; choose one below"
 
 
 def initial_has_shape(form: JobSubmitForm) -> bool:

@@ -192,6 +192,34 @@ def test_the_submit_form_lists_only_the_users_queues(as_user):
     assert "search-rec-core" in other and "llm-core" not in other
 
 
+def chosen_queue(page: str) -> list[str]:
+    select = re.search(r'<select name="queue"[^>]*>(.*?)</select>', page, re.S).group(1)
+    return re.findall(r'<option value="([^"]*)"[^>]*selected', select)
+
+
+def test_a_link_chooses_the_queue_it_names_by_id_or_name(as_user):
+    client = as_user("researcher")
+    for asked in (queue_id("llm-core"), "llm-core"):
+        response = client.get("/jobs/new/", {"queue": asked})
+        page = response.content.decode()
+        assert response.status_code == 200 and "prefill-refused" not in page
+        assert chosen_queue(page) == [queue_id("llm-core")]
+
+
+@pytest.mark.parametrize("asked", ["search-rec-core", "999999", "llm-cor"])
+def test_a_link_to_a_queue_the_user_may_not_submit_to_is_a_400_saying_so(as_user, asked):
+    """``/jobs/new/?queue=<another line's queue>`` showed "Choose a queue…" as if no queue
+    had been asked for (and a name, as the API takes, was never chosen)."""
+    if asked == "search-rec-core":
+        asked = queue_id(asked)  # by id: it exists, but is another line's
+    response = as_user("researcher").get("/jobs/new/", {"queue": asked})
+    page = html.unescape(response.content.decode())
+    assert response.status_code == 400 and chosen_queue(page) in ([], [""])
+    assert f"“{asked}” is not a queue you may submit to; choose one below" in page
+    assert 'role="alert" id="prefill-refused"' in page
+    assert not Job.objects.exists()
+
+
 def test_every_api_submission_field_has_a_labelled_input_with_help(as_user):
     page = as_user("researcher").get("/jobs/new/").content.decode()
     for name in JobSubmitSerializer().fields:

@@ -135,7 +135,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
     history and eviction ratios (over the portal's one window) come from the rollup's
     samples.
     """
-    label, span = WINDOWS.get(window, WINDOWS[DEFAULT_WINDOW])
+    label, span = WINDOWS[window]  # the views refuse any other window (WindowForm)
     zone = zone or UTC
     drawn_in = chart_zone(zone)
     cluster = build_cluster_summary()
@@ -190,7 +190,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
     pending = sum(pending_by_reason.values())
     ready = cluster.nodes_by_state.get(Node.State.READY, 0)
     return {
-        "window": window if window in WINDOWS else DEFAULT_WINDOW,
+        "window": window,
         "window_label": label,
         "as_of": {
             "sample": latest["at"].isoformat() if latest else None,
@@ -255,15 +255,38 @@ CHARTS = (
 )
 
 
+class WindowForm(forms.Form):
+    """The dashboard's ``?window=``: absent is the default (24 h); anything but a key of
+    ``WINDOWS`` is a 400 naming the choices, never another window drawn in its place."""
+
+    window = forms.ChoiceField(
+        label="Time window",
+        choices=[(key, words) for key, (words, _span) in WINDOWS.items()],
+        error_messages={
+            "required": f"choose a time window: one of {', '.join(WINDOWS)}",
+            "invalid_choice": f"unknown time window “%(value)s”; one of {', '.join(WINDOWS)}",
+        },
+    )
+
+    @classmethod
+    def of(cls, request: HttpRequest) -> WindowForm:
+        return cls({"window": request.GET.get("window", DEFAULT_WINDOW)})
+
+
 @dashboard_access
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
-    window = request.GET.get("window", DEFAULT_WINDOW)
-    payload = build_dashboard(window, timezones.viewer_zone(request))
+    """The charts and tiles over the chosen window; an unknown window: 400, the window
+    form saying why, and nothing drawn (as the audit page answers a bad filter)."""
+    form = WindowForm.of(request)
+    if not form.is_valid():
+        context = {"window_form": form, "windows": WINDOWS, "window": DEFAULT_WINDOW}
+        return render(request, "monitoring/dashboard.html", context, status=400)
+    payload = build_dashboard(form.cleaned_data["window"], timezones.viewer_zone(request))
     return render(
         request,
         "monitoring/dashboard.html",
-        {"payload": payload, "windows": WINDOWS,
+        {"payload": payload, "windows": WINDOWS, "window": payload["window"], "window_form": form,
          "charts": [(key, title, payload["figures"][key]["summary"]) for key, title in CHARTS],
          "data_url": reverse("monitoring:dashboard-data") + f"?window={payload['window']}"},
     )  # fmt: skip
@@ -273,9 +296,13 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_GET
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     """The dashboard's snapshot as JSON (the page refetches it on live events), in the
-    viewer's zone as the page is."""
+    viewer's zone as the page is. An unknown window: 400 ``{"errors": {"window": [...]}}``."""
+    form = WindowForm.of(request)
+    if not form.is_valid():
+        errors = {field: [str(m) for m in msgs] for field, msgs in form.errors.items()}
+        return JsonResponse({"errors": errors}, status=400)
     return JsonResponse(
-        build_dashboard(request.GET.get("window", DEFAULT_WINDOW), timezones.viewer_zone(request))
+        build_dashboard(form.cleaned_data["window"], timezones.viewer_zone(request))
     )
 
 
@@ -333,9 +360,16 @@ def rack_map(request: HttpRequest) -> HttpResponse:
 def rack_cells(request: HttpRequest) -> JsonResponse:
     """Every cell as ``[name, status, glyph, label]`` plus counts (live refresh).
 
-    ``?node=<name>``: that node's cell only (the node page), with the same shape.
+    ``?node=<name>``: that node's cell only (the node page), with the same shape; a name
+    of no node (or an empty one) is a 400 ``{"errors": {"node": [...]}}``, not a map of
+    no cells (or of every cell).
     """
-    rows = build_node_rows(request.GET.get("node"))
+    name = request.GET.get("node")
+    rows = build_node_rows(name)
+    if name is not None and not rows:
+        return JsonResponse(
+            {"errors": {"node": [f"there is no node named “{name[:80]}”"]}}, status=400
+        )
     racks, counts = charts.build_rack_map(rows)
     return JsonResponse(
         {

@@ -43,6 +43,12 @@ class AuditFilterForm(forms.Form):
     )
     since = forms.DateField(required=False, label="From (UTC date)")
     until = forms.DateField(required=False, label="To (UTC date, inclusive)")
+    # Not drawn (Filter starts again at page 1); only checked: "abc" read as page 1. Past
+    # the last page is the last page (the log only grows; a link stays good).
+    page = forms.IntegerField(
+        required=False, min_value=1, widget=forms.HiddenInput,
+        error_messages={"invalid": "a page number: 1, 2, …", "min_value": "pages start at 1"},
+    )  # fmt: skip
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -105,7 +111,8 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             records = filter_records(records, form.cleaned_data)
         else:
             records, status = records.none(), 400
-    page = Paginator(records, RECORDS_PER_PAGE).get_page(request.GET.get("page"))
+    number = form.cleaned_data.get("page") if status == 200 and form.is_bound else None
+    page = Paginator(records, RECORDS_PER_PAGE).get_page(number)
     rows = [{"record": r, "changes": changes(r.before, r.after)} for r in page.object_list]
     query = request.GET.copy()
     query.pop("page", None)

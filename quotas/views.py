@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.roles import led_line_ids
+from core.security import is_ascii_number
 from monitoring.metrics import ratio_text
 from monitoring.rollup import EvictionFigures, get_eviction_figures
 from quotas import ledger, permissions, services
@@ -119,22 +120,31 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @login_required
 def request_list(request: HttpRequest) -> HttpResponse:
-    """Requests the user may see (admins: all, pending first: the review list)."""
+    """Requests the user may see (admins: all, pending first: the review list).
+
+    ``?state=`` empty or absent: any; an unknown state: 400, the filter saying why, and
+    no requests listed (as the audit page), never the whole list as if unfiltered."""
     state = request.GET.get("state", "")
     qs = list_requests_for_user(request.user)
+    status, state_error = 200, ""
     if state in QuotaRequest.State.values:
         qs = qs.filter(state=state)
+    elif state:
+        qs, status = qs.none(), 400
+        states = ", ".join(QuotaRequest.State.values)
+        state_error = f"unknown state “{state}”; one of {states}, or any"
     pending = [r for r in qs if r.state == QuotaRequest.State.PENDING]
     decided = [r for r in qs[:300] if r.state != QuotaRequest.State.PENDING]
     context = {
         "pending": pending,
         "decided": decided,
         "state": state,
+        "state_error": state_error,
         "states": QuotaRequest.State.values,
         "may_request": permissions.may_request(request.user),
         "may_decide": permissions.may_decide(request.user),
     }
-    return render(request, "quotas/request_list.html", context)
+    return render(request, "quotas/request_list.html", context, status=status)
 
 
 def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -> dict:
@@ -184,13 +194,36 @@ def request_new(request: HttpRequest) -> HttpResponse:
                 return redirect("quotas:request-detail", pk=req.pk)
         context = _request_form_context(request, form, lines)
         return render(request, "quotas/request_form.html", context, status=400)
-    initial = {
-        k: request.GET[k]
-        for k in ("business_line", "queue", "quota_gpus", "guarantee_gpus")
-        if request.GET.get(k)
-    }
+    initial, refused = prefill(request.GET, lines)
     form = QuotaRequestForm(initial=initial, lines=lines)
-    return render(request, "quotas/request_form.html", _request_form_context(request, form, lines))
+    context = {**_request_form_context(request, form, lines), "prefill_refused": refused}
+    return render(request, "quotas/request_form.html", context, status=400 if refused else 200)
+
+
+def prefill(query: Any, lines: list[BusinessLine]) -> tuple[dict[str, str], list[str]]:
+    """The form's values from a link (the line page's "Request this guarantee":
+    ``?business_line=llm&queue=llm-core&guarantee_gpus=4``; empty: not given) and, for each
+    value the form cannot show as given, why. Such a value is left out and the page is a
+    400 saying so: left in, a line the lead does not lead showed their first line chosen,
+    a queue not in it "the whole line", and a count that is not digits an empty box."""
+    given = {k: query.get(k, "") for k in ("business_line", "queue", "quota_gpus",
+                                           "guarantee_gpus")}  # fmt: skip
+    queues = {ln.name: {q.name for q in ln.queues.all()} for ln in lines}
+    line = given["business_line"]
+    refused: dict[str, str] = {}
+    if line and line not in queues:
+        refused["business_line"] = f"“{line}” is not a line you lead"
+    queue = given["queue"]
+    in_lines = queues[line] if line in queues else set().union(*queues.values())
+    if queue and queue not in in_lines:
+        refused["queue"] = f"“{queue}” is not a queue of " + (
+            f"line {line}" if line in queues else "the lines you lead"
+        )
+    for key in ("quota_gpus", "guarantee_gpus"):
+        if given[key] and not is_ascii_number(given[key]):
+            refused[key] = f"“{given[key]}” is not a number of GPUs (digits 0-9)"
+    initial = {k: v for k, v in given.items() if v and k not in refused}
+    return initial, [f"{k}: {why}" for k, why in refused.items()]
 
 
 def _visible_request(request: HttpRequest, pk: int) -> QuotaRequest:

@@ -1,27 +1,24 @@
 from django.contrib import admin
 
-from core.admin import AuditedAdmin, ReadOnlyAdmin
+from core.admin import ReadOnlyAdmin
 from scheduling.models import Job, JobEvent, Node
 
 
 @admin.register(Node)
-class NodeAdmin(AuditedAdmin):
-    """Labels may be corrected here (audited); state changes go through the on-call
-    services, and nodes come and go with the backend, never deleted here."""
+class NodeAdmin(ReadOnlyAdmin):
+    """Nodes are shown here, never added, changed or deleted. Every column is either what
+    the backend reports (name, rack, block, GPU model and memory, GPU count, RDMA,
+    inference: ``sync_nodes`` registers the row from it, the cycle plans with what it
+    observes and finds the row by name, the simulator's inventory is these columns) or
+    what the loop observes, learns or is about to tell the backend (state, health,
+    residual and inference GPUs, recent models, an uncordon on its way). A node renamed
+    here no longer named its backend node; its GPU count changed here, the pages, the
+    submit checks and the quota capacity counted GPUs the plan does not have. State
+    changes go through the on-call services; nodes come and go with the backend."""
 
     list_display = ["name", "rack", "block", "gpu_model", "gpus_total", "rdma", "state", "health"]
     list_filter = ["state", "health", "gpu_model", "rdma", "block"]
     search_fields = ["name", "rack"]
-    # What the loop observes, learns or is about to tell the backend is not a label.
-    readonly_fields = ["state", "state_reason", "health", "health_detail", "residual_gpus",
-                       "uncordon_requested", "inference_gpus", "inference_profile",
-                       "recent_models"]  # fmt: skip
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 class JobEventInline(admin.TabularInline):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import django_filters
+from django.urls import reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -34,7 +35,7 @@ from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
-from scheduling.selectors import build_placement, list_jobs_for_user
+from scheduling.selectors import build_placement, list_jobs_for_user, visible_job_ids
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
@@ -181,6 +182,21 @@ class JobViewSet(AsciiIdLookup,
         if self.action == "create":
             return JobSubmitSerializer
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """One job. Its ``pending_reason`` also has ``job_links``: for each job the verdict
+        names (``verdict_text.job_refs``) that the caller may see, the address of that job's
+        page (the job page's live updates link them as the page does). Added here, not in
+        the serializer: its fields are shared and know no request (``SharedFields``)."""
+        response = super().retrieve(request, *args, **kwargs)
+        reason = response.data.get("pending_reason")
+        if reason is not None:
+            refs = verdict_text.job_refs(reason["details"])
+            reason["job_links"] = {
+                str(job_id): reverse("scheduling:job-detail", args=[job_id])
+                for job_id in sorted(visible_job_ids(request.user, refs))
+            }
+        return response
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:

@@ -237,14 +237,30 @@ class EstimatorForm(forms.Form):
 
 
 class JobFilterForm(forms.Form):
-    """Filters of the job list (all optional; bad values are ignored, not fatal)."""
+    """Filters of the job list and its page number, all optional (empty: any). A bad value
+    (an unknown state, a queue the user may not see, a page that is not a number) is an
+    error the page shows with a 400 and no jobs, never a list that ignores it."""
 
-    state = forms.ChoiceField(label="State", required=False,
-                              choices=[("", "Any state"), *Job.State.choices])  # fmt: skip
-    queue = forms.TypedChoiceField(label="Queue", required=False, coerce=int, empty_value=None)
+    state = forms.ChoiceField(
+        label="State", required=False, choices=[("", "Any state"), *Job.State.choices],
+        error_messages={"invalid_choice": "unknown state “%(value)s”; one of "
+                                          + ", ".join(Job.State.values)},
+    )  # fmt: skip
+    queue = forms.TypedChoiceField(
+        label="Queue", required=False, coerce=int, empty_value=None,
+        error_messages={"invalid_choice": "no queue “%(value)s” among those you may see "
+                                          "(give its id, as the list below offers)"},
+    )  # fmt: skip
     mine = forms.ChoiceField(
         label="Whose jobs", required=False,
         choices=[("1", "Only mine"), ("0", "All I can see")],
+        error_messages={"invalid_choice": "“%(value)s” is neither 1 (only mine) nor 0 (all)"},
+    )  # fmt: skip
+    # Not drawn (the Filter button starts again at page 1); only checked. Beyond the last
+    # page is the last page, as the list may have shrunk since the link was made.
+    page = forms.IntegerField(
+        required=False, min_value=1, widget=forms.HiddenInput,
+        error_messages={"invalid": "a page number: 1, 2, …", "min_value": "pages start at 1"},
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], **kwargs: Any):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection
@@ -30,6 +31,15 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
 
 def get_job_for_user(user, job_id: int) -> Job | None:
     return list_jobs_for_user(user).filter(pk=job_id).first()
+
+
+def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
+    """Those of ``job_ids`` the user may see (``list_jobs_for_user``): one query, none
+    when there is nothing to ask."""
+    asked = set(job_ids)
+    if not asked:
+        return set()
+    return set(list_jobs_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
 
 
 def list_queues_for_submit(user) -> QuerySet[Queue]:

@@ -10,6 +10,7 @@ ints, times as ISO 8601 ``..._at``, durations as ``..._seconds``); this turns th
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -123,6 +124,10 @@ CONSTRAINTS: dict[str, str] = {
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
 IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
+# How a verdict's texts name a job: "job 7905" in its message and estimate, "#7905" in its
+# facts (``IDS``). The job page links the ones the viewer may see (``job_refs``), and so
+# does its live script (static/js/pages/jobs_detail.js, the same pattern).
+JOB_REFERENCE = re.compile(r"(?<![\w#])(?:job #?|#)([0-9]+)\b", re.ASCII)
 
 
 def _time(value: Any) -> str | None:
@@ -195,6 +200,15 @@ def facts(details: Any) -> list[dict[str, str]]:
         (str(k) for k in details if k != NO_ESTIMATE), key=lambda k: _RANK.get(k, len(_RANK))
     )
     return [{"key": k, "label": label(k), "text": format_value(k, details[k])} for k in keys]
+
+
+def job_refs(details: Any) -> list[int]:
+    """The ids of the jobs a verdict names in its details (``IDS``: the job whose start
+    holds the quota room, the overrunning run its estimate waits for), in order."""
+    if not isinstance(details, dict):
+        return []
+    ids = {details.get(key) for key in IDS}
+    return sorted(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i > 0)
 
 
 def estimate(estimated_start: datetime | None, details: Any) -> str:

@@ -36,6 +36,7 @@ from scheduling.selectors import (
     get_job_for_user,
     list_jobs_for_user,
     list_queues_for_submit,
+    visible_job_ids,
 )
 from scheduling.services import JobRequest, cancel_job, submit_job
 
@@ -180,6 +181,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     """
     queues = list(list_queues_for_submit(request.user))
     simulator = _is_simulator()
+    prefill_refused = ""  # why a link's ?queue= is not chosen (the page is then a 400)
     action = request.POST.get("action", "submit") if request.method == "POST" else "view"
     data = request.POST if request.method == "POST" else None
     est_form = EstimatorForm(data if action in ("estimate", "fill") else None, prefix="est")
@@ -202,7 +204,7 @@ def submit(request: HttpRequest) -> HttpResponse:
     else:
         initial = _initial(data, "") if data is not None else {}
         if request.method == "GET" and request.GET.get("queue"):
-            initial["queue"] = request.GET["queue"]
+            initial["queue"], prefill_refused = queue_asked(request.GET["queue"], queues)
         if action == "fill" and recommendation is not None and recommendation.fits:
             initial.update(
                 gpus=recommendation.gpus,
@@ -229,8 +231,21 @@ def submit(request: HttpRequest) -> HttpResponse:
         "queue_info": _queue_info(queues),
         "gpu_options": gpu_options(),
         "usable_percent": round(estimator.USABLE_FRACTION * 100),
+        "prefill_refused": prefill_refused,
     }
-    return render(request, "scheduling/submit.html", context)
+    return render(
+        request, "scheduling/submit.html", context, status=400 if prefill_refused else 200
+    )
+
+
+def queue_asked(value: str, queues: list[Queue]) -> tuple[str, str]:
+    """A link's ``?queue=`` (an id or a name) as the form's choice, and why not when it is
+    none of ``queues`` (those the user may submit to): then nothing is chosen and the page
+    says so, where it showed "Choose a queue…" as if no queue had been asked."""
+    for q in queues:
+        if value in (str(q.pk), q.name):
+            return str(q.pk), ""
+    return "", f"“{value[:80]}” is not a queue you may submit to; choose one below"
 
 
 def initial_has_shape(form: JobSubmitForm) -> bool:
@@ -326,7 +341,9 @@ def feasibility(request: HttpRequest) -> JsonResponse:
 @login_required
 @require_GET
 def job_list(request: HttpRequest) -> HttpResponse:
-    """Jobs the user may see, newest first, filtered and paginated (a fixed few queries)."""
+    """Jobs the user may see, newest first, filtered and paginated (a fixed few queries).
+
+    A bad filter or page number: 400, the form naming it, and no jobs (as the audit page)."""
     user = request.user
     queues = list(
         Queue.objects.select_related("business_line")
@@ -337,9 +354,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
     if "mine" not in params:
         params["mine"] = "0" if sees_all_jobs(user) else "1"
     filters = JobFilterForm(params, queues=queues)
-    filters.is_valid()
-    chosen = filters.cleaned_data
     jobs = list_jobs_for_user(user)
+    status = 200
+    if not filters.is_valid():  # the form says which filter and why; nothing is listed
+        jobs, status = jobs.none(), 400
+    chosen = filters.cleaned_data
     if chosen.get("state"):
         jobs = jobs.filter(state=chosen["state"])
     if chosen.get("queue"):
@@ -363,7 +382,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "queue__name",
         "queue__business_line__name",
     ).order_by("-submitted_at", "-id")
-    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(chosen.get("page"))
     for job in page:
         job.code_title = CODE_TITLES.get(job.pending_code, job.pending_code)
     query = params.copy()
@@ -372,6 +391,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         request,
         "scheduling/job_list.html",
         {"filters": filters, "page": page, "query": query.urlencode()},
+        status=status,
     )
 
 
@@ -396,6 +416,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "placement": build_placement(job),
         "progress_text": duration_text(job.progress_seconds),
         "detail_rows": detail_rows(job.pending_details),
+        # the jobs its verdict names that this viewer may see: linked to their pages
+        "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

@@ -3,18 +3,41 @@ and the page's live updates (``scheduling.verdict_text``).
 
 ``{% load verdicts %}``, then ``{% verdict_facts job.pending_details as facts %}`` (rows
 ``{key, label, text}``) and ``{% verdict_estimate job %}`` (``2026-12-01 00:30 UTC`` or
-``unknown: <why>``).
+``unknown: <why>``); ``text|job_links:linked`` links the jobs ``text`` names ("job 7905",
+"#7905") whose ids are in ``linked`` (those the viewer may see) to their pages.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from django import template
+from django.urls import reverse
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
 
 from scheduling import verdict_text
 
 register = template.Library()
+
+
+@register.filter
+def job_links(text: Any, linked: Collection[int] | None) -> SafeString:
+    """``text`` escaped, with each job it names that is in ``linked`` a link to that job's
+    page, as the job list links its jobs; any other job it names stays plain text."""
+    text = "" if text is None else str(text)
+    out, start = [], 0
+    for match in verdict_text.JOB_REFERENCE.finditer(text):
+        if int(match[1]) not in (linked or ()):
+            continue
+        url = reverse("scheduling:job-detail", args=[int(match[1])])
+        out += [
+            escape(text[start : match.start()]),
+            format_html('<a href="{}">{}</a>', url, match[0]),
+        ]
+        start = match.end()
+    return mark_safe("".join([*out, escape(text[start:])]))  # every piece escaped above
 
 
 @register.simple_tag

@@ -149,7 +149,7 @@ def test_the_live_snapshot_changes_when_the_cluster_does(client, demo):
     assert after["tiles"]["nodes_out"] == "1" and after["tiles"]["gpus_healthy"] == "24"
 
 
-def test_the_time_window_limits_the_series_and_bad_values_fall_back(client, demo):
+def test_the_time_window_limits_the_series(client, demo):
     add_samples(48, every=timedelta(minutes=30))  # 23.5 hours
     client.force_login(demo["admin"])
     one_hour = client.get("/dashboard/data/?window=1h").json()
@@ -157,10 +157,29 @@ def test_the_time_window_limits_the_series_and_bad_values_fall_back(client, demo
     assert len(one_hour["figures"]["utilization"]["data"][0]["x"]) == 3
     day = client.get("/dashboard/data/?window=24h").json()
     assert len(day["figures"]["utilization"]["data"][0]["x"]) == 48 + 1
-    bad = client.get("/dashboard/data/?window=<script>").json()
-    assert bad["window"] == "24h"
+    assert client.get("/dashboard/data/").json()["window"] == "24h", "absent: the default"
     page = client.get("/dashboard/?window=6h").content.decode()
     assert 'for="id_window"' in page and '<option value="6h" selected>' in page
+
+
+@pytest.mark.parametrize("window", ["junk", "<script>", "", "24H", "1h ", "30d"])
+def test_an_unknown_window_is_a_400_naming_the_choices_not_the_24_hours(client, demo, window):
+    """``?window=junk`` drew the last 24 hours as if asked for them (``WINDOWS.get(window,
+    default)``): the JSON in the API's error envelope, the page with the form's error."""
+    add_samples(3)
+    client.force_login(demo["admin"])
+    data = client.get("/dashboard/data/", {"window": window})
+    assert data.status_code == 400
+    assert set(data.json()) == {"errors"} and list(data.json()["errors"]) == ["window"]
+    assert "one of 1h, 6h, 24h, 7d" in data.json()["errors"]["window"][0]
+    page = client.get("/dashboard/", {"window": window})
+    body = page.content.decode()
+    assert page.status_code == 400
+    error = re.search(r'<p class="error" role="alert" id="window-error">(.*?)</p>', body, re.S)
+    assert error and "one of 1h, 6h, 24h, 7d" in error.group(1)
+    assert escape(window) in error.group(1) or not window, "it names what was sent, escaped"
+    assert 'id="dashboard-data"' not in body and 'id="dash-tiles"' not in body, "nothing drawn"
+    assert 'for="id_window"' in body and '<option value="24h" selected>' in body
 
 
 def test_the_dashboard_query_count_does_not_grow_with_the_cluster(

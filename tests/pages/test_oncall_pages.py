@@ -238,6 +238,16 @@ def test_the_rack_map_alone_and_its_live_cells(client, demo):
     assert [c[0] for c in one["cells"]] == [NODE]
 
 
+@pytest.mark.parametrize("name", ["r999-n99", "", " " + NODE])
+def test_the_live_cells_of_a_node_that_is_not_there_are_a_400_not_an_empty_map(client, demo, name):
+    """``?node=<name>`` of no node answered a map of no cells (zero nodes, zero GPUs), as if
+    the node were gone; an empty ``?node=`` answered every cell."""
+    as_user(client, demo, "oncall")
+    response = client.get("/oncall/rack-map/cells/", {"node": name})
+    assert response.status_code == 400
+    assert response.json() == {"errors": {"node": [f"there is no node named “{name}”"]}}
+
+
 def test_the_go_to_node_box(client, demo):
     as_user(client, demo, "oncall")
     response = client.get(f"/oncall/nodes/?name={NODE}")

@@ -192,6 +192,34 @@ def test_the_submit_form_lists_only_the_users_queues(as_user):
     assert "search-rec-core" in other and "llm-core" not in other
 
 
+def chosen_queue(page: str) -> list[str]:
+    select = re.search(r'<select name="queue"[^>]*>(.*?)</select>', page, re.S).group(1)
+    return re.findall(r'<option value="([^"]*)"[^>]*selected', select)
+
+
+def test_a_link_chooses_the_queue_it_names_by_id_or_name(as_user):
+    client = as_user("researcher")
+    for asked in (queue_id("llm-core"), "llm-core"):
+        response = client.get("/jobs/new/", {"queue": asked})
+        page = response.content.decode()
+        assert response.status_code == 200 and "prefill-refused" not in page
+        assert chosen_queue(page) == [queue_id("llm-core")]
+
+
+@pytest.mark.parametrize("asked", ["search-rec-core", "999999", "llm-cor"])
+def test_a_link_to_a_queue_the_user_may_not_submit_to_is_a_400_saying_so(as_user, asked):
+    """``/jobs/new/?queue=<another line's queue>`` showed "Choose a queue…" as if no queue
+    had been asked for (and a name, as the API takes, was never chosen)."""
+    if asked == "search-rec-core":
+        asked = queue_id(asked)  # by id: it exists, but is another line's
+    response = as_user("researcher").get("/jobs/new/", {"queue": asked})
+    page = html.unescape(response.content.decode())
+    assert response.status_code == 400 and chosen_queue(page) in ([], [""])
+    assert f"“{asked}” is not a queue you may submit to; choose one below" in page
+    assert 'role="alert" id="prefill-refused"' in page
+    assert not Job.objects.exists()
+
+
 def test_every_api_submission_field_has_a_labelled_input_with_help(as_user):
     page = as_user("researcher").get("/jobs/new/").content.decode()
     for name in JobSubmitSerializer().fields:
@@ -471,6 +499,57 @@ def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas
     )
 
 
+def waiting_on_overrun(job: Job, run: Job) -> None:
+    """``job``'s verdict as the overrun note (``scheduling.engine.overrun_note``) writes it
+    when its estimate waits for ``run``, which has outlived its prediction."""
+    sentence = (
+        f" Its estimate waits for job {run.pk}, which has run 20 h 5 min, past its predicted "
+        "end; until that job ends, each cycle expects it within 30 min, so this estimate "
+        "keeps moving later."
+    )
+    Job.objects.filter(pk=job.pk).update(
+        pending_code="INSUFFICIENT_GPUS",
+        pending_message="8 more GPUs of the kind it asks must free up <soon>." + sentence,
+        pending_details={"short_gpus": 8, "overrun_job": run.pk, "overrun_job_ran_seconds": 72300},
+    )
+
+
+def test_a_verdict_links_the_overrunning_job_it_waits_for_to_that_job_s_page(demo, as_user, api):
+    """ "Its estimate waits for job 7905" was plain text on the job page, in the sentence and
+    in its facts: now a link to job 7905's page, as the job list links jobs, for viewers who
+    may see that job (here: of the same line, and an admin), and on the live updates too
+    (the API's ``job_links``, which ``jobs_detail.js`` links with)."""
+    run = new_job(demo, "lead", name="long-run", queue="llm-core")
+    waiting = new_job(demo, name="waits")
+    waiting_on_overrun(waiting, run)
+    link = f'<a href="/jobs/{run.pk}/">'
+    for who in ("researcher", "admin"):
+        page = as_user(who).get(f"/jobs/{waiting.pk}/").content.decode()
+        message = re.search(r'<p id="verdict-message">(.*?)</p>', page, re.S).group(1)
+        assert f"Its estimate waits for {link}job {run.pk}</a>, which has run" in message
+        assert "must free up &lt;soon&gt;." in message, "the rest of the text stays escaped"
+        assert f"<dt>Its estimate waits for job</dt><dd>{link}#{run.pk}</a></dd>" in page
+        reason = api(who).get(f"/api/v1/jobs/{waiting.pk}/").json()["pending_reason"]
+        assert reason["job_links"] == {str(run.pk): f"/jobs/{run.pk}/"}
+
+
+def test_an_overrunning_job_the_viewer_may_not_see_is_named_but_not_linked(demo, as_user, api):
+    """The run may be another line's (its nodes are shared): researchers see their lines'
+    jobs only, so its id stays plain text (its page would be a 404)."""
+    run = new_job(demo, "researcher2", name="theirs", queue="search-rec-core")
+    waiting = new_job(demo, name="waits")
+    waiting_on_overrun(waiting, run)
+    page = as_user("researcher").get(f"/jobs/{waiting.pk}/").content.decode()
+    assert f"Its estimate waits for job {run.pk}, which has run" in page
+    assert f"<dd>#{run.pk}</dd>" in page and f'href="/jobs/{run.pk}/"' not in page
+    reason = api("researcher").get(f"/api/v1/jobs/{waiting.pk}/").json()["pending_reason"]
+    assert reason["job_links"] == {}
+    assert as_user("researcher").get(f"/jobs/{run.pk}/").status_code == 404
+    assert (
+        f'href="/jobs/{run.pk}/"' in as_user("oncall").get(f"/jobs/{waiting.pk}/").content.decode()
+    )
+
+
 def test_a_requeued_job_says_its_start_was_its_last_runs(demo, roomy_quotas, as_user):
     job = new_job(demo, name="again", queue="llm-core")
     run_cycle()
@@ -532,8 +611,54 @@ def test_the_job_list_filters_by_state_queue_and_owner(demo, roomy_quotas, as_us
     assert "mine-core" not in pending
     by_queue = client.get(f"/jobs/?mine=0&queue={queue_id('llm-experiment')}").content.decode()
     assert "leads-exp" in by_queue and "mine-core" not in by_queue
-    assert client.get("/jobs/?state=bogus&queue=x&page=zz").status_code == 200
     assert f'href="/jobs/{mine.pk}/"' in default
+
+
+def job_rows(body: str) -> list[str]:
+    return re.findall(r'<tr data-job-id="(\d+)">', body)
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "words"),
+    [("state=bogus", "state", "unknown state “bogus”; one of pending, running"),
+     ("state=Running", "state", "unknown state “Running”"),
+     ("queue=x", "queue", "no queue “x” among those you may see"),
+     ("queue=99999999", "queue", "no queue “99999999”"),
+     ("mine=yes", "mine", "“yes” is neither 1 (only mine) nor 0 (all)"),
+     ("page=zz", "page", "Page: a page number"),
+     ("page=0", "page", "Page: pages start at 1")],
+)  # fmt: skip
+def test_a_bad_job_list_filter_is_a_400_naming_it_not_an_unfiltered_list(
+    demo, as_user, query, field, words
+):
+    """``/jobs/?state=bogus`` listed every job as if unfiltered (the form's errors were
+    dropped): a script or a typo read the wrong list as the right one. Now the audit page's
+    answer: 400, the form naming the filter and why, no jobs listed."""
+    new_job(demo, name="mine-core", queue="llm-core")
+    client = as_user("researcher")
+    assert job_rows(client.get("/jobs/").content.decode()), "the job is listed unfiltered"
+    response = client.get(f"/jobs/?{query}")
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 400, query
+    assert job_rows(body) == [] and "0 jobs." in body
+    assert re.search(r'<p class="error" role="alert"[^>]*>[^<]*' + re.escape(words), body), body
+    if field != "page":  # the field is marked and points at its error
+        assert (
+            f'<select name="{field}" aria-invalid="true" aria-describedby="id_{field}_error"'
+            in body
+        )
+        assert f'<p class="error" role="alert" id="id_{field}_error">' in body
+
+
+def test_a_queue_of_another_line_is_refused_in_the_job_list_filter(demo, as_user):
+    """researcher2 may not see the LLM queues: filtering by one listed all of theirs."""
+    new_job(demo, "researcher2", name="theirs", queue="search-rec-core")
+    client = as_user("researcher2")
+    assert job_rows(client.get("/jobs/").content.decode())
+    response = client.get(f"/jobs/?queue={queue_id('llm-core')}")
+    assert response.status_code == 400 and job_rows(response.content.decode()) == []
+    own = client.get(f"/jobs/?queue={queue_id('search-rec-core')}&page=1&state=&mine=0")
+    assert own.status_code == 200 and len(job_rows(own.content.decode())) == 1
 
 
 def test_the_job_list_is_paginated(demo, as_user):

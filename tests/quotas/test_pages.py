@@ -6,6 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 from django.test import Client
+from django.utils.html import escape
 
 from quotas.models import BusinessLine, QuotaChange, QuotaRequest
 from tests.quotas.conftest import ask
@@ -110,6 +111,46 @@ def test_every_role_on_every_action(client, demo, req, role, action, body, allow
     done = {"approve": "approved", "reject": "rejected", "withdraw": "withdrawn"}[action]
     assert req.state == (done if expected == 302 else "pending")
     assert client.get(f"/quotas/requests/{req.pk}/{action}/").status_code in (405, 404)
+
+
+def selected(page: str, name: str) -> list[str]:
+    """The values the ``<select name=...>`` of ``page`` has selected."""
+    import re
+
+    select = re.search(rf'<select name="{name}"[^>]*>(.*?)</select>', page, re.S).group(1)
+    return re.findall(r'<option value="([^"]*)"[^>]*selected', select)
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [("business_line=search-rec", "business_line: “search-rec” is not a line you lead"),
+     ("business_line=nope&queue=llm-core", "business_line: “nope” is not a line you lead"),
+     ("business_line=llm&queue=search-rec-core",
+      "queue: “search-rec-core” is not a queue of line llm"),
+     ("queue=llm-gone", "queue: “llm-gone” is not a queue of the lines you lead"),
+     ("business_line=llm&guarantee_gpus=four", "guarantee_gpus: “four” is not a number of GPUs"),
+     ("quota_gpus=%D9%A7", "quota_gpus: “٧” is not a number of GPUs")],
+)  # fmt: skip
+def test_a_link_s_values_the_form_cannot_offer_are_a_400_saying_so(client, demo, query, words):
+    """The form's link (``?business_line=…&queue=…``) silently fell back: a line the lead
+    does not lead showed their first line chosen, a queue not in it "the whole line" (a
+    request for the line when the queue was meant), a count not digits an empty box."""
+    client.force_login(demo["lead"])
+    response = client.get(f"/quotas/requests/new/?{query}")
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert 'role="alert" id="prefill-refused"' in page and words in page
+    assert 'value="four"' not in page and 'value="٧"' not in page, "left out, not shown"
+    assert not QuotaRequest.objects.exists()
+
+
+def test_a_link_s_values_the_form_can_offer_are_chosen(client, demo):
+    client.force_login(demo["lead"])
+    response = client.get("/quotas/requests/new/?business_line=llm&queue=llm-core&guarantee_gpus=4")
+    page = response.content.decode()
+    assert response.status_code == 200 and "prefill-refused" not in page
+    assert selected(page, "business_line") == ["llm"] and selected(page, "queue") == ["llm-core"]
+    assert 'name="guarantee_gpus" value="4"' in page
 
 
 def test_the_lead_requests_through_the_form(client, demo):
@@ -220,6 +261,19 @@ def test_the_request_list_puts_pending_first_for_admins(client, demo, req):
     assert "Waiting for your decision" in page
     only_rejected = client.get("/quotas/requests/?state=rejected").content.decode()
     assert f"#{other.pk}<" in only_rejected and f"#{req.pk}<" not in only_rejected
+
+
+@pytest.mark.parametrize("state", ["bogus", "Pending", "pending ", "<b>"])
+def test_an_unknown_state_filter_is_a_400_naming_it_not_the_whole_list(client, demo, req, state):
+    """``?state=bogus`` listed every request as if unfiltered: now the filter says why, with
+    a 400 and nothing listed (as the audit page answers a bad filter)."""
+    client.force_login(demo["admin"])
+    assert f"#{req.pk}<" in client.get("/quotas/requests/?state=").content.decode(), "any"
+    response = client.get("/quotas/requests/", {"state": state})
+    body = response.content.decode()
+    assert response.status_code == 400 and f"#{req.pk}<" not in body
+    assert '<p class="error" role="alert" id="state-error">unknown state' in body
+    assert escape(state) in body and "one of pending, approved" in body
 
 
 def test_a_request_stored_with_a_year_1_start_is_shown_west_of_utc(client, demo, req):

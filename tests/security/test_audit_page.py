@@ -103,6 +103,21 @@ def test_bad_filters_are_a_400_or_a_clamped_page_never_a_500(demo, query):
         assert 'role="alert"' in response.content.decode() and rows(response) == []
 
 
+@pytest.mark.parametrize(("query", "words"), [("?page=abc", "a page number"),
+                                              ("?page=0", "pages start at 1"),
+                                              ("?action=node.&page=-1", "pages start at 1")])  # fmt: skip
+def test_a_page_number_that_is_not_one_is_a_400_not_the_first_page(demo, query, words):
+    """``?page=abc`` showed the first page as if asked for it."""
+    record(demo["admin"], "node.cordon", Node.objects.first())
+    response = as_user(demo, "admin").get("/audit/" + query)
+    body = response.content.decode()
+    assert response.status_code == 400 and rows(response) == []
+    assert f'<p class="error" role="alert" id="page-error">Page: {words}' in body
+    assert 'name="page"' not in body, "the page number is not a filter to fill in"
+    last = as_user(demo, "admin").get("/audit/?page=99999999999999999999")
+    assert last.status_code == 200 and len(rows(last)) == 1, "past the last page: the last"
+
+
 def test_pages_of_fifty_newest_first(demo):
     node = Node.objects.first()
     made = [record(demo["admin"], "node.cordon", node, reason=f"r{i}").pk for i in range(120)]

@@ -2,7 +2,7 @@
  * which is when the scheduler rewrites verdicts) refetch /api/v1/jobs/<id>/ and re-render
  * the state, the verdict, the status, the placement, the timeline and the flash messages
  * (marked as earlier once the job moved on); refetch on reconnect.
- * Text is set with textContent only. */
+ * Text is set with textContent only (links to other jobs as <a> elements built here). */
 (function () {
   "use strict";
   const config = JSON.parse(document.getElementById("job-live-config").textContent);
@@ -18,6 +18,26 @@
     return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
   }
 
+  /* A verdict's text with the jobs it names ("job 7905", "#7905") that the viewer may see
+   * (reason.job_links: id -> the job's page) as links, as the page renders them
+   * (scheduling/verdict_text.py JOB_REFERENCE, the `job_links` filter); DOM nodes only. */
+  const JOB_REFERENCE = /(?<![\w#])(?:job #?|#)([0-9]+)\b/g;
+
+  function linkJobs(node, text, links) {
+    node.replaceChildren();
+    let start = 0;
+    for (const m of text.matchAll(JOB_REFERENCE)) {
+      const href = Object.hasOwn(links, m[1]) ? links[m[1]] : null;
+      if (!href) continue;
+      const a = el("a", m[0]);
+      a.href = href;
+      node.append(text.slice(start, m.index), a);
+      start = m.index + m[0].length;
+    }
+    node.append(text.slice(start));
+    return node;
+  }
+
   function renderVerdict(job) {
     const section = $("verdict");
     section.hidden = job.state !== "pending";
@@ -27,15 +47,18 @@
     if (!reason) return;
     $("verdict-title").textContent = config.titles[reason.code] || reason.code;
     $("verdict-code").textContent = reason.code;
-    $("verdict-message").textContent = zoned(reason.message);
+    const links = reason.job_links || {};
+    linkJobs($("verdict-message"), zoned(reason.message), links);
     const dl = $("verdict-details");
     dl.replaceChildren();
     /* formatted by the server (scheduling/verdict_text.py), as the page and gpuctl show them */
-    for (const fact of reason.facts || []) dl.append(el("dt", fact.label), el("dd", zoned(fact.text)));
+    for (const fact of reason.facts || []) {
+      dl.append(el("dt", fact.label), linkJobs(el("dd"), zoned(fact.text), links));
+    }
     $("verdict-remedy").textContent = zoned(reason.remedy) || "—";
     $("queue-position").textContent = Dom.count(job.queue_position || "unknown");
-    $("estimated-start").textContent = zoned(reason.estimated_start_text)
-      || (job.estimated_start ? when(job.estimated_start) : "unknown");
+    linkJobs($("estimated-start"), zoned(reason.estimated_start_text)
+      || (job.estimated_start ? when(job.estimated_start) : "unknown"), links);
   }
 
   function renderStatus(job) {

@@ -20,12 +20,13 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from core.models import AuditRecord
+from core.query_forms import PageNumberField, QueryForm
 from core.roles import is_admin
 
 RECORDS_PER_PAGE = 50
 
 
-class AuditFilterForm(forms.Form):
+class AuditFilterForm(QueryForm):
     """Filters of the audit page; all optional, all bounded."""
 
     actor = forms.CharField(required=False, max_length=150, label="Who (username)")
@@ -45,10 +46,7 @@ class AuditFilterForm(forms.Form):
     until = forms.DateField(required=False, label="To (UTC date, inclusive)")
     # Not drawn (Filter starts again at page 1); only checked: "abc" read as page 1. Past
     # the last page is the last page (the log only grows; a link stays good).
-    page = forms.IntegerField(
-        required=False, min_value=1, widget=forms.HiddenInput,
-        error_messages={"invalid": "a page number: 1, 2, …", "min_value": "pages start at 1"},
-    )  # fmt: skip
+    page = PageNumberField()
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()

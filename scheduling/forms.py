@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from core.query_forms import PageNumberField, QueryForm
 from quotas.models import Queue, Tier
 from scheduling import estimator, limits
 from scheduling.models import Job
@@ -236,7 +237,7 @@ class EstimatorForm(forms.Form):
         return estimator.EstimateInput(**self.cleaned_data)
 
 
-class JobFilterForm(forms.Form):
+class JobFilterForm(QueryForm):
     """Filters of the job list and its page number, all optional (empty: any). A bad value
     (an unknown state, a queue the user may not see, a page that is not a number) is an
     error the page shows with a 400 and no jobs, never a list that ignores it."""
@@ -258,10 +259,7 @@ class JobFilterForm(forms.Form):
     )  # fmt: skip
     # Not drawn (the Filter button starts again at page 1); only checked. Beyond the last
     # page is the last page, as the list may have shrunk since the link was made.
-    page = forms.IntegerField(
-        required=False, min_value=1, widget=forms.HiddenInput,
-        error_messages={"invalid": "a page number: 1, 2, …", "min_value": "pages start at 1"},
-    )  # fmt: skip
+    page = PageNumberField()
 
     def __init__(self, *args: Any, queues: list[Queue], **kwargs: Any):
         super().__init__(*args, **kwargs)

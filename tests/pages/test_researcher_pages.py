@@ -626,7 +626,10 @@ def job_rows(body: str) -> list[str]:
      ("queue=99999999", "queue", "no queue “99999999”"),
      ("mine=yes", "mine", "“yes” is neither 1 (only mine) nor 0 (all)"),
      ("page=zz", "page", "Page: a page number"),
-     ("page=0", "page", "Page: pages start at 1")],
+     ("page=0", "page", "Page: pages start at 1"),
+     ("page=%D9%A7", "page", "Page: a page number"),  # an Arabic-Indic seven read as page 7
+     ("owner=alice", None, "this page has no filter “owner”; it takes state, queue, mine, page"),
+     ("mine=0&State=running", None, "this page has no filter “State”")],
 )  # fmt: skip
 def test_a_bad_job_list_filter_is_a_400_naming_it_not_an_unfiltered_list(
     demo, as_user, query, field, words
@@ -642,7 +645,7 @@ def test_a_bad_job_list_filter_is_a_400_naming_it_not_an_unfiltered_list(
     assert response.status_code == 400, query
     assert job_rows(body) == [] and "0 jobs." in body
     assert re.search(r'<p class="error" role="alert"[^>]*>[^<]*' + re.escape(words), body), body
-    if field != "page":  # the field is marked and points at its error
+    if field not in ("page", None):  # the field is marked and points at its error
         assert (
             f'<select name="{field}" aria-invalid="true" aria-describedby="id_{field}_error"'
             in body

@@ -3,6 +3,7 @@ before/after), filtered and paginated; everybody else is refused."""
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import timedelta
 
@@ -105,7 +106,8 @@ def test_bad_filters_are_a_400_or_a_clamped_page_never_a_500(demo, query):
 
 @pytest.mark.parametrize(("query", "words"), [("?page=abc", "a page number"),
                                               ("?page=0", "pages start at 1"),
-                                              ("?action=node.&page=-1", "pages start at 1")])  # fmt: skip
+                                              ("?action=node.&page=-1", "pages start at 1"),
+                                              ("?page=%D9%A7", "a page number")])  # fmt: skip
 def test_a_page_number_that_is_not_one_is_a_400_not_the_first_page(demo, query, words):
     """``?page=abc`` showed the first page as if asked for it."""
     record(demo["admin"], "node.cordon", Node.objects.first())
@@ -159,3 +161,12 @@ def test_the_audit_log_is_read_only_in_the_page_and_the_admin(demo):
     assert change.status_code in (302, 403) and delete.status_code == 403
     entry.refresh_from_db()
     assert entry.reason == "" and AuditRecord.objects.filter(pk=entry.pk).exists()
+
+
+def test_a_parameter_the_page_does_not_take_is_a_400_naming_it_not_the_whole_log(demo):
+    """``?who=admin`` (the filter is ``actor``) listed every record as if filtered."""
+    record(demo["admin"], "node.cordon", Node.objects.first())
+    response = as_user(demo, "admin").get("/audit/?who=admin")
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 400 and rows(response) == []
+    assert "this page has no filter “who”; it takes actor, action, target, since, until, page" in body

@@ -169,4 +169,6 @@ def test_a_parameter_the_page_does_not_take_is_a_400_naming_it_not_the_whole_log
     response = as_user(demo, "admin").get("/audit/?who=admin")
     body = html.unescape(response.content.decode())
     assert response.status_code == 400 and rows(response) == []
-    assert "this page has no filter “who”; it takes actor, action, target, since, until, page" in body
+    assert (
+        "this page has no filter “who”; it takes actor, action, target, since, until, page" in body
+    )

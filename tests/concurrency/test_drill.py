@@ -1,6 +1,7 @@
 """The concurrency drill (#16): cycles back to back while people submit, cancel, ask for
-quota, approve, withdraw, cordon, drain and uncordon, and an admin edits the quota policy's
-starvation bound in the Django admin (#19), all at once, on real PostgreSQL.
+quota, approve, reject, withdraw, cordon, drain and uncordon, break simulated nodes,
+acknowledge and resolve alerts, and an admin edits the quota policy's starvation bound in
+the Django admin (#19), all at once, on real PostgreSQL.
 
 Zero unexpected errors (a refusal the rules call for, such as cancelling a finished job or
 approving a request someone withdrew, is expected and counted apart), zero deadlocks, every
@@ -24,18 +25,22 @@ from django.forms.models import model_to_dict
 from django.test import Client
 
 from core.models import AuditRecord
+from monitoring.models import Alert
+from monitoring.services import acknowledge_alert, raise_alert, resolve_alert
 from quotas.models import QuotaPolicy, QuotaRequest
 from quotas.services import (
     QuotaRequestInput,
     approve_quota_request,
     create_quota_request,
+    reject_quota_request,
     withdraw_quota_request,
 )
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, Node
-from scheduling.nodes.services import cordon_node, drain_node, uncordon_node
+from scheduling.nodes.services import cordon_node, drain_node, inject_fault, uncordon_node
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import run_cycle_now
+from scheduling.simcore.faults import FAULT_GPU
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,8 +123,11 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
             asked.append(made.pk)
         if asked:
             pk = rng.choice(asked)
-            if rng.random() < 0.5:
+            pick = rng.random()
+            if pick < 0.4:
                 drill.act("approve", lambda: approve_quota_request(admin, pk, "ok"))
+            elif pick < 0.7:
+                drill.act("reject", lambda: reject_quota_request(admin, pk, "not now"))
             else:
                 drill.act("withdraw", lambda: withdraw_quota_request(lead, pk, "no"))
 
@@ -127,6 +135,21 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
         name = rng.choice(nodes)
         action = rng.choice([cordon_node, drain_node, uncordon_node])
         drill.act(action.__name__, lambda: action(oncall, name, "drill"))
+        time.sleep(0.01)
+
+    def breaker(rng: random.Random) -> None:
+        """Simulated faults wait for the cluster lock the cycle holds (never ClusterBusy)."""
+        name = rng.choice(nodes)
+        drill.act("fault", lambda: inject_fault(oncall, FAULT_GPU, name))
+        time.sleep(0.05)
+
+    alerts = [raise_alert("drill", "warning", f"drill-{i}", "a drill alert").pk for i in range(40)]
+
+    def responder(rng: random.Random) -> None:
+        """On-call acknowledges and resolves alerts while the cycle raises and clears its own."""
+        pk = rng.choice(alerts)
+        action = rng.choice([acknowledge_alert, resolve_alert])
+        drill.act(action.__name__, lambda: action(oncall, pk))
         time.sleep(0.01)
 
     policy = QuotaPolicy.load()
@@ -148,7 +171,8 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
         drill.act("policy", edit)
         time.sleep(0.02)
 
-    drill.run([cycles, cycles, submitter, canceller, quota, operator, policy_editor])
+    drill.run([cycles, cycles, submitter, canceller, quota, operator, policy_editor, breaker,
+               responder])  # fmt: skip
 
     print("drill:", dict(drill.accepted), "refused:", dict(drill.refused))
     assert drill.errors == [], drill.errors[:5]
@@ -158,9 +182,18 @@ def test_everyone_acts_while_cycles_run_and_nothing_fails(demo):
     decided = Counter(QuotaRequest.objects.filter(pk__in=asked).values_list("state", flat=True))
     assert decided["withdrawn"] == drill.accepted["withdraw"]
     assert decided["approved"] == drill.accepted["approve"]
+    assert decided["rejected"] == drill.accepted["reject"]
     audited = Counter(AuditRecord.objects.values_list("action", flat=True))
     for action in ("cordon_node", "drain_node", "uncordon_node"):
         assert audited[f"node.{action.removesuffix('_node')}"] == drill.accepted[action]
+    assert drill.accepted["fault"] >= 1 and audited["simulator.fault"] == drill.accepted["fault"]
+    for action in ("acknowledge_alert", "resolve_alert"):
+        assert (
+            audited["alert.ack" if action == "acknowledge_alert" else "alert.resolve"]
+            == drill.accepted[action]
+        )
+    resolved = Alert.objects.filter(pk__in=alerts, status=Alert.Status.RESOLVED).count()
+    assert resolved == drill.accepted["resolve_alert"], "each accepted resolve closed one alert"
     edits = AuditRecord.objects.filter(action="admin.change", target_type="quotas.quotapolicy")
     assert drill.accepted["policy"] >= 2 and edits.count() == drill.accepted["policy"]
     assert QuotaPolicy.load().starvation_bound_hours == bounds[-1]  # the last edit stands

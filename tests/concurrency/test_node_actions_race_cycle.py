@@ -99,3 +99,50 @@ def test_no_job_lands_on_a_node_cordoned_after_the_snapshot(demo, monkeypatch):
     run_cycle_now(admin)  # the next cycle places it elsewhere
     assert Job.objects.get(pk=job.pk).state == "running"
     assert not Allocation.objects.filter(job=job, node__name=node).exists()
+
+
+def test_a_cordon_does_not_wait_for_the_cycle_that_freed_its_node(demo, monkeypatch):
+    """A run that succeeded made the cycle write its model into its nodes' recent models
+    (node-group affinity) while it settled ended runs, before it planned: the update held
+    those node rows for the rest of the cycle, so a cordon of a node a job had just left
+    waited for the whole cycle (up to seconds at 10,000 GPUs; docs/benchmarks.md,
+    "Session 40"). The models are written last now, and the plan still sees them."""
+    from scheduling import engine
+    from scheduling.models import Allocation, Job
+    from scheduling.services import JobRequest, submit_job
+    from scheduling.sim_services import advance_clock
+
+    oncall, admin = demo["oncall"], demo["admin"]
+    request = JobRequest(name="done", queue="llm-core", gpus=8, model_name="llama-70b",
+                         sim_duration_minutes=5)  # fmt: skip
+    job = submit_job(demo["researcher"], request)
+    run_cycle_now(admin)
+    node = Allocation.objects.filter(job=job).values_list("node__name", flat=True).first()
+    advance_clock(admin, 600)
+    planned: dict[str, tuple[str, ...]] = {}
+    reached, go = threading.Event(), threading.Event()
+    real_plan = engine.plan
+
+    def held_plan(snapshot, now):
+        planned.update({n.name: n.recent_models for n in snapshot.nodes})
+        reached.set()
+        assert go.wait(30), "the test never let the cycle go"
+        return real_plan(snapshot, now)
+
+    monkeypatch.setattr(engine, "plan", held_plan)
+    errors: list[str] = []
+    cycle = in_thread(errors, lambda: run_cycle_now(admin))
+    try:
+        assert reached.wait(30), errors
+        cordoner = in_thread(errors, lambda: cordon_node(oncall, node, "ECC errors"))
+        cordoner.join(10)
+        assert not cordoner.is_alive(), "the cordon waited for the cycle"
+    finally:
+        go.set()
+        cycle.join(60)
+    assert errors == []
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert planned[node][:1] == ("llama-70b",), "the plan did not see the model that ran there"
+    assert Node.objects.get(name=node).recent_models[:1] == ["llama-70b"]
+    assert Node.objects.get(name=node).state == "cordoned"
+

@@ -146,3 +146,63 @@ def test_a_cordon_does_not_wait_for_the_cycle_that_freed_its_node(demo, monkeypa
     assert Node.objects.get(name=node).recent_models[:1] == ["llama-70b"]
     assert Node.objects.get(name=node).state == "cordoned"
 
+
+def test_a_start_skipped_for_a_cordon_says_so_in_its_pending_reason(demo, monkeypatch):
+    """A planned start skipped because its node was cordoned after the snapshot kept the
+    job's pending reason of the cycle before (here: its line's quota was full) for a whole
+    cycle, though its turn had come: its owner read a reason that was no longer true. It
+    now reads that a node it was to start on was taken out of service (NODES_UNAVAILABLE,
+    naming the node), until the next cycle places it elsewhere."""
+    from scheduling import engine
+    from scheduling.models import Job
+    from scheduling.services import JobRequest, cancel_job, submit_job
+
+    oncall, admin, me = demo["oncall"], demo["admin"], demo["researcher"]
+    blocker = submit_job(me, JobRequest(name="blocker", queue="llm-core", gpus=8))
+    run_cycle_now(admin)
+    job = submit_job(me, JobRequest(name="waits", queue="llm-core", gpus=8))
+    run_cycle_now(admin)
+    before = Job.objects.get(pk=job.pk)
+    assert (before.state, before.pending_code) == ("pending", "QUOTA_EXCEEDED")
+    cancel_job(me, blocker.pk)
+    planned: dict[str, set[str]] = {}
+    reached, go = threading.Event(), threading.Event()
+    real_plan = engine.plan
+
+    def held_plan(snapshot, now):
+        plan = real_plan(snapshot, now)
+        nodes = {s.node for st in plan.starts if st.job_id == job.pk for s in st.placement}
+        if nodes:  # the cycle that starts it: held after planning
+            planned["nodes"] = nodes
+            reached.set()
+            assert go.wait(30), "the test never let the cycle go"
+        return plan
+
+    monkeypatch.setattr(engine, "plan", held_plan)
+    errors: list[str] = []
+    try:
+        for _ in range(3):  # the blocker's GPUs are freed within a cycle or two
+            cycle = in_thread(errors, lambda: run_cycle_now(admin))
+            while cycle.is_alive() and not reached.wait(0.1):
+                pass
+            if reached.is_set():
+                break
+        assert reached.is_set(), errors
+        [node] = planned["nodes"]
+        cordoner = in_thread(errors, lambda: cordon_node(oncall, node, "ECC errors"))
+        cordoner.join(30)
+    finally:
+        go.set()
+        cycle.join(60)
+    assert errors == []
+    after = Job.objects.get(pk=job.pk)
+    assert after.state == "pending", "it started on the node cordoned before its launch"
+    assert after.pending_code == "NODES_UNAVAILABLE", after.pending_message
+    assert node in after.pending_message and "cordoned" in after.pending_message
+    assert after.pending_details["unavailable_nodes"] == 1
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(me)
+    shown = client.get(f"/api/v1/jobs/{job.pk}/").json()["pending_reason"]
+    assert (shown["code"], shown["message"]) == ("NODES_UNAVAILABLE", after.pending_message)

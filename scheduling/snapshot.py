@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -184,9 +185,15 @@ def active_job_rows() -> dict[int, dict]:
 
 
 def build_snapshot(
-    obs: Observation, policy: et.PolicyConfig, predictor: RuntimePredictor
-) -> SnapshotContext:
-    """Nodes and free GPUs from the observation (the truth); contracts and jobs from the DB."""
+    obs: Observation, policy: et.PolicyConfig, predictor: RuntimePredictor,
+    recent_models: Mapping[str, list[str]] | None = None,
+) -> SnapshotContext:  # fmt: skip
+    """Nodes and free GPUs from the observation (the truth); contracts and jobs from the DB.
+
+    ``recent_models``: nodes' recent models the cycle has changed but not written yet
+    (``Cycle.recent_models``), taken over the stored ones.
+    """
+    recent = recent_models or {}
     now = obs.now
     db_nodes = {n["name"]: n for n in Node.objects.values(*NODE_FIELDS)}
     node_name = {n["id"]: name for name, n in db_nodes.items()}
@@ -294,7 +301,7 @@ def build_snapshot(
                 free_gpus=tuple(o.free_gpus),
                 rdma=o.rdma,
                 state=state,
-                recent_models=tuple(db["recent_models"]),
+                recent_models=tuple(recent.get(o.name, db["recent_models"])),
                 inference=o.inference,
                 exclusive=o.name in exclusive_nodes,
                 inference_rise=inference_rise(db) if o.inference else (),

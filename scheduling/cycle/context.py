@@ -115,6 +115,9 @@ class Cycle:
         self.events: list[JobEvent] = []
         # pending reasons of planned starts not launched (yet): written with the verdicts
         self.launch_verdicts: dict[int, et.Verdict] = {}
+        # nodes' recent models after the runs that ended (``finished.note_models``): the
+        # snapshot plans with them; written last (``finished.remember_models``)
+        self.recent_models: dict[str, list[str]] = {}
 
     def stamp(self, job: Job | None = None) -> datetime:
         """When this cycle did something to ``job``: the cycle's cluster time, but never

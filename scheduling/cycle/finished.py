@@ -4,8 +4,8 @@ A run that succeeded finishes its job; one stopped on request after a checkpoint
 its job back in the queue with its progress (an ``Eviction`` row when it made room for
 other work: R4's ratio); any other end is retried while retries are left, else the job
 fails. The jobs are decided in memory and written in a few statements: GPUs freed, jobs
-updated, evictions inserted, and the model that just ran remembered on its nodes (for
-node-group affinity).
+updated, evictions inserted; the model that just ran is remembered for its nodes (for
+node-group affinity): on the cycle, which plans with it and writes it last.
 """
 
 from __future__ import annotations
@@ -50,17 +50,37 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str]]) -> None:
     Eviction.objects.bulk_create(evictions)
     record_evictions(evictions)
     if recent:
-        remember_models(recent)
+        note_models(cycle, recent)
 
 
-def remember_models(recent: dict[str, list[str]]) -> None:
-    """Put the models that just finished first in their nodes' ``recent_models``."""
-    nodes = list(Node.objects.filter(name__in=recent))
-    for node in nodes:
-        newest = list(dict.fromkeys(reversed(recent[node.name])))
-        kept = [m for m in node.recent_models if m not in newest]
-        node.recent_models = (newest + kept)[:RECENT_MODELS_KEPT]
-    Node.objects.bulk_update(nodes, ["recent_models"])
+def note_models(cycle: Cycle, recent: dict[str, list[str]]) -> None:
+    """Put the models that just finished first in their nodes' recent models, on the cycle
+    (``Cycle.recent_models``: the snapshot plans with them); ``remember_models`` writes
+    them when the cycle ends."""
+    stored = dict(Node.objects.filter(name__in=recent).values_list("name", "recent_models"))
+    for name, models in recent.items():
+        if name not in stored:
+            continue
+        newest = list(dict.fromkeys(reversed(models)))
+        kept = [m for m in cycle.recent_models.get(name, stored[name]) if m not in newest]
+        cycle.recent_models[name] = (newest + kept)[:RECENT_MODELS_KEPT]
+
+
+def remember_models(cycle: Cycle) -> None:
+    """Write the nodes' recent models the cycle changed (``note_models``), in one statement.
+
+    Called as late as the cycle can (``run_cycle``, just before its summary row): the
+    update locks those node rows until the commit, and an on-call cordon of one of them (a
+    node a job has just left) waits for them. Written while the runs were settled, before
+    the plan, they held the rows for the whole cycle (docs/benchmarks.md, "Session 40").
+    Only the cycle writes ``recent_models`` (under the cluster lock), so nothing written
+    meanwhile is lost; a cordon's own columns are left alone.
+    """
+    if not cycle.recent_models:
+        return
+    ids = dict(Node.objects.filter(name__in=cycle.recent_models).values_list("name", "id"))
+    bulk_set(Node, ("recent_models",),
+             [(ids[n], models) for n, models in cycle.recent_models.items() if n in ids])  # fmt: skip
 
 
 def run_ended(

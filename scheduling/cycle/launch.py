@@ -7,7 +7,8 @@ retried within the cycle. The GPU allocations of all successful launches are wri
 one statement (the unique (node, GPU) constraint guards it), falling back to one job at
 a time if it is refused, so one bad row cannot block the others. A permanent launch
 error fails the job with the backend's words; a transient one leaves it pending,
-backing off (``backoff``), with a ``LAUNCH_RETRY`` pending reason.
+backing off (``backoff``), with a ``LAUNCH_RETRY`` pending reason. A start whose node left
+service after the snapshot is not launched; the job waits with ``NODES_UNAVAILABLE``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     # Held until the cycle commits: a node cordoned, drained or isolated since the snapshot
     # takes no new work (V5), and a cordon arriving from now on waits for this cycle.
     isolated = {
-        name
+        name: state
         for name, state in Node.objects.select_for_update(no_key=True)
         .filter(name__in={s.node for start in starts for s in start.placement})
         .order_by("name")
@@ -61,8 +62,10 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         job = jobs.get(start.job_id)
         if job is None:
             continue  # cancelled (or adopted) since the snapshot
-        if any(s.node in isolated for s in start.placement):
-            continue  # its node was isolated since the snapshot: planned again next cycle
+        if lost := {s.node: isolated[s.node] for s in start.placement if s.node in isolated}:
+            # its node was isolated since the snapshot: planned again next cycle, and says so
+            cycle.launch_verdicts[job.pk] = out_of_service(lost)
+            continue
         streak = Streak.of(job)
         if streak and not streak.due(cycle.now):
             # Backing off after a transient launch failure: the backend is not asked.
@@ -101,6 +104,27 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     cycle.report.counts["starts"] += len(placed)
     record_starts([job for job, _ in placed])
     mark_displaced(cycle, [(j, displaced[j.pk]) for j, _ in placed if j.pk in displaced])
+
+
+def out_of_service(nodes: dict[str, str]) -> et.Verdict:
+    """The pending reason of a planned start skipped because nodes it was placed on left
+    service after the snapshot (cordoned, drained or isolated; ``nodes``: name -> state):
+    ``NODES_UNAVAILABLE``, naming them, until the next cycle places it again. Without it
+    the job showed the reason of the cycle before for one cycle."""
+    its = "its node" if len(nodes) == 1 else "its nodes"
+    named = ", ".join(f"{name} ({state})" for name, state in sorted(nodes.items()))
+    return et.Verdict(
+        code=et.Code.NODES_UNAVAILABLE,
+        message=(
+            f"It was about to start, but {its} {named} went out of service after this cycle "
+            "placed it there; the next cycle places it on nodes in service."
+        ),
+        details={
+            "unavailable_nodes": len(nodes),
+            explain.NO_ESTIMATE: "it is placed again on the next cycle",
+        },
+        remedy="Nothing to do: the next cycle, within seconds, places it again.",
+    )
 
 
 def mark_displaced(cycle: Cycle, swaps: list[tuple[Job, tuple[int, ...]]]) -> None:

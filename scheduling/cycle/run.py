@@ -25,6 +25,7 @@ from scheduling.backend_factory import get_backend
 from scheduling.clock import to_datetime
 from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
 from scheduling.cycle.context import Cycle, production_policy
+from scheduling.cycle.finished import remember_models
 from scheduling.cycle.launch import start_all
 from scheduling.cycle.marks import write_marks
 from scheduling.cycle.phases import CycleTrace, PhaseTimer
@@ -62,7 +63,8 @@ def plan_and_apply(
 ) -> tuple[list[str], dict[str, int]]:
     """Snapshot, plan and apply; returns the plan's invariant violations and pending counts."""
     with timer.phase("snapshot"):
-        ctx = build_snapshot(cycle.obs, production_policy(), RuntimePredictor.from_history())
+        ctx = build_snapshot(cycle.obs, production_policy(), RuntimePredictor.from_history(),
+                             cycle.recent_models)  # fmt: skip
     if trace is not None:
         trace.snapshot, trace.now = ctx.snapshot, cycle.obs.now
     with timer.phase("plan"):
@@ -133,6 +135,7 @@ def run_cycle(
                     f"(transient ones are retried with backoff); first: {errors[0][:300]}",
                 )  # fmt: skip
             with timer.phase("record"):
+                remember_models(cycle)  # last: it locks those nodes' rows until the commit
                 timings = {
                     "observe_ms": timer.total("lock", "observe", "reconcile", "stops"),
                     "plan_ms": timer.total("snapshot", "plan", "check"),

@@ -24,9 +24,12 @@ VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending
 
 
 def counts_by_code(cycle: Cycle, plan: et.Plan) -> dict[str, int]:
-    """Pending jobs per reason code: the engine's verdicts and the loop's launch retries."""
+    """Pending jobs per reason code: the engine's verdicts and the loop's own (launch
+    retries, starts skipped because their node left service)."""
     counts = plan.counts_by_code()
-    counts[LAUNCH_RETRY_CODE] = len(cycle.launch_verdicts)
+    counts[LAUNCH_RETRY_CODE] = 0
+    for v in cycle.launch_verdicts.values():
+        counts[v.code] = counts.get(v.code, 0) + 1
     return counts
 
 
@@ -34,7 +37,8 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
     """Store each waiting job's verdict, only where it changed, in one statement per batch.
 
     The engine's verdicts, plus the loop's own for planned starts that were not launched
-    (``LAUNCH_RETRY_CODE``): such a job has no engine verdict, it was planned to start.
+    (``LAUNCH_RETRY_CODE``, or ``NODES_UNAVAILABLE`` when the node left service after the
+    snapshot): such a job has no engine verdict, it was planned to start.
     ``rows`` are the snapshot's job rows: what each job said before this cycle.
     """
     changed = []

@@ -99,3 +99,110 @@ def test_no_job_lands_on_a_node_cordoned_after_the_snapshot(demo, monkeypatch):
     run_cycle_now(admin)  # the next cycle places it elsewhere
     assert Job.objects.get(pk=job.pk).state == "running"
     assert not Allocation.objects.filter(job=job, node__name=node).exists()
+
+
+def test_a_cordon_does_not_wait_for_the_cycle_that_freed_its_node(demo, monkeypatch):
+    """A run that succeeded made the cycle write its model into its nodes' recent models
+    (node-group affinity) while it settled ended runs, before it planned: the update held
+    those node rows for the rest of the cycle, so a cordon of a node a job had just left
+    waited for the whole cycle (up to seconds at 10,000 GPUs; docs/benchmarks.md,
+    "Session 40"). The models are written last now, and the plan still sees them."""
+    from scheduling import engine
+    from scheduling.models import Allocation, Job
+    from scheduling.services import JobRequest, submit_job
+    from scheduling.sim_services import advance_clock
+
+    oncall, admin = demo["oncall"], demo["admin"]
+    request = JobRequest(name="done", queue="llm-core", gpus=8, model_name="llama-70b",
+                         sim_duration_minutes=5)  # fmt: skip
+    job = submit_job(demo["researcher"], request)
+    run_cycle_now(admin)
+    node = Allocation.objects.filter(job=job).values_list("node__name", flat=True).first()
+    advance_clock(admin, 600)
+    planned: dict[str, tuple[str, ...]] = {}
+    reached, go = threading.Event(), threading.Event()
+    real_plan = engine.plan
+
+    def held_plan(snapshot, now):
+        planned.update({n.name: n.recent_models for n in snapshot.nodes})
+        reached.set()
+        assert go.wait(30), "the test never let the cycle go"
+        return real_plan(snapshot, now)
+
+    monkeypatch.setattr(engine, "plan", held_plan)
+    errors: list[str] = []
+    cycle = in_thread(errors, lambda: run_cycle_now(admin))
+    try:
+        assert reached.wait(30), errors
+        cordoner = in_thread(errors, lambda: cordon_node(oncall, node, "ECC errors"))
+        cordoner.join(10)
+        assert not cordoner.is_alive(), "the cordon waited for the cycle"
+    finally:
+        go.set()
+        cycle.join(60)
+    assert errors == []
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert planned[node][:1] == ("llama-70b",), "the plan did not see the model that ran there"
+    assert Node.objects.get(name=node).recent_models[:1] == ["llama-70b"]
+    assert Node.objects.get(name=node).state == "cordoned"
+
+
+def test_a_start_skipped_for_a_cordon_says_so_in_its_pending_reason(demo, monkeypatch):
+    """A planned start skipped because its node was cordoned after the snapshot kept the
+    job's pending reason of the cycle before (here: its line's quota was full) for a whole
+    cycle, though its turn had come: its owner read a reason that was no longer true. It
+    now reads that a node it was to start on was taken out of service (NODES_UNAVAILABLE,
+    naming the node), until the next cycle places it elsewhere."""
+    from scheduling import engine
+    from scheduling.models import Job
+    from scheduling.services import JobRequest, cancel_job, submit_job
+
+    oncall, admin, me = demo["oncall"], demo["admin"], demo["researcher"]
+    blocker = submit_job(me, JobRequest(name="blocker", queue="llm-core", gpus=8))
+    run_cycle_now(admin)
+    job = submit_job(me, JobRequest(name="waits", queue="llm-core", gpus=8))
+    run_cycle_now(admin)
+    before = Job.objects.get(pk=job.pk)
+    assert (before.state, before.pending_code) == ("pending", "QUOTA_EXCEEDED")
+    cancel_job(me, blocker.pk)
+    planned: dict[str, set[str]] = {}
+    reached, go = threading.Event(), threading.Event()
+    real_plan = engine.plan
+
+    def held_plan(snapshot, now):
+        plan = real_plan(snapshot, now)
+        nodes = {s.node for st in plan.starts if st.job_id == job.pk for s in st.placement}
+        if nodes:  # the cycle that starts it: held after planning
+            planned["nodes"] = nodes
+            reached.set()
+            assert go.wait(30), "the test never let the cycle go"
+        return plan
+
+    monkeypatch.setattr(engine, "plan", held_plan)
+    errors: list[str] = []
+    try:
+        for _ in range(3):  # the blocker's GPUs are freed within a cycle or two
+            cycle = in_thread(errors, lambda: run_cycle_now(admin))
+            while cycle.is_alive() and not reached.wait(0.1):
+                pass
+            if reached.is_set():
+                break
+        assert reached.is_set(), errors
+        [node] = planned["nodes"]
+        cordoner = in_thread(errors, lambda: cordon_node(oncall, node, "ECC errors"))
+        cordoner.join(30)
+    finally:
+        go.set()
+        cycle.join(60)
+    assert errors == []
+    after = Job.objects.get(pk=job.pk)
+    assert after.state == "pending", "it started on the node cordoned before its launch"
+    assert after.pending_code == "NODES_UNAVAILABLE", after.pending_message
+    assert node in after.pending_message and "cordoned" in after.pending_message
+    assert after.pending_details["unavailable_nodes"] == 1
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(me)
+    shown = client.get(f"/api/v1/jobs/{job.pk}/").json()["pending_reason"]
+    assert (shown["code"], shown["message"]) == ("NODES_UNAVAILABLE", after.pending_message)

@@ -23,6 +23,7 @@ def end(backend, *runs: tuple[Job, str, float, str]):
     cycle = make_cycle(backend)
     finished.finish_runs(cycle, [(Job.objects.get(pk=j.pk), *rest) for j, *rest in runs])
     cycle.flush_events()
+    finished.remember_models(cycle)  # as the cycle does last
     return cycle, [Job.objects.get(pk=j.pk) for j, *_ in runs]
 
 
@@ -47,6 +48,18 @@ def test_the_model_that_finished_leads_its_nodes_recent_models(backend, running_
     end(backend, (first, SUCCEEDED, 60.0, ""), (second, SUCCEEDED, 60.0, ""))
     assert Node.objects.get(name="n0").recent_models == ["t5", "llama", "bert"]
     assert Node.objects.get(name="n1").recent_models == []
+
+
+def test_the_models_are_kept_on_the_cycle_until_it_writes_them_last(backend, running_job):
+    """The update locks the node rows until the commit (a cordon of them waits): the cycle
+    plans with ``Cycle.recent_models`` and writes them at its end (``remember_models``)."""
+    job = running_job("n0", (0, 1, 2, 3), model_name="llama")
+    cycle = make_cycle(backend)
+    finished.finish_runs(cycle, [(Job.objects.get(pk=job.pk), SUCCEEDED, 60.0, "")])
+    assert cycle.recent_models == {"n0": ["llama"]}
+    assert Node.objects.get(name="n0").recent_models == []
+    finished.remember_models(cycle)
+    assert Node.objects.get(name="n0").recent_models == ["llama"]
 
 
 def test_a_failed_run_is_not_remembered_for_affinity(backend, running_job):

@@ -102,6 +102,17 @@ def test_a_launch_retry_reason_is_written_with_the_engines(backend, make_job, se
     assert sent[-1] == ("pending", "pending.updated", {"by_reason": counts})
 
 
+def test_a_start_skipped_for_its_node_is_counted_under_its_own_code(backend, make_job, sent):
+    """Not as a launch retry: the pending page counts it with the nodes out of service."""
+    from scheduling.cycle.launch import out_of_service
+
+    job = make_job()
+    cycle = write(backend, plan(), rows(job), launch={job.pk: out_of_service({"n0": "cordoned"})})
+    assert Job.objects.get(pk=job.pk).pending_code == "NODES_UNAVAILABLE"
+    counts = verdicts.counts_by_code(cycle, plan())
+    assert counts["NODES_UNAVAILABLE"] == 1 and counts["LAUNCH_RETRY"] == 0
+
+
 def test_the_counts_list_every_reason_code_even_at_zero(backend):
     counts = verdicts.counts_by_code(make_cycle(backend), plan())
     assert set(et.VERDICT_CODES) | {"LAUNCH_RETRY"} == set(counts)

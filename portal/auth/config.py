@@ -26,6 +26,10 @@ LDAP_GROUP_TYPES = (
     "activeDirectory",
     "nestedActiveDirectory",
 )
+# The directory sweep (portal/auth/sweep.py): how often, and the share of the directory's
+# accounts one sweep may deactivate before it deactivates nobody.
+DEFAULT_SWEEP_SECONDS = 900.0
+DEFAULT_SWEEP_MAX_SHARE = 0.1
 OIDC_SIGN_ALGOS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
 
 
@@ -51,8 +55,11 @@ def _required(name: str, environ: Mapping[str, str] | None, why: str) -> str:
 def ldap_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """django-auth-ldap's ``AUTH_LDAP_*`` settings and the portal's ``LDAP_*`` ones."""
     uri = env_url("LDAP_SERVER_URI", ("ldap", "ldaps"), environ)
+    sweep_seconds = env_float(
+        "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS, environ, minimum=60, maximum=86400
+    )
     if not uri:
-        return {"LDAP_ENABLED": False}
+        return {"LDAP_ENABLED": False, "LDAP_SWEEP_SECONDS": sweep_seconds}
     import ldap
     from django_auth_ldap import config as ldap_config
 
@@ -73,6 +80,10 @@ def ldap_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "LDAP_ENABLED": True,
         "LDAP_IDENTITY_MAPPING": identity_mapping("LDAP", environ),
+        "LDAP_SWEEP_SECONDS": sweep_seconds,
+        "LDAP_SWEEP_MAX_SHARE": env_float(
+            "LDAP_SWEEP_MAX_SHARE", DEFAULT_SWEEP_MAX_SHARE, environ, minimum=0, maximum=1
+        ),
         "AUTH_LDAP_SERVER_URI": uri,
         "AUTH_LDAP_BIND_DN": bind_dn,
         "AUTH_LDAP_BIND_PASSWORD": bind_password,

@@ -70,6 +70,9 @@ def beat_schedule(cycle_seconds: float, directory_sweep_seconds: float = 900.0) 
 def _install_schedule(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
-    sender.conf.beat_schedule = beat_schedule(
-        settings.SCHEDULER_CYCLE_SECONDS, settings.LDAP_SWEEP_SECONDS
-    )
+    from portal.auth.config import DEFAULT_SWEEP_SECONDS
+
+    sweep_seconds = getattr(
+        settings, "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS
+    )  # LDAP off: unset
+    sender.conf.beat_schedule = beat_schedule(settings.SCHEDULER_CYCLE_SECONDS, sweep_seconds)

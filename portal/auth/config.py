@@ -55,11 +55,8 @@ def _required(name: str, environ: Mapping[str, str] | None, why: str) -> str:
 def ldap_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """django-auth-ldap's ``AUTH_LDAP_*`` settings and the portal's ``LDAP_*`` ones."""
     uri = env_url("LDAP_SERVER_URI", ("ldap", "ldaps"), environ)
-    sweep_seconds = env_float(
-        "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS, environ, minimum=60, maximum=86400
-    )
     if not uri:
-        return {"LDAP_ENABLED": False, "LDAP_SWEEP_SECONDS": sweep_seconds}
+        return {"LDAP_ENABLED": False}
     import ldap
     from django_auth_ldap import config as ldap_config
 
@@ -80,7 +77,9 @@ def ldap_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "LDAP_ENABLED": True,
         "LDAP_IDENTITY_MAPPING": identity_mapping("LDAP", environ),
-        "LDAP_SWEEP_SECONDS": sweep_seconds,
+        "LDAP_SWEEP_SECONDS": env_float(
+            "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS, environ, minimum=60, maximum=86400
+        ),
         "LDAP_SWEEP_MAX_SHARE": env_float(
             "LDAP_SWEEP_MAX_SHARE", DEFAULT_SWEEP_MAX_SHARE, environ, minimum=0, maximum=1
         ),

@@ -18,6 +18,7 @@ from rest_framework.authtoken.models import Token
 from core import tokens
 from core.models import AuditRecord
 from core.roles import role_of
+from demo.workload import WORKLOAD_USER
 from portal.auth.models import DirectoryAccount
 from portal.auth.tasks import directory_sweep
 from scheduling.models import Job
@@ -221,12 +222,15 @@ def test_local_accounts_and_accounts_the_directory_does_not_have_are_left_alone(
     rick = User.objects.create_user("rick")
     directory.delete_person("dora")
     report = directory_sweep()
+    # dora, rick, ci-bot and the demo's workload account: local accounts are never looked up
+    assert report["checked"] == 4
     assert report["deactivated"] == ["dora"]
     assert report["adopted"] == ["rick"] and DirectoryAccount.objects.filter(user=rick).exists()
     assert state("rick") == (True, "researcher", False, {"search-rec": "member"})
     assert {name: state(name) for name in local} == local
     assert user("admin").check_password(DEMO_PASSWORD)
     assert user("ci-bot").is_active and can_use_token(secret)
+    assert user(WORKLOAD_USER).is_active and lines_of(WORKLOAD_USER)  # passwordless too
     assert not DirectoryAccount.objects.filter(user=bot).exists()
 
 
@@ -261,3 +265,25 @@ def test_the_beat_schedule_runs_the_sweep_at_its_setting():
     assert entry["task"] == directory_sweep.name == "portal.auth.tasks.directory_sweep"
     assert (entry["schedule"], entry["options"]["expires"]) == (300.0, 270.0)
     assert beat_schedule(5.0)["directory-sweep"]["schedule"] == 900.0
+
+
+def test_the_upgrade_marks_accounts_a_directory_sign_in_changed(demo):
+    """Accounts from before ``DirectoryAccount``: one a directory sign-in changed (its
+    ``identity.sync`` record says "directory sign-in") is the directory's; one the
+    provider changed, or a local one, is not."""
+    import importlib
+
+    from django.apps import apps
+
+    from core import audit
+
+    User = get_user_model()
+    dora, olga = User.objects.create_user("dora"), User.objects.create_user("olga")
+    for person, reason in ((dora, "directory sign-in: groups llm-leads"),
+                           (olga, "single sign-on sign-in: groups portal-oncall"),
+                           (user("lead"), "directory sign-in: groups llm-leads")):  # fmt: skip
+        audit.record(person, "identity.sync", person, reason=reason)
+    migration = importlib.import_module("portal.auth.migrations.0002_directory_accounts_from_audit")
+    migration.mark(apps, None)
+    migration.mark(apps, None)  # twice: the same rows
+    assert list(DirectoryAccount.objects.values_list("user__username", flat=True)) == ["dora"]

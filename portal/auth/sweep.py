@@ -209,6 +209,14 @@ def _still_swept(user: Any) -> bool:
     return user.is_active and not user.has_usable_password()
 
 
+def _adopt(user: Any, report: Report) -> None:
+    """Mark ``user`` (no usable password, found in the directory under its name) as the
+    directory's: from now on it is swept as any directory account."""
+    DirectoryAccount.objects.get_or_create(user=user)
+    report.adopted.append(user.get_username())
+    logger.info("directory sweep: %s is the directory's (found under its name)", user)
+
+
 def sweep(*, dry_run: bool = False) -> Report:
     """One sweep (module docstring); with ``dry_run``, what it would do, writing nothing."""
     if not getattr(settings, "LDAP_ENABLED", False):
@@ -241,8 +249,7 @@ def sweep(*, dry_run: bool = False) -> Report:
         if not _still_swept(item.user):
             continue
         if not item.linked:
-            DirectoryAccount.objects.get_or_create(user=item.user)
-            report.adopted.append(item.user.get_username())
+            _adopt(item.user, report)
         _, changed = sync_groups(
             item.user, mapping, item.groups or (), source=SOURCE, request=None, event="sweep"
         )
@@ -252,8 +259,7 @@ def sweep(*, dry_run: bool = False) -> Report:
         if not _still_swept(item.user):
             continue
         if not item.linked:
-            DirectoryAccount.objects.get_or_create(user=item.user)
-            report.adopted.append(item.user.get_username())
+            _adopt(item.user, report)
         if offboard(item.user, managed_lines=lines, source=SOURCE, reason=why):
             report.deactivated.append(item.user.get_username())
             logger.info("directory sweep: %s deactivated (%s)", item.user, why)

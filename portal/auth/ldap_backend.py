@@ -17,7 +17,9 @@
 - an account the directory signed in is marked as the directory's (``DirectoryAccount``),
   so the sweep (``portal.auth.sweep``) follows it without a sign-in; one the sweep
   deactivated (or an admin did) has no session: ``get_user`` answers None for an
-  inactive account, as Django's ``ModelBackend`` does (django-auth-ldap's does not);
+  inactive account, as Django's ``ModelBackend`` does (django-auth-ldap's does not), and
+  its sign-in is refused with a message before the groups are applied (they gave the role
+  back to an account no one could use, audited as a sign-in);
 - a directory that cannot be reached (django-auth-ldap catches the ``LDAPError`` and sends
   ``ldap_error``; a search for groups that fails is caught here) is said on the login page
   (``portal.auth.notices``), not a 500: local accounts, checked first by ``ModelBackend``,
@@ -90,6 +92,10 @@ class PortalLDAPBackend(LDAPBackend):
             return None
         DirectoryAccount.objects.get_or_create(user=user)
         request = ldap_user._request
+        if not user.is_active:  # the sweep closed it (or an admin): groups are not applied
+            logger.info("directory sign-in as %s refused: the account is inactive", user)
+            notices.tell(request, notices.deactivated("directory"))
+            return None
         try:
             groups = sorted(ldap_user.group_names)
         except ldap.LDAPError as exc:

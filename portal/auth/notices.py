@@ -44,6 +44,13 @@ def not_let_in(source: str) -> str:
     )
 
 
+def deactivated(source: str) -> str:
+    return (
+        f"Your portal account is deactivated (the {source} sweep or a cluster admin closed it),"
+        " so it cannot sign in. Ask a cluster admin to reactivate it."
+    )
+
+
 def local_account_taken(source: str) -> str:
     return (
         f"This user name belongs to a local portal account, which {source} cannot sign in. "

@@ -287,3 +287,22 @@ def test_the_upgrade_marks_accounts_a_directory_sign_in_changed(demo):
     migration.mark(apps, None)
     migration.mark(apps, None)  # twice: the same rows
     assert list(DirectoryAccount.objects.values_list("user__username", flat=True)) == ["dora"]
+
+
+def test_someone_who_comes_back_needs_an_admin_to_reactivate_the_account(
+    demo, directory, configure
+):
+    configure(sweep_env(directory))
+    signed_in("boss")
+    signed_in("dora")
+    directory.delete_person("boss")
+    assert directory_sweep()["deactivated"] == ["boss"]
+    directory.restore_person("boss")  # re-hired
+    client, response = sign_in("boss")
+    assert response.status_code == 200 and "_auth_user_id" not in client.session
+    assert "Your portal account is deactivated" in response.content.decode()
+    assert state("boss") == (False, "researcher", False, {})  # the groups are not applied
+    assert AuditRecord.objects.filter(target_id=str(user("boss").pk)).count() == 2  # sync, offboard
+    assert directory_sweep()["deactivated"] == [] and not user("boss").is_active
+    get_user_model().objects.filter(username="boss").update(is_active=True)  # the admin
+    assert signed_in("boss") and state("boss") == (True, "admin", True, {})

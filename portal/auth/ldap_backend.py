@@ -94,7 +94,7 @@ class PortalLDAPBackend(LDAPBackend):
         request = ldap_user._request
         if not user.is_active:  # the sweep closed it (or an admin): groups are not applied
             logger.info("directory sign-in as %s refused: the account is inactive", user)
-            notices.tell(request, notices.deactivated("directory"))
+            notices.tell(request, notices.DEACTIVATED)
             return None
         try:
             groups = sorted(ldap_user.group_names)

@@ -21,6 +21,11 @@ DIRECTORY_UNREACHABLE = (
     "cannot sign in. Please try again in a few minutes. Local accounts still work."
 )
 
+DEACTIVATED = (
+    "Your portal account is deactivated (the directory sweep or a cluster admin closed it), "
+    "so it cannot sign in. Ask a cluster admin to reactivate it."
+)
+
 
 def sso_label() -> str:
     return getattr(settings, "OIDC_LABEL", "single sign-on")
@@ -41,13 +46,6 @@ def not_let_in(source: str) -> str:
     return (
         f"Your {source} account is not in a group that may use the portal. "
         "Ask your team lead or a cluster admin to be added to one."
-    )
-
-
-def deactivated(source: str) -> str:
-    return (
-        f"Your portal account is deactivated (the {source} sweep or a cluster admin closed it),"
-        " so it cannot sign in. Ask a cluster admin to reactivate it."
     )
 
 

@@ -51,6 +51,7 @@ logger = logging.getLogger("portal.auth.sweep")
 
 GONE = "no longer in the directory"
 NOT_LET_IN = "in none of the required groups"
+AMBIGUOUS = "several directory entries"
 
 
 class DirectoryUnavailable(Exception):
@@ -146,14 +147,14 @@ def _look_up(
     backend: PortalLDAPBackend, connection: Any, user: Any
 ) -> tuple[str, ...] | str | None:
     """The group names of ``user``'s directory entry; None when the directory has no entry
-    of that name, "ambiguous" when it has several. ``ldap.LDAPError`` propagates."""
+    of that name, ``AMBIGUOUS`` when it has several. ``ldap.LDAPError`` propagates."""
     config = backend.settings
     name = backend.django_to_ldap_username(user.get_username())
     results = config.USER_SEARCH.execute(connection, {"user": name})
     if not results:
         return None
     if len(results) > 1:
-        return "ambiguous"
+        return AMBIGUOUS
     dn, attrs = results[0]
     infos = config.GROUP_TYPE.user_groups(_Entry(dn, attrs, connection), config.GROUP_SEARCH)
     names = {config.GROUP_TYPE.group_name_from_info(info) for info in infos}
@@ -181,7 +182,7 @@ def plan() -> Plan:
             except ldap.LDAPError as exc:
                 raise DirectoryUnavailable(f"looking up {user} failed: {exc!r}") from exc
             result.checked += 1
-            if groups == "ambiguous":
+            if groups == AMBIGUOUS:
                 result.ambiguous.append(user.get_username())
                 continue
             if groups is None and not linked:

@@ -152,6 +152,13 @@ def revoke_token(user: Any, token_id: int, *, source_ip: str | None = None) -> A
     return token
 
 
+def revoke_all(user: Any) -> int:
+    """Revoke every live token of ``user`` and delete their ``issue_token`` (DRF) token, in
+    the caller's transaction (``core.people.offboard``, which audits it); how many went."""
+    revoked = live_tokens(user).update(revoked_at=timezone.now())
+    return revoked + Token.objects.filter(user=user).delete()[0]
+
+
 # Every API request looks its token up: compiled once (``core.prepared``), the token, its
 # user and their profile (the role) in one query.
 _TOKEN_BY_HASH = Prepared(

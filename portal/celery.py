@@ -23,8 +23,9 @@ def _every(task: str, seconds: float, expires: float) -> dict:
     return {"task": task, "schedule": seconds, "options": {"expires": expires}}
 
 
-def beat_schedule(cycle_seconds: float) -> dict:
-    """The beat schedule; ``cycle_seconds`` comes from SCHEDULER_CYCLE_SECONDS."""
+def beat_schedule(cycle_seconds: float, directory_sweep_seconds: float = 900.0) -> dict:
+    """The beat schedule; ``cycle_seconds`` comes from SCHEDULER_CYCLE_SECONDS,
+    ``directory_sweep_seconds`` from LDAP_SWEEP_SECONDS."""
     return {
         # The scheduling cycle: observe, reconcile, plan, apply. A few seconds keeps
         # waits short; single-flight, so a slow cycle is skipped rather than stacked.
@@ -53,6 +54,15 @@ def beat_schedule(cycle_seconds: float) -> dict:
         # alerts are re-sent each minute, or Alertmanager ends them after four minutes
         # (monitoring.notify.FIRING_FOR), as it does with Prometheus's.
         "alerts-resend": _every("monitoring.tasks.resend_alerts", 60.0, expires=55.0),
+        # Directory sweep (when LDAP_SERVER_URI is set; a no-op otherwise): people deleted
+        # from the directory lose their account, sessions and tokens, and group changes take
+        # effect, without a sign-in (portal/auth/sweep.py). 15 minutes by default: offboarding
+        # within the quarter hour, ~2 directory queries per account per run.
+        "directory-sweep": _every(
+            "portal.auth.tasks.directory_sweep",
+            directory_sweep_seconds,
+            expires=directory_sweep_seconds * 0.9,
+        ),
     }
 
 
@@ -60,4 +70,9 @@ def beat_schedule(cycle_seconds: float) -> dict:
 def _install_schedule(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
-    sender.conf.beat_schedule = beat_schedule(settings.SCHEDULER_CYCLE_SECONDS)
+    from portal.auth.config import DEFAULT_SWEEP_SECONDS
+
+    sweep_seconds = getattr(
+        settings, "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS
+    )  # LDAP off: unset
+    sender.conf.beat_schedule = beat_schedule(settings.SCHEDULER_CYCLE_SECONDS, sweep_seconds)

@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "scheduling",
     "monitoring",
     "portal.apps.PortalShellConfig",  # the shell's commands (prune, check_health) and tasks
+    "portal.auth.apps.PortalAuthConfig",  # directory accounts, sweep task, sync_directory
 ]
 
 MIDDLEWARE = [

@@ -26,6 +26,10 @@ LDAP_GROUP_TYPES = (
     "activeDirectory",
     "nestedActiveDirectory",
 )
+# The directory sweep (portal/auth/sweep.py): how often, and the share of the directory's
+# accounts one sweep may deactivate before it deactivates nobody.
+DEFAULT_SWEEP_SECONDS = 900.0
+DEFAULT_SWEEP_MAX_SHARE = 0.1
 OIDC_SIGN_ALGOS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
 
 
@@ -73,6 +77,12 @@ def ldap_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return {
         "LDAP_ENABLED": True,
         "LDAP_IDENTITY_MAPPING": identity_mapping("LDAP", environ),
+        "LDAP_SWEEP_SECONDS": env_float(
+            "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS, environ, minimum=60, maximum=86400
+        ),
+        "LDAP_SWEEP_MAX_SHARE": env_float(
+            "LDAP_SWEEP_MAX_SHARE", DEFAULT_SWEEP_MAX_SHARE, environ, minimum=0, maximum=1
+        ),
         "AUTH_LDAP_SERVER_URI": uri,
         "AUTH_LDAP_BIND_DN": bind_dn,
         "AUTH_LDAP_BIND_PASSWORD": bind_password,

@@ -14,6 +14,12 @@
   (``portal.auth.accounts.profile_text``: a NUL or a value too long was a 500);
 - a local account (one with a usable password: break-glass admins, demo users) is never
   signed in or changed by the directory, even under the same user name;
+- an account the directory signed in is marked as the directory's (``DirectoryAccount``),
+  so the sweep (``portal.auth.sweep``) follows it without a sign-in; one the sweep
+  deactivated (or an admin did) has no session: ``get_user`` answers None for an
+  inactive account, as Django's ``ModelBackend`` does (django-auth-ldap's does not), and
+  its sign-in is refused with a message before the groups are applied (they gave the role
+  back to an account no one could use, audited as a sign-in);
 - a directory that cannot be reached (django-auth-ldap catches the ``LDAPError`` and sends
   ``ldap_error``; a search for groups that fails is caught here) is said on the login page
   (``portal.auth.notices``), not a 500: local accounts, checked first by ``ModelBackend``,
@@ -33,6 +39,7 @@ from django_auth_ldap.backend import LDAPBackend, ldap_error, populate_user
 from core.security import normalize_username
 from portal.auth import notices
 from portal.auth.accounts import accounts_named, make_account, profile_text
+from portal.auth.models import DirectoryAccount
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -71,11 +78,24 @@ class PortalLDAPBackend(LDAPBackend):
             raise ldap_user.AuthenticationFailed("a local account has this user name")
         return user, built
 
+    def get_user(self, user_id: Any) -> Any:
+        """The signed-in account of a session, or None when it is inactive (deactivated by
+        the directory sweep or an admin): django-auth-ldap's kept serving its sessions."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
     def authenticate_ldap_user(self, ldap_user: Any, password: str) -> Any:
+        """django-auth-ldap's; then the account is marked as the directory's and the groups
+        give the role and lines (``apply_groups``), or keep the person out."""
         user = super().authenticate_ldap_user(ldap_user, password)
         if user is None:
             return None
+        DirectoryAccount.objects.get_or_create(user=user)
         request = ldap_user._request
+        if not user.is_active:  # the sweep closed it (or an admin): groups are not applied
+            logger.info("directory sign-in as %s refused: the account is inactive", user)
+            notices.tell(request, notices.DEACTIVATED)
+            return None
         try:
             groups = sorted(ldap_user.group_names)
         except ldap.LDAPError as exc:

@@ -21,6 +21,11 @@ DIRECTORY_UNREACHABLE = (
     "cannot sign in. Please try again in a few minutes. Local accounts still work."
 )
 
+DEACTIVATED = (
+    "Your portal account is deactivated (the directory sweep or a cluster admin closed it), "
+    "so it cannot sign in. Ask a cluster admin to reactivate it."
+)
+
 
 def sso_label() -> str:
     return getattr(settings, "OIDC_LABEL", "single sign-on")

@@ -223,6 +223,10 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             logger.warning("single sign-on as %s refused: a local account has that name", user)
             notices.tell(self.request, notices.local_account_taken(notices.sso_label()))
             raise SuspiciousOperation("a local account has this user name")
+        if not user.is_active:  # closed by the directory sweep or an admin: groups not applied
+            logger.info("single sign-on as %s refused: the account is inactive", user)
+            notices.tell(self.request, notices.DEACTIVATED)
+            raise SuspiciousOperation("the account is inactive")
         fields = {
             "email": claims.get("email"),
             "first_name": claims.get("given_name"),

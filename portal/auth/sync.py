@@ -29,25 +29,39 @@ def apply_groups(
     *,
     source: str,
     request: HttpRequest | None,
+    event: str = "sign-in",
 ) -> bool:
+    """``sync_groups``'s first answer: whether the groups let ``user`` in."""
+    return sync_groups(user, mapping, groups, source=source, request=request, event=event)[0]
+
+
+def sync_groups(
+    user: Any,
+    mapping: IdentityMapping,
+    groups: Iterable[str],
+    *,
+    source: str,
+    request: HttpRequest | None,
+    event: str = "sign-in",
+) -> tuple[bool, bool]:
     """Give ``user`` what ``groups`` give under ``mapping``; False when the mapping's required
     groups keep them out: then they keep nothing the groups gave (researcher, no managed
     line, not a superuser; audited), or one taken out of every group, refused, stayed an
-    admin for their open sessions and API tokens."""
+    admin for their open sessions and API tokens. ``event`` is what read the groups: a
+    ``sign-in``, or the directory ``sweep`` (``portal.auth.sweep``). Returns (let in,
+    whether the role or lines changed)."""
     given = grant_for(mapping, groups)
     let_in = given is not None
     if given is None:
-        logger.info("%s sign-in of %s refused: in none of the required groups", source, user)
+        logger.info("%s %s of %s refused: in none of the required groups", source, event, user)
         given = Grant(role=RESEARCHER, lines={}, groups=())
         reason = "in none of the required groups, not let in"
     else:
         reason = "groups " + (", ".join(given.groups) or "(none mapped)")
-    known = {
-        line.name: line for line in BusinessLine.objects.filter(name__in=mapping.managed_lines)
-    }
+    known = {line.name: line for line in managed_lines(mapping)}
     for name in sorted(mapping.managed_lines - known.keys()):
         logger.warning("%s group mapping names line %r, which does not exist", source, name)
-    sync_identity(
+    changed = sync_identity(
         user,
         role=given.role,
         lines={known[name]: lead for name, lead in given.lines.items() if name in known},
@@ -55,5 +69,11 @@ def apply_groups(
         source=source,
         reason=reason,
         source_ip=client_ip(request) if request is not None else None,
+        event=event,
     )
-    return let_in
+    return let_in, changed
+
+
+def managed_lines(mapping: IdentityMapping) -> list[BusinessLine]:
+    """The business lines ``mapping`` names that exist (what a person's groups can give)."""
+    return list(BusinessLine.objects.filter(name__in=mapping.managed_lines))

@@ -93,9 +93,11 @@ def _directory(scratch: Path) -> Iterator[Directory]:
 
 @pytest.fixture
 def directory(_directory: Directory) -> Directory:
-    """The running directory, everyone in their starting groups."""
+    """The running directory, everyone there and in their starting groups."""
     if not _directory.running:
         _directory.start()
+    for uid in sorted(_directory.deleted):
+        _directory.restore_person(uid)
     for uid, (_, groups) in PEOPLE.items():
         _directory.set_groups(uid, set(groups))
     return _directory

@@ -406,3 +406,17 @@ def test_answers_of_the_wrong_shape_from_the_provider_are_not_a_500(
     response = client.get(back.removeprefix(PORTAL))
     assert response["Location"] == "/accounts/login/" and signed_in_as(client) is None
     assert "did not complete" in client.get("/accounts/login/").content.decode()
+
+
+def test_a_deactivated_account_is_refused_before_its_groups_are_applied(demo, oidc_on):
+    """An account the directory sweep (or an admin) deactivated got its groups applied at
+    a single sign-on (an admin role back, audited as a sign-in) before mozilla-django-oidc
+    refused it as inactive."""
+    assert signed_in_as(sign_in("boss")[0]) == "boss"
+    get_user_model().objects.filter(username="boss").update(is_active=False, is_superuser=False)
+    records = AuditRecord.objects.count()
+    client, response = sign_in("boss")
+    assert signed_in_as(client) is None
+    assert "Your portal account is deactivated" in client.get("/accounts/login/").content.decode()
+    boss = get_user_model().objects.get(username="boss")
+    assert not boss.is_superuser and AuditRecord.objects.count() == records

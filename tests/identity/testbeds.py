@@ -91,6 +91,7 @@ class Directory:
         self.groups = list(groups)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.deleted: set[str] = set()  # people delete_person took out
         self.conf = root / "slapd.conf"
         self._write_config()
         self._load()
@@ -194,6 +195,41 @@ access to * by users read by * none
         finally:
             conn.unbind_s()
         person.groups = set(groups)
+
+    def _root(self):
+        import ldap
+
+        conn = ldap.initialize(self.uri)
+        conn.simple_bind_s(ROOT_DN, ROOT_PASSWORD)
+        return conn
+
+    def delete_person(self, uid: str) -> None:
+        """Delete ``uid``'s entry (someone who left), as a directory without the referential
+        integrity overlay does: their ``member`` values stay in the groups, naming nobody."""
+        conn = self._root()
+        try:
+            conn.delete_s(self.people[uid].dn)
+        finally:
+            conn.unbind_s()
+        self.deleted.add(uid)
+
+    def restore_person(self, uid: str) -> None:
+        """Bring back the entry ``delete_person`` deleted (same DN, same password)."""
+        import ldap.modlist
+
+        p = self.people[uid]
+        entry = {
+            "objectClass": [b"inetOrgPerson"], "uid": [p.uid.encode()],
+            "cn": [f"{p.given_name or p.uid} {p.surname or p.uid}".encode()],
+            "sn": [(p.surname or p.uid).encode()], "givenName": [(p.given_name or p.uid).encode()],
+            "mail": [f"{p.uid}@example.org".encode()], "userPassword": [ssha(p.password).encode()],
+        }  # fmt: skip
+        conn = self._root()
+        try:
+            conn.add_s(p.dn, ldap.modlist.addModlist(entry))
+        finally:
+            conn.unbind_s()
+        self.deleted.discard(uid)
 
     def set_attribute(self, uid: str, attribute: str, value: bytes) -> None:
         """Replace ``attribute`` of ``uid``'s entry with ``value`` (raw bytes: the directory

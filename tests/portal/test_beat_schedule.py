@@ -18,6 +18,7 @@ CADENCES = {
     "quota-activation": (60.0, 55.0),
     "retention": (900.0, 840.0),
     "alerts-resend": (60.0, 55.0),  # a no-op unless ALERTMANAGER_URL is set
+    "directory-sweep": (900.0, 810.0),  # LDAP_SWEEP_SECONDS; a no-op unless LDAP is set
 }
 
 

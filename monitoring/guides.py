@@ -248,6 +248,32 @@ GUIDES: tuple[Guide, ...] = (
         ),
         alert_kinds=("backend_error",),
     ),
+    Guide(
+        slug="directory-sweep-held",
+        title="Directory sweep held",
+        symptom=(
+            "Alert “directory sweep”: the portal stopped following the directory. People "
+            "deleted from it keep their account, sessions and API tokens, and group changes "
+            "wait for a sign-in, until a sweep runs through."
+        ),
+        causes=(
+            "“directory unavailable”: the LDAP server is down or unreachable from the portal, "
+            "or refused the service account's bind (a rotated password), or the user search "
+            "base does not exist. Directory sign-in fails too.",
+            "“deactivation bound”: the sweep would have deactivated more than "
+            "LDAP_SWEEP_MAX_SHARE of the directory accounts at once, so it wrote nothing: a "
+            "user search base or filter that finds nobody, or a real mass departure.",
+        ),
+        first_actions=(
+            "Run `manage.py sync_directory --dry-run`: it lists whom the sweep would "
+            "deactivate and why, and changes nothing.",
+            "For an outage or a refused bind, check the directory and LDAP_BIND_DN and "
+            "LDAP_BIND_PASSWORD with its owners; the next sweep (every LDAP_SWEEP_SECONDS) resolves the alert.",
+            "If the listed people really left, raise LDAP_SWEEP_MAX_SHARE for one run of "
+            "`manage.py sync_directory`, then set it back.",
+        ),
+        alert_kinds=("directory_sweep",),
+    ),
 )
 
 GUIDE_BY_SLUG: dict[str, Guide] = {g.slug: g for g in GUIDES}

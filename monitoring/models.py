@@ -22,6 +22,7 @@ class Alert(models.Model):
         PENDING_TOO_LONG = "pending_too_long"
         QUOTA_NEAR_LIMIT = "quota_near_limit"
         BACKEND_ERROR = "backend_error"
+        DIRECTORY_SWEEP = "directory_sweep"
 
     class Severity(models.TextChoices):
         INFO = "info"

@@ -59,6 +59,7 @@ SUBJECT_LABEL = {
     Alert.Kind.PENDING_TOO_LONG: "queue",
     Alert.Kind.QUOTA_NEAR_LIMIT: "line",
     Alert.Kind.BACKEND_ERROR: "backend",
+    Alert.Kind.DIRECTORY_SWEEP: "cause",
 }
 ALERTMANAGER = "alertmanager"
 

@@ -25,7 +25,9 @@ point changes nothing, and the next run tries again. A person whose name matches
 entries is left as they are (a sign-in cannot tell them apart either). If the sweep would
 deactivate more than ``LDAP_SWEEP_MAX_SHARE`` of the directory accounts (at least one is
 always allowed), it writes nothing at all and logs an error: a mis-set search base or
-filter that finds nobody must not lock everyone out.
+filter that finds nobody must not lock everyone out. Either way (not in a dry run) it
+raises a ``directory_sweep`` alert for on-call, which the next sweep that runs through
+resolves.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from django_auth_ldap.config import LDAPSearch
 
 from core.identity import grant_for
 from core.people import offboard
+from monitoring.models import Alert
+from monitoring.services import raise_alert, resolve_cleared
 from portal.auth.ldap_backend import SOURCE, PortalLDAPBackend
 from portal.auth.models import DirectoryAccount
 from portal.auth.sync import managed_lines, sync_groups
@@ -52,6 +56,9 @@ logger = logging.getLogger("portal.auth.sweep")
 GONE = "no longer in the directory"
 NOT_LET_IN = "in none of the required groups"
 AMBIGUOUS = "several directory entries"
+# The subjects of the ``directory_sweep`` alert: why a sweep changed nothing.
+UNAVAILABLE = "directory unavailable"
+BOUND = "deactivation bound"
 
 
 class DirectoryUnavailable(Exception):
@@ -218,6 +225,20 @@ def _adopt(user: Any, report: Report) -> None:
     logger.info("directory sweep: %s is the directory's (found under its name)", user)
 
 
+def _held_alert(cause: str, why: str) -> None:
+    """Tell on-call that the sweep changed nothing (``cause``: ``UNAVAILABLE`` or ``BOUND``):
+    until one runs through, people who left keep their access. The next sweep that runs
+    through resolves it (``sweep``)."""
+    raise_alert(
+        Alert.Kind.DIRECTORY_SWEEP,
+        Alert.Severity.WARNING,
+        cause,
+        f"The directory sweep changed nothing. {why} Until a sweep runs through, people "
+        "deleted from the directory keep their portal access and group changes wait for a "
+        "sign-in; `manage.py sync_directory --dry-run` lists what it would do.",
+    )
+
+
 def sweep(*, dry_run: bool = False) -> Report:
     """One sweep (module docstring); with ``dry_run``, what it would do, writing nothing."""
     if not getattr(settings, "LDAP_ENABLED", False):
@@ -226,6 +247,8 @@ def sweep(*, dry_run: bool = False) -> Report:
         found = plan()
     except DirectoryUnavailable as exc:
         logger.warning("directory sweep: nothing changed, the directory is unavailable: %s", exc)
+        if not dry_run:
+            _held_alert(UNAVAILABLE, f"The directory could not be asked: {exc}.")
         return Report(held=f"directory unavailable: {exc}")
     report = Report(
         checked=found.checked,
@@ -241,9 +264,12 @@ def sweep(*, dry_run: bool = False) -> Report:
         )
         logger.error("directory sweep: nothing changed: %s: %s", report.held,
                      ", ".join(report.would_deactivate))  # fmt: skip
+        if not dry_run:
+            _held_alert(BOUND, f"It {report.held}.")
         return report
     if dry_run:
         return report
+    resolve_cleared(Alert.Kind.DIRECTORY_SWEEP, (), "a directory sweep ran through")
     mapping = settings.LDAP_IDENTITY_MAPPING
     lines = managed_lines(mapping)
     for item in found.to_sync:

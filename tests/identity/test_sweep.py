@@ -19,6 +19,7 @@ from core import tokens
 from core.models import AuditRecord
 from core.roles import role_of
 from demo.workload import WORKLOAD_USER
+from monitoring.models import Alert
 from portal.auth.models import DirectoryAccount
 from portal.auth.tasks import directory_sweep
 from scheduling.models import Job
@@ -175,8 +176,13 @@ def test_a_directory_that_cannot_be_asked_changes_nothing(demo, directory, confi
     assert {name: state(name) for name in ("boss", "dora")} == before
     assert AuditRecord.objects.count() == records
     assert can_use_session(boss)
+    held = Alert.objects.get(kind="directory_sweep")  # on-call is told, once per outage
+    assert held.subject == "directory unavailable" and held.count == 2, held.count
+    assert held.status == "open" and "people deleted from the directory keep" in held.message
     configure(sweep_env(directory))  # back: the next run does it
     assert directory_sweep()["deactivated"] == ["boss"]
+    held.refresh_from_db()
+    assert held.status == "resolved", "a sweep that ran through resolves it"
 
 
 def test_a_sweep_that_would_deactivate_too_many_deactivates_nobody(demo, directory, configure):
@@ -192,6 +198,11 @@ def test_a_sweep_that_would_deactivate_too_many_deactivates_nobody(demo, directo
     assert all(user(name).is_active for name in ("boss", "rick"))
     assert lines_of("dora") == {"llm": "lead"}  # held: nothing at all is written
     assert AuditRecord.objects.count() == records
+    held = Alert.objects.get(kind="directory_sweep", subject="deactivation bound")
+    assert "would deactivate 2 of 4 directory accounts" in held.message
+    assert run_command("--dry-run")[0] == 1
+    held.refresh_from_db()
+    assert held.count == 1, "a dry run tells nobody"
     code, out = run_command()
     assert code == 1 and "LDAP_SWEEP_MAX_SHARE" in out and "would deactivate: boss" in out
     # a user search base that exists but holds nobody: everyone looks deleted

@@ -4,6 +4,7 @@ guides (monitoring.guides) as data that speaks the portal's own words."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -131,7 +132,7 @@ def test_an_alert_kind_without_a_guide_gets_none():
 def test_the_alert_kinds_guides_explain_are_the_monitoring_alert_kinds():
     assert set(guides.GUIDE_BY_ALERT_KIND) == {
         "pending_too_long", "eviction_ratio", "quota_near_limit", "residual_process",
-        "node_unhealthy", "backend_error",
+        "node_unhealthy", "backend_error", "directory_sweep",
     }  # fmt: skip
 
 
@@ -139,8 +140,14 @@ def every_text(guide: guides.Guide) -> str:
     return " ".join([guide.title, guide.symptom, *guide.causes, *guide.first_actions])
 
 
+def environment_variables() -> set[str]:
+    """The settings .env.example documents (a guide may name them: LDAP_SWEEP_SECONDS)."""
+    text = (Path(__file__).resolve().parents[2] / ".env.example").read_text()
+    return set(re.findall(r"^#? ?([A-Z][A-Z0-9_]+)=", text, re.MULTILINE))
+
+
 def test_guides_speak_only_real_pending_reason_codes():
-    known = set(charts.REASON_ORDER) | {"NEW"}
+    known = set(charts.REASON_ORDER) | {"NEW"} | environment_variables()
     for guide in guides.GUIDES:
         codes = set(re.findall(r"\b[A-Z]{3,}(?:_[A-Z]+)+\b|\bPRIORITY\b|\bDEMOTED\b|\bTOPOLOGY\b",
                                every_text(guide)))  # fmt: skip

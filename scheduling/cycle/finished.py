@@ -85,7 +85,7 @@ def run_ended(
             cycle.event(
                 job, "retried",
                 f"run failed ({why}); automatic retry {job.retry_count} of {job.max_retries} "
-                f"resumes from the last checkpoint at {progress / 60:.0f} min of progress",
+                f"resumes from the last checkpoint at {int(progress // 60)} min of progress",
             )  # fmt: skip
             cycle.report.counts["retried"] += 1
         else:
@@ -124,13 +124,13 @@ def requeue_after_stop(
         cycle.event(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
-            f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
+            f"back in the queue with {int(progress // 60)} min of progress kept, to restart "
             f"from its checkpoint on {moved_to(job.move_to_node)}; this is not a preemption",
         )  # fmt: skip
     else:
         cycle.event(
             job, "requeued",
-            f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress "
+            f"stopped {saved} and back in the queue with {int(progress // 60)} min of progress "
             "kept" + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
         )  # fmt: skip
     job.preempt_deadline = None

@@ -113,6 +113,20 @@ def test_a_requested_stop_requeues_the_job_with_its_progress(backend, running_jo
         assert not Eviction.objects.exists()
 
 
+def test_the_progress_a_message_keeps_reads_as_the_jobs_page_does(backend, running_job):
+    """Page walk: a job requeued with 1,290 s of progress read "22 min of progress kept" on
+    its timeline and "Progress kept: 21 min" above it (the page counts whole minutes)."""
+    from scheduling.views import duration_text
+
+    job = running_job(state="preempting", stop_reason="preemption")
+    _, [requeued] = end(backend, (job, STOPPED, 1290.0, "checkpoint"))
+    assert duration_text(requeued.progress_seconds) == "21 min"
+    assert "back in the queue with 21 min of progress kept" in last_event(job).message
+    retried = running_job("n1", progress_seconds=1790.0)
+    end(backend, (retried, FAILED, 1790.0, "NCCL timeout"))
+    assert last_event(retried).message.endswith("at 29 min of progress")
+
+
 def test_a_stop_that_missed_its_checkpoint_says_why(backend, running_job):
     job = running_job(state="preempting", stop_reason="preemption")
     end(backend, (job, STOPPED, 0.0, "deadline"))

@@ -15,6 +15,7 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.stops import moved_for, moved_to
 from scheduling.cycle.telemetry import record_evictions
+from scheduling.engine.explain import count
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -131,7 +132,7 @@ def requeue_after_stop(
         cycle.event(
             job, "requeued",
             f"stopped {saved} and back in the queue with {int(progress // 60)} min of progress "
-            "kept" + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
+            "kept" + (f"; preempted {count(job.preemption_count, 'time')}" if counts_as_eviction else ""),
         )  # fmt: skip
     job.preempt_deadline = None
     job.preempted_for = None

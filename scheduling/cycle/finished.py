@@ -83,10 +83,15 @@ def run_ended(
         if job.retry_count < job.max_retries:
             set_state(job, Job.State.PENDING)
             job.retry_count += 1
+            resumes = (
+                f"resumes from the last checkpoint at {int(progress // 60)} min of progress"
+                if progress > 0
+                else "starts again from the beginning (no progress was kept)"
+            )
             cycle.event(
                 job, "retried",
                 f"run failed ({why}); automatic retry {job.retry_count} of {job.max_retries} "
-                f"resumes from the last checkpoint at {int(progress // 60)} min of progress",
+                f"{resumes}",
             )  # fmt: skip
             cycle.report.counts["retried"] += 1
         else:

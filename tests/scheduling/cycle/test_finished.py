@@ -68,6 +68,17 @@ def test_a_failed_run_with_retries_left_goes_back_to_the_queue(backend, running_
     assert cycle.report.counts["retried"] == 1
 
 
+def test_a_retry_with_no_progress_kept_does_not_claim_a_checkpoint(backend, running_job):
+    """Page walk: a job that never checkpointed read "automatic retry 1 of 3 resumes from the
+    last checkpoint at 0 min of progress" beside "Last checkpoint: —"."""
+    job = running_job()
+    end(backend, (job, FAILED, 0.0, "random"))
+    assert last_event(job).message == (
+        "run failed (random); automatic retry 1 of 3 starts again from the beginning "
+        "(no progress was kept)"
+    )
+
+
 def test_a_failed_run_without_retries_left_fails_its_job(backend, running_job):
     job = running_job(retry_count=2, max_retries=2)
     cycle, [failed] = end(backend, (job, FAILED, 0.0, ""))

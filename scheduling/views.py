@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.timezones import page_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, verdict_text, whatif
 from scheduling.blast import job_blast_radius
@@ -418,7 +419,7 @@ def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
     blast = job_blast_radius(job)
     at_risk = blast.jobs[0]
     since = (
-        f"since its last checkpoint ({at_risk.since:%Y-%m-%d %H:%M} UTC)"
+        f"since its last checkpoint ({written(at_risk.since, page_zone(request))})"
         if at_risk.checkpointed
         else "since it started (no checkpoint since)"
         if at_risk.since

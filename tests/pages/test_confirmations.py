@@ -9,6 +9,7 @@ figures changed meanwhile is shown again instead of acting. The API stays one ca
 
 from __future__ import annotations
 
+from datetime import timedelta
 from html.parser import HTMLParser
 
 import pytest
@@ -112,6 +113,29 @@ def test_cancelling_a_running_job_shows_the_lost_work_then_cancels_on_confirmati
     assert job.state == "cancelled"
     record = AuditRecord.objects.get(action="job.cancel")
     assert record.actor == demo["lead"] and record.after == {"state": "cancelled"}
+
+
+def test_a_confirmation_shows_its_times_in_the_viewers_zone(demo, busy):
+    """Page walk: a researcher who reads every page in JST pressed Cancel on a running job
+    and read the next page in UTC, the header clock included ("since its last checkpoint
+    (2026-12-06 18:12 UTC)", "Figures as of ... UTC"): the confirmation answers a POST,
+    which the time-zone middleware leaves in UTC for the forms that read a time."""
+    from zoneinfo import ZoneInfo
+
+    from core.models import Profile
+
+    tokyo = ZoneInfo("Asia/Tokyo")
+    Profile.objects.filter(user=demo["researcher"]).update(time_zone="Asia/Tokyo")
+    client = signed_in(demo, "researcher")
+    started, saved = busy[0], busy[1]
+    saved.last_checkpoint_at = saved.started_at + timedelta(minutes=30)
+    saved.save(update_fields=["last_checkpoint_at"])
+    for job, words in ((started, "its start, no checkpoint yet"), (saved, "its checkpoint")):
+        body = client.post(f"/jobs/{job.pk}/cancel/").content.decode()
+        since = job.last_checkpoint_at or job.started_at
+        assert f"(since {words}, {since.astimezone(tokyo):%Y-%m-%d %H:%M} JST)" in body
+        assert 'data-tz="Asia/Tokyo"' in body
+        assert " UTC" not in body.split("<main", 1)[1]
 
 
 def test_a_pending_job_is_still_cancelled_in_one_step(demo, api):

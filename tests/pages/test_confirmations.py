@@ -259,13 +259,16 @@ def test_rejecting_a_quota_request_shows_who_keeps_waiting_then_rejects(demo, ap
     assert Job.objects.get(name="held").pending_code == "QUOTA_EXCEEDED"
     req = create_quota_request(demo["lead"], QuotaRequestInput(
         business_line="llm", quota_gpus=32, reason="room for the held job"))  # fmt: skip
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=1200)  # as a big line's reads
     admin = signed_in(demo, "admin")
     first = admin.post(f"/quotas/requests/{req.pk}/reject/", {"reject-note": "not this month"})
     assert first.status_code == 200
     body = first.content.decode()
     assert f"Reject quota request #{req.pk}?" in body
-    assert "<strong>quota 32 GPUs</strong> for line llm is not granted (it stays 16)" in body
-    assert "<strong>1 waiting jobs (8 GPUs)</strong> of line llm are held by its quota" in body
+    # counts as every page writes them: "1,200", "1 waiting job ... is held" (page walk)
+    assert "<strong>quota 32 GPUs</strong> for line llm is not granted (it stays 1,200)" in body
+    assert "<strong>1 waiting job (8 GPUs)</strong> of line llm is held by its quota" in body
+    assert "<strong>1 job (8 GPUs)</strong> waits in line llm in all" in body
     req.refresh_from_db()
     assert req.state == QuotaRequest.State.PENDING
     assert not AuditRecord.objects.filter(action="quota_request.rejected").exists()

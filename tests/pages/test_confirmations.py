@@ -207,6 +207,22 @@ def test_an_empty_node_says_nobody_is_hit(demo, busy):
     assert 'id="confirm-jobs"' not in body and 'name="seen" value="none"' in body
 
 
+def test_a_cordon_counts_the_free_gpus_as_the_nodes_page_does(demo, busy):
+    """Page walk: a node's page read "6 used, 1 free, ..., 1 serving online inference, of
+    8" and its cordon's confirmation "2 free GPUs of r011-n08 stop taking new work": the
+    GPUs serving inference (or held by residual processes) are not free."""
+    empty = Node.objects.filter(allocations__isnull=True).order_by("name").first()
+    empty.inference, empty.inference_gpus, empty.residual_gpus = True, 6, 1
+    empty.save(update_fields=["inference", "inference_gpus", "residual_gpus"])
+    client = signed_in(demo, "oncall")
+    page = client.get(f"/oncall/nodes/{empty.name}/").content.decode()
+    assert "0 used, 1 free," in page
+    body = client.post(
+        f"/oncall/nodes/{empty.name}/action/", {"action": "cordon", "reason": "firmware"}
+    ).content.decode()
+    assert f"<strong>1 free GPU</strong> of {empty.name} stops taking new work (of 8)" in body
+
+
 def test_a_confirmation_that_saw_other_jobs_is_shown_again_and_changes_nothing(demo, busy):
     node = node_of(busy[2])
     client = signed_in(demo, "oncall")

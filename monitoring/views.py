@@ -561,7 +561,9 @@ def _node_confirmation(request: HttpRequest, node: Node, action: str, reason: st
                 "checkpoint; multi-node jobs stop on all their nodes. No new work lands here.")  # fmt: skip
         figures = [
             (jobs, f"stopped and requeued ({queues})"),
-            (f"{blast.gpus_hit} GPUs", f"stop ({blast.gpus_here} here, the rest on their other nodes)"),
+            (count(blast.gpus_hit, "GPU"),
+             f"{verb(blast.gpus_hit, 'stops', 'stop')} ({blast.gpus_here:,} here"
+             + (", the rest on their other nodes)" if blast.gpus_hit > blast.gpus_here else ")")),
             (f"{blast.gpu_hours_at_risk:.1f} GPU-hours",
              "of work since their last checkpoints are lost if a job fails to checkpoint in time"),
             (f"{node.gpus_total} GPUs", f"of {node.name} leave the pool until it is uncordoned"),

@@ -223,6 +223,20 @@ def test_a_cordon_counts_the_free_gpus_as_the_nodes_page_does(demo, busy):
     assert f"<strong>1 free GPU</strong> of {empty.name} stops taking new work (of 8)" in body
 
 
+def test_a_drain_that_stops_one_gpu_says_so(demo, api, busy):
+    """Page walk: "1 GPUs stop (1 here, the rest on their other nodes)" for a node whose
+    only job holds one GPU."""
+    one = submit(api("researcher"), name="one", queue="llm-core", gpus=1)
+    cycle(api("admin"))
+    node = node_of(Job.objects.get(pk=one))
+    body = (
+        signed_in(demo, "oncall")
+        .post(f"/oncall/nodes/{node.name}/action/", {"action": "drain", "reason": "firmware"})
+        .content.decode()
+    )
+    assert "<strong>1 GPU</strong> stops (1 here)" in body
+
+
 def test_a_confirmation_that_saw_other_jobs_is_shown_again_and_changes_nothing(demo, busy):
     node = node_of(busy[2])
     client = signed_in(demo, "oncall")

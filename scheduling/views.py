@@ -121,7 +121,9 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     else:
         data["title"] = WHATIF_TITLES.get(w.code, f"Would wait: {w.code}")
     data["detail_rows"] = detail_rows(w.details)
-    when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if w.cycle_at else ""
+    # written as the verdicts write times, so the page (in_zone) and its script (zoned) show
+    # it in the viewer's zone as they show the estimated start beside it
+    when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if w.cycle_at else ""
     data["as_of_text"] = (
         f"The scheduler's own plan on the cluster as its cycle #{w.cycle_id} left it ({when}, "
         "cluster time), with this job added. Its next cycle decides."

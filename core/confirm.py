@@ -19,6 +19,9 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
+
+from core.timezones import page_zone
 
 CONFIRM = "confirm"
 SEEN = "seen"
@@ -63,7 +66,11 @@ class Confirmation:
 
 
 def render_confirmation(request: HttpRequest, confirmation: Confirmation) -> HttpResponse:
-    """The confirmation page (200); when the second step saw other figures, it says so."""
+    """The confirmation page (200); when the second step saw other figures, it says so.
+
+    It answers a POST, which ``TimeZoneMiddleware`` leaves in UTC (for the forms that read
+    a time), yet a person reads it as the page they came from: in their zone."""
     changed = saw_something_else(request.POST, confirmation.fingerprint)
     context = {"confirm": confirmation, "changed": changed}
-    return render(request, "confirm.html", context, status=409 if changed else 200)
+    with timezone.override(page_zone(request)):
+        return render(request, "confirm.html", context, status=409 if changed else 200)

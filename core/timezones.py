@@ -78,6 +78,13 @@ def viewer_zone(request: HttpRequest) -> tzinfo:
     return zone_named(getattr(request, "display_zone", None) or zone_of(request))
 
 
+def page_zone(request: HttpRequest) -> tzinfo:
+    """The zone ``request``'s viewer reads pages in, whatever its method: a page that
+    answers a POST (a confirmation) is shown as their GET pages are, although
+    ``TimeZoneMiddleware`` leaves the POST itself in UTC."""
+    return zone_named(zone_of(request))
+
+
 def zone_of_recipient(user: object) -> tzinfo:
     """The zone to write times in to ``user`` where no browser is (mail): the zone they
     chose on ``/account/``, else UTC (a browser's cookie is no help there)."""

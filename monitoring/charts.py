@@ -307,7 +307,7 @@ def utilization_figure(
     if now is None:
         summary = (
             f"Utilization {percent(values[-1])} at the latest sample; {span} over "
-            f"{len(points)} samples."
+            f"{num(len(points))} samples."
         )
     elif not points:
         summary = (
@@ -317,7 +317,7 @@ def utilization_figure(
     else:
         summary = (
             f"Utilization {percent(now[1])} now ({_clock(now[0], zone)}); {span} over "
-            f"{_window_words(window)}{len(points)} samples and now."
+            f"{_window_words(window)}{num(len(points))} samples and now."
         )
     return _figure(data, layout, summary + _seeded_note(points))
 

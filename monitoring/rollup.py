@@ -231,7 +231,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
             Alert.Kind.PENDING_TOO_LONG, Alert.Severity.WARNING, row["queue__name"],
             f"{count(row['n'], 'job')} in {row['queue__name']} "
             f"{verb(row['n'], 'has', 'have')} waited more than "
-            f"{PENDING_TOO_LONG.total_seconds() / 3600:.0f} h; check their pending reasons.",
+            f"{PENDING_TOO_LONG.total_seconds() / 3600:.0f} h; check "
+            f"{verb(row['n'], 'its pending reason', 'their pending reasons')}.",
         )  # fmt: skip
     for name, row in per_line.items():
         if row["quota"] and row["used"] >= QUOTA_NEAR * row["quota"]:

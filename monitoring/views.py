@@ -48,7 +48,7 @@ from scheduling.blast import BlastRadius, grace_text, node_blast_radius
 from scheduling.clock import reading as cluster_reading
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.cycle.context import shared_nodes_first
-from scheduling.engine.explain import count, num
+from scheduling.engine.explain import count, num, verb
 from scheduling.models import Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
 from scheduling.nodes.selectors import (
@@ -588,14 +588,16 @@ def _node_confirmation(request: HttpRequest, node: Node, action: str, reason: st
     """What cordoning or draining ``node`` hits, and the form that does it (confirm=1)."""
     jobs = count(blast.job_count, "job")
     queues = ", ".join(blast.queues) or "no queue"
-    free = node.gpus_total - blast.gpus_here
+    free = free_gpus(node.gpus_total, blast.gpus_here, node.residual_gpus, node.inference_gpus)
     if action == "drain":
         what = (f"Draining {node.name} asks each of its jobs to checkpoint within "
                 f"{grace_text()}, then requeues it to restart elsewhere from that "
                 "checkpoint; multi-node jobs stop on all their nodes. No new work lands here.")  # fmt: skip
         figures = [
             (jobs, f"stopped and requeued ({queues})"),
-            (f"{blast.gpus_hit} GPUs", f"stop ({blast.gpus_here} here, the rest on their other nodes)"),
+            (count(blast.gpus_hit, "GPU"),
+             f"{verb(blast.gpus_hit, 'stops', 'stop')} ({blast.gpus_here:,} here"
+             + (", the rest on their other nodes)" if blast.gpus_hit > blast.gpus_here else ")")),
             (f"{blast.gpu_hours_at_risk:.1f} GPU-hours",
              "of work since their last checkpoints are lost if a job fails to checkpoint in time"),
             (f"{node.gpus_total} GPUs", f"of {node.name} leave the pool until it is uncordoned"),
@@ -607,7 +609,8 @@ def _node_confirmation(request: HttpRequest, node: Node, action: str, reason: st
             ("0 GPU-hours", "are lost now: running jobs keep running"),
             (jobs, f"keep running here ({queues}); if the node is drained or fails later, "
                    f"{blast.gpu_hours_at_risk:.1f} GPU-hours since their checkpoints are at risk"),
-            (f"{free} free GPUs", f"of {node.name} stop taking new work (of {node.gpus_total})"),
+            (count(free, "free GPU"),
+             f"of {node.name} {verb(free, 'stops', 'stop')} taking new work (of {node.gpus_total})"),
         ]  # fmt: skip
     return render_confirmation(request, Confirmation(
         title=f"{action.capitalize()} node {node.name}", what=what,

@@ -4,7 +4,7 @@ Every number comes from the one computation the pages and ``/metrics`` use:
 ``scheduling.selectors.build_usage`` (``borrowed_gpus``: use beyond the row's own quota,
 ``max(0, used - quota)``, 0 without one; ``within_quota_gpus = used - borrowed``) and the
 latest rollup's eviction figures (``eviction_ratio`` over ``eviction_window_seconds``,
-null while the window holds no data yet).
+null while the window holds no data yet, read from the sample at ``eviction_sampled_at``).
 """
 
 from __future__ import annotations
@@ -49,13 +49,14 @@ class QueueSerializer(BusinessLineSerializer):
     business_line = serializers.SlugRelatedField(slug_field="name", read_only=True)
     eviction_ratio = serializers.SerializerMethodField()
     eviction_window_seconds = serializers.SerializerMethodField()
+    eviction_sampled_at = serializers.SerializerMethodField()
 
     class Meta:
         model = Queue
         fields = ["id", "name", "business_line", "nature", "tier", "quota_gpus", "guarantee_gpus",
                   "used_gpus", "borrowed_gpus", "within_quota_gpus", "pending_gpus",
                   "running_jobs", "pending_jobs", "eviction_ratio",
-                  "eviction_window_seconds"]  # fmt: skip
+                  "eviction_window_seconds", "eviction_sampled_at"]  # fmt: skip
 
     @extend_schema_field(serializers.FloatField(allow_null=True))  # null: no data yet
     def get_eviction_ratio(self, obj: Queue) -> float | None:
@@ -67,6 +68,15 @@ class QueueSerializer(BusinessLineSerializer):
     def get_eviction_window_seconds(self, obj: Queue) -> int | None:
         figures = self.context.get("eviction")
         return None if figures is None else figures.window_s
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))  # null: no sample yet
+    def get_eviction_sampled_at(self, obj: Queue) -> str | None:
+        """Cluster time of the rollup sample the eviction ratio is read from (the pages'
+        "as of the rollup sample at ..."), ISO 8601 UTC."""
+        figures = self.context.get("eviction")
+        if figures is None or figures.sampled_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(figures.sampled_at)
 
 
 class BusinessLineViewSet(AsciiIdLookup, viewsets.ReadOnlyModelViewSet):

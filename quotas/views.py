@@ -43,6 +43,7 @@ from quotas.selectors import (
 )
 from scheduling.blast import waiting_in
 from scheduling.clock import cluster_now
+from scheduling.engine.explain import count, verb
 from scheduling.selectors import QueueUsage, build_usage
 
 
@@ -327,15 +328,18 @@ def _reject_confirmation(request: HttpRequest, req: QuotaRequest, note: str) -> 
     figures = []
     if req.quota_gpus is not None:
         now_quota = contract.quota_gpus
-        figures.append((f"quota {req.quota_gpus} GPUs",
-                        f"for {target} is not granted (it stays {now_quota if now_quota is not None else 'the line’s'})"))  # fmt: skip
+        figures.append((f"quota {count(req.quota_gpus, 'GPU')}",
+                        f"for {target} is not granted (it stays {f'{now_quota:,}' if now_quota is not None else 'the line’s'})"))  # fmt: skip
     if req.guarantee_gpus is not None:
-        figures.append((f"guarantee {req.guarantee_gpus} GPUs",
-                        f"for {target} is not granted (it stays {contract.guarantee_gpus})"))  # fmt: skip
+        figures.append((f"guarantee {count(req.guarantee_gpus, 'GPU')}",
+                        f"for {target} is not granted (it stays {contract.guarantee_gpus:,})"))  # fmt: skip
+    held = waiting.quota_jobs
     figures += [
-        (f"{waiting.quota_jobs} waiting jobs ({waiting.quota_gpus} GPUs)",
-         f"of {target} are held by its quota now and keep waiting"),
-        (f"{waiting.jobs} jobs ({waiting.gpus} GPUs)", f"wait in {target} in all"),
+        (f"{count(held, 'waiting job')} ({count(waiting.quota_gpus, 'GPU')})",
+         f"of {target} {verb(held, 'is', 'are')} held by its quota now and "
+         f"{verb(held, 'keeps', 'keep')} waiting"),
+        (f"{count(waiting.jobs, 'job')} ({count(waiting.gpus, 'GPU')})",
+         f"{verb(waiting.jobs, 'waits', 'wait')} in {target} in all"),
         ("No running job", "is stopped by a rejection"),
     ]  # fmt: skip
     return render_confirmation(request, Confirmation(

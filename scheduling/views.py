@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.timezones import page_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, verdict_text, whatif
 from scheduling.blast import job_blast_radius
@@ -121,7 +122,9 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     else:
         data["title"] = WHATIF_TITLES.get(w.code, f"Would wait: {w.code}")
     data["detail_rows"] = detail_rows(w.details)
-    when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if w.cycle_at else ""
+    # written as the verdicts write times, so the page (in_zone) and its script (zoned) show
+    # it in the viewer's zone as they show the estimated start beside it
+    when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if w.cycle_at else ""
     data["as_of_text"] = (
         f"The scheduler's own plan on the cluster as its cycle #{w.cycle_id} left it ({when}, "
         "cluster time), with this job added. Its next cycle decides."
@@ -440,7 +443,7 @@ def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
     blast = job_blast_radius(job)
     at_risk = blast.jobs[0]
     since = (
-        f"since its last checkpoint ({at_risk.since:%Y-%m-%d %H:%M} UTC)"
+        f"since its last checkpoint ({written(at_risk.since, page_zone(request))})"
         if at_risk.checkpointed
         else "since it started (no checkpoint since)"
         if at_risk.since

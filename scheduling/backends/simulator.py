@@ -21,6 +21,7 @@ from dataclasses import fields
 from typing import Self
 
 from scheduling.backends.base import (
+    FAILED,
     HEALTH_DOWN,
     HEALTH_GPU_FAILURE,
     HEALTH_RDMA_DEGRADED,
@@ -51,6 +52,9 @@ HEALTH_DETAIL = {
     HEALTH_RDMA_DEGRADED: "RDMA link degraded (packet loss on the fabric)",
     HEALTH_DOWN: "node unreachable (no heartbeat)",
 }
+# Why a simulated run failed, in words, as the other backends say it ("node failure on
+# gpu1"): the simulator tags it with a code, a node fault's kind or "random".
+FAILURE_DETAIL = {**HEALTH_DETAIL, "random": "the training process crashed"}
 # What the simulator reports of a node as is (the rest: health words, residual GPU indices).
 _SAME_NODE_FIELDS = tuple(
     f.name for f in fields(ObservedNode) if f.name not in ("health_detail", "residual_gpus")
@@ -154,6 +158,7 @@ class SimulatorBackend(ClusterBackend):
         jobs = []
         for j in raw.jobs:
             parsed = parse_run_ref(j.job_id)
+            reason = j.end_reason or ""
             jobs.append(
                 ObservedJob(
                     ref=j.job_id,
@@ -162,7 +167,7 @@ class SimulatorBackend(ClusterBackend):
                     placement=tuple(Slot(node, tuple(g)) for node, g in j.placement),
                     progress_s=j.progress_s,
                     last_checkpoint_at=j.last_checkpoint_at,
-                    end_reason=j.end_reason or "",
+                    end_reason=FAILURE_DETAIL.get(reason, reason) if j.state == FAILED else reason,
                 )
             )
         pressure = {

@@ -15,6 +15,7 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.stops import moved_for, moved_to
 from scheduling.cycle.telemetry import record_evictions
+from scheduling.engine.explain import count
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -102,10 +103,15 @@ def run_ended(
         if job.retry_count < job.max_retries:
             set_state(job, Job.State.PENDING)
             job.retry_count += 1
+            resumes = (
+                f"resumes from the last checkpoint at {int(progress // 60)} min of progress"
+                if progress > 0
+                else "starts again from the beginning (no progress was kept)"
+            )
             cycle.event(
                 job, "retried",
                 f"run failed ({why}); automatic retry {job.retry_count} of {job.max_retries} "
-                f"resumes from the last checkpoint at {progress / 60:.0f} min of progress",
+                f"{resumes}",
             )  # fmt: skip
             cycle.report.counts["retried"] += 1
         else:
@@ -144,14 +150,14 @@ def requeue_after_stop(
         cycle.event(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
-            f"back in the queue with {progress / 60:.0f} min of progress kept, to restart "
+            f"back in the queue with {int(progress // 60)} min of progress kept, to restart "
             f"from its checkpoint on {moved_to(job.move_to_node)}; this is not a preemption",
         )  # fmt: skip
     else:
         cycle.event(
             job, "requeued",
-            f"stopped {saved} and back in the queue with {progress / 60:.0f} min of progress "
-            "kept" + (f"; preempted {job.preemption_count} time(s)" if counts_as_eviction else ""),
+            f"stopped {saved} and back in the queue with {int(progress // 60)} min of progress "
+            "kept" + (f"; preempted {count(job.preemption_count, 'time')}" if counts_as_eviction else ""),
         )  # fmt: skip
     job.preempt_deadline = None
     job.preempted_for = None

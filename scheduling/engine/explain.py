@@ -92,7 +92,7 @@ def describe_shape(
     kind = kind_of(job)
     if k == 1:
         where = "a whole node to itself" if exclusive else "one node"
-        return f"needs {num(job.gpus)} GPUs{kind} on {where}"
+        return f"needs {count(job.gpus, 'GPU')}{kind} on {where}"
     rdma = "RDMA " if job.rdma else ""
     rest = kind_of(dataclasses.replace(job, rdma=False))
     if exclusive or c >= node_gpus:
@@ -337,10 +337,10 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
 def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     short = job.gpus - diag["free_gpus"]
     msg = (
-        f"This job {shape}; only {num(diag['free_gpus'])} matching GPUs are left free this "
-        f"cycle, {num(short)} short."
+        f"This job {shape}; only {count(diag['free_gpus'], 'matching GPU')} "
+        f"{verb(diag['free_gpus'], 'is', 'are')} left free this cycle, {num(short)} short."
     )
-    remedy = f"Starts when {num(short)} more matching GPUs are released."
+    remedy = f"Starts when {count(short, 'more matching GPU')} {verb(short, 'is', 'are')} released."
     details = dict(diag, short_gpus=short)
     reclaims = diag.get("inference_reclaims_gpus")
     if reclaims:

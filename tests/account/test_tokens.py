@@ -79,6 +79,21 @@ def test_page_creates_token_shows_it_once_and_lists_it(demo):
     assert b"never" not in again.content  # its use by the API above is listed
 
 
+def test_the_token_page_writes_its_times_in_the_viewers_zone_and_says_so(demo):
+    """Page walk: in JST, a token just made read "Created 2026-12-06 07:30 UTC" (the POST's
+    page) and "16:30 JST" once reloaded, under "Times are wall-clock UTC."."""
+    from core.models import Profile
+
+    Profile.objects.filter(user=demo["researcher"]).update(time_zone="Asia/Tokyo")
+    client = signed_in("researcher")
+    made = client.post("/account/tokens/", {"name": "laptop", "expires_in_days": "7"})
+    again = client.get("/account/tokens/")
+    for page in (made.content.decode(), again.content.decode()):
+        main = page.split("<main", 1)[1]
+        assert " JST</time>" in main and " UTC" not in main
+        assert "Times are the wall clock's, not the cluster's" in main
+
+
 def test_expired_token_is_refused_with_401(demo, api):
     body = create_via_api(api)
     ApiToken.objects.filter(pk=body["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))

@@ -59,3 +59,29 @@ def harness(request: pytest.FixtureRequest) -> Harness:
 
 class TestSimulatorContract(BackendContract):
     """Every promise of the backend interface, on the simulator."""
+
+
+def test_a_failed_run_says_why_in_words_not_the_simulators_codes():
+    """Page walk: a job's page read "run failed (random)", "run failed (rdma_degraded)" and
+    "Failure: random; no retries left": the simulator's own tags, where the Slurm and
+    Kubernetes backends say "node failure on gpu1" or "exit code 3"."""
+    from scheduling.backends.base import FAILED
+    from scheduling.engine.types import Slot
+    from tests.backends.contract import job_of, launch_request
+
+    backend = memory_backend(None)
+    sim = backend.sim
+    sim.set_rates(job_failure_rate_per_gpu_hour=0.0, node_fault_rate_per_node_hour=0.0)
+    node = sorted(sim.nodes)[0]
+    backend.launch(launch_request(1, [Slot(node, (0,))]))
+    backend.inject_fault("gpu_failure", node)
+    backend.advance(STEP_S)
+    ended = job_of(backend.observe(), launch_request(1, []).ref)
+    assert ended.state == FAILED
+    assert ended.end_reason == "GPU reports uncorrectable ECC / Xid errors"
+    sim.set_rates(job_failure_rate_per_gpu_hour=1e9, node_fault_rate_per_node_hour=0.0)
+    other = sorted(sim.nodes)[1]
+    backend.launch(launch_request(2, [Slot(other, (0,))]))
+    backend.advance(STEP_S)
+    crashed = job_of(backend.observe(), launch_request(2, []).ref)
+    assert crashed.state == FAILED and crashed.end_reason == "the training process crashed"

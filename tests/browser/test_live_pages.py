@@ -146,3 +146,25 @@ def test_the_home_page_follows_the_loop_and_static_pages_say_not_live(demo, api,
     expect(status).to_have_text("not live")
     expect(status).to_have_attribute("data-state", "off")
     expect(status).to_have_attribute("title", re.compile("reload it for the latest figures"))
+
+
+def test_the_queues_pages_eviction_time_follows_the_ratios_it_names(demo, api, page, login):
+    """Page walk: /queues/ rewrites its eviction ratios live from each new rollup sample,
+    while the sentence naming their sample kept the time of the page's load ("as of the
+    rollup sample at 15:20 JST" over the ratios of 15:35, which a reload showed)."""
+    from monitoring.rollup import rollup
+
+    in_thread(roomy)
+    admin = api("admin")
+    in_thread(rollup)
+    base = login("researcher")
+    go_live(page, f"{base}/queues/")
+    first = page.locator("#eviction-as-of").inner_text()
+    in_thread(advance, admin, 3600)
+    sample = in_thread(rollup)
+    in_thread(cycle, admin)  # queues.updated: the page refetches its numbers
+    later = f"as of the rollup sample at {sample.at:%Y-%m-%d %H:%M} UTC"
+    assert later != first
+    expect(page.locator("#eviction-as-of")).to_have_text(later, timeout=LIVE_MS)
+    page.reload()
+    expect(page.locator("#eviction-as-of")).to_have_text(later)

@@ -118,3 +118,23 @@ def test_the_form_shows_the_engines_verdict_and_the_next_cycle_agrees(demo, busy
     narrow = Job.objects.get(name="narrow")
     assert narrow.state == "running"
     assert set(narrow.allocations.values_list("node__name", flat=True)) == set(starts["nodes"])
+
+
+def test_the_answers_cycle_is_named_in_the_viewers_zone(demo, busy, page, login):
+    """Page walk: in JST, the what-if's estimated start read "2026-12-08 00:11 JST" and the
+    line under it "as its cycle #418 left it (2026-12-07 14:24:34 UTC, cluster time)"."""
+    from core.models import Profile
+
+    in_thread(
+        lambda: Profile.objects.filter(user=demo["researcher"]).update(time_zone="Asia/Tokyo")
+    )
+    base = login("researcher")
+    page.goto(f"{base}/jobs/new/")
+    page.get_by_label("Job name").fill("wide")
+    page.get_by_label("Queue").select_option(label="llm-core — Core training, tier core")
+    answer = ask(page, base, "16")
+    assert answer["estimated_start_text"].endswith("(in 2 h)")
+    expect(page.locator("#feasibility-start")).to_contain_text(" JST (in 2 h)")
+    expect(page.locator("#feasibility-asof")).to_contain_text(
+        re.compile(r"left it \(\d{4}-\d\d-\d\d \d\d:\d\d JST, cluster time\)")
+    )

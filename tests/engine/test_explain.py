@@ -65,6 +65,7 @@ def test_kind_of(kw, text):
         (pjob(1, 8), 1, 8, False, "needs 8 GPUs on one node"),
         (pjob(1, 8), 1, 8, True, "needs 8 GPUs on a whole node to itself"),
         (pjob(1, 4, rdma=True), 1, 4, False, "needs 4 GPUs (RDMA) on one node"),
+        (pjob(1, 1), 1, 1, False, "needs 1 GPU on one node"),  # page walk: "1 GPUs"
         (
             pjob(1, 16, rdma=True, gpu_memory_gb=80),
             2,
@@ -269,6 +270,19 @@ def test_insufficient():
         {"free_gpus": 3, "short_gpus": 5},
         "Starts when 5 more matching GPUs are released.",
     )
+
+
+def test_insufficient_for_one_gpu_says_gpu():
+    """Page walk: the what-if of a 1-GPU job read "only 0 matching GPUs are left free this
+    cycle, 1 short" and "Starts when 1 more matching GPUs are released"."""
+    one = pjob(1, 1)
+    _code, msg, _details, remedy = explain.insufficient(
+        one, "needs 1 GPU on one node", {"free_gpus": 0}
+    )
+    assert msg.endswith("only 0 matching GPUs are left free this cycle, 1 short.")
+    assert remedy == "Starts when 1 more matching GPU is released."
+    _code, msg, _details, remedy = explain.insufficient(pjob(1, 8), SHAPE, {"free_gpus": 1})
+    assert "only 1 matching GPU is left free this cycle, 7 short." in msg
 
 
 def test_demoted_wraps_the_underlying_reason():

@@ -39,6 +39,15 @@ def test_utilization_over_time_plots_percentages_against_the_target_line():
     assert fig["summary"] == "Utilization 90.0% at the latest sample; 50.0–90.0% over 3 samples."
 
 
+def test_the_utilization_caption_counts_its_samples_with_separators():
+    """Page walk: the 7-day window read "over the last 7 days: 2010 samples and now. 1,754
+    of the samples are seeded demo history": one caption, two ways of writing a count."""
+    points = [(at(i), 0.5) for i in range(2010)]
+    live = charts.utilization_figure(points, now=(at(2010), 0.5))
+    assert "over 2,010 samples and now." in live["summary"]
+    assert "over 2,010 samples." in charts.utilization_figure(points)["summary"]
+
+
 def test_empty_series_say_so_instead_of_drawing_nothing_silently():
     assert "No samples yet" in charts.utilization_figure([])["summary"]
     assert charts.utilization_figure([])["data"][0]["x"] == []
@@ -62,7 +71,7 @@ def test_long_series_are_downsampled_keeping_the_first_and_last_points():
     xs = fig["data"][0]["x"]
     assert len(xs) == charts.MAX_POINTS
     assert xs[0] == at(0).isoformat() and xs[-1] == at(20_159).isoformat()
-    assert "over 20160 samples" in fig["summary"]
+    assert "over 20,160 samples" in fig["summary"]
     assert charts.downsample([(1, 1), (2, 2)], 10) == [(1, 1), (2, 2)]
     assert charts.downsample(list(range(10)), 4) == [0, 3, 6, 9]
 

@@ -74,7 +74,11 @@ def test_long_waits_and_full_quotas_raise_alerts(api):
     cycle(admin)
     Job.objects.filter(state="pending").update(submitted_at=cluster_now() - timedelta(hours=7))
     rollup()
-    assert Alert.objects.filter(kind="pending_too_long", subject="llm-core").exists()
+    waiting = Alert.objects.get(kind="pending_too_long", subject="llm-core")
+    # One job is "its pending reason", not "their pending reasons" (page walk, the console)
+    assert waiting.message == (
+        "1 job in llm-core has waited more than 6 h; check its pending reason."
+    )
     assert Alert.objects.filter(kind="quota_near_limit", subject="llm").exists()
     rollup()
     assert Alert.objects.filter(kind="quota_near_limit").get().count == 2, "deduplicated"

@@ -9,6 +9,7 @@ figures changed meanwhile is shown again instead of acting. The API stays one ca
 
 from __future__ import annotations
 
+from datetime import timedelta
 from html.parser import HTMLParser
 
 import pytest
@@ -114,6 +115,29 @@ def test_cancelling_a_running_job_shows_the_lost_work_then_cancels_on_confirmati
     assert record.actor == demo["lead"] and record.after == {"state": "cancelled"}
 
 
+def test_a_confirmation_shows_its_times_in_the_viewers_zone(demo, busy):
+    """Page walk: a researcher who reads every page in JST pressed Cancel on a running job
+    and read the next page in UTC, the header clock included ("since its last checkpoint
+    (2026-12-06 18:12 UTC)", "Figures as of ... UTC"): the confirmation answers a POST,
+    which the time-zone middleware leaves in UTC for the forms that read a time."""
+    from zoneinfo import ZoneInfo
+
+    from core.models import Profile
+
+    tokyo = ZoneInfo("Asia/Tokyo")
+    Profile.objects.filter(user=demo["researcher"]).update(time_zone="Asia/Tokyo")
+    client = signed_in(demo, "researcher")
+    started, saved = busy[0], busy[1]
+    saved.last_checkpoint_at = saved.started_at + timedelta(minutes=30)
+    saved.save(update_fields=["last_checkpoint_at"])
+    for job, words in ((started, "its start, no checkpoint yet"), (saved, "its checkpoint")):
+        body = client.post(f"/jobs/{job.pk}/cancel/").content.decode()
+        since = job.last_checkpoint_at or job.started_at
+        assert f"(since {words}, {since.astimezone(tokyo):%Y-%m-%d %H:%M} JST)" in body
+        assert 'data-tz="Asia/Tokyo"' in body
+        assert " UTC" not in body.split("<main", 1)[1]
+
+
 def test_a_pending_job_is_still_cancelled_in_one_step(demo, api):
     job_id = submit(api("researcher"), name="waits", queue="llm-core", gpus=8)  # no cycle yet
     response = signed_in(demo, "researcher").post(f"/jobs/{job_id}/cancel/")
@@ -183,6 +207,36 @@ def test_an_empty_node_says_nobody_is_hit(demo, busy):
     assert 'id="confirm-jobs"' not in body and 'name="seen" value="none"' in body
 
 
+def test_a_cordon_counts_the_free_gpus_as_the_nodes_page_does(demo, busy):
+    """Page walk: a node's page read "6 used, 1 free, ..., 1 serving online inference, of
+    8" and its cordon's confirmation "2 free GPUs of r011-n08 stop taking new work": the
+    GPUs serving inference (or held by residual processes) are not free."""
+    empty = Node.objects.filter(allocations__isnull=True).order_by("name").first()
+    empty.inference, empty.inference_gpus, empty.residual_gpus = True, 6, 1
+    empty.save(update_fields=["inference", "inference_gpus", "residual_gpus"])
+    client = signed_in(demo, "oncall")
+    page = client.get(f"/oncall/nodes/{empty.name}/").content.decode()
+    assert "0 used, 1 free," in page
+    body = client.post(
+        f"/oncall/nodes/{empty.name}/action/", {"action": "cordon", "reason": "firmware"}
+    ).content.decode()
+    assert f"<strong>1 free GPU</strong> of {empty.name} stops taking new work (of 8)" in body
+
+
+def test_a_drain_that_stops_one_gpu_says_so(demo, api, busy):
+    """Page walk: "1 GPUs stop (1 here, the rest on their other nodes)" for a node whose
+    only job holds one GPU."""
+    one = submit(api("researcher"), name="one", queue="llm-core", gpus=1)
+    cycle(api("admin"))
+    node = node_of(Job.objects.get(pk=one))
+    body = (
+        signed_in(demo, "oncall")
+        .post(f"/oncall/nodes/{node.name}/action/", {"action": "drain", "reason": "firmware"})
+        .content.decode()
+    )
+    assert "<strong>1 GPU</strong> stops (1 here)" in body
+
+
 def test_a_confirmation_that_saw_other_jobs_is_shown_again_and_changes_nothing(demo, busy):
     node = node_of(busy[2])
     client = signed_in(demo, "oncall")
@@ -235,13 +289,16 @@ def test_rejecting_a_quota_request_shows_who_keeps_waiting_then_rejects(demo, ap
     assert Job.objects.get(name="held").pending_code == "QUOTA_EXCEEDED"
     req = create_quota_request(demo["lead"], QuotaRequestInput(
         business_line="llm", quota_gpus=32, reason="room for the held job"))  # fmt: skip
+    BusinessLine.objects.filter(name="llm").update(quota_gpus=1200)  # as a big line's reads
     admin = signed_in(demo, "admin")
     first = admin.post(f"/quotas/requests/{req.pk}/reject/", {"reject-note": "not this month"})
     assert first.status_code == 200
     body = first.content.decode()
     assert f"Reject quota request #{req.pk}?" in body
-    assert "<strong>quota 32 GPUs</strong> for line llm is not granted (it stays 16)" in body
-    assert "<strong>1 waiting jobs (8 GPUs)</strong> of line llm are held by its quota" in body
+    # counts as every page writes them: "1,200", "1 waiting job ... is held" (page walk)
+    assert "<strong>quota 32 GPUs</strong> for line llm is not granted (it stays 1,200)" in body
+    assert "<strong>1 waiting job (8 GPUs)</strong> of line llm is held by its quota" in body
+    assert "<strong>1 job (8 GPUs)</strong> waits in line llm in all" in body
     req.refresh_from_db()
     assert req.state == QuotaRequest.State.PENDING
     assert not AuditRecord.objects.filter(action="quota_request.rejected").exists()

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
+from core.models import Profile
 from quotas.models import BusinessLine, QuotaChange, QuotaRequest
 from tests.quotas.conftest import ask
 
@@ -286,3 +287,16 @@ def test_a_request_stored_with_a_year_1_start_is_shown_west_of_utc(client, demo,
         response = client.get(url)
         assert response.status_code == 200, url
     assert "0001-01-01 00:00 UTC" in client.get(f"/quotas/requests/{req.pk}/").content.decode()
+
+
+def test_a_scheduled_request_says_when_it_takes_effect_in_the_viewers_zone(client, demo):
+    """Page walk: a request with a future start read "Takes effect at
+    2026-12-08T09:00:00+00:00." on its approval page, an ISO string in the sentence and in
+    UTC, where its Period row above wrote the same instant in the viewer's zone."""
+    starts = datetime(NEXT_YEAR, 1, 2, 9, 0, tzinfo=UTC)
+    later = ask(demo["lead"], quota_gpus=20, starts_at=starts, ends_at=starts.replace(day=3))
+    Profile.objects.filter(user=demo["admin"]).update(time_zone="Asia/Tokyo")
+    client.force_login(demo["admin"])
+    page = client.get(f"/quotas/requests/{later.pk}/").content.decode()
+    assert f"Takes effect at {NEXT_YEAR}-01-02 18:00 JST." in page
+    assert "T09:00:00" not in page

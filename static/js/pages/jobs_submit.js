@@ -100,7 +100,7 @@
     part.details.replaceChildren();
     for (const [label, value] of rows) part.details.append(el("dt", label), el("dd", value));
     part.numbers.hidden = !rows.length;
-    part.asOf.textContent = body.as_of_text || AS_OF;
+    part.asOf.textContent = zoned(body.as_of_text) || AS_OF;
   }
 
   async function checkFeasibility() {

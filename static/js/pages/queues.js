@@ -58,6 +58,13 @@
         set(row, "eviction_ratio", q.eviction_ratio === null || q.eviction_ratio === undefined
           ? "no data yet" : `${(100 * q.eviction_ratio).toFixed(1)}%`);
       }
+      // the sentence naming the sample the ratios are read from follows them
+      const asOf = document.getElementById("eviction-as-of");
+      if (asOf && queues.length) {
+        const at = queues[0].eviction_sampled_at;
+        const text = at ? `as of the rollup sample at ${Dom.when(at)}` : "no rollup sample yet";
+        if (asOf.textContent !== text) asOf.textContent = text;
+      }
       for (const line of lines) {
         const section = document.querySelector(`[data-line-id="${line.id}"]`);
         if (!section) continue;

@@ -81,6 +81,17 @@ def test_a_failed_run_with_retries_left_goes_back_to_the_queue(backend, running_
     assert cycle.report.counts["retried"] == 1
 
 
+def test_a_retry_with_no_progress_kept_does_not_claim_a_checkpoint(backend, running_job):
+    """Page walk: a job that never checkpointed read "automatic retry 1 of 3 resumes from the
+    last checkpoint at 0 min of progress" beside "Last checkpoint: —"."""
+    job = running_job()
+    end(backend, (job, FAILED, 0.0, "random"))
+    assert last_event(job).message == (
+        "run failed (random); automatic retry 1 of 3 starts again from the beginning "
+        "(no progress was kept)"
+    )
+
+
 def test_a_failed_run_without_retries_left_fails_its_job(backend, running_job):
     job = running_job(retry_count=2, max_retries=2)
     cycle, [failed] = end(backend, (job, FAILED, 0.0, ""))
@@ -115,7 +126,7 @@ def test_a_requested_stop_requeues_the_job_with_its_progress(backend, running_jo
     assert requeued.preemption_count == (1 if evicted else 0)
     message = last_event(job).message
     assert message.startswith("stopped after its checkpoint and back in the queue with 20 min")
-    assert ("preempted 1 time(s)" in message) == evicted
+    assert ("; preempted 1 time" in message) == evicted and "(s)" not in message
     assert cycle.report.counts["requeued"] == 1
     if evicted:
         eviction = Eviction.objects.get(job=job)
@@ -124,6 +135,20 @@ def test_a_requested_stop_requeues_the_job_with_its_progress(backend, running_jo
         assert eviction.lost_gpu_seconds == 4 * 300, "the part its checkpoint did not save"
     else:
         assert not Eviction.objects.exists()
+
+
+def test_the_progress_a_message_keeps_reads_as_the_jobs_page_does(backend, running_job):
+    """Page walk: a job requeued with 1,290 s of progress read "22 min of progress kept" on
+    its timeline and "Progress kept: 21 min" above it (the page counts whole minutes)."""
+    from scheduling.views import duration_text
+
+    job = running_job(state="preempting", stop_reason="preemption")
+    _, [requeued] = end(backend, (job, STOPPED, 1290.0, "checkpoint"))
+    assert duration_text(requeued.progress_seconds) == "21 min"
+    assert "back in the queue with 21 min of progress kept" in last_event(job).message
+    retried = running_job("n1", progress_seconds=1790.0)
+    end(backend, (retried, FAILED, 1790.0, "NCCL timeout"))
+    assert last_event(retried).message.endswith("at 29 min of progress")
 
 
 def test_a_stop_that_missed_its_checkpoint_says_why(backend, running_job):

@@ -285,6 +285,11 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
 
+def _times(n: int) -> str:
+    """``1 time``, ``2 times``: as the job's page says it (not ``time(s)``)."""
+    return f"{n} time" if n == 1 else f"{n} times"
+
+
 def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     job = portal.get(f"jobs/{args.job}/")
     if args.json:
@@ -308,9 +313,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     ]
     state = job["state"]
     if job.get("preemption_count"):
-        state += f" (preempted {job['preemption_count']} time(s))"
+        state += f" (preempted {_times(job['preemption_count'])})"
     if job.get("retry_count"):
-        state += f" (retried {job['retry_count']} time(s))"
+        state += f" (retried {_times(job['retry_count'])})"
     rows.append(("state", state))
     if job["state"] == "pending":
         reason = job.get("pending_reason")

@@ -184,7 +184,7 @@ def test_explain_a_waiting_job_gives_verdict_numbers_remedy_position_and_estimat
         "job              42 'llama-ft' by ann",
         "queue            llm-finetune (line llm, tier finetune)",
         "asks             16 GPUs (8 per node); >= 80 GB/GPU, rdma yes, preemptible no, exclusive nodes",
-        "state            pending (preempted 2 time(s)) (retried 1 time(s))",
+        "state            pending (preempted 2 times) (retried 1 time)",
         "verdict          QUOTA_EXCEEDED: Queue llm-finetune holds 8 of its 16 GPU quota.",
         "numbers          quota_gpus=16  held=llm:8,cv:0  nodes=n1,n2",
         "remedy           Wait for your own jobs to finish.",

@@ -336,10 +336,13 @@ def topology(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
 
 def insufficient(job: PendingJob, shape: str, diag: dict[str, Any]) -> Reason:
     short = job.gpus - diag["free_gpus"]
-    msg = (
-        f"This job {shape}; only {count(diag['free_gpus'], 'matching GPU')} "
-        f"{verb(diag['free_gpus'], 'is', 'are')} left free this cycle, {num(short)} short."
+    free = diag["free_gpus"]
+    left = (
+        f"only {count(free, 'matching GPU')} {verb(free, 'is', 'are')}"
+        if free
+        else "no matching GPU is"
     )
+    msg = f"This job {shape}; {left} left free this cycle, {num(short)} short."
     remedy = f"Starts when {count(short, 'more matching GPU')} {verb(short, 'is', 'are')} released."
     details = dict(diag, short_gpus=short)
     reclaims = diag.get("inference_reclaims_gpus")

@@ -274,12 +274,13 @@ def test_insufficient():
 
 def test_insufficient_for_one_gpu_says_gpu():
     """Page walk: the what-if of a 1-GPU job read "only 0 matching GPUs are left free this
-    cycle, 1 short" and "Starts when 1 more matching GPUs are released"."""
+    cycle, 1 short" and "Starts when 1 more matching GPUs are released"; none left is "no
+    matching GPU is left free"."""
     one = pjob(1, 1)
     _code, msg, _details, remedy = explain.insufficient(
         one, "needs 1 GPU on one node", {"free_gpus": 0}
     )
-    assert msg.endswith("only 0 matching GPUs are left free this cycle, 1 short.")
+    assert msg.endswith("; no matching GPU is left free this cycle, 1 short.")
     assert remedy == "Starts when 1 more matching GPU is released."
     _code, msg, _details, remedy = explain.insufficient(pjob(1, 8), SHAPE, {"free_gpus": 1})
     assert "only 1 matching GPU is left free this cycle, 7 short." in msg

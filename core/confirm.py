@@ -19,9 +19,6 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
-
-from core.timezones import page_zone
 
 CONFIRM = "confirm"
 SEEN = "seen"
@@ -67,10 +64,7 @@ class Confirmation:
 
 def render_confirmation(request: HttpRequest, confirmation: Confirmation) -> HttpResponse:
     """The confirmation page (200); when the second step saw other figures, it says so.
-
-    It answers a POST, which ``TimeZoneMiddleware`` leaves in UTC (for the forms that read
-    a time), yet a person reads it as the page they came from: in their zone."""
+    In the viewer's zone, as every page (``core.timezones``)."""
     changed = saw_something_else(request.POST, confirmation.fingerprint)
     context = {"confirm": confirmation, "changed": changed}
-    with timezone.override(page_zone(request)):
-        return render(request, "confirm.html", context, status=409 if changed else 200)
+    return render(request, "confirm.html", context, status=409 if changed else 200)

@@ -4,10 +4,15 @@ The zone is, in order: the user's choice (``Profile.time_zone``, set on ``/accou
 else the browser's zone from the ``tz`` cookie that ``static/js/tz.js`` sets on the first
 visit (``Intl.DateTimeFormat().resolvedOptions().timeZone``), else UTC. Any name not in
 ``zoneinfo.available_timezones()`` is ignored. ``TimeZoneMiddleware`` activates it with
-``django.utils.timezone.activate`` for page views read with GET/HEAD; it leaves UTC:
+``django.utils.timezone.activate`` for every page request, whatever its method, so a form
+is read back in the zone it was shown in (the Django admin shows a user's dates in the
+viewer's zone; its save read them as UTC and moved them by the zone's offset, when POSTs
+were left in UTC). It leaves UTC:
 
-- the API (``/api/``): its contract is ISO 8601 UTC (DRF would render in the active zone);
-- writes (POST…): the forms that take a time say "UTC" and parse it so.
+- the API (``/api/``): its contract is ISO 8601 UTC (DRF would render in the active zone).
+
+A form field that takes a time in UTC whatever the zone says so and parses it so
+(``quotas.forms.UTCDateTimeField``).
 
 ``core.templatetags.cluster_time`` (``|utc``, the header clock) then renders in the
 active zone and names it; UTC stays written "UTC".
@@ -78,13 +83,6 @@ def viewer_zone(request: HttpRequest) -> tzinfo:
     return zone_named(getattr(request, "display_zone", None) or zone_of(request))
 
 
-def page_zone(request: HttpRequest) -> tzinfo:
-    """The zone ``request``'s viewer reads pages in, whatever its method: a page that
-    answers a POST (a confirmation) is shown as their GET pages are, although
-    ``TimeZoneMiddleware`` leaves the POST itself in UTC."""
-    return zone_named(zone_of(request))
-
-
 def zone_of_recipient(user: object) -> tzinfo:
     """The zone to write times in to ``user`` where no browser is (mail): the zone they
     chose on ``/account/``, else UTC (a browser's cookie is no help there)."""
@@ -135,14 +133,13 @@ def offset_labels(zone: tzinfo, year: int) -> str:
 
 
 class TimeZoneMiddleware:
-    """Activates the viewer's zone for page GETs (see the module's docstring)."""
+    """Activates the viewer's zone for page requests, not the API's (module docstring)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        pages = request.method in ("GET", "HEAD") and not request.path_info.startswith("/api/")
-        zone = zone_of(request) if pages else "UTC"
+        zone = "UTC" if request.path_info.startswith("/api/") else zone_of(request)
         request.display_zone = zone  # what the pages show (base.html hands it to the JS)
         if zone == "UTC":
             timezone.deactivate()

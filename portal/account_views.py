@@ -39,14 +39,12 @@ class TokenForm(forms.Form):
 def _page(request: HttpRequest, form: TokenForm, created=None, secret: str = "", status: int = 200):
     now = timezone.now()
     rows = [tokens.describe(t, now) for t in tokens.live_tokens(request.user)]
-    # A token just made is shown by the POST's page: in the viewer's zone, as on a reload.
-    with timezone.override(timezones.page_zone(request)):
-        return render(
-            request,
-            "account/tokens.html",
-            {"form": form, "rows": rows, "created": created, "secret": secret},
-            status=status,
-        )
+    return render(
+        request,
+        "account/tokens.html",
+        {"form": form, "rows": rows, "created": created, "secret": secret},
+        status=status,
+    )
 
 
 @never_cache

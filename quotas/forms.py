@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from quotas.services import NOTE_MAX, REASON_MAX
 
@@ -15,6 +19,21 @@ class DateTimeLocalInput(forms.DateTimeInput):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(format="%Y-%m-%dT%H:%M", **kwargs)
+
+
+class UTCDateTimeField(forms.DateTimeField):
+    """A time typed and shown in UTC whatever the viewer's zone (the field's label says
+    "UTC"): Django's reads a naive time in the active zone, which is the viewer's on every
+    page (``core.timezones``)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, datetime) and timezone.is_aware(value):
+            return value.astimezone(UTC).replace(tzinfo=None)
+        return value
+
+    def to_python(self, value: Any) -> datetime | None:
+        with timezone.override(UTC):
+            return super().to_python(value)
 
 
 class QuotaRequestForm(forms.Form):
@@ -42,13 +61,13 @@ class QuotaRequestForm(forms.Form):
         max_length=REASON_MAX,
         widget=forms.Textarea(attrs={"rows": 4}),
     )
-    starts_at = forms.DateTimeField(
+    starts_at = UTCDateTimeField(
         label="Starts at (UTC, cluster time; empty: as soon as approved)",
         required=False,
         input_formats=DATETIME_FORMATS,
         widget=DateTimeLocalInput(),
     )
-    ends_at = forms.DateTimeField(
+    ends_at = UTCDateTimeField(
         label="Ends at (UTC, cluster time; empty: until changed again)",
         required=False,
         input_formats=DATETIME_FORMATS,

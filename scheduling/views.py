@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
-from core.timezones import page_zone, written
+from core.timezones import viewer_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, verdict_text, whatif
 from scheduling.blast import job_blast_radius
@@ -443,7 +443,7 @@ def _cancel_confirmation(request: HttpRequest, job: Job) -> HttpResponse:
     blast = job_blast_radius(job)
     at_risk = blast.jobs[0]
     since = (
-        f"since its last checkpoint ({written(at_risk.since, page_zone(request))})"
+        f"since its last checkpoint ({written(at_risk.since, viewer_zone(request))})"
         if at_risk.checkpointed
         else "since it started (no checkpoint since)"
         if at_risk.since

@@ -170,6 +170,24 @@ def test_the_lead_requests_through_the_form(client, demo):
 
 
 NEXT_YEAR = datetime.now(UTC).year + 1  # the demo's cluster clock starts at the wall clock
+
+
+def test_a_lead_east_of_utc_types_the_start_in_utc_as_the_form_says(client, demo):
+    """Pages are in the viewer's zone for a POST too (the admin's saves moved dates when
+    POSTs were UTC); the request form's times stay UTC, as their labels say: typed and
+    shown again in UTC, whatever the viewer's zone."""
+    Profile.objects.filter(user=demo["lead"]).update(time_zone="Asia/Kolkata")
+    client.force_login(demo["lead"])
+    form = {"business_line": "llm", "queue": "llm-core", "quota_gpus": "", "guarantee_gpus": "4",
+            "reason": "protect the core runs", "starts_at": f"{NEXT_YEAR}-01-02T10:00",
+            "ends_at": ""}  # fmt: skip
+    shown_again = client.post("/quotas/requests/new/", {**form, "guarantee_gpus": "-1"})
+    assert shown_again.status_code == 400
+    assert f'name="starts_at" value="{NEXT_YEAR}-01-02T10:00"' in shown_again.content.decode()
+    assert client.post("/quotas/requests/new/", form).status_code == 302
+    assert QuotaRequest.objects.get().starts_at == datetime(NEXT_YEAR, 1, 2, 10, 0, tzinfo=UTC)
+
+
 BAD_FORMS = [
     ({"quota_gpus": "10", "guarantee_gpus": "12"}, "cannot be above the quota"),
     ({"quota_gpus": "-3"}, "must not be negative"),

@@ -109,7 +109,7 @@ def test_long_windows_are_downsampled_and_their_range_is_over_every_sample(demo)
     fig = build_dashboard("7d")["figures"]["utilization"]
     assert len(fig["data"][0]["x"]) <= charts.MAX_POINTS + 1
     # a peak at one sample may fall between the drawn points, never out of the caption
-    assert "0.0–95.0%" in fig["summary"] and "2000 samples" in fig["summary"]
+    assert "0.0–95.0%" in fig["summary"] and "2,000 samples" in fig["summary"]
 
 
 # -- the rollup's cadence --------------------------------------------------------------------

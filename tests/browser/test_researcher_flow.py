@@ -8,10 +8,7 @@ change without reload.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
-import time
 
 import pytest
 from playwright.sync_api import expect
@@ -22,6 +19,7 @@ from scheduling.cycle import run_cycle as run_one_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest
 from tests.browser.conftest import in_thread, screenshot
+from tests.browser.frames import Frames
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -55,26 +53,6 @@ def cluster_full_of_experiments(demo):
     run_cycle()
     assert Job.objects.filter(state="running").count() == 4
     return blockers
-
-
-class Frames:
-    """Websocket frames the page received, to know when a subscription is live."""
-
-    def __init__(self, page) -> None:
-        self.received: list[dict] = []
-        page.on("websocket", lambda ws: ws.on("framereceived", self._add))
-
-    def _add(self, payload) -> None:
-        with contextlib.suppress(TypeError, ValueError):
-            self.received.append(json.loads(payload))
-
-    def wait_subscribed(self, page, topic: str, timeout_s: float = 10) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if any(f.get("subscribed") == topic for f in self.received):
-                return
-            page.wait_for_timeout(50)
-        raise AssertionError(f"the page never subscribed to {topic}: {self.received}")
 
 
 def test_a_researcher_estimates_submits_and_watches_the_job_start_live(

@@ -47,6 +47,7 @@ from scheduling.cycle import run_cycle
 from scheduling.models import Job, Node
 from scheduling.sim_services import advance_clock
 from tests.browser.conftest import in_thread
+from tests.browser.frames import Frames
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
 from tests.drills import BUSY_START, start_busy_cluster, submit
@@ -251,6 +252,7 @@ def test_a_viewer_in_tokyo_reads_every_verdict_time_in_jst_also_after_a_live_upd
     urgent, sweep, _free = waiting_jobs(page, login, learned)
     context = browser.new_context(timezone_id="Asia/Tokyo")
     mine = context.new_page()
+    frames = Frames(mine)
 
     def jst(at: datetime) -> str:
         return (at + timedelta(hours=9)).strftime("%Y-%m-%d %H:%M JST")
@@ -272,7 +274,9 @@ def test_a_viewer_in_tokyo_reads_every_verdict_time_in_jst_also_after_a_live_upd
         ends = jst(CLUSTER_NOW + timedelta(minutes=SWEEP_MINUTES))
         assert night.count(ends) >= 2, night  # the message and its row
         # the next cycle rewrites the verdicts: the page refetches the job and re-renders
-        # (marked stale first, so the reading below is the live update's)
+        # (marked stale first, so the reading below is the live update's); the cycle runs
+        # once the page listens (in the full suite it ran before, and no refetch came)
+        frames.wait_subscribed(mine, f"job.{sweep}")
         mine.evaluate("document.getElementById('verdict-message').textContent = 'stale'")
         with mine.expect_response(lambda r: f"/api/v1/jobs/{sweep}/" in r.url):
             in_thread(run_cycle)

@@ -23,8 +23,9 @@ Nothing is written until every account has been looked up: a directory that cann
 reached or answers an error (a refused bind, a search base that does not exist) at any
 point changes nothing, and the next run tries again. A person whose name matches several
 entries is left as they are (a sign-in cannot tell them apart either). If the sweep would
-deactivate more than ``LDAP_SWEEP_MAX_SHARE`` of the directory accounts (at least one is
-always allowed), it writes nothing at all and logs an error: a mis-set search base or
+deactivate more than ``LDAP_SWEEP_MAX_SHARE`` of the directory accounts, or take a role or
+a line from more than that share (each counted apart; at least one is always allowed), it
+writes nothing at all and logs an error: a mis-set search base or
 filter that finds nobody must not lock everyone out. Either way (not in a dry run) it
 raises a ``directory_sweep`` alert for on-call, which the next sweep that runs through
 resolves.
@@ -44,7 +45,9 @@ from django.contrib.auth import get_user_model
 from django_auth_ldap.config import LDAPSearch
 
 from core.identity import grant_for
+from core.models import LineMembership, Role
 from core.people import offboard
+from core.roles import role_of
 from monitoring.models import Alert
 from monitoring.services import raise_alert, resolve_cleared
 from portal.auth.ldap_backend import SOURCE, PortalLDAPBackend
@@ -83,14 +86,16 @@ class Plan:
     checked: int = 0
     to_sync: list[Found] = field(default_factory=list)
     to_deactivate: list[tuple[Found, str]] = field(default_factory=list)
+    to_demote: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
     population: int = 0
     allowed: int = 0
 
     @property
     def over_bound(self) -> bool:
-        """More deactivations than ``LDAP_SWEEP_MAX_SHARE`` of the directory accounts allows."""
-        return len(self.to_deactivate) > self.allowed
+        """More deactivations, or more people losing a role or a line, than
+        ``LDAP_SWEEP_MAX_SHARE`` of the directory accounts allows (each counted apart)."""
+        return len(self.to_deactivate) > self.allowed or len(self.to_demote) > self.allowed
 
 
 @dataclass
@@ -178,6 +183,7 @@ def plan() -> Plan:
         raise DirectoryUnavailable("AUTH_LDAP_USER_SEARCH must be one LDAPSearch to sweep")
     mapping = settings.LDAP_IDENTITY_MAPPING
     result = Plan()
+    held = _managed_memberships(mapping)
     try:
         connection = _connect(config)
     except ldap.LDAPError as exc:
@@ -202,12 +208,34 @@ def plan() -> Plan:
                 result.to_deactivate.append((found, NOT_LET_IN))
             else:
                 result.to_sync.append(found)
+                if _takes_away(user, grant_for(mapping, found.groups), held.get(user.pk, {})):
+                    result.to_demote.append(user.get_username())
     finally:
         with contextlib.suppress(ldap.LDAPError):
             connection.unbind_s()
     share = float(getattr(settings, "LDAP_SWEEP_MAX_SHARE", 0.1))
     result.allowed = max(1, math.floor(share * result.population))
     return result
+
+
+def _managed_memberships(mapping: Any) -> dict[Any, dict[str, bool]]:
+    """Each person's memberships of the lines ``mapping`` manages: user id -> {line: lead}."""
+    held: dict[Any, dict[str, bool]] = {}
+    rows = LineMembership.objects.filter(business_line__name__in=mapping.managed_lines)
+    for user_id, line, lead in rows.values_list("user_id", "business_line__name", "is_lead"):
+        held.setdefault(user_id, {})[line] = lead
+    return held
+
+
+def _takes_away(user: Any, grant: Any, lines: dict[str, bool]) -> bool:
+    """Whether giving ``user`` what ``grant`` gives takes a role or a line from them (a
+    role other than researcher changed, a managed line or its lead left): what a group
+    search that finds no groups does to everyone at once, so the bound counts it."""
+    role = role_of(user)
+    if role != Role.RESEARCHER and grant.role != role:
+        return True
+    return any(name not in grant.lines or (lead and not grant.lines[name])
+               for name, lead in lines.items())  # fmt: skip
 
 
 def _still_swept(user: Any) -> bool:
@@ -258,9 +286,12 @@ def sweep(*, dry_run: bool = False) -> Report:
     for name in found.ambiguous:
         logger.warning("directory sweep: %s matches several directory entries, left as is", name)
     if found.over_bound:
+        demoted = (
+            f" and take a role or a line from {len(found.to_demote)}" if found.to_demote else ""
+        )
         report.held = (
             f"would deactivate {len(found.to_deactivate)} of {found.population} directory "
-            f"accounts, more than LDAP_SWEEP_MAX_SHARE allows ({found.allowed})"
+            f"accounts{demoted}, more than LDAP_SWEEP_MAX_SHARE allows ({found.allowed} of each)"
         )
         logger.error("directory sweep: nothing changed: %s: %s", report.held,
                      ", ".join(report.would_deactivate))  # fmt: skip

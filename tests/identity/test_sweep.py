@@ -26,6 +26,7 @@ from scheduling.models import Job
 from tests.conftest import DEMO_PASSWORD
 from tests.identity.conftest import prefixed
 from tests.identity.test_ldap import lines_of, sign_in, user
+from tests.identity.testbeds import PEOPLE
 
 pytestmark = pytest.mark.django_db
 
@@ -117,7 +118,7 @@ def test_the_command_says_what_it_did(demo, directory, configure):
 
 
 def test_a_group_change_takes_effect_without_a_sign_in(demo, directory, configure):
-    configure(sweep_env(directory))
+    configure(sweep_env(directory, SWEEP_MAX_SHARE="1"))  # both lose something: the bound
     boss = signed_in("boss")
     signed_in("dora")
     directory.set_groups("dora", {"search-rec-leads", "llm-team"})
@@ -212,6 +213,12 @@ def test_a_sweep_that_would_deactivate_too_many_deactivates_nobody(demo, directo
     configure(directory.portal_env(**prefixed("LDAP", USER_SEARCH_BASE=empty_base)))
     assert "would deactivate 4 of 4" in directory_sweep()["held"]
     assert all(user(name).is_active for name in ("boss", "dora", "rick", "olga"))
+    # a group search base with no group in it: nobody is deleted, but everyone would lose
+    # what their groups gave (the admin their role, the lead their line) at once
+    configure(directory.portal_env(**prefixed("LDAP", GROUP_SEARCH_BASE=PEOPLE)))
+    held = directory_sweep()["held"]
+    assert "would deactivate 0 of 4 directory accounts and take a role or a line from" in held
+    assert role_of(user("boss")) == "admin" and lines_of("dora") == {"llm": "lead"}
     # one is always allowed, whatever the share
     configure(directory.portal_env(**prefixed("LDAP")))
     directory.delete_person("olga")

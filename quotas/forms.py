@@ -9,6 +9,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from core.query_forms import QueryForm
+from quotas.models import QuotaRequest
 from quotas.services import NOTE_MAX, REASON_MAX
 
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
@@ -90,6 +92,22 @@ def _note_field(label: str, rows: int = 3) -> forms.CharField:
         required=False,
         max_length=NOTE_MAX,
         widget=forms.Textarea(attrs={"rows": rows}),
+    )
+
+
+class RequestFilterForm(QueryForm):
+    """The request list's ``?state=`` (empty or absent: any). An unknown state, or a
+    parameter the list does not take, is an error the page shows with a 400 and nothing
+    listed, never the whole list as if unfiltered."""
+
+    state = forms.ChoiceField(
+        required=False,
+        choices=[("", "any"), *QuotaRequest.State.choices],
+        error_messages={
+            "invalid_choice": "unknown state “%(value)s”; one of "
+            + ", ".join(QuotaRequest.State.values)
+            + ", or any"
+        },
     )
 
 

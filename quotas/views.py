@@ -27,6 +27,7 @@ from quotas.forms import (
     DecisionForm,
     QuotaRequestForm,
     RejectForm,
+    RequestFilterForm,
     WithdrawForm,
     add_service_errors,
 )
@@ -123,23 +124,22 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
 def request_list(request: HttpRequest) -> HttpResponse:
     """Requests the user may see (admins: all, pending first: the review list).
 
-    ``?state=`` empty or absent: any; an unknown state: 400, the filter saying why, and
-    no requests listed (as the audit page), never the whole list as if unfiltered."""
-    state = request.GET.get("state", "")
+    ``?state=`` empty or absent: any; a bad filter (``RequestFilterForm``): 400, the filter
+    saying why, and no requests listed (as the audit page)."""
+    form = RequestFilterForm(request.GET)
     qs = list_requests_for_user(request.user)
     status, state_error = 200, ""
-    if state in QuotaRequest.State.values:
-        qs = qs.filter(state=state)
-    elif state:
+    if not form.is_valid():
         qs, status = qs.none(), 400
-        states = ", ".join(QuotaRequest.State.values)
-        state_error = f"unknown state “{state}”; one of {states}, or any"
+        state_error = " ".join(str(m) for msgs in form.errors.values() for m in msgs)
+    elif state := form.cleaned_data["state"]:
+        qs = qs.filter(state=state)
     pending = [r for r in qs if r.state == QuotaRequest.State.PENDING]
     decided = [r for r in qs[:300] if r.state != QuotaRequest.State.PENDING]
     context = {
         "pending": pending,
         "decided": decided,
-        "state": state,
+        "state": request.GET.get("state", ""),
         "state_error": state_error,
         "states": QuotaRequest.State.values,
         "may_request": permissions.may_request(request.user),

@@ -1,6 +1,7 @@
 """The quota pages: each role on each page, the lead's form, the admins' approval page with
 the impact, the line page with its history; labels and CSRF on every form."""
 
+import html
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 
@@ -293,6 +294,15 @@ def test_an_unknown_state_filter_is_a_400_naming_it_not_the_whole_list(client, d
     assert response.status_code == 400 and f"#{req.pk}<" not in body
     assert '<p class="error" role="alert" id="state-error">unknown state' in body
     assert escape(state) in body and "one of pending, approved" in body
+
+
+def test_a_parameter_the_request_list_does_not_take_is_a_400_naming_it(client, demo, req):
+    """``?status=pending`` (the filter is ``state``) listed every request as if filtered."""
+    client.force_login(demo["admin"])
+    response = client.get("/quotas/requests/?status=pending")
+    body = html.unescape(response.content.decode())
+    assert response.status_code == 400 and f"#{req.pk}<" not in response.content.decode()
+    assert "this page has no filter “status”; it takes state" in body
 
 
 def test_a_request_stored_with_a_year_1_start_is_shown_west_of_utc(client, demo, req):

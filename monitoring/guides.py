@@ -260,13 +260,14 @@ GUIDES: tuple[Guide, ...] = (
             "“directory unavailable”: the LDAP server is down or unreachable from the portal, "
             "or refused the service account's bind (a rotated password), or the user search "
             "base does not exist. Directory sign-in fails too.",
-            "“deactivation bound”: the sweep would have deactivated more than "
-            "LDAP_SWEEP_MAX_SHARE of the directory accounts at once, so it wrote nothing: a "
-            "user search base or filter that finds nobody, or a real mass departure.",
+            "“sweep bound”: the sweep would have deactivated more than LDAP_SWEEP_MAX_SHARE of "
+            "the directory accounts at once, or taken a role or a line from more than that "
+            "share, so it wrote nothing: a user search base or filter that finds nobody, a "
+            "group search base with no group in it, or a real mass departure.",
         ),
         first_actions=(
             "Run `manage.py sync_directory --dry-run`: it lists whom the sweep would "
-            "deactivate and why, and changes nothing.",
+            "deactivate, and from whom it would take a role or a line, and changes nothing.",
             "For an outage or a refused bind, check the directory and LDAP_BIND_DN and "
             "LDAP_BIND_PASSWORD with its owners; the next sweep (every LDAP_SWEEP_SECONDS) resolves the alert.",
             "If the listed people really left, raise LDAP_SWEEP_MAX_SHARE for one run of "

@@ -61,7 +61,7 @@ NOT_LET_IN = "in none of the required groups"
 AMBIGUOUS = "several directory entries"
 # The subjects of the ``directory_sweep`` alert: why a sweep changed nothing.
 UNAVAILABLE = "directory unavailable"
-BOUND = "deactivation bound"
+BOUND = "sweep bound"
 
 
 class DirectoryUnavailable(Exception):
@@ -109,6 +109,7 @@ class Report:
     changed: list[str] = field(default_factory=list)
     deactivated: list[str] = field(default_factory=list)
     would_deactivate: list[str] = field(default_factory=list)
+    would_demote: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -121,6 +122,7 @@ class Report:
             "changed": self.changed,
             "deactivated": self.deactivated,
             "would_deactivate": self.would_deactivate,
+            "would_demote": self.would_demote,
             "ambiguous": self.ambiguous,
         }
 
@@ -151,7 +153,9 @@ def _candidates() -> list[tuple[Any, bool]]:
     """Active accounts with no usable password, each with whether it is marked as the
     directory's; local accounts (a usable password) are never among them."""
     linked = set(DirectoryAccount.objects.values_list("user_id", flat=True))
-    users = get_user_model().objects.filter(is_active=True).order_by("pk")
+    # the profile with each account: the bound reads every person's role (``_takes_away``)
+    users = get_user_model().objects.filter(is_active=True).select_related("profile")
+    users = users.order_by("pk")
     return [(user, user.pk in linked) for user in users if not user.has_usable_password()]
 
 
@@ -281,6 +285,7 @@ def sweep(*, dry_run: bool = False) -> Report:
     report = Report(
         checked=found.checked,
         would_deactivate=[f"{f.user.get_username()} ({why})" for f, why in found.to_deactivate],
+        would_demote=found.to_demote,
         ambiguous=found.ambiguous,
     )
     for name in found.ambiguous:
@@ -321,5 +326,5 @@ def sweep(*, dry_run: bool = False) -> Report:
         if offboard(item.user, managed_lines=lines, source=SOURCE, reason=why):
             report.deactivated.append(item.user.get_username())
             logger.info("directory sweep: %s deactivated (%s)", item.user, why)
-    report.would_deactivate = []
+    report.would_deactivate, report.would_demote = [], []
     return report

@@ -199,7 +199,7 @@ def test_a_sweep_that_would_deactivate_too_many_deactivates_nobody(demo, directo
     assert all(user(name).is_active for name in ("boss", "rick"))
     assert lines_of("dora") == {"llm": "lead"}  # held: nothing at all is written
     assert AuditRecord.objects.count() == records
-    held = Alert.objects.get(kind="directory_sweep", subject="deactivation bound")
+    held = Alert.objects.get(kind="directory_sweep", subject="sweep bound")
     assert "would deactivate 2 of 4 directory accounts" in held.message
     assert run_command("--dry-run")[0] == 1
     held.refresh_from_db()
@@ -218,6 +218,9 @@ def test_a_sweep_that_would_deactivate_too_many_deactivates_nobody(demo, directo
     configure(directory.portal_env(**prefixed("LDAP", GROUP_SEARCH_BASE=PEOPLE)))
     held = directory_sweep()["held"]
     assert "would deactivate 0 of 4 directory accounts and take a role or a line from" in held
+    code, out = run_command("--dry-run")
+    assert code == 1 and "would take a role or a line from: boss" in out
+    assert "would take a role or a line from: dora" in out
     assert role_of(user("boss")) == "admin" and lines_of("dora") == {"llm": "lead"}
     # one is always allowed, whatever the share
     configure(directory.portal_env(**prefixed("LDAP")))
@@ -256,7 +259,7 @@ def test_nothing_is_swept_without_ldap(demo, directory):
     get_user_model().objects.create_user("dora")  # passwordless, but LDAP is not configured
     assert directory_sweep() == {
         "enabled": False, "held": "", "checked": 0, "adopted": [], "changed": [],
-        "deactivated": [], "would_deactivate": [], "ambiguous": [],
+        "deactivated": [], "would_deactivate": [], "would_demote": [], "ambiguous": [],
     }  # fmt: skip
     assert run_command() == (0, "LDAP is not configured (LDAP_SERVER_URI): nothing to sweep\n")
     assert user("dora").is_active

@@ -32,15 +32,16 @@ class Command(BaseCommand):
         self.stdout.write(f"directory accounts checked: {report.checked}")
         for name in report.ambiguous:
             self.stdout.write(f"left as is (several directory entries): {name}")
-        if report.held:
+        if report.held or dry_run:
             for line in report.would_deactivate:
                 self.stdout.write(f"would deactivate: {line}")
+            for name in report.would_demote:
+                self.stdout.write(f"would take a role or a line from: {name}")
+        if report.held:
             self.stderr.write(f"nothing changed: {report.held}")
             raise SystemExit(1)
         if dry_run:
-            for line in report.would_deactivate:
-                self.stdout.write(f"would deactivate: {line}")
-            self.stdout.write("dry run: nothing was changed (group changes are not listed)")
+            self.stdout.write("dry run: nothing was changed (other group changes are not listed)")
             return
         for label, names in (
             ("marked as directory accounts", report.adopted),

@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
-from core import audit
+from core import audit, realtime
 from core.api import client_ip
 from core.models import AuditRecord, LineMembership, Profile
 from core.roles import is_admin
@@ -95,6 +95,24 @@ class PortalAdmin(admin.ModelAdmin):
         return f"#{obj.pk}"
 
 
+def _person_of(obj: Any) -> Any:
+    """The user whose access ``obj`` is part of (an account, its role, a line membership),
+    or None."""
+    if isinstance(obj, get_user_model()):
+        return obj.pk
+    if isinstance(obj, Profile | LineMembership):
+        return obj.user_id
+    return None
+
+
+def _access_changed(obj: Any, action: str) -> None:
+    """Live connections follow the change: the person's reconnect with what they may now
+    see, or close if they may no longer sign in (``core.realtime``)."""
+    user_pk = _person_of(obj)
+    if user_pk is not None:
+        realtime.close_live_connections(user_pk=user_pk, reason=action)
+
+
 class AuditedAdmin(PortalAdmin):
     """A model admin whose every addition, change and deletion leaves an AuditRecord
     (action ``admin.add`` / ``admin.change`` / ``admin.delete``, before and after).
@@ -120,6 +138,7 @@ class AuditedAdmin(PortalAdmin):
     def log_addition(self, request, obj, message):
         audit.record(request.user, "admin.add", obj, after=_fields(obj),
                      source_ip=client_ip(request))  # fmt: skip
+        _access_changed(obj, "admin.add")
         return super().log_addition(request, obj, message)
 
     def log_change(self, request, obj, message):
@@ -132,12 +151,14 @@ class AuditedAdmin(PortalAdmin):
         reason = "password changed" if request.path.endswith("/password/") else ""
         audit.record(request.user, "admin.change", obj, reason=reason, before=before or {},
                      after=after, source_ip=client_ip(request))  # fmt: skip
+        _access_changed(obj, "admin.change")
         return super().log_change(request, obj, message)
 
     def log_deletions(self, request, queryset):
         for obj in queryset:
             audit.record(request.user, "admin.delete", obj, before=_fields(obj),
                          source_ip=client_ip(request))  # fmt: skip
+            _access_changed(obj, "admin.delete")
         return super().log_deletions(request, queryset)
 
 

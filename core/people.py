@@ -10,7 +10,8 @@ a sign-in that changes nothing writes nothing.
 
 ``offboard`` is the other end: a person the directory no longer has (or no longer lets
 in) loses the account itself: inactive, what the groups gave taken away, API tokens
-revoked (``core.tokens.revoke_all``), sessions ended; one ``identity.offboard`` record.
+revoked (``core.tokens.revoke_all``), sessions ended, live connections closed; one
+``identity.offboard`` record.
 Their jobs are not touched: work already submitted keeps running.
 """
 
@@ -23,7 +24,7 @@ from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.utils import timezone
 
-from core import audit, tokens
+from core import audit, realtime, tokens
 from core.models import LineMembership, Profile, Role
 
 ACTION = "identity.sync"
@@ -124,6 +125,7 @@ def sync_identity(
                 after=after,
                 source_ip=source_ip,
             )
+            realtime.close_live_connections(user_pk=user.pk, reason=ACTION)
     _forget_cached(user)
     return changed
 
@@ -166,5 +168,6 @@ def offboard(user: Any, *, managed_lines: Collection[Any], source: str, reason: 
             before=before,
             after=after,
         )
+        realtime.close_live_connections(user_pk=user.pk, reason=OFFBOARD_ACTION)
     _forget_cached(user)
     return True

@@ -13,6 +13,7 @@ skipped for ``PUBLISH_PAUSE_S``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -192,3 +193,61 @@ def publish_on_commit(topic: str, kind: str, data: dict[str, Any]) -> None:
         _local.flush = flush
         transaction.on_commit(flush)
     _local.events.append((topic, kind, data))
+
+
+# -- ending a person's live connections ----------------------------------------------------
+#
+# A websocket is authenticated once, when it connects; what it may then receive (every
+# public topic, the on-call alerts, the jobs it may see) was decided from the session and
+# role of that moment. So each connection also listens on two private groups, its
+# person's and its session's, which no client can subscribe to, and the writers of
+# access ask them to close: ``core.people`` (a sign-in's new role or lines, an offboarded
+# account), the Django admin (a user, role, line membership or password changed), and
+# sign-out. The consumer (``monitoring.consumers``) then checks the session again and
+# closes with ``CLOSE_SIGNED_OUT`` (no reconnect: the page says so) or
+# ``CLOSE_RECONNECT`` (the page reconnects at once and subscribes anew, each topic checked
+# against the role as it now is).
+
+ACCESS_MESSAGE = "live.access"
+CLOSE_RECONNECT = 4000
+CLOSE_SIGNED_OUT = 4401
+
+
+def person_group(user_pk: Any) -> str:
+    """The private group of every live connection signed in as ``user_pk``."""
+    return f"access.person.{int(user_pk)}"
+
+
+def session_group(session_key: str) -> str:
+    """The private group of the connections of one session (its key is a credential, so
+    the group carries a digest of it, not the key)."""
+    return "access.session." + hashlib.sha256(session_key.encode()).hexdigest()[:40]
+
+
+def close_live_connections(
+    *, user_pk: Any = None, session_key: str | None = None, reason: str
+) -> None:
+    """Once the current transaction commits (at once outside one), ask the live connections
+    of person ``user_pk`` (each checks its session again) or of one ended session (closed
+    outright) to close. Best effort as every live send: a Redis that is down loses the
+    message, and a connection then keeps its subscriptions until it reconnects."""
+    if (user_pk is None) == (session_key is None):
+        raise ValueError("name a person or a session, not both")
+    group = person_group(user_pk) if user_pk is not None else session_group(str(session_key))
+    message = {"type": ACCESS_MESSAGE, "recheck": user_pk is not None, "reason": reason}
+    transaction.on_commit(lambda: _send_control(group, message))
+
+
+def _send_control(group: str, message: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None or time.monotonic() < _paused_until:
+        log.warning("live connections not asked to close (%s): Redis is unavailable", group)
+        return
+
+    async def send() -> None:
+        await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT_S)
+
+    try:
+        _run_from_sync_code(send)
+    except Exception:  # noqa: BLE001 - best effort, as every live send
+        log.warning("live connections not asked to close (%s)", group, exc_info=True)

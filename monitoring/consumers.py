@@ -1,18 +1,37 @@
-"""The one websocket consumer: authenticated on connect, checked on subscribe, read-only."""
+"""The one websocket consumer: authenticated on connect, checked on subscribe, read-only,
+and closed when its session ends or its person's access changes (``core.realtime``,
+"ending a person's live connections")."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import re
+from datetime import datetime
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.contrib.sessions.models import Session
+from django.utils import timezone
 
 from core.events import client_frame
-from core.realtime import group_name
+from core.realtime import (
+    CLOSE_RECONNECT,
+    CLOSE_SIGNED_OUT,
+    group_name,
+    person_group,
+    session_group,
+)
 from monitoring.permissions import may_use_oncall_console
 
+log = logging.getLogger(__name__)
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
 # ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"; no
@@ -43,20 +62,78 @@ def _may_subscribe(user: Any, topic: str) -> str | None:
     return f"unknown topic {topic[:80]!r}"
 
 
+@database_sync_to_async
+def _signed_in_until(session_key: str | None, user_pk: Any) -> datetime | None:
+    """When the session ``session_key`` expires if it is still signed in as ``user_pk``
+    (the account active, the password it signed in with unchanged), else None. Read
+    afresh from the session store, not from the connection's copy."""
+    if not session_key:
+        return None
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(SimpleNamespace(session=session))
+    if not user.is_authenticated or user.pk != user_pk:
+        return None
+    return (
+        Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
+        .values_list("expire_date", flat=True)
+        .first()
+    )
+
+
 class LiveConsumer(AsyncWebsocketConsumer):
-    """Pushes ``{"type", "topic", "data"}`` events for the topics a client subscribed to."""
+    """Pushes ``{"type", "topic", "data"}`` events for the topics a client subscribed to.
+
+    Closes with ``CLOSE_SIGNED_OUT`` when its session expires or is signed out, and with
+    ``CLOSE_RECONNECT`` when its person's role, lines or account changed while the session
+    stays valid: the client reconnects and subscribes anew, each topic checked again."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.close(code=CLOSE_SIGNED_OUT)
             return
         self.topics: set[str] = set()
+        session_key = self.scope["session"].session_key
+        self.access_groups = [person_group(user.pk), session_group(session_key or "")]
         await self.accept()
+        for group in self.access_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.expiry = asyncio.create_task(self._close_when_the_session_expires())
 
     async def disconnect(self, code: int) -> None:
+        expiry = getattr(self, "expiry", None)
+        if expiry is not None and expiry is not asyncio.current_task():
+            expiry.cancel()
+        for group in getattr(self, "access_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
         for topic in getattr(self, "topics", set()):
             await self.channel_layer.group_discard(group_name(topic), self.channel_name)
+
+    async def _close_when_the_session_expires(self) -> None:
+        """Sleep until the session's expiry (read again then: a request may have renewed
+        it), and close once it has passed."""
+        try:
+            while True:
+                until = await _signed_in_until(
+                    self.scope["session"].session_key, self.scope["user"].pk
+                )
+                if until is None:
+                    await self.close(code=CLOSE_SIGNED_OUT)
+                    return
+                await asyncio.sleep(max(1.0, (until - timezone.now()).total_seconds()))
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - a database hiccup must not end the connection
+            log.warning("live connection: its session's expiry could not be read", exc_info=True)
+
+    async def live_access(self, message: dict[str, Any]) -> None:
+        """The person's access changed (``recheck``: the session may still be valid) or
+        this session ended."""
+        still = message.get("recheck") and await _signed_in_until(
+            self.scope["session"].session_key, self.scope["user"].pk
+        )
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await self.close(code=CLOSE_RECONNECT if still else CLOSE_SIGNED_OUT)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         error = None

@@ -4,7 +4,9 @@
  *   Live.on("queues", (msg) => {...});      // msg = {type, topic, data}
  *   Live.onReconnect(() => {...});          // refetch a snapshot
  *   Live.agePageMessages("Now: …");         // the flash messages are about the past now
- * The status element #live-status (if present) shows the connection state in words.
+ * The status element #live-status (if present) shows the connection state in words;
+ * when the server ends the connection because the session ended, it says so and the
+ * client stops (a reconnect would be refused).
  *
  * "live" is a promise about the page's content: a page whose scripts register a refetch
  * (Live.onReconnect) updates what can change and catches up after a disconnection. On
@@ -19,6 +21,9 @@
   let everConnected = false;
   let loaded = false;
 
+  // Close codes of the server (core/realtime.py).
+  const ACCESS_CHANGED = 4000;
+  const SIGNED_OUT = 4401;
   const NOT_LIVE_TITLE = "This page does not update itself: reload it for the latest figures.";
 
   function setStatus(text, state) {
@@ -48,9 +53,15 @@
       const list = handlers.get(msg.topic);
       if (list && msg.type) list.forEach((fn) => fn(msg));
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (event) => {
+      if (event.code === SIGNED_OUT) {  // the session ended: nothing to reconnect to
+        setStatus("signed out: reload the page to sign in again", "closed");
+        return;
+      }
       setStatus("reconnecting…", "closed");
-      attempt += 1;
+      // ACCESS_CHANGED: the role or lines changed; subscribe again at once, each topic
+      // checked against the role as it is now.
+      attempt = event.code === ACCESS_CHANGED ? 0 : attempt + 1;
       const delay = Math.min(30000, 500 * 2 ** Math.min(attempt, 6)) * (0.5 + Math.random() / 2);
       setTimeout(connect, delay);
     });

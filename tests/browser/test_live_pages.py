@@ -168,3 +168,21 @@ def test_the_queues_pages_eviction_time_follows_the_ratios_it_names(demo, api, p
     expect(page.locator("#eviction-as-of")).to_have_text(later, timeout=LIVE_MS)
     page.reload()
     expect(page.locator("#eviction-as-of")).to_have_text(later)
+
+
+def test_a_page_says_signed_out_when_the_directory_closes_the_account(demo, page, login):
+    from core.people import offboard
+
+    base = login("oncall")
+    go_live(page, f"{base}/oncall/")
+    in_thread(lambda: offboard(demo["oncall"], managed_lines=[], source="LDAP",
+                               reason="gone from the directory"))  # fmt: skip
+    expect(page.locator("#live-status")).to_have_text(
+        "signed out: reload the page to sign in again", timeout=LIVE_MS
+    )
+    page.wait_for_timeout(1500)  # no reconnect: it would be refused, and the badge says so
+    expect(page.locator("#live-status")).to_have_text(
+        "signed out: reload the page to sign in again"
+    )
+    page.reload()
+    assert "/accounts/login/" in page.url

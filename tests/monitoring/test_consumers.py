@@ -6,9 +6,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.auth import AuthMiddleware
+from channels.db import database_sync_to_async
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.contrib.sessions.backends.db import SessionStore
+from django.test import Client
 
 from core.realtime import publish
 from monitoring.routing import websocket_urlpatterns
@@ -27,14 +32,25 @@ def async_to_sync(fn):
     return call
 
 
+def signed_in(user) -> tuple[Client, object]:
+    """A browser's session signed in as ``user``, and the consumer behind that session, its
+    person read from the session at each connection as the auth middleware does."""
+    client = Client()
+    session = SessionStore()
+    if user.is_authenticated:
+        client.force_login(user)
+        session = SessionStore(client.cookies[settings.SESSION_COOKIE_NAME].value)
+    app = AuthMiddleware(URLRouter(websocket_urlpatterns))
+
+    async def with_session(scope, receive, send):
+        return await app({**scope, "session": session}, receive, send)
+
+    return client, with_session
+
+
 def as_user(user):
-    """The consumer with ``user`` in the scope, as the session middleware would set it."""
-    router = URLRouter(websocket_urlpatterns)
-
-    async def app(scope, receive, send):
-        return await router({**scope, "user": user}, receive, send)
-
-    return app
+    """The consumer behind a session signed in as ``user`` (none for an anonymous one)."""
+    return signed_in(user)[1]
 
 
 async def _open(app) -> WebsocketCommunicator:
@@ -50,8 +66,10 @@ async def _send(comm, payload) -> dict:
 
 
 def test_anonymous_connections_are_closed():
+    app = as_user(AnonymousUser())
+
     async def run():
-        comm = WebsocketCommunicator(as_user(AnonymousUser()), "/ws/live/")
+        comm = WebsocketCommunicator(app, "/ws/live/")
         return await comm.connect()
 
     connected, code = async_to_sync(run)()
@@ -69,8 +87,10 @@ def test_the_full_stack_refuses_a_connection_without_a_session():
 
 
 def test_subscribe_rules_and_bad_messages(demo):
+    app = as_user(demo["researcher"])
+
     async def run():
-        comm = await _open(as_user(demo["researcher"]))
+        comm = await _open(app)
         results = [
             await _send(comm, {"subscribe": "queues"}),
             await _send(comm, {"subscribe": "alerts"}),
@@ -98,8 +118,10 @@ def test_subscribe_rules_and_bad_messages(demo):
 
 
 def test_oncall_follows_alerts_and_events_arrive_through_redis(demo):
+    app = as_user(demo["oncall"])
+
     async def run():
-        comm = await _open(as_user(demo["oncall"]))
+        comm = await _open(app)
         subscribed = await _send(comm, {"subscribe": "alerts"})
         await sync_to_async(publish)("alerts", "alert.raised", {"id": 1, "subject": "r000-n00"})
         message = json.loads(await comm.receive_from(timeout=5))
@@ -119,9 +141,11 @@ def test_a_job_topic_is_only_for_those_who_may_see_the_job(demo, api):
         .data["id"]
     )
 
+    other_app, owner_app = as_user(demo["researcher2"]), as_user(demo["researcher"])
+
     async def run():
-        other = await _open(as_user(demo["researcher2"]))
-        owner = await _open(as_user(demo["researcher"]))
+        other = await _open(other_app)
+        owner = await _open(owner_app)
         denied = await _send(other, {"subscribe": f"job.{job_id}"})
         allowed = await _send(owner, {"subscribe": f"job.{job_id}"})
         # Python's "$" also matches before a final newline: a topic no event is sent to
@@ -137,3 +161,136 @@ def test_a_job_topic_is_only_for_those_who_may_see_the_job(demo, api):
     assert allowed == {"subscribed": f"job.{job_id}"}
     assert "unknown topic" in trailing["error"]
     assert "unknown topic" in zero["error"]
+
+
+# -- a connection follows its session and its person's access (core.realtime) --------------
+
+
+async def _closed_with(comm) -> int | None:
+    """The close code the server sent (None: it sent a frame, or nothing in 5 s; then the
+    communicator has cancelled the consumer)."""
+    try:
+        message = await comm.receive_output(timeout=5)
+    except TimeoutError:
+        return None
+    return message.get("code") if message["type"] == "websocket.close" else None
+
+
+def test_an_offboarded_person_is_signed_out_of_every_live_connection(demo):
+    from core.people import offboard
+
+    _, app = signed_in(demo["researcher"])
+    _, bystander_app = signed_in(demo["researcher2"])
+
+    async def run():
+        comm, bystander = await _open(app), await _open(bystander_app)
+        await _send(comm, {"subscribe": "queues"})
+        await _send(bystander, {"subscribe": "queues"})
+        await database_sync_to_async(offboard)(
+            demo["researcher"], managed_lines=[], source="LDAP", reason="gone from the directory"
+        )
+        code = await _closed_with(comm)
+        await comm.disconnect()
+        await sync_to_async(publish)("queues", "queues.updated", {})
+        bystander_frame = json.loads(await bystander.receive_from(timeout=5))
+        await bystander.disconnect()
+        return code, bystander_frame
+
+    code, bystander_frame = async_to_sync(run)()
+    assert code == 4401, "signed out: the page says so and does not reconnect"
+    assert bystander_frame["type"] == "queues.updated", "nobody else's connection is touched"
+
+
+def test_a_demoted_on_call_engineer_reconnects_without_the_alerts(demo):
+    from core.models import Role
+    from core.people import sync_identity
+
+    oncall = demo["oncall"]
+    _, app = signed_in(oncall)
+
+    async def run():
+        comm = await _open(app)
+        first = await _send(comm, {"subscribe": "alerts"})
+        await database_sync_to_async(sync_identity)(
+            oncall, role=Role.RESEARCHER, lines={}, managed_lines=[], source="LDAP"
+        )
+        code = await _closed_with(comm)
+        await comm.disconnect()
+        again = await _open(app)  # what the page does at once on that code
+        refused = await _send(again, {"subscribe": "alerts"})
+        await again.disconnect()
+        return first, code, refused
+
+    first, code, refused = async_to_sync(run)()
+    assert first == {"subscribed": "alerts"}
+    assert code == 4000, "the session is still valid: reconnect"
+    assert "no permission" in refused["error"]
+
+
+def test_signing_out_closes_that_sessions_connections_only(demo):
+    client, app = signed_in(demo["researcher"])
+    _, other_tab_app = signed_in(demo["researcher"])  # a second browser of the same person
+
+    async def run():
+        comm, other = await _open(app), await _open(other_tab_app)
+        await database_sync_to_async(client.post)("/accounts/logout/")
+        code = await _closed_with(comm)
+        await comm.disconnect()
+        other_quiet = await other.receive_nothing(timeout=2)
+        still = await _send(other, {"subscribe": "queues"})
+        await other.disconnect()
+        return code, other_quiet, still
+
+    code, other_quiet, still = async_to_sync(run)()
+    assert code == 4401
+    assert other_quiet, "the other session stays signed in, and so does its connection"
+    assert still == {"subscribed": "queues"}
+
+
+def test_a_connection_closes_when_its_session_expires(demo):
+    from datetime import timedelta
+
+    from django.contrib.sessions.models import Session
+    from django.utils import timezone
+
+    client, app = signed_in(demo["researcher"])
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    Session.objects.filter(session_key=key).update(
+        expire_date=timezone.now() + timedelta(seconds=2)
+    )
+
+    async def run():
+        comm = await _open(app)
+        subscribed = await _send(comm, {"subscribe": "queues"})
+        code = await _closed_with(comm)
+        await comm.disconnect()
+        return subscribed, code
+
+    subscribed, code = async_to_sync(run)()
+    assert subscribed == {"subscribed": "queues"}
+    assert code == 4401
+
+
+def test_a_role_changed_in_the_django_admin_reconnects_the_person(demo):
+    from core.models import Profile, Role
+
+    admin_client = Client()
+    admin_client.force_login(demo["admin"])
+    profile = Profile.objects.get(user=demo["oncall"])
+    _, app = signed_in(demo["oncall"])
+
+    async def run():
+        comm = await _open(app)
+        await _send(comm, {"subscribe": "alerts"})
+        response = await database_sync_to_async(admin_client.post)(
+            f"/admin/portal/profile/{profile.pk}/change/",
+            {"user": demo["oncall"].pk, "role": Role.RESEARCHER},
+        )
+        code = await _closed_with(comm)
+        await comm.disconnect()
+        return response.status_code, code
+
+    status, code = async_to_sync(run)()
+    assert status == 302, "saved"
+    assert Profile.objects.get(pk=profile.pk).role == Role.RESEARCHER
+    assert code == 4000

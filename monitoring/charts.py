@@ -301,7 +301,7 @@ def utilization_figure(
     )  # fmt: skip
     values = [float(p[1]) for p in points] + ([float(now[1])] if now is not None else [])
     if not values:
-        summary = "No samples yet: the metrics rollup writes one a minute."
+        summary = "No samples yet: the metrics rollup writes the first within a minute."
         return _figure(data, layout, summary, empty="No samples yet")
     span = f"{percent(min(values))[:-1]}–{percent(max(values))}"
     if now is None:

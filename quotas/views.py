@@ -106,7 +106,10 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
             contracts.line(line.name), contracts.queues_of(line.name)
         ),
         "queues": queues,
-        "recent": build_recent_use(line, None, now, policy.usage_days),
+        "recent": {
+            **build_recent_use(line, None, now, policy.usage_days).as_dict(),
+            "days": policy.usage_days,
+        },
         "usage_days": policy.usage_days,
         "suggestions": build_suggestions(line, eviction),
         "policy": policy,

@@ -1,5 +1,7 @@
 """The recent-use sentence of a line's page and of a request's impact (one include): units
-on every figure, and "1 sample", not "1 samples" (session 31 read it on the demo)."""
+on every figure, and "1 sample", not "1 samples" (session 31 read it on the demo). The
+samples' spacing is not stated: "one a minute" was wrong on the simulator at 60x, where a
+sample each wall-clock minute is one each cluster hour (session 41)."""
 
 from __future__ import annotations
 
@@ -11,14 +13,15 @@ def sentence(**recent) -> str:
 
 
 def test_one_sample_is_singular_and_every_figure_has_its_unit():
-    text = sentence(samples=1, peak_used=3501, avg_used=3501.0, peak_pending=0, avg_pending=0.0)
+    text = sentence(
+        samples=1, peak_used=3501, avg_used=3501.0, peak_pending=0, avg_pending=0.0, days=7
+    )
     assert text == (
         "Peak 3,501 GPUs, average 3,501.0 GPUs; pending demand peak 0 GPUs, average 0.0 GPUs "
-        "(1 sample, one a minute)."
+        "(1 sample in the last 7 days)."
     )
-    assert sentence(samples=2, peak_used=1, avg_used=0.5, peak_pending=0, avg_pending=0).endswith(
-        "(2 samples, one a minute)."
-    )
+    two = sentence(samples=2, peak_used=1, avg_used=0.5, peak_pending=0, avg_pending=0, days=1)
+    assert two.endswith("(2 samples in the last 1 day).")
 
 
 def test_no_samples_says_where_they_come_from():

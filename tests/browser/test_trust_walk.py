@@ -314,7 +314,9 @@ def test_a_team_lead_walks_a_busy_cluster(busy, page, login):
     now = page.locator('tr[data-when="line llm now"]')
     assert int(cell(now, "used_gpus")) == llm["used_gpus"], llm
     expect(page.locator("#recent-use")).to_contain_text(f"Pending now: {llm['pending_gpus']} GPUs")
-    expect(page.locator("#recent-use")).to_contain_text(re.compile(r"\d+ samples? in the last \d+ days?\)"))
+    expect(page.locator("#recent-use")).to_contain_text(
+        re.compile(r"\d+ samples? in the last \d+ days?\)")
+    )
     visit(page, f"{base}/quotas/requests/", "request list")
 
     # the line page follows an approval without a reload, at the numbers of /queues/

@@ -1,7 +1,8 @@
 """The audit log page (``/audit/``): cluster admins only, filtered and paginated.
 
 Read-only over ``AuditRecord`` (written by the services through ``core.audit.record``);
-nothing here writes. One COUNT and one page query per view, whatever the filters.
+nothing here writes. One COUNT and one page query per view, whatever the filters, and one
+query per kind of target on the page to name them (``portal.audit_targets``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_GET
 from core.models import AuditRecord
 from core.query_forms import PageNumberField, QueryForm
 from core.roles import is_admin
+from portal import audit_targets
 
 RECORDS_PER_PAGE = 50
 
@@ -40,7 +42,8 @@ class AuditFilterForm(QueryForm):
         required=False,
         max_length=130,
         label="Target",
-        help_text="type:id (scheduling.job:42), an id or name (node-0001), or a type",
+        help_text="type:id (scheduling.job:42), an id, a node, line, queue or user name "
+        "(r003-n07), or a type",
     )
     since = forms.DateField(required=False, label="From (UTC date)")
     until = forms.DateField(required=False, label="To (UTC date, inclusive)")
@@ -67,7 +70,9 @@ def filter_records(records: QuerySet[AuditRecord], data: dict[str, Any]) -> Quer
         if sep and kind:
             records = records.filter(target_type__iexact=kind, target_id=ident)
         else:
-            records = records.filter(Q(target_id=target) | Q(target_type__iexact=target))
+            records = records.filter(
+                Q(target_id=target) | Q(target_type__iexact=target) | audit_targets.named(target)
+            )
     if since := data.get("since"):
         records = records.filter(at__gte=datetime.combine(since, time.min, tzinfo=UTC))
     if until := data.get("until"):
@@ -111,7 +116,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             records, status = records.none(), 400
     number = form.cleaned_data.get("page") if status == 200 and form.is_bound else None
     page = Paginator(records, RECORDS_PER_PAGE).get_page(number)
-    rows = [{"record": r, "changes": changes(r.before, r.after)} for r in page.object_list]
+    targets = audit_targets.describe(page.object_list)
+    rows = [
+        {"record": r, "target": targets.get(r.pk), "changes": changes(r.before, r.after)}
+        for r in page.object_list
+    ]
     query = request.GET.copy()
     query.pop("page", None)
     context = {"form": form, "page": page, "rows": rows, "query": query.urlencode()}

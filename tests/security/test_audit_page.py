@@ -14,7 +14,7 @@ from django.utils import timezone
 from core.audit import record
 from core.models import AuditRecord
 from portal.audit_views import RECORDS_PER_PAGE
-from scheduling.models import Node
+from scheduling.models import Job, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +172,40 @@ def test_a_parameter_the_page_does_not_take_is_a_400_naming_it_not_the_whole_log
     assert (
         "this page has no filter “who”; it takes actor, action, target, since, until, page" in body
     )
+
+
+def test_a_target_reads_by_its_name_and_links_to_its_page(demo, api):
+    """It read ``scheduling.node:3``, a number nobody knows a node by (session 41)."""
+    from quotas.models import BusinessLine
+
+    node = Node.objects.order_by("name").first()
+    job_id = (
+        api("researcher")
+        .post("/api/v1/jobs/", {"name": "tokenizer", "queue": "llm-core", "gpus": 1}, format="json")
+        .data["id"]
+    )
+    line = BusinessLine.objects.get(name="llm")
+    record(demo["oncall"], "node.cordon", node, reason="fan noise")
+    record(demo["researcher"], "job.cancel", Job.objects.get(pk=job_id))
+    record(demo["admin"], "admin.change", line)
+    record(demo["admin"], "admin.change", demo["researcher2"])
+    gone = record(demo["admin"], "node.drain", "scheduling.node")  # a target by type only
+    page = as_user(demo, "admin").get("/audit/").content.decode()
+    node_url = f"/oncall/nodes/{node.name}/"
+    assert f'<a href="{node_url}">node {node.name}</a>' in page
+    assert f"scheduling.node:{node.pk}" in page, "the type:id stays, for the filter"
+    assert f'<a href="/jobs/{job_id}/">job #{job_id} tokenizer</a>' in page
+    assert '<a href="/quotas/lines/llm/">line llm</a>' in page
+    assert "user researcher2" in page
+    assert f'<tr id="audit-{gone.pk}">' in page
+
+
+def test_the_target_filter_takes_a_node_or_user_name(demo):
+    first, second = Node.objects.order_by("name")[:2]
+    a = record(demo["admin"], "node.cordon", first)
+    record(demo["admin"], "node.cordon", second)
+    c = record(demo["admin"], "admin.change", demo["researcher"])
+    admin = as_user(demo, "admin")
+    assert {int(i) for i in rows(admin.get(f"/audit/?target={first.name}"))} == {a.pk}
+    assert {int(i) for i in rows(admin.get("/audit/?target=researcher"))} == {c.pk}
+    assert rows(admin.get("/audit/?target=no-such-node")) == []

@@ -152,6 +152,56 @@ def revoke_token(user: Any, token_id: int, *, source_ip: str | None = None) -> A
     return token
 
 
+# -- the automation token (``manage.py issue_token``: DRF's ``authtoken``, one per user) ----
+
+AUTOMATION_PREFIX_SHOWN = 8
+
+
+def issue_automation_token(user: Any) -> str:
+    """``user``'s automation token, made on first use (``manage.py issue_token``, run by
+    whoever administers the server). Making one is a privileged act on another person's
+    account: one ``token.issue`` record, by the system. Printing it again writes nothing."""
+    with transaction.atomic():
+        token, created = Token.objects.get_or_create(user=user)
+        if created:
+            audit.record(
+                None,
+                "token.issue",
+                user,
+                reason="automation token made by manage.py issue_token",
+                after={"prefix": token.key[:AUTOMATION_PREFIX_SHOWN]},
+            )
+    return token.key
+
+
+def automation_token(user: Any) -> dict[str, Any] | None:
+    """``user``'s automation token as their tokens page shows it (never the key), or None."""
+    token = Token.objects.filter(user=user).first()
+    if token is None:
+        return None
+    return {"prefix": token.key[:AUTOMATION_PREFIX_SHOWN], "created_at": token.created}
+
+
+def revoke_automation_token(user: Any, *, source_ip: str | None = None) -> bool:
+    """Delete ``user``'s own automation token (False: they had none). One ``token.revoke``
+    record; scripts using it get a 401 from then on."""
+    with transaction.atomic():
+        token = Token.objects.select_for_update().filter(user=user).first()
+        if token is None:
+            return False
+        prefix = token.key[:AUTOMATION_PREFIX_SHOWN]
+        token.delete()
+        audit.record(
+            user,
+            "token.revoke",
+            user,
+            reason="automation token (manage.py issue_token) revoked by its owner",
+            before={"prefix": prefix},
+            source_ip=source_ip,
+        )
+    return True
+
+
 def revoke_all(user: Any) -> int:
     """Revoke every live token of ``user`` and delete their ``issue_token`` (DRF) token, in
     the caller's transaction (``core.people.offboard``, which audits it); how many went."""

@@ -42,7 +42,13 @@ def _page(request: HttpRequest, form: TokenForm, created=None, secret: str = "",
     return render(
         request,
         "account/tokens.html",
-        {"form": form, "rows": rows, "created": created, "secret": secret},
+        {
+            "form": form,
+            "rows": rows,
+            "automation": tokens.automation_token(request.user),
+            "created": created,
+            "secret": secret,
+        },
         status=status,
     )
 
@@ -81,6 +87,16 @@ def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
     except ApiToken.DoesNotExist:
         raise Http404("No such token.") from None
     messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
+    return redirect("account-tokens")
+
+
+@login_required
+@require_POST
+def automation_token_revoke(request: HttpRequest) -> HttpResponse:
+    """Revoke the caller's own automation token (``manage.py issue_token``); 404 if none."""
+    if not tokens.revoke_automation_token(request.user, source_ip=client_ip(request)):
+        raise Http404("You have no automation token.")
+    messages.success(request, "Automation token revoked: scripts using it are refused now.")
     return redirect("account-tokens")
 
 

@@ -40,6 +40,11 @@ urlpatterns = [
     path("account/", account_views.account, name="account"),
     path("account/tokens/", account_views.token_list, name="account-tokens"),
     path(
+        "account/tokens/automation/revoke/",
+        account_views.automation_token_revoke,
+        name="account-automation-token-revoke",
+    ),
+    path(
         "account/tokens/<int:token_id>/revoke/",
         account_views.token_revoke,
         name="account-token-revoke",

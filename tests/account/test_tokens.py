@@ -244,3 +244,35 @@ def test_issue_token_still_works_for_automation(demo):
     again = io.StringIO()
     call_command("issue_token", "oncall", stdout=again)
     assert again.getvalue().strip() == key
+    issued = AuditRecord.objects.filter(action="token.issue", target_id=str(demo["oncall"].pk))
+    assert issued.count() == 1, "made once, audited once: printing it again writes nothing"
+    assert issued.get().actor_name == "system" and key not in str(issued.get().after)
+
+
+def test_the_automation_token_is_on_its_owners_page_and_they_may_revoke_it(demo):
+    """An ``issue_token`` token was nowhere on the person's tokens page: it never expires
+    and they could not see or end it (session 41)."""
+    call_command("issue_token", "researcher", stdout=io.StringIO())
+    key = io.StringIO()
+    call_command("issue_token", "researcher", stdout=key)
+    key = key.getvalue().strip()
+    owner = signed_in("researcher")
+    page = owner.get("/account/tokens/").content.decode()
+    assert 'id="token-automation"' in page and f"<code>{key[:8]}…</code>" in page
+    assert key not in page, "the key itself is never shown again"
+    assert (
+        'id="token-automation"'
+        not in signed_in("researcher2").get("/account/tokens/").content.decode()
+    )
+    assert owner.get("/account/tokens/automation/revoke/").status_code == 405
+    assert signed_in("researcher2").post("/account/tokens/automation/revoke/").status_code == 404
+    assert with_token(key).get("/api/v1/queues/").status_code == 200, (
+        "another's POST changed nothing"
+    )
+    response = owner.post("/account/tokens/automation/revoke/")
+    assert response.status_code == 302
+    assert with_token(key).get("/api/v1/queues/").status_code == 401
+    revoked = AuditRecord.objects.get(action="token.revoke", target_id=str(demo["researcher"].pk))
+    assert revoked.actor_name == "researcher" and revoked.before == {"prefix": key[:8]}
+    assert owner.post("/account/tokens/automation/revoke/").status_code == 404, "none left"
+    assert 'id="token-automation"' not in owner.get("/account/tokens/").content.decode()

@@ -1,10 +1,11 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from rest_framework.authtoken.models import Token
+
+from core import tokens
 
 
 class Command(BaseCommand):
-    help = "Print the API token of USER (created on first use)."
+    help = "Print the API token of USER (created on first use, audited)."
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("username")
@@ -15,5 +16,4 @@ class Command(BaseCommand):
             raise CommandError(f"no user named {username!r}")
         if not user.is_active:
             raise CommandError(f"user {username!r} is inactive")
-        token, _ = Token.objects.get_or_create(user=user)
-        self.stdout.write(token.key)
+        self.stdout.write(tokens.issue_automation_token(user))

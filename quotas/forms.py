@@ -23,19 +23,19 @@ class DateTimeLocalInput(forms.DateTimeInput):
         super().__init__(format="%Y-%m-%dT%H:%M", **kwargs)
 
 
-class UTCDateTimeField(forms.DateTimeField):
-    """A time typed and shown in UTC whatever the viewer's zone (the field's label says
-    "UTC"): Django's reads a naive time in the active zone, which is the viewer's on every
-    page (``core.timezones``)."""
-
-    def prepare_value(self, value: Any) -> Any:
-        if isinstance(value, datetime) and timezone.is_aware(value):
-            return value.astimezone(UTC).replace(tzinfo=None)
-        return value
+class ZonedDateTimeField(forms.DateTimeField):
+    """A time typed and shown in the viewer's zone (the active one, ``core.timezones``), as
+    every time on the page is; the form's labels name the zone. A time the zone skips or
+    repeats (a DST change) and one outside what UTC can hold are errors in words."""
 
     def to_python(self, value: Any) -> datetime | None:
-        with timezone.override(UTC):
-            return super().to_python(value)
+        try:
+            result = super().to_python(value)
+            if result is not None:
+                result.astimezone(UTC)  # year 1 in a zone east of UTC is before year 1 in UTC
+        except (OverflowError, ValueError):
+            raise ValidationError("Enter a time between the years 2 and 9998.") from None
+        return result
 
 
 class QuotaRequestForm(forms.Form):
@@ -63,14 +63,14 @@ class QuotaRequestForm(forms.Form):
         max_length=REASON_MAX,
         widget=forms.Textarea(attrs={"rows": 4}),
     )
-    starts_at = UTCDateTimeField(
-        label="Starts at (UTC, cluster time; empty: as soon as approved)",
+    starts_at = ZonedDateTimeField(
+        label="Starts at (cluster time; empty: as soon as approved)",
         required=False,
         input_formats=DATETIME_FORMATS,
         widget=DateTimeLocalInput(),
     )
-    ends_at = UTCDateTimeField(
-        label="Ends at (UTC, cluster time; empty: until changed again)",
+    ends_at = ZonedDateTimeField(
+        label="Ends at (cluster time; empty: until changed again)",
         required=False,
         input_formats=DATETIME_FORMATS,
         widget=DateTimeLocalInput(),
@@ -78,6 +78,10 @@ class QuotaRequestForm(forms.Form):
 
     def __init__(self, *args, lines=(), **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        zone = timezone.get_current_timezone_name()
+        for name, when in (("starts_at", "Starts at"), ("ends_at", "Ends at")):
+            field = self.fields[name]
+            field.label = field.label.replace(when + " (", f"{when} ({zone}, ", 1)
         lines = list(lines)
         self.fields["business_line"].widget.choices = [(ln.name, ln.display_name) for ln in lines]
         self.fields["queue"].widget.choices = [("", "— the whole line —")] + [

@@ -173,12 +173,15 @@ def test_the_lead_requests_through_the_form(client, demo):
 NEXT_YEAR = datetime.now(UTC).year + 1  # the demo's cluster clock starts at the wall clock
 
 
-def test_a_lead_east_of_utc_types_the_start_in_utc_as_the_form_says(client, demo):
-    """Pages are in the viewer's zone for a POST too (the admin's saves moved dates when
-    POSTs were UTC); the request form's times stay UTC, as their labels say: typed and
-    shown again in UTC, whatever the viewer's zone."""
+def test_a_lead_east_of_utc_types_the_start_in_their_zone_as_the_form_says(client, demo):
+    """Every time on the page is in the viewer's zone, and so are the form's: a lead in
+    Kolkata typed UTC while the page's clock read IST (session 41); the labels name the
+    zone, and a time is shown again as typed."""
     Profile.objects.filter(user=demo["lead"]).update(time_zone="Asia/Kolkata")
     client.force_login(demo["lead"])
+    page = client.get("/quotas/requests/new/").content.decode()
+    assert "Starts at (Asia/Kolkata, cluster time; empty: as soon as approved)" in page
+    assert "Ends at (Asia/Kolkata, cluster time; empty: until changed again)" in page
     form = {"business_line": "llm", "queue": "llm-core", "quota_gpus": "", "guarantee_gpus": "4",
             "reason": "protect the core runs", "starts_at": f"{NEXT_YEAR}-01-02T10:00",
             "ends_at": ""}  # fmt: skip
@@ -186,7 +189,25 @@ def test_a_lead_east_of_utc_types_the_start_in_utc_as_the_form_says(client, demo
     assert shown_again.status_code == 400
     assert f'name="starts_at" value="{NEXT_YEAR}-01-02T10:00"' in shown_again.content.decode()
     assert client.post("/quotas/requests/new/", form).status_code == 302
-    assert QuotaRequest.objects.get().starts_at == datetime(NEXT_YEAR, 1, 2, 10, 0, tzinfo=UTC)
+    assert QuotaRequest.objects.get().starts_at == datetime(NEXT_YEAR, 1, 2, 4, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("zone", "typed", "words"),
+    [("Asia/Kolkata", "0001-01-01T00:00", "between the years 2 and 9998"),
+     ("America/New_York", "2027-03-14T02:30", "couldn’t be interpreted in time zone")],
+)  # fmt: skip
+def test_a_time_the_viewers_zone_cannot_place_is_a_400_in_words(client, demo, zone, typed, words):
+    """Year 1 in Kolkata is before year 1 in UTC; 02:30 on New York's spring-forward day
+    does not exist."""
+    Profile.objects.filter(user=demo["lead"]).update(time_zone=zone)
+    client.force_login(demo["lead"])
+    response = client.post("/quotas/requests/new/", {
+        "business_line": "llm", "queue": "llm-core", "quota_gpus": "20", "guarantee_gpus": "",
+        "reason": "more", "starts_at": typed, "ends_at": ""})  # fmt: skip
+    assert response.status_code == 400
+    assert words in html.unescape(response.content.decode())
+    assert not QuotaRequest.objects.exists()
 
 
 BAD_FORMS = [

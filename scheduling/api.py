@@ -14,6 +14,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -35,6 +36,7 @@ from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
+from scheduling.permissions import DrivesSimulator, OperatesNodes
 from scheduling.selectors import build_placement, list_jobs_for_user, visible_job_ids
 from scheduling.services import JobRequest, cancel_job, submit_job
 
@@ -256,6 +258,7 @@ class SimulatorFaultView(GenericAPIView):
     """Inject a fault on a simulated node (on-call, admin; simulator backend only)."""
 
     serializer_class = FaultSerializer
+    permission_classes = [IsAuthenticated, OperatesNodes]
 
     @extend_schema(request=FaultSerializer, responses={200: FaultSerializer})
     def post(self, request: Request) -> Response:
@@ -269,6 +272,7 @@ class SimulatorAdvanceView(GenericAPIView):
     """Move the simulated clock forward (admin; simulator backend only)."""
 
     serializer_class = AdvanceSerializer
+    permission_classes = [IsAuthenticated, DrivesSimulator]
 
     @extend_schema(request=AdvanceSerializer, responses={200: dict})
     def post(self, request: Request) -> Response:
@@ -282,6 +286,8 @@ class SimulatorAdvanceView(GenericAPIView):
 
 class SchedulerCycleView(GenericAPIView):
     """Run one full loop iteration now and return its summary (admin)."""
+
+    permission_classes = [IsAuthenticated, DrivesSimulator]
 
     # Runs inline, not as a queued task: API.md promises the cycle's summary in the response.
 

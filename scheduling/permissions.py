@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from scheduling.models import Job
 
 OPERATORS_ONLY = "on-call engineers and admins only"
+ADMINS_ONLY = "cluster admins only"
 
 
 def may_submit(user: Any) -> bool:
@@ -58,3 +59,11 @@ class OperatesNodes(RolePermission):
 
     check = staticmethod(may_operate_nodes)
     message = OPERATORS_ONLY
+
+
+class DrivesSimulator(RolePermission):
+    """DRF: ``may_drive_simulator``, checked before the body is read (a researcher's bad
+    body was a 400 naming the fields before the service's 403)."""
+
+    check = staticmethod(may_drive_simulator)
+    message = ADMINS_ONLY

@@ -9,7 +9,7 @@ import contextlib
 import json
 import logging
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +32,9 @@ from core.realtime import (
 from monitoring.permissions import may_use_oncall_console
 
 log = logging.getLogger(__name__)
+# channels-redis drops a group member it has not seen joined for its group_expiry (a day):
+# a dashboard left open on a wall display went quiet after a day, its badge still "live".
+GROUP_REFRESH_S = 3600.0
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
 # ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"; no
@@ -85,7 +88,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     Closes with ``CLOSE_SIGNED_OUT`` when its session expires or is signed out, and with
     ``CLOSE_RECONNECT`` when its person's role, lines or account changed while the session
-    stays valid: the client reconnects and subscribes anew, each topic checked again."""
+    stays valid: the client reconnects and subscribes anew, each topic checked again. Joins
+    its groups again every hour, so a page left open for days keeps receiving."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -98,33 +102,39 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
         for group in self.access_groups:
             await self.channel_layer.group_add(group, self.channel_name)
-        self.expiry = asyncio.create_task(self._close_when_the_session_expires())
+        self.keeper = asyncio.create_task(self._keep_up())
 
     async def disconnect(self, code: int) -> None:
-        expiry = getattr(self, "expiry", None)
-        if expiry is not None and expiry is not asyncio.current_task():
-            expiry.cancel()
+        keeper = getattr(self, "keeper", None)
+        if keeper is not None and keeper is not asyncio.current_task():
+            keeper.cancel()
         for group in getattr(self, "access_groups", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         for topic in getattr(self, "topics", set()):
             await self.channel_layer.group_discard(group_name(topic), self.channel_name)
 
-    async def _close_when_the_session_expires(self) -> None:
-        """Sleep until the session's expiry (read again then: a request may have renewed
-        it), and close once it has passed."""
-        try:
-            while True:
+    async def _keep_up(self) -> None:
+        """Until the connection ends: close it once its session has expired (read again at
+        each wake: a request may have renewed it), and join its groups again every
+        ``GROUP_REFRESH_S``, since the channel layer drops a member it has not seen joined
+        for its ``group_expiry`` (a day)."""
+        while True:
+            try:
                 until = await _signed_in_until(
                     self.scope["session"].session_key, self.scope["user"].pk
                 )
-                if until is None:
-                    await self.close(code=CLOSE_SIGNED_OUT)
-                    return
-                await asyncio.sleep(max(1.0, (until - timezone.now()).total_seconds()))
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # noqa: BLE001 - a database hiccup must not end the connection
-            log.warning("live connection: its session's expiry could not be read", exc_info=True)
+            except Exception:  # noqa: BLE001 - a database hiccup must not end the connection
+                log.warning("live connection: its session could not be read", exc_info=True)
+                until = timezone.now() + timedelta(seconds=GROUP_REFRESH_S)
+            if until is None:
+                await self.close(code=CLOSE_SIGNED_OUT)
+                return
+            await asyncio.sleep(
+                min(GROUP_REFRESH_S, max(1.0, (until - timezone.now()).total_seconds()))
+            )
+            groups = [*self.access_groups, *(group_name(t) for t in list(self.topics))]
+            for group in groups:
+                await self.channel_layer.group_add(group, self.channel_name)
 
     async def live_access(self, message: dict[str, Any]) -> None:
         """The person's access changed (``recheck``: the session may still be valid) or

@@ -294,3 +294,28 @@ def test_a_role_changed_in_the_django_admin_reconnects_the_person(demo):
     assert status == 302, "saved"
     assert Profile.objects.get(pk=profile.pk).role == Role.RESEARCHER
     assert code == 4000
+
+
+def test_a_page_left_open_longer_than_the_layers_group_expiry_keeps_receiving(demo, monkeypatch):
+    """channels-redis drops a group member it has not seen joined for ``group_expiry`` (a
+    day): an on-call console left open on a wall display went quiet after a day while its
+    badge said "live". Scaled down: an expiry of 2 s, a refresh every second."""
+    from channels.layers import get_channel_layer
+
+    from monitoring import consumers
+
+    monkeypatch.setattr(consumers, "GROUP_REFRESH_S", 1.0)
+    layer = get_channel_layer()
+    monkeypatch.setattr(layer, "group_expiry", 2)
+    app = as_user(demo["oncall"])
+
+    async def run():
+        comm = await _open(app)
+        await _send(comm, {"subscribe": "alerts"})
+        await asyncio.sleep(3.5)  # past the expiry: only a member joined again is kept
+        await sync_to_async(publish)("alerts", "alert.raised", {"id": 2, "subject": "r000-n01"})
+        frame = json.loads(await comm.receive_from(timeout=5))
+        await comm.disconnect()
+        return frame
+
+    assert async_to_sync(run)()["data"] == {"id": 2, "subject": "r000-n01"}

@@ -16,7 +16,8 @@ signature checked against the provider's keys), ``PortalOIDCBackend``:
   (``OIDC_IDENTITY_MAPPING``, ``portal.auth.sync``);
 - never signs in or changes a local account (usable password) of the same name;
 - turns every failure (provider unreachable, bad token, refused claims) into a message on
-  the login page, never a 500.
+  the login page, never a 500;
+- keeps no session of an inactive account (an admin's deactivation signs the person out).
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             logger.warning("OpenID Connect sign-in refused: %r", exc)
             notices.tell(request, notices.sso_failed())
         return None
+
+    def get_user(self, user_id: Any) -> Any:
+        """The session's person while their account is active (the library's answered an
+        inactive one too: an admin's deactivation left their sessions signed in)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
 
     def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The library's token request; an answer that is not a JSON object is refused (the

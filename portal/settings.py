@@ -104,6 +104,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "core.security.LoginRateLimitMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # With OpenID Connect on: asks the provider again whether a person it signed in still
+    # is, at a page load every OIDC_RECHECK_SECONDS (portal/auth/oidc.py); off otherwise.
+    "portal.auth.oidc.SessionCheck",
     "core.timezones.TimeZoneMiddleware",  # pages in the viewer's zone; the API stays UTC
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

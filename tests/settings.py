@@ -45,3 +45,10 @@ os.environ.setdefault("SECRET_KEY", "test-secret-key-" + "x" * 50)
 from portal.settings import *  # noqa: E402,F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# A web server started by a test may check OpenID Connect sessions sooner than
+# OIDC_RECHECK_SECONDS allows (60 s at least): tests/identity/test_session_check_browser.py.
+if os.environ.get("TEST_OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"):
+    OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = float(
+        os.environ["TEST_OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"]
+    )

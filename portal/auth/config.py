@@ -9,13 +9,23 @@ with ``ImproperlyConfigured`` naming the variable, as every setting does (``core
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.env import env_bool, env_choice, env_float, env_list, env_pairs, env_str, env_url
+from core.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_pairs,
+    env_str,
+    env_url,
+)
 from core.identity import IdentityMapping
 
 LDAP_GROUP_TYPES = (
@@ -30,6 +40,28 @@ LDAP_GROUP_TYPES = (
 # accounts one sweep may deactivate before it deactivates nobody.
 DEFAULT_SWEEP_SECONDS = 900.0
 DEFAULT_SWEEP_MAX_SHARE = 0.1
+# The session check (portal.auth.oidc.SessionCheck): seconds between two asks of the provider
+# whether a person signed in through it still is.
+DEFAULT_OIDC_RECHECK_SECONDS = 900
+# What the session check never redirects to the provider: all but the pages a person
+# navigates to. mozilla-django-oidc's ``OIDC_EXEMPT_URLS``: URL names and paths are matched
+# exactly, patterns from the start of the path. The live parts' refetch of a page's own
+# address and any fetch() a browser marks (Sec-Fetch-Mode) are told apart by their headers.
+OIDC_EXEMPT_URLS = [
+    re.compile(r"/api/"),  # the API: tokens, and the session of pages' fetch() and Swagger
+    re.compile(r"/static/"),
+    re.compile(r"/ws/"),
+    "metrics",
+    "healthz",
+    "readyz",
+    "favicon",
+    # what the live pages fetch() (static/js/pages/)
+    "monitoring:dashboard-data",
+    "monitoring:oncall-alerts",
+    "monitoring:oncall-rack-cells",
+    "scheduling:job-estimate",
+    "scheduling:job-feasibility",
+]
 OIDC_SIGN_ALGOS = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
 
 
@@ -150,4 +182,14 @@ def oidc_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "OIDC_CREATE_USER": True,
         "OIDC_STORE_ACCESS_TOKEN": False,
         "OIDC_STORE_ID_TOKEN": False,
+        # The session check asks the provider again (prompt=none) at the first page load
+        # after this many seconds since the sign-in or the last check.
+        "OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS": env_int(
+            "OIDC_RECHECK_SECONDS",
+            DEFAULT_OIDC_RECHECK_SECONDS,
+            environ,
+            minimum=60,
+            maximum=86400,
+        ),
+        "OIDC_EXEMPT_URLS": OIDC_EXEMPT_URLS,
     }

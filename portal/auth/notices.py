@@ -42,6 +42,14 @@ def sso_failed() -> str:
     return f"Sign-in with {sso_label()} did not complete. Please try again."
 
 
+def sso_session_ended() -> str:
+    """The silent check of a signed-in person (``portal.auth.oidc.SessionCheck``) failed."""
+    return (
+        f"Your session at {sso_label()} ended, or your account there was removed or "
+        "disabled, so you were signed out of the portal: sign in again."
+    )
+
+
 def not_let_in(source: str) -> str:
     return (
         f"Your {source} account is not in a group that may use the portal. "

@@ -16,7 +16,18 @@ signature checked against the provider's keys), ``PortalOIDCBackend``:
   (``OIDC_IDENTITY_MAPPING``, ``portal.auth.sync``);
 - never signs in or changes a local account (usable password) of the same name;
 - turns every failure (provider unreachable, bad token, refused claims) into a message on
-  the login page, never a 500.
+  the login page, never a 500;
+- keeps no session of an inactive account (an admin's deactivation signs the person out).
+
+The provider is asked again while a person stays signed in (``SessionCheck``,
+mozilla-django-oidc's ``SessionRefresh``): at their first page load once
+``OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS`` (``OIDC_RECHECK_SECONDS``) have passed since the
+sign-in or the last check, the browser goes to the provider with ``prompt=none`` and
+straight back through the callback. Someone still signed in there comes back with a code,
+and their groups are applied again as at a sign-in; someone deleted or disabled there, or
+whose session there ended, comes back with an error, or a code the provider then refuses,
+and is signed out with a message (``SignInCallback``). A provider that does not answer the
+portal at that moment postpones the check: the page is served.
 """
 
 from __future__ import annotations
@@ -29,12 +40,16 @@ from typing import Any
 import jwt
 import requests
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core.exceptions import SuspiciousOperation, ValidationError
+from django.contrib import auth
+from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
+from django.core.exceptions import MiddlewareNotUsed, SuspiciousOperation, ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
+from django.utils.module_loading import import_string
 from django.views.generic import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.middleware import SessionRefresh
+from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from core.identity import groups_from_claim
@@ -45,6 +60,9 @@ from portal.auth.sync import apply_groups
 logger = logging.getLogger("portal.auth")
 SOURCE = "single sign-on"
 DISCOVERY_TTL = 300.0
+# A provider that did not answer a session check is not asked again for this long (nor
+# longer than the renewal time): its pages are served meanwhile, without waiting for it.
+RECHECK_RETRY_SECONDS = 30.0
 ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
 
 
@@ -60,8 +78,9 @@ def enabled() -> bool:
     return bool(getattr(settings, "OIDC_ENABLED", False))
 
 
-def provider_metadata(issuer: str | None = None) -> dict[str, str]:
-    """The provider's endpoints, from its discovery document (cached ``DISCOVERY_TTL`` s).
+def provider_metadata(issuer: str | None = None, *, fresh: bool = False) -> dict[str, str]:
+    """The provider's endpoints, from its discovery document (cached ``DISCOVERY_TTL`` s;
+    ``fresh``: read now, whether the provider answers at this moment).
 
     Raises ``ProviderUnavailable`` when it cannot be read, is not a JSON object, names another
     issuer (OpenID Connect Discovery 1.0, section 4.3) or lacks an endpoint.
@@ -70,7 +89,7 @@ def provider_metadata(issuer: str | None = None) -> dict[str, str]:
     now = time.monotonic()
     with _discovered_lock:
         cached = _discovered.get(issuer)
-        if cached and now - cached[0] < DISCOVERY_TTL:
+        if cached and now - cached[0] < DISCOVERY_TTL and not fresh:
             return cached[1]
     url = f"{issuer}/.well-known/openid-configuration"
     try:
@@ -95,6 +114,25 @@ def forget_provider() -> None:
     """Drop the cached discovery documents (tests; a provider that moved its endpoints)."""
     with _discovered_lock:
         _discovered.clear()
+
+
+def signed_in_by_oidc(request: HttpRequest) -> bool:
+    """Whether ``request``'s person signed in through the provider (the session's backend,
+    as ``SessionRefresh`` tells)."""
+    backend = request.session.get(BACKEND_SESSION_KEY)
+    return bool(
+        request.user.is_authenticated
+        and backend
+        and issubclass(import_string(backend), OIDCAuthenticationBackend)
+    )
+
+
+def _failed(request: HttpRequest) -> str:
+    """The login page's words for a callback that did not sign the person in: for a session
+    check (``SignInCallback``), that their session at the provider is over."""
+    if getattr(request, "oidc_session_check", False):
+        return notices.sso_session_ended()
+    return notices.sso_failed()
 
 
 def _refused(exc: requests.RequestException) -> bool:
@@ -137,13 +175,19 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         except requests.RequestException as exc:
             logger.warning("OpenID Connect sign-in failed: %s", exc)
             if _refused(exc):  # it answered: the code (made up, used, expired) was refused
-                notices.tell(request, notices.sso_failed())
+                notices.tell(request, _failed(request))
             else:
                 notices.tell(request, notices.sso_unavailable())
         except (SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError) as exc:
             logger.warning("OpenID Connect sign-in refused: %r", exc)
-            notices.tell(request, notices.sso_failed())
+            notices.tell(request, _failed(request))
         return None
+
+    def get_user(self, user_id: Any) -> Any:
+        """The session's person while their account is active (the library's answered an
+        inactive one too: an admin's deactivation left their sessions signed in)."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
 
     def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The library's token request; an answer that is not a JSON object is refused (the
@@ -271,22 +315,119 @@ class SignInStart(OIDCAuthenticationRequestView):
 
 
 class SignInCallback(OIDCAuthenticationCallbackView):
-    """``/oidc/callback/``: a failure of any kind is the login page with a message."""
+    """``/oidc/callback/``: a failure of any kind is the login page with a message.
+
+    For a person signed in through the provider it ends a session check (``SessionCheck``):
+    a code that signs the same person in again renews the check; any other answer (an error
+    such as ``login_required``, a code the provider refuses, groups that no longer let them
+    in, an inactive account) signs them out, and a code for someone else (signed in at the
+    provider in that browser since) signs them out before the other is signed in. Signing
+    out closes the session's live connections too (``user_logged_out``, ``core.apps``). An
+    answer to no request of this session (a link made elsewhere, a used state) changes
+    nothing for someone signed in: a GET from anywhere must not sign a person out (the
+    library signed out on any ``error``)."""
+
+    checking: Any = None  # the person whose session is being checked
 
     @property
     def failure_url(self) -> str:
         return resolve_url(settings.LOGIN_URL)
 
     def login_failure(self) -> HttpResponse:
+        if self.checking is not None:
+            if self.request.user.is_authenticated:
+                auth.logout(self.request)
+            logger.info("OpenID Connect session check of %s failed: signed out", self.checking)
         if not getattr(self.request, "identity_notice", None):
-            notices.tell(self.request, notices.sso_failed())
+            notices.tell(self.request, _failed(self.request))
         return super().login_failure()
+
+    def login_success(self) -> HttpResponse:
+        if self.checking is not None and self.user != self.checking:
+            # someone else is signed in at the provider now: this person's session ends
+            # (their live connections with it) before the library signs the other one in
+            auth.logout(self.request)
+        return super().login_success()
 
     def get(self, request: HttpRequest) -> HttpResponse:
         if not enabled():
             raise Http404("single sign-on is not configured")
+        states = request.session.get("oidc_states")
+        asked = isinstance(states, dict) and request.GET.get("state") in states
+        if request.user.is_authenticated and not asked:
+            logger.warning("OpenID Connect callback for %s ignored: not asked", request.user)
+            return HttpResponseRedirect(resolve_url(settings.LOGIN_REDIRECT_URL))
+        self.checking = request.user if signed_in_by_oidc(request) else None
+        request.oidc_session_check = self.checking is not None
         try:
             return super().get(request)
         except SuspiciousOperation as exc:  # an unknown or replayed state
             logger.warning("OpenID Connect callback refused: %s", exc)
             return self.login_failure()
+
+
+class SessionCheck(SessionRefresh):
+    """mozilla-django-oidc's ``SessionRefresh`` (module docstring), in ``MIDDLEWARE`` when
+    OpenID Connect is on, with:
+
+    - the authorization endpoint from the provider's discovery document, read at each check:
+      a provider that does not answer it postpones the check (the page is served, a warning
+      logged; asked again after ``RECHECK_RETRY_SECONDS``), so an outage at the provider
+      signs nobody out and a page load does not wait for it more than once a while;
+    - pages a person navigates to only: not ``OIDC_EXEMPT_URLS`` (``portal.auth.config``:
+      the API, probes, static files and what live pages fetch), nor a request a browser says
+      is not a navigation (``Sec-Fetch-Mode``), nor a live part's refetch of its page
+      (``X-Live-Refresh``, ``static/js/live_parts.js``): a fetch() sent to the provider would
+      fail and break the live page.
+
+    Only sessions signed in through the provider are checked (the library's test of the
+    session's backend): local accounts and LDAP never are.
+    """
+
+    def __init__(self, get_response: Any) -> None:
+        if not enabled():
+            raise MiddlewareNotUsed("OpenID Connect is off")
+        super().__init__(get_response)
+        self._not_before = 0.0  # time.monotonic() before which the provider is not asked
+
+    @staticmethod
+    def get_settings(attr: str, *args: Any) -> Any:
+        if attr == "OIDC_OP_AUTHORIZATION_ENDPOINT":  # discovered at each check, not a setting
+            return ""
+        return import_from_settings(attr, *args)
+
+    @property
+    def OIDC_OP_AUTHORIZATION_ENDPOINT(self) -> str:  # noqa: N802 - the library's attribute
+        return provider_metadata()["authorization_endpoint"]
+
+    @OIDC_OP_AUTHORIZATION_ENDPOINT.setter
+    def OIDC_OP_AUTHORIZATION_ENDPOINT(self, value: str) -> None:  # noqa: N802
+        pass  # the library's __init__ sets it from the settings: it is discovered instead
+
+    def is_refreshable_url(self, request: HttpRequest) -> bool:
+        navigation = (
+            request.headers.get("Sec-Fetch-Mode", "navigate") == "navigate"
+            and "X-Live-Refresh" not in request.headers
+        )
+        return navigation and super().is_refreshable_url(request)
+
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        if not self.is_refreshable_url(request):
+            return None
+        if request.session.get("oidc_id_token_expiration", 0) > time.time():
+            return None  # checked less than the renewal time ago
+        if time.monotonic() < self._not_before:
+            return None  # the provider did not answer a moment ago
+        try:
+            provider_metadata(fresh=True)
+        except ProviderUnavailable as exc:
+            renew = self.get_settings("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", 900)
+            retry = min(RECHECK_RETRY_SECONDS, renew)
+            self._not_before = time.monotonic() + retry
+            logger.warning(
+                "OpenID Connect session check of %s postponed (the page is served): %s",
+                request.user,
+                exc,
+            )
+            return None
+        return super().process_request(request)

@@ -198,8 +198,14 @@ def browser_type_launch_args(browser_type_launch_args):
 
 
 @pytest.fixture
+def identity_env() -> dict[str, str]:
+    """More environment for ``identity_server`` (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
 def identity_server(
-    transactional_db, demo, directory, provider, portal_port, scratch
+    transactional_db, demo, directory, provider, portal_port, scratch, identity_env
 ) -> Iterator[str]:
     """The portal's web server (portal/web.py) on the test database, with both organization
     sign-ins configured for the test directory and provider, and the demo's local users."""
@@ -213,6 +219,7 @@ def identity_server(
         SIMULATOR_SPEED="0",
         **directory.portal_env(**prefixed("LDAP")),
         **provider.portal_env(**prefixed("OIDC")),
+        **identity_env,
     )
     log = (scratch / "portal.log").open("ab")  # kept while the session runs, for a failure
     proc = subprocess.Popen(

@@ -6,8 +6,11 @@
 // CONFIG: {"port": N, "issuer": "http://127.0.0.1:N", "accounts": "ACCOUNTS.json",
 //          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
 // ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
-//            "preferred_username", "groups": [...], "userinfo_sub"?}}, read again at every sign-in and
-// every user-info call, so a test changes someone's groups by rewriting the file.
+//            "preferred_username", "groups": [...], "userinfo_sub"?, "disabled"?}}, read again at
+// every sign-in, every authorization request and every user-info call, so a test changes
+// someone's groups, deletes or disables them by rewriting the file. As a real provider, a
+// person deleted or disabled here has no session any more: an authorization request with
+// prompt=none answers login_required, and they cannot sign in.
 //
 // Prints "ready <issuer>" on standard output once it listens. Keys are made at start
 // (RS256); the client is first-party, so there is no consent page.
@@ -16,10 +19,21 @@ import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { parse as parseQuery } from 'node:querystring';
 
-import Provider from 'oidc-provider';
+import Provider, { interactionPolicy } from 'oidc-provider';
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const accounts = () => JSON.parse(readFileSync(config.accounts, 'utf8'));
+const usable = (login) => {
+  const account = accounts()[login];
+  return account && !account.disabled ? account : undefined;
+};
+
+// The login prompt also when the session's account was deleted or disabled since.
+const policy = interactionPolicy.base();
+policy.get('login').checks.add(new interactionPolicy.Check(
+  'account_gone', 'the account was deleted or disabled', 'login_required',
+  (ctx) => Boolean(ctx.oidc.session.accountId && !usable(ctx.oidc.session.accountId)),
+));
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
@@ -46,14 +60,14 @@ const provider = new Provider(config.issuer, {
   },
   scopes: ['openid', 'email', 'profile', 'groups'],
   features: { devInteractions: { enabled: false } },
-  interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+  interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, sub) {
-    const account = accounts()[sub];
+    const account = usable(sub);
     if (!account) return undefined;
     return {
       accountId: sub,
       async claims(use) {
-        const now = accounts()[sub] || {};
+        const now = usable(sub) || {};
         // `userinfo_sub`: a user info naming another subject than the ID token (a test).
         const out = { sub: use === 'userinfo' && now.userinfo_sub ? now.userinfo_sub : sub };
         for (const claim of CLAIMS) if (claim in now) out[claim] = now[claim];
@@ -103,7 +117,7 @@ async function interaction(req, res, uid) {
   let body = '';
   for await (const chunk of req) body += chunk;
   const form = parseQuery(body);
-  const account = accounts()[form.login];
+  const account = usable(form.login);
   if (!account || account.password !== form.password) {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' })
       .end(page(uid, 'Wrong login or password.'));

@@ -203,6 +203,10 @@ def test_oidc_settings_from_the_environment():
     assert custom["OIDC_GROUPS_CLAIM"] == "roles"
     assert custom["OIDC_TOKEN_USE_BASIC_AUTH"] is False
     assert custom["OIDC_VERIFY_SSL"] == "/etc/ssl/corp.pem"
+    # the session check (portal.auth.oidc.SessionCheck): every 15 minutes unless told
+    assert values["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"] == 900
+    rechecked = oidc_settings({**OIDC_ENV, "OIDC_RECHECK_SECONDS": "3600"})
+    assert rechecked["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"] == 3600
     # http is for a provider on this machine only (the tests' one)
     assert oidc_settings({**OIDC_ENV, "OIDC_ISSUER": "http://127.0.0.1:9000"})["OIDC_ENABLED"]
 
@@ -217,6 +221,9 @@ def test_oidc_settings_from_the_environment():
         ({"OIDC_SCOPES": "email,profile"}, "OIDC_SCOPES must include openid"),
         ({"OIDC_SIGN_ALGO": "HS256"}, "OIDC_SIGN_ALGO must be one of"),
         ({"OIDC_TOKEN_AUTH": "none"}, "OIDC_TOKEN_AUTH must be one of"),
+        ({"OIDC_RECHECK_SECONDS": "5"}, "OIDC_RECHECK_SECONDS must be between 60 and 86400"),
+        ({"OIDC_RECHECK_SECONDS": "2d"}, "OIDC_RECHECK_SECONDS must be a whole number"),
+        ({"OIDC_RECHECK_SECONDS": "90000"}, "OIDC_RECHECK_SECONDS must be between 60 and"),
     ],
 )
 def test_a_bad_oidc_configuration_stops_start_up(change, message):

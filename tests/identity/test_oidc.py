@@ -420,3 +420,14 @@ def test_a_deactivated_account_is_refused_before_its_groups_are_applied(demo, oi
     assert "Your portal account is deactivated" in client.get("/accounts/login/").content.decode()
     boss = get_user_model().objects.get(username="boss")
     assert not boss.is_superuser and AuditRecord.objects.count() == records
+
+
+def test_an_account_deactivated_while_signed_in_is_signed_out(demo, oidc_on):
+    """mozilla-django-oidc's backend gave a session its person even when inactive (LDAP's
+    does not), so an admin's deactivation left a person signed in through OpenID Connect
+    browsing as before."""
+    client, _ = sign_in("dora")
+    assert client.get("/jobs/").status_code == 200
+    get_user_model().objects.filter(username="dora").update(is_active=False)
+    response = client.get("/jobs/")
+    assert response.status_code == 302 and response["Location"] == "/accounts/login/?next=/jobs/"

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # channels-redis drops a group member it has not seen joined for its group_expiry (a day):
 # a dashboard left open on a wall display went quiet after a day, its badge still "live".
 GROUP_REFRESH_S = 3600.0
+SESSION_RETRY_S = 60.0  # a session that could not be read is read again this much later
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
 # ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"; no
@@ -125,7 +126,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 )
             except Exception:  # noqa: BLE001 - a database hiccup must not end the connection
                 log.warning("live connection: its session could not be read", exc_info=True)
-                until = timezone.now() + timedelta(seconds=GROUP_REFRESH_S)
+                until = timezone.now() + timedelta(seconds=SESSION_RETRY_S)
             if until is None:
                 await self.close(code=CLOSE_SIGNED_OUT)
                 return

@@ -561,6 +561,12 @@ def test_a_killed_slurmd_isolates_its_node_and_the_job_is_retried_elsewhere(port
 
     wait_until(moved, portal.testbed.slurmd_timeout * 4 + 20, "the job to restart elsewhere", 1)
     print(f"killed slurmd -> job running elsewhere in {time.monotonic() - t0:.1f} s")
+
+    def isolated_now() -> bool:  # Slurm may requeue the job before it marks the node down
+        portal.cycle()
+        return Node.objects.get(name=node).state == "unhealthy"
+
+    wait_until(isolated_now, portal.testbed.slurmd_timeout * 4 + 20, "the node's isolation", 1)
     isolated = Node.objects.get(name=node)
     assert isolated.state == "unhealthy" and isolated.health == "down"
     assert "isolated automatically" in isolated.state_reason

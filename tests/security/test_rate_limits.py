@@ -16,6 +16,16 @@ from tests.conftest import DEMO_PASSWORD
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def no_counts_from_earlier_tests():
+    """Counts live in Redis, which outlives a test: another test's failed sign-ins for the
+    same username, minutes before, had started a window that could end midway through
+    this one (a lock that never came, seen when tests ran in another order)."""
+    redis = cache._cache.get_client()
+    for key in redis.scan_iter(match=cache.make_key("ratelimit:*")):
+        redis.delete(key)
+
+
 def sign_in(client: Client, username: str, password: str, path: str = "/accounts/login/"):
     return client.post(path, {"username": username, "password": password})
 

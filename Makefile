@@ -20,8 +20,11 @@ $(VENV)/.installed: requirements.txt requirements-prod.txt pyproject.toml
 run: install
 	$(BIN)/python -m portal.devstack
 
+# Two processes by default (pytest-xdist), each with its own PostgreSQL, Redis and other
+# testbeds, a test file's tests on one of them; TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # Refresh docs/screenshots/ from the browser tests (a plain `make test` leaves them alone).
 screenshots: install

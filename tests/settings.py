@@ -38,6 +38,16 @@ if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
         atexit.register(_redis.stop)
         os.environ["REDIS_URL"] = _redis.url
 
+# `make test` runs two processes (pytest-xdist): each starts its own servers above. Given
+# servers are shared: pytest-django gives each process its own test database, and here each
+# gets its own Redis database, so one's cache, locks and channel groups are not the other's.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and os.environ.get("REDIS_URL"):
+    from urllib.parse import urlsplit, urlunsplit
+
+    _url = urlsplit(os.environ["REDIS_URL"])
+    os.environ["REDIS_URL"] = urlunsplit(_url._replace(path=f"/{1 + int(_worker[2:])}"))
+
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("SIMULATOR_SPEED", "0")  # virtual time moves only when a test advances it
 os.environ.setdefault("SECRET_KEY", "test-secret-key-" + "x" * 50)

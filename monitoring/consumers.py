@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 # a dashboard left open on a wall display went quiet after a day, its badge still "live".
 GROUP_REFRESH_S = 3600.0
 SESSION_RETRY_S = 60.0  # a session that could not be read is read again this much later
+DATABASE_SESSION_ENGINES = (
+    "django.contrib.sessions.backends.db",
+    "django.contrib.sessions.backends.cached_db",
+)
 PUBLIC_TOPICS = {"queues", "pending", "eviction", "nodes", "cycles"}
 ONCALL_TOPICS = {"alerts"}
 # ASCII digits (\d takes "٢" too); \Z, not $, which also matches before a final "\n"; no
@@ -77,6 +81,8 @@ def _signed_in_until(session_key: str | None, user_pk: Any) -> datetime | None:
     user = get_user(SimpleNamespace(session=session))
     if not user.is_authenticated or user.pk != user_pk:
         return None
+    if settings.SESSION_ENGINE not in DATABASE_SESSION_ENGINES:
+        return session.get_expiry_date()  # a store that keeps no expiry of its own
     return (
         Session.objects.filter(session_key=session_key, expire_date__gt=timezone.now())
         .values_list("expire_date", flat=True)
@@ -134,8 +140,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 min(GROUP_REFRESH_S, max(1.0, (until - timezone.now()).total_seconds()))
             )
             groups = [*self.access_groups, *(group_name(t) for t in list(self.topics))]
-            for group in groups:
-                await self.channel_layer.group_add(group, self.channel_name)
+            try:
+                for group in groups:
+                    await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:  # noqa: BLE001 - Redis away: joined again at the next wake
+                log.warning("live connection: its groups could not be joined again", exc_info=True)
 
     async def live_access(self, message: dict[str, Any]) -> None:
         """The person's access changed (``recheck``: the session may still be valid) or

@@ -27,6 +27,7 @@ def _scratch_folder() -> Path:
     return folder
 
 
+_GIVEN_REDIS = bool(os.environ.get("REDIS_URL"))
 if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
     _scratch = _scratch_folder()
     if not os.environ.get("DATABASE_URL"):
@@ -41,12 +42,16 @@ if not os.environ.get("DATABASE_URL") or not os.environ.get("REDIS_URL"):
 # `make test` runs two processes (pytest-xdist): each starts its own servers above. Given
 # servers are shared: pytest-django gives each process its own test database, and here each
 # gets its own Redis database, so one's cache, locks and channel groups are not the other's.
+# Done once, in the test process: the portal processes a test starts inherit the worker's
+# name, and must use the Redis URL the test gives them as it is.
 _worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-if _worker.startswith("gw") and os.environ.get("REDIS_URL"):
-    from urllib.parse import urlsplit, urlunsplit
+if _worker.startswith("gw") and not os.environ.get("PORTAL_TESTS_WORKER_SETTINGS"):
+    os.environ["PORTAL_TESTS_WORKER_SETTINGS"] = _worker  # inherited: children skip this
+    if _GIVEN_REDIS:
+        from urllib.parse import urlsplit, urlunsplit
 
-    _url = urlsplit(os.environ["REDIS_URL"])
-    os.environ["REDIS_URL"] = urlunsplit(_url._replace(path=f"/{1 + int(_worker[2:])}"))
+        _url = urlsplit(os.environ["REDIS_URL"])
+        os.environ["REDIS_URL"] = urlunsplit(_url._replace(path=f"/{1 + int(_worker[2:])}"))
 
 os.environ.setdefault("DEBUG", "1")
 os.environ.setdefault("SIMULATOR_SPEED", "0")  # virtual time moves only when a test advances it

@@ -8,7 +8,7 @@ query per kind of target on the page to name them (``portal.audit_targets``).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
@@ -18,6 +18,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from core.models import AuditRecord
@@ -45,11 +46,17 @@ class AuditFilterForm(QueryForm):
         help_text="type:id (scheduling.job:42), an id, a node, line, queue or user name "
         "(r003-n07), or a type",
     )
-    since = forms.DateField(required=False, label="From (UTC date)")
-    until = forms.DateField(required=False, label="To (UTC date, inclusive)")
+    since = forms.DateField(required=False, label="From (date)")
+    until = forms.DateField(required=False, label="To (date, inclusive)")
     # Not drawn (Filter starts again at page 1); only checked: "abc" read as page 1. Past
     # the last page is the last page (the log only grows; a link stays good).
     page = PageNumberField()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        zone = timezone.get_current_timezone_name()  # the viewer's, as the records' times
+        self.fields["since"].label = f"From (date, {zone})"
+        self.fields["until"].label = f"To (date, {zone}, inclusive)"
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -73,12 +80,17 @@ def filter_records(records: QuerySet[AuditRecord], data: dict[str, Any]) -> Quer
             records = records.filter(
                 Q(target_id=target) | Q(target_type__iexact=target) | audit_targets.named(target)
             )
-    if since := data.get("since"):
-        records = records.filter(at__gte=datetime.combine(since, time.min, tzinfo=UTC))
-    if until := data.get("until"):
-        end = datetime.combine(until, time.min, tzinfo=UTC) + timedelta(days=1)
-        records = records.filter(at__lt=end)
+    if (since := data.get("since")) and since > date.min:
+        records = records.filter(at__gte=_midnight(since))
+    if (until := data.get("until")) and until < date.max:  # 9999-12-31 had no next day: a 500
+        records = records.filter(at__lt=_midnight(until + timedelta(days=1)))
     return records
+
+
+def _midnight(day: date) -> datetime:
+    """The start of ``day`` in the viewer's zone (the active one), in which the page shows
+    the records' times."""
+    return datetime.combine(day, time.min, tzinfo=timezone.get_current_timezone())
 
 
 def _shown(value: Any) -> str:

@@ -209,3 +209,28 @@ def test_the_target_filter_takes_a_node_or_user_name(demo):
     assert {int(i) for i in rows(admin.get(f"/audit/?target={first.name}"))} == {a.pk}
     assert {int(i) for i in rows(admin.get("/audit/?target=researcher"))} == {c.pk}
     assert rows(admin.get("/audit/?target=no-such-node")) == []
+
+
+def test_the_date_filters_are_days_in_the_viewers_zone_as_the_times_shown(demo):
+    """A Tokyo admin read a record at 08:00 JST on the 6th and filtered "From" the 6th: the
+    filter took UTC days, so the record (23:00 UTC on the 5th) was left out (session 41)."""
+    from datetime import UTC, datetime
+
+    from core.models import Profile
+
+    Profile.objects.filter(user=demo["admin"]).update(time_zone="Asia/Tokyo")
+    late = record(demo["admin"], "node.cordon", Node.objects.first())
+    AuditRecord.objects.filter(pk=late.pk).update(at=datetime(2026, 12, 5, 23, 0, tzinfo=UTC))
+    admin = as_user(demo, "admin")
+    page = admin.get("/audit/?since=2026-12-06")
+    assert [int(i) for i in rows(page)] == [late.pk]
+    assert "2026-12-06 08:00:00 JST" in page.content.decode()
+    assert "From (date, Asia/Tokyo)" in page.content.decode()
+    assert rows(admin.get("/audit/?until=2026-12-05")) == []
+
+
+def test_the_last_day_there_is_is_a_bound_not_a_500(demo):
+    record(demo["admin"], "node.cordon", Node.objects.first())
+    admin = as_user(demo, "admin")
+    assert len(rows(admin.get("/audit/?until=9999-12-31"))) == 1
+    assert len(rows(admin.get("/audit/?since=0001-01-01"))) == 1

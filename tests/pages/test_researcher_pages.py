@@ -576,6 +576,20 @@ def test_a_requeued_job_says_its_start_was_its_last_runs(demo, roomy_quotas, as_
     assert job.started_at.strftime("%Y-%m-%d %H:%M") in page
 
 
+def test_a_running_jobs_progress_is_so_far_not_kept(demo, roomy_quotas, as_user):
+    """Page walk: a running job without a checkpoint read "Progress kept: 6 min" above "Last
+    checkpoint: —"; its progress is saved only at a checkpoint, so while it runs it is the
+    progress so far, and "kept" once it waits again with what its checkpoint saved."""
+    job = new_job(demo, name="runs", queue="llm-core")
+    run_cycle()
+    Job.objects.filter(pk=job.pk).update(progress_seconds=360.0)
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="progress-label">Progress so far</dt>' in page and "Progress kept" not in page
+    Job.objects.filter(pk=job.pk).update(state="pending")
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="progress-label">Progress kept</dt>' in page
+
+
 def test_pending_details_are_listed_readably():
     from scheduling.views import detail_rows
 

@@ -676,7 +676,7 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
     total = sum(xs)
     if not total:
         return _figure(data, layout, "No job is waiting.", empty="No job is waiting")
-    summary = f"{num(total)} jobs pending: " + ", ".join(
+    summary = f"{_many(total, 'job')} pending: " + ", ".join(
         f"{num(v)} {c}" for c, v in zip(codes, xs, strict=True)
     )
     return _figure(data, layout, summary)

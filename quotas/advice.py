@@ -63,8 +63,9 @@ def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) ->
     if not use.samples:
         return ["No usage history yet: the comparison with recent use is not available."]
     out = [
-        f"Recent use: peak {use.peak_used:,} GPUs, average {use.avg_used:,}; pending demand peak "
-        f"{use.peak_pending:,} GPUs, average {use.avg_pending:,}."
+        f"Recent use: peak {use.peak_used:,} GPU{'' if use.peak_used == 1 else 's'}, average "
+        f"{use.avg_used:,}; pending demand peak {use.peak_pending:,} "
+        f"GPU{'' if use.peak_pending == 1 else 's'}, average {use.avg_pending:,}."
     ]
     if quota_gpus is not None:
         wanted = use.peak_used + use.peak_pending

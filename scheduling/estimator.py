@@ -397,7 +397,7 @@ def recommend(inp: EstimateInput, options: Sequence[GpuOption]) -> Recommendatio
         if floor.activations_gb > USABLE_FRACTION * largest.memory_gb:
             note = (
                 f"Does not fit any GPU here: even fully sharded and with activation "
-                f"checkpointing, activations take {floor.activations_gb:.0f} GB per GPU and "
+                f"checkpointing, activations take {floor.activations_gb:,.0f} GB per GPU and "
                 f"the largest GPUs have {largest.memory_gb} GB. Use a smaller micro-batch or "
                 "sequence, or tensor/pipeline parallelism (not modelled here)."
             )
@@ -413,8 +413,8 @@ def recommend(inp: EstimateInput, options: Sequence[GpuOption]) -> Recommendatio
         changes.append("activation checkpointing")
     if changes:
         notes.append(
-            f"As asked it needs {asked.total_gb:.0f} GB per GPU"
-            + (f" over {inp.data_parallel} GPUs" if inp.data_parallel > 1 else "")
+            f"As asked it needs {asked.total_gb:,.0f} GB per GPU"
+            + (f" over {inp.data_parallel:,} GPUs" if inp.data_parallel > 1 else "")
             + f" and fits no GPU here; with {' and '.join(changes)} it fits."
         )
     nodes = math.ceil(n / option.gpus_per_node)
@@ -446,7 +446,7 @@ def _advice(inp: EstimateInput, b: Breakdown) -> list[str]:
             )
         )
         out.append(
-            f"Activation checkpointing would cut activations from {b.activations_gb:.1f} to "
-            f"{light.activations_gb:.1f} GB per GPU (at about a third more compute)."
+            f"Activation checkpointing would cut activations from {b.activations_gb:,.1f} to "
+            f"{light.activations_gb:,.1f} GB per GPU (at about a third more compute)."
         )
     return out

@@ -31,7 +31,7 @@ from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 NODE_FIELDS = ["health", "health_detail", "residual_gpus", "state", "state_reason",
-               "uncordon_requested"]  # fmt: skip
+               "uncordon_requested", "updated_at"]  # fmt: skip
 # What ``sync_nodes`` compares every node on (``_needs_attention``).
 NODE_CHECK = ("name", "health", "health_detail", "residual_gpus", "uncordon_requested", "state")
 # What ``sync_jobs`` compares every running job on (``Run``).
@@ -112,6 +112,8 @@ def sync_nodes(cycle: Cycle) -> None:
         if o.residual_gpus:
             clean_residual(cycle, node, len(o.residual_gpus))
         if dirty:
+            # bulk_update sets no auto_now field: the node page's "Last change" is this cycle
+            node.updated_at = cycle.stamp()
             changed.append(node)
     if created:
         Node.objects.bulk_create(created)

@@ -144,6 +144,12 @@ def test_unknown_reason_codes_come_last_in_name_order_with_a_lower_case_label():
     assert fig["summary"] == "7 jobs pending: 2 PRIORITY, 4 ALPHA_CODE, 1 ZED"
 
 
+def test_one_pending_job_is_one_job_in_the_caption():
+    """With one job waiting the dashboard's caption read "1 jobs pending"."""
+    fig = charts.pending_by_reason_figure({"QUOTA_EXCEEDED": 1})
+    assert fig["summary"] == "1 job pending: 1 QUOTA_EXCEEDED"
+
+
 def test_counts_from_a_thousand_read_with_separators_in_every_caption_and_label():
     """The demo's dashboard read "2943 jobs pending" in one caption and "2,943 jobs were
     waiting" in the next, and "9369 / 9792" in a tile: one way to write a count."""

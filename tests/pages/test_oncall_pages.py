@@ -304,6 +304,16 @@ def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
     assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
 
 
+def test_the_node_pages_note_on_its_buttons_reads_as_english(client, demo):
+    """Page walk: an isolated node's page said "the buttons are those that apply to a
+    unhealthy node"."""
+    Node.objects.filter(name="r000-n01").update(state="unhealthy", health="gpu_failure")
+    page = as_user(client, demo, "oncall")
+    body = page.get("/oncall/nodes/r000-n01/").content.decode()
+    assert "apply to an unhealthy node." in body and "a unhealthy" not in body
+    assert "apply to a ready node." in page.get("/oncall/nodes/r000-n02/").content.decode()
+
+
 def _forecast_text(page, name: str) -> str:
     body = page.get(f"/oncall/nodes/{name}/").content.decode()
     found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)

@@ -382,6 +382,18 @@ def test_estimate_without_javascript_shows_the_breakdown_and_keeps_the_form(as_u
     assert "The job was not submitted" not in page
 
 
+def test_the_estimate_writes_large_gigabytes_with_thousands_separators(as_user):
+    """70B asked unsharded over 16 GPUs needs about 1,200 GB per GPU: the note and the model
+    states read "1,212 GB" and "1,120 GB" as every other count on the portal, not "1212 GB"."""
+    data = form_data(
+        action="estimate", **estimator_data(params="70B", data_parallel="16", seq_len="4096")
+    )
+    page = html.unescape(as_user("researcher").post("/jobs/new/", data).content.decode())
+    rec_note = re.search(r"As asked it needs ([\d,]+) GB per GPU over 16 GPUs", page)
+    assert rec_note and rec_note.group(1) == "1,212", rec_note
+    assert "1,120 GB for the whole model before sharding" in page
+
+
 def test_fill_without_javascript_puts_the_recommendation_into_the_job_form(as_user):
     data = form_data(action="fill", gpus="1", **estimator_data())
     response = as_user("researcher").post("/jobs/new/", data)
@@ -562,6 +574,20 @@ def test_a_requeued_job_says_its_start_was_its_last_runs(demo, roomy_quotas, as_
     page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
     assert '<dt id="started-label">Last run started</dt>' in page
     assert job.started_at.strftime("%Y-%m-%d %H:%M") in page
+
+
+def test_a_running_jobs_progress_is_so_far_not_kept(demo, roomy_quotas, as_user):
+    """Page walk: a running job without a checkpoint read "Progress kept: 6 min" above "Last
+    checkpoint: —"; its progress is saved only at a checkpoint, so while it runs it is the
+    progress so far, and "kept" once it waits again with what its checkpoint saved."""
+    job = new_job(demo, name="runs", queue="llm-core")
+    run_cycle()
+    Job.objects.filter(pk=job.pk).update(progress_seconds=360.0)
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="progress-label">Progress so far</dt>' in page and "Progress kept" not in page
+    Job.objects.filter(pk=job.pk).update(state="pending")
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="progress-label">Progress kept</dt>' in page
 
 
 def test_pending_details_are_listed_readably():

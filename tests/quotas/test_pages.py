@@ -267,6 +267,18 @@ def test_the_admin_sees_the_impact_then_approves_and_the_line_history_shows_it(c
     assert "admin" in history and "Q3 pretraining" in history
 
 
+def test_one_pending_gpu_is_one_gpu_on_the_impact(client, demo, req):
+    """A line with one GPU asked by a waiting job read "Pending now: 1 GPUs." on the impact."""
+    from quotas.models import Queue
+    from scheduling.models import Job
+
+    queue = Queue.objects.get(name="llm-core")
+    Job.objects.create(name="w", owner=demo["lead"], queue=queue, tier=queue.tier, gpus=1)
+    client.force_login(demo["admin"])
+    page = html.unescape(client.get(f"/quotas/requests/{req.pk}/").content.decode())
+    assert "Pending now: 1 GPU." in page
+
+
 def test_history_and_requests_are_for_the_lines_members_and_admins(client, demo, req):
     client.force_login(demo["researcher2"])
     page = client.get("/quotas/lines/llm/").content.decode()

@@ -26,3 +26,16 @@ def test_one_sample_is_singular_and_every_figure_has_its_unit():
 
 def test_no_samples_says_where_they_come_from():
     assert sentence(samples=0).startswith("No usage samples yet (they are taken every minute")
+
+
+def test_a_peak_of_one_gpu_is_one_gpu():
+    """A queue that held one GPU at most read "Peak 1 GPUs" on a request's impact, in the
+    sentence and in the comparison above it."""
+    from quotas import advice
+
+    text = sentence(samples=2, peak_used=1, avg_used=0.5, peak_pending=1, avg_pending=0.5, days=7)
+    assert text.startswith("Peak 1 GPU, average 0.5 GPUs; pending demand peak 1 GPU, average")
+    use = advice.summarize_use([(0, 0, 1), (60, 1, 0)])
+    assert advice.compare_use(use, 4, 0)[0] == (
+        "Recent use: peak 1 GPU, average 0.5; pending demand peak 1 GPU, average 0.5."
+    )

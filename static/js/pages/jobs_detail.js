@@ -76,6 +76,9 @@
     /* a requeued job keeps its last run's start: say so while it waits again */
     $("started-label").textContent =
       job.state === "pending" && job.started_at ? "Last run started" : "Started";
+    /* a running job's progress moves on and is saved only at a checkpoint: not yet "kept" */
+    $("progress-label").textContent =
+      ["running", "preempting"].includes(job.state) ? "Progress so far" : "Progress kept";
     for (const dd of document.querySelectorAll("#job-status [data-field]")) {
       if (dd.dataset.field in values) dd.textContent = values[dd.dataset.field];
     }

@@ -165,7 +165,9 @@
     }
   }
 
-  function fmt(x) { return Number(x).toFixed(1); }
+  function fmt(x) {
+    return Number(x).toLocaleString("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+  }
 
   function renderEstimate(rec) {
     const b = rec.breakdown;
@@ -207,7 +209,7 @@
     box.appendChild(table);
     box.appendChild(el("p",
       `Model states: ${Number(b.bytes_per_param.toFixed(2))} bytes per parameter, ` +
-      `${Math.round(b.states_gb)} GB for the whole model before sharding. Shape: hidden ` +
+      `${count(Math.round(b.states_gb))} GB for the whole model before sharding. Shape: hidden ` +
       `${count(b.hidden_size)}, ${count(b.num_layers)} layers${b.shape_derived ? " (derived from the size)" : ""}.`,
       "rp-muted"));
     const p = el("p", null, rec.fits ? "rp-recommend" : "rp-recommend is-bad");

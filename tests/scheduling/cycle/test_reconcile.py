@@ -80,6 +80,17 @@ def test_a_sick_ready_node_is_isolated_cordoned_audited_and_alerted(backend, sen
     })]  # fmt: skip
 
 
+def test_a_node_the_cycle_changes_says_it_changed_then(backend):
+    """Page walk: a node the cycle isolated read "Last change: 19:57:53" (when it was seeded)
+    above an audit record of its isolation at 00:16: the cycle's bulk write left
+    ``updated_at`` alone. It is now the cycle's cluster time."""
+    Node.objects.filter(name="n0").update(updated_at=when(-86400))
+    backend.set_node("n0", health="gpu_failure", health_detail="GPU 3 fell off the bus")
+    cycle = sync_nodes(backend)
+    assert node().state == "unhealthy"
+    assert node().updated_at == cycle.stamp() == when(0)
+
+
 def test_a_node_isolated_already_is_not_isolated_again(backend):
     Node.objects.filter(name="n0").update(state="unhealthy", health="gpu_failure")
     backend.set_node("n0", health="gpu_failure", cordoned=True)

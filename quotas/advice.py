@@ -187,7 +187,7 @@ class Suggestion(_Plain):
 
     def message(self) -> str:
         text = (
-            f"Queue {self.queue}: {self.evictions:,} evictions cost "
+            f"Queue {self.queue}: {self.evictions:,} eviction{'' if self.evictions == 1 else 's'} cost "
             f"{self.evicted_gpu_hours:,.1f} GPU-hours, an eviction ratio of "
             f"{self.eviction_ratio:.1%} (target {self.target_ratio:.1%}). A guarantee of "
             f"{self.suggested_guarantee:,} GPUs (now {self.current_guarantee:,}) would have "

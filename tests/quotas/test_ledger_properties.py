@@ -584,7 +584,8 @@ def test_a_suggestion_raises_the_guarantee_within_its_cap_and_never_promises_too
     prevented = [e for e in evs if advice.guarantee_needed(e) <= s.suggested_guarantee]
     assert s.prevented_evictions == len(prevented)
     assert s.prevented_share == round(sum(e.gpu_seconds for e in prevented) / evicted, 4)
-    assert s.message().startswith(f"Queue q: {len(evs)} evictions cost ")
+    noun = "eviction" if len(evs) == 1 else "evictions"  # "1 evictions" (session 41)
+    assert s.message().startswith(f"Queue q: {len(evs):,} {noun} cost ")
 
 
 def test_suggestions_group_events_by_the_guarantee_each_needs():

@@ -237,11 +237,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     for name, row in per_line.items():
         if row["quota"] and row["used"] >= QUOTA_NEAR * row["quota"]:
             firing[Alert.Kind.QUOTA_NEAR_LIMIT].add(name)
-            raise_alert(
-                Alert.Kind.QUOTA_NEAR_LIMIT, Alert.Severity.INFO, name,
-                f"line {name} holds {row['used']:,} of its {row['quota']:,} GPU quota "
-                f"({row['used'] / row['quota']:.0%}).",
-            )  # fmt: skip
+            raise_alert(Alert.Kind.QUOTA_NEAR_LIMIT, Alert.Severity.INFO, name,
+                        _quota_use(name, row["used"], row["quota"]))  # fmt: skip
 
     for kind in (Alert.Kind.EVICTION_RATIO, Alert.Kind.PENDING_TOO_LONG,
                  Alert.Kind.QUOTA_NEAR_LIMIT):  # fmt: skip
@@ -347,3 +344,13 @@ def rollup_if_due() -> MetricSample | None:
 
 __all__ = ["EvictionFigures", "eviction_window", "get_eviction_figures",
            "get_eviction_readings", "rollup"]  # fmt: skip
+
+
+def _quota_use(line: str, used: int, quota: int) -> str:
+    """The quota alert's words: a line past its quota (borrowed capacity, or a quota cut
+    below what runs) read "holds 3,038 of its 2,750 GPU quota (110%)"."""
+    share = f"{used / quota:.0%}"
+    if used > quota:
+        return (f"line {line} holds {used:,} GPUs, {used - quota:,} more than its "
+                f"{quota:,} GPU quota ({share}).")  # fmt: skip
+    return f"line {line} holds {used:,} of its {quota:,} GPU quota ({share})."

@@ -79,9 +79,21 @@ def test_long_waits_and_full_quotas_raise_alerts(api):
     assert waiting.message == (
         "1 job in llm-core has waited more than 6 h; check its pending reason."
     )
-    assert Alert.objects.filter(kind="quota_near_limit", subject="llm").exists()
+    near = Alert.objects.get(kind="quota_near_limit", subject="llm")
+    assert near.message == "line llm holds 8 of its 8 GPU quota (100%)."
     rollup()
     assert Alert.objects.filter(kind="quota_near_limit").get().count == 2, "deduplicated"
+
+
+def test_a_line_past_its_quota_is_said_to_be_past_it():
+    """A line running on borrowed capacity read "holds 3,038 of its 2,750 GPU quota
+    (110%)" (page walk, session 41)."""
+    from monitoring.rollup import _quota_use
+
+    assert _quota_use("search-rec", 3038, 2750) == (
+        "line search-rec holds 3,038 GPUs, 288 more than its 2,750 GPU quota (110%)."
+    )
+    assert _quota_use("llm", 2700, 2750) == "line llm holds 2,700 of its 2,750 GPU quota (98%)."
 
 
 def test_condition_alerts_resolve_themselves_once_the_condition_clears(api):

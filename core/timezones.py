@@ -11,8 +11,8 @@ were left in UTC). It leaves UTC:
 
 - the API (``/api/``): its contract is ISO 8601 UTC (DRF would render in the active zone).
 
-A form field that takes a time in UTC whatever the zone says so and parses it so
-(``quotas.forms.UTCDateTimeField``).
+A form that takes a time reads it in that zone too and names it in its labels
+(``quotas.forms.ZonedDateTimeField``, the audit page's date filters).
 
 ``core.templatetags.cluster_time`` (``|utc``, the header clock) then renders in the
 active zone and names it; UTC stays written "UTC".

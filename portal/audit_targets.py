@@ -33,7 +33,7 @@ class Target:
 
 @dataclass(frozen=True)
 class _Kind:
-    model: Callable[[], type[Model]]
+    model: type[Model]
     related: tuple[str, ...]
     describe: Callable[[Any], Target]
     # The field a person names this kind by in the filter ("r003-n07", "alice"), if any.
@@ -62,16 +62,16 @@ def _membership(m: LineMembership) -> Target:
 
 
 KINDS: dict[str, _Kind] = {
-    "scheduling.node": _Kind(lambda: Node, (), _node, "name"),
-    "scheduling.job": _Kind(lambda: Job, (), _job),
-    "scheduling.schedulingcycle": _Kind(lambda: SchedulingCycle, (), lambda c: Target(f"cycle #{c.pk}")),
-    "quotas.quotarequest": _Kind(lambda: QuotaRequest, (), _request),
-    "quotas.businessline": _Kind(lambda: BusinessLine, (), _line, "name"),
-    "quotas.queue": _Kind(lambda: Queue, (), lambda q: Target(f"queue {q.name}"), "name"),
-    "monitoring.alert": _Kind(lambda: Alert, (), lambda a: Target(f"alert #{a.pk}: {a.subject}")),
-    "auth.user": _Kind(get_user_model, (), lambda u: Target(f"user {u.username}"), "username"),
-    "portal.profile": _Kind(lambda: Profile, ("user",), lambda p: Target(f"role of {p.user.username}")),
-    "portal.linemembership": _Kind(lambda: LineMembership, ("user", "business_line"), _membership),
+    "scheduling.node": _Kind(Node, (), _node, "name"),
+    "scheduling.job": _Kind(Job, (), _job),
+    "scheduling.schedulingcycle": _Kind(SchedulingCycle, (), lambda c: Target(f"cycle #{c.pk}")),
+    "quotas.quotarequest": _Kind(QuotaRequest, (), _request),
+    "quotas.businessline": _Kind(BusinessLine, (), _line, "name"),
+    "quotas.queue": _Kind(Queue, (), lambda q: Target(f"queue {q.name}"), "name"),
+    "monitoring.alert": _Kind(Alert, (), lambda a: Target(f"alert #{a.pk}: {a.subject}")),
+    "auth.user": _Kind(get_user_model(), (), lambda u: Target(f"user {u.username}"), "username"),
+    "portal.profile": _Kind(Profile, ("user",), lambda p: Target(f"role of {p.user.username}")),
+    "portal.linemembership": _Kind(LineMembership, ("user", "business_line"), _membership),
 }  # fmt: skip
 
 
@@ -88,7 +88,7 @@ def describe(records: Iterable[AuditRecord]) -> dict[int, Target]:
     found: dict[tuple[str, str], Target] = {}
     for target_type, ids in wanted.items():
         kind = KINDS[target_type]
-        for obj in kind.model().objects.select_related(*kind.related).filter(pk__in=ids):
+        for obj in kind.model.objects.select_related(*kind.related).filter(pk__in=ids):
             found[(target_type, str(obj.pk))] = kind.describe(obj)
     return {
         r.pk: found[(r.target_type, r.target_id)]
@@ -104,7 +104,7 @@ def named(name: str) -> Q:
     for target_type, kind in KINDS.items():
         if kind.name_field is None:
             continue
-        ids = kind.model().objects.filter(**{kind.name_field: name}).values_list("pk", flat=True)
+        ids = kind.model.objects.filter(**{kind.name_field: name}).values_list("pk", flat=True)
         if ids := [str(pk) for pk in ids]:
             query |= Q(target_type=target_type, target_id__in=ids)
     return query

@@ -383,6 +383,12 @@ BAD_REQUEST_PAGE = """{% extends "base.html" %}
 {% endblock %}"""
 
 
+def bad_request_page(request: HttpRequest, message: str) -> HttpResponse:
+    """A 400 page in the portal's layout: "Nothing was done: <message>." """
+    body = engines["django"].from_string(BAD_REQUEST_PAGE).render({"message": message}, request)
+    return HttpResponse(body, status=400)
+
+
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
@@ -409,8 +415,7 @@ class ControlCharacterMiddleware:
         message = f"control characters are not allowed in the {where}"
         if request.path_info.startswith("/api/"):
             return JsonResponse({"errors": {"non_field_errors": [message]}}, status=400)
-        body = engines["django"].from_string(BAD_REQUEST_PAGE).render({"message": message}, request)
-        return HttpResponse(body, status=400)
+        return bad_request_page(request, message)
 
     @staticmethod
     def offending_part(request: HttpRequest) -> str | None:

@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core import clock, timezones
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.query_forms import takes_query
 from monitoring import charts
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.metrics import EVICTION_ALERT_RATIO
@@ -275,6 +276,7 @@ class WindowForm(forms.Form):
 
 @dashboard_access
 @require_GET
+@takes_query("window")
 def dashboard(request: HttpRequest) -> HttpResponse:
     """The charts and tiles over the chosen window; an unknown window: 400, the window
     form saying why, and nothing drawn (as the audit page answers a bad filter)."""
@@ -294,6 +296,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 @dashboard_access
 @require_GET
+@takes_query("window", json=True)
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     """The dashboard's snapshot as JSON (the page refetches it on live events), in the
     viewer's zone as the page is. An unknown window: 400 ``{"errors": {"window": [...]}}``."""
@@ -350,6 +353,7 @@ def _rack_context() -> dict[str, Any]:
 
 @oncall_access
 @require_GET
+@takes_query()
 def rack_map(request: HttpRequest) -> HttpResponse:
     """The rack map alone, for a wall screen."""
     return render(request, "monitoring/rack_map.html", _rack_context())
@@ -357,6 +361,7 @@ def rack_map(request: HttpRequest) -> HttpResponse:
 
 @oncall_access
 @require_GET
+@takes_query("node", json=True)
 def rack_cells(request: HttpRequest) -> JsonResponse:
     """Every cell as ``[name, status, glyph, label]`` plus counts (live refresh).
 
@@ -427,6 +432,7 @@ def _console(request: HttpRequest, status: int = 200) -> HttpResponse:
 
 @oncall_access
 @require_GET
+@takes_query()
 def oncall(request: HttpRequest) -> HttpResponse:
     """Alerts with their guides, the rack map and the guides reference."""
     return _console(request)
@@ -434,6 +440,7 @@ def oncall(request: HttpRequest) -> HttpResponse:
 
 @oncall_access
 @require_GET
+@takes_query()
 def alerts_fragment(request: HttpRequest) -> HttpResponse:
     """The alerts list alone (HTML), swapped in by the page on ``alerts`` events."""
     return HttpResponse(render_to_string("monitoring/_alerts.html", _alerts_context(), request))
@@ -458,6 +465,7 @@ def alert_action(request: HttpRequest, alert_id: int, action: str) -> HttpRespon
 
 @oncall_access
 @require_GET
+@takes_query("name")
 def node_lookup(request: HttpRequest) -> HttpResponse:
     """The "go to node" box: a name typed by keyboard users instead of tabbing the map."""
     name = request.GET.get("name", "").strip()
@@ -534,6 +542,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
 
 @oncall_access
 @require_GET
+@takes_query()
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     node = get_node(name)
     if node is None:

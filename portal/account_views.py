@@ -22,6 +22,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from core import timezones, tokens
 from core.api import client_ip
 from core.models import ApiToken, Profile
+from core.query_forms import takes_query
 
 
 class TokenForm(forms.Form):
@@ -56,6 +57,7 @@ def _page(request: HttpRequest, form: TokenForm, created=None, secret: str = "",
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
+@takes_query()
 def token_list(request: HttpRequest) -> HttpResponse:
     """List the caller's tokens; POST makes one and shows its secret this once."""
     if request.method == "GET":
@@ -116,6 +118,7 @@ class ZoneForm(forms.Form):
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
+@takes_query()
 def account(request: HttpRequest) -> HttpResponse:
     """The user's display time zone (times are stored in UTC; only the display changes)."""
     profile, _ = Profile.objects.get_or_create(user=request.user)

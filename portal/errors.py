@@ -26,6 +26,8 @@ from django.template.loader import render_to_string
 from django.utils.log import log_response
 from django.views.decorators.http import require_GET
 
+from core.query_forms import takes_query
+
 log = logging.getLogger("django.request")
 
 API_PREFIX = "/api/"
@@ -167,6 +169,7 @@ def _favicon_bytes() -> bytes:
 
 
 @require_GET
+@takes_query()
 def favicon(request: HttpRequest) -> HttpResponse:
     """``/favicon.ico``: what browsers ask for when a page names no icon."""
     response = HttpResponse(_favicon_bytes(), content_type="image/x-icon")

@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from bench import baseline as bench_baseline
+from core.query_forms import takes_query
 from core.tokens_api import ApiTokenViewSet
 from monitoring.api import AlertViewSet
 from monitoring.metrics_api import MetricsSummaryView
@@ -32,7 +33,7 @@ CSV = {"format": "csv"}
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", takes_query("next")(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/", include("mozilla_django_oidc.urls")),  # single sign-on (portal/auth/oidc.py)
     path("admin/", admin.site.urls),

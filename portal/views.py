@@ -4,11 +4,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from core.query_forms import takes_query
 from quotas.models import BusinessLine
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_line_usage
 
 
 @login_required
+@takes_query()
 def home(request: HttpRequest) -> HttpResponse:
     """The cluster at a glance: nodes by state, GPUs, lines against their contracts."""
     usage = build_line_usage()

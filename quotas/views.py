@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.query_forms import takes_query
 from core.roles import led_line_ids
 from core.security import is_ascii_number
 from monitoring.metrics import ratio_text
@@ -62,6 +63,7 @@ def _line_rows(lines, line_usage, contracts: ledger.Contracts) -> list[dict]:
 
 
 @login_required
+@takes_query()
 def index(request: HttpRequest) -> HttpResponse:
     """Every line's contract and use, and the sum of guarantees against capacity."""
     contracts = build_contracts()
@@ -81,6 +83,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@takes_query()
 def line_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A line's contract (and its queues'), use, suggestions, history and requests."""
     line = get_object_or_404(BusinessLine, name=name)
@@ -167,6 +170,7 @@ def _request_form_context(request: HttpRequest, form: QuotaRequestForm, lines) -
 
 
 @login_required
+@takes_query("business_line", "queue", "quota_gpus", "guarantee_gpus")
 def request_new(request: HttpRequest) -> HttpResponse:
     """The lead's form: current contract and use, quota vs guarantee explained."""
     permissions.ensure_may_request(request.user)
@@ -274,6 +278,7 @@ def _impact_rows(req: QuotaRequest, impact: dict | None) -> list[tuple[str, dict
 
 
 @login_required
+@takes_query()
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The request, and for a pending one its impact (the admins' approval page)."""
     return _render_detail(request, _visible_request(request, pk))
@@ -394,6 +399,7 @@ def _eviction_cell(eviction: EvictionFigures, queue_id: int) -> dict[str, Any]:
 
 @login_required
 @require_GET
+@takes_query()
 def queue_list(request: HttpRequest) -> HttpResponse:
     """Every line and its queues: contract, use, borrowing, waiting work, eviction ratio."""
     usage = build_usage()

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.query_forms import takes_query
 from core.timezones import viewer_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, verdict_text, whatif
@@ -176,6 +177,7 @@ def _queue_info(queues: list[Queue]) -> list[dict]:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@takes_query("queue")
 def submit(request: HttpRequest) -> HttpResponse:
     """Submit a job. One form, four buttons: Estimate, Use this estimate, Check, Submit.
 
@@ -284,6 +286,7 @@ def _errors_json(errors: dict) -> JsonResponse:
 
 @login_required
 @require_GET
+@takes_query(*EstimatorForm.base_fields, json=True)
 def estimate(request: HttpRequest) -> JsonResponse:
     """``GET /jobs/estimate/?params=7B&precision=bf16…``: the breakdown and a recommendation.
 
@@ -309,6 +312,7 @@ def _messages(errors: Any) -> dict[str, list[str]]:
 
 @login_required
 @require_GET
+@takes_query(*JobSubmitForm.FEASIBILITY_FIELDS, json=True)
 def feasibility(request: HttpRequest) -> JsonResponse:
     """``GET /jobs/feasibility/?queue=…&gpus=…``: would this job start now, and when?
 
@@ -408,6 +412,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 
 @login_required
 @require_GET
+@takes_query()
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: state, placement, timeline, and for a pending job its verdict in words."""
     job = _visible_job(request, job_id)

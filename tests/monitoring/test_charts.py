@@ -118,7 +118,11 @@ def test_pending_by_reason_follows_the_api_order_and_drops_zeros():
         "not yet seen by a cycle (NEW)",
     ]
     assert trace["x"] == [10, 1, 3, 2] and trace["text"] == ["10", "1", "3", "2"]
-    assert fig["summary"].startswith("16 jobs pending: 10 QUOTA_EXCEEDED")
+    # the caption words each reason as the bars' labels do, without their codes
+    assert fig["summary"] == (
+        "16 jobs pending: 10 quota full, 1 topology (scattered), 3 not enough GPUs, "
+        "2 not yet seen by a cycle"
+    )
 
 
 def test_launch_retries_come_after_the_engine_codes_and_before_new():

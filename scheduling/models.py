@@ -46,10 +46,11 @@ class Node(models.Model):
         UNHEALTHY = "unhealthy"
 
     class Health(models.TextChoices):
-        OK = "ok"
-        GPU_FAILURE = "gpu_failure"
-        RDMA_DEGRADED = "rdma_degraded"
-        DOWN = "down"
+        # the labels are what pages write (``get_health_display``); the API keeps the values
+        OK = "ok", "OK"
+        GPU_FAILURE = "gpu_failure", "GPU failure"
+        RDMA_DEGRADED = "rdma_degraded", "RDMA degraded"
+        DOWN = "down", "Down"
 
     name = models.CharField(max_length=64, unique=True)
     rack = models.CharField(max_length=32, db_index=True)

@@ -314,6 +314,24 @@ def test_the_node_pages_note_on_its_buttons_reads_as_english(client, demo):
     assert "apply to a ready node." in page.get("/oncall/nodes/r000-n02/").content.decode()
 
 
+@pytest.mark.parametrize(
+    ("health", "detail", "shown"),
+    [
+        ("gpu_failure", "GPU reports uncorrectable ECC / Xid errors",
+         "GPU failure: GPU reports uncorrectable ECC / Xid errors"),
+        ("rdma_degraded", "RDMA link degraded (packet loss on the fabric)",
+         "RDMA degraded: RDMA link degraded (packet loss on the fabric)"),
+        ("down", "node unreachable (no heartbeat)", "Down: node unreachable (no heartbeat)"),
+        ("ok", "", "OK"),
+    ],
+)  # fmt: skip
+def test_the_node_pages_health_is_in_words_with_its_detail(client, demo, health, detail, shown):
+    """Page walk: "Health" read the code, ``gpu_failure: GPU reports ...``."""
+    Node.objects.filter(name=NODE).update(health=health, health_detail=detail)
+    body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{NODE}/").content.decode()
+    assert f'<dd id="node-health">{shown}</dd>' in body
+
+
 def _forecast_text(page, name: str) -> str:
     body = page.get(f"/oncall/nodes/{name}/").content.decode()
     found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)

@@ -19,6 +19,7 @@ from html import escape
 from typing import Any, NamedTuple
 
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+from scheduling.backends.base import HEALTH_LABELS
 from scheduling.engine.explain import count, num
 
 BLUE = "#0072B2"
@@ -837,7 +838,7 @@ def node_cell(row: NodeRow) -> Cell:
     glyph = STATUS_GLYPH.get(status) or str(row.gpus_used + row.inference_gpus)
     words = STATUS_WORDS[status]
     if status == "unhealthy" and row.health not in ("ok", "down"):
-        words = f"unhealthy ({row.health.replace('_', ' ')})"
+        words = f"unhealthy ({HEALTH_LABELS.get(row.health, row.health)})"
     label = f"{row.name}: {words}, {row.gpus_used}/{row.gpus_total} GPUs used"
     if row.inference_gpus:
         label += f", {row.inference_gpus} serving inference"

@@ -332,6 +332,19 @@ def test_the_node_pages_health_is_in_words_with_its_detail(client, demo, health,
     assert f'<dd id="node-health">{shown}</dd>' in body
 
 
+def test_an_unhealthy_nodes_sentence_names_its_health_in_the_same_words(client, demo):
+    """The node page's status line and its rack-map cell read "unhealthy (GPU failure)", as
+    its Health row does, not the code's "unhealthy (gpu failure)"."""
+    Node.objects.filter(name=NODE).update(state="unhealthy", health="rdma_degraded")
+    page = as_user(client, demo, "oncall")
+    said = f"{NODE}: unhealthy (RDMA degraded), 0/8 GPUs used"
+    assert (
+        f'<p id="node-label" aria-live="polite">{said}</p>'
+        in page.get(f"/oncall/nodes/{NODE}/").content.decode()
+    )
+    assert f'aria-label="{said}"' in page.get("/oncall/rack-map/").content.decode()
+
+
 def _forecast_text(page, name: str) -> str:
     body = page.get(f"/oncall/nodes/{name}/").content.decode()
     found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)

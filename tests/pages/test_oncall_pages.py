@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
-from core import clock, timezones
+from core import audit, clock, timezones
 from core.models import AuditRecord
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert
@@ -345,6 +345,32 @@ def test_an_unhealthy_nodes_sentence_names_its_health_in_the_same_words(client, 
     assert f'aria-label="{said}"' in page.get("/oncall/rack-map/").content.decode()
 
 
+def test_the_node_pages_recent_changes_say_what_was_done_in_words(client, demo):
+    """Page walk: "Recent changes" read the audit codes ("simulator.fault", "node.isolate")
+    and a drill's reason read the fault's kind ("gpu_failure")."""
+    node = Node.objects.get(name=NODE)
+    with clock.pinned(datetime(2030, 1, 7, 9, 10, tzinfo=UTC)):
+        audit.record(demo["oncall"], "simulator.fault", node, reason="gpu_failure",
+                     after={"fault": "gpu_failure"})  # fmt: skip
+    with clock.pinned(datetime(2030, 1, 7, 9, 20, tzinfo=UTC)):
+        audit.record(
+            None, "node.isolate", node, reason="isolated automatically: GPU reports errors"
+        )
+    with clock.pinned(datetime(2030, 1, 7, 9, 30, tzinfo=UTC)):
+        audit.record(demo["oncall"], "node.uncordon", node, reason="repaired")
+        audit.record(demo["oncall"], "node.made_up", node, reason="kept as is")
+    body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{NODE}/").content.decode()
+    table = body[body.index('<section aria-labelledby="history-h"') :]
+    cells = re.findall(r"<tr><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td></tr>",
+                       table[: table.index("</table>")])  # fmt: skip
+    assert cells == [
+        ("oncall", "node.made_up", "kept as is"),
+        ("oncall", "Uncordoned", "repaired"),
+        ("system", "Isolated", "isolated automatically: GPU reports errors"),
+        ("oncall", "Fault injected (drill)", "GPU failure (uncorrectable ECC / Xid errors)"),
+    ]
+
+
 def _forecast_text(page, name: str) -> str:
     body = page.get(f"/oncall/nodes/{name}/").content.decode()
     found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)
@@ -423,7 +449,7 @@ def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
     record = AuditRecord.objects.get(action="node.cordon")
     assert record.actor == demo["oncall"] and record.reason == "fan noise"
     history = client.get(f"/oncall/nodes/{NODE}/").content.decode()
-    assert "node.uncordon" in history and "fan noise" in history
+    assert "<td>Uncordoned</td>" in history and "fan noise" in history
 
 
 @pytest.mark.parametrize("reason", ["", "   "])

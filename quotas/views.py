@@ -32,7 +32,7 @@ from quotas.forms import (
     WithdrawForm,
     add_service_errors,
 )
-from quotas.models import BusinessLine, Queue, QuotaPolicy, QuotaRequest
+from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest
 from quotas.selectors import (
     build_contracts,
     build_recent_use,
@@ -74,7 +74,7 @@ def why_parts(reason: str, request_id: int | None) -> tuple[str, str, str]:
     return reason, "", ""
 
 
-def _history(line: BusinessLine) -> list[Any]:
+def _history(line: BusinessLine) -> list[QuotaChange]:
     """The line's latest 200 contract changes, each with ``why`` (``why_parts``)."""
     changes = list(list_line_history(line)[:200])
     for change in changes:

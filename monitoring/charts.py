@@ -19,6 +19,7 @@ from html import escape
 from typing import Any, NamedTuple
 
 from monitoring.idle import CAUSE_LABELS, CAUSES, NOT_HEALTHY
+from scheduling.backends.base import HEALTH_LABELS
 from scheduling.engine.explain import count, num
 
 BLUE = "#0072B2"
@@ -479,9 +480,15 @@ REASON_STYLE = {
 OTHER_REASON_STYLE = (GREY, "x")  # a code a sample holds that API.md does not list
 
 
+def reason_words(code: str) -> str:
+    """A pending reason in the words of the charts' labels, without its code:
+    ``quota full``; what the captions say (a code not in ``REASON_LABELS``: lower case)."""
+    return REASON_LABELS.get(code, code.lower())
+
+
 def reason_label(code: str) -> str:
     """A pending reason as both reason charts name it: ``quota full (QUOTA_EXCEEDED)``."""
-    return f"{REASON_LABELS.get(code, code.lower())} ({code})"
+    return f"{reason_words(code)} ({code})"
 
 
 def _share(x: float) -> str:
@@ -582,7 +589,7 @@ def waiting_by_reason_figure(
     total = sum(waited.values())
     if total > 0:
         parts = ", ".join(
-            f"{code} {_share(waited[code] / total)}"
+            f"{reason_words(code)} {_share(waited[code] / total)}"
             for code in sorted(waited, key=lambda c: (-waited[c], shown.index(c)))
             if waited[code] > 0
         )
@@ -590,7 +597,9 @@ def waiting_by_reason_figure(
     else:
         over = f"Over {where} no job waited between samples."
     now_n = sum(last.values())
-    now_parts = ", ".join(f"{code} {last[code]:,}" for code in shown if last.get(code))
+    now_parts = ", ".join(
+        f"{num(last[code])} {reason_words(code)}" for code in shown if last.get(code)
+    )
     were = "was" if now_n == 1 else "were"
     reading = (
         f" At the latest sample ({_clock(last_at, zone)}), {_many(now_n, 'job')} {were} waiting"
@@ -677,7 +686,7 @@ def pending_by_reason_figure(counts: Mapping[str, int]) -> Figure:
     if not total:
         return _figure(data, layout, "No job is waiting.", empty="No job is waiting")
     summary = f"{_many(total, 'job')} pending: " + ", ".join(
-        f"{num(v)} {c}" for c, v in zip(codes, xs, strict=True)
+        f"{num(v)} {reason_words(c)}" for c, v in zip(codes, xs, strict=True)
     )
     return _figure(data, layout, summary)
 
@@ -829,7 +838,7 @@ def node_cell(row: NodeRow) -> Cell:
     glyph = STATUS_GLYPH.get(status) or str(row.gpus_used + row.inference_gpus)
     words = STATUS_WORDS[status]
     if status == "unhealthy" and row.health not in ("ok", "down"):
-        words = f"unhealthy ({row.health.replace('_', ' ')})"
+        words = f"unhealthy ({HEALTH_LABELS.get(row.health, row.health)})"
     label = f"{row.name}: {words}, {row.gpus_used}/{row.gpus_total} GPUs used"
     if row.inference_gpus:
         label += f", {row.inference_gpus} serving inference"

@@ -8,7 +8,7 @@ JSON/HTML snapshots below when websocket events arrive (and on reconnect).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import wraps
 from typing import Any
@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core import clock, timezones
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
+from core.models import AuditRecord
 from core.query_forms import takes_query
 from monitoring import charts
 from monitoring.guides import GUIDES, guide_for_alert
@@ -505,6 +506,36 @@ def _node_missing(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "monitoring/node_missing.html", {"name": name[:80]}, status=404)
 
 
+# What each audited action on a node did, as its page's "Recent changes" says it (the audit
+# page keeps the codes, which its filter matches); another action reads as its code.
+NODE_ACTION_WORDS: dict[str, str] = {
+    "node.cordon": "Cordoned",
+    "node.drain": "Drain started",
+    "node.uncordon": "Uncordoned",
+    "node.isolate": "Isolated",
+    "node.clean_residual": "Residual processes cleaned",
+    "simulator.fault": "Fault injected (drill)",
+    "admin.add": "Added in the admin site",
+    "admin.change": "Changed in the admin site",
+    "admin.delete": "Deleted in the admin site",
+}
+
+
+def node_history_rows(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
+    """The node's audit records as its page lists them: ``at``, ``actor_name``, ``action``
+    in words (``NODE_ACTION_WORDS``) and ``reason``; a fault drill's reason, which is the
+    fault's kind (``gpu_failure``), is the drill form's label of that kind."""
+    return [
+        {
+            "at": r.at,
+            "actor_name": r.actor_name,
+            "action": NODE_ACTION_WORDS.get(r.action, r.action),
+            "reason": fault_label(r.reason) if r.action == "simulator.fault" else r.reason,
+        }
+        for r in records
+    ]
+
+
 def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm | None = None,
                fault_form: FaultForm | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
     jobs = list_node_jobs(node)
@@ -532,7 +563,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "action_form": action_form or NodeActionForm(),
         "fault_form": fault_form or FaultForm(),
         "simulator": settings.SCHEDULING_BACKEND == "simulator",
-        "history": list_node_history(node, AUDIT_SHOWN),
+        "history": node_history_rows(list_node_history(node, AUDIT_SHOWN)),
         "cluster_clock": header_clock,
         "forecast": get_inference_forecast(node, header_clock.now.timestamp()),
         "shared_first": shared_nodes_first(),

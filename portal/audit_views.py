@@ -12,13 +12,15 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
+from django.apps import apps
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Model, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET
 
 from core.models import AuditRecord
@@ -97,13 +99,38 @@ def _shown(value: Any) -> str:
     return "—" if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def changes(before: Any, after: Any) -> list[dict[str, Any]]:
-    """Field by field: ``{"field", "before", "after", "changed"}`` (values as JSON text)."""
+def target_model(target_type: str) -> type[Model] | None:
+    """The model a record's ``target_type`` (``scheduling.node``) names, or None (a type
+    that is no model, or no longer one)."""
+    try:
+        return apps.get_model(target_type)
+    except (LookupError, ValueError):
+        return None
+
+
+def field_label(model: type[Model] | None, key: Any) -> str:
+    """What the before/after table calls ``key``: the model field's ``verbose_name``
+    (``state_reason`` of a node: "State reason"), as the admin names it; a key that is no
+    field of the model (``fault``, ``value``) in the same plain form."""
+    name = str(key)
+    if model is not None:
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:
+            pass
+        else:
+            name = str(getattr(field, "verbose_name", name))
+    return capfirst(name.replace("_", " "))
+
+
+def changes(before: Any, after: Any, model: type[Model] | None = None) -> list[dict[str, Any]]:
+    """Field by field: ``{"field", "before", "after", "changed"}`` (values as JSON text;
+    ``field`` in words: ``field_label`` of ``model``, the record's target's)."""
     before = before if isinstance(before, dict) else {"value": before}
     after = after if isinstance(after, dict) else {"value": after}
     return [
         {
-            "field": key,
+            "field": field_label(model, key),
             "before": _shown(before.get(key)),
             "after": _shown(after.get(key)),
             "changed": before.get(key) != after.get(key),
@@ -130,7 +157,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     page = Paginator(records, RECORDS_PER_PAGE).get_page(number)
     targets = audit_targets.describe(page.object_list)
     rows = [
-        {"record": r, "target": targets.get(r.pk), "changes": changes(r.before, r.after)}
+        {
+            "record": r,
+            "target": targets.get(r.pk),
+            "changes": changes(r.before, r.after, target_model(r.target_type)),
+        }
         for r in page.object_list
     ]
     query = request.GET.copy()

@@ -7,6 +7,7 @@ may not take a 403 (the services decide, the pages only hide buttons).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib import messages
@@ -32,7 +33,7 @@ from quotas.forms import (
     WithdrawForm,
     add_service_errors,
 )
-from quotas.models import BusinessLine, Queue, QuotaPolicy, QuotaRequest
+from quotas.models import BusinessLine, Queue, QuotaChange, QuotaPolicy, QuotaRequest
 from quotas.selectors import (
     build_contracts,
     build_recent_use,
@@ -60,6 +61,26 @@ def _line_rows(lines, line_usage, contracts: ledger.Contracts) -> list[dict]:
         }
         for line in lines
     ]
+
+
+def why_parts(reason: str, request_id: int | None) -> tuple[str, str, str]:
+    """A contract change's reason split around its one mention of its request, so the line
+    page links those words rather than repeat them after the reason: ``"request #12 by
+    alice takes effect: Q3"`` -> ``("", "request #12", " by alice takes effect: Q3")``. A
+    reason that does not name its request (or a change without one): ``(reason, "", "")``."""
+    if request_id is not None:
+        found = re.search(rf"\brequest #{request_id}(?!\d)", reason)
+        if found:
+            return reason[: found.start()], found.group(), reason[found.end() :]
+    return reason, "", ""
+
+
+def _history(line: BusinessLine) -> list[QuotaChange]:
+    """The line's latest 200 contract changes, each with ``why`` (``why_parts``)."""
+    changes = list(list_line_history(line)[:200])
+    for change in changes:
+        change.why = why_parts(change.reason, change.request_id)
+    return changes
 
 
 @login_required
@@ -119,7 +140,7 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         "eviction_target_text": ratio_text(policy.eviction_target),
         "suggestion_coverage_text": f"{policy.suggestion_coverage:.0%}",
         "sees_history": sees_history,
-        "history": list_line_history(line)[:200] if sees_history else [],
+        "history": _history(line) if sees_history else [],
         "requests": list_requests_for_user(request.user).filter(business_line=line)[:100],
         "is_lead": permissions.may_request_for_line(request.user, line.pk),
     }

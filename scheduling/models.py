@@ -21,6 +21,13 @@ from django.utils import timezone
 from core import clock
 from quotas.models import Queue, Tier
 from scheduling import transitions
+from scheduling.backends.base import (
+    HEALTH_DOWN,
+    HEALTH_GPU_FAILURE,
+    HEALTH_LABELS,
+    HEALTH_OK,
+    HEALTH_RDMA_DEGRADED,
+)
 
 MAX_GPUS_PER_NODE = 8
 
@@ -46,10 +53,11 @@ class Node(models.Model):
         UNHEALTHY = "unhealthy"
 
     class Health(models.TextChoices):
-        OK = "ok"
-        GPU_FAILURE = "gpu_failure"
-        RDMA_DEGRADED = "rdma_degraded"
-        DOWN = "down"
+        # the labels are what pages write (``get_health_display``); the API keeps the values
+        OK = HEALTH_OK, HEALTH_LABELS[HEALTH_OK]
+        GPU_FAILURE = HEALTH_GPU_FAILURE, HEALTH_LABELS[HEALTH_GPU_FAILURE]
+        RDMA_DEGRADED = HEALTH_RDMA_DEGRADED, HEALTH_LABELS[HEALTH_RDMA_DEGRADED]
+        DOWN = HEALTH_DOWN, HEALTH_LABELS[HEALTH_DOWN]
 
     name = models.CharField(max_length=64, unique=True)
     rack = models.CharField(max_length=32, db_index=True)

@@ -33,6 +33,13 @@ HEALTH_OK = "ok"
 HEALTH_DOWN = "down"
 HEALTH_GPU_FAILURE = "gpu_failure"
 HEALTH_RDMA_DEGRADED = "rdma_degraded"
+# Each in words, as pages write it (the node's ``Health`` choices; the rack map's cells).
+HEALTH_LABELS = {
+    HEALTH_OK: "OK",
+    HEALTH_GPU_FAILURE: "GPU failure",
+    HEALTH_RDMA_DEGRADED: "RDMA degraded",
+    HEALTH_DOWN: "Down",
+}
 
 # What a backend reports where the cluster does not say (no topology, no GPU model).
 DEFAULT_RACK = "default"

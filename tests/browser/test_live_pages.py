@@ -62,7 +62,7 @@ def test_the_node_page_follows_a_drain_without_a_reload(demo, api, page, login):
     expect(page.locator("#node-state")).to_have_text("draining", timeout=LIVE_MS)
     expect(page.locator("#node-state-reason")).to_have_text("disk errors: move the work off")
     expect(page.locator("#node-buttons")).not_to_contain_text("Drain")
-    expect(page.locator("#node-history")).to_contain_text("node.drain")
+    expect(page.locator("#node-history")).to_contain_text("Drain started")
 
     in_thread(cycle, admin)  # asks the job to checkpoint and move
     expect(page.locator("#node-jobs")).to_contain_text("preempting", timeout=LIVE_MS)

@@ -388,7 +388,7 @@ def test_an_oncall_engineer_walks_a_busy_cluster(busy, page, login):
     expect(page.locator("#node-jobs")).to_contain_text("No job holds a GPU here.")
     assert same_document(page), "the node page changed without a reload"
     readable(page, "node page after the jobs moved")
-    expect(page.locator("#node-history")).to_contain_text("node.drain")
+    expect(page.locator("#node-history")).to_contain_text("Drain started")
 
 
 def test_an_admin_walks_a_busy_cluster(busy, page, login):

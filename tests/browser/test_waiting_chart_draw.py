@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 from playwright.sync_api import expect
 
-from monitoring.charts import reason_label
+from monitoring.charts import reason_label, reason_words
 from tests.browser.conftest import draw_dashboard, in_thread
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -123,13 +123,17 @@ def test_the_waiting_chart_draws_the_samples_codes_and_its_caption_adds_them_up(
     assert read, caption
     assert read["hours"] == f"{total:,.1f}", (caption, expected)
     shares = dict(part.rsplit(" ", 1) for part in read["shares"].split(", "))
-    assert shares == {c: f"{h / total:.1%}" for c, h in expected.items() if h > 0}
-    assert list(shares) == sorted(shares, key=lambda c: -expected[c]), "largest first"
+    # each code in the legend's words, without the code itself
+    code_of = {reason_words(c): c for c in expected}
+    assert shares == {reason_words(c): f"{h / total:.1%}" for c, h in expected.items() if h > 0}
+    assert list(shares) == sorted(shares, key=lambda w: -expected[code_of[w]]), "largest first"
     assert read["at"] == f"{samples[-1][0]:%H:%M}"
     # the latest sample follows the latest cycle: the same count as the live tile and bars
     assert int(read["now"]) == sum(latest.values())
     assert read["now"] == page.locator("#tile-pending_jobs").text_content()
-    assert read["codes"] == ", ".join(f"{c} {latest[c]}" for c in codes if latest.get(c))
+    assert read["codes"] == ", ".join(
+        f"{latest[c]:,} {reason_words(c)}" for c in codes if latest.get(c)
+    )
 
     # live: a new sample and a cycle; the page refetches /dashboard/data/ and the caption
     # (marked stale first) adds the new sample's five minutes

@@ -118,7 +118,11 @@ def test_pending_by_reason_follows_the_api_order_and_drops_zeros():
         "not yet seen by a cycle (NEW)",
     ]
     assert trace["x"] == [10, 1, 3, 2] and trace["text"] == ["10", "1", "3", "2"]
-    assert fig["summary"].startswith("16 jobs pending: 10 QUOTA_EXCEEDED")
+    # the caption words each reason as the bars' labels do, without their codes
+    assert fig["summary"] == (
+        "16 jobs pending: 10 quota full, 1 topology (scattered), 3 not enough GPUs, "
+        "2 not yet seen by a cycle"
+    )
 
 
 def test_launch_retries_come_after_the_engine_codes_and_before_new():
@@ -178,9 +182,9 @@ def test_the_eviction_caption_names_the_window_it_was_given():
         ("cordoned", "ok", 3, 0, "cordoned", "C", "r003-n07: cordoned, 3/8 GPUs used"),
         ("draining", "ok", 8, 0, "draining", "D", "r003-n07: draining, 8/8 GPUs used"),
         ("unhealthy", "gpu_failure", 0, 0, "unhealthy", "U",
-         "r003-n07: unhealthy (gpu failure), 0/8 GPUs used"),
+         "r003-n07: unhealthy (GPU failure), 0/8 GPUs used"),
         ("ready", "rdma_degraded", 4, 0, "unhealthy", "U",
-         "r003-n07: unhealthy (rdma degraded), 4/8 GPUs used"),
+         "r003-n07: unhealthy (RDMA degraded), 4/8 GPUs used"),
         ("down", "down", 0, 0, "down", "X", "r003-n07: down, 0/8 GPUs used"),
         ("cordoned", "down", 0, 0, "down", "X", "r003-n07: down, 0/8 GPUs used"),
     ],

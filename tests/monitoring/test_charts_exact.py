@@ -141,13 +141,13 @@ def test_unknown_reason_codes_come_last_in_name_order_with_a_lower_case_label():
     (trace,) = fig["data"]
     assert trace["y"] == ["priority (PRIORITY)", "alpha_code (ALPHA_CODE)", "zed (ZED)"]
     assert trace["x"] == [2, 4, 1]
-    assert fig["summary"] == "7 jobs pending: 2 PRIORITY, 4 ALPHA_CODE, 1 ZED"
+    assert fig["summary"] == "7 jobs pending: 2 priority, 4 alpha_code, 1 zed"
 
 
 def test_one_pending_job_is_one_job_in_the_caption():
     """With one job waiting the dashboard's caption read "1 jobs pending"."""
     fig = charts.pending_by_reason_figure({"QUOTA_EXCEEDED": 1})
-    assert fig["summary"] == "1 job pending: 1 QUOTA_EXCEEDED"
+    assert fig["summary"] == "1 job pending: 1 quota full"
 
 
 def test_counts_from_a_thousand_read_with_separators_in_every_caption_and_label():
@@ -156,7 +156,9 @@ def test_counts_from_a_thousand_read_with_separators_in_every_caption_and_label(
     fig = charts.pending_by_reason_figure(
         {"INSUFFICIENT_GPUS": 2403, "TOPOLOGY": 514, "DEMOTED": 26}
     )
-    assert fig["summary"] == "2,943 jobs pending: 514 TOPOLOGY, 2,403 INSUFFICIENT_GPUS, 26 DEMOTED"
+    assert fig["summary"] == (
+        "2,943 jobs pending: 514 topology (scattered), 2,403 not enough GPUs, 26 demoted"
+    )
     assert fig["data"][0]["text"] == ["514", "2,403", "26"]  # API.md's order
     fig = charts.line_usage_figure([
         LineRow("search", "Search", used=4186, borrowed=1200, pending_gpus=21575, quota=4500,
@@ -179,7 +181,7 @@ def test_every_reason_code_has_a_label_and_new_is_not_an_engine_code():
 def test_counts_given_as_booleans_or_floats_are_drawn_as_whole_numbers():
     fig = charts.pending_by_reason_figure({"PRIORITY": True, "DEMOTED": 3.0})
     assert (
-        fig["data"][0]["x"] == [1, 3] and fig["summary"] == "4 jobs pending: 1 PRIORITY, 3 DEMOTED"
+        fig["data"][0]["x"] == [1, 3] and fig["summary"] == "4 jobs pending: 1 priority, 3 demoted"
     )
 
 

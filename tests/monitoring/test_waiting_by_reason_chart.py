@@ -52,10 +52,11 @@ def test_each_sample_holds_until_the_next_and_the_last_until_now_stacked_as_step
     assert fig["layout"]["yaxis"]["dtick"] == 1, "a few jobs: whole-job ticks"
     # QUOTA_EXCEEDED: 3 x 600 s + 1 x 1,200 s = 3,000 job-s;
     # TOPOLOGY: 2 x 1,200 s + 4 x 600 s (08:30 to now, 08:40) = 4,800 job-s;
-    # 7,800 job-s = 2.1667 job-hours: TOPOLOGY 61.5%, QUOTA_EXCEEDED 38.5%
+    # 7,800 job-s = 2.1667 job-hours: TOPOLOGY 61.5%, QUOTA_EXCEEDED 38.5%, in the words of
+    # the legend (no bare code)
     assert fig["summary"] == (
-        "Over the last hour jobs waited 2.2 job-hours: TOPOLOGY 61.5%, QUOTA_EXCEEDED 38.5%. "
-        "At the latest sample (08:30 UTC), 4 jobs were waiting: TOPOLOGY 4."
+        "Over the last hour jobs waited 2.2 job-hours: topology (scattered) 61.5%, quota full "
+        "38.5%. At the latest sample (08:30 UTC), 4 jobs were waiting: 4 topology (scattered)."
     )
 
 
@@ -68,9 +69,9 @@ def test_job_hours_read_with_thousands_separators_largest_share_first():
     fig = charts.waiting_by_reason_figure(points, window=day)
     # 500 + 100 + 1,200 + 1 = 1,801 job-hours
     assert fig["summary"] == (
-        "Over the last 24 hours jobs waited 1,801 job-hours: QUOTA_EXCEEDED 66.6%, "
-        "INSUFFICIENT_GPUS 27.8%, PRIORITY 5.6%. At the latest sample (08:00 UTC), 1,201 jobs "
-        "were waiting: QUOTA_EXCEEDED 1,200, PRIORITY 1."
+        "Over the last 24 hours jobs waited 1,801 job-hours: quota full 66.6%, "
+        "not enough GPUs 27.8%, priority 5.6%. At the latest sample (08:00 UTC), 1,201 jobs "
+        "were waiting: 1,200 quota full, 1 priority."
     )
     assert [t["name"] for t in fig["data"]] == [
         reason_label(c) for c in ("QUOTA_EXCEEDED", "PRIORITY", "INSUFFICIENT_GPUS")
@@ -90,8 +91,8 @@ def test_seeded_demo_history_carries_no_reasons_and_is_left_out_and_said_so():
     (trace,) = fig["data"]
     assert trace["x"] == [at(m).isoformat() for m in (0, 30, 40)]
     assert fig["summary"] == (
-        "Over the last hour jobs waited 1.3 job-hours: PRIORITY 100.0%. At the latest sample "
-        "(08:30 UTC), 2 jobs were waiting: PRIORITY 2. 2 samples of seeded demo history (no "
+        "Over the last hour jobs waited 1.3 job-hours: priority 100.0%. At the latest sample "
+        "(08:30 UTC), 2 jobs were waiting: 2 priority. 2 samples of seeded demo history (no "
         "pending reasons) left out."
     )
     only_seeded = charts.waiting_by_reason_figure([(at(0), {}, True)], window=HOUR)
@@ -128,8 +129,8 @@ def test_only_codes_the_samples_hold_are_drawn_and_none_is_invented():
     assert "mystery (MYSTERY)" in mystery["hovertemplate"]
     # without a window the last sample reads at its own time: DEMOTED 1 x 600 s only
     assert fig["summary"] == (
-        "Over these samples jobs waited 0.2 job-hours: DEMOTED 100.0%. At the latest sample "
-        "(08:10 UTC), 2 jobs were waiting: MYSTERY 2."
+        "Over these samples jobs waited 0.2 job-hours: demoted 100.0%. At the latest sample "
+        "(08:10 UTC), 2 jobs were waiting: 2 mystery."
     )
     assert "NEW" not in json.dumps(fig["data"])
 
@@ -157,7 +158,7 @@ def test_long_windows_are_downsampled_but_the_job_hours_count_every_sample():
     assert len(fig["data"][0]["x"]) == charts.MAX_POINTS
     # 5,040 minutes with 2 jobs and 5,039 with 1 (the last, at now, lasts 0 s): 15,119 job-min
     assert fig["summary"].startswith(
-        "Over the last 7 days jobs waited 252 job-hours: INSUFFICIENT_GPUS 100.0%."
+        "Over the last 7 days jobs waited 252 job-hours: not enough GPUs 100.0%."
     )
 
 
@@ -166,7 +167,7 @@ def test_in_tokyo_the_axis_the_points_and_the_caption_read_jst():
     fig = charts.waiting_by_reason_figure([(at(0), {"PRIORITY": 1})], window=HOUR, zone=tokyo)
     assert fig["layout"]["xaxis"]["title"]["text"] == "cluster time (JST)"
     assert fig["data"][0]["x"] == ["2026-01-05T17:00:00+09:00", "2026-01-05T17:40:00+09:00"]
-    assert "At the latest sample (17:00 JST), 1 job was waiting: PRIORITY 1." in fig["summary"]
+    assert "At the latest sample (17:00 JST), 1 job was waiting: 1 priority." in fig["summary"]
     assert "UTC" not in json.dumps(fig)
 
 
@@ -189,4 +190,4 @@ def test_both_reason_charts_give_a_code_the_same_name_colour_and_pattern():
         trace = next(t for t in over_time["data"] if t["name"] == name)
         assert bars["marker"]["color"][i] == trace["fillcolor"]
         assert bars["marker"]["pattern"]["shape"][i] == trace["fillpattern"]["shape"]
-    assert "PREEMPTING <0.1%" in over_time["summary"], over_time["summary"]
+    assert "preempting for it <0.1%" in over_time["summary"], over_time["summary"]

@@ -134,6 +134,26 @@ def test_pending_reasons_come_from_the_latest_cycle(client, demo):
     assert data["as_of"]["cycle"] == SchedulingCycle.objects.get(kind="cycle").pk
 
 
+def test_the_pending_caption_words_each_reason_as_the_bars_do(client, demo):
+    """The text under "Pending by reason" counts in the bars' words ("quota full"), never a
+    bare code ("QUOTA_EXCEEDED"), with thousands separators."""
+    queue = Queue.objects.get(name="llm-core")
+    codes = ["QUOTA_EXCEEDED"] * 1_068 + ["TOPOLOGY"] * 2
+    Job.objects.bulk_create(
+        Job(name=f"w{i}", owner=demo["researcher"], queue=queue, tier="core", gpus=8,
+            pending_code=code)
+        for i, code in enumerate(codes)
+    )  # fmt: skip
+    client.force_login(demo["admin"])
+    body = client.get("/dashboard/").content.decode()
+    caption = re.search(
+        r'<figcaption id="summary-pending">.*?<span class="summary-text">(.*?)</span>', body, re.S
+    )
+    assert caption, "the bars have a caption"
+    assert caption.group(1) == "1,070 jobs pending: 1,068 quota full, 2 topology (scattered)"
+    assert "QUOTA_EXCEEDED" not in caption.group(1)
+
+
 def test_the_live_snapshot_changes_when_the_cluster_does(client, demo):
     client.force_login(demo["admin"])
     before = client.get("/dashboard/data/").json()

@@ -58,9 +58,9 @@ def test_the_chart_sits_next_to_the_pending_bars_and_reads_the_samples(client, d
     )
     # 300 job-minutes: QUOTA_EXCEEDED 210 (70%), TOPOLOGY 60 (20%), INSUFFICIENT_GPUS 30
     summary = (
-        "Over the last 6 hours jobs waited 5.0 job-hours: QUOTA_EXCEEDED 70.0%, TOPOLOGY 20.0%, "
-        "INSUFFICIENT_GPUS 10.0%. At the latest sample (03:30 UTC), 6 jobs were waiting: "
-        "QUOTA_EXCEEDED 3, INSUFFICIENT_GPUS 3. 2 samples of seeded demo history (no pending "
+        "Over the last 6 hours jobs waited 5.0 job-hours: quota full 70.0%, topology "
+        "(scattered) 20.0%, not enough GPUs 10.0%. At the latest sample (03:30 UTC), 6 jobs were "
+        "waiting: 3 quota full, 3 not enough GPUs. 2 samples of seeded demo history (no pending "
         "reasons) left out."
     )
     for figure in (embedded(page)["figures"]["waiting"], data["figures"]["waiting"]):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
-from core import clock, timezones
+from core import audit, clock, timezones
 from core.models import AuditRecord
 from monitoring.guides import GUIDES, guide_for_alert
 from monitoring.models import Alert
@@ -314,6 +314,63 @@ def test_the_node_pages_note_on_its_buttons_reads_as_english(client, demo):
     assert "apply to a ready node." in page.get("/oncall/nodes/r000-n02/").content.decode()
 
 
+@pytest.mark.parametrize(
+    ("health", "detail", "shown"),
+    [
+        ("gpu_failure", "GPU reports uncorrectable ECC / Xid errors",
+         "GPU failure: GPU reports uncorrectable ECC / Xid errors"),
+        ("rdma_degraded", "RDMA link degraded (packet loss on the fabric)",
+         "RDMA degraded: RDMA link degraded (packet loss on the fabric)"),
+        ("down", "node unreachable (no heartbeat)", "Down: node unreachable (no heartbeat)"),
+        ("ok", "", "OK"),
+    ],
+)  # fmt: skip
+def test_the_node_pages_health_is_in_words_with_its_detail(client, demo, health, detail, shown):
+    """Page walk: "Health" read the code, ``gpu_failure: GPU reports ...``."""
+    Node.objects.filter(name=NODE).update(health=health, health_detail=detail)
+    body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{NODE}/").content.decode()
+    assert f'<dd id="node-health">{shown}</dd>' in body
+
+
+def test_an_unhealthy_nodes_sentence_names_its_health_in_the_same_words(client, demo):
+    """The node page's status line and its rack-map cell read "unhealthy (GPU failure)", as
+    its Health row does, not the code's "unhealthy (gpu failure)"."""
+    Node.objects.filter(name=NODE).update(state="unhealthy", health="rdma_degraded")
+    page = as_user(client, demo, "oncall")
+    said = f"{NODE}: unhealthy (RDMA degraded), 0/8 GPUs used"
+    assert (
+        f'<p id="node-label" aria-live="polite">{said}</p>'
+        in page.get(f"/oncall/nodes/{NODE}/").content.decode()
+    )
+    assert f'aria-label="{said}"' in page.get("/oncall/rack-map/").content.decode()
+
+
+def test_the_node_pages_recent_changes_say_what_was_done_in_words(client, demo):
+    """Page walk: "Recent changes" read the audit codes ("simulator.fault", "node.isolate")
+    and a drill's reason read the fault's kind ("gpu_failure")."""
+    node = Node.objects.get(name=NODE)
+    with clock.pinned(datetime(2030, 1, 7, 9, 10, tzinfo=UTC)):
+        audit.record(demo["oncall"], "simulator.fault", node, reason="gpu_failure",
+                     after={"fault": "gpu_failure"})  # fmt: skip
+    with clock.pinned(datetime(2030, 1, 7, 9, 20, tzinfo=UTC)):
+        audit.record(
+            None, "node.isolate", node, reason="isolated automatically: GPU reports errors"
+        )
+    with clock.pinned(datetime(2030, 1, 7, 9, 30, tzinfo=UTC)):
+        audit.record(demo["oncall"], "node.uncordon", node, reason="repaired")
+        audit.record(demo["oncall"], "node.made_up", node, reason="kept as is")
+    body = as_user(client, demo, "oncall").get(f"/oncall/nodes/{NODE}/").content.decode()
+    table = body[body.index('<section aria-labelledby="history-h"') :]
+    cells = re.findall(r"<tr><td>[^<]*</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td></tr>",
+                       table[: table.index("</table>")])  # fmt: skip
+    assert cells == [
+        ("oncall", "node.made_up", "kept as is"),
+        ("oncall", "Uncordoned", "repaired"),
+        ("system", "Isolated", "isolated automatically: GPU reports errors"),
+        ("oncall", "Fault injected (drill)", "GPU failure (uncorrectable ECC / Xid errors)"),
+    ]
+
+
 def _forecast_text(page, name: str) -> str:
     body = page.get(f"/oncall/nodes/{name}/").content.decode()
     found = re.search(r'id="node-forecast">(.*?)</dd>', body, re.S)
@@ -392,7 +449,7 @@ def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):
     record = AuditRecord.objects.get(action="node.cordon")
     assert record.actor == demo["oncall"] and record.reason == "fan noise"
     history = client.get(f"/oncall/nodes/{NODE}/").content.decode()
-    assert "node.uncordon" in history and "fan noise" in history
+    assert "<td>Uncordoned</td>" in history and "fan noise" in history
 
 
 @pytest.mark.parametrize("reason", ["", "   "])

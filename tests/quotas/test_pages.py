@@ -2,6 +2,7 @@
 the impact, the line page with its history; labels and CSRF on every form."""
 
 import html
+import re
 from datetime import UTC, datetime
 from html.parser import HTMLParser
 
@@ -265,6 +266,34 @@ def test_the_admin_sees_the_impact_then_approves_and_the_line_history_shows_it(c
     history = client.get("/quotas/lines/llm/").content.decode()
     assert 'id="history"' in history and "14 → 20" in history and "5 → 6" in history
     assert "admin" in history and "Q3 pretraining" in history
+
+
+def test_the_line_history_names_the_request_once_and_links_it(client, demo, req):
+    """Page walk: the history's "Why" read "request #1 by lead takes effect: Q3 pretraining
+    (request #1)": the request named twice; now its mention in the reason is the link."""
+    client.force_login(demo["admin"])
+    assert client.post(f"/quotas/requests/{req.pk}/approve/", {"note": "ok"}).status_code == 302
+    page = client.get("/quotas/lines/llm/").content.decode()
+    table = page[page.index('<table class="grid" id="history">') :]
+    table = table[: table.index("</table>")]
+    (why,) = re.findall(r"<td>([^<]*<a [^>]*>[^<]*</a>[^<]*)</td>", table)
+    assert why == (
+        f'<a href="/quotas/requests/{req.pk}/">request #{req.pk}</a> by lead takes effect: '
+        "Q3 pretraining"
+    )
+    assert table.count(f"request #{req.pk}") == 1
+
+
+def test_why_parts_split_a_reason_around_its_request_only():
+    from quotas.views import why_parts
+
+    assert why_parts("request #12 ended: previous contract restored", 12) == (
+        "", "request #12", " ended: previous contract restored"
+    )  # fmt: skip
+    assert why_parts("request #123 by bob takes effect: x", 12) == (
+        "request #123 by bob takes effect: x", "", ""
+    )  # fmt: skip
+    assert why_parts("set by hand", None) == ("set by hand", "", "")
 
 
 def test_one_pending_gpu_is_one_gpu_on_the_impact(client, demo, req):

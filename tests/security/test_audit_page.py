@@ -14,6 +14,7 @@ from django.utils import timezone
 from core.audit import record
 from core.models import AuditRecord
 from portal.audit_views import RECORDS_PER_PAGE
+from quotas.models import BusinessLine
 from scheduling.models import Job, Node
 
 pytestmark = pytest.mark.django_db
@@ -141,6 +142,28 @@ def test_the_page_costs_the_same_few_queries_however_many_records(
     admin = as_user(demo, "admin")
     with django_assert_max_num_queries(8):
         assert admin.get("/audit/").status_code == 200
+
+
+def test_the_before_after_table_names_each_field_in_words_and_keeps_the_values(demo):
+    """Page walk: the table read the model's field names (``quota_gpus``, ``state_reason``);
+    it reads each field's ``verbose_name`` (a key that is no field: the same plain form)."""
+    node = Node.objects.order_by("name").first()
+    record(demo["oncall"], "node.cordon", node, before={"state": "ready", "state_reason": ""},
+           after={"state": "cordoned", "state_reason": "fan noise"})  # fmt: skip
+    line = BusinessLine.objects.order_by("name").first()
+    record(demo["admin"], "quota.applied", line, before={"quota_gpus": 1200, "guarantee_gpus": 0},
+           after={"quota_gpus": 2750, "guarantee_gpus": 0})  # fmt: skip
+    record(demo["admin"], "node.fault", node, after={"fault": "gpu_failure"})
+    html = as_user(demo, "admin").get("/audit/").content.decode()
+    fields = re.findall(r'<th scope="row">(.*?)</th><td><code>(.*?)</code></td><td><code>(.*?)'
+                        r"</code></td>", html)  # fmt: skip
+    assert fields == [
+        ("Fault <small>(changed)</small>", "—", "&quot;gpu_failure&quot;"),
+        ("Guarantee gpus", "0", "0"),
+        ("Quota gpus <small>(changed)</small>", "1200", "2750"),
+        ("State <small>(changed)</small>", "&quot;ready&quot;", "&quot;cordoned&quot;"),
+        ("State reason <small>(changed)</small>", "&quot;&quot;", "&quot;fan noise&quot;"),
+    ]
 
 
 def test_recorded_text_is_shown_escaped(demo):

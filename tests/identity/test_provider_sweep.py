@@ -352,3 +352,19 @@ def test_the_beat_schedule_runs_the_sweep_at_its_setting():
     assert entry["task"] == provider_sweep_task.name == "portal.auth.tasks.provider_sweep"
     assert (entry["schedule"], entry["options"]["expires"]) == (300.0, 270.0)
     assert beat_schedule(5.0)["provider-sweep"]["schedule"] == 900.0
+
+
+def test_a_session_check_keeps_the_token_it_brings(demo, provider, configure):
+    """The session check's silent round trip (``prompt=none``) is a sign-in: the refresh
+    token it brings replaces the kept one."""
+    from tests.identity.test_oidc_session_check import RENEW, renewal_time_passes
+    from tests.identity.test_oidc_session_check import signed_in as browser_signed_in
+
+    configure(sweep_env(provider))
+    with override_settings(OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS=RENEW):
+        dora = browser_signed_in("dora")
+        first = stored_token("dora")
+        renewal_time_passes()
+        assert dora.load("/jobs/").status_code == 200 and dora.asked_provider
+    assert stored_token("dora") not in (None, first)
+    assert provider_sweep_task()["still_there"] == 1

@@ -68,7 +68,7 @@ class Report:
 
     enabled: bool = True
     held: str = ""
-    checked: int = 0
+    checked: int = 0  # accounts the provider answered for
     still_there: int = 0
     rotated: int = 0
     not_answered: int = 0
@@ -188,7 +188,6 @@ def _ask(pk: int, token_endpoint: str, report: Report) -> tuple[Any, Any] | None
         token = refresh_tokens.unseal(account.refresh_token) if account.refresh_token else None
         if token is None:
             return None
-        report.checked += 1
         try:
             new = _refresh(token_endpoint, token)
         except NotAnswered as exc:
@@ -196,6 +195,7 @@ def _ask(pk: int, token_endpoint: str, report: Report) -> tuple[Any, Any] | None
                 refresh_tokens.unanswered(account)
             unanswered = exc  # raised once this is committed (the row lock's transaction)
         except Refused as exc:
+            report.checked += 1
             if account.unanswered_at is not None:
                 # the provider may have rotated it at the request that went unanswered (and
                 # a used token is refused): not a sign that the person is gone
@@ -211,6 +211,7 @@ def _ask(pk: int, token_endpoint: str, report: Report) -> tuple[Any, Any] | None
             logger.info("provider sweep: %s refused: %s", account.user, exc)
             return account, account.stored_at
         else:
+            report.checked += 1
             report.still_there += 1
             if refresh_tokens.accepted(account, new):
                 report.rotated += 1

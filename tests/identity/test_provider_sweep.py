@@ -223,7 +223,8 @@ def test_a_provider_that_refuses_the_portal_itself_deactivates_nobody(demo, prov
     provider.write_accounts()
     configure(sweep_env(provider, CLIENT_SECRET="rotated-elsewhere"))
     report = provider_sweep_task()
-    assert report["deactivated"] == [] and report["not_answered"] == 1
+    assert (report["deactivated"], report["not_answered"], report["checked"]) == ([], 1, 0)
+    assert ProviderAccount.objects.get(user__username="dora").unanswered_at is None  # not used
     assert user("dora").is_active and stored_token("dora")
     configure(sweep_env(provider))
     assert provider_sweep_task()["deactivated"] == ["dora"]

@@ -9,8 +9,9 @@ one ``AuditRecord`` (action ``identity.sync``) with the role and lines before an
 a sign-in that changes nothing writes nothing.
 
 ``offboard`` is the other end: a person the directory no longer has (or no longer lets
-in) loses the account itself: inactive, what the groups gave taken away, API tokens
-revoked (``core.tokens.revoke_all``), sessions ended, live connections closed; one
+in), or whose refresh token the OpenID Connect provider refuses (the provider sweep),
+loses the account itself: inactive, what the groups gave taken away, API tokens revoked
+(``core.tokens.revoke_all``), sessions ended, live connections closed; one
 ``identity.offboard`` record.
 Their jobs are not touched: work already submitted keeps running.
 """

@@ -23,9 +23,14 @@ def _every(task: str, seconds: float, expires: float) -> dict:
     return {"task": task, "schedule": seconds, "options": {"expires": expires}}
 
 
-def beat_schedule(cycle_seconds: float, directory_sweep_seconds: float = 900.0) -> dict:
+def beat_schedule(
+    cycle_seconds: float,
+    directory_sweep_seconds: float = 900.0,
+    provider_sweep_seconds: float = 900.0,
+) -> dict:
     """The beat schedule; ``cycle_seconds`` comes from SCHEDULER_CYCLE_SECONDS,
-    ``directory_sweep_seconds`` from LDAP_SWEEP_SECONDS."""
+    ``directory_sweep_seconds`` from LDAP_SWEEP_SECONDS, ``provider_sweep_seconds`` from
+    OIDC_SWEEP_SECONDS."""
     return {
         # The scheduling cycle: observe, reconcile, plan, apply. A few seconds keeps
         # waits short; single-flight, so a slow cycle is skipped rather than stacked.
@@ -63,6 +68,16 @@ def beat_schedule(cycle_seconds: float, directory_sweep_seconds: float = 900.0) 
             directory_sweep_seconds,
             expires=directory_sweep_seconds * 0.9,
         ),
+        # Provider sweep (when OIDC_ISSUER is set and OIDC_SWEEP on; a no-op otherwise):
+        # people deleted or disabled at the OpenID Connect provider lose their account,
+        # sessions and tokens without opening a page: each one's refresh token is used, and
+        # the provider refuses it (portal/auth/provider_sweep.py). 15 minutes by default:
+        # offboarding within the quarter hour, one token request per account per run.
+        "provider-sweep": _every(
+            "portal.auth.tasks.provider_sweep",
+            provider_sweep_seconds,
+            expires=provider_sweep_seconds * 0.9,
+        ),
     }
 
 
@@ -70,9 +85,14 @@ def beat_schedule(cycle_seconds: float, directory_sweep_seconds: float = 900.0) 
 def _install_schedule(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
-    from portal.auth.config import DEFAULT_SWEEP_SECONDS
+    from portal.auth.config import DEFAULT_OIDC_SWEEP_SECONDS, DEFAULT_SWEEP_SECONDS
 
     sweep_seconds = getattr(
         settings, "LDAP_SWEEP_SECONDS", DEFAULT_SWEEP_SECONDS
     )  # LDAP off: unset
-    sender.conf.beat_schedule = beat_schedule(settings.SCHEDULER_CYCLE_SECONDS, sweep_seconds)
+    provider_seconds = getattr(
+        settings, "OIDC_SWEEP_SECONDS", DEFAULT_OIDC_SWEEP_SECONDS
+    )  # OpenID Connect off: unset
+    sender.conf.beat_schedule = beat_schedule(
+        settings.SCHEDULER_CYCLE_SECONDS, sweep_seconds, provider_seconds
+    )

@@ -1,5 +1,6 @@
-"""``portal.auth`` as a Django app: its one model (``DirectoryAccount``), the directory
-sweep's beat task (``portal/auth/tasks.py``) and ``manage.py sync_directory``."""
+"""``portal.auth`` as a Django app: its models (``DirectoryAccount``, ``ProviderAccount``),
+the sweeps' beat tasks (``portal/auth/tasks.py``), ``manage.py sync_directory`` and
+``manage.py sweep_provider``."""
 
 from django.apps import AppConfig
 

@@ -43,6 +43,11 @@ DEFAULT_SWEEP_MAX_SHARE = 0.1
 # The session check (portal.auth.oidc.SessionCheck): seconds between two asks of the provider
 # whether a person signed in through it still is.
 DEFAULT_OIDC_RECHECK_SECONDS = 900
+# The provider sweep (portal/auth/provider_sweep.py): how often each OpenID Connect account's
+# refresh token is used, and the share of those accounts one sweep may deactivate.
+DEFAULT_OIDC_SWEEP_SECONDS = 900.0
+DEFAULT_OIDC_SWEEP_MAX_SHARE = 0.1
+OFFLINE_SCOPE = "offline_access"
 # What the session check never redirects to the provider: all but the pages a person
 # navigates to. mozilla-django-oidc's ``OIDC_EXEMPT_URLS``: URL names and paths are matched
 # exactly, patterns from the start of the path. The live parts' refetch of a page's own
@@ -158,6 +163,9 @@ def oidc_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     scopes = env_list("OIDC_SCOPES", ["openid", "email", "profile", "groups"], environ)
     if "openid" not in scopes:
         raise ImproperlyConfigured(f"OIDC_SCOPES must include openid, got {' '.join(scopes)!r}")
+    swept = env_bool("OIDC_SWEEP", True, environ)
+    if swept and OFFLINE_SCOPE not in scopes:
+        scopes = [*scopes, OFFLINE_SCOPE]  # a refresh token the provider sweep can use
     ca_bundle = env_str("OIDC_CA_BUNDLE", "", environ)
     token_auth = env_choice(
         "OIDC_TOKEN_AUTH", "client_secret_basic", ("client_secret_basic", "client_secret_post"),
@@ -192,4 +200,13 @@ def oidc_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             maximum=86400,
         ),
         "OIDC_EXEMPT_URLS": OIDC_EXEMPT_URLS,
+        # The provider sweep: each account's refresh token used every OIDC_SWEEP_SECONDS; a
+        # provider that refuses it (invalid_grant) has deleted or disabled the person.
+        "OIDC_SWEEP": swept,
+        "OIDC_SWEEP_SECONDS": env_float(
+            "OIDC_SWEEP_SECONDS", DEFAULT_OIDC_SWEEP_SECONDS, environ, minimum=60, maximum=86400
+        ),
+        "OIDC_SWEEP_MAX_SHARE": env_float(
+            "OIDC_SWEEP_MAX_SHARE", DEFAULT_OIDC_SWEEP_MAX_SHARE, environ, minimum=0, maximum=1
+        ),
     }

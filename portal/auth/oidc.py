@@ -17,7 +17,10 @@ signature checked against the provider's keys), ``PortalOIDCBackend``:
 - never signs in or changes a local account (usable password) of the same name;
 - turns every failure (provider unreachable, bad token, refused claims) into a message on
   the login page, never a 500;
-- keeps no session of an inactive account (an admin's deactivation signs the person out).
+- keeps no session of an inactive account (an admin's deactivation signs the person out);
+- marks the account as the provider's and keeps the provider's refresh token, encrypted
+  (``portal.auth.refresh_tokens``), for the provider sweep (``portal.auth.provider_sweep``),
+  which deactivates a person the provider no longer has without their opening a page.
 
 The provider is asked again while a person stays signed in (``SessionCheck``,
 mozilla-django-oidc's ``SessionRefresh``): at their first page load once
@@ -55,6 +58,7 @@ from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthen
 from core.identity import groups_from_claim
 from portal.auth import notices
 from portal.auth.accounts import accounts_named, make_account, profile_text
+from portal.auth.refresh_tokens import remember_sign_in
 from portal.auth.sync import apply_groups
 
 logger = logging.getLogger("portal.auth")
@@ -156,6 +160,7 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_RP_IDP_SIGN_KEY = None
         self.OIDC_OP_TOKEN_ENDPOINT = self.OIDC_OP_USER_ENDPOINT = self.OIDC_OP_JWKS_ENDPOINT = ""
         self.issuer = ""
+        self.refresh_token: str | None = None  # the token endpoint's, kept by ``authenticate``
 
     def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> Any:
         if not enabled() or request is None or "code" not in request.GET:
@@ -170,8 +175,13 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_OP_TOKEN_ENDPOINT = metadata["token_endpoint"]
         self.OIDC_OP_USER_ENDPOINT = metadata["userinfo_endpoint"]
         self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
+        self.refresh_token = None
         try:
-            return super().authenticate(request, **kwargs)
+            user = super().authenticate(request, **kwargs)
+            if user is not None:  # the provider's account: its refresh token for the sweep
+                swept = getattr(settings, "OIDC_SWEEP", False)
+                remember_sign_in(user, self.refresh_token if swept else None)
+            return user
         except requests.RequestException as exc:
             logger.warning("OpenID Connect sign-in failed: %s", exc)
             if _refused(exc):  # it answered: the code (made up, used, expired) was refused
@@ -191,10 +201,13 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
 
     def get_token(self, payload: dict[str, Any]) -> dict[str, Any]:
         """The library's token request; an answer that is not a JSON object is refused (the
-        library read it with ``.get``: an AttributeError, a 500)."""
+        library read it with ``.get``: an AttributeError, a 500). Its refresh token, if any,
+        is kept for ``authenticate`` (``portal.auth.provider_sweep``)."""
         token = super().get_token(payload)
         if not isinstance(token, dict):
             raise SuspiciousOperation("the token endpoint did not answer a JSON object")
+        refresh_token = token.get("refresh_token")  # with offline_access (OIDC_SWEEP)
+        self.refresh_token = refresh_token if isinstance(refresh_token, str) else None
         return token
 
     def retrieve_matching_jwk(self, token: Any) -> Any:

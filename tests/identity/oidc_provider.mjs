@@ -14,6 +14,14 @@
 //
 // Prints "ready <issuer>" on standard output once it listens. Keys are made at start
 // (RS256); the client is first-party, so there is no consent page.
+//
+// Refresh tokens (the portal's provider sweep, portal/auth/provider_sweep.py): a sign-in
+// that asks for the `offline_access` scope gets one, as from Keycloak, Okta, Entra ID or
+// Auth0 (oidc-provider on its own grants offline_access only with prompt=consent, OpenID
+// Connect Core 1.0 section 11, which would show a consent page at every sign-in). It does
+// not end with the session here, and each use rotates it (the old one is then refused).
+// The refresh_token grant looks the account up (findAccount): a person deleted or disabled
+// since is refused with invalid_grant, as their grant revoked at a real provider is.
 import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -35,13 +43,20 @@ policy.get('login').checks.add(new interactionPolicy.Check(
   (ctx) => Boolean(ctx.oidc.session.accountId && !usable(ctx.oidc.session.accountId)),
 ));
 
+// Whether the grant of an authorization code includes offline_access (loadExistingGrant).
+async function offline(ctx, code) {
+  if (code.scopes.has('offline_access')) return true;
+  const grant = code.grantId ? await ctx.oidc.provider.Grant.find(code.grantId) : undefined;
+  return Boolean(grant && (grant.getOIDCScope() || '').split(' ').includes('offline_access'));
+}
+
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
 const CLAIMS = ['email', 'name', 'given_name', 'family_name', 'preferred_username', 'groups'];
 
 const provider = new Provider(config.issuer, {
   clients: config.clients.map((c) => ({
-    grant_types: ['authorization_code'],
+    grant_types: ['authorization_code', 'refresh_token'],
     response_types: ['code'],
     token_endpoint_auth_method: 'client_secret_basic',
     ...c,
@@ -58,7 +73,7 @@ const provider = new Provider(config.issuer, {
     profile: ['name', 'given_name', 'family_name', 'preferred_username'],
     groups: ['groups'],
   },
-  scopes: ['openid', 'email', 'profile', 'groups'],
+  scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],
   features: { devInteractions: { enabled: false } },
   interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, sub) {
@@ -85,12 +100,35 @@ const provider = new Provider(config.issuer, {
         clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId,
       });
     grant.addOIDCScope(ctx.oidc.params.scope || 'openid');
+    if (ctx.oidc.params.offline_asked) grant.addOIDCScope('offline_access');
     grant.addOIDCClaims(CLAIMS);
     await grant.save();
     return grant;
   },
+  // A refresh token for a sign-in that asked for offline_access (above), kept past the
+  // session's end; rotated at each use.
+  async issueRefreshToken(ctx, client, code) {
+    return client.grantTypeAllowed('refresh_token') && offline(ctx, code);
+  },
+  async expiresWithSession(ctx, code) {
+    return !(await offline(ctx, code));
+  },
+  rotateRefreshToken: true,
+  // oidc-provider drops offline_access from a request without prompt=consent: this
+  // parameter remembers, through the login interaction, that the request asked for it.
+  extraParams: {
+    async offline_asked(ctx) {
+      const scope = ctx.method === 'POST' ? ctx.request.body?.scope : ctx.query?.scope;
+      if (String(scope || '').split(' ').includes('offline_access')) {
+        ctx.oidc.params.offline_asked = 'yes';
+      }
+    },
+  },
   pkce: { methods: ['S256'], required: () => true },
-  ttl: { Session: 3600, Interaction: 600, Grant: 3600, AccessToken: 600, IdToken: 600 },
+  ttl: {
+    Session: 3600, Interaction: 600, Grant: 86400, AccessToken: 600, IdToken: 600,
+    RefreshToken: 86400,
+  },
 });
 
 const escape = (s) => String(s).replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);

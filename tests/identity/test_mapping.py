@@ -186,7 +186,8 @@ def test_oidc_settings_from_the_environment():
     values = oidc_settings(OIDC_ENV)
     assert values["OIDC_ENABLED"] is True
     assert values["OIDC_ISSUER"] == "https://sso.example.org/realms/corp"
-    assert values["OIDC_RP_SCOPES"] == "openid email profile groups"
+    # offline_access: a refresh token for the provider sweep (portal.auth.provider_sweep)
+    assert values["OIDC_RP_SCOPES"] == "openid email profile groups offline_access"
     assert values["OIDC_RP_SIGN_ALGO"] == "RS256"
     assert values["OIDC_USE_PKCE"] is True
     assert values["OIDC_TOKEN_USE_BASIC_AUTH"] is True
@@ -199,7 +200,7 @@ def test_oidc_settings_from_the_environment():
         {**OIDC_ENV, "OIDC_SCOPES": "openid,email", "OIDC_GROUPS_CLAIM": "roles",
          "OIDC_TOKEN_AUTH": "client_secret_post", "OIDC_CA_BUNDLE": "/etc/ssl/corp.pem"}
     )  # fmt: skip
-    assert custom["OIDC_RP_SCOPES"] == "openid email"
+    assert custom["OIDC_RP_SCOPES"] == "openid email offline_access"
     assert custom["OIDC_GROUPS_CLAIM"] == "roles"
     assert custom["OIDC_TOKEN_USE_BASIC_AUTH"] is False
     assert custom["OIDC_VERIFY_SSL"] == "/etc/ssl/corp.pem"
@@ -209,6 +210,15 @@ def test_oidc_settings_from_the_environment():
     assert rechecked["OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS"] == 3600
     # http is for a provider on this machine only (the tests' one)
     assert oidc_settings({**OIDC_ENV, "OIDC_ISSUER": "http://127.0.0.1:9000"})["OIDC_ENABLED"]
+    # the provider sweep (portal.auth.provider_sweep): on, every 15 minutes, a tenth at most
+    assert (values["OIDC_SWEEP"], values["OIDC_SWEEP_SECONDS"]) == (True, 900.0)
+    assert values["OIDC_SWEEP_MAX_SHARE"] == 0.1
+    off = oidc_settings({**OIDC_ENV, "OIDC_SWEEP": "0"})
+    assert off["OIDC_SWEEP"] is False and off["OIDC_RP_SCOPES"] == "openid email profile groups"
+    asked = oidc_settings({**OIDC_ENV, "OIDC_SCOPES": "openid,offline_access,email"})
+    assert asked["OIDC_RP_SCOPES"] == "openid offline_access email"  # asked once
+    hourly = oidc_settings({**OIDC_ENV, "OIDC_SWEEP_SECONDS": "3600", "OIDC_SWEEP_MAX_SHARE": "1"})
+    assert (hourly["OIDC_SWEEP_SECONDS"], hourly["OIDC_SWEEP_MAX_SHARE"]) == (3600.0, 1.0)
 
 
 @pytest.mark.parametrize(
@@ -224,6 +234,9 @@ def test_oidc_settings_from_the_environment():
         ({"OIDC_RECHECK_SECONDS": "5"}, "OIDC_RECHECK_SECONDS must be between 60 and 86400"),
         ({"OIDC_RECHECK_SECONDS": "2d"}, "OIDC_RECHECK_SECONDS must be a whole number"),
         ({"OIDC_RECHECK_SECONDS": "90000"}, "OIDC_RECHECK_SECONDS must be between 60 and"),
+        ({"OIDC_SWEEP": "maybe"}, "OIDC_SWEEP must be a boolean"),
+        ({"OIDC_SWEEP_SECONDS": "10"}, "OIDC_SWEEP_SECONDS must be at least 60"),
+        ({"OIDC_SWEEP_MAX_SHARE": "2"}, "OIDC_SWEEP_MAX_SHARE must be at most 1"),
     ],
 )
 def test_a_bad_oidc_configuration_stops_start_up(change, message):

@@ -86,7 +86,7 @@ def test_single_sign_on_signs_a_lead_in_with_the_lines_of_their_groups(demo, oid
     query = parse_qs(urlparse(location).query)
     assert location.startswith(oidc_on.issuer + "/auth?")
     assert query["code_challenge_method"] == ["S256"] and query["nonce"]
-    assert query["scope"] == ["openid email profile groups"]
+    assert query["scope"] == ["openid email profile groups offline_access"]  # OIDC_SWEEP
     back = at_provider(location, "dora", sso_password("dora"))
     landed = client.get(back.removeprefix(PORTAL))
     assert landed.status_code == 302 and landed["Location"] == "/quotas/requests/new/"

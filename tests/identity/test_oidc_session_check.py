@@ -28,6 +28,7 @@ from core.models import AuditRecord
 from core.roles import role_of
 from core.tokens import create_token
 from monitoring.routing import websocket_urlpatterns
+from portal.auth.tasks import provider_sweep
 from tests.conftest import DEMO_PASSWORD
 from tests.identity.conftest import PEOPLE, prefixed
 from tests.identity.test_oidc import PORTAL, lines_of, signed_in_as, sso_password, to_provider
@@ -127,9 +128,13 @@ def test_a_person_deleted_or_disabled_at_the_provider_is_signed_out_at_their_nex
     again = dora.load("/jobs/")  # no loop: the login page, the provider not asked
     assert again.wsgi_request.path == "/accounts/login/" and not dora.asked_provider
     assert ENDED not in again.content.decode()
-    # said plainly in docs/security.md: the provider cannot be asked about API tokens
+    # the session check ends the session only: the account and its API tokens end at the
+    # provider sweep (tests/identity/test_provider_sweep.py), which the provider refuses
     api = Client().get("/api/v1/jobs/", headers={"Authorization": f"Token {secret}"})
     assert api.status_code == 200
+    assert provider_sweep()["deactivated"] == ["dora"]
+    api = Client().get("/api/v1/jobs/", headers={"Authorization": f"Token {secret}"})
+    assert api.status_code == 401
 
 
 def test_a_session_that_ended_at_the_provider_ends_at_the_portal(demo, checked):

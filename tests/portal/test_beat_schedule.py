@@ -19,6 +19,7 @@ CADENCES = {
     "retention": (900.0, 840.0),
     "alerts-resend": (60.0, 55.0),  # a no-op unless ALERTMANAGER_URL is set
     "directory-sweep": (900.0, 810.0),  # LDAP_SWEEP_SECONDS; a no-op unless LDAP is set
+    "provider-sweep": (900.0, 810.0),  # OIDC_SWEEP_SECONDS; a no-op unless OIDC is set
 }
 
 

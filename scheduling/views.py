@@ -22,6 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core import clock
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
@@ -422,7 +423,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "job": job,
         "events": events,
         "placement": build_placement(job),
-        "progress_text": duration_text(job.progress_seconds),
+        "progress_text": duration_text(job.progress_at(clock.now())),
         "detail_rows": detail_rows(job.pending_details),
         # the jobs its verdict names that this viewer may see: linked to their pages
         "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),

@@ -868,3 +868,32 @@ def test_pages_render_with_bounded_queries_at_full_scale(
         admin.get("/jobs/")
     with django_assert_max_num_queries(10):
         client.get("/queues/")
+
+
+def test_a_running_job_s_progress_counts_to_now_on_its_page_and_in_the_api(demo, as_user, api):
+    """The backend's progress reading is written every 5 minutes of work or at a checkpoint,
+    so the page read "Started 16:08" and "Progress so far 29 min" at 16:45 (page walk,
+    session 42). A run that is on counts its progress to now, on the page and in the API
+    (the page's live script rewrites the field from the API)."""
+    from datetime import timedelta
+
+    from core import clock
+
+    job = new_job(demo)
+    now = clock.now().replace(microsecond=0)
+    Job.objects.filter(pk=job.pk).update(
+        state="running", started_at=now - timedelta(minutes=37),
+        progress_seconds=29 * 60 + 600, run_start_progress_seconds=600,
+    )  # fmt: skip
+    with clock.pinned(now):
+        page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+        data = api("researcher").get(f"/api/v1/jobs/{job.pk}/").data
+    assert re.search(r'data-field="progress_seconds">47 min<', page), page
+    assert data["progress_seconds"] == 47 * 60
+    # a run that ended keeps what the backend read
+    Job.objects.filter(pk=job.pk).update(state="pending")
+    with clock.pinned(now):
+        page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+        data = api("researcher").get(f"/api/v1/jobs/{job.pk}/").data
+    assert re.search(r'data-field="progress_seconds">39 min<', page), page
+    assert data["progress_seconds"] == 39 * 60

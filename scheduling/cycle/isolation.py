@@ -11,6 +11,7 @@ from __future__ import annotations
 from core import audit
 from scheduling import alerts
 from scheduling.alerts import raise_alert
+from scheduling.backends.base import HEALTH_LABELS
 from scheduling.cycle.context import Cycle
 from scheduling.engine import explain
 from scheduling.models import Node
@@ -30,8 +31,8 @@ def isolate(cycle: Cycle, node: Node, why: str) -> None:
                  after={"state": node.state})  # fmt: skip
     raise_alert(
         alerts.NODE_UNHEALTHY, alerts.CRITICAL, node.name,
-        f"{node.name} reports {node.health} ({why}); isolated, its jobs move elsewhere "
-        "from their last checkpoint.",
+        f"{node.name}: {HEALTH_LABELS.get(node.health, node.health)} ({why}); isolated, its "
+        "jobs move elsewhere from their last checkpoint.",
     )  # fmt: skip
     cycle.report.counts["isolated"] += 1
 

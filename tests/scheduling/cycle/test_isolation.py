@@ -25,7 +25,7 @@ def test_isolating_changes_the_node_in_memory_for_the_caller_to_write(backend):
     )
     assert Node.objects.get(name="n0").state == "ready", "written by reconcile, with the others"
     assert AuditRecord.objects.get().target_id == str(node.pk)
-    assert "n0 reports rdma_degraded (RDMA link flapping)" in Alert.objects.get().message
+    assert "n0: RDMA degraded (RDMA link flapping); isolated" in Alert.objects.get().message
 
 
 def test_a_node_is_isolated_even_when_the_backend_refuses_the_cordon(backend):

@@ -383,7 +383,7 @@ def test_an_oncall_engineer_walks_a_busy_cluster(busy, page, login):
     in_thread(advance_clock, busy["users"]["admin"], 900)
     in_thread(run_cycle)
     expect(page.locator("#node-gpus")).to_contain_text(
-        re.compile(r"^0 used, 8 free"), timeout=LIVE_MS
+        re.compile(r"^0 used, 8 idle, out of the pool \(draining\)"), timeout=LIVE_MS
     )
     expect(page.locator("#node-jobs")).to_contain_text("No job holds a GPU here.")
     assert same_document(page), "the node page changed without a reload"

@@ -304,6 +304,13 @@ def test_the_node_page_counts_gpus_serving_inference_as_not_free(client, demo):
     assert 'id="node-inference"' not in plain and "0 used, 8 free" in plain
 
 
+def test_the_node_page_does_not_call_the_gpus_of_a_node_out_of_the_pool_free(client, demo):
+    """Page walk: an isolated node read "0 used, 8 free", while no job may use them."""
+    Node.objects.filter(name="r000-n02").update(state="unhealthy", health="down")
+    body = as_user(client, demo, "oncall").get("/oncall/nodes/r000-n02/").content.decode()
+    assert 'id="node-gpus">0 used, 8 idle, out of the pool (unhealthy), ' in body
+
+
 def test_the_node_pages_note_on_its_buttons_reads_as_english(client, demo):
     """Page walk: an isolated node's page said "the buttons are those that apply to a
     unhealthy node"."""

@@ -46,6 +46,7 @@ from quotas.selectors import (
     request_change,
 )
 from scheduling.clock import cluster_now
+from scheduling.engine import explain
 from scheduling.models import Node
 from scheduling.selectors import QueueUsage, build_line_usage, build_queue_usage
 
@@ -471,6 +472,15 @@ def _apply(req: QuotaRequest, now: datetime, *, actor: Any, source_ip: str | Non
     req.save(update_fields=["previous", "applied_at", "activation_note"])
 
 
+# A contract's fields as the notes people read name them.
+CONTRACT_WORDS = {"quota_gpus": "quota", "guarantee_gpus": "guarantee"}
+
+
+def _gpus(value: int | None) -> str:
+    """A contract's GPU count in words: ``2,750 GPUs``; None (no quota of its own): none."""
+    return "none" if value is None else explain.count(value, "GPU")
+
+
 def _restore(req: QuotaRequest, now: datetime) -> None:
     """At ``ends_at``: give back the previous values this request replaced, unless a later
     change has set the field since (the later decision stands). A guarantee whose return
@@ -480,7 +490,10 @@ def _restore(req: QuotaRequest, now: datetime) -> None:
     values: dict[str, int | None] = {}
     for name, previous in (req.previous or {}).items():
         if current[name] != getattr(req, name):
-            notes.append(f"{name} left at {current[name]}: changed since by another decision")
+            notes.append(
+                f"{CONTRACT_WORDS[name]} left at {_gpus(current[name])}: changed since by "
+                "another decision"
+            )
             continue
         values[name] = previous
     if values.get("guarantee_gpus") is not None:
@@ -492,8 +505,8 @@ def _restore(req: QuotaRequest, now: datetime) -> None:
             room = max(0, fit.healthy_gpus - ledger.guarantee_total(contracts))
             fitting = min(values["guarantee_gpus"], current["guarantee_gpus"] + room)
             notes.append(
-                f"guarantee returns to {fitting}, not {values['guarantee_gpus']}: the rest does "
-                f"not fit in healthy capacity now"
+                f"guarantee returns to {_gpus(fitting)}, not {values['guarantee_gpus']:,}: the "
+                "rest does not fit in healthy capacity now"
             )
             values["guarantee_gpus"] = fitting
     quota = values.get("quota_gpus", current["quota_gpus"])

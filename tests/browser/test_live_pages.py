@@ -70,7 +70,9 @@ def test_the_node_page_follows_a_drain_without_a_reload(demo, api, page, login):
     in_thread(cycle, admin)  # it stopped: requeued, and started on another node
     job.refresh_from_db()
     assert job.state == "running" and not job.allocations.filter(node=node).exists()
-    expect(page.locator("#node-gpus")).to_contain_text("0 used, 8 idle, out of the pool (draining)", timeout=LIVE_MS)
+    expect(page.locator("#node-gpus")).to_contain_text(
+        "0 used, 8 idle, out of the pool (draining)", timeout=LIVE_MS
+    )
     expect(page.locator("#node-jobs")).to_contain_text("No job holds a GPU here.")
     expect(page.locator("#blast-radius")).to_contain_text("No job runs here")
     expect(page.locator("#node-label")).to_contain_text(f"{node.name}: draining")

@@ -342,7 +342,9 @@ def test_an_end_does_not_undo_a_later_decision(demo):
     temporary.refresh_from_db()
     assert contract() == (18, 5), "the later approval stands"
     assert temporary.expired_at == NOW + 2 * HOUR
-    assert "changed since by another decision" in temporary.activation_note
+    assert temporary.activation_note.startswith(
+        "quota left at 18 GPUs: changed since by another decision"
+    ), temporary.activation_note
 
 
 def test_a_scheduled_change_that_no_longer_fits_waits_until_it_does(demo):

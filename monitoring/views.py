@@ -191,6 +191,7 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
     pending_by_reason = build_pending_by_reason()
     pending = sum(pending_by_reason.values())
     ready = cluster.nodes_by_state.get(Node.State.READY, 0)
+    fragmented = latest["fragmentation_gpus"] if latest else 0
     return {
         "window": window,
         "window_label": label,
@@ -211,7 +212,14 @@ def build_dashboard(window: str = DEFAULT_WINDOW, zone: tzinfo | None = None) ->
             "gpus_total": num(cluster.gpus_total),
             "nodes_out": num(cluster.nodes_total - ready),
             "pending_jobs": num(pending),
-            "fragmentation": num(latest["fragmentation_gpus"] if latest else 0),
+            "fragmentation": num(fragmented),
+            # the words after each count, singular for one (the page's script swaps them too)
+            "nodes_out_words": verb(cluster.nodes_total - ready, "node", "nodes")
+            + " out of the pool",
+            "pending_jobs_words": verb(pending, "job", "jobs") + " pending",
+            "fragmentation_words": "fragmented free "
+            + verb(fragmented, "GPU", "GPUs")
+            + " at the latest sample",
         },
         "figures": {
             "utilization": charts.utilization_figure(

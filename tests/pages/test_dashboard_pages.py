@@ -169,6 +169,24 @@ def test_the_live_snapshot_changes_when_the_cluster_does(client, demo):
     assert after["tiles"]["nodes_out"] == "1" and after["tiles"]["gpus_healthy"] == "24"
 
 
+def test_the_tiles_say_one_job_and_one_node_in_the_singular(client, demo):
+    """Page walk: with one job waiting and one node out the tiles read "1 jobs pending" and
+    "1 nodes out of the pool"; the words come with the counts, so the live rewrite swaps
+    them too (static/js/pages/dashboard.js writes every tile)."""
+    client.force_login(demo["admin"])
+    Node.objects.filter(name="r000-n00").update(state="cordoned")
+    Job.objects.create(name="w", owner=demo["researcher"], queue=Queue.objects.get(name="llm-core"),
+                       tier="core", gpus=8, pending_code="PRIORITY")  # fmt: skip
+    add_samples(1, utilization=0.1)  # fragmentation 0 GPUs at that sample
+    body = client.get("/dashboard/").content.decode()
+    assert '<span id="tile-pending_jobs_words">job pending</span>' in body
+    assert '<span id="tile-nodes_out_words">node out of the pool</span>' in body
+    assert "fragmented free GPUs at the latest sample" in body
+    Node.objects.filter(name="r000-n01").update(state="cordoned")
+    tiles = client.get("/dashboard/data/").json()["tiles"]
+    assert (tiles["nodes_out"], tiles["nodes_out_words"]) == ("2", "nodes out of the pool")
+
+
 def test_the_time_window_limits_the_series(client, demo):
     add_samples(48, every=timedelta(minutes=30))  # 23.5 hours
     client.force_login(demo["admin"])

@@ -40,8 +40,8 @@ class BusinessLine(models.Model):
     display_name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     # 0 until a request is approved (Q4): a line added in the Django admin starts there.
-    quota_gpus = models.PositiveIntegerField(default=0)
-    guarantee_gpus = models.PositiveIntegerField(default=0)
+    quota_gpus = models.PositiveIntegerField("quota (GPUs)", default=0)
+    guarantee_gpus = models.PositiveIntegerField("guarantee (GPUs)", default=0)
 
     class Meta:
         ordering = ["name"]
@@ -75,8 +75,8 @@ class Queue(models.Model):
     business_line = models.ForeignKey(BusinessLine, on_delete=models.PROTECT, related_name="queues")
     nature = models.CharField(max_length=20, choices=Nature.choices)
     tier = models.CharField(max_length=12, choices=Tier.choices)
-    quota_gpus = models.PositiveIntegerField(null=True, blank=True)
-    guarantee_gpus = models.PositiveIntegerField(default=0)
+    quota_gpus = models.PositiveIntegerField("quota (GPUs)", null=True, blank=True)
+    guarantee_gpus = models.PositiveIntegerField("guarantee (GPUs)", default=0)
     preempts_tiers = models.JSONField(default=list, blank=True)
 
     class Meta:
@@ -169,8 +169,8 @@ class QuotaRequest(models.Model):
     queue = models.ForeignKey(
         Queue, on_delete=models.CASCADE, null=True, blank=True, related_name="quota_requests"
     )
-    quota_gpus = models.PositiveIntegerField(null=True, blank=True)
-    guarantee_gpus = models.PositiveIntegerField(null=True, blank=True)
+    quota_gpus = models.PositiveIntegerField("quota (GPUs)", null=True, blank=True)
+    guarantee_gpus = models.PositiveIntegerField("guarantee (GPUs)", null=True, blank=True)
     reason = models.TextField()
     starts_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)

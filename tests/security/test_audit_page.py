@@ -159,8 +159,8 @@ def test_the_before_after_table_names_each_field_in_words_and_keeps_the_values(d
                         r"</code></td>", html)  # fmt: skip
     assert fields == [
         ("Fault <small>(changed)</small>", "—", "&quot;gpu_failure&quot;"),
-        ("Guarantee gpus", "0", "0"),
-        ("Quota gpus <small>(changed)</small>", "1200", "2750"),
+        ("Guarantee (GPUs)", "0", "0"),
+        ("Quota (GPUs) <small>(changed)</small>", "1200", "2750"),
         ("State <small>(changed)</small>", "&quot;ready&quot;", "&quot;cordoned&quot;"),
         ("State reason <small>(changed)</small>", "&quot;&quot;", "&quot;fan noise&quot;"),
     ]

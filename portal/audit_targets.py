@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db.models import Model, Q
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from core.models import AuditRecord, LineMembership, Profile
 from monitoring.models import Alert
@@ -80,20 +81,54 @@ def describe(records: Iterable[AuditRecord]) -> dict[int, Target]:
     wanted: dict[str, set[int]] = defaultdict(set)
     for record in records:
         if (
-            record.target_type in KINDS
+            (record.target_type in KINDS or _model(record.target_type) is not None)
             and record.target_id.isascii()
             and record.target_id.isdigit()
         ):
             wanted[record.target_type].add(int(record.target_id))
     found: dict[tuple[str, str], Target] = {}
     for target_type, ids in wanted.items():
-        kind = KINDS[target_type]
+        kind = KINDS.get(target_type)
+        if kind is None:
+            found.update(_by_model_name(target_type, ids))
+            continue
         for obj in kind.model.objects.select_related(*kind.related).filter(pk__in=ids):
             found[(target_type, str(obj.pk))] = kind.describe(obj)
     return {
         r.pk: found[(r.target_type, r.target_id)]
         for r in records
         if (r.target_type, r.target_id) in found
+    }
+
+
+def _model(target_type: str) -> type[Model] | None:
+    """The model ``target_type`` (``quotas.quotapolicy``) names, or None."""
+    try:
+        return apps.get_model(target_type)
+    except (LookupError, ValueError):
+        return None
+
+
+def _by_model_name(target_type: str, ids: set[int]) -> dict[tuple[str, str], Target]:
+    """Targets of a kind with no words of its own (the quota policy, the simulator's state,
+    anything else the Django admin edits): its model's name and id, linked to the admin's
+    page for it (the audit page is the admins'). Only the ids are read: the simulator's
+    state is the whole simulated cluster."""
+    model = _model(target_type)
+    if model is None:
+        return {}
+    meta = model._meta
+    page = f"admin:{meta.app_label}_{meta.model_name}_change"
+
+    def url(pk: int) -> str | None:
+        try:
+            return reverse(page, args=[pk])
+        except NoReverseMatch:  # not in the admin
+            return None
+
+    return {
+        (target_type, str(pk)): Target(f"{meta.verbose_name} #{pk}", url(pk))
+        for pk in model.objects.filter(pk__in=ids).values_list("pk", flat=True)
     }
 
 

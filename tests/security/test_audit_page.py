@@ -223,6 +223,25 @@ def test_a_target_reads_by_its_name_and_links_to_its_page(demo, api):
     assert f'<tr id="audit-{gone.pk}">' in page
 
 
+def test_a_target_with_no_words_of_its_own_reads_by_its_model_and_links_to_the_admin(demo):
+    """The walk read ``scheduling.simulatorstate:1`` alone: a kind the page has no words for
+    reads by its model's name, linked to the admin's page for it, without loading the row
+    (the simulator's state is the whole simulated cluster)."""
+    from quotas.models import QuotaPolicy
+    from scheduling.models import SimulatorState
+
+    policy = QuotaPolicy.objects.get_or_create(pk=1)[0]
+    state = SimulatorState.objects.create(state={}, virtual_now=0.0, saved_wall=0.0)
+    record(demo["admin"], "admin.change", policy)
+    record(None, "simulator.advance", state)
+    page = as_user(demo, "admin").get("/audit/").content.decode()
+    assert (
+        f'<a href="/admin/quotas/quotapolicy/{policy.pk}/change/">quota policy #{policy.pk}</a>'
+        in page
+    )
+    assert f"simulator state #{state.pk}" in page
+
+
 def test_the_target_filter_takes_a_node_or_user_name(demo):
     first, second = Node.objects.order_by("name")[:2]
     a = record(demo["admin"], "node.cordon", first)

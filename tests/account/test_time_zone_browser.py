@@ -8,7 +8,12 @@ from urllib.parse import unquote
 
 import pytest
 
-from tests.browser.conftest import browser_type_launch_args, login, portal_server  # noqa: F401
+from tests.browser.conftest import (  # noqa: F401
+    browser_type_launch_args,
+    login,
+    portal_server,
+    wait_in_page,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,9 +29,7 @@ def test_browser_zone_becomes_the_display_zone(browser, login, demo):  # noqa: F
         assert page.locator("#zone-now strong").inner_text() == "Asia/Tokyo"
         assert page.locator("html").get_attribute("data-tz") == "Asia/Tokyo"
         # the ticking header clock (Dom.when) names the zone too
-        page.wait_for_function(
-            "document.getElementById('cluster-time').textContent.endsWith('JST')"
-        )
+        wait_in_page(page, "document.getElementById('cluster-time').textContent.endsWith('JST')")
         page.wait_for_timeout(1500)  # the clock has ticked (Dom.when): still JST, not GMT+9
         assert page.locator("#cluster-time").inner_text().endswith(" JST")
         assert page.locator("html").get_attribute("data-tz-names") == "540=JST"
@@ -39,8 +42,6 @@ def test_browser_zone_becomes_the_display_zone(browser, login, demo):  # noqa: F
         page.get_by_role("button", name="Save").click()
         page.wait_for_url(f"{base}/account/")
         assert page.locator("#zone-now strong").inner_text() == "UTC"
-        page.wait_for_function(
-            "document.getElementById('cluster-time').textContent.endsWith(' UTC')"
-        )
+        wait_in_page(page, "document.getElementById('cluster-time').textContent.endsWith(' UTC')")
     finally:
         context.close()

@@ -103,11 +103,24 @@ def login(page, portal_server):
     return sign_in
 
 
+def wait_in_page(page, expression: str, timeout: float = 10_000) -> None:
+    """Wait until ``expression`` is true in the page. Not ``page.wait_for_function``: once
+    its first check is false it polls with ``eval`` in the page, which the portal's CSP
+    refuses (``script-src 'self'``), so a test using it passed only when the page was
+    already there (a full run failed on it, session 42). ``page.evaluate`` is not the
+    page's script, so the CSP does not apply to it."""
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true after {timeout:.0f} ms: {expression}")
+        page.wait_for_timeout(100)
+
+
 def draw_dashboard(page, url: str) -> float:
     """Open a dashboard URL and wait until its script has drawn every chart (it sets
     ``window.__chartsDrawn``, the time it took); return that."""
     page.goto(url)
-    page.wait_for_function("window.__chartsDrawn !== undefined", timeout=30_000)
+    wait_in_page(page, "window.__chartsDrawn !== undefined", timeout=30_000)
     return page.evaluate("window.__chartsDrawn")
 
 

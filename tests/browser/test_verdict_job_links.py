@@ -14,7 +14,7 @@ from core.realtime import publish_on_commit
 from scheduling import services
 from scheduling.models import Job
 from scheduling.services import JobRequest
-from tests.browser.conftest import in_thread
+from tests.browser.conftest import in_thread, wait_in_page
 from tests.pages.test_researcher_pages import waiting_on_overrun
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -52,7 +52,7 @@ def test_the_overrunning_job_stays_a_link_after_a_live_update(demo, page, login)
     page.evaluate("document.getElementById('verdict-message').textContent = 'stale'")
     with page.expect_response(lambda r: f"/api/v1/jobs/{waiting.pk}/" in r.url):
         job_updated(waiting.pk)
-    page.wait_for_function("document.getElementById('verdict-message').textContent !== 'stale'")
+    wait_in_page(page, "document.getElementById('verdict-message').textContent !== 'stale'")
     expect(message).to_contain_text(f"Its estimate waits for job {theirs.pk}, which has run")
     expect(message.locator("a")).to_have_count(0)
     expect(facts.locator("a")).to_have_count(0)

@@ -46,7 +46,7 @@ from quotas.models import QuotaPolicy
 from scheduling.cycle import run_cycle
 from scheduling.models import Job, Node
 from scheduling.sim_services import advance_clock
-from tests.browser.conftest import in_thread
+from tests.browser.conftest import in_thread, wait_in_page
 from tests.browser.frames import Frames
 from tests.browser.trust_checks import readable, readable_json
 from tests.conftest import DEMO_PASSWORD
@@ -280,7 +280,7 @@ def test_a_viewer_in_tokyo_reads_every_verdict_time_in_jst_also_after_a_live_upd
         mine.evaluate("document.getElementById('verdict-message').textContent = 'stale'")
         with mine.expect_response(lambda r: f"/api/v1/jobs/{sweep}/" in r.url):
             in_thread(run_cycle)
-        mine.wait_for_function("document.getElementById('verdict-message').textContent !== 'stale'")
+        wait_in_page(mine, "document.getElementById('verdict-message').textContent !== 'stale'")
         again = read(sweep)
         assert again.count(ends) >= 2 and jst(CLUSTER_NOW) in again, again
         listed = f"{base}/jobs/?state=pending"

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from monitoring.charts import reason_label, reason_words
-from tests.browser.conftest import draw_dashboard, in_thread
+from tests.browser.conftest import draw_dashboard, in_thread, wait_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -141,8 +141,9 @@ def test_the_waiting_chart_draws_the_samples_codes_and_its_caption_adds_them_up(
     page.wait_for_timeout(500)  # the subscriptions are sent on open
     page.evaluate("document.querySelector('#summary-waiting .summary-text').textContent = 'stale'")
     samples, now = in_thread(five_minutes_later, demo)
-    page.wait_for_function(
-        "() => document.querySelector('#summary-waiting .summary-text').textContent !== 'stale'",
+    wait_in_page(
+        page,
+        "document.querySelector('#summary-waiting .summary-text').textContent !== 'stale'",
         timeout=30_000,
     )
     read = CAPTION.match(page.locator("#summary-waiting .summary-text").text_content())

@@ -6,6 +6,7 @@ now), and so it stays after the live refresh a cycle and a rollup trigger."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -18,6 +19,7 @@ from tests.browser.conftest import (  # noqa: F401
     in_thread,
     login,
     portal_server,
+    wait_in_page,
 )
 from tests.browser.trust_checks import readable
 
@@ -104,10 +106,10 @@ def test_a_tokyo_admin_reads_the_dashboard_in_jst_on_load_and_after_the_live_ref
         )
         later = in_thread(cycles_and_samples, demo, 1)
         assert later > cluster_now
-        page.wait_for_function(
-            "(want) => { const t = document.querySelector('#dash-asof time');"
-            " return t !== null && t.textContent === want; }",
-            arg=jst(later),
+        wait_in_page(
+            page,
+            "(() => { const t = document.querySelector('#dash-asof time');"
+            f" return t !== null && t.textContent === {json.dumps(jst(later))}; }})()",
             timeout=30_000,
         )
         assert page.locator(".summary-text", has_text="stale").count() == 0

@@ -10,8 +10,6 @@ its subscriptions to be made again on the new Redis.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from playwright.sync_api import expect
 
@@ -19,7 +17,10 @@ from bench.management.commands.bench_live import run_timed_cycle
 from scheduling.cycle import run_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest, cancel_job, submit_job
-from tests.browser.conftest import browser_type_launch_args  # noqa: F401 - Debian's Chromium
+from tests.browser.conftest import (  # noqa: F401 - Debian's Chromium
+    browser_type_launch_args,
+    wait_in_page,
+)
 from tests.reliability.conftest import (
     child_env,
     in_a_thread,
@@ -43,12 +44,11 @@ WATCH = """(jobId) => {
 
 
 def page_shows(page, expression: str, timeout_s: float = 10) -> bool:
-    """Poll a JavaScript expression (``wait_for_function`` needs eval, which the CSP forbids)."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate(expression):
-        if time.monotonic() > deadline:
-            return False
-        page.wait_for_timeout(50)
+    """Whether a JavaScript expression comes true within ``timeout_s`` (``wait_until``)."""
+    try:
+        wait_in_page(page, expression, timeout_s * 1000)
+    except AssertionError:
+        return False
     return True
 
 

@@ -9,7 +9,6 @@ never asked about. No mock: every answer is the provider's."""
 from __future__ import annotations
 
 import importlib
-import io
 import os
 import signal
 import time
@@ -17,7 +16,6 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
-from django.core.management import call_command
 from django.db import connection
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
@@ -32,6 +30,7 @@ from scheduling.models import Job
 from tests.conftest import DEMO_PASSWORD
 from tests.identity.conftest import PEOPLE, prefixed
 from tests.identity.test_oidc import lines_of, sign_in
+from tests.identity.test_sweep import can_use_session, can_use_token, command_output
 
 pytestmark = pytest.mark.django_db
 
@@ -52,14 +51,6 @@ def signed_in(name: str) -> Client:
     return client
 
 
-def can_use_session(client: Client) -> bool:
-    return client.get("/").status_code == 200
-
-
-def can_use_token(secret: str) -> bool:
-    return Client().get("/api/v1/queues/", HTTP_AUTHORIZATION=f"Token {secret}").status_code == 200
-
-
 def stored_token(name: str) -> str | None:
     """The refresh token kept for ``name``, decrypted (None: none kept)."""
     sealed = ProviderAccount.objects.get(user__username=name).refresh_token
@@ -67,12 +58,7 @@ def stored_token(name: str) -> str | None:
 
 
 def run_command(*args: str) -> tuple[int, str]:
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        call_command("sweep_provider", *args, stdout=out, stderr=err)
-    except SystemExit as exc:
-        return int(exc.code), out.getvalue() + err.getvalue()
-    return 0, out.getvalue() + err.getvalue()
+    return command_output("sweep_provider", *args)
 
 
 @pytest.mark.parametrize("change", ["deleted", "disabled"])

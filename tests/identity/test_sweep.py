@@ -51,13 +51,18 @@ def can_use_token(secret: str) -> bool:
     return Client().get("/api/v1/queues/", HTTP_AUTHORIZATION=f"Token {secret}").status_code == 200
 
 
-def run_command(*args: str) -> tuple[int, str]:
+def command_output(command: str, *args: str) -> tuple[int, str]:
+    """A management command's exit code and what it printed (stdout, then stderr)."""
     out, err = io.StringIO(), io.StringIO()
     try:
-        call_command("sync_directory", *args, stdout=out, stderr=err)
+        call_command(command, *args, stdout=out, stderr=err)
     except SystemExit as exc:
         return int(exc.code), out.getvalue() + err.getvalue()
     return 0, out.getvalue() + err.getvalue()
+
+
+def run_command(*args: str) -> tuple[int, str]:
+    return command_output("sync_directory", *args)
 
 
 def state(name: str) -> tuple:

@@ -43,3 +43,21 @@ def api(demo):
         return client
 
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_connection_left_at_the_end(django_db_setup, django_db_blocker):
+    """Before the throw-away database is dropped, end the sessions still on it: connections
+    a test's thread took from the pool and never gave back (the pool closes only those it
+    holds), which made every run end with "database test_portal_gwN is being accessed by
+    other users" and left the database behind."""
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )

@@ -419,11 +419,12 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _visible_job(request, job_id)
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
+    progress = job.progress_at(clock.now())  # the header's clock reads the same instant
     context = {
         "job": job,
         "events": events,
         "placement": build_placement(job),
-        "progress_text": duration_text(job.progress_at(clock.now())),
+        "progress_text": duration_text(progress),
         "detail_rows": detail_rows(job.pending_details),
         # the jobs its verdict names that this viewer may see: linked to their pages
         "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
@@ -435,6 +436,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             "api": f"/api/v1/jobs/{job.pk}/",
             "titles": CODE_TITLES,
             "active_states": list(Job.ACTIVE_STATES),
+            "progress_seconds": progress,  # at the cluster time the header's clock starts from
         },
     }
     return render(request, "scheduling/job_detail.html", context)

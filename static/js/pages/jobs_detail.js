@@ -61,7 +61,23 @@
       || (job.estimated_start ? when(job.estimated_start) : "unknown"), links);
   }
 
+  /* While a run is on its progress moves with the cluster clock (the server counts it to
+   * its now: Job.progress_at), so between two refetches "Progress so far" ticks with the
+   * header's clock from the last value the server gave, never lagging the time beside it. */
+  const rendered = document.getElementById("cluster-clock");  // the server's instant
+  let progress = {
+    seconds: config.progress_seconds || 0,
+    at: (rendered && Number(rendered.dataset.nowMs)) || window.Dom.clusterNow(),
+  };
+  function tickProgress() {
+    if (!["running", "preempting"].includes(state)) return;
+    const field = document.querySelector('#job-status [data-field="progress_seconds"]');
+    if (field) field.textContent = duration(progress.seconds + (window.Dom.clusterNow() - progress.at) / 1000);
+  }
+  setInterval(tickProgress, 1000);
+
   function renderStatus(job) {
+    progress = { seconds: job.progress_seconds || 0, at: window.Dom.clusterNow() };
     const values = {
       submitted_at: when(job.submitted_at),
       started_at: when(job.started_at),

@@ -23,6 +23,7 @@ class Alert(models.Model):
         QUOTA_NEAR_LIMIT = "quota_near_limit"
         BACKEND_ERROR = "backend_error"
         DIRECTORY_SWEEP = "directory_sweep"
+        PROVIDER_SWEEP = "provider_sweep"
 
     class Severity(models.TextChoices):
         INFO = "info"

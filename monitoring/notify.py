@@ -60,6 +60,7 @@ SUBJECT_LABEL = {
     Alert.Kind.QUOTA_NEAR_LIMIT: "line",
     Alert.Kind.BACKEND_ERROR: "backend",
     Alert.Kind.DIRECTORY_SWEEP: "cause",
+    Alert.Kind.PROVIDER_SWEEP: "cause",
 }
 ALERTMANAGER = "alertmanager"
 

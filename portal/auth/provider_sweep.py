@@ -53,6 +53,8 @@ from django.conf import settings
 from django.db import transaction
 
 from core.people import offboard
+from monitoring.models import Alert
+from monitoring.services import raise_alert, resolve_cleared
 from portal.auth import oidc, refresh_tokens
 from portal.auth.models import ProviderAccount
 from portal.auth.sync import managed_lines
@@ -60,6 +62,9 @@ from portal.auth.sync import managed_lines
 logger = logging.getLogger("portal.auth.provider_sweep")
 
 REFUSED = "the provider refused the refresh token (invalid_grant)"
+# The subjects of the ``provider_sweep`` alert: why a sweep did not run through.
+UNAVAILABLE = "provider unavailable"
+BOUND = "sweep bound"
 
 
 @dataclass
@@ -240,6 +245,21 @@ def _deactivate(account: Any, stored_at: Any, lines: list[Any], report: Report) 
             logger.info("provider sweep: %s deactivated (%s)", user, REFUSED)
 
 
+def _held_alert(cause: str, why: str) -> None:
+    """Tell on-call that the sweep did not run through (``cause``: ``UNAVAILABLE`` or
+    ``BOUND``): until one does, people the provider deleted keep their access. The next
+    sweep that runs through resolves it."""
+    raise_alert(
+        Alert.Kind.PROVIDER_SWEEP,
+        Alert.Severity.WARNING,
+        cause,
+        f"The single sign-on sweep did not run through. {why} Until one does, people "
+        "deleted or disabled at the OpenID Connect provider keep their portal account and "
+        "API tokens (the session check still signs them out at a page load); "
+        "`manage.py sweep_provider --dry-run` lists whom it would deactivate.",
+    )
+
+
 def sweep(*, dry_run: bool = False) -> Report:
     """One sweep (module docstring); with ``dry_run``, whom it would deactivate, deactivating
     nobody (tokens are still used, and rotated ones stored)."""
@@ -252,6 +272,8 @@ def sweep(*, dry_run: bool = False) -> Report:
         logger.warning("provider sweep: nothing changed, the provider is unavailable: %s", exc)
         report.held = f"provider unavailable: {exc}"
         _candidates(report)  # still say who is not swept
+        if not dry_run:
+            _held_alert(UNAVAILABLE, f"The provider could not be asked: {exc}.")
         return report
     refused: list[tuple[Any, Any]] = []
     ids = _candidates(report)
@@ -278,9 +300,19 @@ def sweep(*, dry_run: bool = False) -> Report:
         )
         logger.error("provider sweep: nobody deactivated: %s: %s", report.held,
                      ", ".join(report.would_deactivate))  # fmt: skip
+        if not dry_run:
+            _held_alert(BOUND, f"{report.held[:1].upper()}{report.held[1:]}.")
         return report
     if dry_run:
         return report
+    if report.not_answered:
+        _held_alert(
+            UNAVAILABLE,
+            f"The provider's token endpoint did not answer for {report.not_answered} of "
+            f"{len(ids)} accounts.",
+        )
+    else:
+        resolve_cleared(Alert.Kind.PROVIDER_SWEEP, (), "a provider sweep ran through")
     lines = managed_lines(settings.OIDC_IDENTITY_MAPPING)
     for account, stored_at in refused:
         _deactivate(account, stored_at, lines, report)

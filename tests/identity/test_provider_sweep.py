@@ -23,6 +23,7 @@ from rest_framework.authtoken.models import Token
 from core import tokens
 from core.models import AuditRecord
 from core.roles import role_of
+from monitoring.models import Alert
 from portal.auth import provider_sweep, refresh_tokens
 from portal.auth.models import DirectoryAccount, ProviderAccount
 from portal.auth.tasks import provider_sweep as provider_sweep_task
@@ -196,8 +197,13 @@ def test_a_provider_that_does_not_answer_changes_nothing(demo, provider, configu
     assert code == 1 and "nobody deactivated: provider unavailable" in out, out
     assert user("dora").is_active and stored_token("dora") == before
     assert not AuditRecord.objects.filter(action="identity.offboard").exists()
-    # the provider answers again: the next run does it
+    held = Alert.objects.get(kind="provider_sweep")  # on-call hears of it
+    assert (held.subject, held.severity, held.status) == ("provider unavailable", "warning", "open")
+    assert held.message.startswith("The single sign-on sweep did not run through.")
+    # the provider answers again: the next run does it, and the alert closes
     assert provider_sweep_task()["deactivated"] == ["dora"]
+    held.refresh_from_db()
+    assert held.status == "resolved"
 
 
 def test_a_provider_that_refuses_the_portal_itself_deactivates_nobody(demo, provider, configure):
@@ -212,6 +218,8 @@ def test_a_provider_that_refuses_the_portal_itself_deactivates_nobody(demo, prov
     assert (report["deactivated"], report["not_answered"], report["checked"]) == ([], 1, 0)
     assert ProviderAccount.objects.get(user__username="dora").unanswered_at is None  # not used
     assert user("dora").is_active and stored_token("dora")
+    held = Alert.objects.get(kind="provider_sweep", status="open")
+    assert held.subject == "provider unavailable" and "did not answer for 1 of 1" in held.message
     configure(sweep_env(provider))
     assert provider_sweep_task()["deactivated"] == ["dora"]
 
@@ -230,6 +238,9 @@ def test_a_provider_that_refuses_too_many_deactivates_nobody(demo, provider, con
     assert "would deactivate: dora" in out
     assert all(user(name).is_active for name in ("dora", "rick", "olga"))
     assert not AuditRecord.objects.filter(action="identity.offboard").exists()
+    held = Alert.objects.get(kind="provider_sweep", status="open")
+    assert held.subject == "sweep bound"
+    assert "The provider refused 3 of 3 refresh tokens, more than" in held.message
     # a sign-in stores a new token: that person is swept again, and still there
     signed_in("rick")
     code, out = run_command("--dry-run")

@@ -132,7 +132,7 @@ def test_an_alert_kind_without_a_guide_gets_none():
 def test_the_alert_kinds_guides_explain_are_the_monitoring_alert_kinds():
     assert set(guides.GUIDE_BY_ALERT_KIND) == {
         "pending_too_long", "eviction_ratio", "quota_near_limit", "residual_process",
-        "node_unhealthy", "backend_error", "directory_sweep",
+        "node_unhealthy", "backend_error", "directory_sweep", "provider_sweep",
     }  # fmt: skip
 
 

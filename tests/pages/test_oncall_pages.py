@@ -143,6 +143,20 @@ def test_alerts_are_listed_with_their_guide_and_buttons(client, demo, alert):
     assert critical_first
 
 
+def test_an_alert_raised_again_says_how_many_times_since_when(client, demo, alert):
+    """Page walk: a repeated alert read "×151" beside "raised 02:51 JST", which nobody could
+    read as "raised 151 times since 02:51"."""
+    once = as_user(client, demo, "oncall").get("/oncall/").content.decode()
+    assert re.search(rf"#{alert.pk} · raised \d{{4}}-\d\d-\d\d \d\d:\d\d UTC \(", once)
+    for _ in range(150):
+        raise_alert("node_unhealthy", "critical", NODE, f"{NODE} reports gpu_failure")
+    again = client.get("/oncall/").content.decode()
+    assert re.search(
+        rf"#{alert.pk} · raised 151 times since \d{{4}}-\d\d-\d\d \d\d:\d\d UTC", again
+    )
+    assert "×" not in again.split(f'id="alert-{alert.pk}"')[1].split("</li>")[0]
+
+
 def test_acknowledging_then_resolving_an_alert(client, demo, alert):
     as_user(client, demo, "oncall")
     response = client.post(f"/oncall/alerts/{alert.pk}/ack/", follow=True)

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from monitoring.metrics import window_eviction_ratio
+from scheduling.engine.explain import count
 
 
 class _Plain:
@@ -63,9 +64,8 @@ def compare_use(use: UseSummary, quota_gpus: int | None, guarantee_gpus: int) ->
     if not use.samples:
         return ["No usage history yet: the comparison with recent use is not available."]
     out = [
-        f"Recent use: peak {use.peak_used:,} GPU{'' if use.peak_used == 1 else 's'}, average "
-        f"{use.avg_used:,}; pending demand peak {use.peak_pending:,} "
-        f"GPU{'' if use.peak_pending == 1 else 's'}, average {use.avg_pending:,}."
+        f"Recent use: peak {count(use.peak_used, 'GPU')}, average {use.avg_used:,}; pending "
+        f"demand peak {count(use.peak_pending, 'GPU')}, average {use.avg_pending:,}."
     ]
     if quota_gpus is not None:
         wanted = use.peak_used + use.peak_pending
@@ -187,7 +187,7 @@ class Suggestion(_Plain):
 
     def message(self) -> str:
         text = (
-            f"Queue {self.queue}: {self.evictions:,} eviction{'' if self.evictions == 1 else 's'} cost "
+            f"Queue {self.queue}: {count(self.evictions, 'eviction')} cost "
             f"{self.evicted_gpu_hours:,.1f} GPU-hours, an eviction ratio of "
             f"{self.eviction_ratio:.1%} (target {self.target_ratio:.1%}). A guarantee of "
             f"{self.suggested_guarantee:,} GPUs (now {self.current_guarantee:,}) would have "

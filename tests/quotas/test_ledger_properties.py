@@ -497,7 +497,8 @@ def test_the_comparison_with_recent_use_says_each_thing_only_when_true(points, q
     if not points:
         assert notes == ["No usage history yet: the comparison with recent use is not available."]
         return
-    assert notes[0].startswith(f"Recent use: peak {u.peak_used} GPUs")
+    gpus = "1 GPU" if u.peak_used == 1 else f"{u.peak_used:,} GPUs"
+    assert notes[0].startswith(f"Recent use: peak {gpus}, average"), notes[0]
     text = " ".join(notes)
     wanted = u.peak_used + u.peak_pending
     assert ("would have gone unused" in text) == (quota is not None and quota > wanted)

@@ -81,7 +81,7 @@ def describe(records: Iterable[AuditRecord]) -> dict[int, Target]:
     wanted: dict[str, set[int]] = defaultdict(set)
     for record in records:
         if (
-            (record.target_type in KINDS or _model(record.target_type) is not None)
+            (record.target_type in KINDS or target_model(record.target_type) is not None)
             and record.target_id.isascii()
             and record.target_id.isdigit()
         ):
@@ -101,8 +101,9 @@ def describe(records: Iterable[AuditRecord]) -> dict[int, Target]:
     }
 
 
-def _model(target_type: str) -> type[Model] | None:
-    """The model ``target_type`` (``quotas.quotapolicy``) names, or None."""
+def target_model(target_type: str) -> type[Model] | None:
+    """The model a record's ``target_type`` (``quotas.quotapolicy``) names, or None (a type
+    that is no model, or no longer one)."""
     try:
         return apps.get_model(target_type)
     except (LookupError, ValueError):
@@ -114,7 +115,7 @@ def _by_model_name(target_type: str, ids: set[int]) -> dict[tuple[str, str], Tar
     anything else the Django admin edits): its model's name and id, linked to the admin's
     page for it (the audit page is the admins'). Only the ids are read: the simulator's
     state is the whole simulated cluster."""
-    model = _model(target_type)
+    model = target_model(target_type)
     if model is None:
         return {}
     meta = model._meta

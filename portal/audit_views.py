@@ -12,7 +12,6 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
-from django.apps import apps
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import FieldDoesNotExist, PermissionDenied
 from django.core.paginator import Paginator
@@ -99,15 +98,6 @@ def _shown(value: Any) -> str:
     return "—" if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def target_model(target_type: str) -> type[Model] | None:
-    """The model a record's ``target_type`` (``scheduling.node``) names, or None (a type
-    that is no model, or no longer one)."""
-    try:
-        return apps.get_model(target_type)
-    except (LookupError, ValueError):
-        return None
-
-
 def field_label(model: type[Model] | None, key: Any) -> str:
     """What the before/after table calls ``key``: the model field's ``verbose_name``
     (``state_reason`` of a node: "State reason"), as the admin names it; a key that is no
@@ -160,7 +150,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         {
             "record": r,
             "target": targets.get(r.pk),
-            "changes": changes(r.before, r.after, target_model(r.target_type)),
+            "changes": changes(r.before, r.after, audit_targets.target_model(r.target_type)),
         }
         for r in page.object_list
     ]

@@ -83,22 +83,6 @@ class Report:
     unreadable: list[str] = field(default_factory=list)
     uncertain: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The report as the beat task returns it (and the log shows it)."""
-        return {
-            "enabled": self.enabled,
-            "held": self.held,
-            "checked": self.checked,
-            "still_there": self.still_there,
-            "rotated": self.rotated,
-            "not_answered": self.not_answered,
-            "deactivated": self.deactivated,
-            "would_deactivate": self.would_deactivate,
-            "without_token": self.without_token,
-            "unreadable": self.unreadable,
-            "uncertain": self.uncertain,
-        }
-
 
 class NotAnswered(Exception):
     """The provider did not answer a token request (no answer, a timeout, a 5xx or any

@@ -112,20 +112,6 @@ class Report:
     would_demote: list[str] = field(default_factory=list)
     ambiguous: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The report as the beat task returns it (and the log shows it)."""
-        return {
-            "enabled": self.enabled,
-            "held": self.held,
-            "checked": self.checked,
-            "adopted": self.adopted,
-            "changed": self.changed,
-            "deactivated": self.deactivated,
-            "would_deactivate": self.would_deactivate,
-            "would_demote": self.would_demote,
-            "ambiguous": self.ambiguous,
-        }
-
 
 class _Entry:
     """A directory entry as django-auth-ldap's group types read it: ``dn``, ``attrs`` and

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from celery import shared_task
@@ -15,7 +16,7 @@ def directory_sweep() -> dict[str, Any]:
     """Follow the directory (``portal.auth.sweep``): a no-op unless LDAP is configured. A
     directory that cannot be asked changes nothing; the next run tries again. Idempotent:
     each person is written under their row lock, so two runs at once offboard once."""
-    return sweep.sweep().as_dict()
+    return asdict(sweep.sweep())
 
 
 @shared_task(name="portal.auth.tasks.provider_sweep", ignore_result=True)
@@ -24,4 +25,4 @@ def provider_sweep() -> dict[str, Any]:
     holds (``portal.auth.provider_sweep``): a no-op unless OpenID Connect and ``OIDC_SWEEP``
     are on. A provider that does not answer changes nothing; the next run asks again. Two
     runs at once ask about each person once (each account is asked under its row lock)."""
-    return sweep_provider().as_dict()
+    return asdict(sweep_provider())

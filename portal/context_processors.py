@@ -3,6 +3,7 @@ import logging
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
+from core.models import Role
 from core.roles import role_of
 from scheduling.clock import ClockReading, reading
 
@@ -10,8 +11,10 @@ log = logging.getLogger(__name__)
 
 
 def role(request: HttpRequest) -> dict:
-    """Expose the user's role to templates (display only; checks happen on the server)."""
-    return {"portal_role": role_of(getattr(request, "user", None))}
+    """Expose the user's role to templates, as its code (for the menu's choices) and in
+    words (for the header). Display only: checks happen on the server."""
+    code = role_of(getattr(request, "user", None))
+    return {"portal_role": code, "portal_role_label": Role(code).label if code in Role.values else code}
 
 
 def _reading() -> ClockReading | None:

@@ -100,7 +100,7 @@ def main() -> int:
     children: list[tuple[str, subprocess.Popen]] = []
     try:
         subprocess.run([py, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
-        subprocess.run([py, "manage.py", "seed_demo"], cwd=ROOT, env=env, check=True)
+        subprocess.run([py, "manage.py", "seed_demo", "--own-jobs"], cwd=ROOT, env=env, check=True)
         commands = {
             "web": [py, "-m", "portal.web", "--host", HOST, "--port", PORT],
             "worker": [py, "-m", "celery", "-A", "portal", "worker", "-l", "info",

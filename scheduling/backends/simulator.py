@@ -49,8 +49,8 @@ from scheduling.simcore.simulator import SimConfig, Simulator
 
 HEALTH_DETAIL = {
     HEALTH_GPU_FAILURE: "GPU reports uncorrectable ECC / Xid errors",
-    HEALTH_RDMA_DEGRADED: "RDMA link degraded (packet loss on the fabric)",
-    HEALTH_DOWN: "node unreachable (no heartbeat)",
+    HEALTH_RDMA_DEGRADED: "packet loss on the RDMA fabric",
+    HEALTH_DOWN: "no heartbeat from the node",
 }
 # Why a simulated run failed, in words, as the other backends say it ("node failure on
 # gpu1"): the simulator tags it with a code, a node fault's kind or "random".

@@ -127,11 +127,13 @@ class Cycle:
         submitted = vars(job).get("submitted_at") if job is not None else None
         return max(at, submitted) if submitted is not None else at
 
-    def event(self, job: Job | int, kind: str, message: str, state: str = "") -> None:
-        """Add a line to the job's timeline (at cluster time) and tell its watchers."""
+    def event(
+        self, job: Job | int, kind: str, message: str, state: str = "", at: datetime | None = None
+    ) -> None:
+        """Add a line to the job's timeline (at cluster time, or ``at``) and tell its watchers."""
         job_id = job if isinstance(job, int) else job.pk
         st = state or (job.state if isinstance(job, Job) else "")
-        at = self.stamp(job if isinstance(job, Job) else None)
+        at = at or self.stamp(job if isinstance(job, Job) else None)
         publish_on_commit(*events.job_updated(job_id, st, event=(kind, message)))
         self.events.append(JobEvent(job_id=job_id, at=at, kind=kind, message=message))
 

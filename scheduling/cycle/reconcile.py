@@ -25,6 +25,7 @@ from scheduling.cycle.backoff import clear as clear_backoff
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.finished import finish_runs
 from scheduling.cycle.isolation import clean_residual, isolate
+from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
@@ -195,11 +196,14 @@ def release_cancelled(cycle: Cycle) -> None:
         if o is not None and o.state not in ENDED:
             cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
         else:
-            job.allocations.all().delete()
+            freed, _ = job.allocations.all().delete()
             # Never before the cancel itself: its save and its timeline line (cluster time).
             latest = job.events.aggregate(at=Max("at"))["at"]
             finished = max(t for t in (cycle.stamp(job), job.updated_at, latest) if t)
             Job.objects.filter(pk=job.pk).update(finished_at=finished)
+            # The open job page hears of it (its finish time, its GPUs gone) as of any end.
+            cycle.event(job, "stopped", f"its run has ended; {explain.count(freed, 'GPU')} "
+                        "freed", at=finished)  # fmt: skip
 
 
 def still_running(

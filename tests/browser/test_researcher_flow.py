@@ -103,6 +103,7 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     state = page.locator("#job-state")
     expect(state).to_have_text("pending")
     expect(page.locator("#verdict-none")).to_be_visible()
+    expect(page.locator("#placement")).to_have_text("Not placed yet.")
     expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
     frames.wait_subscribed(page, f"job.{job.pk}")
     frames.wait_subscribed(page, "pending")
@@ -131,6 +132,14 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     expect(page.locator("#timeline")).to_contain_text("started")
     expect(page.locator("#placement li")).to_have_count(1)
     expect(page.locator("#placement")).to_contain_text("GPUs 0, 1, 2, 3, 4, 5, 6, 7")
+    assert page.evaluate("window.__sameDocument === true"), "no reload, no navigation"
+    # Its run ends: the GPUs go, and the page says where to read where it ran (page walk:
+    # a finished job's placement read "Not placed on any node.").
+    cancel_job(demo["researcher"], job.pk)
+    run_cycle()
+    expect(state).to_have_text("cancelled")
+    expect(page.locator("#placement")).to_have_text(
+        "Holds no GPUs now; where it ran is in the timeline.")
     assert page.evaluate("window.__sameDocument === true"), "no reload, no navigation"
 
     # A job that waits shows its verdict in words and numbers.

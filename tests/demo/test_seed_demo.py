@@ -6,7 +6,7 @@ from django.core.management import call_command
 
 from core.models import LineMembership
 from quotas.models import BusinessLine, Queue
-from scheduling.models import Node
+from scheduling.models import Job, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +93,30 @@ def test_the_busy_demo_waits_before_preempting_and_a_quiet_seed_does_not(monkeyp
     busy = QuotaPolicy.load()
     assert (busy.preempt_after_minutes, busy.urgent_preempt_after_minutes) == (15, 10)
     assert not busy.predictive_patience
+
+
+def test_the_busy_demo_s_researchers_own_jobs_once_and_a_quiet_seed_none(monkeypatch):
+    """``make run`` seeds with --own-jobs: signing in as researcher showed "0 jobs"."""
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", nodes=16, nodes_per_rack=8, uniform=True, own_jobs=True,
+                 stdout=None)  # fmt: skip
+    owned = dict(
+        Job.objects.exclude(owner__username="workload")
+        .values_list("name", "owner__username")
+    )
+    # the line quotas of 128 GPUs (llm 57) leave the 64-GPU pre-training out
+    assert owned == {
+        "llama-7b-sft": "researcher", "bert-eval-sweep": "researcher",
+        "two-tower-retrain": "researcher2",
+    }
+    assert set(Job.objects.filter(name__in=owned).values_list("state", flat=True)) == {"pending"}
+    call_command("seed_demo", nodes=16, nodes_per_rack=8, uniform=True, own_jobs=True,
+                 stdout=None)  # fmt: skip
+    assert Job.objects.filter(name__in=owned).count() == 3, "a second seed submits none again"
+
+
+@pytest.mark.parametrize("opts", [{"no_workload": True, "own_jobs": True}, {}])
+def test_a_seed_without_workload_or_own_jobs_submits_no_job(monkeypatch, opts):
+    monkeypatch.setenv("DEMO_PASSWORD", "pw-for-tests")
+    call_command("seed_demo", nodes=16, nodes_per_rack=8, stdout=None, **opts)
+    assert not Job.objects.exists()

@@ -70,7 +70,7 @@ def test_the_session_check_in_a_browser(page: Page, identity_server, provider):
     page.goto(f"{base}/jobs/")
     expect(page).to_have_url(f"{base}/jobs/")
     assert any("prompt=none" in url for url in at_provider[asked:]), at_provider[asked:]
-    expect(page.locator(".who")).to_contain_text("dora · team_lead")
+    expect(page.locator(".who")).to_contain_text("dora · Team lead")
 
     # deleted at the provider, a live page open in another tab
     live = page.context.new_page()

@@ -45,7 +45,7 @@ def test_directory_sign_in_groups_outage_and_break_glass(page: Page, identity_se
 
     password_sign_in(page, base, "dora", PEOPLE["dora"][0])
     page.wait_for_url(f"{base}/")
-    expect(page.locator(".who")).to_contain_text("dora · team_lead")
+    expect(page.locator(".who")).to_contain_text("dora · Team lead")
     assert led_lines(page, base) == ["llm"]
 
     # the directory moves her to leading search-rec: her next sign-in shows it
@@ -64,7 +64,7 @@ def test_directory_sign_in_groups_outage_and_break_glass(page: Page, identity_se
     assert page.url.startswith(f"{base}/accounts/login/")
     password_sign_in(page, base, "admin", DEMO_PASSWORD)
     page.wait_for_url(f"{base}/")
-    expect(page.locator(".who")).to_contain_text("admin · admin")
+    expect(page.locator(".who")).to_contain_text("admin · Cluster admin")
     expect(page.get_by_role("link", name="On-call")).to_be_visible()
 
 
@@ -82,7 +82,7 @@ def test_single_sign_on_with_the_groups_claim(page: Page, identity_server, provi
     page.get_by_label("Corporate password").fill("dora-sso-pw")
     page.get_by_role("button", name="Continue").click()
     page.wait_for_url(f"{base}/quotas/requests/new/")  # where she was going
-    expect(page.locator(".who")).to_contain_text("dora · team_lead")
+    expect(page.locator(".who")).to_contain_text("dora · Team lead")
     assert led_lines(page, base) == ["llm"]
 
     # the provider's groups change; her next sign-in (still signed in at the provider: no
@@ -91,5 +91,5 @@ def test_single_sign_on_with_the_groups_claim(page: Page, identity_server, provi
     sign_out(page)
     page.get_by_role("link", name=re.compile("Sign in with")).click()
     page.wait_for_url(f"{base}/")
-    expect(page.locator(".who")).to_contain_text("dora · team_lead")
+    expect(page.locator(".who")).to_contain_text("dora · Team lead")
     assert led_lines(page, base) == ["search-rec"]

@@ -340,9 +340,9 @@ def test_the_node_pages_note_on_its_buttons_reads_as_english(client, demo):
     [
         ("gpu_failure", "GPU reports uncorrectable ECC / Xid errors",
          "GPU failure: GPU reports uncorrectable ECC / Xid errors"),
-        ("rdma_degraded", "RDMA link degraded (packet loss on the fabric)",
-         "RDMA degraded: RDMA link degraded (packet loss on the fabric)"),
-        ("down", "node unreachable (no heartbeat)", "Down: node unreachable (no heartbeat)"),
+        ("rdma_degraded", "packet loss on the RDMA fabric",
+         "RDMA degraded: packet loss on the RDMA fabric"),
+        ("down", "no heartbeat from the node", "Down: no heartbeat from the node"),
         ("ok", "", "OK"),
     ],
 )  # fmt: skip

@@ -14,7 +14,8 @@ from core.models import LineMembership, Profile, Role
 from demo.history import HISTORY, seed_history
 from demo.workload import WORKLOAD_USER  # the demo's generator submits as it: in every line
 from quotas.models import BusinessLine, Queue, QuotaPolicy, Tier
-from scheduling.models import Allocation, ClusterSettings, Node
+from scheduling.models import Allocation, ClusterSettings, Job, Node
+from scheduling.services import JobRequest, submit_job
 from scheduling.simcore.cluster import build_demo_cluster
 
 # (name, display name, share of the cluster's GPUs as quota, guarantee share of the quota)
@@ -45,6 +46,15 @@ USERS = (
     ("researcher", Role.RESEARCHER, "llm", False),
     ("researcher2", Role.RESEARCHER, "search-rec", False),
 )
+# A few jobs of the researchers' own on the busy demo, so that signing in as one shows
+# jobs of theirs (the generator submits as ``workload``): (username, queue suffix, name,
+# model, GPUs, true run time in minutes). Sizes above the line's quota are left out.
+OWN_JOBS = (
+    ("researcher", "finetune", "llama-7b-sft", "llama-7b", 8, 240),
+    ("researcher", "experiment", "bert-eval-sweep", "bert-large", 1, 40),
+    ("researcher", "core", "llama-70b-pretrain", "llama-70b", 64, 24 * 60),
+    ("researcher2", "experiment", "two-tower-retrain", "two-tower", 4, 90),
+)
 
 
 class Command(BaseCommand):
@@ -61,6 +71,11 @@ class Command(BaseCommand):
             "--uniform", action="store_true", help="one GPU model and memory, RDMA everywhere"
         )
         parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--own-jobs", action="store_true",
+            help="also submit a few jobs as the demo researchers (OWN_JOBS), so signing in as "
+            "one shows jobs of theirs (make run does); not with --no-workload",
+        )  # fmt: skip
         parser.add_argument(
             "--no-history", action="store_true",
             help="no seeded demo history of metrics samples (demo/history.py); "
@@ -79,6 +94,8 @@ class Command(BaseCommand):
             created = self._seed_users()
             if not opts["no_workload"]:
                 self._seed_patience()
+                if opts["own_jobs"]:
+                    self._seed_own_jobs()
             settings = ClusterSettings.load()
             settings.workload_enabled = not opts["no_workload"]
             settings.seed = opts["seed"]
@@ -117,6 +134,21 @@ class Command(BaseCommand):
                 "predictive_patience",
             ]
         )
+
+    def _seed_own_jobs(self) -> None:
+        """Submit ``OWN_JOBS`` through ``submit_job`` (the rules of every submission); a job
+        its owner already has by that name is not submitted again."""
+        user_model = get_user_model()
+        for username, suffix, name, model, gpus, minutes in OWN_JOBS:
+            user = user_model.objects.get(username=username)
+            line = user.memberships.get().business_line
+            if gpus > line.quota_gpus or Job.objects.filter(owner=user, name=name).exists():
+                continue
+            submit_job(user, JobRequest(
+                name=name, queue=f"{line.name}-{suffix}", gpus=gpus, model_name=model,
+                checkpoint_path=f"nfs://checkpoints/{username}/{name}",
+                sim_duration_minutes=minutes,
+            ))  # fmt: skip
 
     def _seed_nodes(self, opts: dict) -> int:
         layout = build_demo_cluster(

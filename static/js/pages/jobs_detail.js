@@ -101,7 +101,9 @@
   }
 
   function renderPlacement(job) {
-    fillList($("placement"), job.placement, "Not placed on any node.", (slot) =>
+    /* the allocations go when a run ends: where it ran stays in the timeline */
+    const none = job.started_at ? "Holds no GPUs now; where it ran is in the timeline." : "Not placed yet.";
+    fillList($("placement"), job.placement, none, (slot) =>
       el("li", `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
   }
 

@@ -6,7 +6,8 @@ import pytest
 
 from core.models import AuditRecord
 from monitoring.models import Alert
-from scheduling.backends.base import PermanentBackendError
+from scheduling.backends.base import HEALTH_LABELS, PermanentBackendError
+from scheduling.backends.simulator import HEALTH_DETAIL
 from scheduling.cycle import isolation
 from scheduling.models import Node
 from tests.scheduling.cycle.conftest import make_cycle
@@ -48,3 +49,16 @@ def test_a_repeated_residual_process_bumps_one_alert(backend):
         assert node.residual_gpus == 0
     alert = Alert.objects.get(kind="residual_process", subject="n1")
     assert alert.count == 2
+
+
+@pytest.mark.parametrize("health", sorted(HEALTH_DETAIL))
+def test_the_simulator_s_health_words_read_once_in_the_isolation_alert(backend, health):
+    """Page walk: the alert read "RDMA degraded (RDMA link degraded (packet loss on the
+    fabric))": the detail repeated the label and nested its own brackets."""
+    node = Node.objects.get(name="n0")
+    node.health = health
+    isolation.isolate(make_cycle(backend), node, HEALTH_DETAIL[health])
+    message = Alert.objects.get().message
+    label = HEALTH_LABELS[health]
+    assert message.startswith(f"n0: {label} ({HEALTH_DETAIL[health]}); isolated"), message
+    assert message.lower().count(label.lower()) == 1 and message.count("(") == 1, message

@@ -260,6 +260,10 @@ def test_a_cancelled_jobs_live_run_is_killed_then_its_gpus_freed(backend, runnin
     reconcile.release_cancelled(cycle)
     assert not Allocation.objects.filter(job=job).exists()
     assert Job.objects.get(pk=job.pk).finished_at == when(0)
+    # its watchers hear of it (page walk: an open job page kept the GPUs and "Finished —")
+    [line] = cycle.events
+    assert (line.job_id, line.kind, line.message, line.at) == (
+        job.pk, "stopped", "its run has ended; 8 GPUs freed", when(0))
 
 
 def test_reconcile_isolates_a_node_before_it_settles_the_runs(backend, running_job):

@@ -20,7 +20,7 @@ class Alert(models.Model):
         NODE_UNHEALTHY = "node_unhealthy"
         EVICTION_RATIO = "eviction_ratio"
         PENDING_TOO_LONG = "pending_too_long"
-        QUOTA_NEAR_LIMIT = "quota_near_limit"
+        QUOTA_NEAR_LIMIT = "quota_near_limit", "Quota Near or Over Limit"
         BACKEND_ERROR = "backend_error"
         DIRECTORY_SWEEP = "directory_sweep"
         PROVIDER_SWEEP = "provider_sweep"

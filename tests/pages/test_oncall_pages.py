@@ -137,6 +137,9 @@ def test_alerts_are_listed_with_their_guide_and_buttons(client, demo, alert):
     assert "CRITICAL" in body, "severity is written, not only coloured"
     assert "Troubleshooting: Unhealthy node" in body
     assert "Troubleshooting: Frequent quota alerts" in body
+    # raised from 95% of the quota on, over it as well (page walk: "Quota Near Limit" over
+    # a line holding 118% of its quota)
+    assert '<strong class="alert-kind">Quota Near or Over Limit</strong>' in body
     assert f'action="/oncall/alerts/{alert.pk}/ack/"' in body
     assert f'href="/oncall/nodes/{NODE}/"' in body
     critical_first = body.index(f'id="alert-{alert.pk}"') < body.index("holds 14 of its")

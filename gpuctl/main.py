@@ -228,6 +228,13 @@ JOB_WIDE_COLUMNS = [
 ]
 
 
+def nothing(words: str) -> int:
+    """An empty list, said on stderr (as kubectl says "No resources found"): stdout, where
+    the rows go, stays empty for scripts (``gpuctl jobs -o name | xargs ...``)."""
+    print(words, file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     limit = None if args.all else args.limit
     params = {"state": args.state, "queue": args.queue, "owner": args.owner}
@@ -238,8 +245,7 @@ def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     if not rows:
-        print("no jobs match")
-        return EXIT_OK
+        return nothing("no jobs match")
     table(rows, JOB_WIDE_COLUMNS if mode() == "wide" else JOB_COLUMNS)
     if total > len(rows):
         print(f"({len(rows)} of {total} jobs shown, newest first; --limit N or --all for more)",
@@ -433,8 +439,7 @@ def cmd_nodes(portal: Portal, args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     if not rows:
-        print("no nodes match")
-        return EXIT_OK
+        return nothing("no nodes match")
     table(rows, NODE_COLUMNS)
     return EXIT_OK
 
@@ -456,8 +461,7 @@ def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     if not rows:
-        print("no alerts" if args.all else "no open alerts")
-        return EXIT_OK
+        return nothing("no alerts" if args.all else "no open alerts")
     table(rows, columns(
         ("ID", "id"), ("SEVERITY", "severity"), ("STATUS", "status"), ("KIND", "kind"),
         ("SUBJECT", "subject"), ("COUNT", lambda a: a.get("count", 1)),
@@ -486,8 +490,7 @@ def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
             print_json(rows)
             return EXIT_OK
         if not rows:
-            print("no quota requests")
-            return EXIT_OK
+            return nothing("no quota requests")
         table(rows, columns(
             ("ID", "id"), ("LINE", "business_line"), ("QUEUE", "queue"), ("QUOTA", "quota_gpus"),
             ("GUARANTEE", "guarantee_gpus"), ("STATUS", lambda r: r.get("status") or r.get("state")),

@@ -126,7 +126,7 @@ def test_jobs_lists_an_aligned_table_with_filters_and_json(gpuctl, roomy):
     assert [j["name"] for j in json.loads(mine.out)] == ["leads"]
     core = gpuctl("researcher", "--json", "jobs", "--queue", "llm-core")
     assert sorted(j["name"] for j in json.loads(core.out)) == ["b", "leads"]
-    assert gpuctl("researcher", "jobs", "--state", "running").out == "no jobs match\n"
+    assert gpuctl("researcher", "jobs", "--state", "running").err == "no jobs match\n"
     limited = gpuctl("researcher", "jobs", "--limit", "2")
     assert len(limited.out.splitlines()) == 3 and "2 of 4 jobs shown" in limited.err
     assert gpuctl("researcher2", "jobs", "--json").out.strip() == "[]", "other lines see nothing"
@@ -394,4 +394,4 @@ def test_the_config_file_is_used_when_the_environment_is_empty(gpuctl, demo, mon
     monkeypatch.setenv("GPUCTL_CONFIG", str(config))
     capsys.readouterr()
     assert main(["alerts"]) == 0
-    assert capsys.readouterr().out == "no open alerts\n"
+    assert capsys.readouterr().err == "no open alerts\n"

@@ -34,9 +34,11 @@ from gpuctl.client import (
 from gpuctl.output import (
     MODES,
     columns,
+    count,
     fields,
     fmt_cell,
     fmt_detail,
+    fmt_indices,
     fmt_time,
     mode,
     print_json,
@@ -195,8 +197,8 @@ def cmd_submit(portal: Portal, args: argparse.Namespace) -> int:
         print_json(job)
     else:
         print(
-            f"submitted job {job['id']} ({job['name']}) to {job['queue']}: {job['gpus']} "
-            f"GPU{'' if job['gpus'] == 1 else 's'}, "
+            f"submitted job {job['id']} ({job['name']}) to {job['queue']}: "
+            f"{count(job['gpus'], 'GPU')}, "
             f"tier {job['tier']}, {job['state']}. Next: gpuctl explain {job['id']}"
         )
     return EXIT_OK
@@ -291,17 +293,12 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
 
-def _times(n: int) -> str:
-    """``1 time``, ``2 times``: as the job's page says it (not ``time(s)``)."""
-    return f"{n} time" if n == 1 else f"{n} times"
-
-
 def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     job = portal.get(f"jobs/{args.job}/")
     if args.json:
         print_json(job)
         return EXIT_OK
-    shape = f"{job['gpus']} GPUs"
+    shape = count(job["gpus"], "GPU")
     if job.get("gpus_per_node") and job["gpus_per_node"] != job["gpus"]:
         shape += f" ({job['gpus_per_node']} per node)"
     needs = [
@@ -319,9 +316,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     ]
     state = job["state"]
     if job.get("preemption_count"):
-        state += f" (preempted {_times(job['preemption_count'])})"
+        state += f" (preempted {count(job['preemption_count'], 'time')})"
     if job.get("retry_count"):
-        state += f" (retried {_times(job['retry_count'])})"
+        state += f" (retried {count(job['retry_count'], 'time')})"
     rows.append(("state", state))
     if job["state"] == "pending":
         reason = job.get("pending_reason")
@@ -337,7 +334,7 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         rows.append(("estimated start", _estimate_text(job, reason)))
     if job.get("placement"):
         rows.append(("placement", ", ".join(
-            f"{p['node']}[{','.join(map(str, p['gpus']))}]" for p in job["placement"]
+            f"{p['node']}[{fmt_indices(p['gpus'])}]" for p in job["placement"]
         )))  # fmt: skip
     if job.get("started_at"):
         rows.append(("started", fmt_time(job["started_at"]) + " UTC"))

@@ -95,6 +95,22 @@ def columns(*specs: tuple[str, str | Callable[[dict], Any]], lenient: bool = Fal
     return out
 
 
+def count(n: int, word: str) -> str:
+    """``1 GPU``, ``256 GPUs``, ``2 times``: as the portal's pages say it (not ``GPU(s)``)."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def fmt_indices(indices: Sequence[int]) -> str:
+    """GPU indices with runs shortened, as Slurm writes them: ``0-7``, ``0-3,6``."""
+    spans: list[list[int]] = []
+    for i in sorted(indices):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
 def fmt_time(value: str | None) -> str:
     """ISO 8601 from the API -> ``2026-11-29 10:12`` (UTC); ``-`` when absent."""
     if not value:

@@ -216,7 +216,7 @@ def test_explain_a_finished_job_shows_placement_times_and_failure_but_no_verdict
     )  # fmt: skip
     assert lines[3:] == [
         "state      failed",
-        "placement  r000-n00[0,1,2,3], r000-n01[7]",
+        "placement  r000-n00[0-3], r000-n01[7]",
         "started    2026-03-01 10:00 UTC",
         "finished   2026-03-01 11:15 UTC",
         "failure    node r000-n01 lost its GPU 7",
@@ -529,3 +529,10 @@ def test_the_url_flag_wins_over_the_environment_and_the_timeout_is_passed_on(
     assert gpuctl_main.main(["--url", "https://flag.example/", "--timeout", "2.5", "lines"]) == 0
     (config,) = seen
     assert (config.url, config.token, config.timeout) == ("https://flag.example", "tok", 2.5)
+
+
+def test_explain_a_one_gpu_job_asks_1_gpu(cli, portal):
+    """Walk of gpuctl on the demo: ``asks 1 GPUs``."""
+    lines = explained(cli, portal, gpus=1, gpus_per_node=1, preemption_count=1)
+    assert lines[2] == "asks             1 GPU; rdma yes, preemptible no"
+    assert lines[3] == "state            pending (preempted 1 time)"

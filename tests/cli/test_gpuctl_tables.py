@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from gpuctl.output import fmt_indices
+
 JOBS = [
     {
         "id": 7, "name": "llama-ft", "owner": "ann", "queue": "llm-finetune", "tier": "finetune",
@@ -205,9 +209,14 @@ def test_every_list_answers_an_empty_result_in_words_not_a_bare_header(cli, port
         portal.answers[(method, path)] = []
     portal.answers[("list", "alerts/")] = []
     # said on stderr: stdout, the rows, stays empty for scripts (`-o name | xargs`)
-    for args, words in ((("jobs",), "no jobs match"), (("jobs", "-o", "name"), "no jobs match"),
-                        (("nodes",), "no nodes match"), (("quota", "list"), "no quota requests"),
-                        (("alerts",), "no open alerts"), (("alerts", "--all"), "no alerts")):
+    for args, words in (
+        (("jobs",), "no jobs match"),
+        (("jobs", "-o", "name"), "no jobs match"),
+        (("nodes",), "no nodes match"),
+        (("quota", "list"), "no quota requests"),
+        (("alerts",), "no open alerts"),
+        (("alerts", "--all"), "no alerts"),
+    ):
         answer = cli(*args)
         assert (answer.out, answer.err) == ("", words + "\n"), args
 
@@ -235,3 +244,13 @@ def test_json_prints_the_api_rows_unchanged_for_every_list(cli, portal):
         run = cli(*argv)
         assert run.code == 0 and json.loads(run.out) == rows, argv
         assert run.out == json.dumps(rows, indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("indices", "written"),
+    [([0, 1, 2, 3, 4, 5, 6, 7], "0-7"), ([7], "7"), ([6, 0, 1, 2, 3], "0-3,6"), ([1, 3], "1,3"),
+     ([4, 5], "4-5")],
+)  # fmt: skip
+def test_gpu_indices_are_written_in_runs_as_slurm_writes_them(indices, written):
+    """Walk of gpuctl on the demo: a 256-GPU job's placement wrote every index of 32 nodes."""
+    assert fmt_indices(indices) == written

@@ -14,7 +14,10 @@ def role(request: HttpRequest) -> dict:
     """Expose the user's role to templates, as its code (for the menu's choices) and in
     words (for the header). Display only: checks happen on the server."""
     code = role_of(getattr(request, "user", None))
-    return {"portal_role": code, "portal_role_label": Role(code).label if code in Role.values else code}
+    return {
+        "portal_role": code,
+        "portal_role_label": Role(code).label if code in Role.values else code,
+    }
 
 
 def _reading() -> ClockReading | None:

@@ -139,7 +139,8 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     run_cycle()
     expect(state).to_have_text("cancelled")
     expect(page.locator("#placement")).to_have_text(
-        "Holds no GPUs now; where it ran is in the timeline.")
+        "Holds no GPUs now; where it ran is in the timeline."
+    )
     assert page.evaluate("window.__sameDocument === true"), "no reload, no navigation"
 
     # A job that waits shows its verdict in words and numbers.

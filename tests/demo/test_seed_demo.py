@@ -101,12 +101,12 @@ def test_the_busy_demo_s_researchers_own_jobs_once_and_a_quiet_seed_none(monkeyp
     call_command("seed_demo", nodes=16, nodes_per_rack=8, uniform=True, own_jobs=True,
                  stdout=None)  # fmt: skip
     owned = dict(
-        Job.objects.exclude(owner__username="workload")
-        .values_list("name", "owner__username")
+        Job.objects.exclude(owner__username="workload").values_list("name", "owner__username")
     )
     # the line quotas of 128 GPUs (llm 57) leave the 64-GPU pre-training out
     assert owned == {
-        "llama-7b-sft": "researcher", "bert-eval-sweep": "researcher",
+        "llama-7b-sft": "researcher",
+        "bert-eval-sweep": "researcher",
         "two-tower-retrain": "researcher2",
     }
     assert set(Job.objects.filter(name__in=owned).values_list("state", flat=True)) == {"pending"}

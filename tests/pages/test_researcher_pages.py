@@ -901,21 +901,31 @@ def test_a_running_job_s_progress_counts_to_now_on_its_page_and_in_the_api(demo,
 
 @pytest.mark.parametrize(
     "username, words",
-    [("researcher", "Researcher"), ("lead", "Team lead"), ("oncall", "On-call engineer"),
-     ("admin", "Cluster admin")],
+    [
+        ("researcher", "Researcher"),
+        ("lead", "Team lead"),
+        ("oncall", "On-call engineer"),
+        ("admin", "Cluster admin"),
+    ],
 )
 def test_the_header_names_the_role_in_words(as_user, username, words):
     page = as_user(username).get("/jobs/").content.decode()
-    who = re.search(r'<span><a href="/account/" id="menu-account"[^>]*>([^<]+)</a> · ([^<]+)</span>', page)
+    who = re.search(
+        r'<span><a href="/account/" id="menu-account"[^>]*>([^<]+)</a> · ([^<]+)</span>', page
+    )
     assert who and who.groups() == (username, words), who
 
 
 def test_the_queues_page_s_two_tables_put_their_shared_columns_in_one_order(as_user):
     page = as_user("researcher").get("/queues/").content.decode()
-    heads = [re.findall(r'<th scope="col"[^>]*>([^<]+)</th>', t)
-             for t in re.findall(r"<thead>(.*?)</thead>", page)]
+    heads = [
+        re.findall(r'<th scope="col"[^>]*>([^<]+)</th>', t)
+        for t in re.findall(r"<thead>(.*?)</thead>", page)
+    ]
     assert len(heads) >= 2
     for line_head, queue_head in zip(heads[::2], heads[1::2], strict=True):
         shared = [h for h in queue_head if h in line_head]
         assert len(shared) >= 6 and shared == [h for h in line_head if h in queue_head], (
-            line_head, queue_head)
+            line_head,
+            queue_head,
+        )

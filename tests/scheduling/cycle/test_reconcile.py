@@ -263,7 +263,11 @@ def test_a_cancelled_jobs_live_run_is_killed_then_its_gpus_freed(backend, runnin
     # its watchers hear of it (page walk: an open job page kept the GPUs and "Finished —")
     [line] = cycle.events
     assert (line.job_id, line.kind, line.message, line.at) == (
-        job.pk, "stopped", "its run has ended; 8 GPUs freed", when(0))
+        job.pk,
+        "stopped",
+        "its run has ended; 8 GPUs freed",
+        when(0),
+    )
 
 
 def test_reconcile_isolates_a_node_before_it_settles_the_runs(backend, running_job):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
@@ -212,3 +213,17 @@ def build_cluster_summary() -> ClusterSummary:
         gpus_allocated_healthy=allocated["healthy"],
         gpus_inference_healthy=totals["inference"] or 0,
     )
+
+
+def count_own_active_jobs(user: Any) -> dict[str, int]:
+    """How many of ``user``'s jobs are pending, running and preempting (every state, 0 for
+    none): the home page's "Your jobs"."""
+    counts = dict.fromkeys((Job.State.PENDING, Job.State.RUNNING, Job.State.PREEMPTING), 0)
+    rows = (
+        Job.objects.filter(owner=user, state__in=list(counts))
+        .order_by()
+        .values_list("state")
+        .annotate(n=Count("id"))
+    )
+    counts.update(dict(rows))
+    return counts

@@ -1,7 +1,10 @@
 """Login and the home page: signed-in users of every role see the cluster at a glance."""
 
+import re
+
 import pytest
 
+from scheduling.models import Job
 from tests.conftest import DEMO_PASSWORD
 
 pytestmark = pytest.mark.django_db
@@ -69,3 +72,30 @@ def test_issue_token_for_an_unknown_user_fails_clearly(demo):
 
     with pytest.raises(CommandError, match="no user named"):
         call_command("issue_token", "ghost")
+
+
+def test_the_home_page_opens_with_the_person_s_own_active_jobs(client, demo):
+    """Page walk: a researcher landing on the home page read only the cluster's totals."""
+    from scheduling.cycle import run_cycle
+    from scheduling.services import JobRequest, cancel_job, submit_job
+
+    client.force_login(demo["researcher"])
+
+    def own() -> str:
+        return re.search(r'<p id="own-jobs">(.*?)</p>', client.get("/").content.decode())[1]
+
+    assert own() == ('<strong>Your jobs:</strong> none waiting or running · '
+                     '<a href="/jobs/new/">Submit a job</a>')  # fmt: skip
+    for name, gpus in (("runs", 8), ("waits", 32), ("also-waits", 32), ("gone", 1)):
+        submit_job(demo["researcher"], JobRequest(name=name, queue="llm-core", gpus=gpus))
+    submit_job(demo["lead"], JobRequest(name="not-mine", queue="llm-core", gpus=1))
+    cancel_job(demo["researcher"], Job.objects.get(name="gone").pk)
+    run_cycle()
+    assert own() == (
+        '<strong>Your jobs:</strong> <a href="/jobs/?state=pending&amp;mine=1">2 jobs pending</a>'
+        ' · <a href="/jobs/?state=running&amp;mine=1">1 job running</a> · '
+        '<a href="/jobs/new/">Submit a job</a>'
+    )
+    # each link lists exactly the jobs it counts
+    listed = client.get("/jobs/?state=pending&mine=1").content.decode()
+    assert "2 jobs." in listed and "waits" in listed and "not-mine" not in listed

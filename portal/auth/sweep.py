@@ -45,14 +45,12 @@ from django.contrib.auth import get_user_model
 from django_auth_ldap.config import LDAPSearch
 
 from core.identity import grant_for
-from core.models import LineMembership, Role
 from core.people import offboard
-from core.roles import role_of
 from monitoring.models import Alert
 from monitoring.services import raise_alert, resolve_cleared
 from portal.auth.ldap_backend import SOURCE, PortalLDAPBackend
 from portal.auth.models import DirectoryAccount
-from portal.auth.sync import managed_lines, sync_groups
+from portal.auth.sync import managed_lines, managed_memberships, sync_groups, takes_away
 
 logger = logging.getLogger("portal.auth.sweep")
 
@@ -139,7 +137,7 @@ def _candidates() -> list[tuple[Any, bool]]:
     """Active accounts with no usable password, each with whether it is marked as the
     directory's; local accounts (a usable password) are never among them."""
     linked = set(DirectoryAccount.objects.values_list("user_id", flat=True))
-    # the profile with each account: the bound reads every person's role (``_takes_away``)
+    # the profile with each account: the bound reads every person's role (``takes_away``)
     users = get_user_model().objects.filter(is_active=True).select_related("profile")
     users = users.order_by("pk")
     return [(user, user.pk in linked) for user in users if not user.has_usable_password()]
@@ -173,7 +171,7 @@ def plan() -> Plan:
         raise DirectoryUnavailable("AUTH_LDAP_USER_SEARCH must be one LDAPSearch to sweep")
     mapping = settings.LDAP_IDENTITY_MAPPING
     result = Plan()
-    held = _managed_memberships(mapping)
+    held = managed_memberships(mapping)
     try:
         connection = _connect(config)
     except ldap.LDAPError as exc:
@@ -198,7 +196,7 @@ def plan() -> Plan:
                 result.to_deactivate.append((found, NOT_LET_IN))
             else:
                 result.to_sync.append(found)
-                if _takes_away(user, grant_for(mapping, found.groups), held.get(user.pk, {})):
+                if takes_away(user, grant_for(mapping, found.groups), held.get(user.pk, {})):
                     result.to_demote.append(user.get_username())
     finally:
         with contextlib.suppress(ldap.LDAPError):
@@ -206,26 +204,6 @@ def plan() -> Plan:
     share = float(getattr(settings, "LDAP_SWEEP_MAX_SHARE", 0.1))
     result.allowed = max(1, math.floor(share * result.population))
     return result
-
-
-def _managed_memberships(mapping: Any) -> dict[Any, dict[str, bool]]:
-    """Each person's memberships of the lines ``mapping`` manages: user id -> {line: lead}."""
-    held: dict[Any, dict[str, bool]] = {}
-    rows = LineMembership.objects.filter(business_line__name__in=mapping.managed_lines)
-    for user_id, line, lead in rows.values_list("user_id", "business_line__name", "is_lead"):
-        held.setdefault(user_id, {})[line] = lead
-    return held
-
-
-def _takes_away(user: Any, grant: Any, lines: dict[str, bool]) -> bool:
-    """Whether giving ``user`` what ``grant`` gives takes a role or a line from them (a
-    role other than researcher changed, a managed line or its lead left): what a group
-    search that finds no groups does to everyone at once, so the bound counts it."""
-    role = role_of(user)
-    if role != Role.RESEARCHER and grant.role != role:
-        return True
-    return any(name not in grant.lines or (lead and not grant.lines[name])
-               for name, lead in lines.items())  # fmt: skip
 
 
 def _still_swept(user: Any) -> bool:

@@ -16,7 +16,9 @@ from django.http import HttpRequest
 
 from core.api import client_ip
 from core.identity import RESEARCHER, Grant, IdentityMapping, grant_for
+from core.models import LineMembership, Role
 from core.people import sync_identity
+from core.roles import role_of
 from quotas.models import BusinessLine
 
 logger = logging.getLogger("portal.auth")
@@ -48,8 +50,8 @@ def sync_groups(
     groups keep them out: then they keep nothing the groups gave (researcher, no managed
     line, not a superuser; audited), or one taken out of every group, refused, stayed an
     admin for their open sessions and API tokens. ``event`` is what read the groups: a
-    ``sign-in``, or the directory ``sweep`` (``portal.auth.sweep``). Returns (let in,
-    whether the role or lines changed)."""
+    ``sign-in``, or a ``sweep`` (the directory's, ``portal.auth.sweep``, or the provider's,
+    ``portal.auth.provider_sweep``). Returns (let in, whether the role or lines changed)."""
     given = grant_for(mapping, groups)
     let_in = given is not None
     if given is None:
@@ -77,3 +79,24 @@ def sync_groups(
 def managed_lines(mapping: IdentityMapping) -> list[BusinessLine]:
     """The business lines ``mapping`` names that exist (what a person's groups can give)."""
     return list(BusinessLine.objects.filter(name__in=mapping.managed_lines))
+
+
+def managed_memberships(mapping: IdentityMapping) -> dict[Any, dict[str, bool]]:
+    """Each person's memberships of the lines ``mapping`` manages: user id -> {line: lead}."""
+    held: dict[Any, dict[str, bool]] = {}
+    rows = LineMembership.objects.filter(business_line__name__in=mapping.managed_lines)
+    for user_id, line, lead in rows.values_list("user_id", "business_line__name", "is_lead"):
+        held.setdefault(user_id, {})[line] = lead
+    return held
+
+
+def takes_away(user: Any, grant: Grant, lines: dict[str, bool]) -> bool:
+    """Whether giving ``user`` what ``grant`` gives takes a role or a line from them (a
+    role other than researcher changed, a managed line or its lead left; ``lines``: their
+    ``managed_memberships``): what a group search that finds no groups, or a provider
+    that sends no groups, does to everyone at once, so the sweeps' bounds count it."""
+    role = role_of(user)
+    if role != Role.RESEARCHER and grant.role != role:
+        return True
+    return any(name not in grant.lines or (lead and not grant.lines[name])
+               for name, lead in lines.items())  # fmt: skip

@@ -281,25 +281,29 @@ GUIDES: tuple[Guide, ...] = (
         symptom=(
             "Alert “provider sweep”: the portal stopped asking the OpenID Connect provider "
             "about the people who sign in through it. People deleted or disabled there keep "
-            "their account and API tokens until a sweep runs through (or until they open a "
-            "page: the session check still signs them out)."
+            "their account and API tokens, and people taken out of groups there the role and "
+            "lines those gave, until a sweep runs through (or until they open a page: the "
+            "session check still signs them out, or applies their groups)."
         ),
         causes=(
             "“provider unavailable”: the provider's discovery document or token endpoint "
             "did not answer the portal, or refused its client (a rotated client secret: "
-            "OIDC_CLIENT_SECRET). Sign-in fails too.",
-            "“sweep bound”: the provider refused more than OIDC_SWEEP_MAX_SHARE of the "
-            "refresh tokens at once, so nobody was deactivated: a provider that lost its "
-            "token store or revoked every grant, an offline-session limit that expired "
-            "them, or a real mass departure.",
+            "OIDC_CLIENT_SECRET). Sign-in fails too. Or its user-info endpoint gave no "
+            "claims: those people's groups were not applied.",
+            "“sweep bound”: the sweep would have deactivated more than OIDC_SWEEP_MAX_SHARE "
+            "of the accounts (refused refresh tokens, people in none of the required "
+            "groups), or taken a role or a line from more than that share, so it changed "
+            "nobody: a provider that lost its token store or revoked every grant, an "
+            "offline-session limit that expired them, a provider that stopped sending the "
+            "groups claim, or a real mass departure or reorganisation.",
         ),
         first_actions=(
             "Run `manage.py sweep_provider --dry-run`: it lists whom the sweep would "
-            "deactivate and deactivates nobody.",
+            "deactivate or take a role or a line from, and changes nobody.",
             "For an outage or a refused client, check the provider and the portal's client "
             "settings with its owners; the next sweep (every OIDC_SWEEP_SECONDS) resolves "
             "the alert.",
-            "If the listed people really left, raise OIDC_SWEEP_MAX_SHARE for one run of "
+            "If the listed changes are real, raise OIDC_SWEEP_MAX_SHARE for one run of "
             "`manage.py sweep_provider`, then set it back. If the provider lost its tokens, "
             "the people signing in again store new ones; the ones refused are dropped.",
         ),

@@ -71,8 +71,9 @@ def beat_schedule(
         # Provider sweep (when OIDC_ISSUER is set and OIDC_SWEEP on; a no-op otherwise):
         # people deleted or disabled at the OpenID Connect provider lose their account,
         # sessions and tokens without opening a page: each one's refresh token is used, and
-        # the provider refuses it (portal/auth/provider_sweep.py). 15 minutes by default:
-        # offboarding within the quarter hour, one token request per account per run.
+        # the provider refuses it; the others' groups are read from the user info and
+        # applied (portal/auth/provider_sweep.py). 15 minutes by default: offboarding and
+        # group changes within the quarter hour, two requests per account per run.
         "provider-sweep": _every(
             "portal.auth.tasks.provider_sweep",
             provider_sweep_seconds,

@@ -9,7 +9,8 @@
   same mapping from the groups claim;
 - ``notices``: what the login page tells the person when a sign-in method is unavailable;
 - ``sweep`` and ``provider_sweep``: people the directory, or the provider, no longer has
-  lose the account without signing in (``refresh_tokens`` keeps the provider's tokens).
+  lose the account, and the others get what their groups give now, without signing in
+  (``refresh_tokens`` keeps the provider's tokens).
 
 Local accounts (Django's ``ModelBackend``, first in ``AUTHENTICATION_BACKENDS``) keep working
 whatever the directory or the provider do: the break-glass admins.

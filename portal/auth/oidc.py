@@ -20,7 +20,8 @@ signature checked against the provider's keys), ``PortalOIDCBackend``:
 - keeps no session of an inactive account (an admin's deactivation signs the person out);
 - marks the account as the provider's and keeps the provider's refresh token, encrypted
   (``portal.auth.refresh_tokens``), for the provider sweep (``portal.auth.provider_sweep``),
-  which deactivates a person the provider no longer has without their opening a page.
+  which deactivates a person the provider no longer has, and applies the groups of the
+  others, without their opening a page.
 
 The provider is asked again while a person stays signed in (``SessionCheck``,
 mozilla-django-oidc's ``SessionRefresh``): at their first page load once

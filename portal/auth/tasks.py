@@ -22,7 +22,8 @@ def directory_sweep() -> dict[str, Any]:
 @shared_task(name="portal.auth.tasks.provider_sweep", ignore_result=True)
 def provider_sweep() -> dict[str, Any]:
     """Ask the OpenID Connect provider about each account whose refresh token the portal
-    holds (``portal.auth.provider_sweep``): a no-op unless OpenID Connect and ``OIDC_SWEEP``
-    are on. A provider that does not answer changes nothing; the next run asks again. Two
-    runs at once ask about each person once (each account is asked under its row lock)."""
+    holds (``portal.auth.provider_sweep``), applying their groups: a no-op unless OpenID
+    Connect and ``OIDC_SWEEP`` are on. A provider that does not answer changes nothing; the
+    next run asks again. Two runs at once ask about each person once (each account is asked
+    under its row lock)."""
     return asdict(sweep_provider())

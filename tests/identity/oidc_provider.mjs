@@ -6,7 +6,8 @@
 // CONFIG: {"port": N, "issuer": "http://127.0.0.1:N", "accounts": "ACCOUNTS.json",
 //          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
 // ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
-//            "preferred_username", "groups": [...], "userinfo_sub"?, "disabled"?}}, read again at
+//            "preferred_username", "groups": [...], "userinfo_sub"?, "userinfo_fails"?,
+//            "disabled"?}}, read again at
 // every sign-in, every authorization request and every user-info call, so a test changes
 // someone's groups, deletes or disables them by rewriting the file. As a real provider, a
 // person deleted or disabled here has no session any more: an authorization request with
@@ -83,6 +84,9 @@ const provider = new Provider(config.issuer, {
       accountId: sub,
       async claims(use) {
         const now = usable(sub) || {};
+        // `userinfo_fails`: the user info endpoint answers a 500 (server_error) for this
+        // person, as a provider whose user store is down does (a test).
+        if (use === 'userinfo' && now.userinfo_fails) throw new Error('user store unavailable');
         // `userinfo_sub`: a user info naming another subject than the ID token (a test).
         const out = { sub: use === 'userinfo' && now.userinfo_sub ? now.userinfo_sub : sub };
         for (const claim of CLAIMS) if (claim in now) out[claim] = now[claim];

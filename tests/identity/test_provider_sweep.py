@@ -194,7 +194,7 @@ def test_a_provider_that_does_not_answer_changes_nothing(demo, provider, configu
         code, out = run_command()
     finally:
         os.kill(provider.proc.pid, signal.SIGCONT)
-    assert code == 1 and "nobody deactivated: provider unavailable" in out, out
+    assert code == 1 and "nobody deactivated, no groups applied: provider unavailable" in out, out
     assert user("dora").is_active and stored_token("dora") == before
     assert not AuditRecord.objects.filter(action="identity.offboard").exists()
     held = Alert.objects.get(kind="provider_sweep")  # on-call hears of it
@@ -317,8 +317,9 @@ def test_the_sign_in_asks_for_offline_access_only_with_the_sweep(demo, provider,
 def test_nothing_is_swept_without_openid_connect(demo):
     assert provider_sweep_task() == {
         "enabled": False, "held": "", "checked": 0, "still_there": 0, "rotated": 0,
-        "not_answered": 0, "deactivated": [], "would_deactivate": [], "without_token": [],
-        "unreadable": [], "uncertain": [],
+        "not_answered": 0, "changed": [], "deactivated": [], "would_deactivate": [],
+        "would_demote": [], "without_token": [], "unreadable": [], "uncertain": [],
+        "no_user_info": [], "other_account": [],
     }  # fmt: skip
 
 
@@ -366,3 +367,205 @@ def test_a_session_check_keeps_the_token_it_brings(demo, provider, configure):
         assert dora.load("/jobs/").status_code == 200 and dora.asked_provider
     assert stored_token("dora") not in (None, first)
     assert provider_sweep_task()["still_there"] == 1
+
+
+# --- groups: the provider sweep re-applies each person's groups from the user info ---------
+
+QUOTA_ASK = {"business_line": "llm", "quota_gpus": 20, "guarantee_gpus": 6, "reason": "Q3 runs"}
+
+
+def asks_for_quota(secret: str) -> int:
+    """The status of a quota request for the llm line with API token ``secret`` (a lead's
+    action: a researcher is refused, 403)."""
+    return Client().post(
+        "/api/v1/quota-requests/", QUOTA_ASK, content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {secret}",
+    ).status_code  # fmt: skip
+
+
+def state(name: str) -> tuple:
+    account = user(name)
+    return account.is_active, role_of(account), account.is_superuser, lines_of(name)
+
+
+def test_a_lead_taken_out_of_the_lead_group_at_the_provider_is_a_researcher_after_a_sweep(
+    demo, provider, configure
+):
+    configure(sweep_env(provider))
+    dora = signed_in("dora")
+    secret = tokens.create_token(user("dora"), "laptop")[1]
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert asks_for_quota(secret) == 201
+    first = stored_token("dora")
+    provider.set_groups("dora", ["llm-team", "gpu-users"])
+    # before the sweep her API token still acts as the lead: she opens no page
+    assert role_of(user("dora")) == "team_lead"
+
+    report = provider_sweep_task()
+    assert report["changed"] == ["dora"] and report["deactivated"] == [], report
+    assert (report["still_there"], report["rotated"], report["held"]) == (1, 1, "")
+    assert state("dora") == (True, "researcher", False, {"llm": "member"})
+    assert asks_for_quota(secret) == 403  # the token keeps working, without the lead's rights
+    assert can_use_token(secret) and can_use_session(dora)
+    assert stored_token("dora") not in (None, first)  # the rotated token is kept as before
+    record = AuditRecord.objects.get(action="identity.sync", target_id=str(user("dora").pk),
+                                     reason__startswith="single sign-on sweep")  # fmt: skip
+    assert record.actor is None and record.actor_name == "system"
+    assert record.reason == "single sign-on sweep: groups llm-team"
+    assert (record.before["role"], record.after["role"]) == ("team_lead", "researcher")
+    assert (record.before["lines"], record.after["lines"]) == ({"llm": "lead"}, {"llm": "member"})
+    # nothing changed at the provider since: nothing written
+    count = AuditRecord.objects.count()
+    again = provider_sweep_task()
+    assert (again["changed"], again["still_there"]) == ([], 1)
+    assert AuditRecord.objects.count() == count
+    # given back at the provider: given back by the next sweep
+    provider.set_groups("dora", ["llm-leads", "gpu-users"])
+    assert provider_sweep_task()["changed"] == ["dora"] and asks_for_quota(secret) == 201
+
+
+def test_someone_taken_out_of_every_required_group_at_the_provider_is_offboarded(
+    demo, provider, configure
+):
+    configure(sweep_env(provider, REQUIRED_GROUPS="gpu-users"))
+    boss = signed_in("boss")
+    for name in ("dora", "rick"):
+        signed_in(name)
+    secret = tokens.create_token(user("boss"), "laptop")[1]
+    provider.set_groups("boss", ["portal-admins"])  # still an admin group, no longer let in
+    report = provider_sweep_task()
+    assert report["deactivated"] == ["boss"] and report["changed"] == [], report
+    assert state("boss") == (False, "researcher", False, {})
+    assert not can_use_token(secret) and not can_use_session(boss)
+    record = AuditRecord.objects.get(action="identity.offboard")
+    assert record.actor is None and record.target_id == str(user("boss").pk)
+    assert record.reason.startswith("single sign-on sweep: in none of the required groups")
+    assert stored_token("boss") is None
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert state("rick") == (True, "researcher", False, {"search-rec": "member"})
+
+
+def test_a_sweep_that_would_demote_too_many_changes_nobody(demo, provider, configure):
+    """A provider that stops sending the groups claim (a mapper removed) would take every
+    admin's role and every lead's line at once: past ``OIDC_SWEEP_MAX_SHARE`` nobody's
+    groups change and nobody is deactivated, and on-call is told."""
+    configure(sweep_env(provider, SWEEP_MAX_SHARE="0.1"))
+    for name in ("boss", "dora", "olga", "rick"):
+        signed_in(name)
+    for name in ("boss", "dora", "olga"):
+        provider.set_groups(name, [])
+    del provider.accounts["rick"]  # refused as well: not deactivated either
+    provider.write_accounts()
+    records = AuditRecord.objects.count()
+    report = provider_sweep_task()
+    assert report["held"] == (
+        "the provider refused 1 of 4 refresh tokens and 3 would lose a role or a line, more "
+        "than OIDC_SWEEP_MAX_SHARE allows (1 of each)"
+    ), report
+    assert sorted(report["would_demote"]) == ["boss", "dora", "olga"]
+    assert report["changed"] == [] and report["deactivated"] == []
+    assert state("boss") == (True, "admin", True, {})
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert role_of(user("olga")) == "oncall" and user("rick").is_active
+    assert AuditRecord.objects.count() == records
+    held = Alert.objects.get(kind="provider_sweep", status="open")
+    assert held.subject == "sweep bound" and "3 would lose a role or a line" in held.message
+    code, out = run_command("--dry-run")
+    assert code == 1 and "would take a role or a line from: boss" in out, out
+    assert "nobody deactivated, no groups applied: the provider refused" in out
+    held.refresh_from_db()
+    assert held.count == 1, "a dry run tells nobody"
+    # one of each is always allowed (counted apart): the provider sends the groups again,
+    # one lead really moved, and rick really left
+    for name in ("boss", "olga"):
+        provider.set_groups(name, sorted(PEOPLE[name][1]))
+    provider.set_groups("dora", ["llm-team", "gpu-users"])
+    report = provider_sweep_task()
+    assert (report["changed"], report["deactivated"], report["held"]) == (["dora"], ["rick"], "")
+    assert state("boss") == (True, "admin", True, {})
+    held.refresh_from_db()
+    assert held.status == "resolved"
+
+
+def test_a_dry_run_says_whom_it_would_change_and_changes_nobody(demo, provider, configure):
+    configure(sweep_env(provider, REQUIRED_GROUPS="gpu-users"))
+    for name in ("boss", "dora", "rick"):
+        signed_in(name)
+    provider.set_groups("dora", ["llm-team", "gpu-users"])
+    provider.set_groups("rick", ["search-rec-team"])
+    records = AuditRecord.objects.count()
+    code, out = run_command("--dry-run")
+    assert code == 0, out
+    assert "would take a role or a line from: dora" in out
+    assert "would deactivate: rick (in none of the required groups)" in out
+    assert "dry run: nobody was deactivated and no groups were applied" in out
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert user("rick").is_active and AuditRecord.objects.count() == records
+    code, out = run_command()
+    assert code == 0, out
+    assert "role or lines changed: dora" in out and "deactivated: rick" in out
+    assert state("dora") == (True, "researcher", False, {"llm": "member"})
+    assert not user("rick").is_active
+
+
+@pytest.mark.parametrize("claims", ["another user name", "another subject"])
+def test_a_user_info_about_another_account_leaves_the_person_as_is(
+    demo, provider, configure, claims
+):
+    configure(sweep_env(provider))
+    signed_in("dora")
+    first = stored_token("dora")
+    provider.accounts["dora"]["groups"] = ["gpu-users"]
+    if claims == "another user name":
+        provider.accounts["dora"]["preferred_username"] = "rick"
+    else:
+        provider.accounts["dora"]["userinfo_sub"] = "rick"
+    provider.write_accounts()
+    records = AuditRecord.objects.count()
+    report = provider_sweep_task()
+    assert report["other_account"] == ["dora"] and report["changed"] == [], report
+    assert (report["still_there"], report["rotated"], report["deactivated"]) == (1, 1, [])
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert stored_token("dora") not in (None, first)
+    assert AuditRecord.objects.count() == records
+    code, out = run_command()
+    assert "left as is, the user info names another account: dora" in out, out
+    # the provider tells about her again: her groups are applied
+    provider.accounts["dora"]["preferred_username"] = "dora"
+    provider.accounts["dora"].pop("userinfo_sub", None)
+    provider.write_accounts()
+    assert provider_sweep_task()["changed"] == ["dora"]
+    assert state("dora") == (True, "researcher", False, {})
+
+
+def test_a_user_info_that_fails_leaves_the_groups_as_they_are(demo, provider, configure):
+    """The provider accepts the refresh token but its user info endpoint fails (a 500): the
+    rotated token is stored, nobody's groups change, and it is asked about nobody else this
+    run (a provider whose user info is down would make every person wait for it); on-call
+    is told, and the next sweep that reads the groups applies them."""
+    configure(sweep_env(provider, SWEEP_MAX_SHARE="1"))  # both lose something: the bound
+    signed_in("dora")
+    signed_in("boss")
+    first = stored_token("dora")
+    provider.accounts["dora"]["userinfo_fails"] = True
+    for name in ("dora", "boss"):
+        provider.accounts[name]["groups"] = ["gpu-users"]
+    provider.write_accounts()
+    records = AuditRecord.objects.count()
+    report = provider_sweep_task()
+    assert report["no_user_info"] == ["dora", "boss"] and report["changed"] == [], report
+    assert (report["still_there"], report["rotated"], report["deactivated"]) == (2, 2, [])
+    assert stored_token("dora") not in (None, first)
+    assert state("dora") == (True, "team_lead", False, {"llm": "lead"})
+    assert role_of(user("boss")) == "admin" and AuditRecord.objects.count() == records
+    held = Alert.objects.get(kind="provider_sweep", status="open")
+    assert held.subject == "provider unavailable"
+    assert "user info endpoint gave no claims for 2 of 2 accounts" in held.message
+    code, out = run_command()
+    assert "groups not applied, the user info gave no claims: dora" in out, out
+    del provider.accounts["dora"]["userinfo_fails"]
+    provider.write_accounts()
+    report = provider_sweep_task()
+    assert sorted(report["changed"]) == ["boss", "dora"] and report["no_user_info"] == []
+    held.refresh_from_db()
+    assert held.status == "resolved"

@@ -2,11 +2,14 @@
 
 The beat entry ``provider-sweep`` runs the same sweep every ``OIDC_SWEEP_SECONDS``
 (portal/auth/provider_sweep.py says what it does): each active OpenID Connect account's
-refresh token is used at the provider, and a person it refuses is deactivated. This prints
-the counts, whom it deactivated, and the accounts it cannot check (no stored refresh token:
-signed in before the sweep, or at a provider that gives none). With ``--dry-run``, whom the
-provider refuses, deactivating nobody (the tokens are used all the same). Exit status 1
-when the provider could not be asked or the bound (``OIDC_SWEEP_MAX_SHARE``) held.
+refresh token is used at the provider: a person it refuses, or whose groups (its user info)
+no longer let them in, is deactivated; the others get the role and lines their groups give
+now. This prints the counts, whose role or lines it changed, whom it deactivated, whose
+groups it could not read, and the accounts it cannot check (no stored refresh token: signed
+in before the sweep, or at a provider that gives none). With ``--dry-run``, whom it would
+deactivate or take a role or a line from, changing nobody (the tokens are used all the
+same). Exit status 1 when the provider could not be asked or the bound
+(``OIDC_SWEEP_MAX_SHARE``) held.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from portal.auth import provider_sweep
 
 
 class Command(BaseCommand):
-    help = "Ask the OpenID Connect provider about its accounts now: deactivate whom it refuses."
+    help = (
+        "Ask the OpenID Connect provider about its accounts now: deactivate whom it refuses, "
+        "apply the groups of the others."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--dry-run", action="store_true", help="say whom it would deactivate; deactivate nobody"
+            "--dry-run",
+            action="store_true",
+            help="say whom it would deactivate or demote; change nobody",
         )
 
     def handle(self, *args: Any, dry_run: bool, **options: Any) -> None:
@@ -49,14 +57,26 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"left as is, token refused after a request that went unanswered: {name}"
             )
+        for name in report.no_user_info:
+            self.stdout.write(f"groups not applied, the user info gave no claims: {name}")
+        for name in report.other_account:
+            self.stdout.write(f"left as is, the user info names another account: {name}")
         if report.held or dry_run:
             for name in report.would_deactivate:
                 self.stdout.write(f"would deactivate: {name}")
+            for name in report.would_demote:
+                self.stdout.write(f"would take a role or a line from: {name}")
         if report.held:
-            self.stderr.write(f"nobody deactivated: {report.held}")
+            self.stderr.write(f"nobody deactivated, no groups applied: {report.held}")
             raise SystemExit(1)
         if dry_run:
-            self.stdout.write("dry run: nobody was deactivated")
+            self.stdout.write(
+                "dry run: nobody was deactivated and no groups were applied (other group "
+                "changes are not listed)"
+            )
             return
-        names = report.deactivated
-        self.stdout.write(f"deactivated: {', '.join(names) if names else 'none'}")
+        for label, names in (
+            ("role or lines changed", report.changed),
+            ("deactivated", report.deactivated),
+        ):
+            self.stdout.write(f"{label}: {', '.join(names) if names else 'none'}")

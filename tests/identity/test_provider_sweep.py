@@ -31,7 +31,7 @@ from scheduling.models import Job
 from tests.conftest import DEMO_PASSWORD
 from tests.identity.conftest import PEOPLE, prefixed
 from tests.identity.test_oidc import lines_of, sign_in
-from tests.identity.test_sweep import can_use_session, can_use_token, command_output
+from tests.identity.test_sweep import can_use_session, can_use_token, command_output, state
 
 pytestmark = pytest.mark.django_db
 
@@ -381,11 +381,6 @@ def asks_for_quota(secret: str) -> int:
         "/api/v1/quota-requests/", QUOTA_ASK, content_type="application/json",
         HTTP_AUTHORIZATION=f"Token {secret}",
     ).status_code  # fmt: skip
-
-
-def state(name: str) -> tuple:
-    account = user(name)
-    return account.is_active, role_of(account), account.is_superuser, lines_of(name)
 
 
 def test_a_lead_taken_out_of_the_lead_group_at_the_provider_is_a_researcher_after_a_sweep(

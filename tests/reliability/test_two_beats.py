@@ -32,32 +32,32 @@ RACE_S = 10
 # Each iteration is made 0.6 s longer (tests/reliability/slow_cycles.py), more than half
 # the 1 s period, so the two beats' iterations meet whatever the phase between them.
 SLOW_CYCLE_S = 0.6
-# A later cycle's start is measured just before it takes the lock, a little before the
-# earlier one's commit could be seen; two cycles really side by side overlap by far more.
-CLOCK_SLACK_MS = 5.0
 
 
-def overlaps(rows: list[SchedulingCycle]) -> list[str]:
-    """Pairs of consecutive iterations whose [start, end] intervals intersect."""
-    spans = sorted(
-        (r.started_at.timestamp() * 1000 - r.duration_ms, r.started_at.timestamp() * 1000, r.pk)
-        for r in rows
-    )
+def overlaps(held: list[tuple[float, float, str]]) -> list[str]:
+    """Pairs of iterations whose lock-held intervals ``(from, to, name)`` intersect (no
+    slack: each interval lies inside the time its iteration held the lock)."""
+    spans = sorted(held)
     return [
-        f"cycle {b_id} started {a_end - b_start:.0f} ms before cycle {a_id} ended"
-        for (_, a_end, a_id), (b_start, _, b_id) in zip(spans, spans[1:], strict=False)
-        if b_start < a_end - CLOCK_SLACK_MS
+        f"{b_name} took the lock {1000 * (a_end - b_start):.0f} ms before {a_name} let it go"
+        for (_, a_end, a_name), (b_start, _, b_name) in zip(spans, spans[1:], strict=False)
+        if b_start < a_end
     ]
 
 
-def test_the_overlap_check_sees_two_cycles_side_by_side():
-    from datetime import UTC, datetime
+def read_held(path) -> list[tuple[float, float, str]]:
+    """The intervals ``slow_cycles`` wrote to ``HELD_LOG``."""
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(float(start), float(end), f"iteration {i} (pid {pid})")
+            for i, (pid, start, end) in enumerate(rows)]  # fmt: skip
 
-    at = datetime(2026, 1, 1, tzinfo=UTC)
-    one = SchedulingCycle(pk=1, started_at=at, duration_ms=100, cluster_time=at)
-    two = SchedulingCycle(pk=2, started_at=at.replace(microsecond=50_000), duration_ms=100,
-                          cluster_time=at)  # fmt: skip
-    assert overlaps([one, two]) == ["cycle 2 started 50 ms before cycle 1 ended"]
+
+def test_the_overlap_check_sees_two_iterations_side_by_side(tmp_path):
+    log = tmp_path / "held.log"
+    log.write_text("11 100.000 100.700\n12 100.650 101.300\n11 101.300 102.000\n")
+    assert overlaps(read_held(log)) == [
+        "iteration 1 (pid 12) took the lock 50 ms before iteration 0 (pid 11) let it go"
+    ]
 
 
 def test_two_beats_and_one_worker_run_one_cycle_at_a_time(roomy, own_redis, scratch):
@@ -68,7 +68,8 @@ def test_two_beats_and_one_worker_run_one_cycle_at_a_time(roomy, own_redis, scra
                               max_minutes=120, speed=600.0)  # fmt: skip
     first_id = SchedulingCycle.objects.order_by("-id").values_list("id", flat=True).first()
 
-    env = loop_env(own_redis.url, SLOW_CYCLE_S=str(SLOW_CYCLE_S))
+    held_log = scratch / "held.log"
+    env = loop_env(own_redis.url, SLOW_CYCLE_S=str(SLOW_CYCLE_S), HELD_LOG=str(held_log))
     worker = celery_worker(env, scratch / "worker.log", "--pool", "prefork", "--concurrency", "2",
                            preload="tests.reliability.slow_cycles")  # fmt: skip
     beats = [celery_beat(env, scratch / f"beat{i}.log", scratch / f"schedule{i}") for i in (1, 2)]
@@ -88,7 +89,9 @@ def test_two_beats_and_one_worker_run_one_cycle_at_a_time(roomy, own_redis, scra
     print(f"{len(rows)} iterations committed, {skipped} skipped by the lock, {sent} sent by beats")
     assert len(rows) >= RACE_S // 2, "the loop ran"
     assert min(r.duration_ms for r in rows) > SLOW_CYCLE_S * 1000, "the slow-down was in force"
-    assert overlaps(rows) == []
+    held = read_held(held_log)
+    assert len(held) >= len(rows), "every committed iteration said when it held the lock"
+    assert overlaps(held) == []
     assert skipped >= 1, "the two beats really raced (else this test proves nothing)"
     assert Job.objects.count() == jobs, "no job lost or duplicated"
     assert Job.objects.filter(state__in=["running", "succeeded"]).exists()

@@ -258,6 +258,20 @@ class Job(models.Model):
         ran = max(0.0, (now - self.started_at).total_seconds())
         return max(self.progress_seconds, self.run_start_progress_seconds + ran)
 
+    @property
+    def progress_label(self) -> str:
+        """What ``progress_seconds`` is, in the job page's words (static/js/pages/
+        jobs_detail.js says the same): "so far" while a run is on, "made" once it was
+        cancelled or failed (the work since its last checkpoint is lost: the last reading,
+        not what a resumed job would keep; page walk: a cancelled job read "Progress kept 2 h
+        22 min" with 21 min of it lost), "kept" otherwise (waiting again with what its
+        checkpoint saved, or done)."""
+        if self.state in (self.State.RUNNING, self.State.PREEMPTING):
+            return "Progress so far"
+        if self.state in (self.State.CANCELLED, self.State.FAILED):
+            return "Progress made"
+        return "Progress kept"
+
 
 class Allocation(models.Model):
     """One GPU of one node held by one job. Unique per (node, gpu_index)."""

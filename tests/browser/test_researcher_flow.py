@@ -141,6 +141,8 @@ def test_a_researcher_estimates_submits_and_watches_the_job_start_live(
     expect(page.locator("#placement")).to_have_text(
         "Holds no GPUs now; where it ran is in the timeline."
     )
+    expect(page.locator("#progress-label")).to_have_text("Progress made")
+    expect(page.locator("#timeline")).to_contain_text("its run has ended; 8 GPUs freed")
     assert page.evaluate("window.__sameDocument === true"), "no reload, no navigation"
 
     # A job that waits shows its verdict in words and numbers.

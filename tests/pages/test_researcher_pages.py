@@ -588,6 +588,14 @@ def test_a_running_jobs_progress_is_so_far_not_kept(demo, roomy_quotas, as_user)
     Job.objects.filter(pk=job.pk).update(state="pending")
     page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
     assert '<dt id="progress-label">Progress kept</dt>' in page
+    # cancelled or failed: the work since its last checkpoint is lost, not kept
+    for state in ("cancelled", "failed"):
+        Job.objects.filter(pk=job.pk).update(state=state)
+        page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+        assert '<dt id="progress-label">Progress made</dt>' in page, state
+    Job.objects.filter(pk=job.pk).update(state="succeeded")
+    page = as_user("researcher").get(f"/jobs/{job.pk}/").content.decode()
+    assert '<dt id="progress-label">Progress kept</dt>' in page
 
 
 def test_pending_details_are_listed_readably():

@@ -92,9 +92,11 @@
     /* a requeued job keeps its last run's start: say so while it waits again */
     $("started-label").textContent =
       job.state === "pending" && job.started_at ? "Last run started" : "Started";
-    /* a running job's progress moves on and is saved only at a checkpoint: not yet "kept" */
+    /* a running job's progress moves on and is saved only at a checkpoint: not yet "kept";
+     * a cancelled or failed one lost what it made since its checkpoint (Job.progress_label) */
     $("progress-label").textContent =
-      ["running", "preempting"].includes(job.state) ? "Progress so far" : "Progress kept";
+      ["running", "preempting"].includes(job.state) ? "Progress so far"
+        : ["cancelled", "failed"].includes(job.state) ? "Progress made" : "Progress kept";
     for (const dd of document.querySelectorAll("#job-status [data-field]")) {
       if (dd.dataset.field in values) dd.textContent = values[dd.dataset.field];
     }

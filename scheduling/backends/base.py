@@ -93,6 +93,9 @@ class ObservedJob:
     progress_s: float = 0.0
     last_checkpoint_at: float | None = None
     end_reason: str = ""
+    # when an ended run (``ENDED``) ended, in cluster time, if the backend knows: its job's
+    # "Finished" is that instant, not the cycle that saw it (up to a period later)
+    ended_at: float | None = None
 
 
 @dataclass(frozen=True)

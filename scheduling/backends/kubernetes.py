@@ -74,6 +74,7 @@ from scheduling.backends.base import (
     DEFAULT_GPU_MODEL,
     DEFAULT_GRACE_S,
     DEFAULT_RACK,
+    ENDED,
     FAILED,
     HEALTH_DOWN,
     HEALTH_GPU_FAILURE,
@@ -614,9 +615,10 @@ class KubernetesBackend(ClusterBackend):
             return base + n * every, start + n * every
 
         def run(state_: str, progress: float, ckpt: float | None, reason: str = "") -> ObservedJob:
+            ended = end if state_ in ENDED else None  # the final phase's transition time
             return ObservedJob(ref=name, job_id=parsed[0], state=state_, placement=placement,
                                progress_s=progress, last_checkpoint_at=ckpt,
-                               end_reason=reason)  # fmt: skip
+                               end_reason=reason, ended_at=ended)  # fmt: skip
 
         if phase not in FINAL_PHASES:
             progress, ckpt = base + ran(now), checkpointed(now)[1]

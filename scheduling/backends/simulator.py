@@ -21,6 +21,7 @@ from dataclasses import fields
 from typing import Self
 
 from scheduling.backends.base import (
+    ENDED,
     FAILED,
     HEALTH_DOWN,
     HEALTH_GPU_FAILURE,
@@ -168,6 +169,7 @@ class SimulatorBackend(ClusterBackend):
                     progress_s=j.progress_s,
                     last_checkpoint_at=j.last_checkpoint_at,
                     end_reason=FAILURE_DETAIL.get(reason, reason) if j.state == FAILED else reason,
+                    ended_at=j.ended_at if j.state in ENDED else None,
                 )
             )
         pressure = {

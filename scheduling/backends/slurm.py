@@ -60,6 +60,7 @@ from scheduling.backends.base import (
     DEFAULT_GPU_MODEL,
     DEFAULT_GRACE_S,
     DEFAULT_RACK,
+    ENDED,
     FAILED,
     HEALTH_DOWN,
     HEALTH_OK,
@@ -564,9 +565,11 @@ class SlurmBackend(ClusterBackend):
 
         def job(state: str, progress: float, ckpt: float | None, reason: str = "",
                 where: tuple[Slot, ...] = placement) -> ObservedJob:  # fmt: skip
+            # Slurm's EndTime of a job still active is its time limit's, not an end
+            ended = end if state in ENDED and j.end_time and not j.is_active else None
             return ObservedJob(ref=ref, job_id=parsed[0], state=state, placement=where,
                                progress_s=progress, last_checkpoint_at=ckpt,
-                               end_reason=reason)  # fmt: skip
+                               end_reason=reason, ended_at=ended)  # fmt: skip
 
         state = j.state
         if j.restart_count > 0 and (j.is_active or state in REQUEUED_STATES):

@@ -127,6 +127,16 @@ class Cycle:
         submitted = vars(job).get("submitted_at") if job is not None else None
         return max(at, submitted) if submitted is not None else at
 
+    def ended(self, job: Job, ended_at: float | None) -> datetime:
+        """When ``job``'s run ended: the backend's ``ended_at`` when it gives one (a run seen
+        ended by this cycle ended up to a period before it), kept between the run's start
+        (or the job's submission) and this cycle's stamp; else the cycle's stamp."""
+        at = self.stamp(job)
+        if ended_at is None:
+            return at
+        floor = job.started_at or vars(job).get("submitted_at") or at
+        return min(at, max(to_datetime(ended_at), floor))  # type: ignore[type-var]
+
     def event(
         self, job: Job | int, kind: str, message: str, state: str = "", at: datetime | None = None
     ) -> None:

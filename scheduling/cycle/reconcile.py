@@ -155,15 +155,17 @@ def sync_jobs(cycle: Cycle) -> None:
         .values_list(*RUN_FIELDS)
     ]
     known_refs = {r.backend_ref for r in runs}
-    ended_runs: list[tuple[int, str, float, str]] = []
+    ended_runs: list[tuple[int, str, float, str, float | None]] = []
     progressed: list[Run] = []
     overdue: list[int] = []
     for run in runs:
         o = observed.get(run.backend_ref)
         if o is None:
-            ended_runs.append((run.pk, FAILED, run.progress_seconds, "vanished from the backend"))
+            ended_runs.append(
+                (run.pk, FAILED, run.progress_seconds, "vanished from the backend", None)
+            )
         elif o.state in ENDED:
-            ended_runs.append((run.pk, o.state, o.progress_s, o.end_reason))
+            ended_runs.append((run.pk, o.state, o.progress_s, o.end_reason, o.ended_at))
         else:
             still_running(cycle, run, o, progressed, overdue)
     bulk_set(Job, ["progress_seconds", "last_checkpoint_at"],

@@ -248,12 +248,21 @@ class BackendContract:
 
     def test_a_run_that_finishes_on_its_own_succeeds(self, harness: Harness):
         req = launch_request(19, [Slot(harness.nodes[3], (0,))], duration_s=harness.short_run_s)
+        launched = harness.backend.observe().now
         harness.backend.launch(req)
+        running = harness.settle(state_of(req.ref, RUNNING, SUCCEEDED), 30, "the run to start")
+        assert (
+            job_of(running, req.ref).state == SUCCEEDED or job_of(running, req.ref).ended_at is None
+        )
         obs = harness.settle(
             state_of(req.ref, SUCCEEDED), harness.short_run_s * 3 + 20, "the run to finish"
         )
         done = job_of(obs, req.ref)
         assert done.progress_s >= harness.short_run_s * 0.9
+        # when it ended, in cluster time (its job's "Finished"): after its launch (whole
+        # seconds on Slurm), no later than the observation that says it
+        assert done.ended_at is not None and launched - 1 <= done.ended_at <= obs.now
+        assert done.ended_at >= launched + harness.short_run_s * 0.9 - 1
         assert node_of(obs, harness.nodes[3]).free_gpus[:1] == (0,), "its GPU is free again"
 
     # -- stop and kill ---------------------------------------------------------------

@@ -327,6 +327,8 @@ def test_observe_parses_runs(recorded):
     j10 = jobs["portal-10-1"]
     assert (j10.state, j10.progress_s, j10.last_checkpoint_at) == (
         SUCCEEDED, 2600.0, NOW - 3000 + 2400)  # fmt: skip
+    assert j10.ended_at == NOW - 3000 + 2600, "its Completed transition: the job's Finished"
+    assert j9.ended_at == NOW - 100 and jobs["portal-8-2"].ended_at is None
     # A rank failed; Volcano terminated the gang; the reason names the failed pod.
     j11 = jobs["portal-11-1"]
     assert j11.state == FAILED

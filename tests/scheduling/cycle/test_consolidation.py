@@ -87,7 +87,9 @@ def test_a_moved_job_is_requeued_with_its_progress_and_not_counted_as_preempted(
     )  # fmt: skip
     cycle = make_cycle(backend)
     with django_capture_on_commit_callbacks(execute=True):
-        finished.finish_runs(cycle, [(Job.objects.get(pk=job.pk), STOPPED, 1500.0, "checkpoint")])
+        finished.finish_runs(
+            cycle, [(Job.objects.get(pk=job.pk), STOPPED, 1500.0, "checkpoint", None)]
+        )
         cycle.flush_events()
     job.refresh_from_db()
     assert (job.state, job.progress_seconds, job.preemption_count) == ("pending", 1500, 0)

@@ -18,10 +18,12 @@ def when(seconds: float) -> datetime:
     return datetime.fromtimestamp(T0 + seconds, tz=UTC)
 
 
-def end(backend, *runs: tuple[Job, str, float, str]):
-    """Settle the given ended runs as a cycle at T0 does; the jobs as they are written."""
+def end(backend, *runs: tuple):
+    """Settle the given ended runs ``(job, state, progress, reason[, ended_at])`` as a cycle
+    at T0 does; the jobs as they are written."""
     cycle = make_cycle(backend)
-    finished.finish_runs(cycle, [(Job.objects.get(pk=j.pk), *rest) for j, *rest in runs])
+    ended = [(Job.objects.get(pk=j.pk), *rest, *[None] * (4 - len(rest))) for j, *rest in runs]
+    finished.finish_runs(cycle, ended)
     cycle.flush_events()
     finished.remember_models(cycle)  # as the cycle does last
     return cycle, [Job.objects.get(pk=j.pk) for j, *_ in runs]
@@ -55,7 +57,7 @@ def test_the_models_are_kept_on_the_cycle_until_it_writes_them_last(backend, run
     plans with ``Cycle.recent_models`` and writes them at its end (``remember_models``)."""
     job = running_job("n0", (0, 1, 2, 3), model_name="llama")
     cycle = make_cycle(backend)
-    finished.finish_runs(cycle, [(Job.objects.get(pk=job.pk), SUCCEEDED, 60.0, "")])
+    finished.finish_runs(cycle, [(Job.objects.get(pk=job.pk), SUCCEEDED, 60.0, "", None)])
     assert cycle.recent_models == {"n0": ["llama"]}
     assert Node.objects.get(name="n0").recent_models == []
     finished.remember_models(cycle)
@@ -172,3 +174,26 @@ def test_many_ended_runs_are_settled_together(backend, running_job):
     assert [j.state for j in jobs] == ["succeeded", "failed", "pending"]
     assert not Allocation.objects.exists()
     assert dict(cycle.report.counts) == {"finished": 1, "failed": 1, "requeued": 1}
+
+
+@pytest.mark.parametrize(
+    ("state", "ended_at", "stamped", "kind"),
+    [
+        (SUCCEEDED, T0 - 170, when(-170), "succeeded"),  # seen a period after it ended
+        (SUCCEEDED, T0 - 3600, when(-600), "succeeded"),  # never before the run started
+        (SUCCEEDED, T0 + 30, when(0), "succeeded"),  # nor after the cycle that saw it
+        (SUCCEEDED, None, when(0), "succeeded"),  # a backend that does not say: the cycle
+        (FAILED, T0 - 170, when(-170), "retried"),
+    ],
+)  # fmt: skip
+def test_a_job_ends_when_its_run_ended_not_when_a_cycle_saw_it(
+    backend, running_job, state, ended_at, stamped, kind
+):
+    """Page walk: "Started 00:43, Finished 01:25, Progress kept 40 min" for a 40-minute
+    run the demo's cycle saw ended 2 cluster minutes late."""
+    job = running_job()  # started at T0 - 600
+    _, [done] = end(backend, (job, state, 430.0, "", ended_at))
+    line = last_event(job)
+    assert (line.kind, line.at) == (kind, stamped)
+    if state == SUCCEEDED:
+        assert done.finished_at == stamped

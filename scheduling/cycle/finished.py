@@ -10,6 +10,8 @@ node-group affinity): on the cycle, which plans with it and writes it last.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
@@ -102,7 +104,7 @@ def run_ended(
         cycle.event(job, "succeeded", "finished successfully", at=at)
         cycle.report.counts["finished"] += 1
     elif state == STOPPED and job.state == Job.State.PREEMPTING:
-        requeue_after_stop(cycle, job, progress, reason, lost_s, evictions)
+        requeue_after_stop(cycle, job, progress, reason, lost_s, evictions, at)
     else:  # failed, vanished, or stopped by someone else
         why = reason or "the run stopped"
         job.borrowed = False
@@ -130,9 +132,11 @@ def run_ended(
 
 def requeue_after_stop(
     cycle: Cycle, job: Job, progress: float, reason: str, lost_s: float,
-    evictions: list[Eviction],
+    evictions: list[Eviction], at: datetime,
 ) -> None:  # fmt: skip
-    """A requested stop happened: back in the queue with its progress kept."""
+    """A requested stop happened (``at``: when the run ended, ``Cycle.ended``): back in the
+    queue with its progress kept. The eviction row keeps the cycle's time (the ratio's
+    windows count what the cycles recorded)."""
     cause = job.stop_reason or "preemption"
     counts_as_eviction = cause in ("preemption", "inference")
     for_job = job.preempted_for_id
@@ -150,7 +154,7 @@ def requeue_after_stop(
         )  # fmt: skip
     set_state(job, Job.State.PENDING)
     if reason == "checkpoint":  # the checkpoint it restarts from: the page's "Last checkpoint"
-        job.last_checkpoint_at = to_datetime(cycle.now)
+        job.last_checkpoint_at = at
     saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
     if cause == CONSOLIDATION:
         cycle.event(
@@ -158,12 +162,14 @@ def requeue_after_stop(
             f"moved {moved_for(for_job)}: stopped {saved} and "
             f"back in the queue with {int(progress // 60)} min of progress kept, to restart "
             f"from its checkpoint on {moved_to(job.move_to_node)}; this is not a preemption",
+            at=at,
         )  # fmt: skip
     else:
         cycle.event(
             job, "requeued",
             f"stopped {saved} and back in the queue with {int(progress // 60)} min of progress "
             "kept" + (f"; preempted {count(job.preemption_count, 'time')}" if counts_as_eviction else ""),
+            at=at,
         )  # fmt: skip
     job.preempt_deadline = None
     job.preempted_for = None

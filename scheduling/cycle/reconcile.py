@@ -201,7 +201,8 @@ def release_cancelled(cycle: Cycle) -> None:
             freed, _ = job.allocations.all().delete()
             # Never before the cancel itself: its save and its timeline line (cluster time).
             latest = job.events.aggregate(at=Max("at"))["at"]
-            finished = max(t for t in (cycle.stamp(job), job.updated_at, latest) if t)
+            ended = cycle.ended(job, o.ended_at if o is not None else None)
+            finished = max(t for t in (ended, job.updated_at, latest) if t)
             Job.objects.filter(pk=job.pk).update(finished_at=finished)
             # The open job page hears of it (its finish time, its GPUs gone) as of any end.
             cycle.event(job, "stopped", f"its run has ended; {explain.count(freed, 'GPU')} "

@@ -65,6 +65,14 @@ class Harness:
     short_run_s: float
     gpus_per_node: int = 8
     ready: Callable[[str], None] = field(default=lambda ref: None)
+    # added to the tests' job ids: a backend that keeps ended runs visible across tests
+    # (Slurm, for MinJobAge) needs refs of its own per test, else "portal-16-1" cancelled
+    # by an earlier test (of another file, whose portal job 16 it was) shows up in this one
+    job_base: int = 0
+
+    def request(self, job_id: int, placement: Any, **kwargs: Any) -> LaunchRequest:
+        """``launch_request`` for this test's job ``job_id`` (offset by ``job_base``)."""
+        return launch_request(self.job_base + job_id, placement, **kwargs)
 
 
 def polling_settle(
@@ -167,8 +175,8 @@ class BackendContract:
     # -- launch -----------------------------------------------------------------
     def test_launch_places_exactly_the_requested_gpus(self, harness: Harness):
         b, node = harness.backend, harness.nodes[0]
-        first = launch_request(11, [Slot(node, (0, 1))])
-        second = launch_request(12, [Slot(node, (2, 3, 4))])
+        first = harness.request(11, [Slot(node, (0, 1))])
+        second = harness.request(12, [Slot(node, (2, 3, 4))])
         b.launch(first)
         b.launch(second)
         obs = harness.settle(
@@ -177,14 +185,14 @@ class BackendContract:
             "both runs to run",
         )
         one, two = job_of(obs, first.ref), job_of(obs, second.ref)
-        assert one.placement == (Slot(node, (0, 1)),) and one.job_id == 11
-        assert two.placement == (Slot(node, (2, 3, 4)),) and two.job_id == 12
+        assert one.placement == (Slot(node, (0, 1)),) and one.job_id == harness.job_base + 11
+        assert two.placement == (Slot(node, (2, 3, 4)),) and two.job_id == harness.job_base + 12
         assert node_of(obs, node).free_gpus == (5, 6, 7)
         for other in harness.nodes[1:]:
             assert len(node_of(obs, other).free_gpus) == harness.gpus_per_node
 
     def test_launch_carries_the_progress_a_run_resumes_from(self, harness: Harness):
-        req = launch_request(13, [Slot(harness.nodes[1], (0, 1, 2, 3))], progress_s=1800.0)
+        req = harness.request(13, [Slot(harness.nodes[1], (0, 1, 2, 3))], progress_s=1800.0)
         harness.backend.launch(req)
         obs = harness.settle(state_of(req.ref, RUNNING), 30, "the run to start")
         assert job_of(obs, req.ref).progress_s >= 1800.0
@@ -197,7 +205,7 @@ class BackendContract:
 
     def test_launching_the_same_ref_twice_does_not_duplicate(self, harness: Harness):
         b, node = harness.backend, harness.nodes[2]
-        req = launch_request(14, [Slot(node, (0, 1, 2, 3))])
+        req = harness.request(14, [Slot(node, (0, 1, 2, 3))])
         b.launch(req)
         b.launch(req)  # e.g. a cycle that lost its commit launches again at once
         obs = harness.settle(state_of(req.ref, RUNNING), 30, "the run to start")
@@ -209,10 +217,10 @@ class BackendContract:
 
     def test_launch_on_busy_gpus_is_refused_permanently(self, harness: Harness):
         b, node = harness.backend, harness.nodes[0]
-        holder = launch_request(15, [Slot(node, (0, 1, 2, 3))])
+        holder = harness.request(15, [Slot(node, (0, 1, 2, 3))])
         b.launch(holder)
         harness.settle(state_of(holder.ref, RUNNING), 30, "the holder to start")
-        clash = launch_request(16, [Slot(node, (2, 3))])
+        clash = harness.request(16, [Slot(node, (2, 3))])
         with pytest.raises(PermanentBackendError):
             b.launch(clash)
         obs = b.observe()
@@ -220,7 +228,7 @@ class BackendContract:
         assert job_of(obs, holder.ref).placement == (Slot(node, (0, 1, 2, 3)),)
 
     def test_launch_on_an_unknown_node_is_refused_permanently(self, harness: Harness):
-        req = launch_request(17, [Slot("no-such-node", (0,))])
+        req = harness.request(17, [Slot("no-such-node", (0,))])
         with pytest.raises(PermanentBackendError):
             harness.backend.launch(req)
         assert job_of(harness.backend.observe(), req.ref) is None
@@ -229,7 +237,7 @@ class BackendContract:
         b = harness.backend
         a, c = harness.nodes[0], harness.nodes[1]
         every = tuple(range(harness.gpus_per_node))
-        gang = launch_request(18, [Slot(a, every), Slot(c, every)])
+        gang = harness.request(18, [Slot(a, every), Slot(c, every)])
         b.launch(gang)
         obs = harness.settle(state_of(gang.ref, RUNNING), 30, "the gang to start")
         assert sorted(job_of(obs, gang.ref).placement, key=lambda s: s.node) == [
@@ -247,7 +255,7 @@ class BackendContract:
         )
 
     def test_a_run_that_finishes_on_its_own_succeeds(self, harness: Harness):
-        req = launch_request(19, [Slot(harness.nodes[3], (0,))], duration_s=harness.short_run_s)
+        req = harness.request(19, [Slot(harness.nodes[3], (0,))], duration_s=harness.short_run_s)
         launched = harness.backend.observe().now
         harness.backend.launch(req)
         running = harness.settle(state_of(req.ref, RUNNING, SUCCEEDED), 30, "the run to start")
@@ -268,7 +276,7 @@ class BackendContract:
     # -- stop and kill ---------------------------------------------------------------
     def test_checkpoint_and_stop_ends_stopped_within_the_grace(self, harness: Harness):
         b, node = harness.backend, harness.nodes[1]
-        req = launch_request(20, [Slot(node, (0, 1))], progress_s=600.0)
+        req = harness.request(20, [Slot(node, (0, 1))], progress_s=600.0)
         b.launch(req)
         obs = harness.settle(state_of(req.ref, RUNNING), 30, "the run to start")
         harness.ready(req.ref)
@@ -292,7 +300,7 @@ class BackendContract:
 
     def test_kill_ends_the_run_and_frees_its_gpus(self, harness: Harness):
         b, node = harness.backend, harness.nodes[2]
-        req = launch_request(21, [Slot(node, (0, 1, 2, 3, 4, 5))])
+        req = harness.request(21, [Slot(node, (0, 1, 2, 3, 4, 5))])
         b.launch(req)
         harness.settle(state_of(req.ref, RUNNING), 30, "the run to start")
         b.kill(req.ref)
@@ -310,12 +318,12 @@ class BackendContract:
         b.cordon(node, "contract test: cordon again")
         assert node_of(b.observe(), node).cordoned
         with pytest.raises(PermanentBackendError):
-            b.launch(launch_request(22, [Slot(node, (0,))]))
+            b.launch(harness.request(22, [Slot(node, (0,))]))
         b.uncordon(node)
         b.uncordon(node)
         obs = b.observe()
         assert not node_of(obs, node).cordoned and node_of(obs, node).health == "ok"
-        req = launch_request(23, [Slot(node, (0,))])
+        req = harness.request(23, [Slot(node, (0,))])
         b.launch(req)
         harness.settle(state_of(req.ref, RUNNING), 30, "a run on the uncordoned node")
 

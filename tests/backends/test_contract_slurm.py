@@ -7,6 +7,7 @@ every wait is polled and bounded.
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from tests.backends.contract import BackendContract, Harness, polling_settle
 from tests.testbeds.slurm import SlurmTestbed, wait_until
 
 POLL_S = 0.2
+# Each test's job ids start at its own base (``Harness.job_base``): squeue keeps ended jobs
+# for MinJobAge (300 s), so a ref an earlier test ended, in this file or another (whose
+# portal jobs have small ids), would show in the next test that uses it.
+JOB_BASES = itertools.count(1_000_000, 100)
 
 pytestmark = pytest.mark.slurm
 
@@ -58,6 +63,7 @@ def harness(slurm: SlurmCLI, slurm_cluster: SlurmTestbed, tmp_path: Path) -> Har
         grace_s=20.0,
         short_run_s=2.0,
         ready=lambda ref: script_ready(tmp_path, ref),
+        job_base=next(JOB_BASES),
     )
 
 

@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
@@ -554,6 +555,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
     )  # fmt: skip
     blast = build_blast_radius(node.name)
     header_clock = cluster_reading()  # the header's reading too: one clock query a page
+    forecast = get_inference_forecast(node, header_clock.now.timestamp())
     gpus_by_queue: dict[str, int] = {}
     for j in jobs:
         gpus_by_queue[j["job__queue__name"]] = (
@@ -573,10 +575,18 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "simulator": settings.SCHEDULING_BACKEND == "simulator",
         "history": node_history_rows(list_node_history(node, AUDIT_SHOWN)),
         "cluster_clock": header_clock,
-        "forecast": get_inference_forecast(node, header_clock.now.timestamp()),
+        "forecast": forecast,
+        "forecast_spans": forecast.spans(_offset_minutes(header_clock.now)) if forecast else [],
+        "forecast_zone": timezones.label(header_clock.now, timezone.get_current_timezone()),
         "shared_first": shared_nodes_first(),
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
+
+
+def _offset_minutes(moment: datetime) -> int:
+    """The viewer's zone's offset from UTC at ``moment``, in minutes (east positive)."""
+    offset = moment.astimezone(timezone.get_current_timezone()).utcoffset()
+    return int(offset.total_seconds() // 60) if offset is not None else 0
 
 
 @oncall_access

@@ -98,16 +98,27 @@ class InferenceForecast:
         """When the forecast has seen (or will have seen) every hour of the day."""
         return self.since + timedelta(seconds=DAY_S) if self.since is not None else None
 
-    @property
-    def spans(self) -> list[tuple[str, str, int]]:
-        """``peaks`` as runs of equal hours: (``"06:00"``, ``"09:00"``, GPUs), in order."""
+    def spans(self, offset_minutes: int = 0) -> list[tuple[str, str, int]]:
+        """``peaks`` as runs of equal hours, written in a zone ``offset_minutes`` east of UTC
+        and listed from that zone's midnight: ``("02:00", "04:00", 6)`` for UTC's 17:00-19:00
+        in Tokyo. A run ending at the zone's midnight ends at ``"24:00"``."""
+        n = len(self.peaks)
+        local = [(h * 60 + offset_minutes) % 1440 for h in range(n + 1)]
+        first = min(range(n), key=local.__getitem__) if n else 0
+        hours = [(first + i) % n for i in range(n)]
         out: list[tuple[str, str, int]] = []
         start = 0
-        for h in range(1, len(self.peaks) + 1):
-            if h == len(self.peaks) or self.peaks[h] != self.peaks[start]:
-                out.append((f"{start:02d}:00", f"{h:02d}:00", self.peaks[start]))
-                start = h
+        for i in range(1, n + 1):
+            if i == n or self.peaks[hours[i]] != self.peaks[hours[start]]:
+                end = local[hours[i - 1] + 1]
+                out.append((_hhmm(local[hours[start]]), _hhmm(end or 1440),
+                            self.peaks[hours[start]]))  # fmt: skip
+                start = i
         return out
+
+
+def _hhmm(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
 
 
 def get_inference_forecast(node: Node, now: float) -> InferenceForecast | None:

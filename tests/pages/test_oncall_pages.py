@@ -417,7 +417,7 @@ def test_the_node_page_tells_what_the_inference_forecast_has_learnt(client, demo
     assert text.startswith(f"learning since {written(since)}, every hour of the day seen at "
                            f"{written(since + DAY_S)}, when single-node jobs start to come here "
                            "first.")  # fmt: skip
-    assert "Inference held at most (UTC hours, today or yesterday): 00:00–" in text
+    assert "Inference held at most (hours in UTC, today or yesterday): 00:00–" in text
     assert re.search(r"\b5 GPUs\b", text) and not re.search(r"\d{9,}", text)
 
     since = now - DAY_S - 60.0
@@ -450,8 +450,33 @@ def written(ts: float) -> str:
 def test_forecast_spans_group_equal_hours():
     peaks = (1,) * 6 + (4,) * 12 + (2,) * 6
     fc = InferenceForecast(peaks=peaks, since=None, learnt=False)
-    assert fc.spans == [("00:00", "06:00", 1), ("06:00", "18:00", 4), ("18:00", "24:00", 2)]
-    assert InferenceForecast((), None, False).spans == []
+    assert fc.spans() == [("00:00", "06:00", 1), ("06:00", "18:00", 4), ("18:00", "24:00", 2)]
+    assert InferenceForecast((), None, False).spans() == []
+    # Tokyo (UTC+9): UTC 18:00-24:00 is 03:00-09:00 there, listed from Tokyo's midnight.
+    assert fc.spans(9 * 60) == [("00:00", "03:00", 4), ("03:00", "09:00", 2),
+                                ("09:00", "15:00", 1), ("15:00", "24:00", 4)]  # fmt: skip
+    # New York in winter (UTC-5), and India (UTC+5:30): runs start on the half hour.
+    assert fc.spans(-5 * 60) == [("00:00", "01:00", 1), ("01:00", "13:00", 4),
+                                 ("13:00", "19:00", 2), ("19:00", "24:00", 1)]  # fmt: skip
+    assert fc.spans(330) == [("00:30", "05:30", 2), ("05:30", "11:30", 1),
+                             ("11:30", "23:30", 4), ("23:30", "00:30", 2)]  # fmt: skip
+
+
+def test_the_forecast_hours_are_the_viewers(client, demo):
+    """The forecast's hours are written in the viewer's zone, named, as every other time on
+    the page: a person in Tokyo does not convert UTC hours."""
+    from core.models import Profile
+
+    Profile.objects.filter(user=demo["oncall"]).update(time_zone="Asia/Tokyo")
+    now = clock.now().timestamp()
+    hour = int(now // 3600) % 24
+    Node.objects.filter(name=NODE).update(
+        inference=True, inference_gpus=2, inference_profile=learn({}, now, 6)
+    )
+    text = _forecast_text(as_user(client, demo, "oncall"), NODE)
+    tokyo = (hour + 9) % 24
+    assert "Inference held at most (hours in JST, today or yesterday): " in text
+    assert f"{tokyo:02d}:00–{tokyo + 1:02d}:00 6 GPUs" in text
 
 
 def test_cordon_drain_and_uncordon_from_the_node_page(client, demo):

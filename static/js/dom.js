@@ -156,7 +156,10 @@
   }
   if (timeEl) {
     setInterval(tick, 1000);
-    if (window.Live) window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time));
+    if (window.Live) {
+      window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time),
+                     { whileHidden: true });  // no fetch: the clock stays right when shown
+    }
   }
 
   window.Dom = { el, fillList, clusterNow, when, zoned, ago, span, count };

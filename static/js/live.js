@@ -2,6 +2,7 @@
  * with backoff, and a refetch hook so a page that missed events while disconnected
  * catches up from a fresh snapshot. Pages use:
  *   Live.on("queues", (msg) => {...});      // msg = {type, topic, data}
+ *   Live.on("cycles", fn, { whileHidden: true });  // also in a hidden tab (no fetch in fn)
  *   Live.onReconnect(() => {...});          // refetch a snapshot
  *   Live.agePageMessages("Now: …");         // the flash messages are about the past now
  * The status element #live-status (if present) shows the connection state in words;
@@ -11,7 +12,13 @@
  * "live" is a promise about the page's content: a page whose scripts register a refetch
  * (Live.onReconnect) updates what can change and catches up after a disconnection. On
  * any other page the badge says "not live" (reload for the latest figures), even when a
- * helper such as the header's clock listens to events. */
+ * helper such as the header's clock listens to events.
+ *
+ * A hidden page (a tab behind another, a minimised window) refetches nothing: its events
+ * are noted, not handled, and once it is shown again it catches up from one fresh
+ * snapshot, as after a reconnect. Five hundred people with the portal open in a
+ * background tab would otherwise make the server render five hundred pages every cycle
+ * for nobody to read (docs/architecture.md, "Live pages"). */
 (function () {
   "use strict";
   const handlers = new Map();
@@ -20,6 +27,19 @@
   let attempt = 0;
   let everConnected = false;
   let loaded = false;
+  let missed = false;  // events (or a reconnect) went unhandled while the page was hidden
+
+  const hidden = () => document.visibilityState === "hidden";
+
+  function catchUp() {
+    if (hidden()) { missed = true; return; }
+    missed = false;
+    reconnectHooks.forEach((fn) => fn());
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (missed && !hidden()) catchUp();
+  });
 
   // Close codes of the server (core/realtime.py).
   const ACCESS_CHANGED = 4000;
@@ -43,7 +63,7 @@
       attempt = 0;
       setStatus("live", "open");
       for (const topic of handlers.keys()) socket.send(JSON.stringify({ subscribe: topic }));
-      if (everConnected) reconnectHooks.forEach((fn) => fn());
+      if (everConnected) catchUp();
       everConnected = true;
     });
     socket.addEventListener("message", (event) => {
@@ -51,7 +71,12 @@
       try { msg = JSON.parse(event.data); } catch (e) { return; }
       if (msg.error) { console.warn("live:", msg.error); return; }
       const list = handlers.get(msg.topic);
-      if (list && msg.type) list.forEach((fn) => fn(msg));
+      if (!list || !msg.type) return;
+      const shown = !hidden();
+      for (const h of list) {
+        if (shown || h.whileHidden) h.fn(msg);
+        else missed = true;
+      }
     });
     socket.addEventListener("close", (event) => {
       if (event.code === SIGNED_OUT) {  // the session ended: nothing to reconnect to
@@ -101,14 +126,14 @@
   }
 
   window.Live = {
-    on(topic, fn) {
+    on(topic, fn, options) {
       if (!handlers.has(topic)) {
         handlers.set(topic, []);
         if (socket && socket.readyState === WebSocket.OPEN) {
           socket.send(JSON.stringify({ subscribe: topic }));
         }
       }
-      handlers.get(topic).push(fn);
+      handlers.get(topic).push({ fn, whileHidden: Boolean(options && options.whileHidden) });
       if (loaded && !socket && document.body.dataset.live !== "off") connect();
     },
     onReconnect(fn) { reconnectHooks.push(fn); },

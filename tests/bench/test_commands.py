@@ -61,7 +61,7 @@ def test_no_benchmark_code_is_left_in_the_production_apps():
         ("bench_burst", ("--url", "--jobs", "--seconds", "--clients", "--spread", "--user",
                          "--queue", "--gpus", "--no-cycle", "--json")),
         ("bench_live", ("--url", "--viewers", "--cycles", "--interval", "--users", "--workload",
-                        "--json")),
+                        "--refetch", "--json")),
         ("bench_cycle", ("--gpus", "--pending", "--running", "--runs", "--seed", "--with-db",
                          "--json")),
         ("bench_pages", ("--gpus", "--pending", "--running", "--runs", "--json")),

@@ -150,6 +150,51 @@ def test_the_home_page_follows_the_loop_and_static_pages_say_not_live(demo, api,
     expect(status).to_have_attribute("title", re.compile("reload it for the latest figures"))
 
 
+def _show(page, visible: bool) -> None:
+    """Put the page behind another tab (``visible`` False) or in front again. Headless
+    Chromium reports every page visible, so the page's ``visibilityState`` is set and its
+    ``visibilitychange`` fired as the browser does when a tab is switched."""
+    page.evaluate(
+        """(visible) => {
+            Object.defineProperty(document, "visibilityState",
+                                  { value: visible ? "visible" : "hidden", configurable: true });
+            document.dispatchEvent(new Event("visibilitychange"));
+        }""",
+        visible,
+    )
+
+
+def test_a_hidden_tab_refetches_nothing_and_catches_up_when_shown(demo, api, page, login):
+    """Five hundred people with the portal in a background tab must not make the server
+    render five hundred pages each cycle: a hidden home page handles no event; a visible
+    one beside it (the same person's other tab) follows the cycle; once shown again the
+    hidden one catches up with one refetch, without a reload."""
+    in_thread(roomy)
+    base = login("researcher")
+    go_live(page, f"{base}/")
+    front = page.context.new_page()
+    go_live(front, f"{base}/")
+    refetches: list[str] = []
+    page.on(
+        "request", lambda r: refetches.append(r.url) if r.headers.get("x-live-refresh") else None
+    )
+    _show(page, False)
+
+    me, admin = api("researcher"), api("admin")
+    in_thread(lambda: submit(me, name="behind", queue="llm-core", gpus=8))
+    in_thread(cycle, admin)
+    expect(front.locator("#gpus-allocated")).to_have_text("8", timeout=LIVE_MS)
+    page.wait_for_timeout(2_000)  # the hidden tab got the same events; a refetch would be done
+    expect(page.locator("#gpus-allocated")).to_have_text("0")
+    assert refetches == []
+
+    _show(page, True)
+    expect(page.locator("#gpus-allocated")).to_have_text("8", timeout=LIVE_MS)
+    expect(page.locator("#own-jobs")).to_contain_text("1 job running")
+    assert refetches == [f"{base}/"] and same_document(page)
+    front.close()
+
+
 def test_the_queues_pages_eviction_time_follows_the_ratios_it_names(demo, api, page, login):
     """Page walk: /queues/ rewrites its eviction ratios live from each new rollup sample,
     while the sentence naming their sample kept the time of the page's load ("as of the

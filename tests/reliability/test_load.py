@@ -30,6 +30,17 @@ def test_websocket_viewers_get_each_cycle_within_a_second_of_its_commit(demo, sc
     assert result["p95_ms"] < 1000, result
 
 
+def test_viewers_that_refetch_the_home_page_each_read_a_fresh_one_after_each_cycle(demo, scratch):
+    """``--refetch``: each viewer GETs the page after each event, as a visible live page
+    does; every one is read (200), and the timings are of pages, after the events."""
+    with web_server(child_env(), scratch / "web.log") as base:
+        result = run_json("bench_live", url=base, viewers=6, cycles=2, interval=0.5, refetch="/")
+    assert result["refetch_errors"] == 0, result
+    assert result["pages_read"] == result["expected"] == 12, result
+    assert result["page_p50_ms"] > 150 and result["last_page_max_ms"] >= result["page_p95_ms"]
+    assert result["page_p50_ms"] > result["p50_ms"], result  # a page comes after its event
+
+
 def test_a_burst_of_submissions_is_admitted_and_judged_by_the_next_cycle(demo, scratch):
     with web_server(child_env(), scratch / "web.log") as base:
         result = run_json("bench_burst", url=base, jobs=60, seconds=30, clients=4)

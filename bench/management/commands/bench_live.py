@@ -12,6 +12,12 @@ Celery worker's cycle takes too. The viewers run on one event loop in a process 
 own, so the cycles run here cannot delay when a viewer reads its socket. Like
 ``static/js/live.js``, a viewer closed before its subscription is acknowledged tries again
 (reported as ``setup_retries``).
+
+``--refetch PATH`` makes each viewer do what a live page in a visible tab does with the
+event (``static/js/live_parts.js``): 150 ms later it GETs PATH with its session and
+``X-Live-Refresh: 1``; the command then also reports commit -> page read (the moment the
+last viewer has a fresh page) and the pages served per second. Run it with ``/healthz``
+as well, in the same run, for the baseline: the same viewers fetching the cheapest page.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class Viewer:
     error: str = ""
     setup_retries: int = 0
     closed: bool = False
+    fresh: dict[int, float] = field(default_factory=dict)  # cycle id -> refetched page read
+    refetch_errors: list[str] = field(default_factory=list)
 
 
 class ViewerPool:
@@ -67,13 +75,14 @@ class ViewerPool:
 
     def __init__(
         self, url: str, session_keys: list[str], cookie_name: str = "sessionid",
-        topic: str = "cycles",
+        topic: str = "cycles", refetch: str = "",
     ) -> None:  # fmt: skip
         self.base = url.rstrip("/")
         self.ws_url = self.base.replace("http", "ws", 1) + "/ws/live/"
         self.cookie_name = cookie_name
         self.keys = session_keys
         self.topic = topic
+        self.refetch = refetch
         self.viewers = [Viewer(i) for i in range(len(session_keys))]
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -100,7 +109,7 @@ class ViewerPool:
                     }:
                         subscribed = True
                         self._ready += 1
-                        await self._listen(viewer, ws)
+                        await self._listen(viewer, ws, headers, http)
                         viewer.error = "closed by the server while subscribed"
                         break
                     viewer.error = f"subscription refused: {ack.data!r}"[:200]
@@ -112,8 +121,7 @@ class ViewerPool:
             await asyncio.sleep(0.5 * 2**attempt * (0.5 + random.random() / 2))
         viewer.closed = True
 
-    @staticmethod
-    async def _listen(viewer: Viewer, ws) -> None:
+    async def _listen(self, viewer: Viewer, ws, headers: dict, http) -> None:
         import aiohttp
 
         async for msg in ws:
@@ -122,7 +130,24 @@ class ViewerPool:
                 return
             event = json.loads(msg.data)
             if event.get("type") == "cycle.completed":
-                viewer.received.setdefault(int(event["data"]["id"]), now)
+                cycle_id = int(event["data"]["id"])
+                viewer.received.setdefault(cycle_id, now)
+                if self.refetch:
+                    asyncio.ensure_future(self._refetch(viewer, cycle_id, headers, http))
+
+    async def _refetch(self, viewer: Viewer, cycle_id: int, headers: dict, http) -> None:
+        """What ``live_parts.js`` does with the event: GET the page 150 ms later."""
+        await asyncio.sleep(0.15)
+        try:
+            async with http.get(self.base + self.refetch,
+                                headers={**headers, "X-Live-Refresh": "1"}) as response:  # fmt: skip
+                await response.read()
+                if response.status != 200:
+                    viewer.refetch_errors.append(f"HTTP {response.status}")
+                    return
+            viewer.fresh.setdefault(cycle_id, time.time())
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            viewer.refetch_errors.append(f"{type(exc).__name__}: {exc}"[:200])
 
     async def _run(self) -> None:
         import aiohttp
@@ -165,12 +190,15 @@ class ViewerPool:
         self.thread.join(10)
 
     def all_received(self, cycle_id: int) -> bool:
-        return all(cycle_id in v.received for v in self.viewers)
+        seen = (v.fresh if self.refetch else v.received for v in self.viewers)
+        return all(cycle_id in got for got in seen)
 
 
-def _viewers_in_a_process(conn, url: str, keys: list[str], cookie_name: str) -> None:
+def _viewers_in_a_process(
+    conn, url: str, keys: list[str], cookie_name: str, refetch: str = ""
+) -> None:
     """Child process: hold the viewers; on ("collect", ids, timeout) send back what arrived."""
-    pool = ViewerPool(url, keys, cookie_name)
+    pool = ViewerPool(url, keys, cookie_name, refetch=refetch)
     try:
         pool.start()
     except CommandError as exc:
@@ -189,7 +217,7 @@ class ViewerProcess:
     """The viewers in a process of their own, so that running cycles here (CPU-bound,
     holding the GIL) cannot delay the moment a viewer's event loop reads its socket."""
 
-    def __init__(self, url: str, session_keys: list[str]) -> None:
+    def __init__(self, url: str, session_keys: list[str], refetch: str = "") -> None:
         import multiprocessing
 
         from django.conf import settings
@@ -198,7 +226,7 @@ class ViewerProcess:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
             target=_viewers_in_a_process,
-            args=(child, url, session_keys, settings.SESSION_COOKIE_NAME), daemon=True,
+            args=(child, url, session_keys, settings.SESSION_COOKIE_NAME, refetch), daemon=True,
         )  # fmt: skip
 
     def start(self, timeout: float = CONNECT_TIMEOUT_S * 3) -> None:
@@ -239,11 +267,12 @@ def run_timed_cycle(wait_s: float = 60.0):
 
 def measure(
     url: str, viewers: int, cycles: int, interval: float, usernames: list[str],
-    deliver_timeout: float = 10.0, workload: bool = False,
+    deliver_timeout: float = 10.0, workload: bool = False, refetch: str = "",
 ) -> dict:  # fmt: skip
-    """Open the viewers, run the cycles, and summarize commit -> receive latencies."""
+    """Open the viewers, run the cycles, and summarize commit -> receive latencies (and,
+    with ``refetch``, commit -> refetched page read)."""
     keys = sign_in_sessions(viewers, usernames)
-    pool = ViewerProcess(url, keys)
+    pool = ViewerProcess(url, keys, refetch)
     pool.start()
     commits: dict[int, float] = {}
     durations: list[float] = []
@@ -260,7 +289,7 @@ def measure(
             commits[record.pk] = committed
             durations.append(record.duration_ms)
             events.append(record.starts + record.finished + record.failed + record.requeued)
-        seen = pool.collect(list(commits), deliver_timeout)
+        seen = pool.collect(list(commits), deliver_timeout * (3 if refetch else 1))
     finally:
         pool.kill()
     latencies = [
@@ -268,6 +297,21 @@ def measure(
         if cid in v.received
     ]  # fmt: skip
     expected = len(commits) * viewers
+    fresh = [(v.fresh[cid] - t) * 1000 for cid, t in commits.items() for v in seen
+             if cid in v.fresh]  # fmt: skip
+    refetched = {"refetch": refetch} if refetch else {}
+    if refetch:
+        last_fresh = [max((v.fresh[cid] - t) * 1000 for v in seen if cid in v.fresh)
+                      for cid, t in commits.items() if any(cid in v.fresh for v in seen)]  # fmt: skip
+        refetched.update({
+            "pages_read": len(fresh),
+            "refetch_errors": sum(len(v.refetch_errors) for v in seen),
+            "refetch_error_kinds": sorted({e for v in seen for e in v.refetch_errors})[:3],
+            "page_p50_ms": round(percentile(fresh, 50), 1) if fresh else None,
+            "page_p95_ms": round(percentile(fresh, 95), 1) if fresh else None,
+            "last_page_p50_ms": round(percentile(last_fresh, 50), 1) if last_fresh else None,
+            "last_page_max_ms": round(max(last_fresh), 1) if last_fresh else None,
+        })  # fmt: skip
     return {
         "url": url,
         "viewers": viewers,
@@ -282,6 +326,7 @@ def measure(
         "setup_errors": sorted({v.error for v in seen if v.setup_retries})[:3],
         "viewer_errors": sorted({v.error for v in seen if v.closed and v.error})[:5],
         **latency_ms(latencies),
+        **refetched,
     }
 
 
@@ -304,6 +349,11 @@ class Command(BaseCommand):
             "--workload", action="store_true",
             help="submit the simulator demo's arrivals before each cycle (busier cycles)",
         )  # fmt: skip
+        parser.add_argument(
+            "--refetch", default="", metavar="PATH",
+            help="each viewer GETs PATH 150 ms after each cycle.completed, as a live page "
+                 "in a visible tab does (/ for the home page; /healthz for the baseline)",
+        )  # fmt: skip
         add_output_arguments(parser, url=True)
 
     def handle(self, *args, **opts) -> None:
@@ -312,7 +362,7 @@ class Command(BaseCommand):
         result = measure(
             opts["url"], opts["viewers"], opts["cycles"], opts["interval"],
             [u.strip() for u in opts["users"].split(",") if u.strip()],
-            workload=opts["workload"],
+            workload=opts["workload"], refetch=opts["refetch"],
         )  # fmt: skip
         write_result(self, result, opts["json"], report, indent=2)
 
@@ -327,6 +377,14 @@ def report(result: dict) -> list[str]:
         f"cycles p50 {result['cycle_ms_p50']} ms, max {result['cycle_ms_max']} ms, "
         f"up to {result['job_changes_per_cycle_max']} job changes"
     ]
+    if result.get("refetch"):
+        lines.append(
+            f"refetch {result['refetch']}: {result['pages_read']}/{result['expected']} pages read "
+            f"({result['refetch_errors']} errors {result['refetch_error_kinds']}); commit -> "
+            f"page p50 {result['page_p50_ms']} ms, p95 {result['page_p95_ms']} ms; the last "
+            f"viewer's page p50 {result['last_page_p50_ms']} ms, max {result['last_page_max_ms']} "
+            f"ms"
+        )
     if result["setup_retries"]:
         lines.append(
             f"{result['setup_retries']} connections retried while subscribing "

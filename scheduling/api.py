@@ -142,6 +142,7 @@ class JobEventSerializer(serializers.Serializer):
 class PlacementSerializer(serializers.Serializer):
     node = serializers.CharField()
     gpus = serializers.ListField(child=serializers.IntegerField())
+    node_gpus = serializers.IntegerField(help_text="the node's GPUs (all of them: used whole)")
 
 
 class JobDetailSerializer(JobSerializer):

@@ -60,7 +60,8 @@ def cluster_shape() -> tuple[int, int]:
 
 
 def build_placement(job: Job) -> list[dict]:
-    """``[{node, gpus: [indices]}]`` of a job, from its allocations.
+    """``[{node, gpus: [indices], node_gpus}]`` of a job, from its allocations
+    (``node_gpus``: the node's GPUs, so a page can say "all 8 GPUs" of a node used whole).
 
     A pending job holds no GPUs (the loop frees them when it requeues one), so it costs
     no query.
@@ -68,9 +69,16 @@ def build_placement(job: Job) -> list[dict]:
     if job.state == Job.State.PENDING:
         return []
     by_node: dict[str, list[int]] = defaultdict(list)
-    for node_name, index in job.allocations.values_list("node__name", "gpu_index"):
+    size: dict[str, int] = {}
+    for node_name, index, total in job.allocations.values_list(
+        "node__name", "gpu_index", "node__gpus_total"
+    ):
         by_node[node_name].append(index)
-    return [{"node": name, "gpus": sorted(idx)} for name, idx in sorted(by_node.items())]
+        size[node_name] = total
+    return [
+        {"node": name, "gpus": sorted(idx), "node_gpus": size[name]}
+        for name, idx in sorted(by_node.items())
+    ]
 
 
 @dataclass(frozen=True)

@@ -504,7 +504,7 @@ def test_a_pending_job_shows_its_verdict_in_words_and_numbers(demo, roomy_quotas
     assert late.estimated_start is not None
     assert late.estimated_start.strftime("%Y-%m-%d %H:%M") + " UTC" in page
     running = as_user("researcher").get(f"/jobs/{fillers[0].pk}/").content.decode()
-    assert 'data-state="running"' in running and "GPUs 0, 1, 2, 3, 4, 5, 6, 7" in running
+    assert 'data-state="running"' in running and ": all 8 GPUs</li>" in running
     assert "<strong>submitted</strong>" in running and "<strong>started</strong>" in running
     assert (
         'id="verdict" class="card rp-verdict" aria-labelledby="verdict-heading" hidden' in running

@@ -106,7 +106,9 @@
     /* the allocations go when a run ends: where it ran stays in the timeline */
     const none = job.started_at ? "Holds no GPUs now; where it ran is in the timeline." : "Not placed yet.";
     fillList($("placement"), job.placement, none, (slot) =>
-      el("li", `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
+      el("li", slot.gpus.length === slot.node_gpus && slot.node_gpus > 1
+        ? `${slot.node}: all ${slot.node_gpus} GPUs`
+        : `${slot.node}: GPU${slot.gpus.length === 1 ? "" : "s"} ${slot.gpus.join(", ")}`));
   }
 
   function renderTimeline(job) {

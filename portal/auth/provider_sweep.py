@@ -155,17 +155,11 @@ def enabled() -> bool:
     return oidc.enabled() and bool(getattr(settings, "OIDC_SWEEP", False))
 
 
-def _refresh(token_endpoint: str, refresh_token: str) -> tuple[str | None, str, str | None]:
+def refresh(token_endpoint: str, refresh_token: str) -> tuple[str | None, str, str | None]:
     """Use ``refresh_token`` at the provider: (the refresh token it answers, None when it
     kept the one it had; the access token it answers; the subject of the ID token it
     answers, if any). ``Refused`` when it refuses the token; ``NotAnswered`` otherwise."""
-    data = {"grant_type": "refresh_token", "refresh_token": refresh_token}
-    auth = None
-    if settings.OIDC_TOKEN_USE_BASIC_AUTH:  # as mozilla-django-oidc's token request
-        auth = (settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET)
-    else:
-        data |= {"client_id": settings.OIDC_RP_CLIENT_ID,
-                 "client_secret": settings.OIDC_RP_CLIENT_SECRET}  # fmt: skip
+    data, auth = oidc.client_auth({"grant_type": "refresh_token", "refresh_token": refresh_token})
     try:
         response = requests.post(
             token_endpoint,
@@ -267,7 +261,7 @@ def _ask(pk: int, token_endpoint: str, report: Report) -> Asked | None:
         if token is None:
             return None
         try:
-            new, access, subject = _refresh(token_endpoint, token)
+            new, access, subject = refresh(token_endpoint, token)
         except NotAnswered as exc:
             if exc.maybe_used:
                 refresh_tokens.unanswered(account)
@@ -354,7 +348,8 @@ def _deactivate(asked: Asked, why: str, lines: list[Any], report: Report) -> Non
         if current is None:
             return
         user = current.user
-        refresh_tokens.forget(current)
+        if why == REFUSED:  # of no use; any other is revoked at the provider by the offboarding
+            refresh_tokens.forget(current)  # (portal.auth.revocation.offboarded)
         if offboard(user, managed_lines=lines, source=oidc.SOURCE, reason=why):
             report.deactivated.append(user.get_username())
             logger.info("provider sweep: %s deactivated (%s)", user, why)

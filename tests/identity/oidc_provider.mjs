@@ -75,7 +75,10 @@ const provider = new Provider(config.issuer, {
     groups: ['groups'],
   },
   scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],
-  features: { devInteractions: { enabled: false } },
+  // Token revocation (RFC 7009, published in discovery as revocation_endpoint): revoking a
+  // refresh token revokes its grant's tokens (a grant per session here), as RFC 7009 2.1 lets
+  // a provider do (portal/auth/revocation.py).
+  features: { devInteractions: { enabled: false }, revocation: { enabled: true } },
   interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, sub) {
     const account = usable(sub);
@@ -134,6 +137,12 @@ const provider = new Provider(config.issuer, {
     RefreshToken: 86400,
   },
 });
+
+// The session (`sid`) in every ID token, as Keycloak and Auth0 send it (oidc-provider does
+// only for a client registered for back-channel logout, or asked with the claims
+// parameter): the portal revokes a replaced refresh token only when it is of another session
+// (portal/auth/revocation.py).
+provider.Client.prototype.includeSid = () => true;
 
 const escape = (s) => String(s).replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
 

@@ -134,13 +134,32 @@ def revoke_replaced(user: Any, replaced: str) -> None:
     transaction.on_commit(run)
 
 
+def _let_go(account: ProviderAccount, whose: Any) -> None:
+    """Drop ``account``'s refresh token (its row locked) and revoke it once this commits."""
+    token = refresh_tokens.unseal(account.refresh_token) if account.refresh_token else None
+    if account.refresh_token:
+        refresh_tokens.forget(account)
+    if token is not None:
+        transaction.on_commit(lambda: revoke(token, whose=whose))
+
+
+def _let_go_later(user: Any) -> None:
+    """``_let_go`` of ``user``'s account in a transaction of its own."""
+    with transaction.atomic():
+        account = ProviderAccount.objects.select_for_update().filter(user=user).first()
+        if account is not None:
+            _let_go(account, user)
+
+
 def offboarded(sender: Any, *, user: Any, **kwargs: Any) -> None:
     """``core.people.offboarded``: drop ``user``'s stored refresh token in the offboarding's
-    transaction, and revoke it at the provider once that commits."""
-    account = ProviderAccount.objects.select_for_update().filter(user=user).first()
-    if account is None or not account.refresh_token:
-        return
-    token = refresh_tokens.unseal(account.refresh_token)
-    refresh_tokens.forget(account)
-    if token is not None:
-        transaction.on_commit(lambda: revoke(token, whose=user))
+    transaction, and revoke it at the provider once that commits. An account row another
+    transaction holds (a sweep asking about them, a sign-in storing a token) is not waited
+    for with the person's row locked (the provider sweep locks the account, then the
+    person): it is let go of once the offboarding commits."""
+    rows = ProviderAccount.objects.filter(user=user)
+    account = rows.select_for_update(skip_locked=True).first()
+    if account is not None:
+        _let_go(account, user)
+    elif rows.exists():
+        transaction.on_commit(lambda: _let_go_later(user))

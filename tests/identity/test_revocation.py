@@ -8,8 +8,12 @@ tests run the commit callbacks (``django_capture_on_commit_callbacks``)."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.test import override_settings
 
 from core.people import offboard
@@ -181,3 +185,37 @@ def test_someone_the_directory_sweep_offboards_has_their_provider_token_revoked(
         assert directory_sweep()["deactivated"] == ["rick"]
     assert not user("rick").is_active and stored_token("rick") is None
     assert not accepted(token)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_offboarding_does_not_wait_for_an_account_row_another_transaction_holds(
+    demo, provider, configure
+):
+    """The provider sweep locks the account row, then the person's; an offboarding holds the
+    person's: waiting there for the account row was a deadlock. It lets the token go once
+    it commits instead."""
+    configure(sweep_env(provider))
+    signed_in("dora")  # a transactional test: the commit callbacks run as in production
+    token = stored_token("dora")
+    held, failures = threading.Event(), []
+
+    def sweep_like() -> None:
+        try:
+            with transaction.atomic():
+                ProviderAccount.objects.select_for_update().get(user__username="dora")
+                held.set()
+                time.sleep(0.5)  # meanwhile the offboarding locks the person
+                get_user_model().objects.select_for_update().get(username="dora")
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=sweep_like)
+    other.start()
+    assert held.wait(10)
+    lines = managed_lines(provider_sweep.settings.OIDC_IDENTITY_MAPPING)
+    assert offboard(user("dora"), managed_lines=lines, source="test", reason="left")
+    other.join(15)
+    assert not other.is_alive() and failures == []
+    assert stored_token("dora") is None and not accepted(token)

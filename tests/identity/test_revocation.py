@@ -197,15 +197,16 @@ def test_an_offboarding_does_not_wait_for_an_account_row_another_transaction_hol
     configure(sweep_env(provider))
     signed_in("dora")  # a transactional test: the commit callbacks run as in production
     token = stored_token("dora")
+    dora_pk = user("dora").pk
     held, failures = threading.Event(), []
 
     def sweep_like() -> None:
         try:
             with transaction.atomic():
-                ProviderAccount.objects.select_for_update().get(user__username="dora")
+                ProviderAccount.objects.select_for_update().get(user_id=dora_pk)  # that row only
                 held.set()
                 time.sleep(0.5)  # meanwhile the offboarding locks the person
-                get_user_model().objects.select_for_update().get(username="dora")
+                get_user_model().objects.select_for_update().get(pk=dora_pk)
         except Exception as exc:  # noqa: BLE001 - asserted below
             failures.append(exc)
         finally:
@@ -213,9 +214,10 @@ def test_an_offboarding_does_not_wait_for_an_account_row_another_transaction_hol
 
     other = threading.Thread(target=sweep_like)
     other.start()
-    assert held.wait(10)
+    dora = user("dora")
     lines = managed_lines(provider_sweep.settings.OIDC_IDENTITY_MAPPING)
-    assert offboard(user("dora"), managed_lines=lines, source="test", reason="left")
+    assert held.wait(10)
+    assert offboard(dora, managed_lines=lines, source="test", reason="left")
     other.join(15)
     assert not other.is_alive() and failures == []
     assert stored_token("dora") is None and not accepted(token)

@@ -16,7 +16,8 @@ the client's own credentials, as the sign-in's token request) and:
   their grant or offline session revoked, the token expired): the person is offboarded
   (``core.people.offboard``, as by the directory sweep): inactive, researcher, no mapped
   line, API tokens revoked, sessions ended, live connections closed, one
-  ``identity.offboard`` record; their jobs keep running. The refused token is dropped;
+  ``identity.offboard`` record; their jobs keep running. The refused token is dropped
+  (not sent back to the provider to revoke: ``portal.auth.revocation``);
 - the provider accepts it: the token it rotated to, if it did, is stored at once, under the
   account's row lock (the old one is refused from now on). Then the person's claims are
   read from the provider's user info endpoint with the access token of that answer (as at
@@ -25,7 +26,8 @@ the client's own credentials, as the sign-in's token request) and:
   the role and lines they give now, an ``identity.sync`` record by the system ("single
   sign-on sweep: groups ...") when that changes anything; someone whose groups no longer
   let them in (``OIDC_REQUIRED_GROUPS``) is offboarded as above ("in none of the required
-  groups"). Claims about another account (a user name, as ``PortalOIDCBackend.username_from``
+  groups"), and their token, which still works, revoked at the provider once that commits
+  (``portal.auth.revocation.offboarded``). Claims about another account (a user name, as ``PortalOIDCBackend.username_from``
   reads it, other than the account's, or a ``sub`` other than the ID token's the refresh
   answered) leave the person as is (``other_account``, a warning). A user info that gives no
   claims (not reached, a timeout, not a 200, not a JSON object) leaves their groups as they

@@ -19,8 +19,9 @@ The endpoint is ``OIDC_OP_REVOCATION_ENDPOINT`` (``OIDC_REVOCATION_ENDPOINT``) o
 empty, the discovery document's ``revocation_endpoint``; none, or ``OIDC_REVOKE`` off, and
 nothing is revoked. The client authenticates as at the token endpoint (``OIDC_TOKEN_AUTH``),
 with ``OIDC_TIMEOUT`` and ``OIDC_VERIFY_SSL``. Best effort: a provider that does not answer
-or refuses is a warning in the log, never a failed sign-in or offboarding; the token is
-left to expire there.
+or refuses is a warning in the log, never a failed sign-in or offboarding (the commit
+callbacks are ``robust``: an error in one is logged, not raised); the token is left to
+expire there.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def revoke_replaced(user: Any, replaced: str) -> None:
         if revoke(replaced, whose=user):
             _still_accepted(user)
 
-    transaction.on_commit(run)
+    transaction.on_commit(run, robust=True)
 
 
 def _let_go(account: ProviderAccount, whose: Any) -> None:
@@ -140,7 +141,7 @@ def _let_go(account: ProviderAccount, whose: Any) -> None:
     if account.refresh_token:
         refresh_tokens.forget(account)
     if token is not None:
-        transaction.on_commit(lambda: revoke(token, whose=whose))
+        transaction.on_commit(lambda: revoke(token, whose=whose), robust=True)
 
 
 def _let_go_later(user: Any) -> None:
@@ -162,4 +163,4 @@ def offboarded(sender: Any, *, user: Any, **kwargs: Any) -> None:
     if account is not None:
         _let_go(account, user)
     elif rows.exists():
-        transaction.on_commit(lambda: _let_go_later(user))
+        transaction.on_commit(lambda: _let_go_later(user), robust=True)

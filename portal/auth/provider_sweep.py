@@ -27,9 +27,10 @@ the client's own credentials, as the sign-in's token request) and:
   sign-on sweep: groups ...") when that changes anything; someone whose groups no longer
   let them in (``OIDC_REQUIRED_GROUPS``) is offboarded as above ("in none of the required
   groups"), and their token, which still works, revoked at the provider once that commits
-  (``portal.auth.revocation.offboarded``). Claims about another account (a user name, as ``PortalOIDCBackend.username_from``
-  reads it, other than the account's, or a ``sub`` other than the ID token's the refresh
-  answered) leave the person as is (``other_account``, a warning). A user info that gives no
+  (``portal.auth.revocation.offboarded``). Claims about another account (a user name, as
+  ``PortalOIDCBackend.username_from`` reads it, other than the account's, or a ``sub``
+  other than the ID token's the refresh answered) leave the person as is
+  (``other_account``, a warning). A user info that gives no
   claims (not reached, a timeout, not a 200, not a JSON object) leaves their groups as they
   are this run (``no_user_info``); after one that did not answer at all (not reached, a
   timeout, a 5xx), the sweep reads nobody else's this run, and on-call hears of it;
@@ -355,6 +356,8 @@ def _deactivate(asked: Asked, why: str, lines: list[Any], report: Report) -> Non
         if offboard(user, managed_lines=lines, source=oidc.SOURCE, reason=why):
             report.deactivated.append(user.get_username())
             logger.info("provider sweep: %s deactivated (%s)", user, why)
+        elif why != REFUSED:  # made inactive meanwhile: not offboarded here, token dropped
+            refresh_tokens.forget(current)
 
 
 def _sync(asked: Asked, groups: list[str], report: Report) -> None:

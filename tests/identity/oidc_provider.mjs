@@ -7,7 +7,7 @@
 //          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
 // ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
 //            "preferred_username", "groups": [...], "userinfo_sub"?, "userinfo_fails"?,
-//            "disabled"?}}, read again at
+//            "disabled"?, "revoke_all"?}}, read again at
 // every sign-in, every authorization request and every user-info call, so a test changes
 // someone's groups, deletes or disables them by rewriting the file. As a real provider, a
 // person deleted or disabled here has no session any more: an authorization request with
@@ -50,6 +50,9 @@ async function offline(ctx, code) {
   const grant = code.grantId ? await ctx.oidc.provider.Grant.find(code.grantId) : undefined;
   return Boolean(grant && (grant.getOIDCScope() || '').split(' ').includes('offline_access'));
 }
+
+// The grants of each account (loadExistingGrant), for `revoke_all` (revokeGrantPolicy).
+const grantsOf = new Map();
 
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
@@ -110,7 +113,22 @@ const provider = new Provider(config.issuer, {
     if (ctx.oidc.params.offline_asked) grant.addOIDCScope('offline_access');
     grant.addOIDCClaims(CLAIMS);
     await grant.save();
+    const grants = grantsOf.get(grant.accountId) || new Set();
+    grantsOf.set(grant.accountId, grants.add(grant.jti));
     return grant;
+  },
+  // `revoke_all`: revoking one of the person's refresh tokens revokes every token of theirs
+  // for the client, of every grant (session), as a provider may (RFC 7009 2.1 lets it revoke
+  // more than the token): portal/auth/revocation.py must not lose the new token to it.
+  async revokeGrantPolicy(ctx) {
+    const token = ctx.oidc.entities.RefreshToken;
+    if (token && usable(token.accountId)?.revoke_all) {
+      for (const grantId of grantsOf.get(token.accountId) || []) {
+        await ctx.oidc.provider.AccessToken.revokeByGrantId(grantId);
+        await ctx.oidc.provider.RefreshToken.revokeByGrantId(grantId);
+      }
+    }
+    return true;
   },
   // A refresh token for a sign-in that asked for offline_access (above), kept past the
   // session's end; rotated at each use.

@@ -95,6 +95,30 @@ def test_a_session_check_does_not_revoke_its_own_sessions_token(
     assert user("dora").is_active
 
 
+def test_a_provider_that_revokes_the_new_token_too_deactivates_nobody(
+    demo, provider, configure, django_capture_on_commit_callbacks, caplog
+):
+    """A provider whose revocation of one token revokes all of the person's for the client
+    (``revoke_all`` here) also revokes the token the sign-in just stored: kept, it would be
+    refused at the next sweep and the person deactivated as if they had left. The portal
+    checks the new token after the revocation, drops it and says why."""
+    configure(sweep_env(provider))
+    provider.accounts["rick"]["revoke_all"] = True
+    provider.write_accounts()
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in("rick")
+    first = stored_token("rick")
+    caplog.set_level(logging.INFO, logger="portal.auth.revocation")
+    with django_capture_on_commit_callbacks(execute=True):
+        client = signed_in("rick")
+    assert client.get("/jobs/").status_code == 200  # the sign-in itself went through
+    assert "revoked the new one too" in caplog.text and "OIDC_REVOKE=0" in caplog.text
+    assert stored_token("rick") is None and not accepted(first)
+    report = provider_sweep_task()
+    assert report["deactivated"] == [] and report["without_token"] == ["rick"], report
+    assert user("rick").is_active
+
+
 def test_a_revocation_endpoint_that_does_not_answer_fails_no_sign_in(
     demo, provider, configure, django_capture_on_commit_callbacks, caplog
 ):

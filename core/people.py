@@ -12,7 +12,9 @@ a sign-in that changes nothing writes nothing.
 in), or whose refresh token the OpenID Connect provider refuses (the provider sweep),
 loses the account itself: inactive, what the groups gave taken away, API tokens revoked
 (``core.tokens.revoke_all``), sessions ended, live connections closed; one
-``identity.offboard`` record.
+``identity.offboard`` record. Whatever else gives access that is not core's (the identity
+provider's refresh token, ``portal.auth.revocation``) is let go of by the receivers of
+``offboarded``, sent in the same transaction.
 Their jobs are not touched: work already submitted keeps running.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 from django.contrib.sessions.models import Session
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
 from core import audit, realtime, tokens
@@ -30,6 +33,10 @@ from core.models import LineMembership, Profile, Role
 
 ACTION = "identity.sync"
 OFFBOARD_ACTION = "identity.offboard"
+# Sent by ``offboard`` (keyword ``user``) inside its transaction, the person's row locked,
+# once the account is closed: a receiver drops what else gives access in that transaction,
+# and calls anything outside the database after it commits (``transaction.on_commit``).
+offboarded = Signal()
 
 
 def _state(user: Any) -> dict[str, Any]:
@@ -157,6 +164,7 @@ def offboard(user: Any, *, managed_lines: Collection[Any], source: str, reason: 
         user.is_active = False
         user.save(update_fields=["is_active"])
         revoked = tokens.revoke_all(user)
+        offboarded.send(sender=type(user), user=user)
         ended = _session_keys(user.pk)
         Session.objects.filter(session_key__in=ended).delete()
         after = {**_state(user), "active": False}

@@ -171,6 +171,13 @@ def oidc_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "OIDC_TOKEN_AUTH", "client_secret_basic", ("client_secret_basic", "client_secret_post"),
         environ,
     )  # fmt: skip
+    revocation = env_url("OIDC_REVOCATION_ENDPOINT", ("https", "http"), environ) or ""
+    parsed = urlparse(revocation)
+    if parsed.scheme == "http" and not _loopback(parsed.hostname):
+        raise ImproperlyConfigured(
+            "OIDC_REVOCATION_ENDPOINT must be an https URL (http only on this machine), "
+            f"got {revocation!r}"
+        )
     return {
         "OIDC_ENABLED": True,
         "OIDC_ISSUER": issuer.rstrip("/"),
@@ -209,4 +216,10 @@ def oidc_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "OIDC_SWEEP_MAX_SHARE": env_float(
             "OIDC_SWEEP_MAX_SHARE", DEFAULT_OIDC_SWEEP_MAX_SHARE, environ, minimum=0, maximum=1
         ),
+        # Refresh tokens the portal lets go of (replaced by a sign-in of another session at
+        # the provider, or an offboarded person's) are revoked at the provider's revocation
+        # endpoint (RFC 7009; portal.auth.revocation): this one, or when empty the discovery
+        # document's ``revocation_endpoint`` (none published: nothing is revoked).
+        "OIDC_REVOKE": env_bool("OIDC_REVOKE", True, environ),
+        "OIDC_OP_REVOCATION_ENDPOINT": revocation,
     }

@@ -44,6 +44,12 @@ class ProviderAccount(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_account"
     )
     refresh_token = models.TextField(blank=True, default="", help_text="Fernet-encrypted")
+    session_id = models.TextField(
+        blank=True,
+        default="",
+        help_text="the provider's session the refresh token is of (the sign-in's ID token's "
+        "sid; empty: not named)",
+    )
     stored_at = models.DateTimeField(
         null=True, blank=True, help_text="when the refresh token was stored; wall clock, UTC"
     )

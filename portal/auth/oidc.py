@@ -21,7 +21,8 @@ signature checked against the provider's keys), ``PortalOIDCBackend``:
 - marks the account as the provider's and keeps the provider's refresh token, encrypted
   (``portal.auth.refresh_tokens``), for the provider sweep (``portal.auth.provider_sweep``),
   which deactivates a person the provider no longer has, and applies the groups of the
-  others, without their opening a page.
+  others, without their opening a page; the token it replaces, when of another session at
+  the provider (the ID token's ``sid``), is revoked there (``portal.auth.revocation``).
 
 The provider is asked again while a person stays signed in (``SessionCheck``,
 mozilla-django-oidc's ``SessionRefresh``): at their first page load once
@@ -69,6 +70,8 @@ DISCOVERY_TTL = 300.0
 # longer than the renewal time): its pages are served meanwhile, without waiting for it.
 RECHECK_RETRY_SECONDS = 30.0
 ENDPOINTS = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
+# Published by some providers only (``portal.auth.revocation``): kept when present.
+OPTIONAL_ENDPOINTS = ("revocation_endpoint",)
 
 
 class ProviderUnavailable(Exception):
@@ -85,7 +88,8 @@ def enabled() -> bool:
 
 def provider_metadata(issuer: str | None = None, *, fresh: bool = False) -> dict[str, str]:
     """The provider's endpoints, from its discovery document (cached ``DISCOVERY_TTL`` s;
-    ``fresh``: read now, whether the provider answers at this moment).
+    ``fresh``: read now, whether the provider answers at this moment); an optional one
+    (``OPTIONAL_ENDPOINTS``) only when the document names it.
 
     Raises ``ProviderUnavailable`` when it cannot be read, is not a JSON object, names another
     issuer (OpenID Connect Discovery 1.0, section 4.3) or lacks an endpoint.
@@ -110,6 +114,11 @@ def provider_metadata(issuer: str | None = None, *, fresh: bool = False) -> dict
     if missing:
         raise ProviderUnavailable(f"{url} lacks {', '.join(missing)}")
     found = {key: document[key] for key in ENDPOINTS} | {"issuer": document["issuer"]}
+    found |= {
+        key: document[key]
+        for key in OPTIONAL_ENDPOINTS
+        if isinstance(document.get(key), str) and document[key]
+    }
     with _discovered_lock:
         _discovered[issuer] = (now, found)
     return found
@@ -119,6 +128,19 @@ def forget_provider() -> None:
     """Drop the cached discovery documents (tests; a provider that moved its endpoints)."""
     with _discovered_lock:
         _discovered.clear()
+
+
+def client_auth(data: dict[str, str]) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """``data`` and the ``auth`` of a request the portal's client makes at the provider's
+    token or revocation endpoint: its credentials as mozilla-django-oidc's token request
+    sends them (``OIDC_TOKEN_AUTH``: HTTP Basic, or in the form)."""
+    if settings.OIDC_TOKEN_USE_BASIC_AUTH:
+        return data, (settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET)
+    credentials = {
+        "client_id": settings.OIDC_RP_CLIENT_ID,
+        "client_secret": settings.OIDC_RP_CLIENT_SECRET,
+    }
+    return data | credentials, None
 
 
 def signed_in_by_oidc(request: HttpRequest) -> bool:
@@ -162,6 +184,7 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_OP_TOKEN_ENDPOINT = self.OIDC_OP_USER_ENDPOINT = self.OIDC_OP_JWKS_ENDPOINT = ""
         self.issuer = ""
         self.refresh_token: str | None = None  # the token endpoint's, kept by ``authenticate``
+        self.session_id = ""  # the ID token's ``sid``: the provider's session of this sign-in
 
     def authenticate(self, request: HttpRequest | None, **kwargs: Any) -> Any:
         if not enabled() or request is None or "code" not in request.GET:
@@ -177,11 +200,18 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_OP_USER_ENDPOINT = metadata["userinfo_endpoint"]
         self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
         self.refresh_token = None
+        self.session_id = ""
         try:
             user = super().authenticate(request, **kwargs)
             if user is not None:  # the provider's account: its refresh token for the sweep
                 swept = getattr(settings, "OIDC_SWEEP", False)
-                remember_sign_in(user, self.refresh_token if swept else None)
+                replaced = remember_sign_in(
+                    user, self.refresh_token if swept else None, self.session_id
+                )
+                if replaced:  # another session's token: revoked once this commits
+                    from portal.auth.revocation import revoke_replaced  # it imports this module
+
+                    revoke_replaced(user, replaced)
             return user
         except requests.RequestException as exc:
             logger.warning("OpenID Connect sign-in failed: %s", exc)
@@ -233,6 +263,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             issuer=self.issuer,
             options={"require": ["iss", "aud", "exp", "sub"]},
         )
+
+    def get_or_create_user(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        """The library's; the ID token's (``payload``'s) ``sid`` is kept for ``authenticate``:
+        the provider's session this sign-in's refresh token belongs to (OpenID Connect
+        Front-/Back-Channel Logout; empty when the provider names none)."""
+        sid = payload.get("sid")
+        self.session_id = sid if isinstance(sid, str) else ""
+        return super().get_or_create_user(access_token, id_token, payload)
 
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
         """The provider's user info, used only when it is about the ID token's subject

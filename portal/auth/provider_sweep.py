@@ -16,7 +16,8 @@ the client's own credentials, as the sign-in's token request) and:
   their grant or offline session revoked, the token expired): the person is offboarded
   (``core.people.offboard``, as by the directory sweep): inactive, researcher, no mapped
   line, API tokens revoked, sessions ended, live connections closed, one
-  ``identity.offboard`` record; their jobs keep running. The refused token is dropped;
+  ``identity.offboard`` record; their jobs keep running. The refused token is dropped
+  (not sent back to the provider to revoke: ``portal.auth.revocation``);
 - the provider accepts it: the token it rotated to, if it did, is stored at once, under the
   account's row lock (the old one is refused from now on). Then the person's claims are
   read from the provider's user info endpoint with the access token of that answer (as at
@@ -25,9 +26,11 @@ the client's own credentials, as the sign-in's token request) and:
   the role and lines they give now, an ``identity.sync`` record by the system ("single
   sign-on sweep: groups ...") when that changes anything; someone whose groups no longer
   let them in (``OIDC_REQUIRED_GROUPS``) is offboarded as above ("in none of the required
-  groups"). Claims about another account (a user name, as ``PortalOIDCBackend.username_from``
-  reads it, other than the account's, or a ``sub`` other than the ID token's the refresh
-  answered) leave the person as is (``other_account``, a warning). A user info that gives no
+  groups"), and their token, which still works, revoked at the provider once that commits
+  (``portal.auth.revocation.offboarded``). Claims about another account (a user name, as
+  ``PortalOIDCBackend.username_from`` reads it, other than the account's, or a ``sub``
+  other than the ID token's the refresh answered) leave the person as is
+  (``other_account``, a warning). A user info that gives no
   claims (not reached, a timeout, not a 200, not a JSON object) leaves their groups as they
   are this run (``no_user_info``); after one that did not answer at all (not reached, a
   timeout, a 5xx), the sweep reads nobody else's this run, and on-call hears of it;
@@ -155,17 +158,11 @@ def enabled() -> bool:
     return oidc.enabled() and bool(getattr(settings, "OIDC_SWEEP", False))
 
 
-def _refresh(token_endpoint: str, refresh_token: str) -> tuple[str | None, str, str | None]:
+def refresh(token_endpoint: str, refresh_token: str) -> tuple[str | None, str, str | None]:
     """Use ``refresh_token`` at the provider: (the refresh token it answers, None when it
     kept the one it had; the access token it answers; the subject of the ID token it
     answers, if any). ``Refused`` when it refuses the token; ``NotAnswered`` otherwise."""
-    data = {"grant_type": "refresh_token", "refresh_token": refresh_token}
-    auth = None
-    if settings.OIDC_TOKEN_USE_BASIC_AUTH:  # as mozilla-django-oidc's token request
-        auth = (settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET)
-    else:
-        data |= {"client_id": settings.OIDC_RP_CLIENT_ID,
-                 "client_secret": settings.OIDC_RP_CLIENT_SECRET}  # fmt: skip
+    data, auth = oidc.client_auth({"grant_type": "refresh_token", "refresh_token": refresh_token})
     try:
         response = requests.post(
             token_endpoint,
@@ -267,7 +264,7 @@ def _ask(pk: int, token_endpoint: str, report: Report) -> Asked | None:
         if token is None:
             return None
         try:
-            new, access, subject = _refresh(token_endpoint, token)
+            new, access, subject = refresh(token_endpoint, token)
         except NotAnswered as exc:
             if exc.maybe_used:
                 refresh_tokens.unanswered(account)
@@ -354,10 +351,13 @@ def _deactivate(asked: Asked, why: str, lines: list[Any], report: Report) -> Non
         if current is None:
             return
         user = current.user
-        refresh_tokens.forget(current)
+        if why == REFUSED:  # of no use; any other is revoked at the provider by the offboarding
+            refresh_tokens.forget(current)  # (portal.auth.revocation.offboarded)
         if offboard(user, managed_lines=lines, source=oidc.SOURCE, reason=why):
             report.deactivated.append(user.get_username())
             logger.info("provider sweep: %s deactivated (%s)", user, why)
+        elif why != REFUSED:  # made inactive meanwhile: not offboarded here, token dropped
+            refresh_tokens.forget(current)
 
 
 def _sync(asked: Asked, groups: list[str], report: Report) -> None:

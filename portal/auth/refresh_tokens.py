@@ -52,17 +52,32 @@ def unseal(sealed: str) -> str | None:
         return None
 
 
-def remember_sign_in(user: Any, refresh_token: str | None) -> None:
+def remember_sign_in(user: Any, refresh_token: str | None, session_id: str = "") -> str | None:
     """``user`` signed in through the provider: mark the account as the provider's and keep
-    ``refresh_token`` (sealed) when the provider gave one; without one, the stored token
-    stays (a session check, ``prompt=none``, may bring none)."""
+    ``refresh_token`` (sealed) when the provider gave one, with ``session_id`` (the ID
+    token's ``sid``: the provider's session it belongs to); without one, the stored token
+    stays (a session check, ``prompt=none``, may bring none).
+
+    Returns the token this replaced when it is of another session at the provider (both
+    sessions named, and not the same), for the caller to revoke
+    (``portal.auth.revocation.revoke_replaced``); None otherwise: a token of the same
+    session is of the same grant, which revoking it would revoke with the new one."""
+    replaced = None
     with transaction.atomic():
         account, _ = ProviderAccount.objects.select_for_update().get_or_create(user=user)
         if refresh_token:
+            old = unseal(account.refresh_token) if account.refresh_token else None
+            other_session = bool(session_id and account.session_id != session_id)
+            if old and old != refresh_token and account.session_id and other_session:
+                replaced = old
             account.refresh_token = seal(refresh_token)
+            account.session_id = session_id
             account.stored_at = timezone.now()
             account.unanswered_at = None
-            account.save(update_fields=["refresh_token", "stored_at", "unanswered_at"])
+            account.save(
+                update_fields=["refresh_token", "session_id", "stored_at", "unanswered_at"]
+            )
+    return replaced
 
 
 def accepted(account: ProviderAccount, refresh_token: str | None) -> bool:

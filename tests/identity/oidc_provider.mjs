@@ -7,7 +7,7 @@
 //          "clients": [{"client_id", "client_secret", "redirect_uris": [...]}]}
 // ACCOUNTS: {"<login>": {"password", "email", "name", "given_name", "family_name",
 //            "preferred_username", "groups": [...], "userinfo_sub"?, "userinfo_fails"?,
-//            "disabled"?}}, read again at
+//            "disabled"?, "revoke_all"?}}, read again at
 // every sign-in, every authorization request and every user-info call, so a test changes
 // someone's groups, deletes or disables them by rewriting the file. As a real provider, a
 // person deleted or disabled here has no session any more: an authorization request with
@@ -51,6 +51,9 @@ async function offline(ctx, code) {
   return Boolean(grant && (grant.getOIDCScope() || '').split(' ').includes('offline_access'));
 }
 
+// The grants of each account (loadExistingGrant), for `revoke_all` (revokeGrantPolicy).
+const grantsOf = new Map();
+
 const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: 'jwk' }), kid: 'test-key', use: 'sig', alg: 'RS256' };
 const CLAIMS = ['email', 'name', 'given_name', 'family_name', 'preferred_username', 'groups'];
@@ -75,7 +78,10 @@ const provider = new Provider(config.issuer, {
     groups: ['groups'],
   },
   scopes: ['openid', 'offline_access', 'email', 'profile', 'groups'],
-  features: { devInteractions: { enabled: false } },
+  // Token revocation (RFC 7009, published in discovery as revocation_endpoint): revoking a
+  // refresh token revokes its grant's tokens (a grant per session here), as RFC 7009 2.1 lets
+  // a provider do (portal/auth/revocation.py).
+  features: { devInteractions: { enabled: false }, revocation: { enabled: true } },
   interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   async findAccount(ctx, sub) {
     const account = usable(sub);
@@ -107,7 +113,22 @@ const provider = new Provider(config.issuer, {
     if (ctx.oidc.params.offline_asked) grant.addOIDCScope('offline_access');
     grant.addOIDCClaims(CLAIMS);
     await grant.save();
+    const grants = grantsOf.get(grant.accountId) || new Set();
+    grantsOf.set(grant.accountId, grants.add(grant.jti));
     return grant;
+  },
+  // `revoke_all`: revoking one of the person's refresh tokens revokes every token of theirs
+  // for the client, of every grant (session), as a provider may (RFC 7009 2.1 lets it revoke
+  // more than the token): portal/auth/revocation.py must not lose the new token to it.
+  async revokeGrantPolicy(ctx) {
+    const token = ctx.oidc.entities.RefreshToken;
+    if (token && usable(token.accountId)?.revoke_all) {
+      for (const grantId of grantsOf.get(token.accountId) || []) {
+        await ctx.oidc.provider.AccessToken.revokeByGrantId(grantId);
+        await ctx.oidc.provider.RefreshToken.revokeByGrantId(grantId);
+      }
+    }
+    return true;
   },
   // A refresh token for a sign-in that asked for offline_access (above), kept past the
   // session's end; rotated at each use.
@@ -134,6 +155,12 @@ const provider = new Provider(config.issuer, {
     RefreshToken: 86400,
   },
 });
+
+// The session (`sid`) in every ID token, as Keycloak and Auth0 send it (oidc-provider does
+// only for a client registered for back-channel logout, or asked with the claims
+// parameter): the portal revokes a replaced refresh token only when it is of another session
+// (portal/auth/revocation.py).
+provider.Client.prototype.includeSid = () => true;
 
 const escape = (s) => String(s).replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
 

@@ -219,6 +219,15 @@ def test_oidc_settings_from_the_environment():
     assert asked["OIDC_RP_SCOPES"] == "openid offline_access email"  # asked once
     hourly = oidc_settings({**OIDC_ENV, "OIDC_SWEEP_SECONDS": "3600", "OIDC_SWEEP_MAX_SHARE": "1"})
     assert (hourly["OIDC_SWEEP_SECONDS"], hourly["OIDC_SWEEP_MAX_SHARE"]) == (3600.0, 1.0)
+    # refresh tokens let go of are revoked (portal.auth.revocation): at the discovered
+    # revocation endpoint unless one is named
+    assert (values["OIDC_REVOKE"], values["OIDC_OP_REVOCATION_ENDPOINT"]) == (True, "")
+    named = oidc_settings(
+        {**OIDC_ENV, "OIDC_REVOCATION_ENDPOINT": "https://sso.example.org/revoke",
+         "OIDC_REVOKE": "0"}
+    )  # fmt: skip
+    assert named["OIDC_OP_REVOCATION_ENDPOINT"] == "https://sso.example.org/revoke"
+    assert named["OIDC_REVOKE"] is False
 
 
 @pytest.mark.parametrize(
@@ -237,6 +246,12 @@ def test_oidc_settings_from_the_environment():
         ({"OIDC_SWEEP": "maybe"}, "OIDC_SWEEP must be a boolean"),
         ({"OIDC_SWEEP_SECONDS": "10"}, "OIDC_SWEEP_SECONDS must be at least 60"),
         ({"OIDC_SWEEP_MAX_SHARE": "2"}, "OIDC_SWEEP_MAX_SHARE must be at most 1"),
+        ({"OIDC_REVOKE": "maybe"}, "OIDC_REVOKE must be a boolean"),
+        (
+            {"OIDC_REVOCATION_ENDPOINT": "http://sso.example.org/revoke"},
+            "OIDC_REVOCATION_ENDPOINT must be an https URL",
+        ),
+        ({"OIDC_REVOCATION_ENDPOINT": "sso.example.org"}, "OIDC_REVOCATION_ENDPOINT must be a URL"),
     ],
 )
 def test_a_bad_oidc_configuration_stops_start_up(change, message):

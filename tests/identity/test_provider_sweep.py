@@ -130,7 +130,7 @@ def test_someone_still_there_stays_and_the_rotated_token_is_kept(demo, provider,
     assert user("rick").is_active
     endpoint = provider_sweep.oidc.provider_metadata()["token_endpoint"]
     with pytest.raises(provider_sweep.Refused):
-        provider_sweep._refresh(endpoint, first)
+        provider_sweep.refresh(endpoint, first)
 
 
 def test_a_token_refused_after_a_request_that_went_unanswered_deactivates_nobody(

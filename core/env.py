@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+_FALSE = {"0", "false", "no", "off"}
 
 
 def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
@@ -26,9 +26,11 @@ def _raw(name: str, environ: Mapping[str, str] | None) -> str | None:
 
 
 def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    """Parse a boolean: 1/true/yes/on or 0/false/no/off (case-insensitive)."""
+    """Parse a boolean: 1/true/yes/on or 0/false/no/off (case-insensitive); unset or empty
+    is ``default``, as for every other kind here (compose's ``${NAME:-}`` passes an unset
+    variable as empty: it must not turn a setting that defaults on off)."""
     raw = _raw(name, environ)
-    if raw is None:
+    if raw is None or raw == "":
         return default
     low = raw.lower()
     if low in _TRUE:
@@ -44,9 +46,9 @@ def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -
 
 
 def env_list(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """Parse a comma-separated list, dropping empty items."""
+    """Parse a comma-separated list, dropping empty items; unset or empty is ``default``."""
     raw = _raw(name, environ)
-    if raw is None:
+    if raw is None or raw == "":
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
 

@@ -164,6 +164,49 @@ def test_env_example_documents_every_variable_compose_reads():
     assert used <= documented(), used - documented()
 
 
+# Read by the portal, documented, but no setting of a compose deployment's containers.
+NOT_IN_CONTAINERS = {
+    "BENCH_ENDPOINTS": "the benchmarks' own web server (docs/benchmarks.md)",
+    "DEMO_PASSWORD": "make run and seed_demo (README)",
+}
+
+
+def backend_variables() -> set[str]:
+    """The Slurm and Kubernetes backends' settings (their docs' tables), without the
+    ``PORTAL_*`` a run is given (the job-script contract)."""
+    names = set()
+    for doc in ("backend-slurm.md", "backend-kubernetes.md"):
+        names |= set(
+            re.findall(r"(?m)^\| `([A-Z][A-Z0-9_]+)` \|", (ROOT / "docs" / doc).read_text())
+        )
+    return {n for n in names if not n.startswith("PORTAL_")}
+
+
+def test_every_setting_reaches_the_portals_containers(compose):
+    """docker-compose.yml passes each container only the variables it lists: one left out
+    (the provider sweep, the directory filters, every Slurm and Kubernetes setting were)
+    is a setting a compose deployment cannot make, whatever .env says."""
+    wanted = (set(environment_reads()) | backend_variables()) - set(NOT_DEPLOYMENT_SETTINGS)
+    wanted -= set(NOT_IN_CONTAINERS)
+    assert {"OIDC_SWEEP", "LDAP_REQUIRED_GROUPS", "SLURM_PARTITION", "KUBECONFIG"} <= wanted
+    for name in ("web", "worker", "beat", "migrate"):
+        missing = wanted - set(compose["services"][name]["environment"])
+        assert not missing, f"{name} is not given {sorted(missing)}"
+
+
+def test_an_unset_setting_passed_as_empty_keeps_its_default(compose):
+    """Compose passes an unset variable as "" (``${NAME:-}``): the portal reads that as
+    unset (``core.env``; the backends' ``BackendConfig``), so a setting that defaults on
+    stays on. The one whose empty value means something has its default in the file."""
+    from core.env import env_bool, env_list
+
+    env = compose["services"]["web"]["environment"]
+    assert env["OIDC_REVOKE"] == "" and env_bool("OIDC_REVOKE", True, env) is True
+    assert env["OIDC_SWEEP"] == "" and env_bool("OIDC_SWEEP", True, env) is True
+    assert env_list("OIDC_SCOPES", ["openid"], env) == ["openid"]
+    assert env["KUBERNETES_RDMA_RESOURCE"] == "rdma/hca"
+
+
 def test_env_example_documents_the_backends_variables():
     names = set()
     for doc in ("backend-slurm.md", "backend-kubernetes.md"):

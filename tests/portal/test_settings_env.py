@@ -27,6 +27,12 @@ def test_cycle_period_must_be_a_finite_number_in_range(raw):
 def test_unset_values_take_the_default():
     assert env_float("X", 5.0, {}) == 5.0
     assert env_list("HOSTS", ["a"], {}) == ["a"]
+    # Empty is unset too: docker-compose.yml passes an unset variable as "" (${NAME:-}),
+    # which turned OIDC_REVOKE (on by default) off and OIDC_SCOPES into no scope at all.
+    assert env_bool("OIDC_REVOKE", True, {"OIDC_REVOKE": ""}) is True
+    assert env_bool("FLAG", False, {"FLAG": " "}) is False
+    assert env_list("OIDC_SCOPES", ["openid"], {"OIDC_SCOPES": ""}) == ["openid"]
+    assert env_float("X", 5.0, {"X": ""}) == 5.0
     assert env_list("HOSTS", [], {"HOSTS": "a.example, b.example,"}) == ["a.example", "b.example"]
 
 

@@ -130,17 +130,27 @@ def forget_provider() -> None:
         _discovered.clear()
 
 
-def client_auth(data: dict[str, str]) -> tuple[dict[str, str], tuple[str, str] | None]:
-    """``data`` and the ``auth`` of a request the portal's client makes at the provider's
-    token or revocation endpoint: its credentials as mozilla-django-oidc's token request
-    sends them (``OIDC_TOKEN_AUTH``: HTTP Basic, or in the form)."""
+def post_as_client(url: str, data: dict[str, str]) -> requests.Response:
+    """POST ``data`` to the provider's token or revocation endpoint ``url`` as the portal's
+    client: its credentials as mozilla-django-oidc's token request sends them
+    (``OIDC_TOKEN_AUTH``: HTTP Basic, or in the form), ``OIDC_TIMEOUT``,
+    ``OIDC_VERIFY_SSL``, no redirect followed. Raises what ``requests`` raises."""
+    auth = None
     if settings.OIDC_TOKEN_USE_BASIC_AUTH:
-        return data, (settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET)
-    credentials = {
-        "client_id": settings.OIDC_RP_CLIENT_ID,
-        "client_secret": settings.OIDC_RP_CLIENT_SECRET,
-    }
-    return data | credentials, None
+        auth = (settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET)
+    else:
+        data = data | {
+            "client_id": settings.OIDC_RP_CLIENT_ID,
+            "client_secret": settings.OIDC_RP_CLIENT_SECRET,
+        }
+    return requests.post(
+        url,
+        data=data,
+        auth=auth,
+        timeout=settings.OIDC_TIMEOUT,
+        verify=settings.OIDC_VERIFY_SSL,
+        allow_redirects=False,
+    )
 
 
 def signed_in_by_oidc(request: HttpRequest) -> bool:

@@ -162,15 +162,9 @@ def refresh(token_endpoint: str, refresh_token: str) -> tuple[str | None, str, s
     """Use ``refresh_token`` at the provider: (the refresh token it answers, None when it
     kept the one it had; the access token it answers; the subject of the ID token it
     answers, if any). ``Refused`` when it refuses the token; ``NotAnswered`` otherwise."""
-    data, auth = oidc.client_auth({"grant_type": "refresh_token", "refresh_token": refresh_token})
     try:
-        response = requests.post(
-            token_endpoint,
-            data=data,
-            auth=auth,
-            timeout=settings.OIDC_TIMEOUT,
-            verify=settings.OIDC_VERIFY_SSL,
-            allow_redirects=False,
+        response = oidc.post_as_client(
+            token_endpoint, {"grant_type": "refresh_token", "refresh_token": refresh_token}
         )
     except requests.ConnectTimeout as exc:
         raise NotAnswered(f"no answer: {exc}", maybe_used=False) from exc

@@ -62,15 +62,9 @@ def revoke(refresh_token: str, *, whose: Any) -> bool:
     url = endpoint()
     if not url:
         return False
-    data, auth = oidc.client_auth({"token": refresh_token, "token_type_hint": "refresh_token"})
     try:
-        response = requests.post(
-            url,
-            data=data,
-            auth=auth,
-            timeout=settings.OIDC_TIMEOUT,
-            verify=settings.OIDC_VERIFY_SSL,
-            allow_redirects=False,
+        response = oidc.post_as_client(
+            url, {"token": refresh_token, "token_type_hint": "refresh_token"}
         )
     except requests.RequestException as exc:
         logger.warning("%s's refresh token not revoked at the provider: %s", whose, exc)

@@ -158,7 +158,7 @@
     setInterval(tick, 1000);
     if (window.Live) {
       window.Live.on("cycles", (msg) => sawCycle(msg.data && msg.data.cluster_time),
-                     { whileHidden: true });  // no fetch: the clock stays right when shown
+                     { noFetch: true });  // the clock stays right, in a hidden tab too
     }
   }
 

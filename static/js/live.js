@@ -2,7 +2,7 @@
  * with backoff, and a refetch hook so a page that missed events while disconnected
  * catches up from a fresh snapshot. Pages use:
  *   Live.on("queues", (msg) => {...});      // msg = {type, topic, data}
- *   Live.on("cycles", fn, { whileHidden: true });  // also in a hidden tab (no fetch in fn)
+ *   Live.on("cycles", fn, { noFetch: true });  // fn asks the server nothing: at once, always
  *   Live.onReconnect(() => {...});          // refetch a snapshot
  *   Live.agePageMessages("Now: …");         // the flash messages are about the past now
  * The status element #live-status (if present) shows the connection state in words;
@@ -14,11 +14,17 @@
  * any other page the badge says "not live" (reload for the latest figures), even when a
  * helper such as the header's clock listens to events.
  *
- * A hidden page (a tab behind another, a minimised window) refetches nothing: its events
- * are noted, not handled, and once it is shown again it catches up from one fresh
- * snapshot, as after a reconnect. Five hundred people with the portal open in a
- * background tab would otherwise make the server render five hundred pages every cycle
- * for nobody to read (docs/architecture.md, "Live pages"). */
+ * An event only tells a page to ask the server again, so every open page costs the server
+ * a request per event (docs/reliability.md, "What the open pages cost"):
+ * - a hidden page (a tab behind another, a minimised window) handles no event: it notes
+ *   that it missed some and, once shown again, catches up from one fresh snapshot, as
+ *   after a reconnect (500 people with the portal in a background tab made the server
+ *   render 500 pages a cycle for nobody to read);
+ * - a page-wide event (every topic but a job's own) reaches the page's handlers after a
+ *   random wait of up to SPREAD_MS, so the pages open across the organisation do not all
+ *   ask in the same instant after a cycle (100 at once made a submission wait 2 s behind
+ *   them).
+ * Handlers registered with { noFetch: true } (the header's clock) run at once, always. */
 (function () {
   "use strict";
   const handlers = new Map();
@@ -29,6 +35,7 @@
   let loaded = false;
   let missed = false;  // events (or a reconnect) went unhandled while the page was hidden
 
+  const SPREAD_MS = 2000;
   const hidden = () => document.visibilityState === "hidden";
 
   function catchUp() {
@@ -73,9 +80,12 @@
       const list = handlers.get(msg.topic);
       if (!list || !msg.type) return;
       const shown = !hidden();
+      const pageWide = !msg.topic.startsWith("job.");
       for (const h of list) {
-        if (shown || h.whileHidden) h.fn(msg);
-        else missed = true;
+        if (h.noFetch) h.fn(msg);
+        else if (!shown) missed = true;
+        else if (pageWide) setTimeout(() => h.fn(msg), Math.random() * SPREAD_MS);
+        else h.fn(msg);
       }
     });
     socket.addEventListener("close", (event) => {
@@ -133,7 +143,7 @@
           socket.send(JSON.stringify({ subscribe: topic }));
         }
       }
-      handlers.get(topic).push({ fn, whileHidden: Boolean(options && options.whileHidden) });
+      handlers.get(topic).push({ fn, noFetch: Boolean(options && options.noFetch) });
       if (loaded && !socket && document.body.dataset.live !== "off") connect();
     },
     onReconnect(fn) { reconnectHooks.push(fn); },

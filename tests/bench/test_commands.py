@@ -61,7 +61,7 @@ def test_no_benchmark_code_is_left_in_the_production_apps():
         ("bench_burst", ("--url", "--jobs", "--seconds", "--clients", "--spread", "--user",
                          "--queue", "--gpus", "--no-cycle", "--json")),
         ("bench_live", ("--url", "--viewers", "--cycles", "--interval", "--users", "--workload",
-                        "--refetch", "--json")),
+                        "--refetch", "--spread-ms", "--json")),
         ("bench_cycle", ("--gpus", "--pending", "--running", "--runs", "--seed", "--with-db",
                          "--json")),
         ("bench_pages", ("--gpus", "--pending", "--running", "--runs", "--json")),
@@ -140,6 +140,7 @@ def test_bench_pages_refuses_sizes_out_of_range(options):
         ("bench_burst", {"jobs": 0}, "--jobs and --clients must be >= 1"),
         ("bench_burst", {"clients": 0}, "--jobs and --clients must be >= 1"),
         ("bench_live", {"viewers": 0}, "--viewers and --cycles must be >= 1"),
+        ("bench_live", {"spread_ms": -1}, "--spread-ms must be between 0 and 60000"),
         ("bench_live", {"interval": -1}, "--interval >= 0"),
     ],
 )

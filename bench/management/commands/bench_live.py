@@ -14,10 +14,12 @@ own, so the cycles run here cannot delay when a viewer reads its socket. Like
 (reported as ``setup_retries``).
 
 ``--refetch PATH`` makes each viewer do what a live page in a visible tab does with the
-event (``static/js/live_parts.js``): 150 ms later it GETs PATH with its session and
-``X-Live-Refresh: 1``; the command then also reports commit -> page read (the moment the
-last viewer has a fresh page) and the pages served per second. Run it with ``/healthz``
-as well, in the same run, for the baseline: the same viewers fetching the cheapest page.
+event (``static/js/live.js`` and ``live_parts.js``): after a random wait of up to
+``--spread-ms`` (2,000 ms, live.js's ``SPREAD_MS``; 0: every viewer at once, as before
+session 44) and 150 ms more, it GETs PATH with its session and ``X-Live-Refresh: 1``; the
+command then also reports commit -> page read (and when the last viewer has a fresh
+page). Run it with ``/healthz`` as well, in the same run, for the baseline: the same
+viewers fetching the cheapest page.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class ViewerPool:
 
     def __init__(
         self, url: str, session_keys: list[str], cookie_name: str = "sessionid",
-        topic: str = "cycles", refetch: str = "",
+        topic: str = "cycles", refetch: str = "", spread_ms: float = 2000.0,
     ) -> None:  # fmt: skip
         self.base = url.rstrip("/")
         self.ws_url = self.base.replace("http", "ws", 1) + "/ws/live/"
@@ -83,6 +85,7 @@ class ViewerPool:
         self.keys = session_keys
         self.topic = topic
         self.refetch = refetch
+        self.spread_s = spread_ms / 1000
         self.viewers = [Viewer(i) for i in range(len(session_keys))]
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -136,8 +139,9 @@ class ViewerPool:
                     asyncio.ensure_future(self._refetch(viewer, cycle_id, headers, http))
 
     async def _refetch(self, viewer: Viewer, cycle_id: int, headers: dict, http) -> None:
-        """What ``live_parts.js`` does with the event: GET the page 150 ms later."""
-        await asyncio.sleep(0.15)
+        """What a visible live page does with the event: GET itself after a random part of
+        the spread (``live.js``) and 150 ms more (``live_parts.js``)."""
+        await asyncio.sleep(random.random() * self.spread_s + 0.15)
         try:
             async with http.get(self.base + self.refetch,
                                 headers={**headers, "X-Live-Refresh": "1"}) as response:  # fmt: skip
@@ -195,10 +199,10 @@ class ViewerPool:
 
 
 def _viewers_in_a_process(
-    conn, url: str, keys: list[str], cookie_name: str, refetch: str = ""
+    conn, url: str, keys: list[str], cookie_name: str, refetch: str = "", spread_ms: float = 0
 ) -> None:
     """Child process: hold the viewers; on ("collect", ids, timeout) send back what arrived."""
-    pool = ViewerPool(url, keys, cookie_name, refetch=refetch)
+    pool = ViewerPool(url, keys, cookie_name, refetch=refetch, spread_ms=spread_ms)
     try:
         pool.start()
     except CommandError as exc:
@@ -217,7 +221,9 @@ class ViewerProcess:
     """The viewers in a process of their own, so that running cycles here (CPU-bound,
     holding the GIL) cannot delay the moment a viewer's event loop reads its socket."""
 
-    def __init__(self, url: str, session_keys: list[str], refetch: str = "") -> None:
+    def __init__(
+        self, url: str, session_keys: list[str], refetch: str = "", spread_ms: float = 0
+    ) -> None:
         import multiprocessing
 
         from django.conf import settings
@@ -226,7 +232,8 @@ class ViewerProcess:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(
             target=_viewers_in_a_process,
-            args=(child, url, session_keys, settings.SESSION_COOKIE_NAME, refetch), daemon=True,
+            args=(child, url, session_keys, settings.SESSION_COOKIE_NAME, refetch, spread_ms),
+            daemon=True,
         )  # fmt: skip
 
     def start(self, timeout: float = CONNECT_TIMEOUT_S * 3) -> None:
@@ -268,11 +275,12 @@ def run_timed_cycle(wait_s: float = 60.0):
 def measure(
     url: str, viewers: int, cycles: int, interval: float, usernames: list[str],
     deliver_timeout: float = 10.0, workload: bool = False, refetch: str = "",
+    spread_ms: float = 2000.0,
 ) -> dict:  # fmt: skip
     """Open the viewers, run the cycles, and summarize commit -> receive latencies (and,
     with ``refetch``, commit -> refetched page read)."""
     keys = sign_in_sessions(viewers, usernames)
-    pool = ViewerProcess(url, keys, refetch)
+    pool = ViewerProcess(url, keys, refetch, spread_ms)
     pool.start()
     commits: dict[int, float] = {}
     durations: list[float] = []
@@ -299,7 +307,7 @@ def measure(
     expected = len(commits) * viewers
     fresh = [(v.fresh[cid] - t) * 1000 for cid, t in commits.items() for v in seen
              if cid in v.fresh]  # fmt: skip
-    refetched = {"refetch": refetch} if refetch else {}
+    refetched = {"refetch": refetch, "spread_ms": spread_ms} if refetch else {}
     if refetch:
         last_fresh = [max((v.fresh[cid] - t) * 1000 for v in seen if cid in v.fresh)
                       for cid, t in commits.items() if any(cid in v.fresh for v in seen)]  # fmt: skip
@@ -351,18 +359,25 @@ class Command(BaseCommand):
         )  # fmt: skip
         parser.add_argument(
             "--refetch", default="", metavar="PATH",
-            help="each viewer GETs PATH 150 ms after each cycle.completed, as a live page "
-                 "in a visible tab does (/ for the home page; /healthz for the baseline)",
+            help="each viewer GETs PATH after each cycle.completed, as a live page in a "
+                 "visible tab does (/ for the home page; /healthz for the baseline)",
+        )  # fmt: skip
+        parser.add_argument(
+            "--spread-ms", type=float, default=2000.0,
+            help="with --refetch: each viewer first waits a random part of this, as "
+                 "static/js/live.js does (0: all at once)",
         )  # fmt: skip
         add_output_arguments(parser, url=True)
 
     def handle(self, *args, **opts) -> None:
         if opts["viewers"] < 1 or opts["cycles"] < 1 or opts["interval"] < 0:
             raise CommandError("--viewers and --cycles must be >= 1, --interval >= 0")
+        if not 0 <= opts["spread_ms"] <= 60_000:
+            raise CommandError("--spread-ms must be between 0 and 60000")
         result = measure(
             opts["url"], opts["viewers"], opts["cycles"], opts["interval"],
             [u.strip() for u in opts["users"].split(",") if u.strip()],
-            workload=opts["workload"], refetch=opts["refetch"],
+            workload=opts["workload"], refetch=opts["refetch"], spread_ms=opts["spread_ms"],
         )  # fmt: skip
         write_result(self, result, opts["json"], report, indent=2)
 
@@ -379,7 +394,8 @@ def report(result: dict) -> list[str]:
     ]
     if result.get("refetch"):
         lines.append(
-            f"refetch {result['refetch']}: {result['pages_read']}/{result['expected']} pages read "
+            f"refetch {result['refetch']} (spread {result['spread_ms']:.0f} ms): "
+            f"{result['pages_read']}/{result['expected']} pages read "
             f"({result['refetch_errors']} errors {result['refetch_error_kinds']}); commit -> "
             f"page p50 {result['page_p50_ms']} ms, p95 {result['page_p95_ms']} ms; the last "
             f"viewer's page p50 {result['last_page_p50_ms']} ms, max {result['last_page_max_ms']} "

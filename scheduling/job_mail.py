@@ -111,23 +111,30 @@ def settled_horizon(wait_s: float = SETTLE_WAIT_S, poll_s: float = 0.05) -> int 
     """An event id at or below which every ``JobEvent`` is committed or rolled back; None
     if the writers in progress did not end within ``wait_s`` (the next run tries again).
 
-    The sequence's last value, read first; then the transactions in progress at that
-    moment (PostgreSQL's ``pg_current_snapshot``), waited for. Any event id up to that
-    value was taken by a transaction that had begun by then, and the ones that write
-    events (the cycle, a cancel) have written a row before, so they hold a transaction id
-    and are in the snapshot. Our own transaction, if any, is not waited for.
+    The sequence's last value, read first; then the moment after (``t0``); then a wait for
+    every other session of this database whose transaction began before ``t0`` and may
+    hold an event id: one that has written (it has a transaction id) or is running a
+    statement (an INSERT takes its ids before it writes). Any event id up to the value
+    read was taken by such a transaction, and once each has ended, its events are
+    visible (or gone). Read-only sessions idle in a transaction are not waited for.
+
+    ``pg_stat_activity`` shows the sessions of the role we connect as (the portal's
+    processes share the one of ``DATABASE_URL``); another role's writers of the timeline
+    would need ``pg_read_all_stats``. Transaction ids are no shortcut: a snapshot leaves
+    out the newest running transaction (its id is not below the snapshot's ``xmax``).
     """
     horizon = newest_event_id()
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_current_snapshot()::text")
-        (snapshot,) = cur.fetchone()
+        cur.execute("SELECT clock_timestamp()")
+        (t0,) = cur.fetchone()
         deadline = time.monotonic() + wait_s
         while True:
+            cur.execute("SELECT pg_stat_clear_snapshot()")  # a fresh view in a transaction too
             cur.execute(
-                "SELECT count(*) FROM pg_snapshot_xip(%s::pg_snapshot) AS x"
-                " WHERE pg_xact_status(x) = 'in progress'"
-                " AND x IS DISTINCT FROM pg_current_xact_id_if_assigned()",
-                [snapshot],
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                " AND xact_start < %s AND (backend_xid IS NOT NULL OR state = 'active')",
+                [t0],
             )
             (running,) = cur.fetchone()
             if running == 0:

@@ -25,10 +25,10 @@ from django.db import transaction
 from django.db.models import Q
 
 from core import audit, events, timezones
+from core.mail import mail_on_commit
 from core.models import Role
 from core.realtime import publish_on_commit
 from quotas import ledger, transitions
-from core.mail import mail_on_commit
 from quotas.models import (
     USAGE_RETENTION_DAYS,
     BusinessLine,

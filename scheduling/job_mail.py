@@ -180,7 +180,7 @@ def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | Non
     base = portal_url()
     jobs = {e.job_id for e in listed}
     if total > len(listed):
-        jobs |= set(events.values_list("job_id", flat=True).distinct())
+        jobs |= set(events.order_by().values_list("job_id", flat=True).distinct())
     first = listed[0].job
     subject = (
         f"{len(jobs)} of your jobs changed"
@@ -210,7 +210,9 @@ def send_job_digests(horizon: int | None = None) -> DigestReport:
     """Queue one mail per opted-in, active person with an address, listing their jobs' new
     events up to the settled horizon (``settled_horizon``; ``horizon`` overrides it, for
     tests), and advance each one's watermark to it in the transaction that queues their
-    mail. People with nothing new only have their watermark advanced (one statement).
+    mail. People with nothing new only have their watermark advanced (one statement), as
+    have opted-in people who may not be mailed now (deactivated, no address): what happens
+    meanwhile is never mailed.
 
     Idempotent: a second run at the same horizon mails nothing; two at once mail each
     event once (the preference row is locked per person). Writes only
@@ -226,6 +228,11 @@ def send_job_digests(horizon: int | None = None) -> DigestReport:
         .exclude(kinds=[])
         .values_list("pk", "user_id", "last_event_id")
     )
+    # Opted in but not to be mailed now (deactivated, address removed): their watermark
+    # moves on too, so what happens meanwhile is never mailed, not even once they are back.
+    JobMailPreference.objects.filter(last_event_id__lt=horizon).exclude(kinds=[]).exclude(
+        user__in=users
+    ).update(last_event_id=horizon)
     rows = list(due)
     if not rows:
         return DigestReport(horizon=horizon)
@@ -235,7 +242,7 @@ def send_job_digests(horizon: int | None = None) -> DigestReport:
         JobEvent.objects.filter(
             pk__gt=low, pk__lte=horizon, kind__in=every_kind,
             job__owner_id__in=[u for _, u, _ in rows],
-        ).values_list("job__owner_id", flat=True).distinct()
+        ).order_by().values_list("job__owner_id", flat=True).distinct()
     )  # fmt: skip
     # nothing of any kind for them: the watermark moves on without a look at the rest
     JobMailPreference.objects.filter(

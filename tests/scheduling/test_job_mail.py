@@ -133,6 +133,10 @@ def test_deactivated_people_and_people_without_an_address_get_nothing(
     happen(job(gone, "a"), "succeeded")
     happen(job(silent, "b"), "succeeded")
     assert run(django_capture_on_commit_callbacks) == []
+    # back, with an address: what happened meanwhile is not mailed later either
+    type(gone).objects.filter(pk=gone.pk).update(is_active=True)
+    type(silent).objects.filter(pk=silent.pk).update(email="lead@example.org")
+    assert run(django_capture_on_commit_callbacks) == []
 
 
 def test_nothing_is_mailed_until_a_person_opts_in(demo, django_capture_on_commit_callbacks):

@@ -24,8 +24,9 @@ from core import timezones, tokens
 from core.api import client_ip
 from core.models import ApiToken, Profile
 from core.query_forms import takes_query
-from scheduling.job_mail import get_job_mail_kinds, set_job_mail_preference
+from scheduling.job_mail import set_job_mail_preference
 from scheduling.models import JobMail
+from scheduling.selectors import get_job_mail_kinds
 
 
 class TokenForm(forms.Form):

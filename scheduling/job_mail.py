@@ -60,12 +60,6 @@ _SAYS = {
 # -- the preference (the account page) ------------------------------------------------------
 
 
-def get_job_mail_kinds(user: object) -> list[str]:
-    """The ``JobMail`` values ``user`` chose (empty: no mail), in ``JobMail``'s order."""
-    pref = JobMailPreference.objects.filter(user=user).first()
-    return [k for k in JobMail.values if pref is not None and k in pref.kinds]
-
-
 def set_job_mail_preference(user: object, kinds: Iterable[str]) -> JobMailPreference:
     """Mail ``user`` about ``kinds`` (``JobMail`` values; empty: stop) of their jobs' events.
 
@@ -102,7 +96,7 @@ def newest_event_id() -> int:
     with connection.cursor() as cur:
         cur.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
         (sequence,) = cur.fetchone()
-        cur.execute(f"SELECT last_value, is_called FROM {sequence}")  # noqa: S608 - catalog name
+        cur.execute(f"SELECT last_value, is_called FROM {sequence}")  # quoted by PostgreSQL
         last, called = cur.fetchone()
     return int(last) if called else 0
 

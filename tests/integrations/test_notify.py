@@ -178,3 +178,12 @@ def test_a_bad_email_setting_names_its_variable(monkeypatch):
     monkeypatch.setenv("EMAIL_PORT", "smtp")
     with pytest.raises(ImproperlyConfigured, match="EMAIL_PORT"):
         mail_settings()
+
+
+def test_quota_mail_queued_by_an_older_release_under_its_old_task_name_is_still_sent():
+    from quotas.tasks import send_quota_mail
+
+    assert send_quota_mail.name == "quotas.tasks.send_quota_mail"
+    assert send_quota_mail.apply(("Quota request #1", "b", ["admin@example.org"])).get() == 1
+    (sent,) = mail.outbox
+    assert (sent.subject, sent.to) == ("Quota request #1", ["admin@example.org"])

@@ -15,8 +15,8 @@ Nothing lost, nothing mailed twice, while cycles and cancels write events concur
   commits: ids commit out of order (a cycle's transaction holds id 100 for seconds while a
   cancel commits 101). A watermark moved to the highest id *seen* would skip 100 for good.
   So a run reads only up to a *settled horizon* (``settled_horizon``): the id sequence's
-  last value, once every transaction in progress when it was read has ended. An event
-  below it is committed (or rolled back) by then.
+  last value, once every session that may have taken an id by then has ended that
+  transaction. An event below it is committed (or rolled back) by then.
 - Each person's digest is read and their watermark moved in one transaction holding their
   preference row (``select_for_update``): two runs at once (a duplicated beat) mail each
   event once; the account page's changes wait for it too.

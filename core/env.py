@@ -155,3 +155,9 @@ def env_pairs(name: str, environ: Mapping[str, str] | None = None) -> list[tuple
             raise ImproperlyConfigured(f"{name} must list name=value pairs, got {item!r}")
         pairs.append((key.strip(), value.strip()))
     return pairs
+
+
+def portal_url(environ: Mapping[str, str] | None = None) -> str:
+    """``PORTAL_URL``, the portal's address for links in what it sends (alerts, mail),
+    without a trailing slash; ``http://localhost:8000`` when unset."""
+    return env_str("PORTAL_URL", "http://localhost:8000", environ).rstrip("/")

@@ -34,7 +34,7 @@ import requests
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 
-from core.env import env_float, env_int, env_list, env_str, env_url
+from core.env import env_float, env_int, env_list, env_url, portal_url
 from monitoring.models import Alert
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> NotifyConfig:
         alertmanager_url=(env_url("ALERTMANAGER_URL", ("http", "https"), environ) or "").rstrip("/")
         or None,
         webhook_urls=tuple(hooks),
-        portal_url=env_str("PORTAL_URL", "http://localhost:8000", environ).rstrip("/"),
+        portal_url=portal_url(environ),
         timeout_s=env_float(
             "ALERT_NOTIFY_TIMEOUT_SECONDS", 5.0, environ, minimum=0.1, maximum=120.0
         ),  # fmt: skip

@@ -1,4 +1,4 @@
-"""The account pages: display time zone (``/account/``) and API tokens.
+"""The account pages: display time zone and job mail (``/account/``) and API tokens.
 
 The "API tokens" page (``/account/tokens/``): a user's own tokens, made and revoked here.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -23,6 +24,9 @@ from core import timezones, tokens
 from core.api import client_ip
 from core.models import ApiToken, Profile
 from core.query_forms import takes_query
+from scheduling.job_mail import set_job_mail_preference
+from scheduling.models import JobMail
+from scheduling.selectors import get_job_mail_kinds
 
 
 class TokenForm(forms.Form):
@@ -115,25 +119,64 @@ class ZoneForm(forms.Form):
         ]
 
 
+class JobMailForm(forms.Form):
+    """Which events of the user's own jobs are mailed to them (``scheduling.job_mail``)."""
+
+    kinds = forms.MultipleChoiceField(
+        choices=JobMail.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Mail me when a job of mine",
+    )
+
+
+JOB_MAIL_FORM = "job-mail"  # the ``form`` field of its POST (the zone form has none)
+
+
 @never_cache
 @login_required
 @require_http_methods(["GET", "POST"])
 @takes_query()
 def account(request: HttpRequest) -> HttpResponse:
-    """The user's display time zone (times are stored in UTC; only the display changes)."""
+    """The user's display time zone (times are stored in UTC; only the display changes)
+    and which of their jobs' events are mailed to them."""
     profile, _ = Profile.objects.get_or_create(user=request.user)
     browser_zone = timezones.browser_zone(request) or "UTC"
-    if request.method == "POST":
-        form = ZoneForm(request.POST, browser_zone=browser_zone)
-        if form.is_valid():
-            profile.time_zone = form.cleaned_data["time_zone"]
+    zone_form = ZoneForm(initial={"time_zone": profile.time_zone}, browser_zone=browser_zone)
+    mail_form = JobMailForm(initial={"kinds": get_job_mail_kinds(request.user)})
+    status = 200
+    if request.method == "POST" and request.POST.get("form") == JOB_MAIL_FORM:
+        mail_form = JobMailForm(request.POST)
+        if mail_form.is_valid():
+            try:
+                pref = set_job_mail_preference(request.user, mail_form.cleaned_data["kinds"])
+            except ValidationError as exc:
+                for error in exc.message_dict.get("kinds", exc.messages):
+                    mail_form.add_error("kinds", error)
+            else:
+                chosen = [str(label) for value, label in JobMail.choices if value in pref.kinds]
+                messages.success(
+                    request,
+                    f"Job mail to {request.user.email}: {'; '.join(chosen)}."
+                    if chosen
+                    else "No more mail about your jobs.",
+                )
+                return redirect("account")
+        status = 400
+    elif request.method == "POST":
+        zone_form = ZoneForm(request.POST, browser_zone=browser_zone)
+        if zone_form.is_valid():
+            profile.time_zone = zone_form.cleaned_data["time_zone"]
             profile.save(update_fields=["time_zone"])
             shown = profile.time_zone or browser_zone
             messages.success(request, f"Times are now shown in {shown}.")
             return redirect("account")
         status = 400
-    else:
-        form = ZoneForm(initial={"time_zone": profile.time_zone}, browser_zone=browser_zone)
-        status = 200
-    context = {"form": form, "chosen": profile.time_zone, "browser_zone": browser_zone}
+    context = {
+        "form": zone_form,
+        "chosen": profile.time_zone,
+        "browser_zone": browser_zone,
+        "mail_form": mail_form,
+        "mail_form_name": JOB_MAIL_FORM,
+    }
     return render(request, "account/account.html", context, status=status)

@@ -51,6 +51,10 @@ def beat_schedule(
         # Quota activation: approved contracts start and end on their dates (Q4, Q6);
         # a minute is finer than anyone schedules a contract, and it samples line use.
         "quota-activation": _every("quotas.tasks.quota_activation", 60.0, expires=55.0),
+        # Job mail (scheduling.job_mail): one digest per opted-in person of their jobs' new
+        # events (started, ended, preempted...). A minute: news while it is news, at most
+        # one mail a minute per person, and no work in the cycle (it reads the timeline).
+        "job-mail": _every("scheduling.tasks.job_mail", 60.0, expires=55.0),
         # Retention: cycles, resolved alerts and audit records past their period go
         # (portal/retention.py). Often enough that each run deletes a few hundred rows, and
         # that a beat restarted by every deploy still prunes (a new beat waits one period).

@@ -25,10 +25,10 @@ from django.db import transaction
 from django.db.models import Q
 
 from core import audit, events, timezones
+from core.mail import mail_on_commit
 from core.models import Role
 from core.realtime import publish_on_commit
 from quotas import ledger, transitions
-from quotas.mail import mail_on_commit
 from quotas.models import (
     USAGE_RETENTION_DAYS,
     BusinessLine,
@@ -105,7 +105,7 @@ def _contract_of(req: QuotaRequest) -> tuple[BusinessLine | Queue, dict[str, int
 
 
 def _mail_on_commit(subject: str, body: str, recipients: list[str]) -> None:
-    """Mail through Celery after commit (``quotas.mail``: EMAIL_* from the environment)."""
+    """Mail through Celery after commit (``core.mail``: EMAIL_* from the environment)."""
     mail_on_commit(subject, body, recipients)
 
 

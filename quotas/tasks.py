@@ -36,19 +36,12 @@ def quota_activation() -> dict:
     }
 
 
+# Mail is sent by ``core.tasks.send_mail`` (``core.mail``). This name stays registered only
+# for the messages an older release queued (and their retries) before an upgrade.
 @shared_task(name="quotas.tasks.send_quota_mail", bind=True, ignore_result=True,
              acks_late=True, max_retries=6, soft_time_limit=120, time_limit=150)  # fmt: skip
 def send_quota_mail(self, subject: str, body: str, recipients: list[str]) -> int:
-    """Send a quota mail (``quotas.mail``); a refused or unreachable server is retried with
-    exponential backoff (30 s, 60 s, 120 s ... up to 6 times)."""
-    import smtplib
+    """A quota mail queued under the old name: sent as ``core.tasks.send_mail`` sends."""
+    from core.tasks import deliver
 
-    from quotas.mail import send_now
-
-    try:
-        return send_now(subject, body, recipients)
-    except (smtplib.SMTPException, OSError) as exc:  # timeouts are OSErrors
-        if self.request.retries >= self.max_retries:
-            log.error("quota mail %r not sent, giving up: %s", subject, exc)
-            return 0
-        raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from exc
+    return deliver(self, subject, body, recipients)

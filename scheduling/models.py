@@ -307,6 +307,54 @@ class JobEvent(models.Model):
         return f"{self.kind} (event #{self.pk})"
 
 
+class JobMail(models.TextChoices):
+    """What a person may ask to be mailed about their jobs (``JobMailPreference.kinds``);
+    ``JOB_MAIL_EVENTS`` names the timeline kinds (``JobEvent.kind``) each one covers."""
+
+    STARTED = "started", "started"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    PREEMPTED = "preempted", "preempted, requeued or moved"
+    CANCELLED = "cancelled", "cancelled by someone else"
+
+
+JOB_MAIL_EVENTS: dict[str, tuple[str, ...]] = {
+    JobMail.STARTED: ("started",),
+    JobMail.SUCCEEDED: ("succeeded",),
+    JobMail.FAILED: ("failed",),
+    # a run stopped and the job went back in the queue: preempted (asked to stop),
+    # requeued (stopped, progress kept), moved (consolidation), retried (a failed run)
+    JobMail.PREEMPTED: ("preempted", "requeued", "moved", "retried"),
+    # only when someone else cancelled it (``cancel_job`` writes "cancelled by <name>")
+    JobMail.CANCELLED: ("cancelled",),
+}
+
+
+class JobMailPreference(models.Model):
+    """Which of a person's own jobs' timeline events are mailed to them (``kinds``, of
+    ``JobMail``; empty: none, the default) and how far they were read (``last_event_id``).
+
+    Invariants: ``kinds`` holds only ``JobMail`` values, written by
+    ``scheduling.job_mail.set_job_mail_preference`` (the account page) and nothing else;
+    ``last_event_id`` only grows, and every ``JobEvent`` at or below it is either mailed
+    or not to be (it is set to the newest event id when mail is turned on, so nothing
+    from before is mailed, and advanced by ``send_job_digests`` in the transaction that
+    queues the mail). No row: nothing is mailed.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="job_mail"
+    )
+    kinds = models.JSONField(default=list, blank=True, help_text="JobMail values; empty: off")
+    last_event_id = models.BigIntegerField(
+        default=0, help_text="the highest JobEvent id read for this person (the watermark)"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"job mail of {self.user}: {', '.join(self.kinds) or 'off'}"
+
+
 class ClusterSettings(models.Model):
     """The one row of cluster-wide settings the demo and the loop read.
 

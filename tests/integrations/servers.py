@@ -1,5 +1,6 @@
 """Real monitoring components started by the tests: Alertmanager, Prometheus, a Celery
-worker on the test database, and a small HTTP receiver standing in for a chat webhook.
+worker on the test database, a small HTTP receiver standing in for a chat webhook, and a
+real SMTP server (aiosmtpd) standing in for the mail relay.
 
 Binaries come from Debian packages (``prometheus``, ``prometheus-alertmanager``; `.ci/run`
 installs them). Each server gets a free port, a temporary config and storage path.
@@ -7,6 +8,8 @@ installs them). Each server gets a free port, a temporary config and storage pat
 
 from __future__ import annotations
 
+import email
+import email.message
 import json
 import os
 import signal
@@ -183,3 +186,42 @@ def poll(check, timeout_s: float = 30.0, every_s: float = 0.2):
         time.sleep(every_s)
         value = check()
     return value
+
+
+class MailServer:
+    """A real SMTP server (aiosmtpd) on a free port, keeping what it receives: each
+    message's envelope recipients and parsed content. ``refuse_first`` answers that many
+    messages with a temporary failure (451) first, as a busy server does."""
+
+    def __init__(self, refuse_first: int = 0) -> None:
+        from aiosmtpd.controller import Controller
+
+        self.received: list[tuple[list[str], email.message.Message]] = []
+        self.attempts = 0
+        outer = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802
+                outer.attempts += 1
+                if outer.attempts <= refuse_first:
+                    return "451 4.3.0 try again later"
+                message = email.message_from_bytes(envelope.original_content)
+                outer.received.append((list(envelope.rcpt_tos), message))
+                return "250 OK"
+
+        self.port = free_port()
+        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
+        self.controller.start()
+
+    def env(self) -> dict[str, str]:
+        """The portal's EMAIL_* settings pointing at this server."""
+        return {
+            "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "EMAIL_HOST": "127.0.0.1",
+            "EMAIL_PORT": str(self.port),
+            "EMAIL_TIMEOUT": "5",
+            "DEFAULT_FROM_EMAIL": "gpu-portal@example.org",
+        }
+
+    def stop(self) -> None:
+        self.controller.stop()

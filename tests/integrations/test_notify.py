@@ -136,7 +136,7 @@ def test_quota_mail_is_queued_for_celery_not_sent_in_the_request(
     with django_capture_on_commit_callbacks(execute=True):
         ask(demo["lead"], quota_gpus=20, guarantee_gpus=6, now=NOW)
     assert mail.outbox == []
-    (message,) = [m for m in _queued() if m["headers"]["task"] == "quotas.tasks.send_quota_mail"]
+    (message,) = [m for m in _queued() if m["headers"]["task"] == "core.tasks.send_mail"]
     assert "admin@example.org" in message["headers"]["argsrepr"]
 
 
@@ -154,18 +154,18 @@ def test_quota_mail_uses_the_email_settings_of_the_environment_and_times_out(dem
            "EMAIL_TIMEOUT": "0.3", "DEFAULT_FROM_EMAIL": "gpu-portal@example.org"}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    from quotas import mail as quota_mail
-    from quotas.tasks import send_quota_mail
+    from core import mail as core_mail
+    from core.tasks import send_mail
 
-    options = quota_mail.mail_settings()
+    options = core_mail.mail_settings()
     assert (options["port"], options["timeout"]) == (int(env["EMAIL_PORT"]), 0.3)
-    monkeypatch.setattr(send_quota_mail, "max_retries", 2)
-    real_retry = send_quota_mail.retry
+    monkeypatch.setattr(send_mail, "max_retries", 2)
+    real_retry = send_mail.retry
     monkeypatch.setattr(
-        send_quota_mail, "retry", lambda *a, countdown=None, **k: real_retry(*a, countdown=0, **k)
+        send_mail, "retry", lambda *a, countdown=None, **k: real_retry(*a, countdown=0, **k)
     )
     started = time.monotonic()
-    assert send_quota_mail.apply(("s", "b", ["lead@example.org"])).get() == 0
+    assert send_mail.apply(("s", "b", ["lead@example.org"])).get() == 0
     elapsed = time.monotonic() - started
     assert 0.8 <= elapsed < 5, f"three attempts of 0.3 s each, took {elapsed:.1f} s"
     assert len(held) == 3
@@ -173,8 +173,17 @@ def test_quota_mail_uses_the_email_settings_of_the_environment_and_times_out(dem
 
 
 def test_a_bad_email_setting_names_its_variable(monkeypatch):
-    from quotas.mail import mail_settings
+    from core.mail import mail_settings
 
     monkeypatch.setenv("EMAIL_PORT", "smtp")
     with pytest.raises(ImproperlyConfigured, match="EMAIL_PORT"):
         mail_settings()
+
+
+def test_quota_mail_queued_by_an_older_release_under_its_old_task_name_is_still_sent():
+    from quotas.tasks import send_quota_mail
+
+    assert send_quota_mail.name == "quotas.tasks.send_quota_mail"
+    assert send_quota_mail.apply(("Quota request #1", "b", ["admin@example.org"])).get() == 1
+    (sent,) = mail.outbox
+    assert (sent.subject, sent.to) == ("Quota request #1", ["admin@example.org"])

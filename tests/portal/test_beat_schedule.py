@@ -16,6 +16,7 @@ CADENCES = {
     "metrics-rollup": (5.0, 5.0),  # writes once per cluster minute (sample_due)
     "health-sweep": (30.0, 25.0),
     "quota-activation": (60.0, 55.0),
+    "job-mail": (60.0, 55.0),  # one digest a minute at most per person (scheduling.job_mail)
     "retention": (900.0, 840.0),
     "alerts-resend": (60.0, 55.0),  # a no-op unless ALERTMANAGER_URL is set
     "directory-sweep": (900.0, 810.0),  # LDAP_SWEEP_SECONDS; a no-op unless LDAP is set

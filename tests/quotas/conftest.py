@@ -63,7 +63,7 @@ def people(db):
 
 @pytest.fixture(autouse=True)
 def celery_eager():
-    """Quota mail goes through Celery (quotas.mail); here its task runs in the test."""
+    """Quota mail goes through Celery (core.mail); here its task runs in the test."""
     from portal.celery import app
 
     before = app.conf.task_always_eager, app.conf.task_eager_propagates

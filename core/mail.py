@@ -1,4 +1,9 @@
-"""Quota mail (a request to the admins, a decision to the requester), sent by Celery.
+"""Mail to people (quota requests and decisions, job digests), sent by Celery after commit.
+
+The one way the portal sends mail: a service calls ``mail_on_commit`` inside its
+transaction; once it commits, the Celery task ``core.tasks.send_mail`` sends it through
+``send_now`` and retries a refused or unreachable server with backoff. A rolled-back
+transaction sends nothing; a broker outage is logged and never undoes the write.
 
 The SMTP server comes from the environment, read when a mail is sent (``core.env``
 parsing; a bad value fails the task loudly, naming the variable): ``EMAIL_BACKEND``
@@ -48,18 +53,19 @@ def send_now(subject: str, body: str, recipients: list[str]) -> int:
 
 
 def mail_on_commit(subject: str, body: str, recipients: list[str]) -> None:
-    """Queue the mail for the Celery task ``quotas.tasks.send_quota_mail`` once the
-    decision commits; a broker outage is logged, never undoes the decision."""
+    """Queue the mail for the Celery task ``core.tasks.send_mail`` once the current
+    transaction commits (now, outside one); a broker outage is logged, never undoes the
+    write. Empty addresses are dropped; no address, no mail."""
     recipients = sorted({r for r in recipients if r})
     if recipients:
         transaction.on_commit(partial(_queue, subject, body, recipients))
 
 
 def _queue(subject: str, body: str, recipients: list[str]) -> None:
-    from quotas.tasks import send_quota_mail
+    from core.tasks import send_mail
 
     try:
-        send_quota_mail.apply_async(
+        send_mail.apply_async(
             (subject, body, recipients),
             retry=True,
             retry_policy={
@@ -70,4 +76,4 @@ def _queue(subject: str, body: str, recipients: list[str]) -> None:
             },  # fmt: skip
         )
     except Exception:  # noqa: BLE001 - a broker outage never undoes a decision
-        log.warning("quota mail %r not queued", subject, exc_info=True)
+        log.warning("mail %r not queued", subject, exc_info=True)

@@ -208,10 +208,14 @@ def send_job_digests(horizon: int | None = None) -> DigestReport:
     have opted-in people who may not be mailed now (deactivated, no address): what happens
     meanwhile is never mailed.
 
-    Idempotent: a second run at the same horizon mails nothing; two at once mail each
+    Nobody opted in: nothing is read, not even the horizon (a deployment without job
+    mail never waits on its writers). Idempotent: a second run at the same horizon mails
+    nothing; two at once mail each
     event once (the preference row is locked per person). Writes only
     ``JobMailPreference.last_event_id``; sends mail through ``core.mail`` after commit.
     """
+    if not JobMailPreference.objects.exclude(kinds=[]).exists():
+        return DigestReport(horizon=None)  # nobody asked: no wait for the writers either
     if horizon is None:
         horizon = settled_horizon()
         if horizon is None:

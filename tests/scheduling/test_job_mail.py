@@ -206,3 +206,13 @@ def test_mail_cannot_be_turned_on_without_an_address(demo):
 def test_the_horizon_is_the_newest_event_id_once_no_writer_is_in_progress(demo):
     happen(job(demo["researcher"], "a"), "started")
     assert settled_horizon(wait_s=1.0) == newest_event_id()
+
+
+def test_with_nobody_opted_in_a_run_reads_nothing_and_waits_for_no_writer(
+    demo, django_assert_max_num_queries
+):
+    """Every deployment runs the beat entry each minute, most with no job mail at all: it
+    must not wait on the cycles' transactions (the horizon) for nobody."""
+    set_job_mail_preference(demo["researcher"], [])  # a row, but off
+    with django_assert_max_num_queries(1):
+        assert send_job_digests().horizon is None

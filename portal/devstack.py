@@ -79,6 +79,14 @@ def _pipe(name: str, proc: subprocess.Popen) -> None:
         sys.stdout.flush()
 
 
+def use_console_mail(env: dict[str, str]) -> None:
+    """Without a mail server configured (``EMAIL_HOST``, ``EMAIL_BACKEND``), the demo's mail
+    (quota requests and decisions, job mail) is printed in the worker's log rather than
+    tried on localhost:25, refused and retried for half an hour."""
+    if not env.get("EMAIL_HOST") and not env.get("EMAIL_BACKEND"):
+        env["EMAIL_BACKEND"] = "django.core.mail.backends.console.EmailBackend"
+
+
 def main() -> int:
     DATA.mkdir(exist_ok=True)
     DATA.chmod(0o755)
@@ -88,6 +96,7 @@ def main() -> int:
     env["DEMO_PASSWORD"] = _demo_password()
     use_metrics_dir(env, DATA)
     use_demo_cadence(env)
+    use_console_mail(env)
     if not env.get("DATABASE_URL"):
         pg = Postgres(DATA / "postgres", 55432).start()
         services.append(pg)

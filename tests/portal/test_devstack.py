@@ -121,3 +121,17 @@ def test_the_demo_cycles_every_two_seconds_unless_the_caller_says_otherwise():
     assert devstack.use_demo_cadence(env) == "2" == env["SCHEDULER_CYCLE_SECONDS"]
     mine = {"SCHEDULER_CYCLE_SECONDS": "7"}
     assert devstack.use_demo_cadence(mine) == "7" == mine["SCHEDULER_CYCLE_SECONDS"]
+
+
+def test_the_demos_mail_goes_to_the_workers_log_unless_a_server_is_configured():
+    """make run has no mail server: quota and job mail were tried on localhost:25, refused
+    and retried for half an hour; they are printed in the worker's log instead."""
+    from core.mail import mail_settings
+
+    env = {"PATH": "/usr/bin:/bin"}
+    devstack.use_console_mail(env)
+    assert mail_settings(env)["backend"] == "django.core.mail.backends.console.EmailBackend"
+    for configured in ({"EMAIL_HOST": "smtp.example.org"}, {"EMAIL_BACKEND": "x.y.Backend"}):
+        mine = dict(configured)
+        devstack.use_console_mail(mine)
+        assert mine == configured

@@ -163,6 +163,15 @@ def _events_for(pref: JobMailPreference, horizon: int) -> QuerySet[JobEvent]:
     return rows.exclude(Q(kind="cancelled") & Q(message=f"cancelled by {user.username}"))
 
 
+def _says(event: JobEvent) -> str:
+    """What happened, in words: the timeline's message, after what it means when the
+    message does not say it first ("was requeued: back in the queue ...", but "started on
+    r007-n31[0]", not "started: started on ...")."""
+    if event.message.split(" ", 1)[0] == event.kind:
+        return event.message
+    return f"{_SAYS.get(event.kind, event.kind)}: {event.message}"
+
+
 def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | None:
     """The mail (subject, body, events listed) of ``pref``'s new events; None if none."""
     events = _events_for(pref, horizon)
@@ -182,8 +191,7 @@ def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | Non
         else f"Your job {first.pk} ({first.name}) changed"
     )
     lines = [
-        f"{written(e.at, zone)}  job {e.job_id} ({e.job.name}) {_SAYS.get(e.kind, e.kind)}: "
-        f"{e.message}  {base}/jobs/{e.job_id}/"
+        f"{written(e.at, zone)}  job {e.job_id} ({e.job.name}) {_says(e)}  {base}/jobs/{e.job_id}/"
         for e in listed
     ]
     if total > len(listed):

@@ -47,7 +47,7 @@ def _assert_the_digest(received, job_id: int) -> None:
     body = message.get_payload(decode=True).decode()
     link = f"https://portal.example.org/jobs/{job_id}/"
     assert [line for line in body.splitlines() if line.endswith(link)] == [
-        f"2026-12-02 08:30 JST  job {job_id} (llama-sft) was preempted: preempted for job #3  {link}",
+        f"2026-12-02 08:30 JST  job {job_id} (llama-sft) preempted for job #3  {link}",
         f"2026-12-02 08:30 JST  job {job_id} (llama-sft) succeeded: finished successfully  {link}",
     ]  # fmt: skip
     assert "not chosen" not in body

@@ -15,7 +15,6 @@ a request) and ``DEFAULT_FROM_EMAIL``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from functools import partial
 
@@ -24,8 +23,6 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 
 from core.env import env_bool, env_float, env_int, env_str
-
-log = logging.getLogger(__name__)
 
 
 def mail_settings(environ: Mapping[str, str] | None = None) -> dict:
@@ -62,18 +59,6 @@ def mail_on_commit(subject: str, body: str, recipients: list[str]) -> None:
 
 
 def _queue(subject: str, body: str, recipients: list[str]) -> None:
-    from core.tasks import send_mail
+    from core.tasks import enqueue, send_mail
 
-    try:
-        send_mail.apply_async(
-            (subject, body, recipients),
-            retry=True,
-            retry_policy={
-                "max_retries": 2,
-                "interval_start": 0.2,
-                "interval_step": 0.5,
-                "interval_max": 1.0,
-            },  # fmt: skip
-        )
-    except Exception:  # noqa: BLE001 - a broker outage never undoes a decision
-        log.warning("mail %r not queued", subject, exc_info=True)
+    enqueue(send_mail, (subject, body, recipients), f"mail {subject!r}")

@@ -1,12 +1,27 @@
-"""Celery tasks of the base layer: sending mail (``core.mail``)."""
+"""Celery tasks of the base layer: sending mail (``core.mail``); ``enqueue``, how every
+writer hands a task to the broker after its commit."""
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Task, shared_task
 
 log = logging.getLogger(__name__)
+
+# A broker that does not answer is tried a little (about 1 s in all), never for long: the
+# caller is a request or a cycle that has already committed.
+QUEUE_RETRY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 1.0}
+
+
+def enqueue(task: Task, args: tuple[Any, ...], what: str) -> None:
+    """Queue ``task(*args)``; a broker outage is a warning naming ``what`` ("mail 'x'"),
+    never an error for the caller: what it committed (a decision, an alert) stands."""
+    try:
+        task.apply_async(args, retry=True, retry_policy=QUEUE_RETRY)
+    except Exception:  # noqa: BLE001 - a broker outage never undoes the caller's work
+        log.warning("%s not queued", what, exc_info=True)
 
 
 @shared_task(name="core.tasks.send_mail", bind=True, ignore_result=True,

@@ -24,7 +24,6 @@ the portal's cluster times travel in the annotations.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,8 +35,6 @@ from django.db import transaction
 
 from core.env import env_float, env_int, env_list, env_url, portal_url
 from monitoring.models import Alert
-
-log = logging.getLogger(__name__)
 
 # Events that change an alert (the task's second argument).
 RAISED, REPEATED, ACKNOWLEDGED, RESOLVED, RESENT = (
@@ -126,21 +123,10 @@ def enqueue(alert_id: int, event: str) -> None:
 
 
 def _send_task(alert_id: int, event: str) -> None:
+    from core.tasks import enqueue
     from monitoring.tasks import push_alert
 
-    try:
-        push_alert.apply_async(
-            (alert_id, event),
-            retry=True,
-            retry_policy={
-                "max_retries": 2,
-                "interval_start": 0.2,
-                "interval_step": 0.5,
-                "interval_max": 1.0,
-            },  # fmt: skip
-        )
-    except Exception:  # noqa: BLE001 - a broker outage must not fail the alert's writer
-        log.warning("alert %s (%s) not queued for notification", alert_id, event, exc_info=True)
+    enqueue(push_alert, (alert_id, event), f"alert {alert_id} ({event}) notification")
 
 
 # --- payloads -----------------------------------------------------------------------------

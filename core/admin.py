@@ -25,7 +25,7 @@ from django.utils.html import format_html
 from rest_framework.authtoken.admin import TokenAdmin
 from rest_framework.authtoken.models import TokenProxy
 
-from core import audit, realtime
+from core import audit, people, realtime
 from core.api import client_ip
 from core.models import AuditRecord, LineMembership, Profile
 from core.roles import is_admin
@@ -130,10 +130,18 @@ class AuditedAdmin(PortalAdmin):
         return obj
 
     def save_model(self, request, obj, form, change: bool) -> None:
+        stored = type(obj)._default_manager.filter(pk=obj.pk).first() if change else None
         if change:
-            stored = type(obj)._default_manager.filter(pk=obj.pk).first()
             request._audit_before = _fields(stored) if stored is not None else {}
         super().save_model(request, obj, form, change)
+        if (
+            isinstance(obj, get_user_model())
+            and getattr(stored, "is_active", False)
+            and not obj.is_active
+        ):
+            # A deactivation lets go of what gives access outside the portal's tables (the
+            # provider's refresh token: portal.auth.revocation), as an offboarding does.
+            people.offboarded.send(sender=type(obj), user=obj)
 
     def log_addition(self, request, obj, message):
         audit.record(request.user, "admin.add", obj, after=_fields(obj),

@@ -245,3 +245,29 @@ def test_an_offboarding_does_not_wait_for_an_account_row_another_transaction_hol
     other.join(15)
     assert not other.is_alive() and failures == []
     assert stored_token("dora") is None and not accepted(token)
+
+
+def test_a_deactivation_in_the_django_admin_revokes_the_provider_token(
+    demo, provider, configure, client, django_capture_on_commit_callbacks
+):
+    """An admin who unticks "active" in the Django admin closes the account as an
+    offboarding does, as far as the provider goes: the stored refresh token is dropped and
+    revoked there (it was kept, valid, for as long as the provider allowed)."""
+    from tests.security.test_admin_time_zone import field_values
+
+    configure(sweep_env(provider))
+    with django_capture_on_commit_callbacks(execute=True):
+        signed_in("dora")
+        signed_in("rick")
+    token = stored_token("dora")
+    assert token
+    client.force_login(demo["admin"])
+    url = f"/admin/auth/user/{user('dora').pk}/change/"
+    form = field_values(client.get(url).content.decode())
+    assert form.pop("is_active") == "on"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(url, form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert not user("dora").is_active
+    assert stored_token("dora") is None and not accepted(token)
+    assert stored_token("rick")  # nobody else's

@@ -139,3 +139,52 @@ def test_digests_running_beside_cycles_mail_every_event_exactly_once(demo):
     assert sum(1 for m in digests if m) >= 2, "several digests were mailed while cycles ran"
     assert mailed_lines(me.email) == expected
     assert all(j in {job for job, _ in expected} for j in jobs[:4])
+
+
+def test_turning_mail_on_and_off_beside_cycles_never_fails_and_mails_only_what_came_after(demo):
+    """The account page's write (``set_job_mail_preference``) while cycles write the
+    timeline back to back: every change succeeds, the watermark only grows, and the digest
+    after the last opt-in lists exactly the events with ids past it, once."""
+    make_quotas_roomy()
+    me, admin = demo["researcher"], demo["admin"]
+    for i in range(24):
+        submit_job(me, JobRequest(name=f"toggle-{i}", queue="llm-experiment", gpus=2,
+                                  sim_duration_minutes=2 + i % 4))  # fmt: skip
+    errors: list[str] = []
+    done = threading.Event()
+    cycles: list[int] = []
+    watermarks: list[int] = []
+
+    def cycle_loop() -> None:
+        for _ in range(20):
+            cycles.append(run_cycle_now(admin).pk)
+            advance_clock(admin, 90)
+        done.set()
+
+    def toggle_loop() -> None:
+        while not done.is_set():
+            set_job_mail_preference(me, [])
+            watermarks.append(set_job_mail_preference(me, ["started", "succeeded"]).last_event_id)
+
+    looper = in_thread(errors, cycle_loop)
+    toggler = in_thread(errors, toggle_loop)
+    looper.join(240)
+    toggler.join(240)
+    assert errors == []
+    assert len(cycles) == 20 and len(watermarks) >= 3, (len(cycles), len(watermarks))
+    assert watermarks == sorted(watermarks), "a watermark never moves back"
+    last = JobMailPreference.objects.get(user=me).last_event_id
+    assert last == watermarks[-1]
+    for i in range(4):  # what happens after the last opt-in
+        submit_job(me, JobRequest(name=f"after-{i}", queue="llm-experiment", gpus=2,
+                                  sim_duration_minutes=2))  # fmt: skip
+    for _ in range(4):
+        run_cycle_now(admin)
+        advance_clock(admin, 90)
+    events = JobEvent.objects.filter(job__owner=me, pk__gt=last, kind__in=["started", "succeeded"])
+    expected = Counter((e.job_id, _says(e)) for e in events)
+    assert expected, "jobs started or succeeded after the last opt-in"
+    before = JobEvent.objects.filter(job__owner=me, pk__lte=last, kind="succeeded").count()
+    assert before, "and some before it, which must not be mailed"
+    send_job_digests()
+    assert mailed_lines(me.email) == expected

@@ -34,8 +34,9 @@ from core.models import LineMembership, Profile, Role
 ACTION = "identity.sync"
 OFFBOARD_ACTION = "identity.offboard"
 # Sent by ``offboard`` (keyword ``user``) inside its transaction, the person's row locked,
-# once the account is closed, and by a deactivation in the Django admin (``core.admin``): a receiver drops what else gives access in that transaction,
-# and calls anything outside the database after it commits (``transaction.on_commit``).
+# once the account is closed, and by a deactivation in the Django admin (``core.admin``):
+# a receiver drops what else gives access in that transaction, and calls anything outside
+# the database after it commits (``transaction.on_commit``).
 offboarded = Signal()
 
 

@@ -39,6 +39,7 @@ from bench.cli import add_output_arguments, write_result
 from bench.latency import latency_ms, percentile
 
 CONNECT_TIMEOUT_S = 30.0
+LIVE_SPREAD_MS = 2000.0  # static/js/live.js's SPREAD_MS: what a visible page waits at most
 SETUP_ATTEMPTS = 5
 
 
@@ -77,7 +78,7 @@ class ViewerPool:
 
     def __init__(
         self, url: str, session_keys: list[str], cookie_name: str = "sessionid",
-        topic: str = "cycles", refetch: str = "", spread_ms: float = 2000.0,
+        topic: str = "cycles", refetch: str = "", spread_ms: float = 0.0,
     ) -> None:  # fmt: skip
         self.base = url.rstrip("/")
         self.ws_url = self.base.replace("http", "ws", 1) + "/ws/live/"
@@ -275,7 +276,7 @@ def run_timed_cycle(wait_s: float = 60.0):
 def measure(
     url: str, viewers: int, cycles: int, interval: float, usernames: list[str],
     deliver_timeout: float = 10.0, workload: bool = False, refetch: str = "",
-    spread_ms: float = 2000.0,
+    spread_ms: float = LIVE_SPREAD_MS,
 ) -> dict:  # fmt: skip
     """Open the viewers, run the cycles, and summarize commit -> receive latencies (and,
     with ``refetch``, commit -> refetched page read)."""
@@ -363,7 +364,7 @@ class Command(BaseCommand):
                  "visible tab does (/ for the home page; /healthz for the baseline)",
         )  # fmt: skip
         parser.add_argument(
-            "--spread-ms", type=float, default=2000.0,
+            "--spread-ms", type=float, default=LIVE_SPREAD_MS,
             help="with --refetch: each viewer first waits a random part of this, as "
                  "static/js/live.js does (0: all at once)",
         )  # fmt: skip

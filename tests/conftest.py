@@ -31,6 +31,18 @@ def demo(db, monkeypatch):
 
 
 @pytest.fixture
+def celery_eager():
+    """Celery tasks run in the test process when queued (as a worker would run them): the
+    mail and alert tasks that services queue after their commit."""
+    from portal.celery import app
+
+    before = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    yield
+    app.conf.task_always_eager, app.conf.task_eager_propagates = before
+
+
+@pytest.fixture
 def api(demo):
     """An API client factory: ``api("researcher")`` is authenticated as that demo user."""
 

@@ -18,7 +18,9 @@ from django.utils import timezone
 from core import timezones
 from core.models import Profile
 from quotas import services
-from tests.quotas.conftest import HOUR, NOW, ask, celery_eager  # noqa: F401 (autouse: mail)
+from tests.quotas.conftest import HOUR, NOW, ask
+
+pytestmark = pytest.mark.usefixtures("celery_eager")  # quota mail is sent in the test
 
 WINTER = datetime(2026, 12, 1, 3, 10, 5, tzinfo=UTC)
 SUMMER = datetime(2026, 7, 1, 3, 10, tzinfo=UTC)

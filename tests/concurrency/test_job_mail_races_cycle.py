@@ -24,20 +24,10 @@ from scheduling.sim_services import advance_clock, run_cycle_now
 from tests.concurrency.threads import in_thread
 from tests.drills import make_quotas_roomy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# the mail task runs where the digest commits (as a worker would, right after)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_eager")]
 
 LINE = re.compile(r"  job (\d+) \((.*?)\) (.*)  https?://\S+/jobs/\1/$")
-
-
-@pytest.fixture(autouse=True)
-def celery_eager():
-    """The mail task runs where the digest commits (as a worker would, right after)."""
-    from portal.celery import app
-
-    before = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager = app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = before
 
 
 def mailed_lines(to: str) -> Counter:

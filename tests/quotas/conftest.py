@@ -62,11 +62,5 @@ def people(db):
 
 
 @pytest.fixture(autouse=True)
-def celery_eager():
+def quota_mail_eager(celery_eager) -> None:
     """Quota mail goes through Celery (core.mail); here its task runs in the test."""
-    from portal.celery import app
-
-    before = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager = app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = before

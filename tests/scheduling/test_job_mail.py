@@ -20,19 +20,8 @@ from scheduling.job_mail import (
 from scheduling.models import JobEvent, JobMailPreference
 from scheduling.services import JobRequest, cancel_job, submit_job
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("celery_eager")]
 TOKYO = ZoneInfo("Asia/Tokyo")
-
-
-@pytest.fixture(autouse=True)
-def celery_eager(settings):
-    """Mail goes through Celery (core.mail); here its task runs in the test."""
-    from portal.celery import app
-
-    before = app.conf.task_always_eager, app.conf.task_eager_propagates
-    app.conf.task_always_eager = app.conf.task_eager_propagates = True
-    yield
-    app.conf.task_always_eager, app.conf.task_eager_propagates = before
 
 
 @pytest.fixture(autouse=True)

@@ -27,6 +27,40 @@ def _tri_state(value: str) -> bool | None:
     return TRI_STATE.get(value)
 
 
+def initial_like(job: Job, node_size: int) -> dict[str, Any]:
+    """The submit form's values for a new job like ``job`` ("Submit a job like this one").
+
+    What the submission left to a default (the queue's tier, RDMA for multi-node jobs,
+    preemptible below core, GPUs per node derived from the size) stays the default, so
+    changing the size or the queue on the copy changes them too; what was chosen is
+    copied as chosen. Runtime hints are copied; the job's history (state, retries,
+    preemptions) is not."""
+    multi_node = job.gpus_per_node is not None and job.gpus > job.gpus_per_node
+    derived_per_node = job.gpus if job.gpus <= node_size else node_size
+    default_preemptible = Tier.rank(job.tier) < Tier.rank(Tier.CORE)
+    values: dict[str, Any] = {
+        "name": job.name,
+        "queue": str(job.queue_id),
+        "tier": "" if job.tier == job.queue.tier else job.tier,
+        "gpus": job.gpus,
+        "gpus_per_node": "" if job.gpus_per_node == derived_per_node else job.gpus_per_node,
+        "gpu_memory_gb": job.gpu_memory_gb or "",
+        "rdma": "" if job.rdma == multi_node else ("yes" if job.rdma else "no"),
+        "exclusive_node": job.exclusive_node,
+        "avoid_inference": job.avoid_inference,
+        "preemptible": ""
+        if job.preemptible == default_preemptible
+        else ("yes" if job.preemptible else "no"),
+        "max_retries": job.max_retries,
+        "checkpoint_path": job.checkpoint_path,
+        "checkpoint_interval_minutes": job.checkpoint_interval_minutes,
+        "estimated_runtime_minutes": job.estimated_runtime_minutes or "",
+        "model_name": job.model_name,
+        "sim_duration_minutes": job.sim_duration_minutes or "",
+    }
+    return values
+
+
 class JobSubmitForm(forms.Form):
     """Every field of API.md's job submission, with labels and help text."""
 

@@ -28,14 +28,15 @@ from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
 from core.timezones import viewer_zone, written
 from quotas.models import Queue, Tier
-from scheduling import estimator, verdict_text, whatif
+from scheduling import estimator, limits, verdict_text, whatif
 from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
-from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm
+from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
 from scheduling.permissions import may_cancel, sees_all_jobs
 from scheduling.selectors import (
     build_placement,
+    cluster_shape,
     get_job_for_user,
     list_jobs_for_user,
     list_queues_for_submit,
@@ -178,16 +179,19 @@ def _queue_info(queues: list[Queue]) -> list[dict]:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-@takes_query("queue")
+@takes_query("queue", "like")
 def submit(request: HttpRequest) -> HttpResponse:
     """Submit a job. One form, four buttons: Estimate, Use this estimate, Check, Submit.
 
     Without JavaScript each button posts the whole form and the page comes back with the
     values kept; with it, the estimate and the feasibility line update in place.
+    ``?like=<job id>`` fills the form as that job was asked for (a job the user may see);
+    ``?queue=`` then still chooses the queue.
     """
     queues = list(list_queues_for_submit(request.user))
     simulator = _is_simulator()
-    prefill_refused = ""  # why a link's ?queue= is not chosen (the page is then a 400)
+    prefill_refused = ""  # why a link's ?queue= or ?like= is refused (the page is then a 400)
+    like: Job | None = None  # the job whose request fills the form (?like=)
     action = request.POST.get("action", "submit") if request.method == "POST" else "view"
     data = request.POST if request.method == "POST" else None
     est_form = EstimatorForm(data if action in ("estimate", "fill") else None, prefix="est")
@@ -209,8 +213,15 @@ def submit(request: HttpRequest) -> HttpResponse:
                 return redirect("scheduling:job-detail", job_id=job.pk)
     else:
         initial = _initial(data, "") if data is not None else {}
+        if request.method == "GET" and request.GET.get("like"):
+            like, prefill_refused = job_asked(request.user, request.GET["like"])
+            if like is not None:
+                initial = initial_like(like, cluster_shape()[0] or limits.GPUS_PER_NODE_MAX)
+                if not any(str(q.pk) == initial["queue"] for q in queues):
+                    initial["queue"] = ""
         if request.method == "GET" and request.GET.get("queue"):
-            initial["queue"], prefill_refused = queue_asked(request.GET["queue"], queues)
+            initial["queue"], refused = queue_asked(request.GET["queue"], queues)
+            prefill_refused = prefill_refused or refused
         if action == "fill" and recommendation is not None and recommendation.fits:
             initial.update(
                 gpus=recommendation.gpus,
@@ -238,6 +249,8 @@ def submit(request: HttpRequest) -> HttpResponse:
         "gpu_options": gpu_options(),
         "usable_percent": round(estimator.USABLE_FRACTION * 100),
         "prefill_refused": prefill_refused,
+        "like": like,
+        "like_queue_refused": like is not None and not form.initial.get("queue"),
     }
     return render(
         request, "scheduling/submit.html", context, status=400 if prefill_refused else 200
@@ -252,6 +265,15 @@ def queue_asked(value: str, queues: list[Queue]) -> tuple[str, str]:
         if value in (str(q.pk), q.name):
             return str(q.pk), ""
     return "", f"“{value[:80]}” is not a queue you may submit to; choose one below"
+
+
+def job_asked(user: Any, value: str) -> tuple[Job | None, str]:
+    """A link's ``?like=`` as the job to copy, and why not when it is no job ``user`` may
+    see (not told apart from one that does not exist)."""
+    job = get_job_for_user(user, int(value)) if value.isascii() and value.isdigit() else None
+    if job is None:
+        return None, f"“{value[:80]}” is not a job you may see; the form starts empty"
+    return job, ""
 
 
 def initial_has_shape(form: JobSubmitForm) -> bool:

@@ -19,6 +19,7 @@ from quotas.requests_api import QuotaRequestViewSet
 from quotas.views import queue_list
 from scheduling.api import JobViewSet, SchedulerCycleView, SimulatorAdvanceView, SimulatorFaultView
 from scheduling.nodes.api import NodeViewSet
+from scheduling.usage_api import UsageReportCSVView, UsageReportView
 
 router = DefaultRouter()
 router.register("business-lines", BusinessLineViewSet, basename="business-line")
@@ -62,6 +63,8 @@ urlpatterns = [
     # CSV exports (portal/csv_views.py), before the router's own format suffixes
     path("api/v1/jobs.csv", JobCSVViewSet.as_view({"get": "list"}), CSV, name="jobs-csv"),
     path("api/v1/queues.csv", QueueCSVViewSet.as_view({"get": "list"}), CSV, name="queues-csv"),
+    path("api/v1/usage-report.csv", UsageReportCSVView.as_view(), CSV, name="usage-report-csv"),
+    path("api/v1/usage-report/", UsageReportView.as_view(), name="usage-report"),
     path(
         "api/v1/",
         include(

@@ -289,6 +289,46 @@ class Allocation(models.Model):
         ]
 
 
+class JobRun(models.Model):
+    """One ended run of a job on the cluster: who used how many GPUs, from when to when.
+
+    Written by the loop when the run's GPUs are freed (``cycle.finished.finish_runs`` and
+    ``cycle.reconcile.release_cancelled``): the accounting the usage report sums (GPU-hours
+    per line, queue and person, as Slurm's ``sreport``). A run still going is read from its
+    job (``started_at``, ``gpus``) until it ends. The owner, queue and size are copied from
+    the job, so the report is unchanged if a job is deleted (``job`` becomes null); the
+    retention rules (``portal.retention``) keep runs. Times are cluster time."""
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed (no retry left)"
+        RETRIED = "retried", "failed, retried"
+        STOPPED = "stopped", "stopped and requeued (preempted, moved or drained)"
+        CANCELLED = "cancelled", "cancelled"
+
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, related_name="runs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_runs"
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="job_runs")
+    gpus = models.PositiveIntegerField()
+    gpu_model = models.CharField(max_length=40, blank=True)
+    started_at = models.DateTimeField(help_text="cluster time")
+    ended_at = models.DateTimeField(db_index=True, help_text="cluster time")
+    outcome = models.CharField(max_length=12, choices=Outcome.choices)
+
+    class Meta:
+        ordering = ["ended_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ended_at__gte=models.F("started_at")), name="run_ends_after_start"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run of job {self.job_id} ({self.outcome})"
+
+
 class JobEvent(models.Model):
     """One line of a job's timeline (submitted, started, preempted, checkpointed, retried...)."""
 

@@ -18,7 +18,7 @@ from scheduling.cycle.context import Cycle
 from scheduling.cycle.stops import moved_for, moved_to
 from scheduling.cycle.telemetry import record_evictions
 from scheduling.engine.explain import count
-from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, Node
+from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, JobRun, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
@@ -41,10 +41,16 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
     ):
         nodes_of.setdefault(job_id, set()).add(node)
     Allocation.objects.filter(job_id__in=ids).delete()
+    models_of = gpu_models({node for names in nodes_of.values() for node in names})
     evictions: list[Eviction] = []
+    runs: list[JobRun] = []
     recent: dict[str, list[str]] = {}
     for job, state, progress, reason, ended_at in ended:
+        was, at = job.state, cycle.ended(job, ended_at)
         run_ended(cycle, job, state, progress, reason, evictions, ended_at)
+        if job.started_at is not None:
+            model = min((models_of.get(n, "") for n in nodes_of.get(job.pk, ())), default="")
+            runs.append(run_row(job, model, at, run_outcome(job, was, state)))
         if job.state == Job.State.SUCCEEDED and job.model_name:
             for node in nodes_of.get(job.pk, ()):
                 recent.setdefault(node, []).append(job.model_name)
@@ -52,9 +58,37 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
     bulk_set(Job, ENDED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in ENDED_FIELDS)) for j, *_ in ended])  # fmt: skip
     Eviction.objects.bulk_create(evictions)
+    JobRun.objects.bulk_create(runs)
     record_evictions(evictions)
     if recent:
         note_models(cycle, recent)
+
+
+def gpu_models(names: set[str]) -> dict[str, str]:
+    """The GPU model of each named node (one query; none when no name)."""
+    if not names:
+        return {}
+    return dict(Node.objects.filter(name__in=names).values_list("name", "gpu_model"))
+
+
+def run_row(job: Job, gpu_model: str, ended_at: datetime, outcome: str) -> JobRun:
+    """The accounting row of ``job``'s run that has just ended (``JobRun``)."""
+    return JobRun(
+        job_id=job.pk, owner_id=job.owner_id, queue_id=job.queue_id, gpus=job.gpus,
+        gpu_model=gpu_model, started_at=job.started_at, ended_at=max(ended_at, job.started_at),
+        outcome=outcome,
+    )  # fmt: skip
+
+
+def run_outcome(job: Job, was: str, backend_state: str) -> str:
+    """How the run ended, from the job's state before (``was``) and after ``run_ended``."""
+    if job.state == Job.State.SUCCEEDED:
+        return JobRun.Outcome.SUCCEEDED
+    if job.state == Job.State.FAILED:
+        return JobRun.Outcome.FAILED
+    if backend_state == STOPPED and was == Job.State.PREEMPTING:
+        return JobRun.Outcome.STOPPED
+    return JobRun.Outcome.RETRIED
 
 
 def note_models(cycle: Cycle, recent: dict[str, list[str]]) -> None:

@@ -23,11 +23,11 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.backoff import BACKOFF_FIELDS
 from scheduling.cycle.backoff import clear as clear_backoff
 from scheduling.cycle.context import Cycle
-from scheduling.cycle.finished import finish_runs
+from scheduling.cycle.finished import finish_runs, run_row
 from scheduling.cycle.isolation import clean_residual, isolate
 from scheduling.engine import explain
 from scheduling.engine import types as et
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import Allocation, Job, JobRun, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
@@ -198,12 +198,15 @@ def release_cancelled(cycle: Cycle) -> None:
         if o is not None and o.state not in ENDED:
             cycle.call(f"kill {job.backend_ref}", cycle.backend.kill, job.backend_ref)
         else:
+            model = min(job.allocations.values_list("node__gpu_model", flat=True), default="")
             freed, _ = job.allocations.all().delete()
             # Never before the cancel itself: its save and its timeline line (cluster time).
             latest = job.events.aggregate(at=Max("at"))["at"]
             ended = cycle.ended(job, o.ended_at if o is not None else None)
             finished = max(t for t in (ended, job.updated_at, latest) if t)
             Job.objects.filter(pk=job.pk).update(finished_at=finished)
+            if job.started_at is not None:
+                run_row(job, model, finished, JobRun.Outcome.CANCELLED).save()
             # The open job page hears of it (its finish time, its GPUs gone) as of any end.
             cycle.event(job, "stopped", f"its run has ended; {explain.count(freed, 'GPU')} "
                         "freed", at=finished)  # fmt: skip

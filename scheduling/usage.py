@@ -1,0 +1,170 @@
+"""GPU-hours used per business line, queue and person over a period: the usage report.
+
+Summed from the runs the loop recorded when their GPUs were freed (``JobRun``) and the
+runs still going (their jobs' ``started_at`` and size), each clipped to the period, so a
+run that straddles the period's edge counts only its part inside. What a viewer sees is
+what they see of jobs (``list_jobs_for_user``): on-call and admins everything, others
+their lines' and their own. Reads only; all times are cluster time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, DateTimeField, DurationField, F, Q, Sum, Value
+from django.db.models.functions import Greatest, Least
+
+from core.roles import line_ids_query, role_of
+from quotas.models import Queue
+from scheduling.models import Allocation, Job, JobRun
+from scheduling.permissions import sees_all_jobs
+from scheduling.selectors import cluster_shape
+
+# A run that ended this way was work lost (the job failed, or will run it again).
+WASTED = (JobRun.Outcome.FAILED, JobRun.Outcome.RETRIED)
+HELD_STATES = (Job.State.RUNNING, Job.State.PREEMPTING)
+
+
+@dataclass
+class UsageRow:
+    """One line, queue or person: GPU-hours in the period and what became of them."""
+
+    key: Any
+    name: str
+    gpu_hours: float = 0.0
+    runs: int = 0
+    running: int = 0
+    wasted_gpu_hours: float = 0.0  # runs that failed (retried or not)
+    stopped_gpu_hours: float = 0.0  # runs stopped to make room, move or drain (requeued)
+    percent: float | None = None  # of the cluster's GPU-hours in the period (``Usage``)
+
+    def add(self, hours: float, runs: int, outcome: str | None) -> None:
+        self.gpu_hours += hours
+        if outcome is None:
+            self.running += runs
+        else:
+            self.runs += runs
+        if outcome in WASTED:
+            self.wasted_gpu_hours += hours
+        elif outcome == JobRun.Outcome.STOPPED:
+            self.stopped_gpu_hours += hours
+
+
+@dataclass
+class Usage:
+    """The report of one period: totals, and rows per line, queue and person (largest
+    first). ``capacity_gpu_hours``: the cluster's GPUs today times the period's hours so
+    far (the share a row's hours are of it). ``recorded_since``: the first recorded run's
+    end, when earlier runs may be missing (runs are recorded since the upgrade that
+    brought the report)."""
+
+    start: datetime
+    end: datetime
+    until: datetime  # the end, or now when the period has not ended
+    total: UsageRow
+    lines: list[UsageRow] = field(default_factory=list)
+    queues: list[UsageRow] = field(default_factory=list)
+    people: list[UsageRow] = field(default_factory=list)
+    capacity_gpu_hours: float = 0.0
+    recorded_since: datetime | None = None
+
+    def share(self, row: UsageRow) -> float | None:
+        return row.gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else None
+
+
+def _hours(value: timedelta | float | None) -> float:
+    if value is None:
+        return 0.0
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value / 1e6
+    return max(0.0, seconds) / 3600
+
+
+def _clipped(start: datetime, until: datetime, ended: Any) -> Any:
+    """The part of a run inside ``[start, until)``, as a duration (SQL)."""
+    return Least(ended, Value(until, output_field=DateTimeField())) - Greatest(
+        F("started_at"), Value(start, output_field=DateTimeField())
+    )
+
+
+def _visible(user: Any, query: Any, line_path: str) -> Any:
+    if sees_all_jobs(user):
+        return query
+    if role_of(user) is None:
+        return query.none()
+    lines = {f"{line_path}__in": line_ids_query(user)}
+    return query.filter(Q(owner=user) | Q(**lines))
+
+
+def build_usage(user: Any, start: datetime, end: datetime, now: datetime) -> Usage:
+    """GPU-hours of the runs ``user`` may see inside ``[start, end)``, cut at ``now``."""
+    until = min(end, now)
+    usage = Usage(start=start, end=end, until=until, total=UsageRow(None, "all"))
+    if until <= start:
+        return usage
+    ended = (
+        _visible(user, JobRun.objects.all(), "queue__business_line_id")
+        .filter(started_at__lt=until, ended_at__gt=start)
+        .values("queue_id", "owner_id", "gpus", "outcome")
+        .annotate(
+            span=Sum(_clipped(start, until, F("ended_at")), output_field=DurationField()),
+            n=Count("id"),
+        )
+        .order_by()
+    )
+    going = (
+        _visible(user, Job.objects.all(), "queue__business_line_id")
+        .filter(
+            Q(state__in=HELD_STATES)
+            | Q(state=Job.State.CANCELLED, pk__in=Allocation.objects.values("job_id"))
+        )  # a cancelled job holds its GPUs until its run has ended
+        .filter(started_at__lt=until)
+        .values("queue_id", "owner_id", "gpus")
+        .annotate(
+            span=Sum(
+                _clipped(start, until, Value(until, output_field=DateTimeField())),
+                output_field=DurationField(),
+            ),
+            n=Count("id"),
+        )
+        .order_by()
+    )
+    pieces = [(r, r["outcome"]) for r in ended] + [(r, None) for r in going]
+    _add_rows(usage, [(r["queue_id"], r["owner_id"], r["gpus"] * _hours(r["span"]), r["n"], o)
+                      for r, o in pieces])  # fmt: skip
+    gpus = cluster_shape()[1]
+    usage.capacity_gpu_hours = gpus * (until - start).total_seconds() / 3600
+    for row in (usage.total, *usage.lines, *usage.queues, *usage.people):
+        row.percent = usage.share(row) * 100 if usage.capacity_gpu_hours else None
+    first = JobRun.objects.order_by("ended_at").values_list("ended_at", flat=True).first()
+    usage.recorded_since = first if first is not None and first > start else None
+    return usage
+
+
+def _add_rows(usage: Usage, pieces: Iterable[tuple[int, int, float, int, str | None]]) -> None:
+    from django.contrib.auth import get_user_model
+
+    pieces = list(pieces)
+    queues = Queue.objects.select_related("business_line").in_bulk({p[0] for p in pieces})
+    people = get_user_model().objects.in_bulk({p[1] for p in pieces})
+    by_line: dict[int, UsageRow] = {}
+    by_queue: dict[int, UsageRow] = {}
+    by_owner: dict[int, UsageRow] = defaultdict(lambda: UsageRow(None, ""))
+    for queue_id, owner_id, hours, n, outcome in pieces:
+        queue = queues[queue_id]
+        line = queue.business_line
+        rows = (
+            by_line.setdefault(line.pk, UsageRow(line.name, line.display_name)),
+            by_queue.setdefault(queue_id, UsageRow(queue.name, queue.name)),
+            by_owner.setdefault(owner_id, UsageRow(owner_id, people[owner_id].get_username())),
+            usage.total,
+        )
+        for row in rows:
+            row.add(hours, n, outcome)
+    largest = lambda rows: sorted(rows, key=lambda r: (-r.gpu_hours, r.name))  # noqa: E731
+    usage.lines = largest(by_line.values())
+    usage.queues = largest(by_queue.values())
+    usage.people = largest(by_owner.values())

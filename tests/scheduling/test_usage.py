@@ -1,0 +1,213 @@
+"""The usage report's accounting: every run the loop ends is recorded once with its GPUs
+and times (``JobRun``), and ``build_usage`` sums GPU-hours per line, queue and person,
+clipped to the period, with the runs still going counted up to now."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+
+from core import clock
+from scheduling.models import Job, JobRun
+from scheduling.usage import build_usage
+from tests.drills import advance, cycle, job, make_quotas_roomy, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def roomy_quotas(demo):
+    make_quotas_roomy()
+
+
+def day_of(now):
+    start = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
+    return start, start + timedelta(days=3)
+
+
+def test_a_finished_run_is_recorded_once_and_counted_in_its_line_queue_and_owner(api, demo):
+    admin, me = api("admin"), api("researcher")
+    job_id = submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    cycle(admin)  # a later cycle records nothing more
+    assert job(me, job_id)["state"] == "succeeded"
+    run = JobRun.objects.get()
+    assert (run.job_id, run.gpus, run.outcome, run.owner.username) == (
+        job_id,
+        4,
+        "succeeded",
+        "researcher",
+    )
+    assert run.queue.name == "llm-finetune" and run.gpu_model
+    minutes = (run.ended_at - run.started_at).total_seconds() / 60
+    assert 30 <= minutes <= 31, minutes
+
+    now = clock.now()
+    usage = build_usage(demo["researcher"], *day_of(now), now)
+    hours = 4 * minutes / 60
+    assert usage.total.gpu_hours == pytest.approx(hours)
+    assert [(r.name, round(r.gpu_hours, 6), r.runs) for r in usage.lines] == [
+        ("Large language models", round(hours, 6), 1)
+    ]
+    assert [r.name for r in usage.queues] == ["llm-finetune"]
+    assert [(r.name, r.runs, r.running) for r in usage.people] == [("researcher", 1, 0)]
+    assert usage.share(usage.total) == pytest.approx(
+        hours / (32 * (now - usage.start).total_seconds() / 3600)
+    )
+
+
+def test_a_run_still_going_counts_up_to_now_and_only_inside_the_period(api, demo):
+    admin, me = api("admin"), api("researcher")
+    submit(me, gpus=8, queue="llm-core", sim_duration_minutes=600)
+    cycle(admin)
+    started = Job.objects.get().started_at
+    advance(admin, 2 * 3600)
+    cycle(admin)
+    now = clock.now()
+    assert not JobRun.objects.exists()
+    usage = build_usage(demo["admin"], *day_of(now), now)
+    elapsed = (now - started).total_seconds() / 3600
+    assert usage.total.gpu_hours == pytest.approx(8 * elapsed)
+    assert (usage.total.runs, usage.total.running) == (0, 1)
+    # a period that starts an hour ago counts the last hour only
+    later = build_usage(demo["admin"], now - timedelta(hours=1), now + timedelta(days=1), now)
+    assert later.total.gpu_hours == pytest.approx(8.0)
+    # a period that ended before the run started counts nothing
+    before = build_usage(demo["admin"], started - timedelta(days=1), started, now)
+    assert before.total.gpu_hours == 0 and before.lines == []
+
+
+def test_a_drained_run_is_stopped_and_a_cancelled_one_cancelled(api, demo):
+    admin, oncall, me = api("admin"), api("oncall"), api("researcher")
+    moved = submit(me, name="moved", gpus=8, queue="llm-experiment", sim_duration_minutes=600)
+    gone = submit(me, name="gone", gpus=8, queue="llm-experiment", sim_duration_minutes=600)
+    cycle(admin)
+    advance(admin, 600)
+    node = job(me, moved)["placement"][0]["node"]
+    assert (
+        oncall.post(
+            f"/api/v1/nodes/{node}/drain/", {"reason": "firmware"}, format="json"
+        ).status_code
+        == 200
+    )
+    assert me.post(f"/api/v1/jobs/{gone}/cancel/").status_code == 200
+    for _ in range(6):
+        cycle(admin)
+        advance(admin, 120)
+    outcomes = dict(JobRun.objects.values_list("job_id", "outcome"))
+    assert outcomes[gone] == "cancelled"
+    assert outcomes[moved] == "stopped", job(me, moved)["events"]
+    assert JobRun.objects.filter(job_id=moved).count() == 1
+    now = clock.now()
+    usage = build_usage(demo["researcher"], *day_of(now), now)
+    assert usage.total.stopped_gpu_hours > 0 and usage.total.runs == 2
+
+
+def test_people_outside_the_line_see_none_of_its_usage(api, demo):
+    admin, me = api("admin"), api("researcher")
+    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    now = clock.now()
+    period = day_of(now)
+    assert build_usage(demo["researcher2"], *period, now).total.gpu_hours == 0
+    for who in ("lead", "oncall", "admin", "researcher"):
+        assert build_usage(demo[who], *period, now).total.gpu_hours > 0, who
+
+
+def page_text(client, url: str, **query) -> tuple[int, str]:
+    response = client.get(url, query)
+    text = re.sub(r"<[^>]+>", " ", response.content.decode())
+    return response.status_code, " ".join(html.unescape(text).split())
+
+
+def test_the_page_shows_the_months_hours_per_line_queue_and_person(api, demo):
+    admin, me = api("admin"), api("researcher")
+    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    run = JobRun.objects.get()
+    hours = 4 * (run.ended_at - run.started_at).total_seconds() / 3600
+    client = Client()
+    client.force_login(demo["researcher"])
+    status, text = page_text(client, "/usage/", month=run.ended_at.strftime("%Y-%m"))
+    assert status == 200, text
+    assert f"GPU usage, {run.ended_at:%B %Y} (UTC month)" in text
+    assert f"{hours:,.1f} GPU-hours" in text and "1 run ended, 0 still going" in text
+    for name in ("Large language models", "llm-finetune", "researcher"):
+        assert f"{name} {hours:,.1f} " in text, name
+    # another line's member sees the month, without this line's hours
+    client.force_login(demo["researcher2"])
+    status, text = page_text(client, "/usage/", month=run.ended_at.strftime("%Y-%m"))
+    assert status == 200 and "0.0 GPU-hours" in text and "llm-finetune" not in text
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"month": "2026-13"},
+        {"month": "26-11"},
+        {"month": "２０２６-１１"},
+        {"month": "2026-11\x00"},
+        {"week": "1"},
+    ],
+)
+def test_a_bad_month_or_parameter_is_a_400_naming_it(demo, query):
+    client = Client()
+    client.force_login(demo["researcher"])
+    status, text = page_text(client, "/usage/", **query)
+    assert status == 400, text
+    assert "YYYY-MM" in text or "week" in text or "NUL" in text or "control" in text, text
+
+
+def test_anonymous_visitors_are_sent_to_sign_in():
+    response = Client().get("/usage/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_the_api_and_the_csv_give_the_pages_numbers(api, demo):
+    admin, me = api("admin"), api("researcher")
+    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    run = JobRun.objects.get()
+    month = run.ended_at.strftime("%Y-%m")
+    hours = round(4 * (run.ended_at - run.started_at).total_seconds() / 3600, 3)
+    response = me.get("/api/v1/usage-report/", {"month": month})
+    assert response.status_code == 200, response.data
+    data = response.json()
+    assert data["month"] == month and data["start"].startswith(f"{month}-01T00:00:00")
+    assert data["total"]["gpu_hours"] == hours and data["total"]["runs_ended"] == 1
+    assert [(r["name"], r["gpu_hours"]) for r in data["people"]] == [("researcher", hours)]
+    assert [r["name"] for r in data["lines"]] == ["Large language models"]
+    response = me.get("/api/v1/usage-report.csv", {"month": month, "by": "queue"})
+    assert response.status_code == 200
+    lines = b"".join(response.streaming_content).decode().splitlines()
+    assert lines[0] == "name,gpu_hours,share,runs_ended,running,failed_gpu_hours,stopped_gpu_hours"
+    assert lines[1].startswith(f"llm-finetune,{hours},") and len(lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "field"),
+    [
+        ("/api/v1/usage-report/", {"month": "2026-1"}, "month"),
+        ("/api/v1/usage-report/", {"month": "2026-00"}, "month"),
+        ("/api/v1/usage-report/", {"month": ""}, "month"),
+        ("/api/v1/usage-report/", {"by": "line"}, "by"),
+        ("/api/v1/usage-report.csv", {"by": "team"}, "by"),
+        ("/api/v1/usage-report.csv", {"month": "2026-11", "x": "1"}, "x"),
+    ],
+)
+def test_the_api_refuses_a_bad_query_in_its_envelope(api, path, query, field):
+    response = api("researcher").get(path, query)
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()

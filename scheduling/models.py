@@ -313,7 +313,9 @@ class JobRun(models.Model):
     queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="job_runs")
     gpus = models.PositiveIntegerField()
     gpu_model = models.CharField(max_length=40, blank=True)
-    started_at = models.DateTimeField(help_text="cluster time")
+    # both indexed: a month's runs are those that started before its end and ended after
+    # its start, the two ranges PostgreSQL intersects (a bitmap AND) however long ago
+    started_at = models.DateTimeField(db_index=True, help_text="cluster time")
     ended_at = models.DateTimeField(db_index=True, help_text="cluster time")
     outcome = models.CharField(max_length=12, choices=Outcome.choices)
 

@@ -12,10 +12,21 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, DateTimeField, DurationField, F, Q, Sum, Value
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Q,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Greatest, Least
 
 from core.roles import line_ids_query, role_of
@@ -76,18 +87,22 @@ class Usage:
         return row.gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else None
 
 
-def _hours(value: timedelta | float | None) -> float:
-    if value is None:
-        return 0.0
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value / 1e6
-    return max(0.0, seconds) / 3600
+class Seconds(Func):
+    """``EXTRACT(EPOCH FROM <interval>)``: a duration in seconds (PostgreSQL, the portal's
+    database), so a sum of GPU-seconds is one aggregate."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)"
+    output_field = FloatField()
 
 
-def _clipped(start: datetime, until: datetime, ended: Any) -> Any:
-    """The part of a run inside ``[start, until)``, as a duration (SQL)."""
-    return Least(ended, Value(until, output_field=DateTimeField())) - Greatest(
-        F("started_at"), Value(start, output_field=DateTimeField())
+def _gpu_seconds(start: datetime, until: datetime, ended: Any) -> Any:
+    """A run's GPUs times its part inside ``[start, until)``, in seconds (SQL)."""
+    inside = ExpressionWrapper(
+        Least(ended, Value(until, output_field=DateTimeField()))
+        - Greatest(F("started_at"), Value(start, output_field=DateTimeField())),
+        output_field=DurationField(),
     )
+    return Sum(F("gpus") * Seconds(inside), output_field=FloatField())
 
 
 def _visible(user: Any, query: Any, line_path: str) -> Any:
@@ -108,11 +123,8 @@ def build_usage(user: Any, start: datetime, end: datetime, now: datetime) -> Usa
     ended = (
         _visible(user, JobRun.objects.all(), "queue__business_line_id")
         .filter(started_at__lt=until, ended_at__gt=start)
-        .values("queue_id", "owner_id", "gpus", "outcome")
-        .annotate(
-            span=Sum(_clipped(start, until, F("ended_at")), output_field=DurationField()),
-            n=Count("id"),
-        )
+        .values("queue_id", "owner_id", "outcome")
+        .annotate(gpu_s=_gpu_seconds(start, until, F("ended_at")), n=Count("id"))
         .order_by()
     )
     going = (
@@ -122,18 +134,15 @@ def build_usage(user: Any, start: datetime, end: datetime, now: datetime) -> Usa
             | Q(state=Job.State.CANCELLED, pk__in=Allocation.objects.values("job_id"))
         )  # a cancelled job holds its GPUs until its run has ended
         .filter(started_at__lt=until)
-        .values("queue_id", "owner_id", "gpus")
+        .values("queue_id", "owner_id")
         .annotate(
-            span=Sum(
-                _clipped(start, until, Value(until, output_field=DateTimeField())),
-                output_field=DurationField(),
-            ),
+            gpu_s=_gpu_seconds(start, until, Value(until, output_field=DateTimeField())),
             n=Count("id"),
         )
         .order_by()
     )
     pieces = [(r, r["outcome"]) for r in ended] + [(r, None) for r in going]
-    _add_rows(usage, [(r["queue_id"], r["owner_id"], r["gpus"] * _hours(r["span"]), r["n"], o)
+    _add_rows(usage, [(r["queue_id"], r["owner_id"], max(0.0, r["gpu_s"] or 0) / 3600, r["n"], o)
                       for r, o in pieces])  # fmt: skip
     gpus = cluster_shape()[1]
     usage.capacity_gpu_hours = gpus * (until - start).total_seconds() / 3600

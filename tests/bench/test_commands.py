@@ -228,3 +228,21 @@ def test_bench_live_report_adds_retries_and_errors_only_when_there_are_some():
     result.update(setup_retries=2, setup_errors=["TimeoutError: x"], viewer_errors=["closed"])
     _, retries, errors = bench_live.report(result)
     assert retries.startswith("2 connections retried") and errors == "viewer errors: ['closed']"
+
+
+@pytest.mark.django_db
+def test_bench_usage_times_the_report_and_rolls_back(demo):
+    from scheduling.models import JobRun
+
+    users = type(demo["admin"]).objects.count()
+    result = json.loads(run("bench_usage", runs=3000, repeat=1, json=True))
+    assert result["runs"] == 3000 and len(result["months"]) == 3
+    month = next(iter(result["months"].values()))
+    assert month["median_ms"] > 0 and month["runs_in_month"] > 0 and month["people"] > 5
+    assert not JobRun.objects.exists() and type(demo["admin"]).objects.count() == users
+
+
+@pytest.mark.parametrize("options", [{"runs": 0}, {"repeat": 0}, {"runs": 10_000_001}])
+def test_bench_usage_refuses_sizes_out_of_range(options):
+    with pytest.raises(CommandError, match="--runs 1..10000000"):
+        run("bench_usage", **{"runs": 10, "repeat": 1, **options})

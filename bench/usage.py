@@ -1,4 +1,4 @@
-"""``manage.py bench_usage``: how long the usage report (``scheduling.usage.build_usage``)
+"""``manage.py bench_usage``: how long the usage report (``quotas.usage.build_usage``)
 takes over a year of recorded runs, against a trivial query of the same database.
 
 Loads ``runs`` synthetic ``JobRun`` rows spread over the twelve months before the cluster's
@@ -22,9 +22,9 @@ from django.db import connection, transaction
 
 from core import clock
 from quotas.models import Queue
+from quotas.usage import build_usage
+from quotas.usage_views import month_before, month_bounds
 from scheduling.models import JobRun
-from scheduling.usage import build_usage
-from scheduling.usage_views import month_before, month_bounds
 
 PEOPLE = 500
 SIZES = (1, 2, 4, 8, 8, 16, 64)

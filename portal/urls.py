@@ -16,10 +16,11 @@ from portal.metrics import metrics_view
 from portal.version_api import VersionView
 from quotas.api import BusinessLineViewSet, QueueViewSet
 from quotas.requests_api import QuotaRequestViewSet
+from quotas.usage_api import UsageReportCSVView, UsageReportView
+from quotas.usage_views import usage as usage_page
 from quotas.views import queue_list
 from scheduling.api import JobViewSet, SchedulerCycleView, SimulatorAdvanceView, SimulatorFaultView
 from scheduling.nodes.api import NodeViewSet
-from scheduling.usage_api import UsageReportCSVView, UsageReportView
 
 router = DefaultRouter()
 router.register("business-lines", BusinessLineViewSet, basename="business-line")
@@ -54,6 +55,7 @@ urlpatterns = [
     path("", include("monitoring.urls")),
     path("", include("scheduling.urls")),
     path("queues/", queue_list, name="queue-list"),
+    path("usage/", usage_page, name="usage"),
     path("quotas/", include("quotas.urls")),
     path("api/v1/simulator/faults/", SimulatorFaultView.as_view(), name="simulator-faults"),
     path("api/v1/simulator/advance/", SimulatorAdvanceView.as_view(), name="simulator-advance"),

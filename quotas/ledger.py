@@ -682,3 +682,29 @@ def impact(state: ClusterState, change: Change) -> Impact:
         borrowing_shrinks=shrinks,
         notes=tuple(notes),
     )
+
+
+def quota_gpu_seconds(
+    current: int | None, changes: Sequence[tuple[float, int | None, int | None]],
+    start: float, until: float,
+) -> float | None:  # fmt: skip
+    """The quota held over ``[start, until)`` in GPU-seconds: the integral of the quota in
+    time (the usage report's "of its quota"). ``current``: the quota now; ``changes``: the
+    contract's changes after ``start`` as ``(at, quota before, quota after)`` in time order
+    (those after ``until`` too: they tell what the quota was before them). ``None`` when
+    the scope had no quota of its own (a queue bounded only by its line) at any moment
+    of the period, or the period is empty."""
+    if until <= start:
+        return None
+    quota = changes[0][1] if changes else current
+    total, since = 0.0, start
+    for at, _before, after in changes:
+        if at >= until:
+            break
+        if quota is None:
+            return None
+        total += quota * (max(at, since) - since)
+        quota, since = after, max(at, since)
+    if quota is None:
+        return None
+    return total + quota * (until - since)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import usage_views, views
+from scheduling import views
 
 app_name = "scheduling"
 
@@ -13,5 +13,4 @@ urlpatterns = [
     path("jobs/feasibility/", views.feasibility, name="job-feasibility"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
-    path("usage/", usage_views.usage, name="usage"),
 ]

@@ -14,8 +14,8 @@ from django.views.decorators.http import require_GET
 from core import clock
 from core.query_forms import QueryForm
 from core.security import bad_request_page
+from quotas.usage import build_usage
 from scheduling.permissions import sees_all_jobs
-from scheduling.usage import build_usage
 
 MONTH_PATTERN = r"^(2[0-9]{3})-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12 (the API schema says so too)
 MONTH = re.compile(MONTH_PATTERN)
@@ -75,9 +75,9 @@ def usage(request: HttpRequest) -> HttpResponse:
         "after": end.strftime("%Y-%m") if end <= now else "",
         "perms_all": sees_all_jobs(request.user),
         "tables": [
-            ("By business line", report.lines, "line"),
-            ("By queue", report.queues, "queue"),
-            ("By person", report.people, "person"),
+            ("By business line", report.lines, "line", True),
+            ("By queue", report.queues, "queue", True),
+            ("By person", report.people, "person", False),
         ],
     }
-    return render(request, "scheduling/usage.html", context)
+    return render(request, "quotas/usage.html", context)

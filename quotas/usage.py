@@ -30,7 +30,8 @@ from django.db.models import (
 from django.db.models.functions import Greatest, Least
 
 from core.roles import line_ids_query, role_of
-from quotas.models import Queue
+from quotas.ledger import quota_gpu_seconds
+from quotas.models import BusinessLine, Queue, QuotaChange
 from scheduling.models import Allocation, Job, JobRun
 from scheduling.permissions import sees_all_jobs
 from scheduling.selectors import cluster_shape
@@ -52,6 +53,12 @@ class UsageRow:
     wasted_gpu_hours: float = 0.0  # runs that failed (retried or not)
     stopped_gpu_hours: float = 0.0  # runs stopped to make room, move or drain (requeued)
     percent: float | None = None  # of the cluster's GPU-hours in the period (``Usage``)
+    quota_gpu_hours: float | None = None  # the quota held over the period (lines, queues)
+
+    @property
+    def of_quota_percent(self) -> float | None:
+        """GPU-hours as a share of the quota's GPU-hours (beyond 100%: borrowed)."""
+        return self.gpu_hours / self.quota_gpu_hours * 100 if self.quota_gpu_hours else None
 
     def add(self, hours: float, runs: int, outcome: str | None) -> None:
         self.gpu_hours += hours
@@ -144,6 +151,7 @@ def build_usage(user: Any, start: datetime, end: datetime, now: datetime) -> Usa
     pieces = [(r, r["outcome"]) for r in ended] + [(r, None) for r in going]
     _add_rows(usage, [(r["queue_id"], r["owner_id"], max(0.0, r["gpu_s"] or 0) / 3600, r["n"], o)
                       for r, o in pieces])  # fmt: skip
+    _add_quotas(usage, start, until)
     gpus = cluster_shape()[1]
     usage.capacity_gpu_hours = gpus * (until - start).total_seconds() / 3600
     for row in (usage.total, *usage.lines, *usage.queues, *usage.people):
@@ -177,3 +185,29 @@ def _add_rows(usage: Usage, pieces: Iterable[tuple[int, int, float, int, str | N
     usage.lines = largest(by_line.values())
     usage.queues = largest(by_queue.values())
     usage.people = largest(by_owner.values())
+
+
+def _add_quotas(usage: Usage, start: datetime, until: datetime) -> None:
+    """Each line's and queue's quota over the period (``ledger.quota_gpu_seconds``), from
+    its quota now and its contract's changes since ``start``."""
+    lines = {row.key: row for row in usage.lines}
+    queues = {row.key: row for row in usage.queues}
+    if not lines:
+        return
+    changes: dict[tuple[str, str | None], list] = defaultdict(list)
+    for line, queue, at, before, after in (
+        QuotaChange.objects.filter(business_line__name__in=lines, changed_at__gt=start)
+        .order_by("changed_at", "id")
+        .values_list("business_line__name", "queue__name", "changed_at", "quota_before",
+                     "quota_after")
+    ):  # fmt: skip
+        changes[(line, queue)].append((at.timestamp(), before, after))
+    now = dict(BusinessLine.objects.filter(name__in=lines).values_list("name", "quota_gpus"))
+    scopes = [((name, None), row, now[name]) for name, row in lines.items()]
+    for queue in Queue.objects.filter(name__in=queues).select_related("business_line"):
+        scopes.append(
+            ((queue.business_line.name, queue.name), queues[queue.name], queue.quota_gpus)
+        )
+    for key, row, quota in scopes:
+        seconds = quota_gpu_seconds(quota, changes[key], start.timestamp(), until.timestamp())
+        row.quota_gpu_hours = None if seconds is None else seconds / 3600

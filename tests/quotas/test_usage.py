@@ -12,8 +12,8 @@ import pytest
 from django.test import Client
 
 from core import clock
+from quotas.usage import build_usage
 from scheduling.models import Job, JobRun
-from scheduling.usage import build_usage
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
 
 pytestmark = pytest.mark.django_db
@@ -192,7 +192,9 @@ def test_the_api_and_the_csv_give_the_pages_numbers(api, demo):
     response = me.get("/api/v1/usage-report.csv", {"month": month, "by": "queue"})
     assert response.status_code == 200
     lines = b"".join(response.streaming_content).decode().splitlines()
-    assert lines[0] == "name,gpu_hours,share,runs_ended,running,failed_gpu_hours,stopped_gpu_hours"
+    assert lines[0] == (
+        "name,gpu_hours,share,quota_gpu_hours,runs_ended,running,failed_gpu_hours,stopped_gpu_hours"
+    )
     assert lines[1].startswith(f"llm-finetune,{hours},") and len(lines) == 2
 
 
@@ -211,3 +213,23 @@ def test_the_api_refuses_a_bad_query_in_its_envelope(api, path, query, field):
     response = api("researcher").get(path, query)
     assert response.status_code == 400
     assert field in response.json()["errors"], response.json()
+
+
+def test_a_line_and_its_queues_are_read_against_the_quota_they_held(api, demo):
+    """llm's quota is 1,000 GPUs (``make_quotas_roomy``) the whole period: its row is its
+    GPU-hours against 1,000 times the period's hours; its queues have no quota of their own."""
+    admin, me = api("admin"), api("researcher")
+    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    now = clock.now()
+    start, end = day_of(now)
+    usage = build_usage(demo["researcher"], start, end, now)
+    (line,) = usage.lines
+    assert line.quota_gpu_hours == pytest.approx(1000 * (now - start).total_seconds() / 3600)
+    assert line.of_quota_percent == pytest.approx(line.gpu_hours / line.quota_gpu_hours * 100)
+    assert [q.quota_gpu_hours for q in usage.queues] == [None]
+    data = me.get("/api/v1/usage-report/", {"month": now.strftime("%Y-%m")}).json()
+    assert data["lines"][0]["quota_gpu_hours"] > 0 and data["queues"][0]["quota_gpu_hours"] is None
+    assert data["people"][0]["quota_gpu_hours"] is None

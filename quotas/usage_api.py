@@ -1,4 +1,4 @@
-"""``GET /api/v1/usage-report/?month=YYYY-MM``: the usage report (``scheduling.usage``) as
+"""``GET /api/v1/usage-report/?month=YYYY-MM``: the usage report (``quotas.usage``) as
 JSON, and ``/api/v1/usage-report.csv?month=YYYY-MM&by=line|queue|person`` one of its
 tables as CSV (``core.csv_export``). The page ``/usage/`` shows the same numbers."""
 
@@ -16,12 +16,12 @@ from rest_framework.views import APIView
 
 from core import clock
 from core.csv_export import CSVExportMixin, batched, csv_response
-from scheduling.usage import Usage, UsageRow, build_usage
-from scheduling.usage_views import MONTH_PATTERN, MonthField, UsageQuery, month_bounds
+from quotas.usage import Usage, UsageRow, build_usage
+from quotas.usage_views import MONTH_PATTERN, MonthField, UsageQuery, month_bounds
 
 TABLES = {"line": "lines", "queue": "queues", "person": "people"}
-COLUMNS = ("name", "gpu_hours", "share", "runs_ended", "running", "failed_gpu_hours",
-           "stopped_gpu_hours")  # fmt: skip
+COLUMNS = ("name", "gpu_hours", "share", "quota_gpu_hours", "runs_ended", "running",
+           "failed_gpu_hours", "stopped_gpu_hours")  # fmt: skip
 
 
 def row_data(row: UsageRow) -> dict[str, Any]:
@@ -30,6 +30,8 @@ def row_data(row: UsageRow) -> dict[str, Any]:
         "name": row.name,
         "gpu_hours": round(row.gpu_hours, 3),
         "share": None if row.percent is None else round(row.percent / 100, 6),
+        # lines and queues: the quota over the period (null: none of its own; people: null)
+        "quota_gpu_hours": None if row.quota_gpu_hours is None else round(row.quota_gpu_hours, 3),
         "runs_ended": row.runs,
         "running": row.running,
         "failed_gpu_hours": round(row.wasted_gpu_hours, 3),

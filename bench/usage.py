@@ -1,4 +1,4 @@
-"""``manage.py bench_usage``: how long the usage report (``quotas.usage.build_usage``)
+"""``manage.py bench_usage``: how long the usage report (``quotas.usage.build_usage_report``)
 takes over a year of recorded runs, against a trivial query of the same database.
 
 Loads ``runs`` synthetic ``JobRun`` rows spread over the twelve months before the cluster's
@@ -22,7 +22,7 @@ from django.db import connection, transaction
 
 from core import clock
 from quotas.models import Queue
-from quotas.usage import build_usage
+from quotas.usage import build_usage_report
 from quotas.usage_views import month_before, month_bounds
 from scheduling.models import JobRun
 
@@ -86,8 +86,8 @@ def measure(runs: int, repeat: int, seed: int = 0) -> dict[str, Any]:
                 for _ in range(back):
                     month = month_before(month)
                 start, end = month_bounds(month)
-                report = build_usage(admin, start, end, now)
-                ms = _median_ms(lambda s=start, e=end: build_usage(admin, s, e, now), repeat)
+                report = build_usage_report(admin, start, end, now)
+                ms = _median_ms(lambda s=start, e=end: build_usage_report(admin, s, e, now), repeat)
                 result["months"][month.strftime("%Y-%m")] = {
                     "median_ms": ms, "runs_in_month": report.total.runs,
                     "people": len(report.people),

@@ -121,7 +121,7 @@ def _visible(user: Any, query: Any, line_path: str) -> Any:
     return query.filter(Q(owner=user) | Q(**lines))
 
 
-def build_usage(user: Any, start: datetime, end: datetime, now: datetime) -> Usage:
+def build_usage_report(user: Any, start: datetime, end: datetime, now: datetime) -> Usage:
     """GPU-hours of the runs ``user`` may see inside ``[start, end)``, cut at ``now``."""
     until = min(end, now)
     usage = Usage(start=start, end=end, until=until, total=UsageRow(None, "all"))

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from core import clock
 from core.csv_export import CSVExportMixin, batched, csv_response
-from quotas.usage import Usage, UsageRow, build_usage
+from quotas.usage import Usage, UsageRow, build_usage_report
 from quotas.usage_views import MONTH_PATTERN, MonthField, UsageQuery, month_bounds
 
 TABLES = {"line": "lines", "queue": "queues", "person": "people"}
@@ -65,7 +65,7 @@ def _report(request: Request, takes: tuple[str, ...]) -> tuple[Usage, str]:
     now = clock.now()
     first = query.cleaned_data["month"] or now.date().replace(day=1)
     start, end = month_bounds(first)
-    return build_usage(request.user, start, end, now), first.strftime("%Y-%m")
+    return build_usage_report(request.user, start, end, now), first.strftime("%Y-%m")
 
 
 MONTH = OpenApiParameter("month", OpenApiTypes.STR, pattern=MONTH_PATTERN,

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 from core import clock
 from core.query_forms import QueryForm
 from core.security import bad_request_page
-from quotas.usage import build_usage
+from quotas.usage import build_usage_report
 from scheduling.permissions import sees_all_jobs
 
 MONTH_PATTERN = r"^(2[0-9]{3})-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12 (the API schema says so too)
@@ -63,7 +63,7 @@ def usage(request: HttpRequest) -> HttpResponse:
     now = clock.now()
     first = query.cleaned_data["month"] or now.date().replace(day=1)
     start, end = month_bounds(first)
-    report = build_usage(request.user, start, end, now)
+    report = build_usage_report(request.user, start, end, now)
     context = {
         "usage": report,
         "month": first,

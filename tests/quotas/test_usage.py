@@ -1,5 +1,5 @@
 """The usage report's accounting: every run the loop ends is recorded once with its GPUs
-and times (``JobRun``), and ``build_usage`` sums GPU-hours per line, queue and person,
+and times (``JobRun``), and ``build_usage_report`` sums GPU-hours per line, queue and person,
 clipped to the period, with the runs still going counted up to now."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 
 from core import clock
-from quotas.usage import build_usage
+from quotas.usage import build_usage_report
 from scheduling.models import Job, JobRun
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
 
@@ -49,7 +49,7 @@ def test_a_finished_run_is_recorded_once_and_counted_in_its_line_queue_and_owner
     assert 30 <= minutes <= 31, minutes
 
     now = clock.now()
-    usage = build_usage(demo["researcher"], *day_of(now), now)
+    usage = build_usage_report(demo["researcher"], *day_of(now), now)
     hours = 4 * minutes / 60
     assert usage.total.gpu_hours == pytest.approx(hours)
     assert [(r.name, round(r.gpu_hours, 6), r.runs) for r in usage.lines] == [
@@ -71,15 +71,17 @@ def test_a_run_still_going_counts_up_to_now_and_only_inside_the_period(api, demo
     cycle(admin)
     now = clock.now()
     assert not JobRun.objects.exists()
-    usage = build_usage(demo["admin"], *day_of(now), now)
+    usage = build_usage_report(demo["admin"], *day_of(now), now)
     elapsed = (now - started).total_seconds() / 3600
     assert usage.total.gpu_hours == pytest.approx(8 * elapsed)
     assert (usage.total.runs, usage.total.running) == (0, 1)
     # a period that starts an hour ago counts the last hour only
-    later = build_usage(demo["admin"], now - timedelta(hours=1), now + timedelta(days=1), now)
+    later = build_usage_report(
+        demo["admin"], now - timedelta(hours=1), now + timedelta(days=1), now
+    )
     assert later.total.gpu_hours == pytest.approx(8.0)
     # a period that ended before the run started counts nothing
-    before = build_usage(demo["admin"], started - timedelta(days=1), started, now)
+    before = build_usage_report(demo["admin"], started - timedelta(days=1), started, now)
     assert before.total.gpu_hours == 0 and before.lines == []
 
 
@@ -105,7 +107,7 @@ def test_a_drained_run_is_stopped_and_a_cancelled_one_cancelled(api, demo):
     assert outcomes[moved] == "stopped", job(me, moved)["events"]
     assert JobRun.objects.filter(job_id=moved).count() == 1
     now = clock.now()
-    usage = build_usage(demo["researcher"], *day_of(now), now)
+    usage = build_usage_report(demo["researcher"], *day_of(now), now)
     assert usage.total.stopped_gpu_hours > 0 and usage.total.runs == 2
 
 
@@ -117,9 +119,9 @@ def test_people_outside_the_line_see_none_of_its_usage(api, demo):
     cycle(admin)
     now = clock.now()
     period = day_of(now)
-    assert build_usage(demo["researcher2"], *period, now).total.gpu_hours == 0
+    assert build_usage_report(demo["researcher2"], *period, now).total.gpu_hours == 0
     for who in ("lead", "oncall", "admin", "researcher"):
-        assert build_usage(demo[who], *period, now).total.gpu_hours > 0, who
+        assert build_usage_report(demo[who], *period, now).total.gpu_hours > 0, who
 
 
 def page_text(client, url: str, **query) -> tuple[int, str]:
@@ -225,7 +227,7 @@ def test_a_line_and_its_queues_are_read_against_the_quota_they_held(api, demo):
     cycle(admin)
     now = clock.now()
     start, end = day_of(now)
-    usage = build_usage(demo["researcher"], start, end, now)
+    usage = build_usage_report(demo["researcher"], start, end, now)
     (line,) = usage.lines
     assert line.quota_gpu_hours == pytest.approx(1000 * (now - start).total_seconds() / 3600)
     assert line.of_quota_percent == pytest.approx(line.gpu_hours / line.quota_gpu_hours * 100)

@@ -817,6 +817,9 @@ def maintenance_create(request: HttpRequest) -> HttpResponse:
             )  # fmt: skip
         except ValidationError as err:
             _form_errors(form, err)
+        except ClusterBusy as err:
+            messages.error(request, f"Nothing was scheduled: {err}.")
+            return _maintenance_back(request, data["back"], form, status=503)
         else:
             nodes = window.nodes.count()
             messages.success(
@@ -844,5 +847,8 @@ def maintenance_cancel(request: HttpRequest, window_id: int) -> HttpResponse:
             request, f"Maintenance #{window_id} was not changed: {'; '.join(err.messages)}."
         )
         return _maintenance_back(request, back, status=409)
+    except ClusterBusy as err:
+        messages.error(request, f"Nothing was cancelled: {err}.")
+        return _maintenance_back(request, back, status=503)
     messages.success(request, f"Maintenance #{window.pk} cancelled: {window.note}.")
     return _maintenance_back(request, back)

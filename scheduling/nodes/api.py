@@ -18,6 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.api import AsciiIdLookup, StrictSerializer, client_ip
+from scheduling.api import busy
+from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import MaintenanceWindow, Node
 from scheduling.nodes.maintenance import MAX_NODES, TIME_HELP, cancel_window, create_window
 from scheduling.nodes.selectors import (
@@ -158,7 +160,12 @@ class MaintenanceViewSet(
     def create(self, request: Request) -> Response:
         body = MaintenanceCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        window = create_window(request.user, **body.validated_data, source_ip=client_ip(request))
+        try:
+            window = create_window(
+                request.user, **body.validated_data, source_ip=client_ip(request)
+            )
+        except ClusterBusy as exc:
+            return busy(exc)
         return Response(MaintenanceSerializer(self.get_queryset().get(pk=window.pk)).data,
                         status=status.HTTP_201_CREATED)  # fmt: skip
 
@@ -166,5 +173,8 @@ class MaintenanceViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         window = self.get_object()
-        cancel_window(request.user, window.pk, client_ip(request))
+        try:
+            cancel_window(request.user, window.pk, client_ip(request))
+        except ClusterBusy as exc:
+            return busy(exc)
         return Response(MaintenanceSerializer(self.get_queryset().get(pk=window.pk)).data)

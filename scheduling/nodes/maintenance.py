@@ -13,8 +13,11 @@ its own drain by the node's reason (``marker``).
 
 Reads are in ``scheduling.nodes.selectors`` (``upcoming_maintenance``, ``maintenance_windows``).
 
-Lock order (docs/architecture.md): a window, then its nodes (the cycle and ``cancel_window``);
-``create_window`` locks only nodes.
+Locks (docs/architecture.md): ``create_window`` and ``cancel_window`` wait for the cluster
+lock first (up to ``LOCK_WAIT_S``, else ``ClusterBusy``), as the cycle holds it: so no cycle
+runs meanwhile (a window starts or ends, or its nodes return, in one order with the
+cycle's own node locks), and two creates check overlaps one after the other. Then a
+window, then its nodes.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from django.db.models import Q
 from core import audit, clock, events
 from core.realtime import publish_on_commit
 from core.security import has_control_characters
+from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.models import MaintenanceWindow, Node
 from scheduling.nodes.services import (
     DRAINABLE,
+    LOCK_WAIT_S,
     clean_reason,
     ensure_may_operate,
     set_node_state,
@@ -145,10 +150,12 @@ def create_window(
     naming each field: a missing or long reason, control characters, a bad time (no zone,
     not ISO 8601, a start more than a minute past, an end not after the start), unknown
     nodes or rack, more than ``MAX_NODES`` nodes, or a node with an overlapping open
-    window. One audit record ``maintenance.create``."""
+    window. ``ClusterBusy`` when the loop holds the cluster past ``LOCK_WAIT_S``. One audit
+    record ``maintenance.create``."""
     ensure_may_operate(user)
     names, rack, start, end, reason = _clean(nodes, rack, starts_at, ends_at, reason)
     with transaction.atomic():
+        wait_cluster_lock(LOCK_WAIT_S)
         if rack:
             in_rack = list(Node.objects.filter(rack=rack).values_list("name", flat=True))
             if not in_rack:
@@ -156,11 +163,7 @@ def create_window(
             names = sorted(set(names) | set(in_rack))
         if len(names) > MAX_NODES:
             raise ValidationError({"nodes": [f"at most {MAX_NODES} nodes in one window"]})
-        locked = list(
-            Node.objects.select_for_update(of=("self",), no_key=True)
-            .filter(name__in=names)
-            .order_by("name")
-        )
+        locked = list(Node.objects.filter(name__in=names).order_by("name"))
         unknown = sorted(set(names) - {n.name for n in locked})
         if unknown:
             shown = ", ".join(repr(n[:80]) for n in unknown[:5])
@@ -188,6 +191,7 @@ def cancel_window(user: Any, window_id: int, source_ip: str | None = None) -> Ma
     ``maintenance.cancel``."""
     ensure_may_operate(user)
     with transaction.atomic():
+        wait_cluster_lock(LOCK_WAIT_S)
         window = (
             MaintenanceWindow.objects.select_for_update(of=("self",), no_key=True)
             .filter(pk=window_id)

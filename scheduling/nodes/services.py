@@ -25,7 +25,8 @@ from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.permissions import OPERATORS_ONLY, may_operate_nodes
 
 REASON_MAX = 300
-# How long a fault drill waits for the loop to let go of the cluster (else ClusterBusy).
+# How long a fault drill or a maintenance window's creation or cancellation waits for the
+# loop to let go of the cluster (else ClusterBusy).
 LOCK_WAIT_S = 20.0
 
 

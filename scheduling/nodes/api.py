@@ -9,15 +9,19 @@ Thin: reads from ``scheduling.nodes.selectors``, writes through
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import django_filters
-from drf_spectacular.utils import extend_schema
+from django.core.validators import RegexValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import AsciiIdLookup, StrictSerializer, client_ip
+from core.api import PARAMETER_TEXT, AsciiIdLookup, StrictSerializer, client_ip
+from core.security import SafeJSONParser
 from scheduling.api import busy
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import MaintenanceWindow, Node
@@ -112,21 +116,29 @@ class MaintenanceSerializer(serializers.ModelSerializer):
                   "created_by", "created_at"]  # fmt: skip
 
 
+@extend_schema_field(OpenApiTypes.DATETIME)
+class TimeText(serializers.CharField):
+    """A time as sent (RFC 3339, zone required), read by the service (``parse_time``): DRF's
+    own ``DateTimeField`` would take a time without a zone in the server's zone."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=64, **kwargs)
+
+
 class MaintenanceCreateSerializer(StrictSerializer):
     """The request body of ``POST maintenance/``; the service checks every value
     (``scheduling.nodes.maintenance.create_window``)."""
 
     nodes = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, max_length=MAX_NODES,
-        help_text="node names (and/or rack)",
+        child=serializers.CharField(min_length=1, max_length=64, trim_whitespace=False,
+                                    validators=[RegexValidator(PARAMETER_TEXT)]),
+        required=False, max_length=MAX_NODES, help_text="node names (and/or rack)",
     )  # fmt: skip
     rack = serializers.CharField(
         max_length=32, required=False, allow_blank=True, help_text="every node of this rack"
     )
-    starts_at = serializers.CharField(max_length=40, help_text=TIME_HELP)
-    ends_at = serializers.CharField(
-        max_length=40, required=False, allow_null=True, help_text=f"{TIME_HELP}; none: open-ended"
-    )
+    starts_at = TimeText(help_text=TIME_HELP)
+    ends_at = TimeText(required=False, allow_null=True, help_text=f"{TIME_HELP}; none: open-ended")
     reason = serializers.CharField(max_length=REASON_MAX)
 
 
@@ -147,6 +159,7 @@ class MaintenanceViewSet(
 
     serializer_class = MaintenanceSerializer
     filterset_class = MaintenanceFilter
+    parser_classes = [SafeJSONParser]  # a list of nodes: JSON only (a form repeats no field)
 
     def get_queryset(self):
         return maintenance_windows()

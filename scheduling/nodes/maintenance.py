@@ -22,9 +22,9 @@ window, then its nodes.
 
 from __future__ import annotations
 
-import contextlib
+import re
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -54,17 +54,32 @@ _TEXT_ALLOWED = frozenset("\t\r\n")
 TIME_HELP = "ISO 8601 with a zone, e.g. 2026-12-01T14:00:00Z"
 
 
+# RFC 3339 (the profile of ISO 8601 the API schema calls ``date-time``): a zone is required.
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+# No window further ahead (a typo of the year, or a test script's placeholder).
+MAX_AHEAD = timedelta(days=2 * 366)
+
+
 def parse_time(value: Any, field: str) -> datetime:
-    """An aware datetime, or an ISO 8601 text with its zone (``Z`` or an offset); else a
-    ``ValidationError`` on ``field``."""
-    if isinstance(value, str) and value.isascii() and 10 <= len(value) <= 40:
-        with contextlib.suppress(ValueError):
-            value = datetime.fromisoformat(value)
+    """An aware datetime (the form's), or RFC 3339 text (the API's, ``2026-12-01T14:00:00Z``),
+    as UTC; else a ``ValidationError`` on ``field``."""
+    if isinstance(value, str):
+        if not RFC3339.fullmatch(value):
+            problem = "say the zone" if RFC3339.fullmatch(value + "Z") else "not a time"
+            raise ValidationError({field: [f"{problem}: {TIME_HELP}"]})
+        text = re.sub(r"(\.\d{6})\d+", r"\1", value.upper())  # Python keeps microseconds
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError as err:
+            raise ValidationError({field: [f"no such date or time: {value}"]}) from err
     if not isinstance(value, datetime):
         raise ValidationError({field: [f"not a time: {TIME_HELP}"]})
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError({field: [f"say the zone: {TIME_HELP}"]})
-    return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as err:
+        raise ValidationError({field: [f"at most {MAX_AHEAD.days} days ahead"]}) from err
 
 
 def marker(window: MaintenanceWindow) -> str:
@@ -108,10 +123,14 @@ def _clean(nodes: Any, rack: Any, starts_at: Any, ends_at: Any, reason: Any) -> 
     ):
         errors.setdefault("rack", []).append(f"not a rack name: {str(rack)[:80]!r}")
     start, end = out.get("starts_at"), out.get("ends_at")
-    if start is not None and start < clock.now() - PAST_SLACK:
+    now = clock.now()
+    if start is not None and start < now - PAST_SLACK:
         errors.setdefault("starts_at", []).append(
-            f"in the past (cluster time is {clock.now():%Y-%m-%d %H:%M UTC})"
+            f"in the past (cluster time is {now:%Y-%m-%d %H:%M UTC})"
         )
+    for field, moment in (("starts_at", start), ("ends_at", end)):
+        if moment is not None and moment > now + MAX_AHEAD:
+            errors.setdefault(field, []).append(f"at most {MAX_AHEAD.days} days ahead")
     if start is not None and end is not None and end <= start:
         errors.setdefault("ends_at", []).append("must be after starts_at")
     if not errors and not out["nodes"] and rack in (None, ""):

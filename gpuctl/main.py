@@ -134,6 +134,22 @@ examples:
   gpuctl alerts resolve 17 18
 """
 
+MAINTENANCE_HELP = """\
+Scheduled maintenance (as Slurm's maintenance reservations): until a window starts, only
+work predicted to end before its start lands on its nodes; at the start the portal drains
+them (jobs checkpoint and move), at the end it returns them. Times are ISO 8601 with a
+zone (Z for UTC); no end: open-ended, until cancelled. Scheduling and cancelling are for
+on-call engineers and admins; everyone may list.
+
+examples:
+  gpuctl maintenance                        # scheduled and active windows
+  gpuctl maintenance list --all --node r001-n03
+  gpuctl maintenance create r001-n03 r001-n04 --starts-at 2026-12-01T14:00:00Z \\
+      --ends-at 2026-12-01T18:00:00Z --reason "firmware"
+  gpuctl maintenance create --rack r001 --starts-at 2026-12-02T08:00:00Z --reason "PDU swap"
+  gpuctl maintenance cancel 12
+"""
+
 QUOTA_HELP = """\
 Quota requests: a team lead asks for a new quota/guarantee for their line (or one of
 its queues), an admin looks at the impact and approves or rejects; the requester may
@@ -468,6 +484,59 @@ def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+MAINTENANCE_COLUMNS = columns(
+    ("ID", "id"), ("STATE", "state"), ("STARTS", lambda w: fmt_time(w["starts_at"])),
+    ("ENDS", lambda w: fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"),
+    ("NODES", lambda w: _clip(",".join(w["nodes"]), 40)), ("BY", "created_by"),
+    ("REASON", lambda w: _clip(w["reason"], 50)),
+)  # fmt: skip
+
+
+def _describe_window(w: dict) -> str:
+    ends = fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"
+    return (f"maintenance {w['id']} ({len(w['nodes'])} node{'s' if len(w['nodes']) != 1 else ''}, "
+            f"{fmt_time(w['starts_at'])} to {ends} UTC): {w['state']}")  # fmt: skip
+
+
+def cmd_maintenance(portal: Portal, args: argparse.Namespace) -> int:
+    action = args.action or "list"
+    if action == "cancel":
+        return _each(args.ids, lambda i: portal.post(f"maintenance/{i}/cancel/"), args,
+                     _describe_window)  # fmt: skip
+    if action == "create":
+        body: dict[str, Any] = {"starts_at": args.starts_at, "reason": args.reason}
+        if args.names:
+            body["nodes"] = args.names
+        if args.rack:
+            body["rack"] = args.rack
+        if args.ends_at:
+            body["ends_at"] = args.ends_at
+        created = portal.post("maintenance/", body)
+        if args.json:
+            print_json(created)
+        else:
+            print(f"scheduled {_describe_window(created)}. Cancel: gpuctl maintenance cancel "
+                  f"{created['id']}")  # fmt: skip
+        return EXIT_OK
+    all_ = getattr(args, "all", False)
+    state = getattr(args, "state", None)
+    node = getattr(args, "node", None)
+    if state or all_:
+        rows, _ = portal.fetch_list("maintenance/", state=state, node=node)
+    else:
+        rows = []
+        for open_state in ("active", "scheduled"):
+            got, _ = portal.fetch_list("maintenance/", state=open_state, node=node)
+            rows += got
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        return nothing("no maintenance" if all_ or state else "no maintenance scheduled")
+    table(rows, MAINTENANCE_COLUMNS)
+    return EXIT_OK
+
+
 def _clip(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -776,6 +845,26 @@ examples:
     for action, text in (("ack", "acknowledge: someone is on it"), ("resolve", "close it")):
         a = actions.add_parser(action, help=text, description=text, parents=[common])
         a.add_argument("ids", nargs="+", type=whole_number, metavar="ALERT")
+
+    p = add("maintenance", cmd_maintenance, "scheduled maintenance: list, create, cancel",
+            MAINTENANCE_HELP)  # fmt: skip
+    p.set_defaults(action=None)
+    maint = p.add_subparsers(dest="action", metavar="ACTION")
+    m = maint.add_parser("list", help="maintenance windows (default: scheduled and active)",
+                         parents=[common])  # fmt: skip
+    m.add_argument("--state", choices=["scheduled", "active", "done", "cancelled"])
+    m.add_argument("--node", help="only windows of this node")
+    m.add_argument("--all", action="store_true", help="done and cancelled ones too")
+    m = maint.add_parser("create", help="schedule maintenance (on-call, admins)",
+                         parents=[common])  # fmt: skip
+    m.add_argument("names", nargs="*", metavar="NODE")
+    m.add_argument("--rack", help="every node of this rack (with or without NODEs)")
+    m.add_argument("--starts-at", required=True, help="ISO 8601 with a zone: 2026-12-01T14:00:00Z")
+    m.add_argument("--ends-at", help="ISO 8601 with a zone (default: open-ended)")
+    m.add_argument("--reason", required=True, help="why (shown to users, audited)")
+    m = maint.add_parser("cancel", help="cancel windows (a started one returns its nodes)",
+                         parents=[common])  # fmt: skip
+    m.add_argument("ids", nargs="+", type=whole_number, metavar="ID")
 
     p = add("quota", cmd_quota, "quota requests: list, request, impact, approve, reject, withdraw",
             QUOTA_HELP)  # fmt: skip

@@ -21,4 +21,7 @@ urlpatterns = [
     path("oncall/nodes/<str:name>/", views.node_detail, name="oncall-node"),
     path("oncall/nodes/<str:name>/action/", views.node_action, name="oncall-node-action"),
     path("oncall/nodes/<str:name>/fault/", views.node_fault, name="oncall-node-fault"),
+    path("oncall/maintenance/", views.maintenance_create, name="oncall-maintenance"),
+    path("oncall/maintenance/<int:window_id>/cancel/", views.maintenance_cancel,
+         name="oncall-maintenance-cancel"),
 ]  # fmt: skip

@@ -52,8 +52,9 @@ from scheduling.clock import reading as cluster_reading
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.cycle.context import shared_nodes_first
 from scheduling.engine.explain import count, num, verb
-from scheduling.models import Node, SchedulingCycle
+from scheduling.models import MaintenanceWindow, Node, SchedulingCycle
 from scheduling.nodes.faults import fault_choices, fault_label
+from scheduling.nodes.maintenance import cancel_window, create_window
 from scheduling.nodes.selectors import (
     build_blast_radius,
     free_gpus,
@@ -62,6 +63,7 @@ from scheduling.nodes.selectors import (
     list_node_history,
     list_node_jobs,
     list_node_rows,
+    maintenance_windows,
     node_exists,
 )
 from scheduling.nodes.services import cordon_node, drain_node, inject_fault, uncordon_node
@@ -435,8 +437,11 @@ def _alerts_context() -> dict[str, Any]:
     }
 
 
-def _console(request: HttpRequest, status: int = 200) -> HttpResponse:
-    context = {**_alerts_context(), **_rack_context(), "guides": GUIDES}
+def _console(
+    request: HttpRequest, status: int = 200, maintenance_form: MaintenanceForm | None = None
+) -> HttpResponse:
+    context = {**_alerts_context(), **_rack_context(), "guides": GUIDES,
+               **_maintenance_context(None, maintenance_form)}  # fmt: skip
     return render(request, "monitoring/oncall.html", context, status=status)
 
 
@@ -546,7 +551,8 @@ def node_history_rows(records: Iterable[AuditRecord]) -> list[dict[str, Any]]:
 
 
 def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm | None = None,
-               fault_form: FaultForm | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+               fault_form: FaultForm | None = None, maintenance_form: MaintenanceForm | None = None,
+               status: int = 200) -> HttpResponse:  # fmt: skip
     jobs = list_node_jobs(node)
     used = sum(j["gpus_here"] for j in jobs)
     cell = charts.node_cell(
@@ -579,6 +585,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "forecast_spans": forecast.spans(_offset_minutes(header_clock.now)) if forecast else [],
         "forecast_zone": timezones.label(header_clock.now, timezone.get_current_timezone()),
         "shared_first": shared_nodes_first(),
+        **_maintenance_context(node, maintenance_form),
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
 
@@ -741,3 +748,107 @@ def node_fault(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(request, f"Nothing was injected: {'; '.join(err.messages)}.")
 
     return _node_post(request, name, FaultForm, "fault_form", act, refused, "injected")
+
+
+# -- scheduled maintenance ----------------------------------------------------------------
+
+
+class MaintenanceForm(forms.Form):
+    """Schedule maintenance on nodes (names) and/or a whole rack; times in the viewer's zone
+    (``scheduling.nodes.maintenance.create_window`` checks everything else)."""
+
+    nodes = forms.CharField(
+        label="Nodes (names, separated by spaces or commas)", required=False, max_length=20000
+    )
+    rack = forms.CharField(label="and/or every node of rack", required=False, max_length=32)
+    starts_at = forms.DateTimeField(
+        label="Starts at", widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        error_messages={"required": "say when it starts", "invalid": "not a date and time"},
+    )  # fmt: skip
+    ends_at = forms.DateTimeField(
+        label="Ends at (empty: open-ended, until cancelled)", required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        error_messages={"invalid": "not a date and time"},
+    )  # fmt: skip
+    reason = forms.CharField(
+        label="Reason (required: shown to users and kept in the audit log)", max_length=300,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        error_messages={"required": "say why (it is shown to users and kept in the audit log)"},
+    )  # fmt: skip
+    back = forms.CharField(required=False, widget=forms.HiddenInput)  # the node page, if any
+
+
+def _maintenance_context(node: Node | None, form: MaintenanceForm | None) -> dict[str, Any]:
+    """The open maintenance windows (of ``node``, or all) and the form to schedule one."""
+    initial = {"nodes": node.name, "back": node.name} if node is not None else {}
+    return {
+        "maintenance": list(maintenance_windows(node=node.name if node else None, open_only=True)),
+        "maintenance_form": form or MaintenanceForm(initial=initial),
+        "maintenance_node": node,
+    }
+
+
+def _maintenance_back(request: HttpRequest, back: str, form: MaintenanceForm | None = None,
+                      status: int = 200) -> HttpResponse:  # fmt: skip
+    """To the node page the form was on (``back``), else the console: a redirect after
+    success, the page again with the form's errors after a refusal."""
+    node = get_node(back) if back else None
+    if status == 200:
+        if node is not None:
+            return redirect(reverse("monitoring:oncall-node", args=[node.name]) + "#maintenance")
+        return redirect(reverse("monitoring:oncall") + "#maintenance")
+    if node is not None:
+        return _node_page(request, node, maintenance_form=form, status=status)
+    return _console(request, status=status, maintenance_form=form)
+
+
+@oncall_access
+@require_POST
+def maintenance_create(request: HttpRequest) -> HttpResponse:
+    """Schedule a maintenance window (one service call), then back where the form was."""
+    form = MaintenanceForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            window = create_window(
+                request.user, nodes=data["nodes"].replace(",", " ").split(), rack=data["rack"],
+                starts_at=data["starts_at"], ends_at=data["ends_at"], reason=data["reason"],
+                source_ip=client_ip(request),
+            )  # fmt: skip
+        except ValidationError as err:
+            _form_errors(form, err)
+        except ClusterBusy as err:
+            messages.error(request, f"Nothing was scheduled: {err}.")
+            return _maintenance_back(request, data["back"], form, status=503)
+        else:
+            nodes = window.nodes.count()
+            messages.success(
+                request,
+                f"Maintenance #{window.pk} scheduled on {count(nodes, 'node')}: until it starts "
+                "only work predicted to end before it lands there; at its start the loop drains "
+                f"{verb(nodes, 'it', 'them')}, at its end it returns {verb(nodes, 'it', 'them')}.",
+            )
+            return _maintenance_back(request, data["back"])
+    return _maintenance_back(request, form.data.get("back", ""), form, status=400)
+
+
+@oncall_access
+@require_POST
+def maintenance_cancel(request: HttpRequest, window_id: int) -> HttpResponse:
+    """Cancel a window (one service call), then back where the button was."""
+    back = request.POST.get("back", "")
+    try:
+        window = cancel_window(request.user, window_id, client_ip(request))
+    except MaintenanceWindow.DoesNotExist:
+        messages.error(request, f"There is no maintenance #{window_id}; nothing was changed.")
+        return _maintenance_back(request, back, status=404)
+    except ValidationError as err:
+        messages.error(
+            request, f"Maintenance #{window_id} was not changed: {'; '.join(err.messages)}."
+        )
+        return _maintenance_back(request, back, status=409)
+    except ClusterBusy as err:
+        messages.error(request, f"Nothing was cancelled: {err}.")
+        return _maintenance_back(request, back, status=503)
+    messages.success(request, f"Maintenance #{window.pk} cancelled: {window.note}.")
+    return _maintenance_back(request, back)

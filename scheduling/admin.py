@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin
-from scheduling.models import Job, JobEvent, Node
+from scheduling.models import Job, JobEvent, MaintenanceWindow, Node
 
 
 @admin.register(Node)
@@ -38,3 +38,16 @@ class JobAdmin(ReadOnlyAdmin):
     list_filter = ["state", "tier", "queue"]
     search_fields = ["name", "owner__username"]
     inlines = [JobEventInline]
+
+
+@admin.register(MaintenanceWindow)
+class MaintenanceWindowAdmin(ReadOnlyAdmin):
+    """Maintenance windows are scheduled and cancelled through
+    ``scheduling.nodes.maintenance`` (the node page, the API, ``gpuctl maintenance``), which
+    check the times, the nodes and overlaps and write the audit records; the loop starts and
+    ends them. A window changed here would drain or return nodes nobody asked for, or leave
+    drained nodes out of the pool."""
+
+    list_display = ["id", "reason", "starts_at", "ends_at", "state", "created_by"]
+    list_filter = ["state"]
+    search_fields = ["reason", "nodes__name"]

@@ -247,14 +247,17 @@ class CycleSerializer(serializers.Serializer):
     pending_by_reason = serializers.DictField(child=serializers.IntegerField())
 
 
+def busy(exc: ClusterBusy) -> Response:
+    """409 when the loop holds the cluster past the service's wait."""
+    return Response({"errors": {"non_field_errors": [str(exc)]}}, status=status.HTTP_409_CONFLICT)
+
+
 def _unless_busy(call: Callable[[], Any]) -> Response:
     """``call()``'s result, or 409 when the loop holds the cluster past the service's wait."""
     try:
         return Response(call())
     except ClusterBusy as exc:
-        return Response(
-            {"errors": {"non_field_errors": [str(exc)]}}, status=status.HTTP_409_CONFLICT
-        )
+        return busy(exc)
 
 
 def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict:

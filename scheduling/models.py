@@ -105,6 +105,55 @@ class Node(models.Model):
         return self.name
 
 
+class MaintenanceWindow(models.Model):
+    """Scheduled maintenance of some nodes, as Slurm's maintenance reservations
+    (``scontrol create reservation flags=maint``).
+
+    Until ``starts_at`` the plan starts on its nodes only work predicted to end by then
+    (``NodeView.unavailable_from``, built in ``scheduling.snapshot``); at ``starts_at`` the
+    loop drains the nodes with the window's reason, and at ``ends_at`` (None: open-ended,
+    until cancelled) it uncordons them, except a node someone changed by hand meanwhile,
+    which it leaves as it is and says so in ``note``. ``state``: scheduled -> active ->
+    done, or cancelled (before the start: nothing changes; while active: the nodes return as
+    at the end). The one writer is ``scheduling.nodes.maintenance``.
+    """
+
+    class State(models.TextChoices):
+        SCHEDULED = "scheduled"
+        ACTIVE = "active"
+        DONE = "done"
+        CANCELLED = "cancelled"
+
+    nodes = models.ManyToManyField(Node, related_name="maintenance_windows")
+    starts_at = models.DateTimeField(db_index=True, help_text="cluster time")
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="none: open-ended")
+    reason = models.CharField(max_length=300)
+    state = models.CharField(
+        max_length=12, choices=State.choices, default=State.SCHEDULED, db_index=True
+    )
+    note = models.TextField(blank=True, help_text="what the loop did, or left as it was")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    created_at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
+    updated_at = clock.ClusterTimeField(auto_now=True, help_text="cluster time")
+
+    objects = clock.ClockManager()
+
+    class Meta:
+        ordering = ["starts_at", "pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__isnull=True) | Q(ends_at__gt=models.F("starts_at")),
+                name="maintenance_ends_after_start",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"maintenance #{self.pk}"
+
+
 class Job(models.Model):
     """A training job: its submitted spec, where it stands, and why.
 

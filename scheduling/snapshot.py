@@ -21,6 +21,7 @@ from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
 from scheduling.engine import types as et
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
+from scheduling.nodes.selectors import upcoming_maintenance
 from scheduling.prediction import RuntimePredictor
 
 
@@ -282,6 +283,7 @@ def build_snapshot(
             )
         )
 
+    maintenance = upcoming_maintenance()  # NodeView.unavailable_from
     nodes = []
     for o in obs.nodes:
         db = db_nodes.get(o.name)
@@ -307,6 +309,7 @@ def build_snapshot(
                 inference_rise=inference_rise(db) if o.inference else (),
                 inference_day_learned=o.inference
                 and forecast.knows_whole_day(db["inference_profile"], now),
+                unavailable_from=to_epoch(maintenance.get(o.name)),
             )  # fmt: skip
         )
     _previous.pending = built

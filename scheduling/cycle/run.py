@@ -1,5 +1,9 @@
 """``run_cycle``: observe -> reconcile -> stop -> snapshot -> plan -> apply, in one transaction.
 
+Scheduled maintenance moves on first, at the cycle's time (``nodes.maintenance.advance_windows``:
+a window starting drains its nodes, one ending returns them), so the same iteration tells the
+backend and moves the jobs off.
+
 ``run_cycle`` is the one writer of job placement. It runs under a single-flight lock
 (``scheduling.cluster_lock``) and inside one database transaction: a worker that dies
 part-way rolls everything back, and the next cycle repairs from the backend's truth.
@@ -35,6 +39,7 @@ from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
 from scheduling.engine import types as et
 from scheduling.models import SchedulingCycle
+from scheduling.nodes.maintenance import advance_windows
 from scheduling.observers import plan_applied
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
@@ -113,6 +118,7 @@ def run_cycle(
         # cluster time: one instant, read once.
         with clock.pinned(to_datetime(cycle.now)):
             with timer.phase("reconcile"):
+                advance_windows(to_datetime(cycle.now))  # maintenance starts (drain) and ends
                 reconcile(cycle)
             with timer.phase("stops"):
                 request_stops(cycle)

@@ -99,7 +99,8 @@ class BlockedJobs:
     @property
     def final(self) -> Cluster:
         """Free capacity once this plan's starts are placed, with reservations and holds
-        lifted: the GPUs left free this cycle (read-only)."""
+        lifted (not the nodes entering maintenance): the GPUs left free this cycle
+        (read-only)."""
         view = self._final
         if view is None:
             p = self.p
@@ -109,6 +110,7 @@ class BlockedJobs:
             for n in p.reserved:
                 if (
                     not view.usable[n]
+                    and n not in p.maint
                     and ready[n]
                     and not nodes[n].exclusive
                     and n not in p.plan_excl

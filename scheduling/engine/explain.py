@@ -209,6 +209,21 @@ def quota_exceeded(
 
 
 def nodes_unavailable(job: PendingJob, shape: str, details: dict[str, Any]) -> Reason:
+    """The nodes it needs are out of service, or (``maintenance_nodes`` in ``details``)
+    enter scheduled maintenance before it is predicted to end."""
+    leaving = details.get("maintenance_nodes")
+    if leaving:
+        starts = when(datetime.fromisoformat(details["maintenance_starts_at"]).timestamp())
+        return (
+            Code.NODES_UNAVAILABLE,
+            f"This job {shape}; that only exists if nodes entering scheduled maintenance are "
+            f"counted ({count(leaving, 'matching node')}, {details['maintenance_node_names']}"
+            f"{', …' if leaving > 5 else ''}, from {starts}), and it is predicted to run past "
+            "the maintenance's start.",
+            dict(details, **{NO_ESTIMATE: "it depends on when the maintenance ends"}),
+            "Starts when the maintenance is over, or before it if its runtime estimate ends "
+            "before the maintenance starts; ask on-call, or request fewer GPUs.",
+        )
     return (
         Code.NODES_UNAVAILABLE,
         f"This job {shape}; that only exists if unavailable nodes are counted "

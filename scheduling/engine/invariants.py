@@ -26,6 +26,8 @@ human-readable violations (empty = OK):
   takes the room kept for a moved job still checkpointing (``kept_rooms.check_kept_rooms``);
 - borrowing (``borrowing.check_borrowing``): no borrowed start within a cool-down, over
   its queue's eviction cap, or predicted to be reclaimed before its predicted end;
+- maintenance (``NodeView.unavailable_from``): no start on a node entering maintenance
+  before the job's predicted end; no move to, nor reservation of, such a node;
 - reservations: no node reserved twice; the reserved job still fits on its
   nodes at its expected start, given the predicted ends of everything running
   or started there (so backfill never delays it);
@@ -180,6 +182,13 @@ class _Checker:
                     self.errors.append(f"job {job.id} placed on unknown node {slot.node}")
                     continue
                 self.check_slot(job, node, slot.gpus, c, key, taken)
+                end = self.start_end.get(s.job_id)
+                leaves = node.unavailable_from
+                if leaves is not None and end is not None and leaves < end:
+                    self.errors.append(
+                        f"job {job.id} placed on {node.name}, which enters maintenance "
+                        "before the job's predicted end"
+                    )
                 jobs_on[node.name] += 1
                 if job.exclusive_node:
                     excl_start_nodes.add(node.name)
@@ -323,6 +332,9 @@ class _Checker:
         self.errors.extend(check_kept_rooms(self.s, self.plan))
         for m in self.plan.migrations:
             self.deadline_of.setdefault(m.job_id, m.grace_deadline)
+            node = self.nodes.get(m.to_node)
+            if node is not None and node.unavailable_from is not None:
+                self.errors.append(f"job {m.job_id} moved to {m.to_node}, entering maintenance")
 
     # -- reservations ----------------------------------------------------------
     def check_reservations(self) -> None:
@@ -335,6 +347,8 @@ class _Checker:
             for name in res.nodes:
                 if name not in self.nodes:
                     self.errors.append(f"reservation of unknown node {name}")
+                elif self.nodes[name].unavailable_from is not None:
+                    self.errors.append(f"node {name} reserved but entering maintenance")
                 if name in reserved_by:
                     self.errors.append(f"node {name} reserved twice")
                 reserved_by[name] = res.job_id

@@ -10,7 +10,8 @@ nodes, racks, blocks). This part of the plan chooses among them for one job:
    whole day (``shared_nodes_first``);
 3. on shared nodes it counts only the GPUs inference is not predicted to want back before
    the job's predicted end (``inference_forecast``);
-4. with backfill, reserved nodes whose reservation starts after the job's predicted end.
+4. with backfill, reserved nodes whose reservation starts after the job's predicted end;
+   with or without it, nodes entering maintenance (``NodeView.unavailable_from``) after it.
 
 A shape that failed stays failed for the rest of the plan (capacity only shrinks within
 one plan); for backfill, for every job predicted to end no earlier.
@@ -81,7 +82,7 @@ class NodeChoice:
                 return nodes
             if not forecast:  # with a forecast the answer depends on ``end``
                 self._live_failed.add(sh)
-        if p.policy.backfill and p.reserved and p.max_res_start >= end:
+        if p.reserved and p.max_res_start >= end and (p.policy.backfill or p.maint):
             nodes = self._place_backfill(job, sh, cls.elig, end)
             if nodes is not None:
                 return nodes
@@ -148,13 +149,17 @@ class NodeChoice:
         self, job: PendingJob, sh: ShapeT, elig: bytearray, end: float
     ) -> list[int] | None:
         """Use reserved nodes whose reservation starts after the job's predicted end (on a
-        shared node, less what inference is predicted to want back before then)."""
+        shared node, less what inference is predicted to want back before then): with
+        backfill any, without it only those entering maintenance then."""
         p = self.p
         key = sh[0]
         live = p.live
         nfree = live.nfree
+        every = p.policy.backfill
         open_nodes = [
-            n for n, st in p.reserved.items() if st >= end and elig[n] and n not in p.excl_held
+            n
+            for n, st in p.reserved.items()
+            if st >= end and elig[n] and n not in p.excl_held and (every or n in p.maint)
         ]
         if not open_nodes:
             return None

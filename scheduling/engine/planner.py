@@ -33,6 +33,7 @@ end no earlier).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import replace
 from itertools import compress
@@ -172,6 +173,20 @@ class Planner:
         self.plan_excl: set[int] = set()
         self.reserved: dict[int, float] = {}
         self.max_res_start = -_INF
+        # Nodes entering scheduled maintenance (``NodeView.unavailable_from``): held like a
+        # reservation from then, so only work predicted to end by then starts there
+        # (``NodeChoice``), no reservation, preemption or move counts on them, and a job
+        # that fits only with them waits as NODES_UNAVAILABLE (``unavailable``).
+        self.maint: dict[int, float] = {
+            i: node.unavailable_from
+            for i, node in enumerate(snapshot.nodes)
+            if node.unavailable_from is not None and self.topo.ready[i]
+        }
+        self._maint_starts = sorted(set(self.maint.values()))
+        for i, t in self.maint.items():
+            self.live.block(i)
+            self.reserved[i] = t
+            self.max_res_start = max(self.max_res_start, t)
         self._timeline: Timeline | None = None
         self._overrunning: list[RunningJob] | None = None  # runs past their predicted end
         self._start_events: list[tuple[float, int, int]] = []
@@ -195,9 +210,9 @@ class Planner:
         # caches (valid for this plan only)
         self._shape_cache: dict[tuple[Any, ...], ShapeT] = {}
         self._never: dict[ShapeT, explain.Reason | None] = {}
-        self._unavail: dict[ShapeT, dict[str, Any] | None] = {}
+        self._unavail: dict[tuple[ShapeT, int], dict[str, Any] | None] = {}
         self._elig_ready: dict[ClassKey, bytearray] = {}
-        self._block_hist: dict[tuple[ClassKey, bool], list[list[int]]] = {}
+        self._block_hist: dict[tuple[ClassKey, bool, int], list[list[int]]] = {}
         self._preempt_failed: set[tuple[Any, ...]] = set()
         self._describe: dict[ShapeT, str] = {}
         # aggregates for verdicts ("N jobs ahead need G GPUs")
@@ -283,12 +298,15 @@ class Planner:
         return elig
 
     def elig_ready(self, key: ClassKey) -> bytearray:
-        """Matching ready nodes, including ones held exclusively for now."""
+        """Matching ready nodes, including ones held exclusively for now, but not those
+        entering maintenance (nothing counts on them past its start)."""
         e = self._elig_ready.get(key)
         if e is None:
             static = self.topo.static_elig(key)
             ready = self.topo.ready
             e = bytearray(a & b for a, b in zip(static, ready, strict=True))
+            for n in self.maint:
+                e[n] = 0
             self._elig_ready[key] = e
         return e
 
@@ -367,18 +385,33 @@ class Planner:
         self._never[sh] = res
         return res
 
-    def _static_feasible(self, key: ClassKey, ready_only: bool, k: int, c: int) -> bool:
-        """Could the shape fit on an empty cluster of ready nodes only (NODES_UNAVAILABLE)?
+    def _ready_elig(self, key: ClassKey, cut: int) -> bytearray:
+        """Matching ready nodes but those entering maintenance at one of the first ``cut``
+        start times (``_maint_starts``)."""
+        topo = self.topo
+        e = bytearray(a & b for a, b in zip(topo.static_elig(key), topo.ready, strict=True))
+        if cut:
+            last = self._maint_starts[cut - 1]
+            for n, t in self.maint.items():
+                if t <= last:
+                    e[n] = 0
+        return e
+
+    def _static_feasible(
+        self, key: ClassKey, ready_only: bool, k: int, c: int, cut: int = 0
+    ) -> bool:
+        """Could the shape fit on an empty cluster of ready nodes only (NODES_UNAVAILABLE),
+        without the nodes entering maintenance at the first ``cut`` start times?
 
         With every node empty a node qualifies iff it matches and has >= c GPUs
         (exclusivity is then free), and a placement exists iff some block holds
         k qualifying nodes (see ``placement.choose_racks``).
         """
-        ck = (key, ready_only)
+        ck = (key, ready_only, cut)
         hist = self._block_hist.get(ck)
         topo = self.topo
         if hist is None:
-            elig = self.elig_ready(key) if ready_only else topo.static_elig(key)
+            elig = self._ready_elig(key, cut) if ready_only else topo.static_elig(key)
             m = topo.max_gpus
             hist = [[0] * (m + 1) for _ in topo.block_racks]
             block_of = topo.block_of
@@ -389,21 +422,42 @@ class Planner:
         return any(sum(h[c:]) >= k for h in hist)
 
     def unavailable(self, job: PendingJob, sh: ShapeT) -> dict[str, Any] | None:
-        if sh in self._unavail:
-            return self._unavail[sh]
+        """NODES_UNAVAILABLE's details when the shape fits an empty cluster only if
+        cordoned, draining, down or unhealthy nodes are counted, or (else) only if nodes
+        entering maintenance before the job's predicted end are (``maintenance_*``);
+        None otherwise. Cached per shape and the maintenance starts before its end."""
+        cut = 0
+        if self.maint:
+            cut = bisect_left(self._maint_starts, self.now + job_runtime(job, self.policy))
+        ck = (sh, cut)
+        if ck in self._unavail:
+            return self._unavail[ck]
         key, k, c, _last, _excl = sh
-        topo = self.topo
-        elig = self.elig_ready(key)
+        static = self.topo.static_elig(key)
         res = None
         if not self._static_feasible(key, True, k, c):
-            static = topo.static_elig(key)
+            elig = self._ready_elig(key, 0)
             res = {
                 "nodes_needed": k,
                 "gpus_per_node": c,
                 "healthy_matching_nodes": sum(elig),
                 "unavailable_nodes": sum(static) - sum(elig),
             }
-        self._unavail[sh] = res
+        elif cut and not self._static_feasible(key, True, k, c, cut):
+            elig = self._ready_elig(key, cut)
+            last = self._maint_starts[cut - 1]
+            names = self.topo.nodes
+            leaving = sorted((t, n) for n, t in self.maint.items() if t <= last and static[n])
+            res = {
+                "nodes_needed": k,
+                "gpus_per_node": c,
+                "healthy_matching_nodes": sum(elig),
+                "unavailable_nodes": sum(static) - sum(elig),
+                "maintenance_nodes": len(leaving),
+                "maintenance_starts_at": explain.iso(leaving[0][0]),
+                "maintenance_node_names": ", ".join(names[n].name for _t, n in leaving[:5]),
+            }
+        self._unavail[ck] = res
         return res
 
     # -- quota ---------------------------------------------------------------------

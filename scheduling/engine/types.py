@@ -158,6 +158,10 @@ class NodeView(NodeHardware):
     Empty: nothing learned, no limit. ``inference_day_learned``: that forecast has seen
     every hour of the day (``inference_forecast.knows_whole_day``), so it may send work to
     the node first (``PolicyConfig.shared_nodes_first``).
+    ``unavailable_from`` (scheduled maintenance): the node leaves service at this time. A
+    job starts here only if it is predicted to end by then, nothing reserves it, and no
+    preemption or move makes room here; a job that fits only on such nodes waits with
+    ``NODES_UNAVAILABLE`` naming the maintenance. None (the default): no maintenance.
     """
 
     free_gpus: tuple[int, ...]
@@ -169,6 +173,7 @@ class NodeView(NodeHardware):
     pool: str | None = None
     inference_rise: tuple[int, ...] = ()
     inference_day_learned: bool = False
+    unavailable_from: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

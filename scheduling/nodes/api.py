@@ -1,5 +1,6 @@
 """REST: ``/api/v1/nodes/`` (API.md): nodes with state, health and free GPUs, and the
-on-call actions cordon / drain / uncordon (POST ``{"reason": "..."}``) and blast radius.
+on-call actions cordon / drain / uncordon (POST ``{"reason": "..."}``) and blast radius;
+``/api/v1/maintenance/``: scheduled maintenance (list, schedule, cancel).
 
 Thin: reads from ``scheduling.nodes.selectors``, writes through
 ``scheduling.nodes.services``; the actions are for ``scheduling.permissions.OperatesNodes``.
@@ -8,16 +9,29 @@ Thin: reads from ``scheduling.nodes.selectors``, writes through
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, viewsets
+import django_filters
+from django.core.validators import RegexValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.api import StrictSerializer, client_ip
-from scheduling.models import Node
-from scheduling.nodes.selectors import build_blast_radius, free_gpus, list_nodes_with_usage
+from core.api import PARAMETER_TEXT, AsciiIdLookup, StrictSerializer, client_ip
+from core.security import SafeJSONParser
+from scheduling.api import busy
+from scheduling.cluster_lock import ClusterBusy
+from scheduling.models import MaintenanceWindow, Node
+from scheduling.nodes.maintenance import MAX_NODES, TIME_HELP, cancel_window, create_window
+from scheduling.nodes.selectors import (
+    build_blast_radius,
+    free_gpus,
+    list_nodes_with_usage,
+    maintenance_windows,
+)
 from scheduling.nodes.services import REASON_MAX, cordon_node, drain_node, uncordon_node
 from scheduling.permissions import OperatesNodes
 
@@ -84,3 +98,96 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"], url_path="blast-radius")
     def blast_radius(self, request: Request, name: str | None = None) -> Response:
         return Response(build_blast_radius(self.get_object().name))
+
+
+# -- scheduled maintenance ------------------------------------------------------------------
+
+
+class MaintenanceSerializer(serializers.ModelSerializer):
+    """A maintenance window: times ISO 8601 UTC, its nodes by name, who scheduled it, and
+    ``note`` (what the loop did, or left as it was)."""
+
+    nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
+    created_by = serializers.CharField(source="created_by.username", default="", read_only=True)
+
+    class Meta:
+        model = MaintenanceWindow
+        fields = ["id", "nodes", "starts_at", "ends_at", "reason", "state", "note",
+                  "created_by", "created_at"]  # fmt: skip
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class TimeText(serializers.CharField):
+    """A time as sent (RFC 3339, zone required), read by the service (``parse_time``): DRF's
+    own ``DateTimeField`` would take a time without a zone in the server's zone."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=64, **kwargs)
+
+
+class MaintenanceCreateSerializer(StrictSerializer):
+    """The request body of ``POST maintenance/``; the service checks every value
+    (``scheduling.nodes.maintenance.create_window``)."""
+
+    nodes = serializers.ListField(
+        child=serializers.CharField(min_length=1, max_length=64, trim_whitespace=False,
+                                    validators=[RegexValidator(PARAMETER_TEXT)]),
+        required=False, max_length=MAX_NODES, help_text="node names (and/or rack)",
+    )  # fmt: skip
+    rack = serializers.CharField(
+        max_length=32, required=False, allow_blank=True, help_text="every node of this rack"
+    )
+    starts_at = TimeText(help_text=TIME_HELP)
+    ends_at = TimeText(required=False, allow_null=True, help_text=f"{TIME_HELP}; none: open-ended")
+    reason = serializers.CharField(max_length=REASON_MAX)
+
+
+class MaintenanceFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=MaintenanceWindow.State.choices)
+    node = django_filters.CharFilter(field_name="nodes__name")
+
+    class Meta:
+        model = MaintenanceWindow
+        fields = ["state", "node"]
+
+
+class MaintenanceViewSet(
+    AsciiIdLookup, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Scheduled maintenance (everyone signed in may read it); on-call engineers and admins
+    schedule a window (POST) and cancel one (``{id}/cancel/``)."""
+
+    serializer_class = MaintenanceSerializer
+    filterset_class = MaintenanceFilter
+    parser_classes = [SafeJSONParser]  # a list of nodes: JSON only (a form repeats no field)
+
+    def get_queryset(self):
+        return maintenance_windows()
+
+    def get_permissions(self):
+        if self.action in ("create", "cancel"):
+            return [*super().get_permissions(), OperatesNodes()]
+        return super().get_permissions()
+
+    @extend_schema(request=MaintenanceCreateSerializer, responses={201: MaintenanceSerializer})
+    def create(self, request: Request) -> Response:
+        body = MaintenanceCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            window = create_window(
+                request.user, **body.validated_data, source_ip=client_ip(request)
+            )
+        except ClusterBusy as exc:
+            return busy(exc)
+        return Response(MaintenanceSerializer(self.get_queryset().get(pk=window.pk)).data,
+                        status=status.HTTP_201_CREATED)  # fmt: skip
+
+    @extend_schema(request=None, responses={200: MaintenanceSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        window = self.get_object()
+        try:
+            cancel_window(request.user, window.pk, client_ip(request))
+        except ClusterBusy as exc:
+            return busy(exc)
+        return Response(MaintenanceSerializer(self.get_queryset().get(pk=window.pk)).data)

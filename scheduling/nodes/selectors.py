@@ -22,7 +22,7 @@ from scheduling.engine.inference_forecast import (
     knows_whole_day,
     learning_since,
 )
-from scheduling.models import Allocation, Job, Node
+from scheduling.models import Allocation, Job, MaintenanceWindow, Node
 
 # The columns of ``list_node_rows``, in order (monitoring.charts.NodeRow takes them so).
 NODE_ROW_FIELDS = ("name", "rack", "state", "health", "gpus_total", "residual_gpus",
@@ -139,6 +139,36 @@ def list_node_history(node: Node, limit: int) -> QuerySet[AuditRecord]:
     return AuditRecord.objects.filter(
         target_type="scheduling.node", target_id=str(node.pk)
     ).order_by("-at", "-id")[:limit]
+
+
+def upcoming_maintenance() -> dict[str, datetime]:
+    """Per node, the earliest start of its scheduled (not yet started) maintenance: the
+    snapshot's ``NodeView.unavailable_from`` (one query)."""
+    rows = MaintenanceWindow.nodes.through.objects.filter(
+        maintenancewindow__state=MaintenanceWindow.State.SCHEDULED
+    ).values_list("node__name", "maintenancewindow__starts_at")
+    starts: dict[str, datetime] = {}
+    for name, at in rows:
+        if name not in starts or at < starts[name]:
+            starts[name] = at
+    return starts
+
+
+def maintenance_windows(
+    node: str | None = None, state: str | None = None, open_only: bool = False
+) -> QuerySet[MaintenanceWindow]:
+    """Maintenance windows, soonest first, with their nodes (of ``node`` only; in ``state``;
+    ``open_only``: scheduled or active). Everyone signed in may read them."""
+    rows = MaintenanceWindow.objects.select_related("created_by").prefetch_related("nodes")
+    if node is not None:
+        rows = rows.filter(nodes__name=node)
+    if state:
+        rows = rows.filter(state=state)
+    if open_only:
+        rows = rows.filter(
+            state__in=[MaintenanceWindow.State.SCHEDULED, MaintenanceWindow.State.ACTIVE]
+        )
+    return rows.order_by("starts_at", "pk")
 
 
 def build_blast_radius(name: str) -> dict:

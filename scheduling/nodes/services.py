@@ -25,7 +25,8 @@ from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.permissions import OPERATORS_ONLY, may_operate_nodes
 
 REASON_MAX = 300
-# How long a fault drill waits for the loop to let go of the cluster (else ClusterBusy).
+# How long a fault drill or a maintenance window's creation or cancellation waits for the
+# loop to let go of the cluster (else ClusterBusy).
 LOCK_WAIT_S = 20.0
 
 
@@ -50,6 +51,22 @@ def unknown_node(name: Any) -> ValidationError:
     return ValidationError({"node": [f"unknown node {str(name)[:80]!r}"]})
 
 
+def set_node_state(actor: Any, node: Node, action: str, new_state: str, reason: str,
+                   source_ip: str | None = None) -> None:  # fmt: skip
+    """Write a node's new state (``node`` locked by the caller, in its transaction), with one
+    audit record and the ``node.updated`` event: the on-call actions below, and the loop
+    draining and returning nodes for scheduled maintenance (``actor`` None: the system,
+    ``scheduling.nodes.maintenance``)."""
+    before = {"state": node.state, "state_reason": node.state_reason}
+    node.state = new_state
+    node.state_reason = reason
+    node.uncordon_requested = new_state == Node.State.READY
+    node.save(update_fields=["state", "state_reason", "uncordon_requested", "updated_at"])
+    audit.record(actor, f"node.{action}", node, reason=reason, before=before,
+                 after={"state": node.state}, source_ip=source_ip)  # fmt: skip
+    publish_on_commit(*events.node_updated(node.name, node.state, reason))
+
+
 def _change(user: Any, name: str, action: str, new_state: str, reason: Any, source_ip: str | None,
             allowed_from: tuple[str, ...]) -> Node:  # fmt: skip
     reason = clean_reason(reason)
@@ -60,15 +77,12 @@ def _change(user: Any, name: str, action: str, new_state: str, reason: Any, sour
             raise unknown_node(name)
         if node.state not in allowed_from:
             raise ValidationError({"state": [f"{node.name} is {node.state}; cannot {action} it"]})
-        before = {"state": node.state, "state_reason": node.state_reason}
-        node.state = new_state
-        node.state_reason = reason
-        node.uncordon_requested = new_state == Node.State.READY
-        node.save(update_fields=["state", "state_reason", "uncordon_requested", "updated_at"])
-        audit.record(user, f"node.{action}", node, reason=reason, before=before,
-                     after={"state": node.state}, source_ip=source_ip)  # fmt: skip
-        publish_on_commit(*events.node_updated(node.name, node.state, reason))
+        set_node_state(user, node, action, new_state, reason, source_ip)
     return node
+
+
+# The states a drain applies to (an on-call drain, and the start of a maintenance window).
+DRAINABLE = (Node.State.READY, Node.State.CORDONED)
 
 
 def cordon_node(user: Any, name: str, reason: Any, source_ip: str | None = None) -> Node:
@@ -79,8 +93,7 @@ def cordon_node(user: Any, name: str, reason: Any, source_ip: str | None = None)
 
 def drain_node(user: Any, name: str, reason: Any, source_ip: str | None = None) -> Node:
     """Cordon, and move the node's jobs off gracefully (checkpoint, then requeue)."""
-    return _change(user, name, "drain", Node.State.DRAINING, reason, source_ip,
-                   (Node.State.READY, Node.State.CORDONED))  # fmt: skip
+    return _change(user, name, "drain", Node.State.DRAINING, reason, source_ip, DRAINABLE)
 
 
 def uncordon_node(user: Any, name: str, reason: Any, source_ip: str | None = None) -> Node:

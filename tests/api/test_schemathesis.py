@@ -234,6 +234,16 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "ends_at": r"its period has already ended; reject it$",
         "*": FITS,
     },
+    # Scheduled maintenance: the cluster's nodes and racks, the cluster clock (a start past
+    # or too far ahead), the other field's value and the windows already open.
+    "POST /api/v1/maintenance/": {
+        "nodes": r"unknown nodes? |not a node name: |name at least one node, or a rack$|\S+ "
+        r"already has "
+        r"maintenance #\d+ in that time$",
+        "rack": r"unknown rack |not a rack name: ",
+        "starts_at": r"in the past \(cluster time is |at most \d+ days ahead$|no such date or time: ",
+        "ends_at": r"must be after starts_at$|at most \d+ days ahead$|no such date or time: ",
+    },
     # Whether a node has an idle GPU for a stale process to hold is the simulator's state
     # at that moment (its GPUs may all run jobs or hold residue already).
     "POST /api/v1/simulator/faults/": {"node": r"no idle GPU on \S+ to hold$"},

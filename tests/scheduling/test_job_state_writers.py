@@ -25,6 +25,7 @@ OTHER_STATES = {
     "req": "quotas.models.QuotaRequest (its own machine: quotas/transitions.py)",
     "self.row": "the simulator's saved state (SimulatorState.state, a JSON document)",
     "row": "the simulator's saved state (SimulatorState.state, a JSON document)",
+    "window": "scheduling.models.MaintenanceWindow: scheduled, active, done, cancelled",
 }
 # Querysets whose ``update(state=...)`` is not about jobs, by the model they start from.
 OTHER_MODELS = ("Node.objects", "QuotaRequest.objects", "SimulatorState.objects")

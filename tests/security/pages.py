@@ -34,6 +34,7 @@ class World:
     line: str
     quota_request: int | None
     token: int | None = None
+    maintenance: int | None = None
 
 
 def routes() -> list[str]:
@@ -60,6 +61,7 @@ FILL = {
     ("quotas/lines/", "name"): "line",
     ("quotas/requests/", "pk"): "quota_request",
     ("account/tokens/", "token_id"): "token",
+    ("oncall/maintenance/", "window_id"): "maintenance",
 }
 
 
@@ -124,10 +126,26 @@ def build_world(api) -> World:
         "/api/v1/tokens/", {"name": "laptop", "expires_in_days": 30}, format="json"
     )
     assert token.status_code == 201, token.data
+    maintenance = api("oncall").post(
+        "/api/v1/maintenance/",
+        {"nodes": [node], "starts_at": _hours_ahead(2), "reason": "firmware <b>update</b>"},
+        format="json",
+    )
+    assert maintenance.status_code == 201, maintenance.data
     return World(
         job=job, node=node, cordoned_node=cordoned, alert=alert, line=line.name,
         quota_request=quota.data["id"], token=token.data["id"],
+        maintenance=maintenance.data["id"],
     )  # fmt: skip
+
+
+def _hours_ahead(hours: float) -> str:
+    """Cluster time ``hours`` from now, as the API takes it."""
+    from datetime import timedelta
+
+    from core import clock
+
+    return (clock.now() + timedelta(hours=hours)).isoformat()
 
 
 def html_pages(client, world: World) -> dict[str, str]:

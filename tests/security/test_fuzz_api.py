@@ -35,7 +35,14 @@ from hypothesis import strategies as st
 from core.models import AuditRecord
 from monitoring.models import Alert
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaRequest
-from scheduling.models import Job, JobEvent, Node, SchedulingCycle, SimulatorState
+from scheduling.models import (
+    Job,
+    JobEvent,
+    MaintenanceWindow,
+    Node,
+    SchedulingCycle,
+    SimulatorState,
+)
 from tests.security.pages import World
 
 pytestmark = pytest.mark.django_db
@@ -59,6 +66,7 @@ API_MD_POSTS = {
     "/api/v1/quota-requests/{id}/withdraw/", "/api/v1/simulator/faults/",
     "/api/v1/simulator/advance/", "/api/v1/scheduler/cycle/",
     "/api/v1/tokens/", "/api/v1/tokens/{id}/revoke/",
+    "/api/v1/maintenance/", "/api/v1/maintenance/{id}/cancel/",
 }  # fmt: skip
 
 
@@ -245,6 +253,7 @@ def fingerprint() -> tuple:
         SchedulingCycle.objects.count(),
         list(SimulatorState.objects.values_list("virtual_now", flat=True)),
         list(BusinessLine.objects.order_by("pk").values_list("quota_gpus", "guarantee_gpus")),
+        list(MaintenanceWindow.objects.order_by("pk").values_list("pk", "state")),
     )
 
 
@@ -258,7 +267,8 @@ def known_values(world: World) -> dict[str, list]:
 
 
 def url_for(path: str, world: World) -> str:
-    ids = {"jobs": world.job, "alerts": world.alert, "quota-requests": world.quota_request}
+    ids = {"jobs": world.job, "alerts": world.alert, "quota-requests": world.quota_request,
+           "maintenance": world.maintenance}  # fmt: skip
     resource = path.split("/")[3]
     if resource == "tokens" and "{id}" in path:
         from django.contrib.auth import get_user_model

@@ -4,7 +4,7 @@
  *   monitoring/charts.py) and update the cells in place: class, glyph, title, aria-label.
  * - alerts (alert.raised / alert.updated): refetch the alerts list (server-rendered HTML).
  * - after a reconnect: both.
- * - the node page: its live parts (see below). */
+ * - the console's scheduled maintenance and the node page: their live parts (see below). */
 (function () {
   "use strict";
   const map = document.getElementById("rack-map");
@@ -166,6 +166,12 @@
       Live.on("alerts", refreshAlerts);
       Live.onReconnect(refreshAlerts);
     }
+  }
+
+  // -- scheduled maintenance on the console: its list is a live part, refetched when a
+  // node changes (scheduling, cancelling, a window's start and end all say so).
+  if (map && window.LiveParts && document.getElementById("maintenance-list")) {
+    LiveParts.watch("nodes");
   }
 
   // -- node page ------------------------------------------------------------------------

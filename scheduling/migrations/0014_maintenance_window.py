@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduling', '0012_job_mail_preference'),
+        ('scheduling', '0013_job_run'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -112,8 +112,9 @@ class MaintenanceWindow(models.Model):
     Until ``starts_at`` the plan starts on its nodes only work predicted to end by then
     (``NodeView.unavailable_from``, built in ``scheduling.snapshot``); at ``starts_at`` the
     loop drains the nodes with the window's reason, and at ``ends_at`` (None: open-ended,
-    until cancelled) it uncordons them, except a node someone changed by hand meanwhile,
-    which it leaves as it is and says so in ``note``. ``state``: scheduled -> active ->
+    until cancelled) it returns them as they were (uncordoned, or cordoned again with the
+    reason they had: ``cordons``), except a node someone changed by hand meanwhile, which
+    it leaves as it is and says so in ``note``. ``state``: scheduled -> active ->
     done, or cancelled (before the start: nothing changes; while active: the nodes return as
     at the end). The one writer is ``scheduling.nodes.maintenance``.
     """
@@ -132,6 +133,10 @@ class MaintenanceWindow(models.Model):
         max_length=12, choices=State.choices, default=State.SCHEDULED, db_index=True
     )
     note = models.TextField(blank=True, help_text="what the loop did, or left as it was")
+    cordons = models.JSONField(
+        default=dict, blank=True,
+        help_text="nodes cordoned when it started, with their reasons: cordoned again at its end",
+    )  # fmt: skip
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
         related_name="+",

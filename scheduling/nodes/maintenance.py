@@ -245,10 +245,13 @@ def _nodes_locked(window: MaintenanceWindow) -> list[Node]:
 
 
 def _begin(window: MaintenanceWindow) -> None:
-    """Drain the window's nodes with its reason (a node not ready or cordoned is left)."""
+    """Drain the window's nodes with its reason (a node not ready or cordoned is left); a
+    cordoned node's reason is kept (``cordons``) to cordon it again at the end."""
     mark = marker(window)
     left = []
     for node in _nodes_locked(window):
+        if node.state == Node.State.CORDONED:  # an on-call cordon: back at the end
+            window.cordons[node.name] = node.state_reason
         if node.state in DRAINABLE:
             set_node_state(None, node, "drain", Node.State.DRAINING, mark)
         else:
@@ -258,13 +261,18 @@ def _begin(window: MaintenanceWindow) -> None:
 
 
 def _finish(window: MaintenanceWindow, why: str) -> None:
-    """Return the nodes it drained to the pool, but those someone changed by hand."""
+    """Return the nodes it drained as they were (to the pool, or cordoned again), but those
+    someone changed by hand."""
     mark = marker(window)
     left = []
     for node in _nodes_locked(window):
         if node.state == Node.State.DRAINING and node.state_reason == mark:
-            set_node_state(None, node, "uncordon", Node.State.READY,
-                           f"maintenance #{window.pk} over ({why})")  # fmt: skip
+            if node.name in window.cordons:  # cordoned before it: cordoned again, as it was
+                set_node_state(None, node, "cordon", Node.State.CORDONED, window.cordons[node.name])
+                left.append(f"{node.name} cordoned again, as before the maintenance")
+            else:
+                set_node_state(None, node, "uncordon", Node.State.READY,
+                               f"maintenance #{window.pk} over ({why})")  # fmt: skip
         else:
             left.append(f"{node.name} was changed by hand ({node.state}): left as it is")
     window.note = "; ".join([window.note, f"{why}: nodes returned", *left])
@@ -292,6 +300,6 @@ def advance_windows(now: datetime) -> int:
         else:
             _finish(window, "ended")
             window.state = State.DONE
-        window.save(update_fields=["state", "note", "updated_at"])
+        window.save(update_fields=["state", "note", "cordons", "updated_at"])
         moved += 1
     return moved

@@ -196,8 +196,10 @@ def test_a_node_not_ready_at_the_start_is_left_as_it_was(demo):
     assert state("r000-n02")[0] == "draining", "a cordoned node drains: its jobs must move"
     advance_windows(now + 4 * HOUR)
     assert state() == ("unhealthy", "gpu fell off")
+    assert state("r000-n02") == ("cordoned", "bad cable"), "its on-call cordon comes back"
     window.refresh_from_db()
     assert f"{NODE} was unhealthy at the start: left as it was" in window.note
+    assert "r000-n02 cordoned again, as before the maintenance" in window.note
 
 
 def test_cancelled_before_its_start_changes_nothing(demo):

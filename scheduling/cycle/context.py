@@ -115,6 +115,9 @@ class Cycle:
         self.events: list[JobEvent] = []
         # pending reasons of planned starts not launched (yet): written with the verdicts
         self.launch_verdicts: dict[int, et.Verdict] = {}
+        # pending reasons of jobs held for their dependencies (``scheduling.dependencies``):
+        # the engine never saw them
+        self.dependency_verdicts: dict[int, et.Verdict] = {}
         # nodes' recent models after the runs that ended (``finished.note_models``): the
         # snapshot plans with them; written last (``finished.remember_models``)
         self.recent_models: dict[str, list[str]] = {}

@@ -1,0 +1,196 @@
+"""Job dependencies (``after``, Slurm's afterok) through the loop, on the small simulated
+cluster (4 x 8 GPUs): a job waits, held from the engine, while a job it starts after has not
+succeeded (``DEPENDENCY``); it starts in the cycle after they all succeeded; it is cancelled
+in the cycle one of them ends failed or cancelled, down a chain.
+
+Driven through the API as ``tests/scheduling/test_launch_retry_reason.py`` is: cluster time
+moves only through ``simulator/advance``, a run fails through a drill fault.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from django.db import transaction
+
+from scheduling.backend_factory import get_backend
+from scheduling.cycle.context import production_policy
+from scheduling.models import Allocation, Job, JobEvent
+from scheduling.prediction import RuntimePredictor
+from scheduling.snapshot import build_snapshot
+from tests.drills import advance, cycle, job, make_quotas_roomy, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def roomy_quotas(demo):
+    make_quotas_roomy()
+
+
+def when(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def node_of(job_id: int) -> str:
+    return Allocation.objects.filter(job_id=job_id).values_list("node__name", flat=True)[0]
+
+
+def fail_run(admin, job_id: int) -> None:
+    """Break the GPU of the node ``job_id`` runs on (a drill): its run fails."""
+    body = {"kind": "gpu_failure", "node": node_of(job_id)}
+    response = admin.post("/api/v1/simulator/faults/", body, format="json")
+    assert response.status_code == 200, response.data
+
+
+def timeline(job_id: int) -> list[tuple[str, str]]:
+    return list(JobEvent.objects.filter(job_id=job_id).values_list("kind", "message"))
+
+
+def test_a_job_waits_for_its_dependency_then_starts_in_the_cycle_after_it_succeeded(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain-7b", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    assert job(me, first)["state"] == "running"
+    then = submit(me, name="eval-7b", gpus=8, after=[first])
+
+    summary = cycle(admin)
+    detail = job(me, then)
+    assert detail["state"] == "pending", "three nodes are free, yet it waits"
+    assert (detail["after"], detail["waiting_for"]) == ([first], [first])
+    reason = detail["pending_reason"]
+    assert reason["code"] == "DEPENDENCY"
+    assert reason["message"].startswith(
+        f"Waits for job {first} (pretrain-7b) to succeed: running, predicted to end "
+    )
+    assert reason["details"]["waiting_for"] == [first]
+    end = when(reason["details"]["dependencies_end_at"])
+    assert when(detail["estimated_start"]) == end, "the dependency's predicted end, a lower bound"
+    assert end.second == 0, "to the minute, as verdicts say times"
+    assert detail["queue_position"] is None
+    assert summary["pending_by_reason"] == {"DEPENDENCY": 1}
+    assert reason["job_links"] == {str(first): f"/jobs/{first}/"}
+    # stable while the situation is
+    advance(admin, 60)
+    cycle(admin)
+    assert job(me, then)["pending_reason"] == reason
+
+    advance(admin, 31 * 60)  # the first job's 30 minutes are over
+    summary = cycle(admin)
+    assert job(me, first)["state"] == "succeeded"
+    assert job(me, then)["state"] == "running", "started in the cycle its dependency succeeded"
+    assert summary["starts"] == 1
+
+
+def test_a_held_job_is_not_the_engines_it_takes_no_room_from_later_jobs(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8)
+    cycle(admin)
+    # 24 GPUs free: a 24-GPU job after ``first`` would take them all if the engine saw it
+    held = submit(me, name="big-eval", gpus=24, after=[first])
+    later = [submit(me, name=f"small-{i}", gpus=8) for i in range(3)]
+    summary = cycle(admin)
+    assert summary["starts"] == 3
+    assert [job(me, j)["state"] for j in later] == ["running"] * 3
+    assert job(me, held)["pending_reason"]["code"] == "DEPENDENCY"
+
+
+def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="convert", gpus=8, max_retries=0)
+    cycle(admin)
+    second = submit(me, name="finetune", gpus=8, after=[first])
+    third = submit(me, name="eval", gpus=8, after=[second])
+    unrelated = submit(me, name="other", gpus=8, sim_duration_minutes=600)
+    cycle(admin)
+    assert job(me, second)["pending_reason"]["code"] == "DEPENDENCY"
+    assert job(me, third)["pending_reason"]["message"] == (
+        f"Waits for job {second} (finetune) to succeed: waiting to start."
+    )
+    assert job(me, third)["pending_reason"]["details"]["no_estimate_reason"]
+
+    fail_run(admin, first)
+    cycle(admin)
+    assert job(me, first)["state"] == "failed"
+    assert job(me, second)["state"] == "cancelled"
+    assert job(me, third)["state"] == "cancelled", "down the chain, in the same cycle"
+    assert timeline(second)[-1] == ("cancelled", f"cancelled: job {first} it waited for failed")
+    assert timeline(third)[-1] == (
+        "cancelled", f"cancelled: job {second} it waited for was cancelled"
+    )  # fmt: skip
+    assert job(me, second)["finished_at"] is not None
+    assert job(me, unrelated)["state"] == "running"
+
+
+def test_a_run_that_fails_with_retries_left_keeps_its_dependents_waiting(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8, max_retries=2)
+    cycle(admin)
+    then = submit(me, name="eval", gpus=8, after=[first])
+    cycle(admin)
+    fail_run(admin, first)
+    cycle(admin)
+    assert job(me, first)["retry_count"] == 1
+    assert job(me, first)["state"] in ("pending", "running")
+    assert job(me, then)["state"] == "pending"
+    assert job(me, then)["pending_reason"]["code"] == "DEPENDENCY"
+
+
+def test_a_cancelled_dependency_cancels_its_dependents(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8)
+    then = submit(me, name="eval", gpus=8, after=[first])
+    assert me.post(f"/api/v1/jobs/{first}/cancel/").status_code == 200
+    cycle(admin)
+    assert job(me, then)["state"] == "cancelled"
+    assert timeline(then)[-1] == (
+        "cancelled",
+        f"cancelled: job {first} it waited for was cancelled",
+    )
+
+
+def test_a_job_after_several_waits_for_all_of_them(api):
+    admin, me = api("admin"), api("researcher")
+    short = submit(me, name="a", gpus=8, sim_duration_minutes=10)
+    long = submit(me, name="b", gpus=8, sim_duration_minutes=40)
+    cycle(admin)
+    then = submit(me, name="c", gpus=8, after=[long, short, long])
+    cycle(admin)
+    detail = job(me, then)
+    assert detail["after"] == sorted([short, long]), "duplicates collapse"
+    reason = detail["pending_reason"]
+    assert reason["message"].startswith("Waits for 2 jobs to succeed: ")
+    ends = when(reason["details"]["dependencies_end_at"])
+    assert when(detail["estimated_start"]) == ends
+    advance(admin, 11 * 60)
+    cycle(admin)
+    detail = job(me, then)
+    assert detail["state"] == "pending" and detail["waiting_for"] == [long]
+    assert detail["pending_reason"]["details"]["waiting_for"] == [long]
+    advance(admin, 30 * 60)
+    cycle(admin)
+    assert job(me, then)["state"] == "running"
+
+
+def test_a_released_job_queues_from_when_its_last_dependency_ended(api):
+    """Its place in the fair order (and the starvation bound) counts from then: the engine
+    is given that time, not the submission's."""
+    admin, me = api("admin"), api("researcher")
+    submit(me, name="blocker", gpus=8, sim_duration_minutes=600)
+    first = submit(me, name="pretrain", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    then = submit(me, name="eval", gpus=32, after=[first])
+    advance(admin, 31 * 60)
+    cycle(admin)  # ``first`` succeeded; ``then`` waits for the whole cluster
+    assert job(me, then)["pending_reason"]["code"] != "DEPENDENCY"
+    ended = Job.objects.get(pk=first).finished_at.timestamp()
+    with transaction.atomic():
+        backend = get_backend(advance=False)
+        ctx = build_snapshot(
+            backend.observe(), production_policy(), RuntimePredictor.from_history()
+        )
+        backend.close()
+    view = next(p for p in ctx.snapshot.pending if p.id == then)
+    assert view.submitted_at == ended > Job.objects.get(pk=then).submitted_at.timestamp()
+    assert then not in ctx.held

@@ -1,8 +1,8 @@
 """Where a loop iteration spends its time: wall-clock and CPU milliseconds per phase.
 
 ``run_cycle`` times each of its steps (lock, observe, reconcile, stops, snapshot, plan,
-check, preempt, starts, verdicts, observers, dependencies, events, close, record) with a ``PhaseTimer``; the
-summary row keeps the three coarse figures (``observe_ms``, ``plan_ms``, ``apply_ms``)
+check, preempt, starts, verdicts, observers, dependencies, events, close, record) with a
+``PhaseTimer``; the summary row keeps the three coarse figures (``observe_ms``, ``plan_ms``, ``apply_ms``)
 and a caller that passes a ``CycleTrace`` (the ``bench_cycle`` command) gets every phase,
 and the snapshot the engine planned on, to time ``plan()`` alone on the same input.
 """

@@ -194,3 +194,34 @@ def test_a_released_job_queues_from_when_its_last_dependency_ended(api):
     view = next(p for p in ctx.snapshot.pending if p.id == then)
     assert view.submitted_at == ended > Job.objects.get(pk=then).submitted_at.timestamp()
     assert then not in ctx.held
+
+
+def wait_observed(queue: str) -> tuple[float, float]:
+    """``gpuportal_job_wait_seconds`` of ``queue``: (count, sum)."""
+    from core import telemetry
+
+    samples = {s.name: s.value for m in telemetry.JOB_WAIT.collect() for s in m.samples
+               if s.labels.get("queue") == queue}  # fmt: skip
+    return samples.get("gpuportal_job_wait_seconds_count", 0), samples.get(
+        "gpuportal_job_wait_seconds_sum", 0
+    )
+
+
+def test_the_wait_of_a_job_that_waited_for_others_counts_from_when_they_ended(
+    api, django_capture_on_commit_callbacks
+):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    then = submit(me, name="eval", gpus=8, after=[first])
+    advance(admin, 31 * 60)
+    count, total = wait_observed("llm-experiment")
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle(admin)
+    assert job(me, then)["state"] == "running"
+    new_count, new_total = wait_observed("llm-experiment")
+    assert new_count == count + 1
+    waited = Job.objects.get(pk=then)
+    ended = Job.objects.get(pk=first).finished_at
+    assert new_total - total == pytest.approx((waited.started_at - ended).total_seconds())
+    assert (waited.started_at - waited.submitted_at).total_seconds() > 30 * 60

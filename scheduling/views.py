@@ -48,6 +48,7 @@ JOBS_PER_PAGE = 50
 # Each pending code in plain words (the guide says the same).
 CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "DEPENDENCY": "Waiting for other jobs to succeed",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
     "PRIORITY": "Higher-priority work goes first",

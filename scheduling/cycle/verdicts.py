@@ -20,6 +20,14 @@ from scheduling.engine import types as et
 from scheduling.models import Job
 from scheduling.sql import bulk_set
 
+# Every code a waiting job's verdict can have, in API.md's order: the engine's (``PRECEDENCE``)
+# with the loop's own, ``DEPENDENCY`` right after ``NEVER_FITS`` (a job held for other jobs
+# is never the engine's) and ``LAUNCH_RETRY`` last.
+PENDING_CODES: tuple[str, ...] = (
+    et.Code.NEVER_FITS, DEPENDENCY_CODE,
+    *(code for code in et.PRECEDENCE if code != et.Code.NEVER_FITS), LAUNCH_RETRY_CODE,
+)  # fmt: skip
+
 VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending_remedy",
                   "queue_position", "estimated_start"]  # fmt: skip
 

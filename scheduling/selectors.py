@@ -43,6 +43,35 @@ def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
     return set(list_jobs_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
 
 
+@dataclass(frozen=True)
+class LinkedJob:
+    """A job another one starts after, or waits for it, as ``user`` may see it: its name
+    and state only if they may view that job (``name`` None: they may not; its id alone)."""
+
+    id: int
+    name: str | None = None
+    state: str | None = None
+
+
+def list_linked_jobs(user, job: Job) -> tuple[list[LinkedJob], list[LinkedJob]]:
+    """``(starts after, waiting for it)`` of ``job`` for its page, in id order: every job it
+    starts after (by id alone where ``user`` may not see it), and the jobs waiting for it
+    that ``user`` may see. Two queries (three with a dependency)."""
+    after = list(Job.after.through.objects.filter(from_job=job).order_by("to_job_id")
+                 .values_list("to_job_id", flat=True))  # fmt: skip
+    seen = dict.fromkeys(after)
+    if after:
+        visible = list_jobs_for_user(user).filter(pk__in=after).order_by()
+        seen.update(
+            (pk, (name, state)) for pk, name, state in visible.values_list("pk", "name", "state")
+        )
+    dependents = list_jobs_for_user(user).filter(after=job).order_by("pk")
+    return (
+        [LinkedJob(pk, *(seen[pk] or ())) for pk in after],
+        [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
+    )
+
+
 def list_queues_for_submit(user) -> QuerySet[Queue]:
     """Queues the user may submit to: admins any, others their lines' queues."""
     qs = Queue.objects.select_related("business_line").order_by("business_line__name", "name")

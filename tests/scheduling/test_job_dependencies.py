@@ -9,7 +9,7 @@ moves only through ``simulator/advance``, a run fails through a drill fault.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pytest
 from django.db import transaction
@@ -225,3 +225,46 @@ def test_the_wait_of_a_job_that_waited_for_others_counts_from_when_they_ended(
     ended = Job.objects.get(pk=first).finished_at
     assert new_total - total == pytest.approx((waited.started_at - ended).total_seconds())
     assert (waited.started_at - waited.submitted_at).total_seconds() > 30 * 60
+
+
+def test_prune_keeps_a_pending_dependent_and_its_dependencies(api, settings):
+    """Retention deletes history (cycles, resolved alerts, audit records), never jobs nor
+    their links: a prune with every period at its shortest leaves the dependent waiting for
+    exactly what it waited for, and the loop goes on with it."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from scheduling.models import SchedulingCycle
+
+    settings.RETENTION_CYCLE_DAYS = settings.RETENTION_AUDIT_DAYS = 1
+    settings.RETENTION_RESOLVED_ALERT_DAYS = 1
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    then = submit(me, name="eval", gpus=8, after=[first])
+    cycle(admin)
+    SchedulingCycle.objects.update(started_at=datetime(2020, 1, 1, tzinfo=UTC))
+    call_command("prune", stdout=StringIO())
+    assert not SchedulingCycle.objects.exists(), "the prune did delete history"
+    assert list(Job.objects.get(pk=then).after.values_list("pk", flat=True)) == [first]
+    cycle(admin)
+    assert job(me, then)["pending_reason"]["code"] == "DEPENDENCY"
+    advance(admin, 31 * 60)
+    cycle(admin)
+    assert job(me, then)["state"] == "running"
+
+
+def test_a_dependency_deleted_by_hand_holds_nothing_back(api):
+    """Jobs are never pruned, but a row deleted by hand (in SQL: the admin site may not
+    delete jobs) takes its links with it: it counts as ended, and the job waits no more."""
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="pretrain", gpus=8)
+    then = submit(me, name="eval", gpus=8, after=[first])
+    cycle(admin)
+    assert job(me, then)["pending_reason"]["code"] == "DEPENDENCY"
+    Allocation.objects.filter(job_id=first).delete()
+    Job.objects.filter(pk=first).delete()
+    cycle(admin)
+    detail = job(me, then)
+    assert detail["state"] == "running" and detail["after"] == []

@@ -268,3 +268,17 @@ def test_a_dependency_deleted_by_hand_holds_nothing_back(api):
     cycle(admin)
     detail = job(me, then)
     assert detail["state"] == "running" and detail["after"] == []
+
+
+def test_a_batch_submission_refuses_after_and_stores_nothing(demo):
+    from django.core.exceptions import ValidationError
+
+    from scheduling.services import JobRequest, submit_jobs
+
+    me = demo["researcher"]
+    first = submit_jobs(me, [JobRequest(name="a", queue="llm-core", gpus=8)])[0]
+    with pytest.raises(ValidationError) as refused:
+        submit_jobs(me, [JobRequest(name="b", queue="llm-core", gpus=8),
+                         JobRequest(name="c", queue="llm-core", gpus=8, after=[first.pk])])  # fmt: skip
+    assert list(refused.value.message_dict) == ["jobs[1].after"]
+    assert Job.objects.count() == 1

@@ -115,32 +115,30 @@ def verdict(
             job, refusal.why, refusal.details_dict()
         )
         return et.Verdict(code, message, details, remedy)
-    said = []
-    predicted: list[float] = []
-    for link in links:
-        end = ends.get(link.id) if link.state == Job.State.RUNNING else None
-        doing = _DOING.get(link.state, link.state)
-        if end is not None:
-            predicted.append(_minute_up(end))
-            doing += f", predicted to end {explain.when(_minute_up(end))}"
-        said.append(f"{link.named()}: {doing}")
+    # the predicted end of each, to the minute (None: not running with one)
+    until = [
+        _minute_up(end) if link.state == Job.State.RUNNING and (end := ends.get(link.id)) else None
+        for link in links
+    ]
+    doing = [
+        _DOING.get(link.state, link.state)
+        + (f", predicted to end {explain.when(end)}" if end is not None else "")
+        for link, end in zip(links, until, strict=True)
+    ]
+    if len(links) == 1:
+        message = f"Waits for {links[0].named()} to succeed: {doing[0]}."
+    else:
+        each = "; ".join(f"{link.named()}: {d}" for link, d in zip(links, doing, strict=True))
+        message = f"Waits for {len(links)} jobs to succeed: {each}."
     details: dict = {"waiting_for": [link.id for link in links]}
-    estimate = max(predicted) if len(predicted) == len(links) else None
+    estimate = None if None in until else max(until)  # type: ignore[type-var]
     if estimate is not None:
         details["dependencies_end_at"] = explain.iso(estimate)
     else:
-        first = next(
-            link for link in links if ends.get(link.id) is None or link.state != Job.State.RUNNING
-        )
+        first = links[until.index(None)]
         details[explain.NO_ESTIMATE] = (
             f"job {first.id} it waits for is not running with a predicted end"
         )
-    what = links[0].named() if len(links) == 1 else f"{len(links)} jobs"
-    message = (
-        f"Waits for {what} to succeed: "
-        + (said[0].split(": ", 1)[1] if len(links) == 1 else "; ".join(said))
-        + "."
-    )
     return et.Verdict(
         DEPENDENCY_CODE, message, details, DEPENDENCY_REMEDY, estimated_start=estimate
     )

@@ -282,3 +282,27 @@ def test_a_batch_submission_refuses_after_and_stores_nothing(demo):
                          JobRequest(name="c", queue="llm-core", gpus=8, after=[first.pk])])  # fmt: skip
     assert list(refused.value.message_dict) == ["jobs[1].after"]
     assert Job.objects.count() == 1
+
+
+def test_a_held_job_the_cluster_could_never_run_reads_never_fits_first():
+    """``DEPENDENCY`` is checked right after ``NEVER_FITS``: a waiting job asking more GPU
+    memory than any node has (the cluster changed under it) says so, whatever it waits for."""
+    from scheduling import dependencies
+    from scheduling.engine import types as et
+    from scheduling.engine.feasibility import ClusterShape
+
+    nodes = [et.NodeView("n0", "r0", "b0", "H100", 80, 8, free_gpus=tuple(range(8)))]
+    shape = ClusterShape.of_nodes(nodes)
+    link = dependencies.Link(12, "pretrain", "running", None, same_line=True)
+    view = et.PendingJob(id=13, queue="q", line="l", tier=et.Tier.CORE, gpus=8, gpus_per_node=8)
+    row = {"gpus": 8, "gpus_per_node": 8, "gpu_memory_gb": None, "rdma": False,
+           "preemptible": False, "avoid_inference": False}  # fmt: skip
+    waits = dependencies.verdict(view, [link], {12: 1_800_000_030.0}, shape, row)
+    assert waits.code == "DEPENDENCY"
+    assert waits.estimated_start == 1_800_000_060.0, "up to the whole minute"
+    assert waits.message == (
+        "Waits for job 12 (pretrain) to succeed: running, predicted to end 2027-01-15 08:01 UTC."
+    )
+    never = dependencies.verdict(view, [link], {12: 1_800_000_030.0}, shape,
+                                 {**row, "gpu_memory_gb": 200})  # fmt: skip
+    assert never.code == "NEVER_FITS" and never.estimated_start is None

@@ -12,6 +12,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
+from scheduling.dependencies import DEPENDENCY_CODE
 from scheduling.engine.accounting import borrowed_gpus
 from scheduling.models import Allocation, Job, JobMail, JobMailPreference, Node
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
@@ -118,7 +119,8 @@ class QueueUsage:
     ``borrowed_gpus``: the part of it beyond its own quota
     (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
     quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
-    ``pending_jobs``: what its pending jobs ask for.
+    ``pending_jobs``: what its pending jobs ask for, but those waiting for other jobs to
+    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``).
     """
 
     used_gpus: int = 0
@@ -148,6 +150,7 @@ def build_usage() -> UsageNow:
     queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
     read these numbers from here."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
+    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE)
     rows = {
         r["queue_id"]: r
         for r in Job.objects.filter(state__in=Job.ACTIVE_STATES)
@@ -155,8 +158,8 @@ def build_usage() -> UsageNow:
         .annotate(
             used_gpus=Sum("gpus", filter=running),
             running_jobs=Count("id", filter=running),
-            pending_jobs=Count("id", filter=Q(state=Job.State.PENDING)),
-            pending_gpus=Sum("gpus", filter=Q(state=Job.State.PENDING)),
+            pending_jobs=Count("id", filter=queued),
+            pending_gpus=Sum("gpus", filter=queued),
         )
         .order_by()
     }

@@ -94,6 +94,12 @@ def test_a_held_job_is_not_the_engines_it_takes_no_room_from_later_jobs(api):
     assert summary["starts"] == 3
     assert [job(me, j)["state"] for j in later] == ["running"] * 3
     assert job(me, held)["pending_reason"]["code"] == "DEPENDENCY"
+    # nor is it demand: the queues' pending numbers (and the usage samples the borrowing's
+    # demand history is read from) leave it out
+    queue = next(
+        q for q in me.get("/api/v1/queues/").data["results"] if q["name"] == "llm-experiment"
+    )
+    assert (queue["pending_jobs"], queue["pending_gpus"]) == (0, 0)
 
 
 def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(api):

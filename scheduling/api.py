@@ -176,11 +176,9 @@ class JobDetailSerializer(JobSerializer):
         return [job_id for job_id, state in self._after(obj) if state != Job.State.SUCCEEDED]
 
     def _after(self, obj: Job) -> list[tuple[int, str]]:
-        """``(id, state)`` of the jobs it starts after, in id order: one query a job."""
-        cached = getattr(obj, "_after_states", None)
-        if cached is None:
-            cached = obj._after_states = list(obj.after.order_by("pk").values_list("pk", "state"))
-        return cached
+        """``(id, state)`` of the jobs it starts after, in id order (``prefetch_related``,
+        or what the submit service left: no query)."""
+        return sorted((job.pk, job.state) for job in obj.after.all())
 
 
 class JobFilter(django_filters.FilterSet):
@@ -212,7 +210,7 @@ class JobViewSet(AsciiIdLookup,
     def get_queryset(self):
         qs = list_jobs_for_user(self.request.user)
         if self.action == "retrieve":
-            qs = qs.prefetch_related("events")
+            qs = qs.prefetch_related("events", "after")
         return qs
 
     def get_serializer_class(self):

@@ -295,7 +295,8 @@ def submit_job(user: Any, req: JobRequest) -> Job:
             Job.after.through.objects.bulk_create(
                 Job.after.through(from_job_id=job.pk, to_job_id=job_id) for job_id in after
             )
-    job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
+    # what prefetch_related("events") sets (and "after" of a job without dependencies)
+    job._prefetched_objects_cache = {"events": [event], **({} if after else {"after": []})}
     publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job
 

@@ -138,3 +138,16 @@ def test_the_dependency_shows_nothing_a_viewer_could_not_see_before(api):
         assert viewer.post(f"/api/v1/jobs/{hidden}/cancel/").status_code == 404
     admin_view = admin.get(f"/api/v1/jobs/{then}/").data["pending_reason"]
     assert admin_view["job_links"] == {str(hidden): f"/jobs/{hidden}/"}
+
+
+def test_a_form_body_gives_after_once_per_id_and_any_other_field_still_once(api):
+    me = api("researcher")
+    a, b = submitted(me, name="a"), submitted(me, name="b")
+    body = f"name=eval&queue=llm-core&gpus=8&after={a}&after={b}"
+    form = "application/x-www-form-urlencoded"
+    response = me.generic("POST", "/api/v1/jobs/", body, content_type=form)
+    assert response.status_code == 201, response.content
+    assert response.json()["after"] == [a, b]
+    twice = me.generic("POST", "/api/v1/jobs/", body + "&gpus=16", content_type=form)
+    assert twice.status_code == 400
+    assert twice.json() == {"errors": {"non_field_errors": ["the field 'gpus' is given 2 times"]}}

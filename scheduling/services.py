@@ -339,11 +339,11 @@ def _submitted_message(user: Any, job: Job, after: Sequence[int] = ()) -> str:
     gpus = explain.count(job.gpus, "GPU")
     message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
     if after:
-        message += f"; starts after {jobs_named(after)} succeeded"
+        message += f"; starts after {_jobs_named(after)} succeeded"
     return message
 
 
-def jobs_named(ids: Sequence[int]) -> str:
+def _jobs_named(ids: Sequence[int]) -> str:
     """``job 12``, ``jobs 12 and 13``, ``jobs 12, 13 and 14``: how texts name jobs by id."""
     words = [str(i) for i in ids]
     if len(words) == 1:

@@ -80,7 +80,7 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     )
     after = serializers.ListField(
         child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
-        max_length=limits.AFTER_MAX, required=False, default=list,
+        max_length=limits.AFTER_MAX, required=False,
         help_text="ids of jobs that must all succeed before this one may start",
     )  # fmt: skip
 

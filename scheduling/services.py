@@ -57,6 +57,10 @@ class JobRequest:
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
 
+    def __post_init__(self) -> None:
+        # a tuple, whichever sequence an adapter gives (a form's list, the API's): one value
+        object.__setattr__(self, "after", tuple(self.after))
+
 
 @cache
 def _queue_lookup(any_queue: bool, by_number: bool) -> Prepared:

@@ -41,7 +41,7 @@ REASON = "bench_cordon: isolating a node"
 # The node-locking statements of a cycle, and what each is called in the result.
 LOCKERS = (("FOR NO KEY UPDATE", "start_all"), ("FOR UPDATE", "sync_nodes"))
 # The cycle phases from the launches' node lock to the commit, in order.
-TAIL_PHASES = ("starts", "verdicts", "observers", "events", "close", "record")
+TAIL_PHASES = ("starts", "verdicts", "observers", "dependencies", "events", "close", "record")
 
 
 @dataclass

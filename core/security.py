@@ -436,12 +436,18 @@ class ControlCharacterMiddleware:
         return None
 
 
+# The API's list fields (a job submission's ``after``): a form body gives a list by giving
+# the field once per item, and the serializer reads them all.
+API_LIST_FIELDS = frozenset({"after"})
+
+
 class ApiFieldOnceMiddleware:
     """Refuses with 400, in the API's error envelope, an API POST whose form body gives a
     field twice: a serializer reads the last value, where a proxy, a log or a reviewer may
-    read the first (``SafeJSONParser`` refuses a JSON key given twice the same way). Here,
-    not in DRF's form parsers: ``ControlCharacterMiddleware`` has read a multipart body by
-    then, and DRF takes Django's ``request.POST`` without its parsers."""
+    read the first (``SafeJSONParser`` refuses a JSON key given twice the same way); but a
+    list field (``API_LIST_FIELDS``), which a form can only give so. Here, not in DRF's form
+    parsers: ``ControlCharacterMiddleware`` has read a multipart body by then, and DRF takes
+    Django's ``request.POST`` without its parsers."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -453,7 +459,7 @@ class ApiFieldOnceMiddleware:
             and request.content_type in FORM_TYPES
         ):
             for name, values in request.POST.lists():
-                if len(values) > 1:
+                if len(values) > 1 and name not in API_LIST_FIELDS:
                     message = f"the field {name[:50]!r} is given {len(values)} times"
                     return JsonResponse({"errors": {"non_field_errors": [message]}}, status=400)
         return self.get_response(request)

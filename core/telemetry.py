@@ -76,7 +76,8 @@ SWAP_DISPLACED = Counter(
 )  # fmt: skip
 JOB_WAIT = Histogram(
     "gpuportal_job_wait_seconds",
-    "Cluster-time seconds from submission to first start, per queue (observed at start)",
+    "Cluster-time seconds from submission (or, for a job that waited for others, from when "
+    "the last of them ended) to first start, per queue (observed at start)",
     ["queue"], buckets=WAIT_BUCKETS_S, registry=REGISTRY,
 )  # fmt: skip
 JOBS_ADMITTED = Counter(

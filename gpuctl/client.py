@@ -50,6 +50,15 @@ def whole_number(text: str) -> int:
     return int(text)
 
 
+def job_ids(text: str) -> list[int]:
+    """Job ids separated by commas or spaces (``12,13`` or ``"12 13"``), each a
+    ``whole_number``: argparse's ``type`` for ``--after``."""
+    words = text.replace(",", " ").split()
+    if not words:
+        raise argparse.ArgumentTypeError("no job ids (give them as 12,13)")
+    return [whole_number(word) for word in words]
+
+
 def config_path() -> Path:
     if os.environ.get("GPUCTL_CONFIG"):
         return Path(os.environ["GPUCTL_CONFIG"]).expanduser()

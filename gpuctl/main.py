@@ -29,6 +29,7 @@ from gpuctl.client import (
     Config,
     Portal,
     config_path,
+    job_ids,
     whole_number,
 )
 from gpuctl.output import (
@@ -86,6 +87,7 @@ examples:
   gpuctl submit pretrain -q llm-core -g 64 --checkpoint-path s3://ckpt/pretrain \\
       --checkpoint-interval-minutes 30 --estimated-runtime-minutes 720 --model-name llama-70b
   gpuctl submit -f job.yaml --gpus 16       # the file, with 16 GPUs instead
+  gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
   cat job.yaml | gpuctl submit -f -
 
   job.yaml:
@@ -99,9 +101,10 @@ examples:
 EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
-its timeline. Reason codes: NEVER_FITS, QUOTA_EXCEEDED, NODES_UNAVAILABLE, PRIORITY,
-PREEMPTING, TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its
-turn came but the cluster could not start it yet; the portal retries on its own.
+its timeline. Reason codes: NEVER_FITS, DEPENDENCY (it waits for the jobs it was
+submitted --after to succeed), QUOTA_EXCEEDED, NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
+TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
+the cluster could not start it yet; the portal retries on its own.
 
 examples:
   gpuctl explain 42
@@ -196,7 +199,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
                 EXIT_USAGE,
             ) from exc
         body.update(loaded)
-    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL):
+    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, "after"):
         value = getattr(args, name, None)
         if value is not None:
             body[name] = value
@@ -336,6 +339,11 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     if job.get("retry_count"):
         state += f" (retried {count(job['retry_count'], 'time')})"
     rows.append(("state", state))
+    if job.get("after"):
+        waiting = job.get("waiting_for") or []
+        rows.append(("starts after", ", ".join(
+            f"{i} (not succeeded yet)" if i in waiting else str(i) for i in job["after"]
+        )))  # fmt: skip
     if job["state"] == "pending":
         reason = job.get("pending_reason")
         if not reason:
@@ -779,6 +787,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sim-duration-minutes", type=whole_number, help="simulator only: true run time"
     )
+    p.add_argument("--after", type=job_ids, metavar="ID,ID",
+                   help="start only once these jobs have all succeeded (at most 20)")  # fmt: skip
 
     p = add(
         "jobs",

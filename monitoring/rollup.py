@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from core import events
 from core.realtime import publish_on_commit
@@ -220,8 +220,14 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
                 f"{metrics.ratio_text(ratio)} of delivered GPU time. "
                 f"Consider a guarantee for {row['name']} (see the line's page).",
             )  # fmt: skip
+    cutoff = now - PENDING_TOO_LONG
+    # a job that waited for others (``Job.after``) has waited since the last of them ended
+    not_long_released = Job.objects.filter(
+        ~Q(state=Job.State.SUCCEEDED) | Q(finished_at__gte=cutoff)
+    ).values("pk")
     stale = (
-        Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=now - PENDING_TOO_LONG)
+        Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=cutoff)
+        .exclude(after__in=not_long_released)
         .values("queue__name")
         .annotate(n=Count("id"))
     )

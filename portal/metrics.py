@@ -49,14 +49,13 @@ from monitoring.metrics_api import UNEXPLAINED, build_pending_by_reason
 from monitoring.models import Alert
 from monitoring.rollup import get_eviction_figures
 from quotas.models import BusinessLine, Queue
-from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
-from scheduling.engine.types import PRECEDENCE
+from scheduling.cycle.verdicts import PENDING_CODES
 from scheduling.models import Allocation, Job, Node
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
 
 CYCLE_BUCKETS_S = telemetry.CYCLE_BUCKETS_S
 # Every pending reason a job can show, each a series from the start.
-PENDING_REASONS = (*PRECEDENCE, LAUNCH_RETRY_CODE, UNEXPLAINED)
+PENDING_REASONS = (*PENDING_CODES, UNEXPLAINED)
 BORROWED_DOC = "beyond its own quota: max(0, used - quota), 0 without a quota of its own"
 
 

@@ -78,6 +78,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     sim_duration_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
+    after = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
+        max_length=limits.AFTER_MAX, required=False,
+        help_text="ids of jobs that must all succeed before this one may start",
+    )  # fmt: skip
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -148,13 +153,32 @@ class PlacementSerializer(serializers.Serializer):
 class JobDetailSerializer(JobSerializer):
     placement = serializers.SerializerMethodField()
     events = JobEventSerializer(many=True, read_only=True)
+    after = serializers.SerializerMethodField()
+    waiting_for = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "placement", "events"]
+        fields = [*JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for"]
 
     @extend_schema(responses=PlacementSerializer(many=True))
     def get_placement(self, obj: Job) -> list[dict]:
         return build_placement(obj)
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_after(self, obj: Job) -> list[int]:
+        """The ids of the jobs it starts after (``Job.after``)."""
+        return [job_id for job_id, _ in self._after(obj)]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_waiting_for(self, obj: Job) -> list[int]:
+        """Those of ``after`` that have not succeeded, while it is pending (else none)."""
+        if obj.state != Job.State.PENDING:
+            return []
+        return [job_id for job_id, state in self._after(obj) if state != Job.State.SUCCEEDED]
+
+    def _after(self, obj: Job) -> list[tuple[int, str]]:
+        """``(id, state)`` of the jobs it starts after, in id order (``prefetch_related``,
+        or what the submit service left: no query)."""
+        return sorted((job.pk, job.state) for job in obj.after.all())
 
 
 class JobFilter(django_filters.FilterSet):
@@ -186,7 +210,7 @@ class JobViewSet(AsciiIdLookup,
     def get_queryset(self):
         qs = list_jobs_for_user(self.request.user)
         if self.action == "retrieve":
-            qs = qs.prefetch_related("events")
+            qs = qs.prefetch_related("events", "after")
         return qs
 
     def get_serializer_class(self):

@@ -13,6 +13,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from core.query_forms import PageNumberField, QueryForm
+from core.security import is_ascii_number
 from quotas.models import Queue, Tier
 from scheduling import estimator, limits
 from scheduling.models import Job
@@ -138,6 +139,11 @@ class JobSubmitForm(forms.Form):
         help_text="Optional, e.g. llama-7b: nodes that recently ran it are preferred and "
         "runtimes are predicted from its history.",
     )  # fmt: skip
+    after = forms.CharField(
+        label="Start after jobs", required=False, max_length=400,
+        help_text="Optional: ids of jobs that must all succeed first, e.g. 12, 13 (at most "
+        f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled.",
+    )  # fmt: skip
     sim_duration_minutes = forms.IntegerField(
         label="Simulated true runtime (minutes)", min_value=1,
         max_value=limits.RUNTIME_MAX_MINUTES, required=False,
@@ -154,6 +160,7 @@ class JobSubmitForm(forms.Form):
                                       "checkpoint_interval_minutes")),
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
+        ("Pipeline", ("after",)),
     )  # fmt: skip
 
     # The fields that decide where, whether and when a job can run (the runtime estimate and
@@ -178,6 +185,15 @@ class JobSubmitForm(forms.Form):
             (legend, [self[name] for name in names if name in self.fields])
             for legend, names in self.FIELDSETS
         ]
+
+    def clean_after(self) -> list[int]:
+        """Job ids separated by commas or spaces, digits 0-9 only; which jobs they may be is
+        the service's rule (``services.check_after``)."""
+        words = self.cleaned_data["after"].replace(",", " ").split()
+        for word in words:
+            if not is_ascii_number(word) or int(word) > limits.JOB_ID_MAX or int(word) < 1:
+                raise ValidationError(f"not a job id: {word[:20]!r} (give ids like 12, 13)")
+        return [int(word) for word in words]
 
     def job_request(self) -> JobRequest:
         """The service's request from a valid form."""

@@ -166,8 +166,9 @@ def _events_for(pref: JobMailPreference, horizon: int) -> QuerySet[JobEvent]:
 def _says(event: JobEvent) -> str:
     """What happened, in words: the timeline's message, after what it means when the
     message does not say it first ("was requeued: back in the queue ...", but "started on
-    r007-n31[0]", not "started: started on ...")."""
-    if event.message.split(" ", 1)[0] == event.kind:
+    r007-n31[0]", not "started: started on ...", and "cancelled: job 12 it waited for
+    failed", the loop's cancel of a job whose dependency ended so)."""
+    if event.message.split(" ", 1)[0].removesuffix(":") == event.kind:
         return event.message
     return f"{_SAYS.get(event.kind, event.kind)}: {event.message}"
 

@@ -10,3 +10,5 @@ RUNTIME_MAX_MINUTES = 90 * 24 * 60
 MODEL_NAME_MAX = 100
 CHECKPOINT_PATH_MAX = 500
 SHARED_STORAGE_SCHEMES = ("nfs", "s3", "gs", "hdfs", "lustre", "cephfs", "abfs", "oss", "gpfs")
+AFTER_MAX = 20  # jobs one job may wait for (``after``)
+JOB_ID_MAX = 2**63 - 1  # a job id is a bigint: a larger number names no job

@@ -168,6 +168,12 @@ class Job(models.Model):
     is the one writer of ``state``. ``pending_*`` hold the engine's latest verdict.
     ``launch_*`` hold the current streak of transient launch failures (the backoff of
     ``scheduling.cycle.backoff``): zero attempts and no times when there is none.
+    ``after`` (Slurm's ``--dependency=afterok``): the jobs that must all succeed before this
+    one may start, chosen at submission and never changed (``dependents``: the jobs that
+    wait for this one). While one of them has not succeeded the job is pending with the
+    loop's ``DEPENDENCY`` reason and is not given to the engine; when one ends failed or
+    cancelled the loop cancels it (``scheduling.cycle.dependencies``). Jobs are never
+    pruned; a dependency's row deleted by hand takes its link with it and holds nothing.
     """
 
     class State(models.TextChoices):
@@ -242,6 +248,10 @@ class Job(models.Model):
     launch_first_failed_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
     launch_last_failed_at = models.DateTimeField(null=True, blank=True, help_text="cluster time")
     launch_error = models.TextField(blank=True, help_text="the backend's words, last failure")
+    after = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="dependents",
+        help_text="jobs that must succeed before this one may start (Slurm's afterok)",
+    )  # fmt: skip
 
     submitted_at = clock.ClusterTimeField(
         auto_now_add=True, db_index=True, help_text="cluster time"

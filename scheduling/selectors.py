@@ -12,6 +12,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
+from scheduling.dependencies import DEPENDENCY_CODE
 from scheduling.engine.accounting import borrowed_gpus
 from scheduling.models import Allocation, Job, JobMail, JobMailPreference, Node
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
@@ -41,6 +42,35 @@ def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
     if not asked:
         return set()
     return set(list_jobs_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
+
+
+@dataclass(frozen=True)
+class LinkedJob:
+    """A job another one starts after, or waits for it, as ``user`` may see it: its name
+    and state only if they may view that job (``name`` None: they may not; its id alone)."""
+
+    id: int
+    name: str | None = None
+    state: str | None = None
+
+
+def list_linked_jobs(user, job: Job) -> tuple[list[LinkedJob], list[LinkedJob]]:
+    """``(starts after, waiting for it)`` of ``job`` for its page, in id order: every job it
+    starts after (by id alone where ``user`` may not see it), and the jobs waiting for it
+    that ``user`` may see. Two queries (three with a dependency)."""
+    after = list(Job.after.through.objects.filter(from_job=job).order_by("to_job_id")
+                 .values_list("to_job_id", flat=True))  # fmt: skip
+    seen = dict.fromkeys(after)
+    if after:
+        visible = list_jobs_for_user(user).filter(pk__in=after).order_by()
+        seen.update(
+            (pk, (name, state)) for pk, name, state in visible.values_list("pk", "name", "state")
+        )
+    dependents = list_jobs_for_user(user).filter(after=job).order_by("pk")
+    return (
+        [LinkedJob(pk, *(seen[pk] or ())) for pk in after],
+        [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
+    )
 
 
 def list_queues_for_submit(user) -> QuerySet[Queue]:
@@ -89,7 +119,8 @@ class QueueUsage:
     ``borrowed_gpus``: the part of it beyond its own quota
     (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
     quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
-    ``pending_jobs``: what its pending jobs ask for.
+    ``pending_jobs``: what its pending jobs ask for, but those waiting for other jobs to
+    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``).
     """
 
     used_gpus: int = 0
@@ -119,6 +150,7 @@ def build_usage() -> UsageNow:
     queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
     read these numbers from here."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
+    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE)
     rows = {
         r["queue_id"]: r
         for r in Job.objects.filter(state__in=Job.ACTIVE_STATES)
@@ -126,8 +158,8 @@ def build_usage() -> UsageNow:
         .annotate(
             used_gpus=Sum("gpus", filter=running),
             running_jobs=Count("id", filter=running),
-            pending_jobs=Count("id", filter=Q(state=Job.State.PENDING)),
-            pending_gpus=Sum("gpus", filter=Q(state=Job.State.PENDING)),
+            pending_jobs=Count("id", filter=queued),
+            pending_gpus=Sum("gpus", filter=queued),
         )
         .order_by()
     }

@@ -9,6 +9,7 @@ commit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -30,7 +31,7 @@ from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
 from scheduling.permissions import may_cancel, may_submit, submits_to_any_queue
-from scheduling.selectors import list_queues_for_submit
+from scheduling.selectors import list_jobs_for_user, list_queues_for_submit
 from scheduling.transitions import set_state
 
 
@@ -54,6 +55,11 @@ class JobRequest:
     estimated_runtime_minutes: int | None = None
     model_name: str = ""
     sim_duration_minutes: int | None = None
+    after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
+
+    def __post_init__(self) -> None:
+        # a tuple, whichever sequence an adapter gives (a form's list, the API's): one value
+        object.__setattr__(self, "after", tuple(self.after))
 
 
 @cache
@@ -197,6 +203,36 @@ def resolve_job_request(
     return fields
 
 
+_NEVER_STARTS = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
+
+
+def check_after(user: Any, after: Sequence[int]) -> list[int]:
+    """The ids of ``after`` a job of ``user``'s may wait for, duplicates collapsed (first
+    order kept), or a ValidationError on ``after``.
+
+    At most ``limits.AFTER_MAX`` jobs, each a whole number naming a job ``user`` may view
+    (``list_jobs_for_user``, the job page's rule: any other id is "unknown", whether or not
+    it exists) that could still succeed (one that already did satisfies it). One query.
+    """
+    ids = list(dict.fromkeys(after))
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise ValidationError({"after": ["job ids are whole numbers"]})
+    if len(ids) > limits.AFTER_MAX:
+        raise ValidationError({"after": [f"at most {limits.AFTER_MAX} jobs, not {len(ids)}"]})
+    in_range = [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
+    states = dict(list_jobs_for_user(user).filter(pk__in=in_range).values_list("pk", "state"))
+    errors = []
+    for job_id in ids:
+        state = states.get(job_id)
+        if state is None:
+            errors.append(f"unknown job {job_id}")
+        elif state in _NEVER_STARTS:
+            errors.append(f"job {job_id} {_NEVER_STARTS[state]}; a job after it could never start")
+    if errors:
+        raise ValidationError({"after": errors})
+    return ids
+
+
 def add_event(job: Job, kind: str, message: str) -> JobEvent:
     """Append to a job's timeline and tell its watchers (after commit)."""
     event = JobEvent.objects.create(job=job, kind=kind, message=message)
@@ -252,10 +288,19 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
+    after = check_after(user, req.after) if req.after else []
     job = Job(owner=user, state=Job.State.PENDING, **fields)
-    with clock.one_instant():  # one time for the job and its event, in a request or not
-        event = _insert_with_first_event(job, "submitted", _submitted_message(user, job))
-    job._prefetched_objects_cache = {"events": [event]}  # what prefetch_related("events") sets
+    message = _submitted_message(user, job, after)
+    # one time for the job and its event, in a request or not; with ``after``, the job and
+    # its links commit together (the loop never sees the job without them)
+    with clock.one_instant(), transaction.atomic() if after else nullcontext():
+        event = _insert_with_first_event(job, "submitted", message)
+        if after:
+            Job.after.through.objects.bulk_create(
+                Job.after.through(from_job_id=job.pk, to_job_id=job_id) for job_id in after
+            )
+    # what prefetch_related("events") sets (and "after" of a job without dependencies)
+    job._prefetched_objects_cache = {"events": [event], **({} if after else {"after": []})}
     publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job
 
@@ -294,9 +339,20 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 # -- many at once ---------------------------------------------------------------------------
 
 
-def _submitted_message(user: Any, job: Job) -> str:
+def _submitted_message(user: Any, job: Job, after: Sequence[int] = ()) -> str:
     gpus = explain.count(job.gpus, "GPU")
-    return f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
+    message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
+    if after:
+        message += f"; starts after {_jobs_named(after)} succeeded"
+    return message
+
+
+def _jobs_named(ids: Sequence[int]) -> str:
+    """``job 12``, ``jobs 12 and 13``, ``jobs 12, 13 and 14``: how texts name jobs by id."""
+    words = [str(i) for i in ids]
+    if len(words) == 1:
+        return f"job {words[0]}"
+    return f"jobs {', '.join(words[:-1])} and {words[-1]}"
 
 
 def submit_jobs(
@@ -323,6 +379,9 @@ def submit_jobs(
     errors: dict[str, list[str]] = {}
     jobs: list[Job] = []
     for i, req in enumerate(requests):
+        if req.after:  # one job at a time (``submit_job``): a batch is the demo's, never waits
+            errors[f"jobs[{i}].after"] = ["not in a batch: submit a job that waits on its own"]
+            continue
         try:
             queue = queues.get(str(req.queue)) or _resolve_queue(user, req.queue)
             queues[str(req.queue)] = queue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import itemgetter
@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
-from scheduling import borrow_inputs
+from scheduling import borrow_inputs, dependencies
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
@@ -32,6 +32,10 @@ class SnapshotContext:
     snapshot: et.Snapshot
     jobs: dict[int, dict]  # active job rows by id (values() dicts of ``JOB_FIELDS``)
     nodes: dict[str, dict]  # registered nodes by name (``NODE_FIELDS``)
+    # pending jobs left out of ``snapshot.pending``: they wait for other jobs to succeed
+    # (``scheduling.dependencies``), with those links
+    held: dict[int, et.PendingJob] = field(default_factory=dict)
+    links: dependencies.PendingLinks = field(default_factory=dependencies.PendingLinks)
 
 
 # The columns of an active job the engine, the predictor and the verdict writer read
@@ -232,6 +236,7 @@ def build_snapshot(
         for q in queue_rows
     )
     rows = active_job_rows()
+    links = dependencies.read_pending_links()  # after the rows: a job in them has its links
     placements: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for job_id, node_id, gpu in Allocation.objects.values_list("job_id", "node_id", "gpu_index"):
         placements[job_id][node_name[node_id]].append(gpu)
@@ -239,15 +244,18 @@ def build_snapshot(
     exclusive_nodes: set[str] = set()
     running, pending = [], []
     built, reused = {}, _previous.pending
+    held: dict[int, et.PendingJob] = {}
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         if r["state"] == Job.State.PENDING:
             predicted = predictor.waiting_s(r, queue.name, policy.overrun_s)
+            # a job that waited for others queues from when the last of them ended
+            queued_at = max(r["submitted_at_ts"] or now, links.released_at.get(r["id"], 0.0))
             inputs = (
                 queue.name,
                 queue.business_line.name,
                 predicted,
-                r["submitted_at_ts"] or now,
+                queued_at,
                 evicted_job.get(r["id"]),
             )
             before = reused.get(r["id"])
@@ -256,7 +264,10 @@ def build_snapshot(
             else:
                 view = _pending_job(r, queue, predicted, inputs[3], inputs[4])
             built[r["id"]] = (r, inputs, view)
-            pending.append(view)
+            if r["id"] in links.unmet:  # waits for other jobs: not the engine's to plan
+                held[r["id"]] = view
+            else:
+                pending.append(view)
             continue
         job = _job_fields(r, queue)
         slots = tuple(
@@ -317,4 +328,4 @@ def build_snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
         pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
-    return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes)
+    return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links)

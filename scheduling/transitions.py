@@ -33,7 +33,8 @@ FINAL_STATES: frozenset[str] = frozenset({SUCCEEDED, FAILED, CANCELLED})
 TRANSITIONS: dict[tuple[str, str], str] = {
     (PENDING, RUNNING): "launched by the loop, or a lost launch adopted (cycle.launch, .reconcile)",
     (PENDING, FAILED): "the cluster refused the launch for good (cycle.launch)",
-    (PENDING, CANCELLED): "cancelled by its owner, their team lead or an admin (services)",
+    (PENDING, CANCELLED): "cancelled by its owner, their team lead or an admin (services), "
+    "or by the loop when a job it waits for ended failed or cancelled (cycle.dependencies)",
     (RUNNING, PREEMPTING): "asked to checkpoint and stop: preemption, drain, health, "
     "inference (cycle.stops)",
     (RUNNING, SUCCEEDED): "the run finished successfully (cycle.finished)",

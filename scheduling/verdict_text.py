@@ -76,6 +76,8 @@ LABELS: dict[str, str] = {
     "inference_reclaims_gpus": "Free GPUs online inference will want back before it ends",
     "predicted_end_at": "It would end by",
     "may_preempt_at": "May preempt from",
+    "waiting_for": "Waits for jobs to succeed",
+    "dependencies_end_at": "They are predicted to end by",
     ESTIMATE_BASIS: "Estimated start from",
     OVERRUN_JOB: "Its estimate waits for job",
     OVERRUN_RAN: "That job has run (past its predicted end)",
@@ -127,6 +129,7 @@ CONSTRAINTS: dict[str, str] = {
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
 IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
+ID_LISTS = {"waiting_for"}  # jobs' ids: "#12, #13"
 # How a verdict's texts name a job: "job 7905" in its message and estimate, "#7905" in its
 # facts (``IDS``). The job page links the ones the viewer may see (``job_refs``), and so
 # does its live script (static/js/pages/jobs_detail.js, the same pattern).
@@ -168,6 +171,8 @@ def format_value(key: str, value: Any) -> str:
         return "yes" if value else "no"
     if key in IDS:
         return f"#{value}"  # as the job's page names it: "Job #27077"
+    if key in ID_LISTS and isinstance(value, list | tuple):
+        return ", ".join(f"#{v}" for v in value) or "none"
     if isinstance(value, float):
         return num(round(value)) if value == int(value) else f"{value:,.1f}"
     if isinstance(value, int):
@@ -207,10 +212,14 @@ def facts(details: Any) -> list[dict[str, str]]:
 
 def job_refs(details: Any) -> list[int]:
     """The ids of the jobs a verdict names in its details (``IDS``: the job whose start
-    holds the quota room, the overrunning run its estimate waits for), in order."""
+    holds the quota room, the overrunning run its estimate waits for; ``ID_LISTS``: the
+    jobs it waits for), in order."""
     if not isinstance(details, dict):
         return []
     ids = {details.get(key) for key in IDS}
+    for key in ID_LISTS:
+        listed = details.get(key)
+        ids.update(listed if isinstance(listed, list) else ())
     return sorted(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i > 0)
 
 

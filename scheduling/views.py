@@ -39,6 +39,7 @@ from scheduling.selectors import (
     cluster_shape,
     get_job_for_user,
     list_jobs_for_user,
+    list_linked_jobs,
     list_queues_for_submit,
     visible_job_ids,
 )
@@ -49,6 +50,7 @@ JOBS_PER_PAGE = 50
 # Each pending code in plain words (the guide says the same).
 CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "DEPENDENCY": "Waiting for other jobs to succeed",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
     "PRIORITY": "Higher-priority work goes first",
@@ -442,6 +444,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
     progress = job.progress_at(clock.now())  # the header's clock reads the same instant
+    starts_after, waited_for_by = list_linked_jobs(request.user, job)
     context = {
         "job": job,
         "events": events,
@@ -450,6 +453,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "detail_rows": detail_rows(job.pending_details),
         # the jobs its verdict names that this viewer may see: linked to their pages
         "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
+        # the jobs it starts after and those waiting for it (``Job.after``)
+        "starts_after": starts_after,
+        "waited_for_by": waited_for_by,
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

@@ -102,7 +102,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)
-    record_starts([job for job, _ in placed])
+    record_starts([job for job, _ in placed], cycle.released_at)
     mark_displaced(cycle, [(j, displaced[j.pk]) for j, _ in placed if j.pk in displaced])
 
 

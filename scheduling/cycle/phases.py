@@ -1,8 +1,8 @@
 """Where a loop iteration spends its time: wall-clock and CPU milliseconds per phase.
 
 ``run_cycle`` times each of its steps (lock, observe, reconcile, stops, snapshot, plan,
-check, preempt, starts, verdicts, observers, events, close, record) with a ``PhaseTimer``; the
-summary row keeps the three coarse figures (``observe_ms``, ``plan_ms``, ``apply_ms``)
+check, preempt, starts, verdicts, observers, dependencies, events, close, record) with a
+``PhaseTimer``; the summary row keeps the three coarse figures (``observe_ms``, ``plan_ms``, ``apply_ms``)
 and a caller that passes a ``CycleTrace`` (the ``bench_cycle`` command) gets every phase,
 and the snapshot the engine planned on, to time ``plan()`` alone on the same input.
 """
@@ -19,7 +19,8 @@ from scheduling.engine import types as et
 # The phases of one iteration, in the order they run (a sweep plans nothing); ``collect``,
 # the garbage collection after the commit (``run.PausedGc``), is not in ``duration_ms``.
 PHASES = ("lock", "observe", "reconcile", "stops", "snapshot", "plan", "check", "preempt",
-          "starts", "verdicts", "observers", "events", "close", "record", "collect")  # fmt: skip
+          "starts", "verdicts", "observers", "dependencies", "events", "close", "record",
+          "collect")  # fmt: skip
 
 
 class PhaseTimer:

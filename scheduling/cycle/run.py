@@ -29,6 +29,7 @@ from scheduling.backend_factory import get_backend
 from scheduling.clock import to_datetime
 from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
 from scheduling.cycle.context import Cycle, production_policy
+from scheduling.cycle.dependencies import cancel_unreachable
 from scheduling.cycle.finished import remember_models
 from scheduling.cycle.launch import start_all
 from scheduling.cycle.marks import write_marks
@@ -37,6 +38,7 @@ from scheduling.cycle.reconcile import reconcile, release_cancelled
 from scheduling.cycle.stops import migrate, preempt, request_stops
 from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
+from scheduling.dependencies import held_verdicts
 from scheduling.engine import types as et
 from scheduling.models import SchedulingCycle
 from scheduling.nodes.maintenance import advance_windows
@@ -72,6 +74,8 @@ def plan_and_apply(
                              cycle.recent_models)  # fmt: skip
     if trace is not None:
         trace.snapshot, trace.now = ctx.snapshot, cycle.obs.now
+    cycle.dependency_verdicts = held_verdicts(ctx.held, ctx.links, ctx.snapshot, ctx.jobs)
+    cycle.released_at = ctx.links.released_at
     with timer.phase("plan"):
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
     with timer.phase("check"):
@@ -129,6 +133,9 @@ def run_cycle(
                     release_cancelled(cycle)  # runs killed just now may already be gone
             if kind == "cycle":
                 violations, by_reason = plan_and_apply(cycle, timer, trace)
+            with timer.phase("dependencies"):
+                # after everything that ended a job this iteration (runs, refused launches)
+                cancel_unreachable(cycle)
             with timer.phase("events"):
                 cycle.flush_events()
             with timer.phase("close"):
@@ -145,7 +152,9 @@ def run_cycle(
                 timings = {
                     "observe_ms": timer.total("lock", "observe", "reconcile", "stops"),
                     "plan_ms": timer.total("snapshot", "plan", "check"),
-                    "apply_ms": timer.total("preempt", "starts", "verdicts", "observers"),
+                    "apply_ms": timer.total(
+                        "preempt", "starts", "verdicts", "observers", "dependencies"
+                    ),
                 }
                 record = _record(cycle, timings, violations, by_reason, time.perf_counter() - t0)
                 publish_on_commit(*events.cycle_completed(record))

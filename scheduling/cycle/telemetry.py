@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from core import telemetry
 from quotas.models import Queue
@@ -37,14 +37,17 @@ def record_evictions(evictions: list[Eviction]) -> None:
     telemetry.on_commit(record)
 
 
-def record_starts(jobs: list[Job]) -> None:
-    """Runs admitted; a first start also observes the wait since submission."""
+def record_starts(jobs: list[Job], released_at: Mapping[int, float] | None = None) -> None:
+    """Runs admitted; a first start also observes the wait since submission, or since the
+    last of the jobs it waited for ended (``released_at``, epoch seconds, by job id: it
+    queued from then, ``scheduling.dependencies``)."""
     if not jobs:
         return
+    released = released_at or {}
     names = _queue_names(j.queue_id for j in jobs)
     rows = [
         (names.get(j.queue_id, "?"),
-         (j.started_at - j.submitted_at).total_seconds()
+         j.started_at.timestamp() - max(j.submitted_at.timestamp(), released.get(j.pk, 0.0))
          if j.attempt == 1 and j.started_at and j.submitted_at else None)
         for j in jobs
     ]  # fmt: skip

@@ -15,9 +15,18 @@ from core.realtime import publish_on_commit
 from scheduling.clock import to_datetime
 from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
 from scheduling.cycle.context import Cycle
+from scheduling.dependencies import DEPENDENCY_CODE
 from scheduling.engine import types as et
 from scheduling.models import Job
 from scheduling.sql import bulk_set
+
+# Every code a waiting job's verdict can have, in API.md's order: the engine's (``PRECEDENCE``)
+# with the loop's own, ``DEPENDENCY`` right after ``NEVER_FITS`` (a job held for other jobs
+# is never the engine's) and ``LAUNCH_RETRY`` last.
+PENDING_CODES: tuple[str, ...] = (
+    et.Code.NEVER_FITS, DEPENDENCY_CODE,
+    *(code for code in et.PRECEDENCE if code != et.Code.NEVER_FITS), LAUNCH_RETRY_CODE,
+)  # fmt: skip
 
 VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending_remedy",
                   "queue_position", "estimated_start"]  # fmt: skip
@@ -25,10 +34,11 @@ VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending
 
 def counts_by_code(cycle: Cycle, plan: et.Plan) -> dict[str, int]:
     """Pending jobs per reason code: the engine's verdicts and the loop's own (launch
-    retries, starts skipped because their node left service)."""
+    retries, starts skipped because their node left service, jobs held for their
+    dependencies)."""
     counts = plan.counts_by_code()
-    counts[LAUNCH_RETRY_CODE] = 0
-    for v in cycle.launch_verdicts.values():
+    counts[LAUNCH_RETRY_CODE] = counts[DEPENDENCY_CODE] = 0
+    for v in (*cycle.launch_verdicts.values(), *cycle.dependency_verdicts.values()):
         counts[v.code] = counts.get(v.code, 0) + 1
     return counts
 
@@ -38,12 +48,14 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
 
     The engine's verdicts, plus the loop's own for planned starts that were not launched
     (``LAUNCH_RETRY_CODE``, or ``NODES_UNAVAILABLE`` when the node left service after the
-    snapshot): such a job has no engine verdict, it was planned to start.
+    snapshot): such a job has no engine verdict, it was planned to start. And those of the
+    jobs held for their dependencies (``DEPENDENCY_CODE``), which the engine never saw.
     ``rows`` are the snapshot's job rows: what each job said before this cycle.
     """
     changed = []
     stamps: dict[float, datetime] = {}  # estimated starts as datetimes (many jobs share one)
-    for job_id, v in {**plan.verdicts, **cycle.launch_verdicts}.items():
+    loop = {**cycle.launch_verdicts, **cycle.dependency_verdicts}
+    for job_id, v in {**plan.verdicts, **loop}.items():
         row = rows.get(job_id)
         if row is None or row["state"] != Job.State.PENDING:
             continue

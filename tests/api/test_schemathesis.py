@@ -216,6 +216,8 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "gpus": r"the cluster has [\d,]+ GPUs in all; this job asks [\d,]+$",
         "gpus_per_node": r"nodes have at most \d+ GPUs$|[\d,]+ GPUs cannot be split evenly into ",
         "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
+        # which jobs exist and whom they are visible to (docs/api.md, "Job dependencies")
+        "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
         "*": r"This job could never run on this cluster, even empty: ",
     },
     "POST /api/v1/quota-requests/": {

@@ -171,3 +171,28 @@ def test_quiet_periods_are_cluster_time(api):
     rollup()
     alert.refresh_from_db()
     assert alert.status == "resolved"
+
+
+def test_a_job_waiting_for_others_has_waited_only_since_the_last_of_them_ended(api):
+    """``pending_too_long`` counts a job with ``after`` from when its last dependency ended
+    (it queued from then), not from its submission: a 7-hour pretraining did not keep an
+    evaluation waiting 7 hours in the queue."""
+    make_quotas_roomy()
+    admin, me = api("admin"), api("researcher")
+    blockers = [submit(me, name=f"full-{i}", queue="llm-core", gpus=8) for i in range(3)]
+    first = submit(me, name="pretrain", queue="llm-core", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    then = submit(me, name="eval", queue="llm-core", gpus=16, after=[first])
+    seven_hours_ago = cluster_now() - timedelta(hours=7)
+    Job.objects.filter(pk=then).update(submitted_at=seven_hours_ago)
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "it waits for pretrain"
+    advance(admin, 31 * 60)
+    cycle(admin)  # pretrain succeeded: eval queues behind the three blockers, from now
+    assert Job.objects.get(pk=then).state == "pending"
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "released just now"
+    Job.objects.filter(pk=first).update(finished_at=seven_hours_ago)
+    rollup()
+    assert Alert.objects.get(kind="pending_too_long", subject="llm-core")
+    assert len(blockers) == 3

@@ -114,23 +114,33 @@ class PlainJobDetail(serializers.ModelSerializer):
     pending_reason = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField()
     events = JobEventSerializer(many=True, read_only=True)
+    after = serializers.SerializerMethodField()
+    waiting_for = serializers.SerializerMethodField()
 
     class Meta(JobDetailSerializer.Meta):
         pass
 
     get_pending_reason = JobSerializer.get_pending_reason
     get_placement = JobDetailSerializer.get_placement
+    get_after = JobDetailSerializer.get_after
+    get_waiting_for = JobDetailSerializer.get_waiting_for
+    _after = JobDetailSerializer._after
 
 
 @pytest.mark.django_db
 def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
     make_quotas_roomy()
     ids = [submit(api("researcher"), name=f"s{i}", gpus=1 + i) for i in range(3)]
+    ids.append(submit(api("researcher"), name="after", gpus=1, after=ids[:2]))
     jobs = list(Job.objects.select_related("queue__business_line", "owner").filter(pk__in=ids))
     for job in jobs:
         assert JobDetailSerializer(job).data == PlainJobDetail(job).data
     assert JobSerializer(jobs, many=True).data == [
-        {k: v for k, v in PlainJobDetail(j).data.items() if k not in ("placement", "events")}
+        {
+            k: v
+            for k, v in PlainJobDetail(j).data.items()
+            if k not in ("placement", "events", "after", "waiting_for")
+        }
         for j in jobs
     ]
     first, second = JobSerializer(jobs[0]), JobSerializer(jobs[1])

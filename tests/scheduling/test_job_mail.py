@@ -208,3 +208,24 @@ def test_with_nobody_opted_in_a_run_reads_nothing_and_waits_for_no_writer(
     set_job_mail_preference(demo["researcher"], [])  # a row, but off
     with django_assert_max_num_queries(1):
         assert send_job_digests().horizon is None
+
+
+def test_a_job_the_loop_cancelled_for_its_dependency_is_mailed_as_cancelled_by_someone_else(
+    demo, django_capture_on_commit_callbacks
+):
+    """Its owner cancelled the first job; the loop cancelled the one after it: that one is
+    news (the pipeline broke), mailed with why."""
+    from scheduling.cycle import run_cycle
+
+    me = demo["researcher"]
+    set_job_mail_preference(me, ["cancelled"])
+    first = job(me, "pretrain")
+    then = submit_job(me, JobRequest(name="eval", queue="llm-experiment", gpus=1,
+                                     after=[first.pk]))  # fmt: skip
+    cancel_job(me, first.pk)
+    run_cycle(wait_s=10)
+    (sent,) = run(django_capture_on_commit_callbacks)
+    assert (
+        f"job {then.pk} (eval) cancelled: job {first.pk} it waited for was cancelled" in sent.body
+    )
+    assert "pretrain) cancelled by" not in sent.body, "their own cancel is not news"

@@ -163,6 +163,10 @@
     }
   }
 
+  /* the pipeline (the jobs it starts after, those waiting for it) changes with other jobs:
+   * refetched from the page itself after each cycle (static/js/live_parts.js) */
+  if (document.getElementById("pipeline")) window.LiveParts.watch("cycles");
+
   window.Live.on(`job.${config.id}`, refresh);
   window.Live.on("pending", () => { if (state === "pending") refresh(); });
   window.Live.onReconnect(refresh);

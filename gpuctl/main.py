@@ -439,6 +439,33 @@ def cmd_lines(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def cmd_usage(portal: Portal, args: argparse.Namespace) -> int:
+    report = portal.get("usage-report/", month=args.month)
+    if args.json:
+        print_json(report)
+        return EXIT_OK
+    key = {"line": "lines", "queue": "queues", "person": "people"}[args.by]
+    of_quota = (
+        ("OF.QUOTA", lambda r: _share(r["gpu_hours"] / r["quota_gpu_hours"])
+         if r.get("quota_gpu_hours") else "-"),
+    ) if args.by != "person" else ()  # fmt: skip
+    table(report[key], columns(
+        (args.by.upper(), "name"), ("GPU.HOURS", lambda r: _hours(r["gpu_hours"])),
+        ("SHARE", lambda r: _share(r["share"])), *of_quota, ("RUNS", "runs_ended"),
+        ("RUNNING", "running"), ("FAILED.GPU.HOURS", lambda r: _hours(r["failed_gpu_hours"])),
+        ("STOPPED.GPU.HOURS", lambda r: _hours(r["stopped_gpu_hours"])),
+    ))  # fmt: skip
+    return EXIT_OK
+
+
 NODE_COLUMNS = columns(
     ("NODE", "name"), ("RACK", "rack"), ("MODEL", "gpu_model"), ("GPUS", "gpus_total"),
     ("FREE", "gpus_free"), ("RDMA", "rdma"), ("STATE", "state"), ("HEALTH", "health"),
@@ -830,6 +857,11 @@ examples:
     p.add_argument("--tier", choices=["urgent", "core", "finetune", "experiment"])
 
     add("lines", cmd_lines, "business lines: quota, guarantee, used, borrowed, pending GPUs")
+
+    p = add("usage", cmd_usage, "GPU-hours of a UTC month per line, queue or person",
+            epilog="examples:\n  gpuctl usage\n  gpuctl usage --month 2026-11 --by person")  # fmt: skip
+    p.add_argument("--month", help="YYYY-MM (default: the current month, counted to now)")
+    p.add_argument("--by", choices=["line", "queue", "person"], default="line")
 
     p = add("nodes", cmd_nodes, "list nodes; cordon, drain or uncordon them", NODES_HELP)
     p.set_defaults(action=None)

@@ -24,6 +24,15 @@ def roomy_quotas(demo):
     make_quotas_roomy()
 
 
+def finish_one_run(admin, me) -> int:
+    """The researcher's 4-GPU job of 30 minutes runs and succeeds: one recorded run."""
+    job_id = submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
+    cycle(admin)
+    advance(admin, 31 * 60)
+    cycle(admin)
+    return job_id
+
+
 def day_of(now):
     start = now.replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)
     return start, start + timedelta(days=3)
@@ -31,10 +40,7 @@ def day_of(now):
 
 def test_a_finished_run_is_recorded_once_and_counted_in_its_line_queue_and_owner(api, demo):
     admin, me = api("admin"), api("researcher")
-    job_id = submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
-    cycle(admin)
-    advance(admin, 31 * 60)
-    cycle(admin)
+    job_id = finish_one_run(admin, me)
     cycle(admin)  # a later cycle records nothing more
     assert job(me, job_id)["state"] == "succeeded"
     run = JobRun.objects.get()
@@ -113,10 +119,7 @@ def test_a_drained_run_is_stopped_and_a_cancelled_one_cancelled(api, demo):
 
 def test_people_outside_the_line_see_none_of_its_usage(api, demo):
     admin, me = api("admin"), api("researcher")
-    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
-    cycle(admin)
-    advance(admin, 31 * 60)
-    cycle(admin)
+    finish_one_run(admin, me)
     now = clock.now()
     period = day_of(now)
     assert build_usage_report(demo["researcher2"], *period, now).total.gpu_hours == 0
@@ -132,10 +135,7 @@ def page_text(client, url: str, **query) -> tuple[int, str]:
 
 def test_the_page_shows_the_months_hours_per_line_queue_and_person(api, demo):
     admin, me = api("admin"), api("researcher")
-    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
-    cycle(admin)
-    advance(admin, 31 * 60)
-    cycle(admin)
+    finish_one_run(admin, me)
     run = JobRun.objects.get()
     hours = 4 * (run.ended_at - run.started_at).total_seconds() / 3600
     client = Client()
@@ -177,10 +177,7 @@ def test_anonymous_visitors_are_sent_to_sign_in():
 
 def test_the_api_and_the_csv_give_the_pages_numbers(api, demo):
     admin, me = api("admin"), api("researcher")
-    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
-    cycle(admin)
-    advance(admin, 31 * 60)
-    cycle(admin)
+    finish_one_run(admin, me)
     run = JobRun.objects.get()
     month = run.ended_at.strftime("%Y-%m")
     hours = round(4 * (run.ended_at - run.started_at).total_seconds() / 3600, 3)
@@ -221,10 +218,7 @@ def test_a_line_and_its_queues_are_read_against_the_quota_they_held(api, demo):
     """llm's quota is 1,000 GPUs (``make_quotas_roomy``) the whole period: its row is its
     GPU-hours against 1,000 times the period's hours; its queues have no quota of their own."""
     admin, me = api("admin"), api("researcher")
-    submit(me, gpus=4, queue="llm-finetune", sim_duration_minutes=30)
-    cycle(admin)
-    advance(admin, 31 * 60)
-    cycle(admin)
+    finish_one_run(admin, me)
     now = clock.now()
     start, end = day_of(now)
     usage = build_usage_report(demo["researcher"], start, end, now)

@@ -58,11 +58,17 @@ def api(demo):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_connection_left_at_the_end(django_db_setup, django_db_blocker):
+def _no_connection_left_at_the_end(request):
     """Before the throw-away database is dropped, end the sessions still on it: connections
     a test's thread took from the pool and never gave back (the pool closes only those it
     holds), which made every run end with "database test_portal_gwN is being accessed by
-    other users" and left the database behind."""
+    other users" and left the database behind. Nothing without pytest-django (``-p
+    no:django``: the engine's tests alone, docs/engine.md)."""
+    if not request.config.pluginmanager.hasplugin("django"):
+        yield
+        return
+    request.getfixturevalue("django_db_setup")
+    django_db_blocker = request.getfixturevalue("django_db_blocker")
     yield
     from django.db import connection
 

@@ -79,13 +79,13 @@ def test_every_page_passes_axe_core_as_each_role_reads_it(busy, page, login, por
         "researcher": [
             "/", "/jobs/", "/jobs/new/", f"/jobs/{busy['waiting']}/",
             f"/jobs/{busy['running']}/", "/queues/", "/quotas/", "/account/",
-            "/account/tokens/", "/audit/",  # the last: a 403 page
+            "/account/tokens/", "/usage/", "/audit/",  # the last: a 403 page
         ],
         "lead": [
             "/quotas/", "/quotas/requests/", "/quotas/requests/new/",
             f"/quotas/requests/{request}/", "/quotas/lines/llm/",
         ],
-        "oncall": ["/oncall/", "/oncall/rack-map/", f"/oncall/nodes/{node}/"],
+        "oncall": ["/oncall/", "/oncall/rack-map/", f"/oncall/nodes/{node}/", "/usage/"],
         "admin": [
             "/jobs/?state=pending", "/audit/", f"/quotas/requests/{request}/",
             "/no/such/page/", "/admin/", "/admin/quotas/quotapolicy/",

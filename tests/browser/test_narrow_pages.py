@@ -57,6 +57,7 @@ def main_pages() -> list[str]:
         "/oncall/rack-map/",
         f"/oncall/nodes/{node.name}/",
         "/audit/",
+        "/usage/",
         "/no/such/page/",
     ]
 

@@ -36,12 +36,13 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
     backend says)`` in a few statements."""
     ids = [job.pk for job, *_ in ended]
     nodes_of: dict[int, set[str]] = {}
-    for job_id, node in Allocation.objects.filter(job_id__in=ids).values_list(
-        "job_id", "node__name"
+    model_of: dict[int, str] = {}  # its run's GPU model (on mixed nodes: the least by name)
+    for job_id, node, model in Allocation.objects.filter(job_id__in=ids).values_list(
+        "job_id", "node__name", "node__gpu_model"
     ):
         nodes_of.setdefault(job_id, set()).add(node)
+        model_of[job_id] = min(model_of.get(job_id, model), model)
     Allocation.objects.filter(job_id__in=ids).delete()
-    models_of = gpu_models({node for names in nodes_of.values() for node in names})
     evictions: list[Eviction] = []
     runs: list[JobRun] = []
     recent: dict[str, list[str]] = {}
@@ -49,8 +50,7 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
         was, at = job.state, cycle.ended(job, ended_at)
         run_ended(cycle, job, state, progress, reason, evictions, ended_at)
         if job.started_at is not None:
-            model = min((models_of.get(n, "") for n in nodes_of.get(job.pk, ())), default="")
-            runs.append(run_row(job, model, at, run_outcome(job, was, state)))
+            runs.append(run_row(job, model_of.get(job.pk, ""), at, run_outcome(job, was, state)))
         if job.state == Job.State.SUCCEEDED and job.model_name:
             for node in nodes_of.get(job.pk, ()):
                 recent.setdefault(node, []).append(job.model_name)
@@ -62,13 +62,6 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
     record_evictions(evictions)
     if recent:
         note_models(cycle, recent)
-
-
-def gpu_models(names: set[str]) -> dict[str, str]:
-    """The GPU model of each named node (one query; none when no name)."""
-    if not names:
-        return {}
-    return dict(Node.objects.filter(name__in=names).values_list("name", "gpu_model"))
 
 
 def run_row(job: Job, gpu_model: str, ended_at: datetime, outcome: str) -> JobRun:

@@ -14,10 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core import clock
 from core.csv_export import CSVExportMixin, batched, csv_response
-from quotas.usage import Usage, UsageRow, build_usage_report
-from quotas.usage_views import MONTH_PATTERN, MonthField, UsageQuery, month_bounds
+from quotas.usage import Usage, UsageRow
+from quotas.usage_views import MONTH_PATTERN, MonthField, UsageQuery, month_report
 
 TABLES = {"line": "lines", "queue": "queues", "person": "people"}
 COLUMNS = ("name", "gpu_hours", "share", "quota_gpu_hours", "runs_ended", "running",
@@ -62,10 +61,8 @@ def _report(request: Request, takes: tuple[str, ...]) -> tuple[Usage, str]:
     query = UsageQuery({"month": asked or ""})
     if asked == "" or not query.is_valid():  # ``?month=`` asks for no month: refused
         raise exceptions.ValidationError({"month": [MonthField.RULE]})
-    now = clock.now()
-    first = query.cleaned_data["month"] or now.date().replace(day=1)
-    start, end = month_bounds(first)
-    return build_usage_report(request.user, start, end, now), first.strftime("%Y-%m")
+    usage, first = month_report(request.user, query.cleaned_data["month"])
+    return usage, first.strftime("%Y-%m")
 
 
 MONTH = OpenApiParameter("month", OpenApiTypes.STR, pattern=MONTH_PATTERN,

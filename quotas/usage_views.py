@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET
 from core import clock
 from core.query_forms import QueryForm
 from core.security import bad_request_page
-from quotas.usage import build_usage_report
+from quotas.usage import Usage, build_usage_report
 from scheduling.permissions import sees_all_jobs
 
 MONTH_PATTERN = r"^(2[0-9]{3})-(0[1-9]|1[0-2])$"  # 2000-01 to 2999-12 (the API schema says so too)
@@ -52,6 +52,14 @@ def month_before(first: date) -> date:
     return date(first.year - (first.month == 1), (first.month - 2) % 12 + 1, 1)
 
 
+def month_report(user: object, first: date | None) -> tuple[Usage, date]:
+    """The report of the month starting at ``first`` (None: the cluster's current month)
+    as ``user`` may see it, cut at the cluster's now; and that month's first day."""
+    now = clock.now()
+    first = first or now.date().replace(day=1)
+    return build_usage_report(user, *month_bounds(first), now), first
+
+
 @login_required
 @require_GET
 def usage(request: HttpRequest) -> HttpResponse:
@@ -60,19 +68,17 @@ def usage(request: HttpRequest) -> HttpResponse:
     if not query.is_valid():
         why = "; ".join(m for ms in query.errors.values() for m in ms)
         return bad_request_page(request, f"the usage report {why}")
-    now = clock.now()
-    first = query.cleaned_data["month"] or now.date().replace(day=1)
-    start, end = month_bounds(first)
-    report = build_usage_report(request.user, start, end, now)
+    report, first = month_report(request.user, query.cleaned_data["month"])
+    end = report.end
     context = {
         "usage": report,
         "month": first,
         "ongoing": report.until < end,
-        "future": now < start,
+        "future": report.until < report.start,  # now is before the month
         "before": month_before(first).strftime("%Y-%m")
         if first.year > 2000 or first.month > 1
         else "",
-        "after": end.strftime("%Y-%m") if end <= now else "",
+        "after": end.strftime("%Y-%m") if report.until == end else "",
         "perms_all": sees_all_jobs(request.user),
         "tables": [
             ("By business line", report.lines, "line", True),

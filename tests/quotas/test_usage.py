@@ -229,3 +229,15 @@ def test_a_line_and_its_queues_are_read_against_the_quota_they_held(api, demo):
     data = me.get("/api/v1/usage-report/", {"month": now.strftime("%Y-%m")}).json()
     assert data["lines"][0]["quota_gpu_hours"] > 0 and data["queues"][0]["quota_gpu_hours"] is None
     assert data["people"][0]["quota_gpu_hours"] is None
+
+
+def test_a_month_not_begun_says_so_and_the_current_one_has_no_next(demo):
+    client = Client()
+    client.force_login(demo["researcher"])
+    now = clock.now()
+    ahead = f"{now.year + 1}-{now.month:02d}"
+    status, text = page_text(client, "/usage/", month=ahead)
+    assert status == 200 and "This month has not begun: nothing to count yet." in text
+    status, text = page_text(client, "/usage/")
+    assert status == 200 and f"GPU usage, {now:%B %Y}" in text
+    assert "previous month" in text and "next month" not in text and "so far (to " in text

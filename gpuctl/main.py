@@ -41,6 +41,7 @@ from gpuctl.output import (
     fmt_detail,
     fmt_indices,
     fmt_time,
+    fmt_when,
     mode,
     print_json,
     set_mode,
@@ -233,8 +234,8 @@ def _reason_code(job: dict) -> str:
 JOB_COLUMNS = columns(
     ("ID", "id"), ("NAME", "name"), ("OWNER", "owner"), ("QUEUE", "queue"), ("TIER", "tier"),
     ("GPUS", "gpus"), ("STATE", "state"), ("REASON", _reason_code),
-    ("SUBMITTED", lambda j: fmt_time(j.get("submitted_at"))),
-    ("EST.START", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
+    ("SUBMITTED(UTC)", lambda j: fmt_time(j.get("submitted_at"))),
+    ("EST.START(UTC)", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
 )  # fmt: skip
 
 
@@ -245,7 +246,7 @@ JOB_WIDE_COLUMNS = [
     *JOB_COLUMNS[4:6],
     *columns(("PER.NODE", "gpus_per_node"), ("PREEMPTED", "preemption_count"), lenient=True),
     *JOB_COLUMNS[6:],
-    *columns(("STARTED", lambda j: fmt_time(j.get("started_at")))),
+    *columns(("STARTED(UTC)", lambda j: fmt_time(j.get("started_at")))),
 ]
 
 
@@ -307,7 +308,7 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     if reason and reason.get("estimated_start_text"):
         return str(reason["estimated_start_text"])
     if job.get("estimated_start"):
-        return fmt_time(job["estimated_start"]) + " UTC"
+        return fmt_when(job["estimated_start"])
     why = ((reason or {}).get("details") or {}).get(NO_ESTIMATE)
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
@@ -361,9 +362,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
             f"{p['node']}[{fmt_indices(p['gpus'])}]" for p in job["placement"]
         )))  # fmt: skip
     if job.get("started_at"):
-        rows.append(("started", fmt_time(job["started_at"]) + " UTC"))
+        rows.append(("started", fmt_when(job["started_at"])))
     if job.get("finished_at"):
-        rows.append(("finished", fmt_time(job["finished_at"]) + " UTC"))
+        rows.append(("finished", fmt_when(job["finished_at"])))
     if job.get("failure_reason"):
         rows.append(("failure", job["failure_reason"]))
     fields(rows)
@@ -378,7 +379,7 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         print(f"{title}:")
         width = max(len(e["kind"]) for e in shown)
         for e in shown:
-            print(f"  {fmt_time(e['at'])}  {e['kind'].ljust(width)}  {e['message']}")
+            print(f"  {fmt_when(e['at'])}  {e['kind'].ljust(width)}  {e['message']}")
     return EXIT_OK
 
 
@@ -513,15 +514,15 @@ def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
     table(rows, columns(
         ("ID", "id"), ("SEVERITY", "severity"), ("STATUS", "status"), ("KIND", "kind"),
         ("SUBJECT", "subject"), ("COUNT", lambda a: a.get("count", 1)),
-        ("CREATED", lambda a: fmt_time(a["created_at"])),
+        ("CREATED(UTC)", lambda a: fmt_time(a["created_at"])),
         ("MESSAGE", lambda a: _clip(a["message"], 70)),
     ))  # fmt: skip
     return EXIT_OK
 
 
 MAINTENANCE_COLUMNS = columns(
-    ("ID", "id"), ("STATE", "state"), ("STARTS", lambda w: fmt_time(w["starts_at"])),
-    ("ENDS", lambda w: fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"),
+    ("ID", "id"), ("STATE", "state"), ("STARTS(UTC)", lambda w: fmt_time(w["starts_at"])),
+    ("ENDS(UTC)", lambda w: fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"),
     ("NODES", lambda w: _clip(",".join(w["nodes"]), 40)), ("BY", "created_by"),
     ("REASON", lambda w: _clip(w["reason"], 50)),
 )  # fmt: skip
@@ -595,7 +596,7 @@ def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
         table(rows, columns(
             ("ID", "id"), ("LINE", "business_line"), ("QUEUE", "queue"), ("QUOTA", "quota_gpus"),
             ("GUARANTEE", "guarantee_gpus"), ("STATUS", lambda r: r.get("status") or r.get("state")),
-            ("BY", "requester"), ("CREATED", lambda r: fmt_time(r.get("created_at"))),
+            ("BY", "requester"), ("CREATED(UTC)", lambda r: fmt_time(r.get("created_at"))),
             ("REASON", lambda r: _clip(r.get("reason") or "", 50)), lenient=True,
         ))  # fmt: skip
         return EXIT_OK

@@ -116,7 +116,7 @@ def test_jobs_lists_an_aligned_table_with_filters_and_json(gpuctl, roomy):
     assert run.code == 0
     lines = run.out.splitlines()
     assert lines[0].split() == ["ID", "NAME", "OWNER", "QUEUE", "TIER", "GPUS", "STATE", "REASON",
-                                "SUBMITTED", "EST.START"]  # fmt: skip
+                                "SUBMITTED(UTC)", "EST.START(UTC)"]  # fmt: skip
     assert len(lines) == 5 and all(
         columns_aligned(run.out, c) for c in ("STATE", "QUEUE", "REASON")
     )
@@ -304,7 +304,7 @@ def test_alerts_list_ack_resolve(gpuctl):
     run = gpuctl("oncall", "alerts")
     assert run.code == 0
     lines = run.out.splitlines()
-    assert lines[0].split() == ["ID", "SEVERITY", "STATUS", "KIND", "SUBJECT", "COUNT", "CREATED",
+    assert lines[0].split() == ["ID", "SEVERITY", "STATUS", "KIND", "SUBJECT", "COUNT", "CREATED(UTC)",
                                 "MESSAGE"]  # fmt: skip
     assert {int(line.split()[0]) for line in lines[1:]} == {first, second}
 

@@ -70,9 +70,7 @@ def test_a_finished_run_is_recorded_once_and_counted_in_its_line_queue_and_owner
     )
 
 
-def test_runs_ended_before_any_was_recorded_are_said_missing_and_shares_span_the_period(
-    api, demo
-):
+def test_runs_ended_before_any_was_recorded_are_said_missing_and_shares_span_the_period(api, demo):
     """A job that ran and ended before the portal recorded runs (the upgrade) has no
     record: the report says from when runs are recorded and counts the whole period."""
     admin, me = api("admin"), api("researcher")

@@ -456,6 +456,7 @@ class Planner:
                 "maintenance_nodes": len(leaving),
                 "maintenance_starts_at": explain.iso(leaving[0][0]),
                 "maintenance_node_names": ", ".join(names[n].name for _t, n in leaving[:5]),
+                "maintenance_reason": names[leaving[0][1]].maintenance_reason,
             }
         self._unavail[ck] = res
         return res

@@ -162,6 +162,7 @@ class NodeView(NodeHardware):
     job starts here only if it is predicted to end by then, nothing reserves it, and no
     preemption or move makes room here; a job that fits only on such nodes waits with
     ``NODES_UNAVAILABLE`` naming the maintenance. None (the default): no maintenance.
+    ``maintenance_reason``: that maintenance's reason, as the verdict quotes it.
     """
 
     free_gpus: tuple[int, ...]
@@ -174,6 +175,7 @@ class NodeView(NodeHardware):
     inference_rise: tuple[int, ...] = ()
     inference_day_learned: bool = False
     unavailable_from: float | None = None
+    maintenance_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -320,7 +320,9 @@ def build_snapshot(
                 inference_rise=inference_rise(db) if o.inference else (),
                 inference_day_learned=o.inference
                 and forecast.knows_whole_day(db["inference_profile"], now),
-                unavailable_from=to_epoch(maintenance[o.name][0]) if o.name in maintenance else None,
+                unavailable_from=to_epoch(maintenance[o.name][0])
+                if o.name in maintenance
+                else None,
                 maintenance_reason=maintenance[o.name][1] if o.name in maintenance else "",
             )  # fmt: skip
         )

@@ -184,6 +184,29 @@ def test_a_request_the_service_refuses_is_refused_the_same_way(roomy):
         whatif.what_if(roomy["researcher2"], req(queue="llm-core"))
 
 
+def test_a_job_after_others_that_have_not_succeeded_would_wait_for_them(roomy):
+    """``after``: the what-if answers as the loop does (``DEPENDENCY``, the same message and
+    estimated start) while a job named has not succeeded, and as for any job once all did."""
+    (first,) = fill(roomy["researcher"], 1, estimated_runtime_minutes=60)
+    asked = req(after=(first.pk,))
+    answer = whatif.what_if(roomy["researcher"], asked)
+    assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
+    assert f"job {first.pk} (fill0)" in answer.message and "waiting to start" in answer.message
+    assert answer.estimated_start is None and answer.estimated_start_text.startswith("unknown")
+    run_cycle()  # the first job starts, with a predicted end
+    answer = whatif.what_if(roomy["researcher"], asked)
+    job = submit_job(roomy["researcher"], asked)
+    run_cycle()
+    job.refresh_from_db()
+    assert (answer.code, answer.message) == (job.pending_code, job.pending_message)
+    assert answer.estimated_start == job.estimated_start.timestamp()
+    Job.objects.filter(pk=first.pk).update(state=Job.State.SUCCEEDED)
+    assert whatif.what_if(roomy["researcher"], asked).starts  # the cluster has room
+    # an id the researcher may not name is refused as the submission refuses it
+    with pytest.raises(ValidationError, match="unknown job"):
+        whatif.what_if(roomy["researcher"], req(after=(first.pk + 1000,)))
+
+
 # -- a what-if only -----------------------------------------------------------------------------
 
 WRITES = re.compile(

@@ -401,9 +401,50 @@ def _each(ids: Sequence[str], act, args: argparse.Namespace, describe) -> int:
     return code
 
 
+# the states a job can be cancelled in (``--state`` narrows them)
+ACTIVE_STATES = ("pending", "running", "preempting")
+
+
+def choice_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with how a command chooses its jobs (``chosen_jobs``), for the usage
+    error: ids and filters together, or neither (never "every job")."""
+    narrowed = args.queue or args.owner or args.mine or args.state
+    if args.jobs and narrowed:
+        return "give job ids or filters (--me, -u, -q, --state), not both"
+    if not args.jobs and not narrowed:
+        return "name the jobs, or choose them with --me, -u USER, -q QUEUE or --state"
+    return None
+
+
+def chosen_jobs(portal: Portal, args: argparse.Namespace) -> list[dict]:
+    """The jobs a command acts on: those named (``{"id": N}``), or those the filters match
+    among the active ones (``scancel -u USER -p QUEUE -t STATE``; ``--me``), oldest first
+    (``choice_problem`` has refused anything else)."""
+    if args.jobs:
+        return [{"id": job_id} for job_id in dict.fromkeys(args.jobs)]
+    filters = {"queue": args.queue, "owner": args.owner}
+    if args.mine:
+        filters["mine"] = 1
+    rows: dict[int, dict] = {}
+    for state in (args.state,) if args.state else ACTIVE_STATES:
+        for row in portal.fetch_list("jobs/", limit=None, state=state, **filters)[0]:
+            rows[row["id"]] = row
+    return [rows[job_id] for job_id in sorted(rows)]
+
+
 def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
+    jobs = chosen_jobs(portal, args)
+    if not jobs:
+        return nothing("no jobs match")
+    if args.dry_run and args.json:
+        print_json(jobs)
+        return EXIT_OK
+    if args.dry_run:
+        for job in jobs:
+            print(f"would cancel job {job['id']} ({job['name']}): {job['state']}, {job['owner']}")
+        return EXIT_OK
     return _each(
-        args.jobs, lambda j: portal.post(f"jobs/{j}/cancel/"), args,
+        [job["id"] for job in jobs], lambda j: portal.post(f"jobs/{j}/cancel/"), args,
         lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
     )  # fmt: skip
 
@@ -848,9 +889,17 @@ examples:
         epilog="""\
 examples:
   gpuctl cancel 42
-  gpuctl cancel 42 43 44""",
+  gpuctl cancel 42 43 44
+  gpuctl cancel --me --state pending --dry-run   # what it would cancel
+  gpuctl cancel --me -q llm-experiment           # scancel -u $USER -p llm-experiment""",
     )
-    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
+    p.add_argument("jobs", nargs="*", type=whole_number, metavar="JOB")
+    p.add_argument("--state", choices=ACTIVE_STATES, help="only jobs in this state")
+    p.add_argument("-q", "--queue", help="only jobs of this queue (name or id)")
+    p.add_argument("-u", "--owner", "--user", dest="owner", help="only this user's jobs")
+    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("--dry-run", action="store_true", help="list the jobs chosen, cancel none")
+    p.set_defaults(check=choice_problem, parser=p)
 
     p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
             epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip
@@ -950,6 +999,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    problem = getattr(args, "check", lambda _args: None)(args)
+    if problem:  # a rule across arguments argparse cannot say: a usage error all the same
+        try:
+            args.parser.error(problem)
+        except SystemExit as exc:
+            return int(exc.code or 0)
     output = getattr(args, "output", None) or ("json" if args.json else "table")
     args.json = output in ("json", "yaml")  # the commands print the API's objects
     set_mode(output, headers=not getattr(args, "no_headers", False))

@@ -268,3 +268,30 @@ def test_a_month_not_begun_says_so_and_the_current_one_has_no_next(demo):
     status, text = page_text(client, "/usage/")
     assert status == 200 and f"GPU usage, {now:%B %Y}" in text
     assert "previous month" in text and "next month" not in text and "so far (to " in text
+
+
+def test_the_line_page_says_who_uses_the_line_now_and_it_adds_up(api, demo):
+    """Per person: GPUs held, running and pending jobs, pending GPUs, most held first; the
+    GPUs held add up to the line's use on the same page; other lines' people do not see it."""
+    admin, me, lead = api("admin"), api("researcher"), api("lead")
+    for i in range(3):
+        submit(me, name=f"sweep-{i}", gpus=8)
+    submit(lead, name="eval", gpus=4)
+    cycle(admin)
+    submit(me, name="later", gpus=8)  # waiting: pending, not yet seen by a cycle
+    client = Client()
+    client.force_login(demo["lead"])
+    status, text = page_text(client, "/quotas/lines/llm/")
+    assert status == 200 and "Who uses the line now" in text
+    held = {
+        name: Job.objects.filter(owner__username=name, state="running").count()
+        for name in ("researcher", "lead")
+    }
+    assert held == {"researcher": 3, "lead": 1}
+    assert "researcher 24 3 1 8" in text and "lead 4 1 0 0" in text
+    assert text.index("researcher 24") < text.index("lead 4")  # most GPUs held first
+    used = re.search(r"Line llm [\d,]+ [\d,]+ (\d+) ", text)
+    assert used and int(used.group(1)) == 28  # the line's Used: 24 + 4
+    client.force_login(demo["researcher2"])
+    status, text = page_text(client, "/quotas/lines/llm/")
+    assert status == 200 and "Who uses the line now" not in text and "sweep" not in text

@@ -120,7 +120,8 @@ class QueueUsage:
     (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
     quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
     ``pending_jobs``: what its pending jobs ask for, but those waiting for other jobs to
-    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``).
+    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``) and those on hold
+    (``scheduling.holds``).
     """
 
     used_gpus: int = 0
@@ -150,7 +151,7 @@ def build_usage() -> UsageNow:
     queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
     read these numbers from here."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
-    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE)
+    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE) & Q(held_at__isnull=True)
     rows = {
         r["queue_id"]: r
         for r in Job.objects.filter(state__in=Job.ACTIVE_STATES)

@@ -50,6 +50,7 @@ JOBS_PER_PAGE = 50
 # Each pending code in plain words (the guide says the same).
 CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "HELD": "On hold",
     "DEPENDENCY": "Waiting for other jobs to succeed",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
@@ -109,6 +110,7 @@ def gpu_options() -> list[estimator.GpuOption]:
 # The submit form's headline per answer (the job page's CODE_TITLES, said of a job not yet sent).
 WHATIF_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "HELD": "On hold",
     "QUOTA_EXCEEDED": "Would wait for quota",
     "NODES_UNAVAILABLE": "Would wait for nodes to come back",
     "PRIORITY": "Would wait: higher-priority work goes first",

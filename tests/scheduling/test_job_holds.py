@@ -243,7 +243,7 @@ def test_a_bad_reason_is_a_400_and_nothing_changes(api, reason):
 
 
 def test_unknown_fields_ids_and_ended_jobs_are_refused(api):
-    admin, me = api("admin"), api("researcher")
+    me = api("researcher")
     job_id = submit(me, name="mine", gpus=8)
     assert me.post(f"/api/v1/jobs/{job_id}/hold/", {"why": "x"}, format="json").status_code == 400
     assert hold(me, 999999).status_code == 404

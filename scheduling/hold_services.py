@@ -25,6 +25,7 @@ from core.roles import is_admin
 from core.security import has_control_characters, invisible_character_error
 from scheduling.holds import ADMIN, USER
 from scheduling.models import Job
+from scheduling.permissions import may_release
 from scheduling.services import lock_active_job, record_action
 
 REASON_MAX = 300
@@ -110,7 +111,7 @@ def release_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
         job = lock_active_job(user, job_id, "release")
         if job.held_at is None:
             raise ValidationError({"state": ["job is not held"]})
-        if job.hold_kind == ADMIN and not is_admin(user):
+        if not may_release(user, job):
             raise PermissionDenied(ADMIN_HOLD)
         before = hold_state(job)
         job.held_by, job.held_at, job.hold_reason, job.hold_kind = None, None, "", ""

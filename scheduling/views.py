@@ -33,7 +33,7 @@ from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
-from scheduling.permissions import may_cancel, sees_all_jobs
+from scheduling.permissions import may_cancel, may_release, sees_all_jobs
 from scheduling.selectors import (
     build_placement,
     cluster_shape,
@@ -429,7 +429,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _visible_job(request: HttpRequest, job_id: int) -> Job:
+def visible_job(request: HttpRequest, job_id: int) -> Job:
     """The job if the user may see it, else 404 (whether or not it exists)."""
     job = get_job_for_user(request.user, job_id)
     if job is None:
@@ -442,7 +442,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 @takes_query()
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: state, placement, timeline, and for a pending job its verdict in words."""
-    job = _visible_job(request, job_id)
+    job = visible_job(request, job_id)
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
     progress = job.progress_at(clock.now())  # the header's clock reads the same instant
@@ -461,6 +461,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,
+        # hold (a running job: suspend) and release (``scheduling.hold_views``)
+        "can_hold": job.is_active and allowed and job.held_at is None,
+        "can_release": job.is_active and job.held_at is not None and may_release(request.user, job),
         "live_config": {
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",
@@ -512,7 +515,7 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     A running (or checkpointing) job is cancelled in two steps: a post without
     ``confirm=1`` answers with what the cancel loses and changes nothing (core.confirm).
     """
-    job = _visible_job(request, job_id)
+    job = visible_job(request, job_id)
     if (
         job.state in CONFIRM_CANCEL_STATES
         and may_cancel(request.user, job)

@@ -34,8 +34,8 @@ GREY = "#777777"
 # DEPENDENCY, the loop's own, right after NEVER_FITS), then the loop's LAUNCH_RETRY, a
 # planned start the cluster could not launch yet.
 REASON_ORDER = (
-    "NEVER_FITS", "HELD", "DEPENDENCY", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY", "PREEMPTING",
-    "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
+    "NEVER_FITS", "HELD", "DEPENDENCY", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
+    "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 )  # fmt: skip
 REASON_LABELS = {
     "NEVER_FITS": "never fits",
@@ -471,7 +471,7 @@ def idle_causes_figure(
 # looks the same in every window (the idle causes' style where a cause is that code's).
 REASON_STYLE = {
     "NEVER_FITS": (BLUE, "x"),
-    "HELD": (GREY, "+"),
+    "HELD": (BLACK, "+"),
     "DEPENDENCY": (GREEN, "/"),
     "QUOTA_EXCEEDED": (VERMILION, ""),
     "NODES_UNAVAILABLE": (BLACK, "\\"),

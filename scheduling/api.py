@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from core import clock
 from core.api import (
     AsciiIdLookup,
+    LineTextField,
     NameField,
     SharedFields,
     SharedFieldsModelSerializer,
@@ -153,7 +154,7 @@ class HoldRequestSerializer(StrictSerializer):
     """The body of ``hold/``: an optional reason (required for an admin's hold of someone
     else's job; the service checks it: length, control and invisible characters)."""
 
-    reason = serializers.CharField(
+    reason = LineTextField(
         max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
         help_text="why (shown on the job and in the audit log)",
     )  # fmt: skip

@@ -41,7 +41,12 @@ from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
 from scheduling.permissions import DrivesSimulator, OperatesNodes
-from scheduling.selectors import build_placement, list_jobs_for_user, visible_job_ids
+from scheduling.selectors import (
+    build_placement,
+    held_filter,
+    list_jobs_for_user,
+    visible_job_ids,
+)
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
@@ -221,13 +226,15 @@ class JobFilter(django_filters.FilterSet):
     owner = django_filters.CharFilter(field_name="owner__username")
     mine = MineFilter("owner")
     held = django_filters.BooleanFilter(
-        field_name="held_at", lookup_expr="isnull", exclude=True,
-        label="1/true: only held jobs; 0/false: only jobs not held",
-    )  # fmt: skip
+        method="filter_held", label="1/true: only jobs on hold; 0/false: the others"
+    )
 
     class Meta:
         model = Job
         fields = ["state", "queue", "owner", "mine", "held"]
+
+    def filter_held(self, qs, name, value: bool | None):
+        return qs if value is None else qs.filter(held_filter(value))
 
     def filter_queue(self, qs, name, value: str):
         return (

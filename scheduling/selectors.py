@@ -31,6 +31,13 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
     return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
 
 
+def held_filter(held: bool) -> Q:
+    """Jobs on hold (``scheduling.holds``: active and held), or (``held`` False) the others:
+    the job lists' ``held`` filter. A hold left on a job that ended holds nothing."""
+    on_hold = Q(held_at__isnull=False, state__in=Job.ACTIVE_STATES)
+    return on_hold if held else ~on_hold
+
+
 def get_job_for_user(user, job_id: int) -> Job | None:
     return list_jobs_for_user(user).filter(pk=job_id).first()
 

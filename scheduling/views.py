@@ -38,6 +38,7 @@ from scheduling.selectors import (
     build_placement,
     cluster_shape,
     get_job_for_user,
+    held_filter,
     list_jobs_for_user,
     list_linked_jobs,
     list_queues_for_submit,
@@ -399,6 +400,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         jobs = jobs.filter(queue_id=chosen["queue"])
     if chosen.get("mine", params["mine"]) == "1":
         jobs = jobs.filter(owner=user)
+    if chosen.get("held"):
+        jobs = jobs.filter(held_filter(chosen["held"] == "1"))
     jobs = jobs.only(
         "id",
         "name",

@@ -98,3 +98,15 @@ def test_a_bad_reason_is_refused_on_the_page_and_nothing_changes(demo, api):
     response = me.post(f"/jobs/{job_id}/hold/", {"reason": "x\u202eevil"}, follow=True)
     assert "Not held: Invisible formatting characters" in response.content.decode()
     assert Job.objects.get(pk=job_id).held_at is None
+
+
+def test_the_job_list_filters_held_jobs(demo, api):
+    held = submit(api("researcher"), name="held-one", gpus=8)
+    submit(api("researcher"), name="free-one", gpus=8)
+    me = signed_in(demo, "researcher")
+    assert me.post(f"/jobs/{held}/hold/").status_code == 302
+    only_held = me.get("/jobs/?held=1").content.decode()
+    assert "held-one" in only_held and "free-one" not in only_held
+    not_held = me.get("/jobs/?held=0").content.decode()
+    assert "free-one" in not_held and "held-one" not in not_held
+    assert me.get("/jobs/?held=maybe").status_code == 400

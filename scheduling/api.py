@@ -31,7 +31,7 @@ from core.api import (
     StrictSerializer,
     client_ip,
 )
-from core.filters import MineFilter
+from core.filters import MINE_CHOICES, YES, MineFilter
 from core.security import is_ascii_number
 from quotas.models import Tier
 from scheduling import limits, verdict_text
@@ -225,16 +225,17 @@ class JobFilter(django_filters.FilterSet):
     queue = django_filters.CharFilter(method="filter_queue")
     owner = django_filters.CharFilter(field_name="owner__username")
     mine = MineFilter("owner")
-    held = django_filters.BooleanFilter(
-        method="filter_held", label="1/true: only jobs on hold; 0/false: the others"
-    )
+    held = django_filters.ChoiceFilter(
+        choices=MINE_CHOICES, method="filter_held",
+        label="1/true: only jobs on hold; 0/false: the others",
+    )  # fmt: skip
 
     class Meta:
         model = Job
         fields = ["state", "queue", "owner", "mine", "held"]
 
-    def filter_held(self, qs, name, value: bool | None):
-        return qs if value is None else qs.filter(held_filter(value))
+    def filter_held(self, qs, name, value: str):
+        return qs.filter(held_filter(value in YES))
 
     def filter_queue(self, qs, name, value: str):
         return (

@@ -20,6 +20,7 @@ import threading
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
 
 from scheduling.consistency import find_inconsistencies
 from scheduling.hold_services import hold_job, release_job
@@ -79,15 +80,15 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
             with lock:
                 job_id = pick.choice(jobs[-12:])
             who = pick.choice([me, lead, admin])
-            try:
-                job = hold_job(who, job_id, "drill" if who is admin else "")
+            try:  # noted before the commit: the job's row stays locked until then
+                with transaction.atomic():
+                    job = hold_job(who, job_id, "drill" if who is admin else "")
+                    with lock:
+                        held_attempt[job_id] = job.attempt
+                        counts["held"] += 1
+                        counts["suspended"] += job.state == "running"
             except (ValidationError, PermissionDenied) as exc:
                 refusal(exc)
-                continue
-            with lock:
-                held_attempt[job_id] = job.attempt
-                counts["held"] += 1
-                counts["suspended"] += job.state == "running"
 
     def release_loop(seed: int) -> None:
         pick = random.Random(seed)
@@ -97,14 +98,15 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
             if not candidates:
                 continue
             job_id = pick.choice(candidates)
-            try:
-                job = release_job(pick.choice([me, admin, admin]), job_id)
+            try:  # under the job's row lock, as the hold's note
+                with transaction.atomic():
+                    job = release_job(pick.choice([me, admin, admin]), job_id)
+                    with lock:
+                        before = held_attempt.pop(job_id)
+                        counts["released"] += 1
             except (ValidationError, PermissionDenied) as exc:
                 refusal(exc)
                 continue
-            with lock:
-                before = held_attempt.pop(job_id)
-                counts["released"] += 1
             if job.attempt != before:
                 broken.append(f"job {job_id} launched while held ({before} -> {job.attempt})")
 
@@ -125,14 +127,17 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
 
     # Settle: release everything, let the backlog drain; nothing is stuck, nothing counted
     # a suspension as a preemption.
-    for job_id in list(held_attempt):
-        release_job(admin, job_id)
+    still_held = set(Job.objects.filter(held_at__isnull=False).values_list("pk", flat=True))
+    assert still_held == set(held_attempt), "every hold noted, every release too"
+    for job_id in Job.objects.filter(pk__in=still_held, state__in=Job.ACTIVE_STATES):
+        release_job(admin, job_id.pk)
     for _ in range(60):
         run_cycle_now(admin)
         if not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists():
             break
         advance_clock(admin, 120)
-    assert not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists(), "none waits forever"
+    stuck = Job.objects.filter(state__in=Job.ACTIVE_STATES)
+    assert not stuck.exists(), [(j.pk, j.state, j.held_at, j.pending_code) for j in stuck]
     suspended = Job.objects.filter(events__kind="suspended").distinct()
     assert counts["suspended"] and suspended.exists(), counts
     for job in suspended:  # its preemptions are its evictions, none for a suspension

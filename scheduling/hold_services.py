@@ -21,11 +21,10 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from core import clock
-from core.roles import is_admin
 from core.security import has_control_characters, invisible_character_error
 from scheduling.holds import ADMIN, USER
 from scheduling.models import Job
-from scheduling.permissions import may_release
+from scheduling.permissions import holds_as_admin, may_release
 from scheduling.services import lock_active_job, record_action
 
 REASON_MAX = 300
@@ -74,7 +73,7 @@ def hold_job(user: Any, job_id: int, reason: Any = "", *, source_ip: str | None 
     """
     with transaction.atomic():
         job = lock_active_job(user, job_id, "hold")
-        kind = ADMIN if job.owner_id != user.pk and is_admin(user) else USER
+        kind = ADMIN if holds_as_admin(user, job) else USER
         reason = clean_hold_reason(reason, required=kind == ADMIN)
         if job.held_at is not None:
             by = job.held_by.username if job.held_by else "a former user"

@@ -144,3 +144,33 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
         evicted = Eviction.objects.filter(job=job, reason__in=["preemption", "inference"])
         assert job.preemption_count == evicted.count(), job.pk
     assert find_inconsistencies() == []
+
+
+def test_a_hold_committed_after_the_snapshot_is_not_launched(demo, monkeypatch):
+    """Step by step: the cycle reads the cluster and plans the job's start; the owner's
+    hold commits (on its own connection) before the launch; the launch re-reads the job
+    under its lock and leaves it, and the next cycle writes HELD."""
+    from scheduling.cycle import run as cycle_run
+
+    me, admin = demo["researcher"], demo["admin"]
+    make_quotas_roomy()
+    job_id = submit_job(me, JobRequest(name="planned", queue="llm-experiment", gpus=8)).pk
+    errors: list[str] = []
+    real = cycle_run.build_snapshot
+
+    def snapshot_then_hold(*args, **kwargs):
+        ctx = real(*args, **kwargs)
+        assert job_id in {p.id for p in ctx.snapshot.pending}, "planned by this cycle"
+        in_thread(errors, lambda: hold_job(me, job_id, "changed my mind")).join(20)
+        return ctx
+
+    monkeypatch.setattr(cycle_run, "build_snapshot", snapshot_then_hold)
+    summary = run_cycle_now(admin)
+    monkeypatch.setattr(cycle_run, "build_snapshot", real)
+    assert errors == []
+    job = Job.objects.get(pk=job_id)
+    assert (job.state, job.attempt, summary.starts) == ("pending", 0, 0)
+    assert job.held_at is not None
+    run_cycle_now(admin)
+    job.refresh_from_db()
+    assert (job.state, job.pending_code) == ("pending", "HELD")

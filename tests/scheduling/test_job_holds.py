@@ -253,3 +253,53 @@ def test_unknown_fields_ids_and_ended_jobs_are_refused(api):
     assert response.status_code == 409
     assert response.data["errors"]["state"] == ["job is already cancelled"]
     assert Job.objects.get(pk=job_id).held_at is None
+
+
+def test_the_wait_histogram_counts_from_the_release(api, django_capture_on_commit_callbacks):
+    """``gpuportal_job_wait_seconds``: the time before the hold does not count."""
+    from tests.scheduling.test_job_dependencies import wait_observed
+
+    admin, me = api("admin"), api("researcher")
+    held = submit(me, name="later", gpus=8)
+    assert hold(me, held).status_code == 200
+    cycle(admin)
+    advance(admin, 2 * 3600)
+    cycle(admin)
+    advance(admin, 600)
+    assert release(me, held).status_code == 200
+    advance(admin, 120)
+    count, total = wait_observed("llm-experiment")
+    with django_capture_on_commit_callbacks(execute=True):
+        cycle(admin)
+    job_row = Job.objects.get(pk=held)
+    assert job_row.state == "running"
+    new_count, new_total = wait_observed("llm-experiment")
+    assert new_count == count + 1
+    assert new_total - total == pytest.approx(
+        (job_row.started_at - job_row.released_at).total_seconds()
+    )
+    assert (job_row.started_at - job_row.submitted_at).total_seconds() > 2 * 3600
+
+
+def test_a_held_job_is_never_pending_too_long_and_a_released_one_waits_from_the_release(api):
+    from datetime import timedelta
+
+    from monitoring.models import Alert
+    from monitoring.rollup import rollup
+    from scheduling.clock import cluster_now
+
+    admin, me = api("admin"), api("researcher")
+    for i in range(4):  # the cluster is full: what is released waits
+        submit(me, name=f"full-{i}", gpus=8)
+    cycle(admin)
+    held = submit(me, name="held", gpus=8)
+    assert hold(me, held).status_code == 200
+    Job.objects.filter(pk=held).update(submitted_at=cluster_now() - timedelta(hours=7))
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "held: not waiting"
+    assert release(me, held).status_code == 200
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "released just now"
+    Job.objects.filter(pk=held).update(released_at=cluster_now() - timedelta(hours=7))
+    rollup()
+    assert Alert.objects.get(kind="pending_too_long", subject="llm-experiment")

@@ -456,8 +456,9 @@ JOB_MAIL_EVENTS: dict[str, tuple[str, ...]] = {
     JobMail.SUCCEEDED: ("succeeded",),
     JobMail.FAILED: ("failed",),
     # a run stopped and the job went back in the queue: preempted (asked to stop),
-    # requeued (stopped, progress kept), moved (consolidation), retried (a failed run)
-    JobMail.PREEMPTED: ("preempted", "requeued", "moved", "retried"),
+    # requeued (stopped, progress kept), moved (consolidation), retried (a failed run),
+    # suspended (held while it ran: only when someone else held it, ``job_mail``)
+    JobMail.PREEMPTED: ("preempted", "requeued", "moved", "retried", "suspended"),
     # only when someone else cancelled it (``cancel_job`` writes "cancelled by <name>")
     JobMail.CANCELLED: ("cancelled",),
 }

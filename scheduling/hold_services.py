@@ -28,7 +28,8 @@ from scheduling.permissions import holds_as_admin, may_release
 from scheduling.services import lock_active_job, record_action
 
 REASON_MAX = 300
-HOLD_FIELDS = ("held_by", "held_at", "hold_reason", "hold_kind")
+# The columns a hold or release writes (with ``updated_at``; a release also ``released_at``).
+WRITTEN_FIELDS = ("held_by", "held_at", "hold_reason", "hold_kind")
 ADMIN_HOLD = "an admin hold: only a cluster admin may release it"
 
 
@@ -80,7 +81,7 @@ def hold_job(user: Any, job_id: int, reason: Any = "", *, source_ip: str | None 
             raise ValidationError({"state": [f"job is already held by {by}"]})
         before = hold_state(job)
         job.held_by, job.held_at, job.hold_reason, job.hold_kind = user, clock.now(), reason, kind
-        job.save(update_fields=[*HOLD_FIELDS, "updated_at"])
+        job.save(update_fields=[*WRITTEN_FIELDS, "updated_at"])
         why = f": {reason}" if reason else ""
         if job.state == Job.State.PENDING:
             message = f"held by {user.username}{why}; it waits until released"
@@ -114,7 +115,7 @@ def release_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
             raise PermissionDenied(ADMIN_HOLD)
         before = hold_state(job)
         job.held_by, job.held_at, job.hold_reason, job.hold_kind = None, None, "", ""
-        fields = [*HOLD_FIELDS, "updated_at"]
+        fields = [*WRITTEN_FIELDS, "updated_at"]
         if job.state == Job.State.RUNNING:
             message = f"released by {user.username} before it was suspended: it keeps running"
         else:

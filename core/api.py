@@ -221,12 +221,19 @@ _NAME_LINE = _CONTROLS + _as_class(INVISIBLE_CHARACTERS)
 BODY_NAME = rf"^[^{_NAME_BODY}]*{_END}"
 BODY_NAME_NOT_BLANK = rf"^[^{_NAME_BODY}]*[^\s{_NAME_BODY}][^{_NAME_BODY}]*{_END}"
 LINE_NAME_NOT_BLANK = rf"^[^{_NAME_LINE}]*[^\s{_NAME_LINE}][^{_NAME_LINE}]*{_END}"
+LINE_NAME = rf"^[^{_NAME_LINE}]*{_END}"
 
 
 class NameField(serializers.CharField):
     """A name in a request body (a job's, its model's). The services refuse invisible
     format characters in names on every path (API, form, ``gpuctl``); with this field the
     schema's pattern says so (``document_errors``), so a client or a fuzzer knows."""
+
+
+class LineTextField(serializers.CharField):
+    """One line of text in a request body that the service refuses control characters
+    (line breaks and tabs too) and invisible format characters in (a hold's reason); with
+    this field the schema's pattern says so (``document_errors``)."""
 
 
 def _error(schema: str, description: str) -> dict:
@@ -264,7 +271,9 @@ def _document_body(component: dict, serializer: serializers.Serializer | None) -
             and not field.allow_blank
             and field.trim_whitespace
         )
-        if isinstance(field, NameField):
+        if isinstance(field, LineTextField):
+            prop["pattern"] = LINE_NAME_NOT_BLANK if not_blank else LINE_NAME
+        elif isinstance(field, NameField):
             prop["pattern"] = BODY_NAME_NOT_BLANK if not_blank else BODY_NAME
         else:
             prop["pattern"] = BODY_TEXT_NOT_BLANK if not_blank else BODY_TEXT

@@ -360,14 +360,14 @@ INVISIBLE_CHARACTERS = frozenset(
 )
 
 
-def invisible_character_error(text: str) -> str | None:
-    """The message refusing a name that holds an invisible format character (naming the
-    first as ``U+XXXX``), or None."""
+def invisible_character_error(text: str, what: str = "a name") -> str | None:
+    """The message refusing a name (or ``what`` text) that holds an invisible format
+    character (naming the first as ``U+XXXX``), or None."""
     for ch in text:
         if ch in INVISIBLE_CHARACTERS:
             return (
-                f"Invisible formatting characters are not allowed in a name (U+{ord(ch):04X}: "
-                "bidi controls and zero-width spaces make a name read as another)."
+                f"Invisible formatting characters are not allowed in {what} (U+{ord(ch):04X}: "
+                f"bidi controls and zero-width spaces make {what} read as another)."
             )
     return None
 

@@ -1,4 +1,4 @@
-"""gpuctl: submit, list, explain and cancel jobs; watch queues, nodes and alerts; request quota.
+"""gpuctl: submit, list, explain, cancel, hold and release jobs; watch queues, nodes and alerts; request quota.
 
 Every command is one or a few REST calls (API.md); nothing here knows the
 portal's internals. ``main(argv)`` returns the exit code, so tests and scripts
@@ -102,8 +102,9 @@ examples:
 EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
-its timeline. Reason codes: NEVER_FITS, DEPENDENCY (it waits for the jobs it was
-submitted --after to succeed), QUOTA_EXCEEDED, NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
+its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
+(it waits for the jobs it was submitted --after to succeed), QUOTA_EXCEEDED,
+NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
 TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
 the cluster could not start it yet; the portal retries on its own.
 
@@ -447,6 +448,24 @@ def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
         [job["id"] for job in jobs], lambda j: portal.post(f"jobs/{j}/cancel/"), args,
         lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
     )  # fmt: skip
+
+
+def _hold_text(job: dict) -> str:
+    """A job after a hold or release: its state and its hold, in one line."""
+    hold = job.get("hold")
+    if not hold:
+        return f"job {job['id']} ({job['name']}): {job['state']}, not held"
+    doing = "suspending: it checkpoints and stops" if job["state"] == "running" else "held"
+    return f"job {job['id']} ({job['name']}): {job['state']}, {doing} ({hold['kind']} hold)"
+
+
+def cmd_hold(portal: Portal, args: argparse.Namespace) -> int:
+    body = {"reason": args.reason} if args.reason is not None else {}
+    return _each(args.jobs, lambda j: portal.post(f"jobs/{j}/hold/", body), args, _hold_text)
+
+
+def cmd_release(portal: Portal, args: argparse.Namespace) -> int:
+    return _each(args.jobs, lambda j: portal.post(f"jobs/{j}/release/"), args, _hold_text)
 
 
 def _eviction_cell(queue: dict) -> str:
@@ -900,6 +919,34 @@ examples:
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
     p.add_argument("--dry-run", action="store_true", help="list the jobs chosen, cancel none")
     p.set_defaults(check=choice_problem, parser=p)
+
+    p = add(
+        "hold",
+        cmd_hold,
+        "hold jobs: a pending one waits, a running one is suspended (owner, lead, admin)",
+        epilog="""\
+A held job stays pending and is not scheduled until released. A running job is
+suspended: the next cycle checkpoints and stops it (progress kept; without a
+checkpoint path it restarts from the beginning), and it waits, held. An admin's
+hold of someone else's job needs --reason, and only an admin may release it.
+
+examples:
+  gpuctl hold 42
+  gpuctl hold 42 43 --reason 'waiting for the new dataset'""",
+    )
+    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
+    p.add_argument("--reason", help="why (shown on the job; required for an admin hold)")
+
+    p = add(
+        "release",
+        cmd_release,
+        "release held or suspended jobs: they queue again from now",
+        epilog="""\
+examples:
+  gpuctl release 42
+  gpuctl release 42 43 44""",
+    )
+    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
 
     p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
             epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip

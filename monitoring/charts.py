@@ -30,15 +30,16 @@ GREEN = "#009E73"
 PURPLE = "#CC79A7"
 GREY = "#777777"
 
-# Pending reason codes in API.md's order (the order they are checked in: DEPENDENCY, the
-# loop's own, right after NEVER_FITS), then the loop's LAUNCH_RETRY, a planned start the
-# cluster could not launch yet.
+# Pending reason codes in API.md's order (the order they are checked in: HELD and
+# DEPENDENCY, the loop's own, right after NEVER_FITS), then the loop's LAUNCH_RETRY, a
+# planned start the cluster could not launch yet.
 REASON_ORDER = (
-    "NEVER_FITS", "DEPENDENCY", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY", "PREEMPTING",
-    "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
+    "NEVER_FITS", "HELD", "DEPENDENCY", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
+    "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 )  # fmt: skip
 REASON_LABELS = {
     "NEVER_FITS": "never fits",
+    "HELD": "on hold",
     "DEPENDENCY": "waits for other jobs",
     "QUOTA_EXCEEDED": "quota full",
     "NODES_UNAVAILABLE": "nodes unavailable",
@@ -470,6 +471,7 @@ def idle_causes_figure(
 # looks the same in every window (the idle causes' style where a cause is that code's).
 REASON_STYLE = {
     "NEVER_FITS": (BLUE, "x"),
+    "HELD": (BLACK, "+"),
     "DEPENDENCY": (GREEN, "/"),
     "QUOTA_EXCEEDED": (VERMILION, ""),
     "NODES_UNAVAILABLE": (BLACK, "\\"),

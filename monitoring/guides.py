@@ -42,6 +42,8 @@ GUIDES: tuple[Guide, ...] = (
             "(see fragmentation on the dashboard).",
             "NEVER_FITS: it asks for something no healthy node has (GPU memory, RDMA, more "
             "than 8 GPUs per node).",
+            "HELD: its owner, their team lead or an admin put it on hold (or suspended it "
+            "while it ran); it waits until released, and its wait counts from the release.",
             "DEPENDENCY: it was submitted to start after other jobs, and waits for them to "
             "succeed; it is not in the queue yet (its owner's pipeline, not the cluster).",
             "DEMOTED: preempted more than 3 times; it was moved to the back of the line.",

@@ -225,8 +225,10 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     not_long_released = Job.objects.filter(
         ~Q(state=Job.State.SUCCEEDED) | Q(finished_at__gte=cutoff)
     ).values("pk")
+    # a held job is not waiting for the cluster; a released one waits since its release
     stale = (
-        Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=cutoff)
+        Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=cutoff, held_at__isnull=True)
+        .exclude(released_at__gte=cutoff)
         .exclude(after__in=not_long_released)
         .values("queue__name")
         .annotate(n=Count("id"))

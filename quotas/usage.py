@@ -52,7 +52,7 @@ class UsageRow:
     runs: int = 0
     running: int = 0
     wasted_gpu_hours: float = 0.0  # runs that failed (retried or not)
-    stopped_gpu_hours: float = 0.0  # runs stopped to make room, move or drain (requeued)
+    stopped_gpu_hours: float = 0.0  # runs stopped to make room, move, drain or suspend (requeued)
     percent: float | None = None  # of the cluster's GPU-hours in the period (``Usage``)
     quota_gpu_hours: float | None = None  # the quota held over the period (lines, queues)
 

@@ -31,11 +31,13 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(ReadOnlyAdmin):
-    """Jobs are submitted and cancelled through the services (the cycle releases their
-    GPUs); deleting one here would leave the cluster running it."""
+    """Jobs are submitted, cancelled, held and released through the services (the cycle
+    releases their GPUs, suspends held running jobs); deleting one here would leave the
+    cluster running it, and a hold set here would skip its audit record and timeline."""
 
-    list_display = ["number", "name", "owner", "queue", "tier", "gpus", "state", "pending_code"]
-    list_filter = ["state", "tier", "queue"]
+    list_display = ["number", "name", "owner", "queue", "tier", "gpus", "state", "pending_code",
+                    "hold_kind"]  # fmt: skip
+    list_filter = ["state", "tier", "queue", "hold_kind"]
     search_fields = ["name", "owner__username"]
     inlines = [JobEventInline]
 

@@ -1,4 +1,4 @@
-"""REST: jobs (list, detail, submit, cancel), simulator drills and a loop iteration on demand.
+"""REST: jobs (list, detail, submit, cancel, hold, release), simulator drills and a loop iteration on demand.
 
 The node API is ``scheduling.nodes.api``.
 """
@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from core import clock
 from core.api import (
     AsciiIdLookup,
+    LineTextField,
     NameField,
     SharedFields,
     SharedFieldsModelSerializer,
@@ -30,16 +31,22 @@ from core.api import (
     StrictSerializer,
     client_ip,
 )
-from core.filters import MineFilter
+from core.filters import MINE_CHOICES, YES, MineFilter
 from core.security import is_ascii_number
 from quotas.models import Tier
 from scheduling import limits, verdict_text
 from scheduling.cluster_lock import ClusterBusy
+from scheduling.hold_services import REASON_MAX, hold_job, release_job
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
 from scheduling.permissions import DrivesSimulator, OperatesNodes
-from scheduling.selectors import build_placement, list_jobs_for_user, visible_job_ids
+from scheduling.selectors import (
+    build_placement,
+    held_filter,
+    list_jobs_for_user,
+    visible_job_ids,
+)
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
@@ -138,6 +145,26 @@ class JobSerializer(SharedFieldsModelSerializer):
         }
 
 
+class HoldSerializer(serializers.Serializer):
+    """A job's hold (``scheduling.holds``): who, since when, why, and its kind (``admin``:
+    an admin's hold of someone else's job, which only an admin may release)."""
+
+    by = serializers.CharField(allow_null=True)
+    at = serializers.DateTimeField()
+    reason = serializers.CharField(allow_blank=True)
+    kind = serializers.ChoiceField(choices=["user", "admin"])
+
+
+class HoldRequestSerializer(StrictSerializer):
+    """The body of ``hold/``: an optional reason (required for an admin's hold of someone
+    else's job; the service checks it: length, control and invisible characters)."""
+
+    reason = LineTextField(
+        max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
+        help_text="why (shown on the job and in the audit log)",
+    )  # fmt: skip
+
+
 class JobEventSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     kind = serializers.CharField()
@@ -155,9 +182,21 @@ class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
     after = serializers.SerializerMethodField()
     waiting_for = serializers.SerializerMethodField()
+    hold = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for"]
+        fields = [
+            *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for", "hold",
+        ]  # fmt: skip
+
+    @extend_schema_field(HoldSerializer(allow_null=True))
+    def get_hold(self, obj: Job) -> dict | None:
+        """The job's hold while it is active and held, else null."""
+        if obj.held_at is None or not obj.is_active:
+            return None
+        by = obj.held_by.username if obj.held_by else None
+        hold = {"by": by, "at": obj.held_at, "reason": obj.hold_reason, "kind": obj.hold_kind}
+        return HoldSerializer(hold).data
 
     @extend_schema(responses=PlacementSerializer(many=True))
     def get_placement(self, obj: Job) -> list[dict]:
@@ -186,10 +225,17 @@ class JobFilter(django_filters.FilterSet):
     queue = django_filters.CharFilter(method="filter_queue")
     owner = django_filters.CharFilter(field_name="owner__username")
     mine = MineFilter("owner")
+    held = django_filters.ChoiceFilter(
+        choices=MINE_CHOICES, method="filter_held",
+        label="1/true: only jobs on hold; 0/false: the others",
+    )  # fmt: skip
 
     class Meta:
         model = Job
-        fields = ["state", "queue", "owner", "mine"]
+        fields = ["state", "queue", "owner", "mine", "held"]
+
+    def filter_held(self, qs, name, value: str):
+        return qs.filter(held_filter(value in YES))
 
     def filter_queue(self, qs, name, value: str):
         return (
@@ -210,7 +256,7 @@ class JobViewSet(AsciiIdLookup,
     def get_queryset(self):
         qs = list_jobs_for_user(self.request.user)
         if self.action == "retrieve":
-            qs = qs.prefetch_related("events", "after")
+            qs = qs.select_related("held_by").prefetch_related("events", "after")
         return qs
 
     def get_serializer_class(self):
@@ -245,6 +291,26 @@ class JobViewSet(AsciiIdLookup,
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         job = self.get_object()
         job = cancel_job(request.user, job.pk, source_ip=client_ip(request))
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=HoldRequestSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str | None = None) -> Response:
+        """Hold the job: a pending one waits until released; a running one is suspended
+        (checkpointed and stopped by the next cycle, then pending and held). The owner, their
+        team lead or an admin; an admin's hold of someone else's job needs a reason."""
+        job = self.get_object()
+        body = _valid(HoldRequestSerializer, request)
+        job = hold_job(request.user, job.pk, body.get("reason", ""), source_ip=client_ip(request))
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str | None = None) -> Response:
+        """Release a held or suspended job: it queues again from now (an admin hold: admins
+        only)."""
+        job = self.get_object()
+        job = release_job(request.user, job.pk, source_ip=client_ip(request))
         return Response(JobDetailSerializer(job).data)
 
 

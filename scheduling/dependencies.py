@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from scheduling import holds
 from scheduling.clock import to_epoch
 from scheduling.engine import explain
 from scheduling.engine import types as et
@@ -115,6 +116,16 @@ def _minute_up(t: float) -> float:
     return math.ceil(t / 60) * 60
 
 
+def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verdict | None:
+    """``NEVER_FITS`` when the cluster (``shape``) could never run the job as asked
+    (``row``: its ``snapshot.JOB_FIELDS``), else None: checked first for every held job."""
+    refusal = refusal_for(row, shape)
+    if refusal is None:
+        return None
+    code, message, details, remedy = explain.never_fits(job, refusal.why, refusal.details_dict())
+    return et.Verdict(code, message, details, remedy)
+
+
 def verdict(
     job: et.PendingJob, links: list[Link], ends: Mapping[int, float | None],
     shape: ClusterShape, row: Mapping,
@@ -124,12 +135,9 @@ def verdict(
     running jobs' predicted ends (epoch seconds). The estimated start is the latest
     predicted end of its unmet dependencies when all of them run with one, else none: a
     lower bound, as it then queues like any other job."""
-    refusal = refusal_for(row, shape)
-    if refusal is not None:
-        code, message, details, remedy = explain.never_fits(
-            job, refusal.why, refusal.details_dict()
-        )
-        return et.Verdict(code, message, details, remedy)
+    never = never_fits(job, shape, row)
+    if never is not None:
+        return never
     # the predicted end of each, to the minute (None: not running with one)
     until = [
         _minute_up(end) if link.state == Job.State.RUNNING and (end := ends.get(link.id)) else None
@@ -163,12 +171,17 @@ def held_verdicts(
     held: Mapping[int, et.PendingJob], links: PendingLinks, snapshot: et.Snapshot,
     rows: Mapping[int, Mapping],
 ) -> dict[int, et.Verdict]:  # fmt: skip
-    """The verdicts of the snapshot's held jobs (``verdict``), by job id."""
+    """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
+    ``HELD`` for a job on hold (``scheduling.holds``), else ``DEPENDENCY`` (``verdict``)."""
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
     shape = ClusterShape.of_nodes(snapshot.nodes)
-    return {
-        job_id: verdict(job, links.unmet[job_id], ends, shape, rows[job_id])
-        for job_id, job in held.items()
-    }
+    out = {}
+    for job_id, job in held.items():
+        row = rows[job_id]
+        if holds.is_held(row):
+            out[job_id] = never_fits(job, shape, row) or holds.verdict(row)
+        else:
+            out[job_id] = verdict(job, links.unmet[job_id], ends, shape, row)
+    return out

@@ -308,6 +308,11 @@ class JobFilterForm(QueryForm):
         choices=[("1", "Only mine"), ("0", "All I can see")],
         error_messages={"invalid_choice": "“%(value)s” is neither 1 (only mine) nor 0 (all)"},
     )  # fmt: skip
+    held = forms.ChoiceField(
+        label="On hold", required=False,
+        choices=[("", "Held or not"), ("1", "Only held"), ("0", "Not held")],
+        error_messages={"invalid_choice": "“%(value)s” is neither 1 (only held) nor 0 (not held)"},
+    )  # fmt: skip
     # Not drawn (the Filter button starts again at page 1); only checked. Beyond the last
     # page is the last page, as the list may have shrunk since the link was made.
     page = PageNumberField()

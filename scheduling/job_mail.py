@@ -159,8 +159,12 @@ def _events_for(pref: JobMailPreference, horizon: int) -> QuerySet[JobEvent]:
     rows = JobEvent.objects.filter(
         job__owner=user, pk__gt=pref.last_event_id, pk__lte=horizon, kind__in=kinds
     )
-    # ``cancel_job`` writes "cancelled by <username>": the owner's own cancel is not news
-    return rows.exclude(Q(kind="cancelled") & Q(message=f"cancelled by {user.username}"))
+    # ``cancel_job`` writes "cancelled by <username>": the owner's own cancel is not news,
+    # nor their own suspension (the loop writes "suspended by <username>: ...")
+    return rows.exclude(
+        Q(kind="cancelled") & Q(message=f"cancelled by {user.username}")
+        | Q(kind="suspended") & Q(message__startswith=f"suspended by {user.username}:")
+    )
 
 
 def _says(event: JobEvent) -> str:

@@ -174,6 +174,10 @@ class Job(models.Model):
     loop's ``DEPENDENCY`` reason and is not given to the engine; when one ends failed or
     cancelled the loop cancels it (``scheduling.cycle.dependencies``). Jobs are never
     pruned; a dependency's row deleted by hand takes its link with it and holds nothing.
+    ``held_*``/``hold_*`` (Slurm's ``scontrol hold``/``release``, ``scheduling.holds``): a
+    held job stays pending with the loop's ``HELD`` reason and is not given to the engine; a
+    running job held is suspended (checkpointed and stopped by the loop, back pending and
+    held). ``released_at``: its wait counts from its last release.
     """
 
     class State(models.TextChoices):
@@ -252,6 +256,24 @@ class Job(models.Model):
         "self", symmetrical=False, blank=True, related_name="dependents",
         help_text="jobs that must succeed before this one may start (Slurm's afterok)",
     )  # fmt: skip
+    # A hold (Slurm's ``scontrol hold``, ``scheduling.holds``): set, the job is not the
+    # engine's (a running one is suspended first); ``released_at`` is when the last hold was
+    # released, and its wait counts from then. Written only by ``scheduling.hold_services``.
+    held_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+", help_text="who holds it (none: not held, or their account is gone)",
+    )  # fmt: skip
+    held_at = models.DateTimeField(
+        null=True, blank=True, help_text="cluster time; set: the job is held"
+    )
+    hold_reason = models.CharField(max_length=300, blank=True)
+    hold_kind = models.CharField(
+        max_length=8, blank=True, choices=[("user", "user"), ("admin", "admin")],
+        help_text="user: its owner, team lead or an admin may release it; admin: admins only",
+    )  # fmt: skip
+    released_at = models.DateTimeField(
+        null=True, blank=True, help_text="cluster time its last hold was released"
+    )
 
     submitted_at = clock.ClusterTimeField(
         auto_now_add=True, db_index=True, help_text="cluster time"
@@ -300,6 +322,11 @@ class Job(models.Model):
                     Q(launch_first_failed_at__isnull=False) & Q(launch_last_failed_at__isnull=False)
                 ),
                 name="job_launch_streak_has_times",
+            ),
+            models.CheckConstraint(
+                condition=(Q(held_at__isnull=True) & Q(hold_kind=""))
+                | (Q(held_at__isnull=False) & Q(hold_kind__in=["user", "admin"])),
+                name="job_hold_has_time_and_kind",
             ),
         ]
 
@@ -367,7 +394,7 @@ class JobRun(models.Model):
         SUCCEEDED = "succeeded", "succeeded"
         FAILED = "failed", "failed (no retry left)"
         RETRIED = "retried", "failed, retried"
-        STOPPED = "stopped", "stopped and requeued (preempted, moved or drained)"
+        STOPPED = "stopped", "stopped and requeued (preempted, moved, drained or suspended)"
         CANCELLED = "cancelled", "cancelled"
 
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, related_name="runs")
@@ -429,8 +456,9 @@ JOB_MAIL_EVENTS: dict[str, tuple[str, ...]] = {
     JobMail.SUCCEEDED: ("succeeded",),
     JobMail.FAILED: ("failed",),
     # a run stopped and the job went back in the queue: preempted (asked to stop),
-    # requeued (stopped, progress kept), moved (consolidation), retried (a failed run)
-    JobMail.PREEMPTED: ("preempted", "requeued", "moved", "retried"),
+    # requeued (stopped, progress kept), moved (consolidation), retried (a failed run),
+    # suspended (held while it ran: only when someone else held it, ``job_mail``)
+    JobMail.PREEMPTED: ("preempted", "requeued", "moved", "retried", "suspended"),
     # only when someone else cancelled it (``cancel_job`` writes "cancelled by <name>")
     JobMail.CANCELLED: ("cancelled",),
 }

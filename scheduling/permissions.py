@@ -43,6 +43,18 @@ def may_cancel(user: Any, job: Job) -> bool:
     return job.queue.business_line_id in led_line_ids(user)
 
 
+def holds_as_admin(user: Any, job: Job) -> bool:
+    """Whether a hold ``user`` puts on ``job`` is an *admin* hold (Slurm's): an admin's
+    hold of someone else's job, which only an admin may release (``may_release``)."""
+    return job.owner_id != getattr(user, "pk", None) and is_admin(user)
+
+
+def may_release(user: Any, job: Job) -> bool:
+    """Release a held job: whoever may cancel it (``may_cancel``), but an admin hold
+    (``Job.hold_kind``, ``holds_as_admin``) only an admin."""
+    return may_cancel(user, job) and (job.hold_kind != "admin" or is_admin(user))
+
+
 def may_operate_nodes(user: Any) -> bool:
     """Cordon, drain, uncordon, clean residual processes, read the blast radius, inject
     drill faults: on-call engineers and admins."""

@@ -31,6 +31,13 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
     return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
 
 
+def held_filter(held: bool) -> Q:
+    """Jobs on hold (``scheduling.holds``: active and held), or (``held`` False) the others:
+    the job lists' ``held`` filter. A hold left on a job that ended holds nothing."""
+    on_hold = Q(held_at__isnull=False, state__in=Job.ACTIVE_STATES)
+    return on_hold if held else ~on_hold
+
+
 def get_job_for_user(user, job_id: int) -> Job | None:
     return list_jobs_for_user(user).filter(pk=job_id).first()
 
@@ -120,7 +127,8 @@ class QueueUsage:
     (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
     quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
     ``pending_jobs``: what its pending jobs ask for, but those waiting for other jobs to
-    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``).
+    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``) and those on hold
+    (``scheduling.holds``).
     """
 
     used_gpus: int = 0
@@ -149,7 +157,7 @@ def _use_by(*group: str, **where: Any) -> QuerySet:
     """The active jobs' use (``QueueUsage``'s counted fields) grouped by ``group``: one
     aggregate, the one rule for what holds GPUs and what is demand."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
-    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE)
+    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE) & Q(held_at__isnull=True)
     return (
         Job.objects.filter(state__in=Job.ACTIVE_STATES, **where)
         .values(*group)
@@ -207,7 +215,8 @@ class PersonUse:
 def people_of_line(line_id: int) -> list[PersonUse]:
     """Who holds and waits for a line's GPUs now, most GPUs held first (one query; the
     rules of ``build_usage``, so the GPUs held add up to the line's use). People whose only
-    active jobs wait for other jobs to succeed are left out: they use and ask for nothing."""
+    active jobs are on hold or wait for other jobs to succeed are left out: they use and ask
+    for nothing."""
     people = [
         PersonUse(r["owner__username"], *(r[f] or 0 for f in _USAGE_FIELDS))
         for r in _use_by("owner__username", queue__business_line_id=line_id)

@@ -305,20 +305,46 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     return job
 
 
+def lock_active_job(user: Any, job_id: int, verb: str) -> Job:
+    """The job, its row locked until the caller's transaction ends, after checking that
+    ``user`` may act on it (``may_cancel``: the owner, their team lead or an admin) and that
+    it is still active (compare-and-set: a job that ended is refused, "job is already
+    succeeded"). The shared first step of the actions on a job: cancel, hold, release.
+    """
+    # Only the job row, and FOR NO KEY UPDATE: a lock on its queue as well (select_related
+    # locks every joined row) deadlocked with the cycle, which refers to queues (#16).
+    rows = Job.objects.select_for_update(of=("self",), no_key=True)
+    job = rows.select_related("queue").get(pk=job_id)
+    if not may_cancel(user, job):
+        raise PermissionDenied(f"only the owner, their team lead or an admin may {verb}")
+    if not job.is_active:
+        raise ValidationError({"state": [f"job is already {job.state}"]})
+    return job
+
+
+def record_action(
+    user: Any, job: Job, action: str, event: tuple[str, str], change: tuple[dict, dict], *,
+    reason: str = "", source_ip: str | None = None,
+) -> None:  # fmt: skip
+    """What an action on a job leaves: a line on its timeline (``event``: kind, message), an
+    audit record ``job.<action>`` when ``user`` acted on someone else's job (``change``: the
+    fields it changed, before and after, as JSON values), and the queue pages told after
+    commit. Inside the action's transaction."""
+    add_event(job, *event)
+    if job.owner_id != user.pk:
+        before, after = change
+        audit.record(user, f"job.{action}", job, reason=reason, before=before, after=after,
+                     source_ip=source_ip)  # fmt: skip
+    publish_on_commit(*events.queues_updated(queue=job.queue.name))
+
+
 def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
     """Mark an active job cancelled; the loop releases its GPUs on the backend.
 
     Compare-and-set: a job already finished is refused with a clear error.
     """
     with transaction.atomic():
-        # Only the job row, and FOR NO KEY UPDATE: a lock on its queue as well (select_related
-        # locks every joined row) deadlocked with the cycle, which refers to queues (#16).
-        rows = Job.objects.select_for_update(of=("self",), no_key=True)
-        job = rows.select_related("queue").get(pk=job_id)
-        if not may_cancel(user, job):
-            raise PermissionDenied("only the owner, their team lead or an admin may cancel")
-        if not job.is_active:
-            raise ValidationError({"state": [f"job is already {job.state}"]})
+        job = lock_active_job(user, job_id, "cancel")
         before = {"state": job.state}
         was = set_state(job, Job.State.CANCELLED)
         fields = ["state", "updated_at"]
@@ -326,13 +352,8 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
             job.finished_at = clock.now()
             fields.append("finished_at")
         job.save(update_fields=fields)
-        add_event(job, "cancelled", f"cancelled by {user.username}")
-        if job.owner_id != user.pk:
-            audit.record(
-                user, "job.cancel", job, before=before, after={"state": job.state},
-                source_ip=source_ip,
-            )  # fmt: skip
-    publish_on_commit(*events.queues_updated(queue=job.queue.name))
+        record_action(user, job, "cancel", ("cancelled", f"cancelled by {user.username}"),
+                      (before, {"state": job.state}), source_ip=source_ip)  # fmt: skip
     return job
 
 

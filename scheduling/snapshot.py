@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
-from scheduling import borrow_inputs, dependencies
+from scheduling import borrow_inputs, dependencies, holds
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
@@ -32,10 +32,13 @@ class SnapshotContext:
     snapshot: et.Snapshot
     jobs: dict[int, dict]  # active job rows by id (values() dicts of ``JOB_FIELDS``)
     nodes: dict[str, dict]  # registered nodes by name (``NODE_FIELDS``)
-    # pending jobs left out of ``snapshot.pending``: they wait for other jobs to succeed
-    # (``scheduling.dependencies``), with those links
+    # pending jobs left out of ``snapshot.pending``: they are on hold (``scheduling.holds``)
+    # or wait for other jobs to succeed (``scheduling.dependencies``, with those links)
     held: dict[int, et.PendingJob] = field(default_factory=dict)
     links: dependencies.PendingLinks = field(default_factory=dependencies.PendingLinks)
+    # pending jobs that queue from later than their submission (epoch seconds): the last of
+    # their dependencies ended, or their hold was released, then
+    released_at: dict[int, float] = field(default_factory=dict)
 
 
 # The columns of an active job the engine, the predictor and the verdict writer read
@@ -46,13 +49,14 @@ JOB_FIELDS = (
     "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
     "queue_position", "estimated_start", "progress_seconds", "run_start_progress_seconds",
-    "checkpoint_path", "stop_reason", "move_to_node",
+    "checkpoint_path", "stop_reason", "move_to_node", *holds.HOLD_FIELDS,
 )  # fmt: skip
 # The times the engine reads, as epoch seconds computed by PostgreSQL (``<field>_ts``): a
 # float is cheap to send and read, where a timestamp is formatted by the server and parsed
 # in Python, thousands of times a cycle. ``date_part`` divides the stored microseconds by
 # a million as ``datetime.timestamp()`` does: the same float.
-EPOCH_FIELDS = ("submitted_at", "started_at", "last_checkpoint_at", "preempt_deadline")
+EPOCH_FIELDS = ("submitted_at", "started_at", "last_checkpoint_at", "preempt_deadline",
+                "held_at", "released_at")  # fmt: skip
 # A time in ``JOB_FIELDS`` read as a datetime (the verdict writer compares it with the new
 # one): sent as epoch seconds too and turned into a datetime here, once per distinct
 # instant (thousands of waiting jobs share a few estimated starts); ``fromtimestamp``
@@ -245,12 +249,19 @@ def build_snapshot(
     running, pending = [], []
     built, reused = {}, _previous.pending
     held: dict[int, et.PendingJob] = {}
+    released: dict[int, float] = {}
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         if r["state"] == Job.State.PENDING:
             predicted = predictor.waiting_s(r, queue.name, policy.overrun_s)
-            # a job that waited for others queues from when the last of them ended
-            queued_at = max(r["submitted_at_ts"] or now, links.released_at.get(r["id"], 0.0))
+            # a job that waited for others queues from when the last of them ended, a job
+            # that was held from its release
+            submitted = r["submitted_at_ts"] or now
+            queued_at = max(
+                submitted, links.released_at.get(r["id"], 0.0), r["released_at_ts"] or 0.0
+            )
+            if queued_at > submitted:
+                released[r["id"]] = queued_at
             inputs = (
                 queue.name,
                 queue.business_line.name,
@@ -264,7 +275,7 @@ def build_snapshot(
             else:
                 view = _pending_job(r, queue, predicted, inputs[3], inputs[4])
             built[r["id"]] = (r, inputs, view)
-            if r["id"] in links.unmet:  # waits for other jobs: not the engine's to plan
+            if holds.is_held(r) or r["id"] in links.unmet:  # not the engine's to plan
                 held[r["id"]] = view
             else:
                 pending.append(view)
@@ -331,4 +342,5 @@ def build_snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
         pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
-    return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links)
+    return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links,
+                           released_at=released)  # fmt: skip

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import views
+from scheduling import hold_views, views
 
 app_name = "scheduling"
 
@@ -13,4 +13,6 @@ urlpatterns = [
     path("jobs/feasibility/", views.feasibility, name="job-feasibility"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/hold/", hold_views.job_hold, name="job-hold"),
+    path("jobs/<int:job_id>/release/", hold_views.job_release, name="job-release"),
 ]

@@ -33,11 +33,12 @@ from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
-from scheduling.permissions import may_cancel, sees_all_jobs
+from scheduling.permissions import may_cancel, may_release, sees_all_jobs
 from scheduling.selectors import (
     build_placement,
     cluster_shape,
     get_job_for_user,
+    held_filter,
     list_jobs_for_user,
     list_linked_jobs,
     list_queues_for_submit,
@@ -50,6 +51,7 @@ JOBS_PER_PAGE = 50
 # Each pending code in plain words (the guide says the same).
 CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "HELD": "On hold",
     "DEPENDENCY": "Waiting for other jobs to succeed",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
@@ -109,6 +111,7 @@ def gpu_options() -> list[estimator.GpuOption]:
 # The submit form's headline per answer (the job page's CODE_TITLES, said of a job not yet sent).
 WHATIF_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
+    "HELD": "On hold",
     "QUOTA_EXCEEDED": "Would wait for quota",
     "NODES_UNAVAILABLE": "Would wait for nodes to come back",
     "PRIORITY": "Would wait: higher-priority work goes first",
@@ -398,6 +401,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         jobs = jobs.filter(queue_id=chosen["queue"])
     if chosen.get("mine", params["mine"]) == "1":
         jobs = jobs.filter(owner=user)
+    if chosen.get("held"):
+        jobs = jobs.filter(held_filter(chosen["held"] == "1"))
     jobs = jobs.only(
         "id",
         "name",
@@ -428,7 +433,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _visible_job(request: HttpRequest, job_id: int) -> Job:
+def visible_job(request: HttpRequest, job_id: int) -> Job:
     """The job if the user may see it, else 404 (whether or not it exists)."""
     job = get_job_for_user(request.user, job_id)
     if job is None:
@@ -441,7 +446,7 @@ def _visible_job(request: HttpRequest, job_id: int) -> Job:
 @takes_query()
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     """One job: state, placement, timeline, and for a pending job its verdict in words."""
-    job = _visible_job(request, job_id)
+    job = visible_job(request, job_id)
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
     progress = job.progress_at(clock.now())  # the header's clock reads the same instant
@@ -460,6 +465,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,
+        # hold (a running job: suspend) and release (``scheduling.hold_views``)
+        "can_hold": job.is_active and allowed and job.held_at is None,
+        "can_release": job.is_active and job.held_at is not None and may_release(request.user, job),
         "live_config": {
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",
@@ -511,7 +519,7 @@ def job_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     A running (or checkpointing) job is cancelled in two steps: a post without
     ``confirm=1`` answers with what the cancel loses and changes nothing (core.confirm).
     """
-    job = _visible_job(request, job_id)
+    job = visible_job(request, job_id)
     if (
         job.state in CONFIRM_CANCEL_STATES
         and may_cancel(request.user, job)

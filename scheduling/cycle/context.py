@@ -115,11 +115,12 @@ class Cycle:
         self.events: list[JobEvent] = []
         # pending reasons of planned starts not launched (yet): written with the verdicts
         self.launch_verdicts: dict[int, et.Verdict] = {}
-        # pending reasons of jobs held for their dependencies (``scheduling.dependencies``):
-        # the engine never saw them
+        # pending reasons of jobs on hold (``scheduling.holds``) or held for their
+        # dependencies (``scheduling.dependencies``): the engine never saw them
         self.dependency_verdicts: dict[int, et.Verdict] = {}
-        # when the jobs that waited for others were released (the last of those ended):
-        # their wait counts from then (``telemetry.record_starts``)
+        # when the jobs that waited for others or were held were released (the last of
+        # those ended, the hold was released): their wait counts from then
+        # (``telemetry.record_starts``)
         self.released_at: dict[int, float] = {}
         # nodes' recent models after the runs that ended (``finished.note_models``): the
         # snapshot plans with them; written last (``finished.remember_models``)

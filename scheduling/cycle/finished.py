@@ -2,7 +2,8 @@
 
 A run that succeeded finishes its job; one stopped on request after a checkpoint puts
 its job back in the queue with its progress (an ``Eviction`` row when it made room for
-other work: R4's ratio); any other end is retried while retries are left, else the job
+other work: R4's ratio; a suspended job comes back held, with no eviction: not a
+preemption, ``scheduling.holds``); any other end is retried while retries are left, else the job
 fails. The jobs are decided in memory and written in a few statements: GPUs freed, jobs
 updated, evictions inserted; the model that just ran is remembered for its nodes (for
 node-group affinity): on the cycle, which plans with it and writes it last.
@@ -18,6 +19,7 @@ from scheduling.cycle.context import Cycle
 from scheduling.cycle.stops import moved_for, moved_to
 from scheduling.cycle.telemetry import record_evictions
 from scheduling.engine.explain import count
+from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, JobRun, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -183,7 +185,9 @@ def requeue_after_stop(
     if reason == "checkpoint":  # the checkpoint it restarts from: the page's "Last checkpoint"
         job.last_checkpoint_at = at
     saved = "after its checkpoint" if reason == "checkpoint" else f"({reason})"
-    if cause == CONSOLIDATION:
+    if cause == SUSPEND:
+        cycle.event(job, "suspended", _suspended_words(job, saved, progress), at=at)
+    elif cause == CONSOLIDATION:
         cycle.event(
             job, "moved",
             f"moved {moved_for(for_job)}: stopped {saved} and "
@@ -203,3 +207,12 @@ def requeue_after_stop(
     job.stop_reason = ""
     job.borrowed = False
     cycle.report.counts["requeued"] += 1
+
+
+def _suspended_words(job: Job, saved: str, progress: float) -> str:
+    """The timeline's line of a suspended run that stopped (``saved``: how)."""
+    kept = f"{int(progress // 60)} min of progress kept"
+    if job.held_at is None:  # released while it checkpointed
+        return f"suspended: stopped {saved}, released meanwhile: back in the queue with {kept}"
+    by = job.held_by.username if job.held_by else "a former user"
+    return f"suspended by {by}: stopped {saved} and held with {kept}; release it to queue it again"

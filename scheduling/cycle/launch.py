@@ -1,6 +1,6 @@
 """Launching the plan's starts, with backoff after transient launch errors.
 
-Compare-and-set: only jobs still pending are started. Each launch is told to the
+Compare-and-set: only jobs still pending, and not put on hold, are started. Each launch is told to the
 backend first, under the run's deterministic name (``run_ref``), so a launch whose
 commit is lost is adopted by the next cycle, never made twice; a launch is never
 retried within the cycle. The GPU allocations of all successful launches are written in
@@ -43,7 +43,10 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     jobs = {
         j.pk: j
         for j in Job.objects.select_for_update().filter(
-            pk__in=[s.job_id for s in starts], state=Job.State.PENDING
+            # not put on hold since the snapshot either (``scheduling.holds``)
+            pk__in=[s.job_id for s in starts],
+            state=Job.State.PENDING,
+            held_at__isnull=True,
         )
     }
     # Held until the cycle commits: a node cordoned, drained or isolated since the snapshot
@@ -61,7 +64,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     for start in starts:
         job = jobs.get(start.job_id)
         if job is None:
-            continue  # cancelled (or adopted) since the snapshot
+            continue  # cancelled, held (or adopted) since the snapshot
         if lost := {s.node: isolated[s.node] for s in start.placement if s.node in isolated}:
             # its node was isolated since the snapshot: planned again next cycle, and says so
             cycle.launch_verdicts[job.pk] = out_of_service(lost)

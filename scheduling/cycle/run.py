@@ -75,7 +75,7 @@ def plan_and_apply(
     if trace is not None:
         trace.snapshot, trace.now = ctx.snapshot, cycle.obs.now
     cycle.dependency_verdicts = held_verdicts(ctx.held, ctx.links, ctx.snapshot, ctx.jobs)
-    cycle.released_at = ctx.links.released_at
+    cycle.released_at = ctx.released_at
     with timer.phase("plan"):
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
     with timer.phase("check"):

@@ -1,5 +1,6 @@
-"""Requests to stop running jobs: moves off leaving nodes, inference yields, preemptions,
-and the plan's migrations (consolidation: checkpoint, then restart elsewhere).
+"""Requests to stop running jobs: moves off leaving nodes, inference yields, suspensions
+(a running job put on hold, ``scheduling.holds``), preemptions, and the plan's migrations
+(consolidation: checkpoint, then restart elsewhere).
 
 Every stop is asked of the backend first; only when it accepts does the job become
 ``preempting`` (with a deadline after which ``reconcile.still_running`` kills it), so a
@@ -17,6 +18,7 @@ from scheduling.cycle.context import Cycle, production_policy
 from scheduling.engine import types as et
 from scheduling.engine.inference_yield import NodeTenant, yielders
 from scheduling.engine.policy import victim_cost_gpu_h
+from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
@@ -35,7 +37,8 @@ MOVE_WORDS = {
 
 
 def jobs_to_move(cycle: Cycle) -> dict[int, str]:
-    """Running jobs that must leave their nodes, with why: drain, health or inference."""
+    """Running jobs that must stop, with why: drain, health or inference (they move), or
+    suspend (put on hold: they stop and wait until released; first, whatever else)."""
     leaving = set(
         Node.objects.filter(state__in=[Node.State.DRAINING, Node.State.UNHEALTHY])
         .values_list("name", flat=True)
@@ -46,9 +49,23 @@ def jobs_to_move(cycle: Cycle) -> dict[int, str]:
             node__name__in=leaving, job__state=Job.State.RUNNING
         ).values_list("job_id", "node__state"):
             stops[job_id] = "drain" if node == Node.State.DRAINING else "health"
+    suspended = Job.objects.filter(state=Job.State.RUNNING, held_at__isnull=False)
+    stops.update(dict.fromkeys(suspended.values_list("pk", flat=True), SUSPEND))
     for job_id in inference_yielders(cycle, set(stops)):
         stops.setdefault(job_id, "inference")
     return stops
+
+
+def stop_words(job: Job, cause: str) -> str:
+    """The timeline's line of a stop ``request_stops`` asked for."""
+    if cause != SUSPEND:
+        return f"asked to checkpoint and move: {MOVE_WORDS[cause]}"
+    by = job.held_by.username if job.held_by else "a former user"
+    fresh = "" if job.checkpoint_path else (
+        "; it has no checkpoint path: unless it saves its own progress it restarts from the "
+        "beginning when released"
+    )  # fmt: skip
+    return f"asked to checkpoint and stop: suspended by {by}; it waits, held, until released{fresh}"
 
 
 def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
@@ -95,6 +112,8 @@ def request_stops(cycle: Cycle) -> None:
     stops = jobs_to_move(cycle)
     for job in Job.objects.select_for_update().filter(pk__in=stops, state=Job.State.RUNNING):
         cause = stops[job.pk]
+        if cause == SUSPEND and job.held_at is None:
+            continue  # compare-and-set: released since it was read
         if not cycle.call(f"stop {job.backend_ref}", cycle.backend.checkpoint_and_stop,
                           job.backend_ref, grace):  # fmt: skip
             continue
@@ -102,8 +121,8 @@ def request_stops(cycle: Cycle) -> None:
         job.stop_reason = cause
         job.preempt_deadline = to_datetime(cycle.now + grace)
         job.save(update_fields=["state", "stop_reason", "preempt_deadline", "updated_at"])
-        cycle.event(job, "checkpointing", f"asked to checkpoint and move: {MOVE_WORDS[cause]}")
-        cycle.report.counts["moved"] += 1
+        cycle.event(job, "checkpointing", stop_words(job, cause))
+        cycle.report.counts["suspended" if cause == SUSPEND else "moved"] += 1
 
 
 def _lock_jobs(ids: set[int]) -> dict[int, Job]:

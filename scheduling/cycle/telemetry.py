@@ -39,8 +39,9 @@ def record_evictions(evictions: list[Eviction]) -> None:
 
 def record_starts(jobs: list[Job], released_at: Mapping[int, float] | None = None) -> None:
     """Runs admitted; a first start also observes the wait since submission, or since the
-    last of the jobs it waited for ended (``released_at``, epoch seconds, by job id: it
-    queued from then, ``scheduling.dependencies``)."""
+    last of the jobs it waited for ended or its hold was released (``released_at``, epoch
+    seconds, by job id: it queued from then, ``scheduling.dependencies``,
+    ``scheduling.holds``)."""
     if not jobs:
         return
     released = released_at or {}

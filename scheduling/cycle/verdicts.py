@@ -17,14 +17,15 @@ from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
 from scheduling.cycle.context import Cycle
 from scheduling.dependencies import DEPENDENCY_CODE
 from scheduling.engine import types as et
+from scheduling.holds import HELD_CODE
 from scheduling.models import Job
 from scheduling.sql import bulk_set
 
 # Every code a waiting job's verdict can have, in API.md's order: the engine's (``PRECEDENCE``)
-# with the loop's own, ``DEPENDENCY`` right after ``NEVER_FITS`` (a job held for other jobs
-# is never the engine's) and ``LAUNCH_RETRY`` last.
+# with the loop's own, ``HELD`` then ``DEPENDENCY`` right after ``NEVER_FITS`` (a job on hold
+# or held for other jobs is never the engine's) and ``LAUNCH_RETRY`` last.
 PENDING_CODES: tuple[str, ...] = (
-    et.Code.NEVER_FITS, DEPENDENCY_CODE,
+    et.Code.NEVER_FITS, HELD_CODE, DEPENDENCY_CODE,
     *(code for code in et.PRECEDENCE if code != et.Code.NEVER_FITS), LAUNCH_RETRY_CODE,
 )  # fmt: skip
 
@@ -34,10 +35,10 @@ VERDICT_FIELDS = ["pending_code", "pending_message", "pending_details", "pending
 
 def counts_by_code(cycle: Cycle, plan: et.Plan) -> dict[str, int]:
     """Pending jobs per reason code: the engine's verdicts and the loop's own (launch
-    retries, starts skipped because their node left service, jobs held for their
-    dependencies)."""
+    retries, starts skipped because their node left service, jobs on hold or held for
+    their dependencies)."""
     counts = plan.counts_by_code()
-    counts[LAUNCH_RETRY_CODE] = counts[DEPENDENCY_CODE] = 0
+    counts[LAUNCH_RETRY_CODE] = counts[DEPENDENCY_CODE] = counts[HELD_CODE] = 0
     for v in (*cycle.launch_verdicts.values(), *cycle.dependency_verdicts.values()):
         counts[v.code] = counts.get(v.code, 0) + 1
     return counts
@@ -49,7 +50,8 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
     The engine's verdicts, plus the loop's own for planned starts that were not launched
     (``LAUNCH_RETRY_CODE``, or ``NODES_UNAVAILABLE`` when the node left service after the
     snapshot): such a job has no engine verdict, it was planned to start. And those of the
-    jobs held for their dependencies (``DEPENDENCY_CODE``), which the engine never saw.
+    jobs on hold (``HELD_CODE``) or held for their dependencies (``DEPENDENCY_CODE``), which
+    the engine never saw.
     ``rows`` are the snapshot's job rows: what each job said before this cycle.
     """
     changed = []

@@ -112,6 +112,21 @@ CASES: dict[str, Case] = {
         denied={"researcher2": 404, "oncall": 403},
         effect=lambda w: _state(w.job, Job, "pk") == "cancelled",
     ),
+    "job hold": Case(
+        "post",
+        "jobs/{job}/hold/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        body={"reason": "matrix"},
+        effect=lambda w: _state(w.job, Job, "pk", "held_at") is not None,
+    ),
+    # the job is not held: those who may release it are told so (409), the others refused
+    "job release": Case(
+        "post",
+        "jobs/{job}/release/",
+        {"researcher": 409, "lead": 409, "admin": 409},
+        denied={"researcher2": 404, "oncall": 403},
+    ),
     "nodes list": Case("get", "nodes/", EVERYONE_SIGNED_IN),
     "node detail": Case("get", "nodes/{node}/", EVERYONE_SIGNED_IN),
     "node cordon": _node_action("cordon", "fan", becomes="cordoned"),
@@ -185,7 +200,7 @@ QUOTA_CASES: dict[str, Case] = {
 def snapshot() -> dict:
     """Everything a refused call must leave as it was."""
     return {
-        "jobs": list(Job.objects.order_by("pk").values_list("pk", "state", "name")),
+        "jobs": list(Job.objects.order_by("pk").values_list("pk", "state", "name", "held_at")),
         "events": JobEvent.objects.count(),
         "nodes": list(Node.objects.order_by("name").values_list("name", "state", "health")),
         "alerts": list(Alert.objects.order_by("pk").values_list("pk", "status")),
@@ -253,6 +268,8 @@ def test_unknown_objects_are_404_for_those_allowed_to_act(api, world):
     admin = api("admin")
     assert admin.get("/api/v1/jobs/999999/").status_code == 404
     assert admin.post("/api/v1/jobs/999999/cancel/").status_code == 404
+    assert admin.post("/api/v1/jobs/999999/hold/", {"reason": "x"}).status_code == 404
+    assert admin.post("/api/v1/jobs/999999/release/").status_code == 404
     assert admin.get("/api/v1/nodes/no-such-node/").status_code == 404
     assert admin.post("/api/v1/nodes/no-such-node/cordon/", {"reason": "x"}).status_code == 404
     assert admin.post("/api/v1/alerts/999999/ack/").status_code == 404
@@ -275,7 +292,8 @@ def test_refused_writes_with_bad_bodies_still_store_nothing(api, world):
 def test_the_matrix_covers_every_api_md_path(world):
     """The case tables above name every resource path of API.md (v1 prefix)."""
     documented = {
-        "business-lines/", "queues/", "jobs/", "jobs/{id}/", "jobs/{id}/cancel/", "nodes/",
+        "business-lines/", "queues/", "jobs/", "jobs/{id}/", "jobs/{id}/cancel/",
+        "jobs/{id}/hold/", "jobs/{id}/release/", "nodes/",
         "nodes/{name}/cordon/", "nodes/{name}/drain/", "nodes/{name}/uncordon/", "alerts/",
         "alerts/{id}/ack/", "alerts/{id}/resolve/", "quota-requests/",
         "quota-requests/{id}/impact/", "quota-requests/{id}/approve/",

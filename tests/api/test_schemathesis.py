@@ -85,13 +85,17 @@ CHECKS = [
 WRITES = {
     "admin": {
         "POST /api/v1/jobs/", "POST /api/v1/jobs/{id}/cancel/",
+        "POST /api/v1/jobs/{id}/hold/", "POST /api/v1/jobs/{id}/release/",
         "POST /api/v1/nodes/{name}/cordon/", "POST /api/v1/nodes/{name}/drain/",
         "POST /api/v1/nodes/{name}/uncordon/", "POST /api/v1/alerts/{id}/ack/",
         "POST /api/v1/alerts/{id}/resolve/", "POST /api/v1/quota-requests/{id}/approve/",
         "POST /api/v1/quota-requests/{id}/reject/", "POST /api/v1/simulator/advance/",
         "POST /api/v1/simulator/faults/", "POST /api/v1/scheduler/cycle/",
     },
-    "researcher": {"POST /api/v1/jobs/", "POST /api/v1/jobs/{id}/cancel/"},
+    "researcher": {
+        "POST /api/v1/jobs/", "POST /api/v1/jobs/{id}/cancel/", "POST /api/v1/jobs/{id}/hold/",
+        "POST /api/v1/jobs/{id}/release/",
+    },
 }  # fmt: skip
 
 
@@ -220,6 +224,8 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
         "*": r"This job could never run on this cluster, even empty: ",
     },
+    # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
+    "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {
         "queue": r"queue \S+ belongs to the line \S+, not \S+$",
         "starts_at": r"at most 2 years ahead |at most 2 years ago: ",

@@ -116,6 +116,7 @@ class PlainJobDetail(serializers.ModelSerializer):
     events = JobEventSerializer(many=True, read_only=True)
     after = serializers.SerializerMethodField()
     waiting_for = serializers.SerializerMethodField()
+    hold = serializers.SerializerMethodField()
 
     class Meta(JobDetailSerializer.Meta):
         pass
@@ -124,6 +125,7 @@ class PlainJobDetail(serializers.ModelSerializer):
     get_placement = JobDetailSerializer.get_placement
     get_after = JobDetailSerializer.get_after
     get_waiting_for = JobDetailSerializer.get_waiting_for
+    get_hold = JobDetailSerializer.get_hold
     _after = JobDetailSerializer._after
 
 
@@ -132,6 +134,9 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
     make_quotas_roomy()
     ids = [submit(api("researcher"), name=f"s{i}", gpus=1 + i) for i in range(3)]
     ids.append(submit(api("researcher"), name="after", gpus=1, after=ids[:2]))
+    assert (
+        api("researcher").post(f"/api/v1/jobs/{ids[0]}/hold/", {"reason": "r"}).status_code == 200
+    )
     jobs = list(Job.objects.select_related("queue__business_line", "owner").filter(pk__in=ids))
     for job in jobs:
         assert JobDetailSerializer(job).data == PlainJobDetail(job).data
@@ -139,7 +144,7 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
         {
             k: v
             for k, v in PlainJobDetail(j).data.items()
-            if k not in ("placement", "events", "after", "waiting_for")
+            if k not in ("placement", "events", "after", "waiting_for", "hold")
         }
         for j in jobs
     ]

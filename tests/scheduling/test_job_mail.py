@@ -167,6 +167,19 @@ def test_a_cancel_is_mailed_only_when_someone_else_cancelled(
     assert "mine-cancelled" not in sent.body
 
 
+def test_a_suspension_is_mailed_only_when_someone_else_suspended(
+    demo, django_capture_on_commit_callbacks
+):
+    me = demo["researcher"]
+    set_job_mail_preference(me, ["preempted"])
+    mine, theirs = job(me, "mine-suspended"), job(me, "lead-suspended")
+    happen(mine, "suspended", "suspended by researcher: stopped after its checkpoint and held")
+    happen(theirs, "suspended", "suspended by lead: stopped after its checkpoint and held")
+    (sent,) = run(django_capture_on_commit_callbacks)
+    assert "lead-suspended) suspended by lead: stopped" in sent.body
+    assert "mine-suspended" not in sent.body
+
+
 def test_turning_mail_on_sets_the_watermark_and_a_change_of_kinds_keeps_it(demo):
     me = demo["researcher"]
     happen(job(me, "a"), "started")

@@ -59,7 +59,8 @@ FUZZ = settings(
 
 # The POST paths of API.md: the schema must list them all (so none escapes the fuzz).
 API_MD_POSTS = {
-    "/api/v1/jobs/", "/api/v1/jobs/{id}/cancel/", "/api/v1/nodes/{name}/cordon/",
+    "/api/v1/jobs/", "/api/v1/jobs/{id}/cancel/", "/api/v1/jobs/{id}/hold/",
+    "/api/v1/jobs/{id}/release/", "/api/v1/nodes/{name}/cordon/",
     "/api/v1/nodes/{name}/drain/", "/api/v1/nodes/{name}/uncordon/",
     "/api/v1/alerts/{id}/ack/", "/api/v1/alerts/{id}/resolve/", "/api/v1/quota-requests/",
     "/api/v1/quota-requests/{id}/approve/", "/api/v1/quota-requests/{id}/reject/",

@@ -45,6 +45,19 @@ def test_who_may_cancel_whose_job(people, owner, line, persona):
 
 
 @pytest.mark.parametrize("persona", personas.PERSONAS)
+@pytest.mark.parametrize(("owner", "line"), sorted(CANCEL))
+@pytest.mark.parametrize("kind", ["user", "admin"])
+def test_who_may_release_whose_hold(people, owner, line, persona, kind):
+    """Whoever may cancel it releases a user hold; an admin hold, only admins."""
+    job = Job(owner=people[owner], queue=Queue(name="q", business_line=people["lines"][line]),
+              hold_kind=kind)  # fmt: skip
+    may = persona in CANCEL[owner, line] and (kind == "user" or persona in personas.ADMINS)
+    assert permissions.may_release(people[persona], job) is may
+    admin_hold = persona in personas.ADMINS and persona != owner
+    assert permissions.holds_as_admin(people[persona], job) is admin_hold
+
+
+@pytest.mark.parametrize("persona", personas.PERSONAS)
 def test_the_api_permission_is_the_predicate(people, persona):
     granted = OperatesNodes().has_permission(personas.FakeRequest(people[persona]), None)
     assert granted is permissions.may_operate_nodes(people[persona])
@@ -53,7 +66,7 @@ def test_the_api_permission_is_the_predicate(people, persona):
 
 def test_every_predicate_of_the_module_is_in_a_table():
     public = personas.public_predicates(permissions)
-    assert public == set(TABLE) | {"may_cancel"}
+    assert public == set(TABLE) | {"may_cancel", "may_release", "holds_as_admin"}
 
 
 def test_a_role_change_is_seen_by_a_fresh_user_object(people):

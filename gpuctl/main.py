@@ -417,13 +417,14 @@ def choice_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def chosen_jobs(portal: Portal, args: argparse.Namespace) -> list[dict]:
+def chosen_jobs(portal: Portal, args: argparse.Namespace, **only: Any) -> list[dict]:
     """The jobs a command acts on: those named (``{"id": N}``), or those the filters match
-    among the active ones (``scancel -u USER -p QUEUE -t STATE``; ``--me``), oldest first
-    (``choice_problem`` has refused anything else)."""
+    among the active ones (``scancel -u USER -p QUEUE -t STATE``; ``--me``; ``only``: the
+    command's own, e.g. ``held=1``), oldest first (``choice_problem`` has refused anything
+    else)."""
     if args.jobs:
         return [{"id": job_id} for job_id in dict.fromkeys(args.jobs)]
-    filters = {"queue": args.queue, "owner": args.owner}
+    filters = {"queue": args.queue, "owner": args.owner, **only}
     if args.mine:
         filters["mine"] = 1
     rows: dict[int, dict] = {}
@@ -433,8 +434,12 @@ def chosen_jobs(portal: Portal, args: argparse.Namespace) -> list[dict]:
     return [rows[job_id] for job_id in sorted(rows)]
 
 
-def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
-    jobs = chosen_jobs(portal, args)
+def act_on_chosen(
+    portal: Portal, args: argparse.Namespace, verb: str, act, describe, **only: Any
+) -> int:
+    """``act`` (job id -> the API's answer) on each job ``chosen_jobs`` chooses, or with
+    ``--dry-run`` the list of them, acted on by none."""
+    jobs = chosen_jobs(portal, args, **only)
     if not jobs:
         return nothing("no jobs match")
     if args.dry_run and args.json:
@@ -442,10 +447,25 @@ def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.dry_run:
         for job in jobs:
-            print(f"would cancel job {job['id']} ({job['name']}): {job['state']}, {job['owner']}")
+            print(f"would {verb} job {job['id']} ({job['name']}): {job['state']}, {job['owner']}")
         return EXIT_OK
-    return _each(
-        [job["id"] for job in jobs], lambda j: portal.post(f"jobs/{j}/cancel/"), args,
+    return _each([job["id"] for job in jobs], act, args, describe)
+
+
+def add_job_choice(p: argparse.ArgumentParser, verb: str) -> None:
+    """The ways a command on jobs chooses them: ids, or filters (``chosen_jobs``)."""
+    p.add_argument("jobs", nargs="*", type=whole_number, metavar="JOB")
+    p.add_argument("--state", choices=ACTIVE_STATES, help="only jobs in this state")
+    p.add_argument("-q", "--queue", help="only jobs of this queue (name or id)")
+    p.add_argument("-u", "--owner", "--user", dest="owner", help="only this user's jobs")
+    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("--dry-run", action="store_true", help=f"list the jobs chosen, {verb} none")
+    p.set_defaults(check=choice_problem, parser=p)
+
+
+def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
+    return act_on_chosen(
+        portal, args, "cancel", lambda j: portal.post(f"jobs/{j}/cancel/"),
         lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
     )  # fmt: skip
 
@@ -461,11 +481,13 @@ def _hold_text(job: dict) -> str:
 
 def cmd_hold(portal: Portal, args: argparse.Namespace) -> int:
     body = {"reason": args.reason} if args.reason is not None else {}
-    return _each(args.jobs, lambda j: portal.post(f"jobs/{j}/hold/", body), args, _hold_text)
+    return act_on_chosen(portal, args, "hold", lambda j: portal.post(f"jobs/{j}/hold/", body),
+                         _hold_text, held=0)  # fmt: skip
 
 
 def cmd_release(portal: Portal, args: argparse.Namespace) -> int:
-    return _each(args.jobs, lambda j: portal.post(f"jobs/{j}/release/"), args, _hold_text)
+    return act_on_chosen(portal, args, "release", lambda j: portal.post(f"jobs/{j}/release/"),
+                         _hold_text, held=1)  # fmt: skip
 
 
 def _eviction_cell(queue: dict) -> str:
@@ -912,13 +934,7 @@ examples:
   gpuctl cancel --me --state pending --dry-run   # what it would cancel
   gpuctl cancel --me -q llm-experiment           # scancel -u $USER -p llm-experiment""",
     )
-    p.add_argument("jobs", nargs="*", type=whole_number, metavar="JOB")
-    p.add_argument("--state", choices=ACTIVE_STATES, help="only jobs in this state")
-    p.add_argument("-q", "--queue", help="only jobs of this queue (name or id)")
-    p.add_argument("-u", "--owner", "--user", dest="owner", help="only this user's jobs")
-    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
-    p.add_argument("--dry-run", action="store_true", help="list the jobs chosen, cancel none")
-    p.set_defaults(check=choice_problem, parser=p)
+    add_job_choice(p, "cancel")
 
     p = add(
         "hold",
@@ -932,9 +948,10 @@ hold of someone else's job needs --reason, and only an admin may release it.
 
 examples:
   gpuctl hold 42
-  gpuctl hold 42 43 --reason 'waiting for the new dataset'""",
+  gpuctl hold 42 43 --reason 'waiting for the new dataset'
+  gpuctl hold --me --state pending               # every job of mine not started yet""",
     )
-    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
+    add_job_choice(p, "hold")
     p.add_argument("--reason", help="why (shown on the job; required for an admin hold)")
 
     p = add(
@@ -944,9 +961,10 @@ examples:
         epilog="""\
 examples:
   gpuctl release 42
-  gpuctl release 42 43 44""",
+  gpuctl release 42 43 44
+  gpuctl release --me                            # every held job of mine""",
     )
-    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
+    add_job_choice(p, "release")
 
     p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
             epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip

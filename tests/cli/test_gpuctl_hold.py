@@ -61,3 +61,23 @@ def test_a_running_job_is_suspended_and_refusals_carry_the_portals_words(gpuctl,
     run = gpuctl("researcher2", "release", str(running))
     assert run.code == 1, "not theirs to see"
     assert Job.objects.get(pk=running).held_at is not None
+
+
+def test_hold_and_release_choose_jobs_by_filters(gpuctl, roomy, api):
+    """``--me``/``-q``/``--state`` as ``cancel``'s: hold chooses jobs not held, release the
+    held ones; ``--dry-run`` changes nothing."""
+    ids = [submit(gpuctl, f"sweep-{i}") for i in range(3)]
+    dry = gpuctl("researcher", "hold", "--me", "--state", "pending", "--dry-run")
+    assert dry.code == 0 and [line.split()[3] for line in dry.out.splitlines()] == [
+        str(i) for i in ids
+    ]
+    assert not Job.objects.filter(held_at__isnull=False).exists()
+    run = gpuctl("researcher", "hold", "--me", "--state", "pending", "--reason", "bad data")
+    assert run.code == 0 and run.out.count("held (user hold)") == 3, run.err
+    again = gpuctl("researcher", "hold", "--me")  # all held already: none chosen
+    assert again.code == 0 and again.out == "" and "no jobs match" in again.err
+    run = gpuctl("researcher", "release", "--me", "-q", "llm-core")
+    assert run.code == 0 and run.out.count("not held") == 3, run.err
+    assert not Job.objects.filter(held_at__isnull=False).exists()
+    refused = gpuctl("researcher", "release")
+    assert refused.code == 2 and "gpuctl release: error:" in refused.err

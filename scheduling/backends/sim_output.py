@@ -164,4 +164,3 @@ def synthetic_tail(f: RunFacts, max_bytes: int) -> OutputTail:
         kept.append(data)
         size += len(data)
     return OutputTail(data=b"".join(reversed(kept)), truncated=truncated, source=SOURCE)
-

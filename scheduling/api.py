@@ -38,6 +38,7 @@ from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
+from scheduling.output_api import JobOutputActions
 from scheduling.permissions import DrivesSimulator, OperatesNodes
 from scheduling.selectors import build_placement, list_jobs_for_user, visible_job_ids
 from scheduling.services import JobRequest, cancel_job, submit_job
@@ -199,7 +200,7 @@ class JobFilter(django_filters.FilterSet):
         )
 
 
-class JobViewSet(AsciiIdLookup,
+class JobViewSet(AsciiIdLookup, JobOutputActions,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip

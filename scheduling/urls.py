@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import views
+from scheduling import output_views, views
 
 app_name = "scheduling"
 
@@ -13,4 +13,5 @@ urlpatterns = [
     path("jobs/feasibility/", views.feasibility, name="job-feasibility"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("jobs/<int:job_id>/output/", output_views.job_output, name="job-output"),
 ]

@@ -33,7 +33,7 @@ from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
-from scheduling.permissions import may_cancel, sees_all_jobs
+from scheduling.permissions import may_cancel, may_read_output, sees_all_jobs
 from scheduling.selectors import (
     build_placement,
     cluster_shape,
@@ -459,6 +459,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,
+        "may_read_output": may_read_output(request.user, job),
         "live_config": {
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",

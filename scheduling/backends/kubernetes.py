@@ -107,7 +107,7 @@ JSON = "application/json"  # the client sets no Content-Type on creates; say it
 # Pod logs: lines asked for per byte wanted (short lines), at least; and the byte bound.
 LOG_BYTES_PER_LINE = 16
 LOG_MIN_LINES = 100
-LOG_LIMIT_FACTOR = 4
+LOG_LIMIT_BYTES = 4 << 20
 KILL_GRACE_S = 1  # `kubectl delete --now`; 0 means force deletion for pods
 CHECKPOINT_SLACK_S = 2.0  # pods gone this close to the deadline still count as checkpointed
 DB_TEXT = 32  # Node.rack/block/gpu_model are CharField(max_length=32)
@@ -871,8 +871,9 @@ class KubernetesBackend(ClusterBackend):
         ``trainer``: ``GET .../pods/<pod>/log?tailLines=N&limitBytes=M``.
 
         The log API has no byte tail: the last ``tailLines`` (enough for ``max_bytes`` of
-        short lines), at most ``limitBytes`` (a bound on what a pod of long lines sends),
-        cut to the last ``max_bytes`` here. Kubernetes keeps a pod's log only while the
+        short lines), cut to the last ``max_bytes`` here. ``limitBytes`` bounds what a pod
+        of long lines sends; it cuts the *end* off, so an answer that reaches it is asked
+        again for fewer lines (a single line longer than the bound shows its beginning). Kubernetes keeps a pod's log only while the
         pod exists: a run whose pods were deleted (stopped, preempted, or its Job removed
         after its TTL) has none.
         """
@@ -886,14 +887,18 @@ class KubernetesBackend(ClusterBackend):
             )
         pod = _name(items[0])
         lines = max(LOG_MIN_LINES, max_bytes // LOG_BYTES_PER_LINE)
-        try:
-            data = self._raw_request(
-                f"read the log of {pod}", self.core.read_namespaced_pod_log, pod, self.namespace,
-                container=volcano.CONTAINER_NAME, tail_lines=lines,
-                limit_bytes=max_bytes * LOG_LIMIT_FACTOR,
-            )  # fmt: skip
-        except PermanentBackendError as err:  # e.g. 400: the container has not started
-            return NoOutput(f"no log of pod {pod} yet: {err}")
+        while True:
+            try:
+                data = self._raw_request(
+                    f"read the log of {pod}", self.core.read_namespaced_pod_log, pod,
+                    self.namespace, container=volcano.CONTAINER_NAME, tail_lines=lines,
+                    limit_bytes=LOG_LIMIT_BYTES,
+                )  # fmt: skip
+            except PermanentBackendError as err:  # e.g. 400: the container has not started
+                return NoOutput(f"no log of pod {pod} yet: {err}")
+            if len(data) < LOG_LIMIT_BYTES or lines == 1:
+                break
+            lines = max(1, lines // 8)  # cut at the limit, so not the end: fewer, later lines
         text, cut = tail_bytes(data, max_bytes)
         truncated = cut or data.count(b"\n") >= lines
         source = f"pod {self.namespace}/{pod}, container {volcano.CONTAINER_NAME}"

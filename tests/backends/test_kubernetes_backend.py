@@ -737,12 +737,21 @@ def test_read_output_reads_the_end_of_the_rank_0_pods_log(recorded):
     assert calls_of(pool) == [
         ("GET", PODS_PATH, {"labelSelector": "gpu-portal.io/run-ref=portal-7-1"}),
         ("GET", f"{PODS_PATH}/portal-7-1-node0-0/log",
-         {"container": "trainer", "tailLines": "100", "limitBytes": "256"}),
+         {"container": "trainer", "tailLines": "100", "limitBytes": str(4 << 20)}),
     ]  # fmt: skip
     assert out.data == log[-64:] and out.truncated
     assert out.source == "pod gpu-portal/portal-7-1-node0-0, container trainer"
     whole = backend.read_output("portal-7-1", 4096)
     assert whole.data == log and not whole.truncated
+
+
+def test_read_output_asks_for_fewer_lines_when_the_byte_bound_cut_the_end(recorded, monkeypatch):
+    monkeypatch.setattr("scheduling.backends.kubernetes.LOG_LIMIT_BYTES", 64)
+    backend, pool = backend_on(recorded)
+    out = backend.read_output("portal-7-1", 20)
+    asked = [c.query["tailLines"] for c in pool.calls if c.path.endswith("/log")]
+    assert asked == ["100", "12", "1"]  # answers that reach the 64-byte bound lost their end
+    assert out.data == b"step 300 loss 1.88\n" and out.truncated
 
 
 def test_read_output_of_a_run_without_pods_says_they_are_gone(recorded):

@@ -57,6 +57,7 @@ class JobOutput:
     (``truncated``), where it came from (``source``), and ``reason`` when there is none."""
 
     job_id: int
+    state: str  # the job's, when read (``gpuctl logs -f`` stops once it has ended)
     attempt: int | None  # the run read; None: the job has not run
     attempts: int  # runs launched so far (1 .. attempts may be asked for)
     text: str
@@ -67,7 +68,7 @@ class JobOutput:
     def as_dict(self) -> dict[str, Any]:
         """The API's body (``docs/api.md``, "Job output")."""
         return {
-            "job": self.job_id, "attempt": self.attempt, "attempts": self.attempts,
+            "job": self.job_id, "state": self.state, "attempt": self.attempt, "attempts": self.attempts,
             "text": self.text, "truncated": self.truncated, "source": self.source,
             "reason": self.reason or None,
         }  # fmt: skip
@@ -107,7 +108,7 @@ def read_job_output(
     if not may_read_output(user, job):
         raise PermissionDenied(f"{OUTPUT_READERS} may read a job's output")
     chosen = check_request(job, attempt, max_bytes)
-    base = {"job_id": job.pk, "attempts": job.attempt}
+    base = {"job_id": job.pk, "state": job.state, "attempts": job.attempt}
     if chosen is None:
         return JobOutput(**base, attempt=None, text="", truncated=False, source="",
                          reason="the job has not started a run yet")  # fmt: skip

@@ -31,6 +31,7 @@ class JobOutputSerializer(serializers.Serializer):
     """The answer (documentation only: ``JobOutput.as_dict`` builds it)."""
 
     job = serializers.IntegerField()
+    state = serializers.CharField(help_text="the job's state when read")
     attempt = serializers.IntegerField(allow_null=True, help_text="the run read; null: none yet")
     attempts = serializers.IntegerField(help_text="runs launched so far (attempt 1..attempts)")
     text = serializers.CharField(

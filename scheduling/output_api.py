@@ -6,8 +6,7 @@ its rules are ``scheduling/output.py``; here only the query and the answer.
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -22,9 +21,11 @@ RETRY_AFTER_S = 5
 class OutputQuery(StrictSerializer):
     """The query: which run (default the latest) and how many bytes of its end."""
 
-    attempt = StrictIntegerField(min_value=1, max_value=1_000_000, required=False)
+    attempt = StrictIntegerField(min_value=1, max_value=1_000_000, required=False,
+                                 help_text="run 1..attempts (default: the latest); one the "
+                                 "job has not had is a 400 naming its runs")  # fmt: skip
     bytes = StrictIntegerField(min_value=1, max_value=MAX_BYTES, required=False,
-                               default=DEFAULT_BYTES)  # fmt: skip
+                               default=DEFAULT_BYTES, help_text="how much of the end to read")  # fmt: skip
 
 
 class JobOutputSerializer(serializers.Serializer):
@@ -58,12 +59,7 @@ class JobOutputActions:
     """``output``: the job's output, for its owner, their team lead, on-call and admins."""
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("attempt", OpenApiTypes.INT, description="run 1..attempts "
-                             "(default: the latest)"),
-            OpenApiParameter("bytes", OpenApiTypes.INT, description=f"how much of the end "
-                             f"to read, 1..{MAX_BYTES} (default {DEFAULT_BYTES})"),
-        ],
+        parameters=[OutputQuery],
         responses={
             200: JobOutputSerializer,
             503: OpenApiResponse(description="the cluster could not answer now; try again "

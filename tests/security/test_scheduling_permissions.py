@@ -32,6 +32,15 @@ CANCEL = {
 }
 
 
+# may_read_output(user, job): the owner, a lead of the job's line, on-call and admins.
+READ_OUTPUT = {
+    ("researcher", "alpha"): {"researcher", "lead", *personas.OPERATORS},
+    ("outsider", "beta"): {"outsider", "other_lead", *personas.OPERATORS},
+    ("lead", "alpha"): {"lead", *personas.OPERATORS},
+    ("oncall", "beta"): {"oncall", "other_lead", *personas.OPERATORS},
+}
+
+
 @pytest.mark.parametrize(("predicate", "persona"), personas.table_cases(TABLE))
 def test_each_predicate_for_each_persona(people, predicate, persona):
     assert personas.answers_as_table(permissions, TABLE, people, predicate, persona)
@@ -45,6 +54,14 @@ def test_who_may_cancel_whose_job(people, owner, line, persona):
 
 
 @pytest.mark.parametrize("persona", personas.PERSONAS)
+@pytest.mark.parametrize(("owner", "line"), sorted(READ_OUTPUT))
+def test_who_may_read_whose_output(people, owner, line, persona):
+    job = Job(owner=people[owner], queue=Queue(name="q", business_line=people["lines"][line]))
+    expected = persona in READ_OUTPUT[owner, line]
+    assert permissions.may_read_output(people[persona], job) is expected
+
+
+@pytest.mark.parametrize("persona", personas.PERSONAS)
 def test_the_api_permission_is_the_predicate(people, persona):
     granted = OperatesNodes().has_permission(personas.FakeRequest(people[persona]), None)
     assert granted is permissions.may_operate_nodes(people[persona])
@@ -53,7 +70,7 @@ def test_the_api_permission_is_the_predicate(people, persona):
 
 def test_every_predicate_of_the_module_is_in_a_table():
     public = personas.public_predicates(permissions)
-    assert public == set(TABLE) | {"may_cancel"}
+    assert public == set(TABLE) | {"may_cancel", "may_read_output"}
 
 
 def test_a_role_change_is_seen_by_a_fresh_user_object(people):

@@ -114,4 +114,4 @@ class ReadOnlySimulatorStore(DatabaseSimulatorStore):
                               saved_wall=self.row.saved_wall, speed=self.row.speed)  # fmt: skip
 
     def save(self, saved: SavedSimulator) -> None:
-        raise RuntimeError("a read-only simulator is never saved")
+        raise RuntimeError("a read-only simulator store never saves (a what-if, a job's output)")

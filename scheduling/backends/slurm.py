@@ -898,30 +898,31 @@ class SlurmBackend(ClusterBackend):
         the portal host can read (shared storage).
 
         The path is Slurm's own (``scontrol show job -o``: ``StdOut=``, expanded) while
-        Slurm lists the run, else the pattern expanded for the run (``%x`` its ref, ``%u``
-        the portal's user, any ``%j``: the newest such file). Read by
+        Slurm lists the run (``squeue -n <ref>``), else the pattern expanded for the run
+        (``%x`` its ref, ``%u`` the portal's user, any ``%j``: the newest such file). Read by
         ``scheduling/backends/output_files.py``: inside the pattern's directory only.
         """
         files = OutputFiles.configure(self.job_output, self.workdir)
         if files is None:
             return NOT_KEPT
         user = getpass.getuser()
-        jobs, _ = self._list_jobs()
-        mine = [j for j in jobs if j.name == ref]
         path = None
-        if mine:
-            newest = max(mine, key=lambda j: j.job_id)
-            path = self._stdout_of(newest.job_id) or files.expand(
-                name=ref, user=newest.user or user, job_id=newest.job_id
-            )
+        slurm_id = self._newest_job_named(ref)
+        if slurm_id is not None:
+            path = self._stdout_of(slurm_id) or files.expand(name=ref, user=user, job_id=slurm_id)
         if path is None:
             path = files.newest(name=ref, user=user)
         if path is None:
-            return NoOutput(
-                f"no output file of {ref}: Slurm no longer lists the run and no file "
-                f"matches {files.pattern}"
-            )
+            gone = "" if slurm_id is not None else "Slurm no longer lists the run and "
+            return NoOutput(f"no output file of {ref}: {gone}no file matches {files.pattern}")
         return files.tail(path, max_bytes)
+
+    def _newest_job_named(self, ref: str) -> int | None:
+        """The newest Slurm job id named ``ref`` that Slurm still lists (plain ``squeue``
+        honours ``-n``/``-t``; ``--json`` would list every job of the cluster)."""
+        out = self._call(self.cli.run, ["squeue", "-h", "-t", "all", "-n", ref, "-o", "%i"])
+        ids = [int(word) for word in out.split() if word.isascii() and word.isdigit()]
+        return max(ids, default=None)
 
     def _stdout_of(self, slurm_id: int) -> str | None:
         """``StdOut=`` of ``scontrol show job -o`` (None when Slurm no longer knows it)."""

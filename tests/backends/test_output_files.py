@@ -104,7 +104,7 @@ def test_without_a_job_id_the_newest_matching_file(logs):
 
 def slurm_without_the_run(logs: Path, monkeypatch, pattern: str = "%x-%j.out") -> SlurmBackend:
     backend = SlurmBackend(cli=SlurmCLI(env={}), job_output=str(logs / pattern), workdir="/tmp")
-    monkeypatch.setattr(backend, "_list_jobs", lambda: ([], {}))  # squeue forgot it (MinJobAge)
+    monkeypatch.setattr(backend, "_newest_job_named", lambda ref: None)  # forgotten (MinJobAge)
     return backend
 
 

@@ -41,6 +41,7 @@ from gpuctl.output import (
     fmt_detail,
     fmt_indices,
     fmt_time,
+    fmt_when,
     mode,
     print_json,
     set_mode,
@@ -234,8 +235,8 @@ def _reason_code(job: dict) -> str:
 JOB_COLUMNS = columns(
     ("ID", "id"), ("NAME", "name"), ("OWNER", "owner"), ("QUEUE", "queue"), ("TIER", "tier"),
     ("GPUS", "gpus"), ("STATE", "state"), ("REASON", _reason_code),
-    ("SUBMITTED", lambda j: fmt_time(j.get("submitted_at"))),
-    ("EST.START", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
+    ("SUBMITTED(UTC)", lambda j: fmt_time(j.get("submitted_at"))),
+    ("EST.START(UTC)", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
 )  # fmt: skip
 
 
@@ -246,7 +247,7 @@ JOB_WIDE_COLUMNS = [
     *JOB_COLUMNS[4:6],
     *columns(("PER.NODE", "gpus_per_node"), ("PREEMPTED", "preemption_count"), lenient=True),
     *JOB_COLUMNS[6:],
-    *columns(("STARTED", lambda j: fmt_time(j.get("started_at")))),
+    *columns(("STARTED(UTC)", lambda j: fmt_time(j.get("started_at")))),
 ]
 
 
@@ -308,7 +309,7 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     if reason and reason.get("estimated_start_text"):
         return str(reason["estimated_start_text"])
     if job.get("estimated_start"):
-        return fmt_time(job["estimated_start"]) + " UTC"
+        return fmt_when(job["estimated_start"])
     why = ((reason or {}).get("details") or {}).get(NO_ESTIMATE)
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
@@ -362,9 +363,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
             f"{p['node']}[{fmt_indices(p['gpus'])}]" for p in job["placement"]
         )))  # fmt: skip
     if job.get("started_at"):
-        rows.append(("started", fmt_time(job["started_at"]) + " UTC"))
+        rows.append(("started", fmt_when(job["started_at"])))
     if job.get("finished_at"):
-        rows.append(("finished", fmt_time(job["finished_at"]) + " UTC"))
+        rows.append(("finished", fmt_when(job["finished_at"])))
     if job.get("failure_reason"):
         rows.append(("failure", job["failure_reason"]))
     fields(rows)
@@ -379,7 +380,7 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         print(f"{title}:")
         width = max(len(e["kind"]) for e in shown)
         for e in shown:
-            print(f"  {fmt_time(e['at'])}  {e['kind'].ljust(width)}  {e['message']}")
+            print(f"  {fmt_when(e['at'])}  {e['kind'].ljust(width)}  {e['message']}")
     return EXIT_OK
 
 
@@ -401,9 +402,50 @@ def _each(ids: Sequence[str], act, args: argparse.Namespace, describe) -> int:
     return code
 
 
+# the states a job can be cancelled in (``--state`` narrows them)
+ACTIVE_STATES = ("pending", "running", "preempting")
+
+
+def choice_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with how a command chooses its jobs (``chosen_jobs``), for the usage
+    error: ids and filters together, or neither (never "every job")."""
+    narrowed = args.queue or args.owner or args.mine or args.state
+    if args.jobs and narrowed:
+        return "give job ids or filters (--me, -u, -q, --state), not both"
+    if not args.jobs and not narrowed:
+        return "name the jobs, or choose them with --me, -u USER, -q QUEUE or --state"
+    return None
+
+
+def chosen_jobs(portal: Portal, args: argparse.Namespace) -> list[dict]:
+    """The jobs a command acts on: those named (``{"id": N}``), or those the filters match
+    among the active ones (``scancel -u USER -p QUEUE -t STATE``; ``--me``), oldest first
+    (``choice_problem`` has refused anything else)."""
+    if args.jobs:
+        return [{"id": job_id} for job_id in dict.fromkeys(args.jobs)]
+    filters = {"queue": args.queue, "owner": args.owner}
+    if args.mine:
+        filters["mine"] = 1
+    rows: dict[int, dict] = {}
+    for state in (args.state,) if args.state else ACTIVE_STATES:
+        for row in portal.fetch_list("jobs/", limit=None, state=state, **filters)[0]:
+            rows[row["id"]] = row
+    return [rows[job_id] for job_id in sorted(rows)]
+
+
 def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
+    jobs = chosen_jobs(portal, args)
+    if not jobs:
+        return nothing("no jobs match")
+    if args.dry_run and args.json:
+        print_json(jobs)
+        return EXIT_OK
+    if args.dry_run:
+        for job in jobs:
+            print(f"would cancel job {job['id']} ({job['name']}): {job['state']}, {job['owner']}")
+        return EXIT_OK
     return _each(
-        args.jobs, lambda j: portal.post(f"jobs/{j}/cancel/"), args,
+        [job["id"] for job in jobs], lambda j: portal.post(f"jobs/{j}/cancel/"), args,
         lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
     )  # fmt: skip
 
@@ -514,15 +556,15 @@ def cmd_alerts(portal: Portal, args: argparse.Namespace) -> int:
     table(rows, columns(
         ("ID", "id"), ("SEVERITY", "severity"), ("STATUS", "status"), ("KIND", "kind"),
         ("SUBJECT", "subject"), ("COUNT", lambda a: a.get("count", 1)),
-        ("CREATED", lambda a: fmt_time(a["created_at"])),
+        ("CREATED(UTC)", lambda a: fmt_time(a["created_at"])),
         ("MESSAGE", lambda a: _clip(a["message"], 70)),
     ))  # fmt: skip
     return EXIT_OK
 
 
 MAINTENANCE_COLUMNS = columns(
-    ("ID", "id"), ("STATE", "state"), ("STARTS", lambda w: fmt_time(w["starts_at"])),
-    ("ENDS", lambda w: fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"),
+    ("ID", "id"), ("STATE", "state"), ("STARTS(UTC)", lambda w: fmt_time(w["starts_at"])),
+    ("ENDS(UTC)", lambda w: fmt_time(w["ends_at"]) if w["ends_at"] else "open-ended"),
     ("NODES", lambda w: _clip(",".join(w["nodes"]), 40)), ("BY", "created_by"),
     ("REASON", lambda w: _clip(w["reason"], 50)),
 )  # fmt: skip
@@ -596,7 +638,7 @@ def cmd_quota(portal: Portal, args: argparse.Namespace) -> int:
         table(rows, columns(
             ("ID", "id"), ("LINE", "business_line"), ("QUEUE", "queue"), ("QUOTA", "quota_gpus"),
             ("GUARANTEE", "guarantee_gpus"), ("STATUS", lambda r: r.get("status") or r.get("state")),
-            ("BY", "requester"), ("CREATED", lambda r: fmt_time(r.get("created_at"))),
+            ("BY", "requester"), ("CREATED(UTC)", lambda r: fmt_time(r.get("created_at"))),
             ("REASON", lambda r: _clip(r.get("reason") or "", 50)), lenient=True,
         ))  # fmt: skip
         return EXIT_OK
@@ -848,9 +890,17 @@ examples:
         epilog="""\
 examples:
   gpuctl cancel 42
-  gpuctl cancel 42 43 44""",
+  gpuctl cancel 42 43 44
+  gpuctl cancel --me --state pending --dry-run   # what it would cancel
+  gpuctl cancel --me -q llm-experiment           # scancel -u $USER -p llm-experiment""",
     )
-    p.add_argument("jobs", nargs="+", type=whole_number, metavar="JOB")
+    p.add_argument("jobs", nargs="*", type=whole_number, metavar="JOB")
+    p.add_argument("--state", choices=ACTIVE_STATES, help="only jobs in this state")
+    p.add_argument("-q", "--queue", help="only jobs of this queue (name or id)")
+    p.add_argument("-u", "--owner", "--user", dest="owner", help="only this user's jobs")
+    p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("--dry-run", action="store_true", help="list the jobs chosen, cancel none")
+    p.set_defaults(check=choice_problem, parser=p)
 
     p = add("logs", logs.cmd_logs, logs.HELP, logs.LOGS_HELP)
     logs.add_arguments(p, _seconds)
@@ -953,6 +1003,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return int(exc.code or 0)
+    problem = getattr(args, "check", lambda _args: None)(args)
+    if problem:  # a rule across arguments argparse cannot say: a usage error all the same
+        try:
+            args.parser.error(problem)
+        except SystemExit as exc:
+            return int(exc.code or 0)
     output = getattr(args, "output", None) or ("json" if args.json else "table")
     args.json = output in ("json", "yaml")  # the commands print the API's objects
     set_mode(output, headers=not getattr(args, "no_headers", False))

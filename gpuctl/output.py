@@ -122,6 +122,13 @@ def fmt_time(value: str | None) -> str:
     return dt.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
+def fmt_when(value: str | None) -> str:
+    """A time in a sentence, its zone named: ``2026-11-29 10:12 UTC`` (``-`` when absent).
+    Tables name the zone in their headers (``SUBMITTED(UTC)``) and use ``fmt_time``."""
+    shown = fmt_time(value)
+    return f"{shown} UTC" if value and shown != value else shown
+
+
 def fmt_duration(seconds: float) -> str:
     """Seconds -> ``45 s``, ``20 min``, ``2 h 10 min`` (up to 47 h), ``3 d 4 h`` (as the
     portal says them)."""
@@ -142,8 +149,7 @@ def fmt_detail(key: str, value: Any) -> Any:
     """One number of a verdict's ``details`` for people: ``..._at`` times as dates (UTC),
     ``..._seconds`` as durations; anything else as it is."""
     if key.endswith("_at") and isinstance(value, str) and value:
-        shown = fmt_time(value)
-        return f"{shown} UTC" if shown != value else value
+        return fmt_when(value)
     if key.endswith("_seconds") and isinstance(value, int | float) and not isinstance(value, bool):
         return fmt_duration(value)
     return value

@@ -23,6 +23,7 @@ from django.db.models import (
     F,
     FloatField,
     Func,
+    Min,
     Q,
     Sum,
     Value,
@@ -75,10 +76,13 @@ class UsageRow:
 @dataclass
 class Usage:
     """The report of one period: totals, and rows per line, queue and person (largest
-    first). ``capacity_gpu_hours``: the cluster's GPUs today times the period's hours so
-    far (the share a row's hours are of it). ``recorded_since``: the first recorded run's
-    end, when earlier runs may be missing (runs are recorded since the upgrade that
-    brought the report)."""
+    first). ``counted_from``: the period's start, or when the cluster's known runs begin if
+    later (a cluster that began inside the period: ``runs_begin``). ``capacity_gpu_hours``:
+    the cluster's GPUs today times the hours from ``counted_from`` to ``until`` (the share
+    a row's hours are of it; the quotas' hours are over the same span).
+    ``recorded_since``: set when runs ended in the period before the portal recorded any
+    (it records them since the upgrade that brought the report): the first recorded run's
+    end, before which runs are missing."""
 
     start: datetime
     end: datetime
@@ -89,6 +93,7 @@ class Usage:
     people: list[UsageRow] = field(default_factory=list)
     capacity_gpu_hours: float = 0.0
     recorded_since: datetime | None = None
+    counted_from: datetime | None = None
 
     def share(self, row: UsageRow) -> float | None:
         return row.gpu_hours / self.capacity_gpu_hours if self.capacity_gpu_hours else None
@@ -151,14 +156,35 @@ def build_usage_report(user: Any, start: datetime, end: datetime, now: datetime)
     pieces = [(r, r["outcome"]) for r in ended] + [(r, None) for r in going]
     _add_rows(usage, [(r["queue_id"], r["owner_id"], max(0.0, r["gpu_s"] or 0) / 3600, r["n"], o)
                       for r, o in pieces])  # fmt: skip
-    _add_quotas(usage, start, until)
+    usage.recorded_since = _missing_before(start, until)
+    begin = None if usage.recorded_since is not None else runs_begin()
+    usage.counted_from = counted = min(until, max(start, begin or start))
+    _add_quotas(usage, counted, until)
     gpus = cluster_shape()[1]
-    usage.capacity_gpu_hours = gpus * (until - start).total_seconds() / 3600
+    usage.capacity_gpu_hours = gpus * (until - counted).total_seconds() / 3600
     for row in (usage.total, *usage.lines, *usage.queues, *usage.people):
         row.percent = usage.share(row) * 100 if usage.capacity_gpu_hours else None
-    first = JobRun.objects.order_by("ended_at").values_list("ended_at", flat=True).first()
-    usage.recorded_since = first if first is not None and first > start else None
     return usage
+
+
+def runs_begin() -> datetime | None:
+    """When the cluster's known runs begin: the earliest start of a recorded run or of a
+    run still going (None: no run yet). Every run since is in the report."""
+    recorded = JobRun.objects.aggregate(at=Min("started_at"))["at"]
+    going = Job.objects.filter(state__in=HELD_STATES).aggregate(at=Min("started_at"))["at"]
+    return min((t for t in (recorded, going) if t is not None), default=None)
+
+
+def _missing_before(start: datetime, until: datetime) -> datetime | None:
+    """The first recorded run's end (``until`` when none is recorded yet) if a run ended
+    inside ``[start, until)`` before it: such a run has no record (any job with a recorded
+    run finished after its end), so the report misses it; else None."""
+    first = JobRun.objects.aggregate(at=Min("ended_at"))["at"]
+    cut = until if first is None else min(first, until)
+    ran_before = Job.objects.filter(
+        started_at__isnull=False, finished_at__gt=start, finished_at__lt=cut
+    )
+    return cut if ran_before.exists() else None
 
 
 def _add_rows(usage: Usage, pieces: Iterable[tuple[int, int, float, int, str | None]]) -> None:

@@ -46,6 +46,7 @@ def report_data(usage: Usage, month: str) -> dict[str, Any]:
         "until": usage.until,
         "capacity_gpu_hours": round(usage.capacity_gpu_hours, 3),
         "recorded_since": usage.recorded_since,
+        "counted_from": usage.counted_from,
         "total": row_data(usage.total),
         **{key: [row_data(r) for r in getattr(usage, key)] for key in TABLES.values()},
     }

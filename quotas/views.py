@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
-from core.roles import led_line_ids
+from core.roles import led_line_ids, line_ids
 from core.security import is_ascii_number
 from monitoring.metrics import ratio_text
 from monitoring.rollup import EvictionFigures, get_eviction_figures
@@ -47,7 +47,8 @@ from quotas.selectors import (
 from scheduling.blast import waiting_in
 from scheduling.clock import cluster_now
 from scheduling.engine.explain import count, verb
-from scheduling.selectors import QueueUsage, build_usage
+from scheduling.permissions import sees_all_jobs
+from scheduling.selectors import QueueUsage, build_usage, people_of_line
 
 
 def _line_rows(lines, line_usage, contracts: ledger.Contracts) -> list[dict]:
@@ -122,6 +123,8 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         for q in line.queues.order_by("name")
     ]
     sees_history = permissions.may_see_line_history(request.user, line)
+    # who uses it: for those who see its jobs (its people, on-call, admins), as /usage/ shows
+    sees_people = sees_all_jobs(request.user) or line.pk in line_ids(request.user)
     context = {
         "line": line,
         "usage": usage.lines.get(line.pk, QueueUsage()),
@@ -143,6 +146,7 @@ def line_detail(request: HttpRequest, name: str) -> HttpResponse:
         "history": _history(line) if sees_history else [],
         "requests": list_requests_for_user(request.user).filter(business_line=line)[:100],
         "is_lead": permissions.may_request_for_line(request.user, line.pk),
+        "people": people_of_line(line.pk) if sees_people else None,
     }
     return render(request, "quotas/line_detail.html", context)
 

@@ -19,7 +19,7 @@ viewer the names of the jobs they may see).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduling.clock import to_epoch
@@ -93,6 +93,21 @@ def read_pending_links() -> PendingLinks:
             )
     released = {job_id: at for job_id, at in ended.items() if job_id not in unmet}
     return PendingLinks(unmet, released)
+
+
+def unmet_links(ids: Sequence[int], line_id: int) -> list[Link]:
+    """The jobs of ``ids`` that have not succeeded, as a job of business line ``line_id``
+    that waits for them reads them (the what-if's candidate; one query)."""
+    rows = (
+        Job.objects.filter(pk__in=ids)
+        .exclude(state=Job.State.SUCCEEDED)
+        .order_by("pk")
+        .values_list("pk", "name", "state", "finished_at", "queue__business_line_id")
+    )
+    return [
+        Link(pk, name, state, to_epoch(finished_at), line == line_id)
+        for pk, name, state, finished_at, line in rows
+    ]
 
 
 def _minute_up(t: float) -> float:

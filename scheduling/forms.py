@@ -167,7 +167,7 @@ class JobSubmitForm(forms.Form):
     # the model feed the runtime prediction, which decides backfill): the what-if's input.
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
-        "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name",
+        "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
@@ -216,6 +216,7 @@ class JobSubmitForm(forms.Form):
         data["exclusive_node"] = bool(data["exclusive_node"])
         data["avoid_inference"] = bool(data["avoid_inference"])
         data["model_name"] = data["model_name"] or ""
+        data["after"] = data["after"] or ()
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def add_service_errors(self, exc: ValidationError) -> None:

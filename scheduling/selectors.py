@@ -145,16 +145,14 @@ class UsageNow:
 _USAGE_FIELDS = ("used_gpus", "running_jobs", "pending_jobs", "pending_gpus")
 
 
-def build_usage() -> UsageNow:
-    """Use of every queue and line, with borrowing against each one's own quota (two
-    queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
-    read these numbers from here."""
+def _use_by(*group: str, **where: Any) -> QuerySet:
+    """The active jobs' use (``QueueUsage``'s counted fields) grouped by ``group``: one
+    aggregate, the one rule for what holds GPUs and what is demand."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
     queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE)
-    rows = {
-        r["queue_id"]: r
-        for r in Job.objects.filter(state__in=Job.ACTIVE_STATES)
-        .values("queue_id")
+    return (
+        Job.objects.filter(state__in=Job.ACTIVE_STATES, **where)
+        .values(*group)
         .annotate(
             used_gpus=Sum("gpus", filter=running),
             running_jobs=Count("id", filter=running),
@@ -162,7 +160,14 @@ def build_usage() -> UsageNow:
             pending_gpus=Sum("gpus", filter=queued),
         )
         .order_by()
-    }
+    )
+
+
+def build_usage() -> UsageNow:
+    """Use of every queue and line, with borrowing against each one's own quota (two
+    queries). Every page, the API, ``/metrics``, the dashboard and the approval impact
+    read these numbers from here."""
+    rows = {r["queue_id"]: r for r in _use_by("queue_id")}
     queues: dict[int, QueueUsage] = {}
     line_totals: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(_USAGE_FIELDS, 0))
     line_quota: dict[int, int] = {}
@@ -186,6 +191,31 @@ def build_usage() -> UsageNow:
         for line_id, totals in line_totals.items()
     }
     return UsageNow(queues=queues, lines=lines)
+
+
+@dataclass(frozen=True)
+class PersonUse:
+    """One person's use of a line now: what ``QueueUsage`` counts, for their jobs."""
+
+    name: str
+    used_gpus: int
+    running_jobs: int
+    pending_jobs: int
+    pending_gpus: int
+
+
+def people_of_line(line_id: int) -> list[PersonUse]:
+    """Who holds and waits for a line's GPUs now, most GPUs held first (one query; the
+    rules of ``build_usage``, so the GPUs held add up to the line's use). People whose only
+    active jobs wait for other jobs to succeed are left out: they use and ask for nothing."""
+    people = [
+        PersonUse(r["owner__username"], *(r[f] or 0 for f in _USAGE_FIELDS))
+        for r in _use_by("owner__username", queue__business_line_id=line_id)
+    ]
+    return sorted(
+        (p for p in people if p.running_jobs or p.pending_jobs),
+        key=lambda p: (-p.used_gpus, -p.pending_gpus, p.name),
+    )
 
 
 def build_queue_usage() -> dict[int, QueueUsage]:

@@ -294,7 +294,7 @@ def build_snapshot(
             )
         )
 
-    maintenance = upcoming_maintenance()  # NodeView.unavailable_from
+    maintenance = upcoming_maintenance()  # NodeView.unavailable_from, maintenance_reason
     nodes = []
     for o in obs.nodes:
         db = db_nodes.get(o.name)
@@ -320,7 +320,10 @@ def build_snapshot(
                 inference_rise=inference_rise(db) if o.inference else (),
                 inference_day_learned=o.inference
                 and forecast.knows_whole_day(db["inference_profile"], now),
-                unavailable_from=to_epoch(maintenance.get(o.name)),
+                unavailable_from=to_epoch(maintenance[o.name][0])
+                if o.name in maintenance
+                else None,
+                maintenance_reason=maintenance[o.name][1] if o.name in maintenance else "",
             )  # fmt: skip
         )
     _previous.pending = built

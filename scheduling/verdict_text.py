@@ -45,6 +45,7 @@ LABELS: dict[str, str] = {
     "maintenance_nodes": "Of those, entering scheduled maintenance",
     "maintenance_node_names": "Nodes entering maintenance",
     "maintenance_starts_at": "Maintenance starts at",
+    "maintenance_reason": "Maintenance reason",
     "ahead_jobs": "Jobs ahead still waiting",
     "ahead_gpus": "GPUs they wait for",
     "reservations_ahead": "Reservations holding nodes",

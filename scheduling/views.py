@@ -116,6 +116,7 @@ WHATIF_TITLES: dict[str, str] = {
     "TOPOLOGY": "Would wait: the free GPUs are scattered",
     "INSUFFICIENT_GPUS": "Would wait: not enough free GPUs",
     "DEMOTED": "Would wait: demoted after repeated preemption",
+    "DEPENDENCY": "Would wait for other jobs to succeed",
 }
 
 

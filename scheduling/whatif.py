@@ -36,16 +36,17 @@ from typing import Any
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
-from scheduling import engine
+from scheduling import dependencies, engine
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
 from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.cycle.context import production_policy
 from scheduling.engine import explain
 from scheduling.engine import types as et
+from scheduling.engine.feasibility import ClusterShape
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
-from scheduling.services import JobRequest, resolve_job_request
+from scheduling.services import JobRequest, check_after, resolve_job_request
 from scheduling.sim_state import ReadOnlySimulatorStore  # noqa: F401 - its old home
 from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
 
@@ -58,6 +59,8 @@ NO_ESTIMATE: dict[str, str] = {
     "line to end, or a quota increase), not for GPUs",
     et.Code.NODES_UNAVAILABLE: "unknown: it waits for matching nodes to come back",
     et.Code.DEMOTED: "unknown: demoted jobs start only when nothing else wants the GPUs",
+    dependencies.DEPENDENCY_CODE: "unknown: it queues once the jobs it waits for have "
+    "succeeded, and one of them is not running with a predicted end",
 }
 NO_ESTIMATE_DEFAULT = (
     "unknown: the scheduler predicts a start only for the first few jobs blocked for GPUs"
@@ -335,22 +338,42 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def held_answer(
+    snapshot: et.Snapshot, candidate: et.PendingJob, unmet: list[dependencies.Link], row: dict
+) -> dict[str, Any]:
+    """What the loop would say of a candidate that waits for jobs not succeeded yet
+    (``dependencies.verdict``: ``DEPENDENCY``, or ``NEVER_FITS``)."""
+    ends = {r.id: r.predicted_end for r in snapshot.running if r.state == et.RUNNING}
+    shape = ClusterShape.of_nodes(snapshot.nodes)
+    v = dependencies.verdict(candidate, unmet, ends, shape, row)
+    return {
+        "status": "never_fits" if v.code == et.Code.NEVER_FITS else "would_wait",
+        "code": v.code, "message": v.message, "details": dict(v.details), "remedy": v.remedy,
+        "estimated_start": v.estimated_start,
+    }  # fmt: skip
+
+
 def what_if(user: Any, req: JobRequest) -> WhatIf:
     """Would ``req``, submitted by ``user`` now, start at the next cycle, and if not, why and
     when? Raises ``ValidationError`` when a submission would be refused (the service's rules)
     and ``ClusterUnavailable`` when the cluster cannot be read."""
     fields = resolve_job_request(user, req)
+    after = check_after(user, req.after) if req.after else []
     base, cached = baseline()
     now = cluster_now_ts()
     queue: Queue = fields["queue"]
     row = candidate_row(fields, user.username, base.next_job_id, now)
     candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
-    snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
+    unmet = dependencies.unmet_links(after, queue.business_line_id) if after else []
     t0 = time.perf_counter()
-    plan = engine.plan(snapshot, now)
+    if unmet:  # held for its dependencies, as the loop holds it: the engine never sees it
+        said = held_answer(base.snapshot, candidate, unmet, row)
+    else:
+        snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
+        said = answer(engine.plan(snapshot, now), candidate.id)
     plan_ms = (time.perf_counter() - t0) * 1000
     return WhatIf(
-        **answer(plan, candidate.id),
+        **said,
         now=now,
         cycle_id=base.cycle_id,
         cycle_at=base.cycle_at,

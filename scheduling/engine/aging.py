@@ -17,7 +17,9 @@ capacity in that order. Without ``strict_fifo`` the order is:
 5. with ``order_by_work``, the smallest predicted work first: GPUs x the predicted
    runtime (``PendingJob.predicted_runtime_s``, the runtime quantile of ``predict.py``;
    ``default_runtime_s`` when unknown);
-6. submit time, then id.
+6. submit time, then id;
+7. with ``user_turns`` (on in ``full``), the people of a line take turns in the line's
+   places of that order (``user_turns.py``): overdue jobs are not reordered.
 
 The promise (stated in docs/engine.md, checked by tests/engine/test_starvation.py): an
 overdue job is behind only jobs of a higher tier and older overdue jobs of its tier, so
@@ -34,10 +36,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from .policy import effective_tier, job_runtime
 from .types import PendingJob, PolicyConfig, QueueView
+from .user_turns import take_turns
 
 
 def overdue_since(now: float, policy: PolicyConfig) -> float:
@@ -66,11 +70,20 @@ def order(
     policy: PolicyConfig,
     queues: Mapping[str, QueueView],
     shares: Mapping[str, float],
+    held: Mapping[tuple[str, str], int] | None = None,
 ) -> list[PendingJob]:
-    """The waiting jobs in the order ``plan()`` considers them (see the module docstring)."""
+    """The waiting jobs in the order ``plan()`` considers them (see the module docstring).
+    ``held``: GPUs held by running jobs per ``(line, owner)``, for ``user_turns``."""
     if policy.strict_fifo:
         return sorted(pending, key=lambda j: (j.submitted_at, j.id))
-    return sorted(pending, key=order_key(now, policy, queues, shares))
+    key = order_key(now, policy, queues, shares)
+    if not policy.user_turns:
+        return sorted(pending, key=key)
+    keyed = sorted(((key(j), j) for j in pending), key=itemgetter(0))
+    # who takes turns together: a line's jobs of one tier and demotion; overdue jobs
+    # (``k[1] == 0``: first, oldest first) are not reordered
+    groups = [None if k[1] == 0 else (k[0], k[2], j.line) for k, j in keyed]
+    return take_turns([j for _k, j in keyed], held or {}, groups)
 
 
 def order_key(

@@ -214,12 +214,14 @@ def nodes_unavailable(job: PendingJob, shape: str, details: dict[str, Any]) -> R
     leaving = details.get("maintenance_nodes")
     if leaving:
         starts = when(datetime.fromisoformat(details["maintenance_starts_at"]).timestamp())
+        reason = details.get("maintenance_reason") or ""
+        reason = reason if len(reason) <= 80 else reason[:79] + "…"  # the details keep it all
         return (
             Code.NODES_UNAVAILABLE,
             f"This job {shape}; that only exists if nodes entering scheduled maintenance are "
             f"counted ({count(leaving, 'matching node')}, {details['maintenance_node_names']}"
-            f"{', …' if leaving > 5 else ''}, from {starts}), and it is predicted to run past "
-            "the maintenance's start.",
+            f"{', …' if leaving > 5 else ''}, from {starts}{f': {reason}' if reason else ''}), "
+            "and it is predicted to run past the maintenance's start.",
             dict(details, **{NO_ESTIMATE: "it depends on when the maintenance ends"}),
             "Starts when the maintenance is over, or before it if its runtime estimate ends "
             "before the maintenance starts; ask on-call, or request fewer GPUs.",

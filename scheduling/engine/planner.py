@@ -456,6 +456,7 @@ class Planner:
                 "maintenance_nodes": len(leaving),
                 "maintenance_starts_at": explain.iso(leaving[0][0]),
                 "maintenance_node_names": ", ".join(names[n].name for _t, n in leaving[:5]),
+                "maintenance_reason": names[leaving[0][1]].maintenance_reason,
             }
         self._unavail[ck] = res
         return res
@@ -946,6 +947,7 @@ class Planner:
             self.policy,
             self.queues,
             {} if self.policy.strict_fifo else self._line_shares(),
+            self._held_by_owner() if self.policy.user_turns else None,
         )
         first, rest = restarts(self, order)  # moved jobs restart first (kept_rooms.py)
         deferred: list[PendingJob] = []
@@ -964,6 +966,14 @@ class Planner:
         note_overruns(self)  # an estimate that waits on an overrun says so (overrun_note.py)
         defragment(self.consolidation)
         return self.assemble(first + rest)
+
+    def _held_by_owner(self) -> dict[tuple[str, str], int]:
+        """GPUs held by running jobs per ``(line, owner)`` (``user_turns``)."""
+        out: dict[tuple[str, str], int] = {}
+        for r in self.s.running:
+            if r.state == RUNNING:
+                out[(r.line, r.owner)] = out.get((r.line, r.owner), 0) + r.gpus
+        return out
 
     def _line_shares(self) -> dict[str, float]:
         cluster = sum(self.topo.total) or 1

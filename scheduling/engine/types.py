@@ -162,6 +162,7 @@ class NodeView(NodeHardware):
     job starts here only if it is predicted to end by then, nothing reserves it, and no
     preemption or move makes room here; a job that fits only on such nodes waits with
     ``NODES_UNAVAILABLE`` naming the maintenance. None (the default): no maintenance.
+    ``maintenance_reason``: that maintenance's reason, as the verdict quotes it.
     """
 
     free_gpus: tuple[int, ...]
@@ -174,6 +175,7 @@ class NodeView(NodeHardware):
     inference_rise: tuple[int, ...] = ()
     inference_day_learned: bool = False
     unavailable_from: float | None = None
+    maintenance_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +413,9 @@ class PolicyConfig:
       wait) puts at most this many GPU-hours at risk per GPU the job starts (the displaced
       runs' GPU time a reclaim an hour later would count, ``policy.at_risk``), so a small
       job does not make a big, long run reclaimable; 0: no cap.
+    - ``user_turns``: the people of a line take turns in its places of the order (the one
+      holding the fewest GPUs next, ``user_turns.py``) instead of one person's burst of
+      jobs going first by submit time.
     """
 
     backfill: bool = True
@@ -462,6 +467,7 @@ class PolicyConfig:
     swap_eviction_budget: bool = False
     swap_least_at_risk: bool = True
     swap_risk_cap_gpu_h: float = 16.0
+    user_turns: bool = False
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> PolicyConfig:
@@ -497,6 +503,7 @@ class PolicyConfig:
                 hold_quota_when_overdue=True,
                 preempt_after_s=FULL_RECLAIM_PATIENCE_S,
                 predictive_patience=True,
+                user_turns=True,  # no change to the replays: their jobs have no owners
             ),
         }
         try:

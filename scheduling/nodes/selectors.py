@@ -141,16 +141,17 @@ def list_node_history(node: Node, limit: int) -> QuerySet[AuditRecord]:
     ).order_by("-at", "-id")[:limit]
 
 
-def upcoming_maintenance() -> dict[str, datetime]:
-    """Per node, the earliest start of its scheduled (not yet started) maintenance: the
-    snapshot's ``NodeView.unavailable_from`` (one query)."""
+def upcoming_maintenance() -> dict[str, tuple[datetime, str]]:
+    """Per node, the earliest start of its scheduled (not yet started) maintenance and that
+    window's reason: the snapshot's ``NodeView.unavailable_from`` and
+    ``maintenance_reason`` (one query)."""
     rows = MaintenanceWindow.nodes.through.objects.filter(
         maintenancewindow__state=MaintenanceWindow.State.SCHEDULED
-    ).values_list("node__name", "maintenancewindow__starts_at")
-    starts: dict[str, datetime] = {}
-    for name, at in rows:
-        if name not in starts or at < starts[name]:
-            starts[name] = at
+    ).values_list("node__name", "maintenancewindow__starts_at", "maintenancewindow__reason")
+    starts: dict[str, tuple[datetime, str]] = {}
+    for name, at, reason in rows:
+        if name not in starts or at < starts[name][0]:
+            starts[name] = (at, reason)
     return starts
 
 

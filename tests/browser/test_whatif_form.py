@@ -138,3 +138,24 @@ def test_the_answers_cycle_is_named_in_the_viewers_zone(demo, busy, page, login)
     expect(page.locator("#feasibility-asof")).to_contain_text(
         re.compile(r"left it \(\d{4}-\d\d-\d\d \d\d:\d\d JST, cluster time\)")
     )
+
+
+def test_naming_jobs_to_start_after_changes_the_answer_as_you_type(demo, busy, page, login):
+    """The "Start after jobs" field is part of the question: naming a running job turns the
+    answer into "would wait for other jobs to succeed", with that job's predicted end."""
+    base = login("researcher")
+    page.goto(f"{base}/jobs/new/")
+    page.get_by_label("Job name").fill("eval")
+    page.get_by_label("Queue").select_option(label="llm-core — Core training, tier core")
+    ask(page, base, "8")
+    held = busy[0]
+    with page.expect_response(re.compile(rf"/jobs/feasibility/\?.*after={held.pk}\b")) as got:
+        page.get_by_label("Start after jobs").fill(str(held.pk))
+        page.get_by_label("Start after jobs").blur()
+    answer = got.value.json()
+    assert (answer["status"], answer["code"]) == ("would_wait", "DEPENDENCY")
+    expect(page.locator("#feasibility-title")).to_have_text("Would wait for other jobs to succeed")
+    expect(page.locator("#feasibility-text")).to_have_text(answer["message"])
+    assert f"job {held.pk} (hold0)" in answer["message"] and "running" in answer["message"]
+    expect(page.locator("#feasibility-start")).to_have_text(answer["estimated_start_text"])
+    assert "(in 2 h" in answer["estimated_start_text"]  # its end, to the minute up

@@ -116,7 +116,7 @@ def test_jobs_lists_an_aligned_table_with_filters_and_json(gpuctl, roomy):
     assert run.code == 0
     lines = run.out.splitlines()
     assert lines[0].split() == ["ID", "NAME", "OWNER", "QUEUE", "TIER", "GPUS", "STATE", "REASON",
-                                "SUBMITTED", "EST.START"]  # fmt: skip
+                                "SUBMITTED(UTC)", "EST.START(UTC)"]  # fmt: skip
     assert len(lines) == 5 and all(
         columns_aligned(run.out, c) for c in ("STATE", "QUEUE", "REASON")
     )
@@ -216,6 +216,40 @@ def test_cancel_follows_the_rules_and_reports_each_job(gpuctl):
     assert again.code == 1 and "state: job is already cancelled" in one_line_error(again)
 
 
+def test_cancel_chooses_jobs_by_filters_as_scancel_does(gpuctl):
+    """``--me``, ``-u``, ``-q``, ``--state`` choose among the active jobs (``--dry-run``
+    lists them); no ids and no filter, or both, is a usage error that cancels nothing."""
+
+    def submit(user, name, queue):
+        run = gpuctl(user, "submit", name, "-q", queue, "-g", "1", "--json")
+        return json.loads(run.out)["id"]
+
+    mine = [submit("researcher", f"sweep-{i}", "llm-experiment") for i in range(3)]
+    other_queue = submit("researcher", "eval", "llm-finetune")
+    leads = submit("lead", "leads", "llm-experiment")
+    for argv in ([], ["1", "--me"]):
+        refused = gpuctl("researcher", "cancel", *argv)
+        assert refused.code == 2 and "gpuctl cancel: error:" in refused.err, argv
+    assert Job.objects.filter(state="pending").count() == 5
+
+    dry = gpuctl("researcher", "cancel", "--me", "-q", "llm-experiment", "--dry-run")
+    assert dry.code == 0 and [line.split()[3] for line in dry.out.splitlines()] == [
+        str(i) for i in mine
+    ]
+    assert Job.objects.filter(state="pending").count() == 5  # a dry run cancels nothing
+
+    run = gpuctl("researcher", "cancel", "--me", "-q", "llm-experiment", "--state", "pending")
+    assert run.code == 0 and run.out.count(": cancelled") == 3
+    assert set(Job.objects.filter(state="cancelled").values_list("pk", flat=True)) == set(mine)
+    # another's jobs, by -u: the rules still apply per job (the researcher may not)
+    denied = gpuctl("researcher", "cancel", "-u", "lead")
+    assert denied.code == 1 and "not allowed" in denied.err
+    assert Job.objects.get(pk=leads).state == "pending"
+    assert Job.objects.get(pk=other_queue).state == "pending"
+    none = gpuctl("researcher", "cancel", "--me", "-q", "llm-experiment")
+    assert none.code == 0 and none.out == "" and "no jobs match" in none.err
+
+
 # -- queues, lines, summary -----------------------------------------------------------------
 
 
@@ -304,7 +338,7 @@ def test_alerts_list_ack_resolve(gpuctl):
     run = gpuctl("oncall", "alerts")
     assert run.code == 0
     lines = run.out.splitlines()
-    assert lines[0].split() == ["ID", "SEVERITY", "STATUS", "KIND", "SUBJECT", "COUNT", "CREATED",
+    assert lines[0].split() == ["ID", "SEVERITY", "STATUS", "KIND", "SUBJECT", "COUNT", "CREATED(UTC)",
                                 "MESSAGE"]  # fmt: skip
     assert {int(line.split()[0]) for line in lines[1:]} == {first, second}
 

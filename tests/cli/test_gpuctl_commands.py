@@ -232,13 +232,13 @@ EVENTS = [
 @pytest.mark.parametrize(
     "argv,title,last",
     [
-        ([], "events:", ["  2026-03-01 10:00  submitted  m0", "  2026-03-01 10:04  started    m4"]),
+        ([], "events:", ["  2026-03-01 10:00 UTC  submitted  m0", "  2026-03-01 10:04 UTC  started    m4"]),
         (["--events", "2"], "events (last 2 of 5):",
-         ["  2026-03-01 10:03  requeued  m3", "  2026-03-01 10:04  started   m4"]),
+         ["  2026-03-01 10:03 UTC  requeued  m3", "  2026-03-01 10:04 UTC  started   m4"]),
         (["--events", "0"], "events:",
-         ["  2026-03-01 10:00  submitted  m0", "  2026-03-01 10:04  started    m4"]),
+         ["  2026-03-01 10:00 UTC  submitted  m0", "  2026-03-01 10:04 UTC  started    m4"]),
         (["--events", "9"], "events:",
-         ["  2026-03-01 10:00  submitted  m0", "  2026-03-01 10:04  started    m4"]),
+         ["  2026-03-01 10:00 UTC  submitted  m0", "  2026-03-01 10:04 UTC  started    m4"]),
     ],
 )  # fmt: skip
 def test_explain_prints_the_last_events_with_the_shown_kinds_aligned(

@@ -38,7 +38,7 @@ def test_create_list_and_cancel(gpuctl):
     listing = gpuctl("researcher", "maintenance")
     assert listing.code == 0
     header, row = listing.out.splitlines()
-    assert header.split() == ["ID", "STATE", "STARTS", "ENDS", "NODES", "BY", "REASON"]
+    assert header.split() == ["ID", "STATE", "STARTS(UTC)", "ENDS(UTC)", "NODES", "BY", "REASON"]
     assert row.split()[:2] == [str(window.pk), "scheduled"]
     assert f"{NODE},r000-n02" in row and "firmware" in row and shown in row
     as_json = json.loads(gpuctl("researcher", "maintenance", "list", "--json").out)

@@ -37,7 +37,7 @@ def test_jobs_table_is_exactly_aligned_with_reason_and_estimate_only_when_pendin
     run = cli("jobs")
     assert run.code == 0 and run.err == ""
     assert run.out == (
-        " ID  NAME          OWNER  QUEUE         TIER        GPUS  STATE    REASON          SUBMITTED         EST.START\n"
+        " ID  NAME          OWNER  QUEUE         TIER        GPUS  STATE    REASON          SUBMITTED(UTC)    EST.START(UTC)\n"
         "  7  llama-ft      ann    llm-finetune  finetune       8  pending  QUOTA_EXCEEDED  2026-03-01 09:05  2026-03-01 10:00\n"
         " 12  tiny          bob    cv            experiment     1  pending  NEW             2026-03-01 10:00  -\n"
         "103  pretrain 70b  ann    llm-core      core          64  running  -               -                 -\n"
@@ -135,7 +135,7 @@ def test_alerts_default_to_open_and_acknowledged_newest_first_with_long_messages
     }[args["status"]]
     run = cli("alerts")
     assert run.out == (
-        "ID  SEVERITY  STATUS        KIND              SUBJECT   COUNT  CREATED           MESSAGE\n"
+        "ID  SEVERITY  STATUS        KIND              SUBJECT   COUNT  CREATED(UTC)      MESSAGE\n"
         " 9  warning   open          residual_process  r000-n02      1  2026-03-01 11:30  stale python processes on GPUs 2, 3 and 5 were killed and the GPUs re…\n"
         " 5  info      acknowledged  quota_near_limit  llm           1  2026-03-01 09:00  llm holds 96% of its quota\n"
         " 3  critical  open          node_unhealthy    r001-n00      2  2026-03-01 08:00  GPU 3 fell off the bus\n"
@@ -161,7 +161,7 @@ QUOTA_REQUESTS = [
 def test_quota_list_table_reads_status_or_state_and_clips_the_reason(cli, portal):
     portal.answers[("list", "quota-requests/")] = QUOTA_REQUESTS
     assert cli("quota", "list").out == (
-        "ID  LINE    QUEUE        QUOTA  GUARANTEE  STATUS    BY     CREATED           REASON\n"
+        "ID  LINE    QUEUE        QUOTA  GUARANTEE  STATUS    BY     CREATED(UTC)      REASON\n"
         " 4  llm     -              600        240  pending   lead   2026-02-27 16:45  Q3 pretraining of the 70B model on the new racks,…\n"
         "11  vision  vision-core     32          8  approved  lead2  2026-02-28 08:00  -\n"
     )  # fmt: skip
@@ -171,8 +171,8 @@ def test_a_list_with_missing_fields_still_prints_a_quota_table(cli, portal):
     """The quota list reads rows leniently (older portals omit fields): a dash, no crash."""
     portal.answers[("list", "quota-requests/")] = [{"id": 1}]
     assert cli("quota", "list").out == (
-        "ID  LINE  QUEUE  QUOTA  GUARANTEE  STATUS  BY  CREATED  REASON\n"
-        " 1  -     -      -      -          -       -   -        -\n"
+        "ID  LINE  QUEUE  QUOTA  GUARANTEE  STATUS  BY  CREATED(UTC)  REASON\n"
+        " 1  -     -      -      -          -       -   -             -\n"
     )
 
 

@@ -20,7 +20,7 @@ MAINT = NOW + 2 * HOUR  # the window starts in two hours
 
 
 def test_a_short_job_starts_on_a_node_entering_maintenance_a_long_one_does_not():
-    nodes = [node("m", unavailable_from=MAINT)]
+    nodes = [node("m", unavailable_from=MAINT, maintenance_reason="PDU swap on rack r0")]
     short = pjob(1, 8, predicted_runtime_s=HOUR)
     long = pjob(2, 8, predicted_runtime_s=12 * HOUR, submitted_at=NOW - 5000)
     result = run(snap(nodes, [long, short]))
@@ -30,8 +30,16 @@ def test_a_short_job_starts_on_a_node_entering_maintenance_a_long_one_does_not()
     assert v.details["maintenance_nodes"] == 1
     assert v.details["maintenance_node_names"] == "m"
     assert v.details["maintenance_starts_at"] == "1970-01-12T15:46:40Z"
-    assert "scheduled maintenance" in v.message and "1970-01-12 15:46 UTC" in v.message
+    assert v.details["maintenance_reason"] == "PDU swap on rack r0"
+    assert "scheduled maintenance" in v.message
+    assert "from 1970-01-12 15:46 UTC: PDU swap on rack r0)" in v.message
     assert v.estimated_start is None
+    # a long reason is clipped in the words, whole in the details
+    long_reason = "x" * 120
+    nodes = [node("m", unavailable_from=MAINT, maintenance_reason=long_reason)]
+    v = run(snap(nodes, [long, short])).verdicts[2]
+    assert v.details["maintenance_reason"] == long_reason
+    assert f"UTC: {'x' * 79}…)" in v.message
 
 
 def test_without_backfill_too_only_work_ending_before_the_start_lands_there():

@@ -485,6 +485,24 @@ def test_the_feasibility_endpoint_refuses_bad_requests_with_400(as_user):
     assert "you may not submit" in response.json()["errors"]["queue"][0]
     response = client.get("/jobs/feasibility/", {"queue": "llm-core", "gpus": "0"})
     assert response.status_code == 400 and "gpus" in response.json()["errors"]
+    for bad in ("abc", "12;DROP", "١٢", "0"):
+        response = client.get("/jobs/feasibility/", {"queue": "llm-core", "gpus": 8, "after": bad})
+        assert response.status_code == 400 and "after" in response.json()["errors"], bad
+    response = client.get("/jobs/feasibility/", {"queue": "llm-core", "gpus": 8, "after": "999999"})
+    assert response.status_code == 400 and "unknown job 999999" in str(response.json()["errors"])
+
+
+def test_the_feasibility_endpoint_says_a_job_after_others_waits_for_them(
+    demo, roomy_quotas, as_user
+):
+    first = new_job(demo, name="pretrain", queue="llm-core")
+    client = as_user("researcher")
+    answer = client.get(
+        "/jobs/feasibility/", {"queue": queue_id("llm-core"), "gpus": "8", "after": f"{first.pk}"}
+    ).json()
+    assert (answer["status"], answer["code"]) == ("would_wait", "DEPENDENCY")
+    assert answer["title"] == "Would wait for other jobs to succeed"
+    assert f"job {first.pk} (pretrain)" in answer["message"]
 
 
 # -- jobs and job detail -----------------------------------------------------------------------

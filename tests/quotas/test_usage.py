@@ -63,9 +63,31 @@ def test_a_finished_run_is_recorded_once_and_counted_in_its_line_queue_and_owner
     ]
     assert [r.name for r in usage.queues] == ["llm-finetune"]
     assert [(r.name, r.runs, r.running) for r in usage.people] == [("researcher", 1, 0)]
+    # the cluster's first run began inside the period: its GPU-hours count from then
+    assert usage.counted_from == run.started_at and usage.recorded_since is None
     assert usage.share(usage.total) == pytest.approx(
-        hours / (32 * (now - usage.start).total_seconds() / 3600)
+        hours / (32 * (now - run.started_at).total_seconds() / 3600)
     )
+
+
+def test_runs_ended_before_any_was_recorded_are_said_missing_and_shares_span_the_period(api, demo):
+    """A job that ran and ended before the portal recorded runs (the upgrade) has no
+    record: the report says from when runs are recorded and counts the whole period."""
+    admin, me = api("admin"), api("researcher")
+    finish_one_run(admin, me)
+    JobRun.objects.all().delete()  # as if it ended before the upgrade
+    advance(admin, 600)
+    finish_one_run(admin, me)
+    run = JobRun.objects.get()
+    now = clock.now()
+    start, end = day_of(now)
+    usage = build_usage_report(demo["researcher"], start, end, now)
+    assert usage.recorded_since == run.ended_at and usage.counted_from == start
+    assert usage.capacity_gpu_hours == pytest.approx(32 * (now - start).total_seconds() / 3600)
+    client = Client()
+    client.force_login(demo["researcher"])
+    status, text = page_text(client, "/usage/", month=run.ended_at.strftime("%Y-%m"))
+    assert status == 200 and "Runs are recorded since" in text and "first run began" not in text
 
 
 def test_a_run_still_going_counts_up_to_now_and_only_inside_the_period(api, demo):
@@ -144,6 +166,7 @@ def test_the_page_shows_the_months_hours_per_line_queue_and_person(api, demo):
     assert status == 200, text
     assert f"GPU usage, {run.ended_at:%B %Y} (UTC month)" in text
     assert f"{hours:,.1f} GPU-hours" in text and "1 run ended, 0 still going" in text
+    assert "when its first run began" in text and "Runs are recorded since" not in text
     for name in ("Large language models", "llm-finetune", "researcher"):
         assert f"{name} {hours:,.1f} " in text, name
     # another line's member sees the month, without this line's hours
@@ -216,19 +239,23 @@ def test_the_api_refuses_a_bad_query_in_its_envelope(api, path, query, field):
 
 def test_a_line_and_its_queues_are_read_against_the_quota_they_held(api, demo):
     """llm's quota is 1,000 GPUs (``make_quotas_roomy``) the whole period: its row is its
-    GPU-hours against 1,000 times the period's hours; its queues have no quota of their own."""
+    GPU-hours against 1,000 times the hours counted (from the cluster's first run); its
+    queues have no quota of their own."""
     admin, me = api("admin"), api("researcher")
     finish_one_run(admin, me)
     now = clock.now()
     start, end = day_of(now)
     usage = build_usage_report(demo["researcher"], start, end, now)
     (line,) = usage.lines
-    assert line.quota_gpu_hours == pytest.approx(1000 * (now - start).total_seconds() / 3600)
+    counted = (now - usage.counted_from).total_seconds() / 3600
+    assert usage.counted_from == JobRun.objects.get().started_at > start
+    assert line.quota_gpu_hours == pytest.approx(1000 * counted)
     assert line.of_quota_percent == pytest.approx(line.gpu_hours / line.quota_gpu_hours * 100)
     assert [q.quota_gpu_hours for q in usage.queues] == [None]
     data = me.get("/api/v1/usage-report/", {"month": now.strftime("%Y-%m")}).json()
     assert data["lines"][0]["quota_gpu_hours"] > 0 and data["queues"][0]["quota_gpu_hours"] is None
     assert data["people"][0]["quota_gpu_hours"] is None
+    assert data["counted_from"] == usage.counted_from.isoformat().replace("+00:00", "Z")
 
 
 def test_a_month_not_begun_says_so_and_the_current_one_has_no_next(demo):
@@ -241,3 +268,30 @@ def test_a_month_not_begun_says_so_and_the_current_one_has_no_next(demo):
     status, text = page_text(client, "/usage/")
     assert status == 200 and f"GPU usage, {now:%B %Y}" in text
     assert "previous month" in text and "next month" not in text and "so far (to " in text
+
+
+def test_the_line_page_says_who_uses_the_line_now_and_it_adds_up(api, demo):
+    """Per person: GPUs held, running and pending jobs, pending GPUs, most held first; the
+    GPUs held add up to the line's use on the same page; other lines' people do not see it."""
+    admin, me, lead = api("admin"), api("researcher"), api("lead")
+    for i in range(3):
+        submit(me, name=f"sweep-{i}", gpus=8)
+    submit(lead, name="eval", gpus=4)
+    cycle(admin)
+    submit(me, name="later", gpus=8)  # waiting: pending, not yet seen by a cycle
+    client = Client()
+    client.force_login(demo["lead"])
+    status, text = page_text(client, "/quotas/lines/llm/")
+    assert status == 200 and "Who uses the line now" in text
+    held = {
+        name: Job.objects.filter(owner__username=name, state="running").count()
+        for name in ("researcher", "lead")
+    }
+    assert held == {"researcher": 3, "lead": 1}
+    assert "researcher 24 3 1 8" in text and "lead 4 1 0 0" in text
+    assert text.index("researcher 24") < text.index("lead 4")  # most GPUs held first
+    used = re.search(r"Line llm [\d,]+ [\d,]+ (\d+) ", text)
+    assert used and int(used.group(1)) == 28  # the line's Used: 24 + 4
+    client.force_login(demo["researcher2"])
+    status, text = page_text(client, "/quotas/lines/llm/")
+    assert status == 200 and "Who uses the line now" not in text and "sweep" not in text

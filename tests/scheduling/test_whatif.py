@@ -143,7 +143,9 @@ def test_ties_on_a_paused_clock_break_as_the_cycle_breaks_them(roomy):
         advance_clock(roomy["admin"], 0.37)
     else:
         pytest.fail("no clock reading that rounds up")
-    fill(roomy["lead"], 2)
+    # the researcher's own (people of a line take turns: behind the lead's jobs, the
+    # researcher's candidate, holding nothing, would go first)
+    fill(roomy["researcher"], 2)
     answer = whatif.what_if(roomy["researcher"], req())
     assert answer.position == 3, answer
     job = submit_job(roomy["researcher"], req())
@@ -180,6 +182,29 @@ def test_a_request_the_service_refuses_is_refused_the_same_way(roomy):
     assert asked.value.message_dict == submitted.value.message_dict
     with pytest.raises(ValidationError, match="may not submit"):
         whatif.what_if(roomy["researcher2"], req(queue="llm-core"))
+
+
+def test_a_job_after_others_that_have_not_succeeded_would_wait_for_them(roomy):
+    """``after``: the what-if answers as the loop does (``DEPENDENCY``, the same message and
+    estimated start) while a job named has not succeeded, and as for any job once all did."""
+    (first,) = fill(roomy["researcher"], 1, estimated_runtime_minutes=60)
+    asked = req(after=(first.pk,))
+    answer = whatif.what_if(roomy["researcher"], asked)
+    assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
+    assert f"job {first.pk} (fill0)" in answer.message and "waiting to start" in answer.message
+    assert answer.estimated_start is None and answer.estimated_start_text.startswith("unknown")
+    run_cycle()  # the first job starts, with a predicted end
+    answer = whatif.what_if(roomy["researcher"], asked)
+    job = submit_job(roomy["researcher"], asked)
+    run_cycle()
+    job.refresh_from_db()
+    assert (answer.code, answer.message) == (job.pending_code, job.pending_message)
+    assert answer.estimated_start == job.estimated_start.timestamp()
+    Job.objects.filter(pk=first.pk).update(state=Job.State.SUCCEEDED)
+    assert whatif.what_if(roomy["researcher"], asked).starts  # the cluster has room
+    # an id the researcher may not name is refused as the submission refuses it
+    with pytest.raises(ValidationError, match="unknown job"):
+        whatif.what_if(roomy["researcher"], req(after=(first.pk + 1000,)))
 
 
 # -- a what-if only -----------------------------------------------------------------------------

@@ -141,9 +141,9 @@ def test_overlapping_windows_on_a_node_are_refused(demo):
 def test_the_snapshot_sees_the_earliest_scheduled_start_per_node(demo):
     first = schedule(demo["oncall"], start=2 * HOUR, end=3 * HOUR)
     second = schedule(demo["oncall"], start=5 * HOUR, end=6 * HOUR)
-    assert upcoming_maintenance() == {NODE: first.starts_at}
+    assert upcoming_maintenance() == {NODE: (first.starts_at, first.reason)}
     cancel_window(demo["oncall"], first.pk)
-    assert upcoming_maintenance() == {NODE: second.starts_at}
+    assert upcoming_maintenance() == {NODE: (second.starts_at, second.reason)}
 
 
 # -- the loop's transitions ------------------------------------------------------------------
@@ -258,6 +258,8 @@ def test_the_cycle_keeps_long_work_off_drains_at_the_start_and_returns_at_the_en
         window.starts_at.replace(microsecond=0)
     )
     assert "scheduled maintenance" in long.pending_message
+    assert long.pending_details["maintenance_reason"] == window.reason
+    assert f": {window.reason})" in long.pending_message
     advance_clock(admin, 2 * 3600 + 60)
     run_cycle_now(admin)
     window.refresh_from_db()

@@ -4,6 +4,8 @@ that left stale processes. No database: the in-memory store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduling.backends.base import NoOutput, OutputTail
@@ -19,12 +21,10 @@ PATH = "nfs://ckpt/sft"
 
 @pytest.fixture
 def sim() -> SimulatorBackend:
+    """4 nodes, no random failure or fault and no stale processes: only what a test does."""
     backend = SimulatorBackend(MemorySimulatorStore(), wall_now=T0, advance=False)
-    backend.sim.config = backend.sim.config.__class__(
-        **{**backend.sim.config.to_dict(), "fault_kind_weights": (("gpu_failure", 1.0),),
-           "job_failure_rate_per_gpu_hour": 0.0, "node_fault_rate_per_node_hour": 0.0,
-           "residual_probability": 0.0}
-    )  # fmt: skip
+    backend.sim.set_rates(job_failure_rate_per_gpu_hour=0.0, node_fault_rate_per_node_hour=0.0)
+    backend.sim.config = replace(backend.sim.config, residual_probability=0.0)
     return backend
 
 
@@ -110,9 +110,7 @@ def test_a_run_that_finished_and_one_killed(sim):
 
 
 def test_stale_processes_a_run_left_are_in_its_output(sim):
-    sim.sim.config = sim.sim.config.__class__(**{**sim.sim.config.to_dict(),
-        "fault_kind_weights": tuple(sim.sim.config.fault_kind_weights),
-        "residual_probability": 1.0})  # fmt: skip
+    sim.sim.config = replace(sim.sim.config, residual_probability=1.0)
     ref, node = start(sim, duration_s=400.0)
     sim.advance(500.0)
     stale = [g for g, owner in sim.sim.nodes[node].residual.items() if owner == ref]

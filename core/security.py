@@ -372,6 +372,32 @@ def invisible_character_error(text: str, what: str = "a name") -> str | None:
     return None
 
 
+# -- other people's text shown to people ---------------------------------------------------
+
+# Terminal escape sequences: CSI (colours, cursor moves; ESC [ or the C1 byte), OSC (window
+# titles, hyperlinks; ended by BEL or ESC \\) and the two-character ones (ESC c resets).
+_ANSI = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]"
+)
+_SEPARATORS = frozenset("\u2028\u2029")  # line and paragraph separators (Zl, Zp)
+_SHOWN_ESCAPED = (_CONTROLS - frozenset("\n\t")) | INVISIBLE_CHARACTERS | _SEPARATORS
+
+
+def displayable_text(text: str) -> str:
+    """``text`` (a job's output, anything a program printed) made safe to show as text:
+    terminal escape sequences removed, line ends as ``\\n`` (a lone carriage return, a
+    progress bar redrawing itself, starts a line), and every other control character
+    and invisible format character (bidi overrides, zero-width spaces) written out as
+    an escape (``\\x07``, ``\\u202e``), as ``gpuctl`` prints them. Newlines and tabs stay.
+    HTML escaping is the template's (never mark this safe)."""
+    text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    if _SHOWN_ESCAPED.isdisjoint(text):
+        return text
+    return "".join(ascii(ch)[1:-1] if ch in _SHOWN_ESCAPED else ch for ch in text)
+
+
 BAD_REQUEST_PAGE = """{% extends "base.html" %}
 {% block title %}Bad request{% endblock %}
 {% block content %}

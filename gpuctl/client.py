@@ -136,12 +136,17 @@ def _flatten_errors(errors: Any, prefix: str = "") -> list[str]:
     return [f"{prefix}: {text}" if prefix else text]
 
 
+def _json_or_none(response: requests.Response) -> Any:
+    """The body as JSON, or ``{}`` when it is not."""
+    try:
+        return response.json()
+    except ValueError:
+        return {}
+
+
 def error_message(response: requests.Response) -> str:
     """One line out of the portal's error body (``{"errors": ...}`` or ``{"detail": ...}``)."""
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
+    body = _json_or_none(response)
     if isinstance(body, dict):
         parts = _flatten_errors(body.get("errors", body))
         if parts:
@@ -197,6 +202,15 @@ class Portal:
                 f"this portal has no {method.upper()} {route} (an older portal version?)",
                 EXIT_REFUSED,
             )
+        if (
+            status == 503
+            and is_json
+            and isinstance(_json_or_none(response), dict)
+            and "errors" in _json_or_none(response)
+        ):
+            # the portal answers, the cluster behind it does not (a job's output): say why
+            raise CliError(f"the portal cannot answer now (HTTP 503 on {method.upper()} {path}): "
+                           f"{error_message(response)}", EXIT_SERVER)  # fmt: skip
         if status >= 500:
             raise CliError(f"the portal failed: HTTP {status} on {method.upper()} {path}",
                            EXIT_SERVER)  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl import __version__, completion, login
+from gpuctl import __version__, completion, login, logs
 from gpuctl.client import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -65,6 +65,7 @@ examples:
   gpuctl jobs --mine --state pending        # what am I waiting for?
   gpuctl explain 42                         # why job 42 waits, and what would start it
   gpuctl cancel 42
+  gpuctl logs 42 -f                         # the end of its output, followed until it ends
   gpuctl queues                             # quota, guarantee, used, pending, eviction
   gpuctl nodes --state cordoned
   gpuctl nodes drain r001-n03 --reason "XID 79 on GPU 3"
@@ -965,6 +966,9 @@ examples:
   gpuctl release --me                            # every held job of mine""",
     )
     add_job_choice(p, "release")
+
+    p = add("logs", logs.cmd_logs, logs.HELP, logs.LOGS_HELP)
+    logs.add_arguments(p, _seconds)
 
     p = add("queues", cmd_queues, "queues: quota, guarantee, used, running, pending, eviction",
             epilog="examples:\n  gpuctl queues\n  gpuctl queues --line llm")  # fmt: skip

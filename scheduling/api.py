@@ -40,6 +40,7 @@ from scheduling.hold_services import REASON_MAX, hold_job, release_job
 from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
+from scheduling.output_api import JobOutputActions
 from scheduling.permissions import DrivesSimulator, OperatesNodes
 from scheduling.selectors import (
     build_placement,
@@ -245,7 +246,7 @@ class JobFilter(django_filters.FilterSet):
         )
 
 
-class JobViewSet(AsciiIdLookup,
+class JobViewSet(AsciiIdLookup, JobOutputActions,
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):  # fmt: skip

@@ -11,6 +11,7 @@ inside the cycle's transaction (the simulator saves its state there).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from django.conf import settings
@@ -19,7 +20,7 @@ from scheduling.backends import backend_class
 from scheduling.backends.base import ClusterBackend
 from scheduling.backends.config import BackendConfig, BackendContext
 from scheduling.backends.simulator import SimulatorBackend
-from scheduling.sim_state import DatabaseSimulatorStore
+from scheduling.sim_state import DatabaseSimulatorStore, ReadOnlySimulatorStore
 
 
 class SettingsValues(Mapping[str, Any]):
@@ -72,3 +73,18 @@ def open_simulator(
     """The simulator backend whatever SCHEDULING_BACKEND says (drills, demo, tests);
     pass ``store`` to keep a handle on its row."""
     return SimulatorBackend.open(backend_context(wall_now, advance=advance, store=store))
+
+
+@contextmanager
+def read_only_backend() -> Iterator[ClusterBackend]:
+    """The configured backend opened to read, changing nothing: the simulator as its last
+    save left it (its row not locked, so a running cycle does not hold the reader up; its
+    clock not moved; never saved), another backend closed after use."""
+    if settings.SCHEDULING_BACKEND == "simulator":
+        yield SimulatorBackend.open(backend_context(advance=False, store=ReadOnlySimulatorStore()))
+        return
+    backend = get_backend(advance=False)
+    try:
+        yield backend
+    finally:
+        backend.close()

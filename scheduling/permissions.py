@@ -55,6 +55,18 @@ def may_release(user: Any, job: Job) -> bool:
     return may_cancel(user, job) and (job.hold_kind != "admin" or is_admin(user))
 
 
+def may_read_output(user: Any, job: Job) -> bool:
+    """Read a job's output (the people who troubleshoot it): its owner, a team lead of its
+    line, on-call engineers and admins. Others who may see the job (its line's other
+    researchers) may not: output can hold what its owner did not mean to publish."""
+    if job.owner_id == getattr(user, "pk", None) or is_oncall_or_admin(user):
+        return True
+    return job.queue.business_line_id in led_line_ids(user)
+
+
+OUTPUT_READERS = "only the job's owner, a team lead of its line, on-call engineers and admins"
+
+
 def may_operate_nodes(user: Any) -> bool:
     """Cordon, drain, uncordon, clean residual processes, read the blast radius, inject
     drill faults: on-call engineers and admins."""

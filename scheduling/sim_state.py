@@ -99,3 +99,19 @@ class DatabaseSimulatorStore:
 
     def seed(self) -> int:
         return ClusterSettings.load().seed
+
+
+class ReadOnlySimulatorStore(DatabaseSimulatorStore):
+    """The simulator as its last save left it, read without locking its row (a cycle may
+    hold that lock: a plain read does not wait for it); never saved (the what-if, a job's
+    output: ``scheduling.backend_factory.read_only_backend``)."""
+
+    def load(self) -> SavedSimulator | None:
+        self.row = SimulatorState.objects.filter(singleton=True).first()
+        if self.row is None:
+            return None
+        return SavedSimulator(state=self.row.state, virtual_now=self.row.virtual_now,
+                              saved_wall=self.row.saved_wall, speed=self.row.speed)  # fmt: skip
+
+    def save(self, saved: SavedSimulator) -> None:
+        raise RuntimeError("a read-only simulator store never saves (a what-if, a job's output)")

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import hold_views, views
+from scheduling import hold_views, output_views, views
 
 app_name = "scheduling"
 
@@ -15,4 +15,5 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/hold/", hold_views.job_hold, name="job-hold"),
     path("jobs/<int:job_id>/release/", hold_views.job_release, name="job-release"),
+    path("jobs/<int:job_id>/output/", output_views.job_output, name="job-output"),
 ]

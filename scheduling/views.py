@@ -33,7 +33,7 @@ from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
-from scheduling.permissions import may_cancel, may_release, sees_all_jobs
+from scheduling.permissions import may_cancel, may_read_output, may_release, sees_all_jobs
 from scheduling.selectors import (
     build_placement,
     cluster_shape,
@@ -468,6 +468,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         # hold (a running job: suspend) and release (``scheduling.hold_views``)
         "can_hold": job.is_active and allowed and job.held_at is None,
         "can_release": job.is_active and job.held_at is not None and may_release(request.user, job),
+        "may_read_output": may_read_output(request.user, job),
         "live_config": {
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",

@@ -33,15 +33,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
 from scheduling import dependencies, engine
-from scheduling.backend_factory import backend_context, get_backend
+from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
-from scheduling.backends.sim_store import SavedSimulator
-from scheduling.backends.simulator import SimulatorBackend
 from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.cycle.context import production_policy
 from scheduling.engine import explain
@@ -50,7 +47,7 @@ from scheduling.engine.feasibility import ClusterShape
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
 from scheduling.services import JobRequest, check_after, resolve_job_request
-from scheduling.sim_state import DatabaseSimulatorStore
+from scheduling.sim_state import ReadOnlySimulatorStore  # noqa: F401 - its old home
 from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
 
 CACHE_SECONDS = 5.0
@@ -202,34 +199,13 @@ def fingerprint() -> tuple:
         return tuple(cur.fetchone())
 
 
-class ReadOnlySimulatorStore(DatabaseSimulatorStore):
-    """The simulator as its last save left it, read without locking its row (a cycle may
-    hold that lock: a plain read does not wait for it); never saved."""
-
-    def load(self) -> SavedSimulator | None:
-        self.row = SimulatorState.objects.filter(singleton=True).first()
-        if self.row is None:
-            return None
-        return SavedSimulator(state=self.row.state, virtual_now=self.row.virtual_now,
-                              saved_wall=self.row.saved_wall, speed=self.row.speed)  # fmt: skip
-
-    def save(self, saved: SavedSimulator) -> None:
-        raise RuntimeError("a what-if never saves the simulator")
-
-
 def observe_read_only() -> Observation:
     """What the cluster reports, asked without changing it: the simulator as the last cycle
     (or clock advance) saved it, its clock not moved; another backend's ``observe`` (a read).
     Raises ``ClusterUnavailable`` when the backend cannot be read."""
     try:
-        if settings.SCHEDULING_BACKEND == "simulator":
-            store = ReadOnlySimulatorStore()
-            return SimulatorBackend.open(backend_context(advance=False, store=store)).observe()
-        backend = get_backend(advance=False)
-        try:
+        with read_only_backend() as backend:
             return backend.observe()
-        finally:
-            backend.close()
     except BackendError as exc:
         raise ClusterUnavailable(f"the cluster did not answer: {exc}") from exc
 

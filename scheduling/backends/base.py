@@ -124,6 +124,43 @@ class LaunchRequest:
     sim_duration_s: float | None = None  # simulator only: the hidden true run time
 
 
+@dataclass(frozen=True, slots=True)
+class OutputTail:
+    """The end of a run's output (stdout and stderr as the backend keeps them).
+
+    ``data`` is at most the ``max_bytes`` asked for, raw bytes (the portal decodes and
+    sanitises them: output is other people's text). ``truncated``: the output was longer
+    and only its end is here. ``source`` says where it came from, in words a person can
+    check (a file path, ``pod <name>/<container>``, ``simulator``).
+    """
+
+    data: bytes
+    truncated: bool
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoOutput:
+    """Why a backend has no output for a run (``read_output``'s answer when it keeps none)."""
+
+    reason: str
+
+
+# What ``read_output`` may answer: the tail, or why there is none.
+OutputAnswer = OutputTail | NoOutput
+
+NO_OUTPUT_KEPT = NoOutput("this backend keeps no output of its runs")
+
+
+def tail_bytes(data: bytes, max_bytes: int) -> tuple[bytes, bool]:
+    """The last ``max_bytes`` of ``data`` and whether anything was cut (shared by backends)."""
+    if max_bytes <= 0:
+        return b"", bool(data)
+    if len(data) <= max_bytes:
+        return data, False
+    return data[-max_bytes:], True
+
+
 def run_ref(job_id: int, attempt: int) -> str:
     """The backend name of a job's run: deterministic, so a lost launch is adopted, never duplicated."""
     return f"portal-{job_id}-{attempt}"
@@ -171,6 +208,17 @@ class ClusterBackend(ABC):
 
     @abstractmethod
     def clean_residual(self, node: str) -> int: ...
+
+    def read_output(self, ref: str, max_bytes: int, *, checkpoint_path: str = "") -> OutputAnswer:
+        """The last ``max_bytes`` of run ``ref``'s output, or :class:`NoOutput` saying why
+        there is none (this backend or this run keeps none, the run is unknown).
+
+        Optional: the default keeps none. ``checkpoint_path`` is the job's, for backends
+        that describe what a run did rather than read it (the simulator). Read-only, and
+        quick: the portal calls it while a person waits (with its own timeout); errors
+        are ``BackendError`` as everywhere.
+        """
+        return NO_OUTPUT_KEPT
 
     @abstractmethod
     def close(self) -> None:

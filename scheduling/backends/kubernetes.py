@@ -87,12 +87,16 @@ from scheduling.backends.base import (
     BackendError,
     ClusterBackend,
     LaunchRequest,
+    NoOutput,
     Observation,
     ObservedJob,
     ObservedNode,
+    OutputAnswer,
+    OutputTail,
     PermanentBackendError,
     TransientBackendError,
     parse_run_ref,
+    tail_bytes,
 )
 from scheduling.backends.config import BackendConfig, BackendContext
 from scheduling.backends.placement import NodeCapacity, check_placement, launch_ref, take_gpus
@@ -100,6 +104,10 @@ from scheduling.engine.types import Slot
 
 GPU = volcano.GPU_RESOURCE
 JSON = "application/json"  # the client sets no Content-Type on creates; say it
+# Pod logs: lines asked for per byte wanted (short lines), at least; and the byte bound.
+LOG_BYTES_PER_LINE = 16
+LOG_MIN_LINES = 100
+LOG_LIMIT_BYTES = 4 << 20
 KILL_GRACE_S = 1  # `kubectl delete --now`; 0 means force deletion for pods
 CHECKPOINT_SLACK_S = 2.0  # pods gone this close to the deadline still count as checkpointed
 DB_TEXT = 32  # Node.rack/block/gpu_model are CharField(max_length=32)
@@ -399,6 +407,18 @@ class KubernetesBackend(ClusterBackend):
     # -- plumbing -------------------------------------------------------------------------
     def _request(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the client (raw JSON, no typed response models) and map its errors."""
+        data = self._raw_request(what, fn, *args, **kwargs)
+        if not data:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError as err:
+            raise TransientBackendError(
+                f"{what}: unreadable response from the Kubernetes API", code="bad_response"
+            ) from err
+
+    def _raw_request(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        """Call the client and return the response body as it came (errors mapped)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -415,15 +435,7 @@ class KubernetesBackend(ClusterBackend):
             ) from err
         except ValueError as err:  # the client refused the arguments (pydantic)
             raise PermanentBackendError(f"{what}: {err}", code="invalid_argument") from err
-        data = getattr(response, "data", b"")
-        if not data:
-            return {}
-        try:
-            return json.loads(data)
-        except ValueError as err:
-            raise TransientBackendError(
-                f"{what}: unreadable response from the Kubernetes API", code="bad_response"
-            ) from err
+        return getattr(response, "data", b"") or b""
 
     def _vc(self, what: str, verb: str, *args: Any, **kwargs: Any) -> Any:
         """A Volcano Job call in the backend's namespace."""
@@ -852,6 +864,45 @@ class KubernetesBackend(ClusterBackend):
         if _annotations(job).get(volcano.ANN_KILLED_AT) is None:
             self._annotate(ref, {volcano.ANN_KILLED_AT: f"{self.clock():.3f}"})
         self._delete_pods(job, KILL_GRACE_S, f"the portal kills {ref}")
+
+    # -- output -------------------------------------------------------------------------------
+    def read_output(self, ref: str, max_bytes: int, *, checkpoint_path: str = "") -> OutputAnswer:
+        """The end of the log of the run's first pod (rank 0, task ``node0``), container
+        ``trainer``: ``GET .../pods/<pod>/log?tailLines=N&limitBytes=M``.
+
+        The log API has no byte tail: the last ``tailLines`` (enough for ``max_bytes`` of
+        short lines), cut to the last ``max_bytes`` here. ``limitBytes`` bounds what a pod
+        of long lines sends; it cuts the *end* off, so an answer that reaches it is asked
+        again for fewer lines (a single line longer than the bound shows its beginning). Kubernetes keeps a pod's log only while the
+        pod exists: a run whose pods were deleted (stopped, preempted, or its Job removed
+        after its TTL) has none.
+        """
+        pods = self._request(f"list pods of {ref}", self.core.list_namespaced_pod,
+                             self.namespace, label_selector=f"{volcano.LABEL_RUN_REF}={ref}")  # fmt: skip
+        items = sorted(pods.get("items") or [], key=_name)
+        if not items:
+            return NoOutput(
+                "the run's pods are gone (deleted when it stopped, or with its Volcano Job): "
+                "Kubernetes keeps a pod's log only while the pod exists"
+            )
+        pod = _name(items[0])
+        lines = max(LOG_MIN_LINES, max_bytes // LOG_BYTES_PER_LINE)
+        while True:
+            try:
+                data = self._raw_request(
+                    f"read the log of {pod}", self.core.read_namespaced_pod_log, pod,
+                    self.namespace, container=volcano.CONTAINER_NAME, tail_lines=lines,
+                    limit_bytes=LOG_LIMIT_BYTES,
+                )  # fmt: skip
+            except PermanentBackendError as err:  # e.g. 400: the container has not started
+                return NoOutput(f"no log of pod {pod} yet: {err}")
+            if len(data) < LOG_LIMIT_BYTES or lines == 1:
+                break
+            lines = max(1, lines // 8)  # cut at the limit, so not the end: fewer, later lines
+        text, cut = tail_bytes(data, max_bytes)
+        truncated = cut or data.count(b"\n") >= lines
+        source = f"pod {self.namespace}/{pod}, container {volcano.CONTAINER_NAME}"
+        return OutputTail(data=text, truncated=truncated, source=source)
 
     # -- nodes -------------------------------------------------------------------------------------
     def _patch_node(self, node: str, unschedulable: bool, reason: str = "") -> None:

@@ -28,14 +28,17 @@ from scheduling.backends.base import (
     HEALTH_RDMA_DEGRADED,
     ClusterBackend,
     LaunchRequest,
+    NoOutput,
     Observation,
     ObservedJob,
     ObservedNode,
+    OutputAnswer,
     PermanentBackendError,
     TransientBackendError,
     parse_run_ref,
 )
 from scheduling.backends.config import BackendContext
+from scheduling.backends.sim_output import RunFacts, synthetic_tail
 from scheduling.backends.sim_store import (
     MAX_CATCH_UP_S,
     SavedSimulator,
@@ -211,6 +214,26 @@ class SimulatorBackend(ClusterBackend):
     def clean_residual(self, node: str) -> int:
         with _backend_errors():
             return self.sim.clean_residual(node)
+
+    def read_output(self, ref: str, max_bytes: int, *, checkpoint_path: str = "") -> OutputAnswer:
+        """Synthetic, deterministic output of the run (``scheduling/backends/sim_output.py``),
+        while the simulator remembers it (ended runs are forgotten after a while)."""
+        job = self.sim.jobs.get(ref)
+        if job is None:
+            return NoOutput(
+                "the simulator no longer remembers this run (it keeps ended runs "
+                f"{self.sim.config.ended_job_retention_s / 3600:g} h) or never ran it"
+            )
+        stale = {}
+        for name, _ in job.placement:  # stale processes stay where the run ran
+            held = tuple(sorted(g for g, owner in self.sim.nodes[name].residual.items()
+                                if owner == ref))  # fmt: skip
+            if held:
+                stale[name] = held
+        reason = job.end_reason or ""
+        facts = RunFacts(job=job, now=self.sim.now, checkpoint_path=checkpoint_path,
+                         failure_words=FAILURE_DETAIL.get(reason, reason), stale_gpus=stale)  # fmt: skip
+        return synthetic_tail(facts, max_bytes)
 
     def inject_fault(self, kind: str, node: str) -> None:
         with _backend_errors():

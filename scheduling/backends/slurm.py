@@ -43,6 +43,7 @@ Slurm cannot see stale GPU processes through its CLI: ``clean_residual`` is 0.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import math
 import os
@@ -70,14 +71,17 @@ from scheduling.backends.base import (
     SUCCEEDED,
     ClusterBackend,
     LaunchRequest,
+    NoOutput,
     Observation,
     ObservedJob,
     ObservedNode,
+    OutputAnswer,
     PermanentBackendError,
     TransientBackendError,
     parse_run_ref,
 )
 from scheduling.backends.config import BackendConfig, BackendContext
+from scheduling.backends.output_files import NOT_KEPT, OutputFiles
 from scheduling.backends.placement import NodeCapacity, check_placement, launch_ref, take_gpus
 from scheduling.backends.slurm_cli import (
     SlurmCLI,
@@ -90,6 +94,7 @@ from scheduling.backends.slurm_cli import (
 )
 from scheduling.engine.types import Slot
 
+_STDOUT = re.compile(r"(?:^|\s)StdOut=(.*?)(?=\s+[A-Za-z/:]+=|\s*$)")
 MAX_SIGNAL_S = 65535  # sbatch --signal=<sig>@<time>: at most 65535 s
 PORTAL_REASON_PREFIX = "portal: "
 RESUME_WAIT_S = 5.0
@@ -886,6 +891,47 @@ class SlurmBackend(ClusterBackend):
         whose processes will not die ("Kill task failed"); that shows as cordoned.
         """
         return 0
+
+    # -- output ---------------------------------------------------------------------
+    def read_output(self, ref: str, max_bytes: int, *, checkpoint_path: str = "") -> OutputAnswer:
+        """The tail of the run's ``--output`` file, when ``SLURM_JOB_OUTPUT`` names files
+        the portal host can read (shared storage).
+
+        The path is Slurm's own (``scontrol show job -o``: ``StdOut=``, expanded) while
+        Slurm lists the run (``squeue -n <ref>``), else the pattern expanded for the run
+        (``%x`` its ref, ``%u`` the portal's user, any ``%j``: the newest such file). Read by
+        ``scheduling/backends/output_files.py``: inside the pattern's directory only.
+        """
+        files = OutputFiles.configure(self.job_output, self.workdir)
+        if files is None:
+            return NOT_KEPT
+        user = getpass.getuser()
+        path = None
+        slurm_id = self._newest_job_named(ref)
+        if slurm_id is not None:
+            path = self._stdout_of(slurm_id) or files.expand(name=ref, user=user, job_id=slurm_id)
+        if path is None:
+            path = files.newest(name=ref, user=user)
+        if path is None:
+            gone = "" if slurm_id is not None else "Slurm no longer lists the run and "
+            return NoOutput(f"no output file of {ref}: {gone}no file matches {files.pattern}")
+        return files.tail(path, max_bytes)
+
+    def _newest_job_named(self, ref: str) -> int | None:
+        """The newest Slurm job id named ``ref`` that Slurm still lists (plain ``squeue``
+        honours ``-n``/``-t``; ``--json`` would list every job of the cluster)."""
+        out = self._call(self.cli.run, ["squeue", "-h", "-t", "all", "-n", ref, "-o", "%i"])
+        ids = [int(word) for word in out.split() if word.isascii() and word.isdigit()]
+        return max(ids, default=None)
+
+    def _stdout_of(self, slurm_id: int) -> str | None:
+        """``StdOut=`` of ``scontrol show job -o`` (None when Slurm no longer knows it)."""
+        try:
+            out = self._call(self.cli.run, ["scontrol", "show", "job", "-o", str(slurm_id)])
+        except PermanentBackendError:
+            return None
+        m = _STDOUT.search(out)
+        return m.group(1) if m and m.group(1) not in ("", "(null)") else None
 
     def close(self) -> None:
         self._view_cache = None

@@ -127,6 +127,13 @@ CASES: dict[str, Case] = {
         {"researcher": 409, "lead": 409, "admin": 409},
         denied={"researcher2": 404, "oncall": 403},
     ),
+    # the people who troubleshoot it (docs/api.md, "A job's output"): a pending job has none
+    "job output": Case(
+        "get",
+        "jobs/{job}/output/",
+        {"researcher": 200, "lead": 200, "oncall": 200, "admin": 200},
+        denied={"researcher2": 404},
+    ),
     "nodes list": Case("get", "nodes/", EVERYONE_SIGNED_IN),
     "node detail": Case("get", "nodes/{node}/", EVERYONE_SIGNED_IN),
     "node cordon": _node_action("cordon", "fan", becomes="cordoned"),

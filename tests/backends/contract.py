@@ -36,9 +36,11 @@ from scheduling.backends.base import (
     SUCCEEDED,
     ClusterBackend,
     LaunchRequest,
+    NoOutput,
     Observation,
     ObservedJob,
     ObservedNode,
+    OutputTail,
     PermanentBackendError,
     run_ref,
 )
@@ -329,3 +331,22 @@ class BackendContract:
 
     def test_clean_residual_on_a_clean_node_frees_nothing(self, harness: Harness):
         assert harness.backend.clean_residual(harness.nodes[0]) == 0
+
+    # -- output ------------------------------------------------------------------------
+    def test_read_output_answers_a_runs_tail_or_why_there_is_none(self, harness: Harness):
+        b, node = harness.backend, harness.nodes[0]
+        req = harness.request(24, [Slot(node, (0,))])
+        b.launch(req)
+        harness.settle(state_of(req.ref, RUNNING), 30, "the run to start")
+        harness.ready(req.ref)
+        out = b.read_output(req.ref, 4096)
+        assert isinstance(out, OutputTail | NoOutput)
+        if isinstance(out, OutputTail):
+            assert out.data and len(out.data) <= 4096 and out.source
+            cut = b.read_output(req.ref, 8)
+            assert isinstance(cut, OutputTail) and cut.truncated and cut.data == out.data[-8:]
+        else:
+            assert out.reason
+        unknown = b.read_output(run_ref(997, 1), 4096)
+        assert isinstance(unknown, NoOutput) and unknown.reason
+        b.kill(req.ref)

@@ -44,6 +44,7 @@ from scheduling.backends.base import (
     STOPPING,
     SUCCEEDED,
     ClusterBackend,
+    NoOutput,
     ObservedJob,
     PermanentBackendError,
     TransientBackendError,
@@ -97,6 +98,9 @@ class WireResponse:
     def __init__(self, status: int, payload: Any) -> None:
         self.status = status
         self.reason = {200: "OK", 201: "Created"}.get(status, "Error")
+        if isinstance(payload, bytes):  # a pod's log: text, as the API server sends it
+            self.data, self.headers = payload, {"content-type": "text/plain"}
+            return
         self.data = b"" if payload is None else json.dumps(payload).encode()
         self.headers = {"content-type": "application/json"}
 
@@ -163,6 +167,7 @@ class Recorded:
         self.live = load("pods-live.json")
         self.portal_pods = load("pods-portal.json")
         self.jobs = load("vcjobs.json")
+        self.logs = {"portal-7-1-node0-0": (DATA / "log-portal-7-1-node0-0.txt").read_bytes()}
         self.script: dict[tuple[str, str], list[Any]] = {}
 
     def on(self, method: str, path: str, *answers: Any) -> None:
@@ -187,6 +192,8 @@ class Recorded:
             return 200, {**self.portal_pods, "items": items}
         if m == "GET" and p == JOBS_PATH:
             return 200, self.jobs
+        if m == "GET" and p.startswith(PODS_PATH + "/") and p.endswith("/log"):
+            return log_answer(self.logs.get(p.split("/")[-2]), call.query)
         if p.startswith(JOBS_PATH + "/"):
             name = p.rsplit("/", 1)[1]
             job = self.job(name)
@@ -218,6 +225,18 @@ class Recorded:
             node = next((n for n in self.nodes["items"] if n["metadata"]["name"] == name), None)
             return (200, node) if node else (404, load("status-404-node.json"))
         return 404, status_body(404, "NotFound", f"no recorded answer for {m} {p}")
+
+
+def log_answer(log: bytes | None, query: dict[str, str]) -> Any:
+    """A pod's log as the API server answers ``GET .../pods/<pod>/log``: the last
+    ``tailLines`` lines, then at most ``limitBytes`` of them (404: no such pod)."""
+    if log is None:
+        return 404, status_body(404, "NotFound", "pods not found")
+    lines = log.splitlines(keepends=True)
+    if "tailLines" in query:
+        lines = lines[-int(query["tailLines"]) :]
+    data = b"".join(lines)
+    return 200, data[: int(query["limitBytes"])] if "limitBytes" in query else data
 
 
 @pytest.fixture
@@ -708,6 +727,55 @@ def test_cordon_updates_this_cycles_view(recorded):
     assert pool.calls == []
 
 
+# -- output -----------------------------------------------------------------------------------
+
+
+def test_read_output_reads_the_end_of_the_rank_0_pods_log(recorded):
+    backend, pool = backend_on(recorded)
+    log = recorded.logs["portal-7-1-node0-0"]
+    out = backend.read_output("portal-7-1", 64)
+    assert calls_of(pool) == [
+        ("GET", PODS_PATH, {"labelSelector": "gpu-portal.io/run-ref=portal-7-1"}),
+        ("GET", f"{PODS_PATH}/portal-7-1-node0-0/log",
+         {"container": "trainer", "tailLines": "100", "limitBytes": str(4 << 20)}),
+    ]  # fmt: skip
+    assert out.data == log[-64:] and out.truncated
+    assert out.source == "pod gpu-portal/portal-7-1-node0-0, container trainer"
+    whole = backend.read_output("portal-7-1", 4096)
+    assert whole.data == log and not whole.truncated
+
+
+def test_read_output_asks_for_fewer_lines_when_the_byte_bound_cut_the_end(recorded, monkeypatch):
+    monkeypatch.setattr("scheduling.backends.kubernetes.LOG_LIMIT_BYTES", 64)
+    backend, pool = backend_on(recorded)
+    out = backend.read_output("portal-7-1", 20)
+    asked = [c.query["tailLines"] for c in pool.calls if c.path.endswith("/log")]
+    assert asked == ["100", "12", "1"]  # answers that reach the 64-byte bound lost their end
+    assert out.data == b"step 300 loss 1.88\n" and out.truncated
+
+
+def test_read_output_of_a_run_without_pods_says_they_are_gone(recorded):
+    backend, _ = backend_on(recorded)
+    out = backend.read_output("portal-12-1", 1024)  # pending: its gang was never admitted
+    assert isinstance(out, NoOutput) and "pods are gone" in out.reason
+
+
+def test_read_output_of_a_container_not_started_says_so(recorded):
+    backend, _ = backend_on(recorded)
+    recorded.on("GET", f"{PODS_PATH}/portal-7-1-node0-0/log", (400, status_body(
+        400, "BadRequest", 'container "trainer" in pod "portal-7-1-node0-0" is waiting to '
+        "start: ContainerCreating")))  # fmt: skip
+    out = backend.read_output("portal-7-1", 1024)
+    assert isinstance(out, NoOutput) and "ContainerCreating" in out.reason
+
+
+def test_read_output_when_the_api_server_is_down_is_transient(recorded):
+    backend, _ = backend_on(recorded)
+    recorded.on("GET", f"{PODS_PATH}/portal-7-1-node0-0/log", (503, load("status-503.json")))
+    with pytest.raises(TransientBackendError):
+        backend.read_output("portal-7-1", 1024)
+
+
 def test_clean_residual_and_close(recorded):
     backend, pool = backend_on(recorded)
     assert backend.clean_residual("gpu-a") == 0
@@ -1007,6 +1075,12 @@ class Cluster:
                 self.public(x) for x in self.pods.values() if selected(x, q.get("labelSelector"))
             ]
             return 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if m == "GET" and p.startswith(PODS_PATH + "/") and p.endswith("/log"):
+            pod = self.pods.get(p.split("/")[-2])
+            text = (
+                None if pod is None else f"ready: {p.split('/')[-2]} on {pod['spec']['nodeName']}\n"
+            )
+            return log_answer(None if text is None else text.encode(), q)
         if m == "DELETE" and p.startswith(PODS_PATH + "/"):
             pod = self.pods.get(p.rsplit("/", 1)[1])
             if pod is None:
@@ -1120,6 +1194,8 @@ def required_permission(call: Call) -> tuple[str, str, str, bool]:
     if namespaced:
         rest = rest[2:]
     resource, named = rest[0], len(rest) > 1
+    if len(rest) > 2:  # a subresource: pods/log
+        resource = f"{rest[0]}/{rest[2]}"
     verb = {"GET": "get" if named else "list", "POST": "create", "PATCH": "patch",
             "DELETE": "delete"}[call.method]  # fmt: skip
     return group, resource, verb, namespaced
@@ -1134,6 +1210,7 @@ def test_the_documented_rbac_allows_every_call(recorded):
     backend.kill("portal-8-2")
     backend.cordon("gpu-a", "x")
     backend.uncordon("gpu-a")
+    backend.read_output("portal-7-1", 1024)
     recorded.on("POST", JOBS_PATH, (409, load("status-409-job.json")))
     backend._view.runs.pop("portal-10-1")
     with pytest.raises(TransientBackendError):
@@ -1147,7 +1224,7 @@ def test_the_documented_rbac_allows_every_call(recorded):
                     for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     needed = {required_permission(c) for c in pool.calls}
     assert {("batch.volcano.sh", "jobs", "delete", True), ("bus.volcano.sh", "commands",
-            "create", True), ("", "pods", "list", False)} <= needed  # fmt: skip
+            "create", True), ("", "pods", "list", False), ("", "pods/log", "get", True)} <= needed  # fmt: skip
     for group, resource, verb, namespaced in needed:
         allowed = cluster_wide | (in_namespace if namespaced else set())
         assert (group, resource, verb) in allowed, (group, resource, verb)

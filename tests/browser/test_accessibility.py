@@ -78,7 +78,8 @@ def test_every_page_passes_axe_core_as_each_role_reads_it(busy, page, login, por
     pages = {
         "researcher": [
             "/", "/jobs/", "/jobs/new/", f"/jobs/{busy['waiting']}/",
-            f"/jobs/{busy['running']}/", "/queues/", "/quotas/", "/account/",
+            f"/jobs/{busy['running']}/", f"/jobs/{busy['running']}/output/", "/queues/",
+            "/quotas/", "/account/",
             "/account/tokens/", "/usage/", "/audit/",  # the last: a 403 page
         ],
         "lead": [

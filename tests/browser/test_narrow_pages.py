@@ -47,6 +47,7 @@ def main_pages() -> list[str]:
         "/jobs/",
         "/jobs/new/",
         f"/jobs/{job.pk}/",
+        f"/jobs/{job.pk}/output/",
         "/queues/",
         "/quotas/",
         "/quotas/lines/llm/",

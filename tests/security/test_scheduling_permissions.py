@@ -32,6 +32,15 @@ CANCEL = {
 }
 
 
+# may_read_output(user, job): the owner, a lead of the job's line, on-call and admins.
+READ_OUTPUT = {
+    ("researcher", "alpha"): {"researcher", "lead", *personas.OPERATORS},
+    ("outsider", "beta"): {"outsider", "other_lead", *personas.OPERATORS},
+    ("lead", "alpha"): {"lead", *personas.OPERATORS},
+    ("oncall", "beta"): {"oncall", "other_lead", *personas.OPERATORS},
+}
+
+
 @pytest.mark.parametrize(("predicate", "persona"), personas.table_cases(TABLE))
 def test_each_predicate_for_each_persona(people, predicate, persona):
     assert personas.answers_as_table(permissions, TABLE, people, predicate, persona)
@@ -57,6 +66,13 @@ def test_who_may_release_whose_hold(people, owner, line, persona, kind):
     assert permissions.holds_as_admin(people[persona], job) is admin_hold
 
 
+@pytest.mark.parametrize(("owner", "line"), sorted(READ_OUTPUT))
+def test_who_may_read_whose_output(people, owner, line, persona):
+    job = Job(owner=people[owner], queue=Queue(name="q", business_line=people["lines"][line]))
+    expected = persona in READ_OUTPUT[owner, line]
+    assert permissions.may_read_output(people[persona], job) is expected
+
+
 @pytest.mark.parametrize("persona", personas.PERSONAS)
 def test_the_api_permission_is_the_predicate(people, persona):
     granted = OperatesNodes().has_permission(personas.FakeRequest(people[persona]), None)
@@ -66,7 +82,9 @@ def test_the_api_permission_is_the_predicate(people, persona):
 
 def test_every_predicate_of_the_module_is_in_a_table():
     public = personas.public_predicates(permissions)
-    assert public == set(TABLE) | {"may_cancel", "may_release", "holds_as_admin"}
+    assert public == set(TABLE) | {
+        "may_cancel", "may_release", "holds_as_admin", "may_read_output",
+    }  # fmt: skip
 
 
 def test_a_role_change_is_seen_by_a_fresh_user_object(people):

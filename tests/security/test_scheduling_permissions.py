@@ -66,6 +66,7 @@ def test_who_may_release_whose_hold(people, owner, line, persona, kind):
     assert permissions.holds_as_admin(people[persona], job) is admin_hold
 
 
+@pytest.mark.parametrize("persona", personas.PERSONAS)
 @pytest.mark.parametrize(("owner", "line"), sorted(READ_OUTPUT))
 def test_who_may_read_whose_output(people, owner, line, persona):
     job = Job(owner=people[owner], queue=Queue(name="q", business_line=people["lines"][line]))

@@ -5,6 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 
+def when(iso: str) -> datetime:
+    """An API time (``...Z``) as an aware datetime."""
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
 def make_quotas_roomy() -> None:
     """Quotas far above the 32-GPU test cluster, so placement, not quota, is under test."""
     from quotas.models import BusinessLine, Queue

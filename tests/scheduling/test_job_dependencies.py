@@ -19,7 +19,7 @@ from scheduling.cycle.context import production_policy
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
-from tests.drills import advance, cycle, job, make_quotas_roomy, submit
+from tests.drills import advance, cycle, job, make_quotas_roomy, submit, when
 
 pytestmark = pytest.mark.django_db
 
@@ -27,10 +27,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def roomy_quotas(demo):
     make_quotas_roomy()
-
-
-def when(iso: str) -> datetime:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
 def node_of(job_id: int) -> str:

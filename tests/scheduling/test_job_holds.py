@@ -8,8 +8,6 @@ held, which is no preemption.
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import pytest
 from django.db import transaction
 
@@ -19,7 +17,7 @@ from scheduling.cycle.context import production_policy
 from scheduling.models import Eviction, Job, JobEvent, JobRun
 from scheduling.prediction import RuntimePredictor
 from scheduling.snapshot import build_snapshot
-from tests.drills import advance, cycle, job, make_quotas_roomy, submit
+from tests.drills import advance, cycle, job, make_quotas_roomy, submit, when
 
 pytestmark = pytest.mark.django_db
 
@@ -27,10 +25,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def roomy_quotas(demo):
     make_quotas_roomy()
-
-
-def when(iso: str) -> datetime:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
 def timeline(job_id: int) -> list[tuple[str, str]]:

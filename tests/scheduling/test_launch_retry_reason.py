@@ -7,7 +7,7 @@ transiently, and cluster time moves only through ``simulator/advance``.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.db import transaction
@@ -16,7 +16,7 @@ from scheduling.backend_factory import get_backend
 from scheduling.cycle import verdicts
 from scheduling.models import Job
 from scheduling.views import CODE_TITLES
-from tests.drills import advance, cycle, job, make_quotas_roomy, submit
+from tests.drills import advance, cycle, job, make_quotas_roomy, submit, when
 
 pytestmark = pytest.mark.django_db
 
@@ -54,10 +54,6 @@ def reason_codes_published(sent, job_id: int) -> list[str]:
         for channel, kind, p in sent
         if channel == f"job.{job_id}" and kind == "job.updated" and "pending_code" in p
     ]
-
-
-def when(iso: str) -> datetime:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
 
 
 def test_a_job_whose_launch_fails_transiently_says_why_it_waits_until_it_starts(api, published):

@@ -70,20 +70,30 @@ def hold_job(user: Any, job_id: int, reason: Any = "", *, source_ip: str | None 
     """Put an active job on hold; a running one is suspended by the next cycle.
 
     Compare-and-set on the locked row: a job that ended is refused ("job is already
-    succeeded"), one already held too (naming who holds it).
+    succeeded"), one already held too (naming who holds it), but for an admin's hold of
+    someone else's job held by a user hold: that becomes an admin hold (Slurm's: an
+    admin's ``scontrol hold`` over a user's), held since the first hold.
     """
     with transaction.atomic():
         job = lock_active_job(user, job_id, "hold")
         kind = ADMIN if holds_as_admin(user, job) else USER
         reason = clean_hold_reason(reason, required=kind == ADMIN)
-        if job.held_at is not None:
+        upgrade = job.held_at is not None and kind == ADMIN and job.hold_kind == USER
+        if job.held_at is not None and not upgrade:
             by = job.held_by.username if job.held_by else "a former user"
             raise ValidationError({"state": [f"job is already held by {by}"]})
         before = hold_state(job)
-        job.held_by, job.held_at, job.hold_reason, job.hold_kind = user, clock.now(), reason, kind
+        # an admin's hold over a user hold becomes an admin hold (Slurm's), held since then
+        at = job.held_at if upgrade else clock.now()
+        job.held_by, job.held_at, job.hold_reason, job.hold_kind = user, at, reason, kind
         job.save(update_fields=[*WRITTEN_FIELDS, "updated_at"])
         why = f": {reason}" if reason else ""
-        if job.state == Job.State.PENDING:
+        if upgrade:
+            message = (
+                f"admin hold by {user.username}{why}, over the hold it had; only an admin may "
+                "release it"
+            )
+        elif job.state == Job.State.PENDING:
             message = f"held by {user.username}{why}; it waits until released"
         elif job.state == Job.State.PREEMPTING:
             message = (

@@ -223,6 +223,19 @@ def test_who_may_hold_and_release(api, demo):
     kinds = [kind for kind, _ in timeline(job_id)]
     assert kinds == ["submitted", "held", "released", "held", "released"]
 
+    # an admin's hold over the owner's own hold turns it into an admin hold (Slurm's), held
+    # since the first hold; a second admin hold is refused
+    assert hold(me, job_id, "my data").status_code == 200
+    since = Job.objects.get(pk=job_id).held_at
+    assert hold(admin, job_id, "quota audit").status_code == 200
+    held = Job.objects.get(pk=job_id)
+    assert (held.hold_kind, held.hold_reason, held.held_by.username, held.held_at) == (
+        "admin", "quota audit", "admin", since,
+    )  # fmt: skip
+    assert timeline(job_id)[-1][1].startswith("admin hold by admin: quota audit, over the hold")
+    assert hold(admin, job_id, "again").status_code == 409
+    assert release(me, job_id).status_code == 403
+
 
 @pytest.mark.parametrize(
     "reason", ["x" * 301, "bad\x00nul", "two\nlines", "esc\x1b[31m", "evil\u202etxt.exe"]

@@ -298,6 +298,11 @@ class Job(models.Model):
                 condition=Q(state="succeeded"),
                 name="job_succeeded_newest_idx",
             ),
+            # the few jobs on hold: the cycle's suspensions (``stops.jobs_to_move``) and the
+            # lists' ``held`` filter read them without scanning every running job
+            models.Index(
+                fields=["held_at"], condition=Q(held_at__isnull=False), name="job_held_idx"
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),

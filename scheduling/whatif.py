@@ -36,18 +36,16 @@ from typing import Any
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
-from scheduling import dependencies, engine
+from scheduling import dependencies, engine, holds
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
 from scheduling.clock import cluster_now_ts, to_datetime
 from scheduling.cycle.context import production_policy
 from scheduling.engine import explain
 from scheduling.engine import types as et
-from scheduling.engine.feasibility import ClusterShape
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
 from scheduling.services import JobRequest, check_after, resolve_job_request
-from scheduling.sim_state import ReadOnlySimulatorStore  # noqa: F401 - its old home
 from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
 
 CACHE_SECONDS = 5.0
@@ -305,6 +303,7 @@ def candidate_row(fields: dict[str, Any], owner: str, job_id: int, now: float) -
         "preemption_count": 0, "model_name": fields["model_name"],
         "estimated_runtime_minutes": fields["estimated_runtime_minutes"],
         "owner__username": owner, "submitted_at": submitted, "move_to_node": "",
+        **dict.fromkeys(holds.HOLD_FIELDS, ""),  # not on hold
     }  # fmt: skip
 
 
@@ -330,26 +329,15 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
             )
         return {"status": "fits_now", "code": "", "message": message, "borrowed": start.borrowed,
                 "nodes": nodes, "estimated_start": plan.now}  # fmt: skip
-    v = plan.verdicts[job_id]
+    return verdict_answer(plan.verdicts[job_id])
+
+
+def verdict_answer(v: et.Verdict) -> dict[str, Any]:
+    """A waiting verdict in the what-if's terms (the engine's, or the loop's own)."""
     return {
         "status": "never_fits" if v.code == et.Code.NEVER_FITS else "would_wait",
         "code": v.code, "message": v.message, "details": dict(v.details), "remedy": v.remedy,
         "estimated_start": v.estimated_start, "position": v.position,
-    }  # fmt: skip
-
-
-def held_answer(
-    snapshot: et.Snapshot, candidate: et.PendingJob, unmet: list[dependencies.Link], row: dict
-) -> dict[str, Any]:
-    """What the loop would say of a candidate that waits for jobs not succeeded yet
-    (``dependencies.verdict``: ``DEPENDENCY``, or ``NEVER_FITS``)."""
-    ends = {r.id: r.predicted_end for r in snapshot.running if r.state == et.RUNNING}
-    shape = ClusterShape.of_nodes(snapshot.nodes)
-    v = dependencies.verdict(candidate, unmet, ends, shape, row)
-    return {
-        "status": "never_fits" if v.code == et.Code.NEVER_FITS else "would_wait",
-        "code": v.code, "message": v.message, "details": dict(v.details), "remedy": v.remedy,
-        "estimated_start": v.estimated_start,
     }  # fmt: skip
 
 
@@ -367,7 +355,11 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
     unmet = dependencies.unmet_links(after, queue.business_line_id) if after else []
     t0 = time.perf_counter()
     if unmet:  # held for its dependencies, as the loop holds it: the engine never sees it
-        said = held_answer(base.snapshot, candidate, unmet, row)
+        links = dependencies.PendingLinks(unmet={candidate.id: unmet})
+        verdicts = dependencies.held_verdicts(
+            {candidate.id: candidate}, links, base.snapshot, {candidate.id: row}
+        )
+        said = verdict_answer(verdicts[candidate.id])
     else:
         snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
         said = answer(engine.plan(snapshot, now), candidate.id)

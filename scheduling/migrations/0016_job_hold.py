@@ -44,6 +44,10 @@ class Migration(migrations.Migration):
             name='outcome',
             field=models.CharField(choices=[('succeeded', 'succeeded'), ('failed', 'failed (no retry left)'), ('retried', 'failed, retried'), ('stopped', 'stopped and requeued (preempted, moved, drained or suspended)'), ('cancelled', 'cancelled')], max_length=12),
         ),
+        migrations.AddIndex(
+            model_name='job',
+            index=models.Index(condition=models.Q(('held_at__isnull', False)), fields=['held_at'], name='job_held_idx'),
+        ),
         migrations.AddConstraint(
             model_name='job',
             constraint=models.CheckConstraint(condition=models.Q(models.Q(('held_at__isnull', True), ('hold_kind', '')), models.Q(('held_at__isnull', False), ('hold_kind__in', ['user', 'admin'])), _connector='OR'), name='job_hold_has_time_and_kind'),

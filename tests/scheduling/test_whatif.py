@@ -26,6 +26,7 @@ from scheduling.models import Job, JobEvent, Node, SimulatorState
 from scheduling.nodes.services import cordon_node
 from scheduling.services import JobRequest, cancel_job, submit_job, submit_jobs
 from scheduling.sim_services import advance_clock
+from scheduling.sim_state import ReadOnlySimulatorStore
 
 pytestmark = pytest.mark.django_db
 
@@ -230,7 +231,7 @@ def test_it_writes_nothing_and_locks_nothing(roomy):
     )
     assert (Job.objects.count(), JobEvent.objects.count(), Node.objects.count()) == counts
     with pytest.raises(RuntimeError, match="never saves"):
-        whatif.ReadOnlySimulatorStore().save(None)  # type: ignore[arg-type]
+        ReadOnlySimulatorStore().save(None)  # type: ignore[arg-type]
 
 
 @pytest.mark.django_db(transaction=True)

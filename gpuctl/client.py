@@ -136,7 +136,7 @@ def _flatten_errors(errors: Any, prefix: str = "") -> list[str]:
     return [f"{prefix}: {text}" if prefix else text]
 
 
-def _json_or_none(response: requests.Response) -> Any:
+def _json_body(response: requests.Response) -> Any:
     """The body as JSON, or ``{}`` when it is not."""
     try:
         return response.json()
@@ -146,7 +146,7 @@ def _json_or_none(response: requests.Response) -> Any:
 
 def error_message(response: requests.Response) -> str:
     """One line out of the portal's error body (``{"errors": ...}`` or ``{"detail": ...}``)."""
-    body = _json_or_none(response)
+    body = _json_body(response)
     if isinstance(body, dict):
         parts = _flatten_errors(body.get("errors", body))
         if parts:
@@ -202,12 +202,8 @@ class Portal:
                 f"this portal has no {method.upper()} {route} (an older portal version?)",
                 EXIT_REFUSED,
             )
-        if (
-            status == 503
-            and is_json
-            and isinstance(_json_or_none(response), dict)
-            and "errors" in _json_or_none(response)
-        ):
+        body = _json_body(response) if status == 503 and is_json else {}
+        if isinstance(body, dict) and "errors" in body:
             # the portal answers, the cluster behind it does not (a job's output): say why
             raise CliError(f"the portal cannot answer now (HTTP 503 on {method.upper()} {path}): "
                            f"{error_message(response)}", EXIT_SERVER)  # fmt: skip

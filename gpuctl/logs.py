@@ -92,7 +92,7 @@ def follow(out: dict[str, Any], read: Callable[[], dict[str, Any]], every: float
         sleep(every)
         out = read()
         if out.get("attempt") != run:  # a new run (a retry, after a preemption)
-            run, seen = out.get("attempt"), ""
+            run = out.get("attempt")
             show(out)
             seen = out.get("text") or ""
             continue

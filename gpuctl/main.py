@@ -104,7 +104,8 @@ EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
 its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
-(it waits for the jobs it was submitted --after to succeed), QUOTA_EXCEEDED,
+(it waits for the jobs it was submitted --after to succeed), ARRAY_LIMIT (a task of an
+array past its bound: --array 0-99%10), QUOTA_EXCEEDED,
 NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
 TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
 the cluster could not start it yet; the portal retries on its own.

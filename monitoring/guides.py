@@ -46,6 +46,8 @@ GUIDES: tuple[Guide, ...] = (
             "while it ran); it waits until released, and its wait counts from the release.",
             "DEPENDENCY: it was submitted to start after other jobs, and waits for them to "
             "succeed; it is not in the queue yet (its owner's pipeline, not the cluster).",
+            "ARRAY_LIMIT: a task of a job array whose owner bounded how many tasks run at "
+            "once (0-99%10); it starts as the array's running tasks end.",
             "DEMOTED: preempted more than 3 times; it was moved to the back of the line.",
             "LAUNCH_RETRY: its turn came, but the cluster backend failed to start it "
             "(a transient error); the loop retries with backoff, at most 5 minutes apart.",

@@ -18,11 +18,10 @@ viewer the names of the jobs they may see).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduling import holds
+from scheduling import arrays, holds
 from scheduling.clock import to_epoch
 from scheduling.engine import explain
 from scheduling.engine import types as et
@@ -111,11 +110,6 @@ def unmet_links(ids: Sequence[int], line_id: int) -> list[Link]:
     ]
 
 
-def _minute_up(t: float) -> float:
-    """Up to the whole minute: a predicted end said as a verdict says times, stable."""
-    return math.ceil(t / 60) * 60
-
-
 def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verdict | None:
     """``NEVER_FITS`` when the cluster (``shape``) could never run the job as asked
     (``row``: its ``snapshot.JOB_FIELDS``), else None: checked first for every held job."""
@@ -140,7 +134,9 @@ def verdict(
         return never
     # the predicted end of each, to the minute (None: not running with one)
     until = [
-        _minute_up(end) if link.state == Job.State.RUNNING and (end := ends.get(link.id)) else None
+        explain.minute_up(end)
+        if link.state == Job.State.RUNNING and (end := ends.get(link.id))
+        else None
         for link in links
     ]
     doing = [
@@ -169,10 +165,14 @@ def verdict(
 
 def held_verdicts(
     held: Mapping[int, et.PendingJob], links: PendingLinks, snapshot: et.Snapshot,
-    rows: Mapping[int, Mapping],
+    rows: Mapping[int, Mapping], throttled: Mapping[int, arrays.Throttle] | None = None,
+    started: Mapping[int, float | None] | None = None,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
-    ``HELD`` for a job on hold (``scheduling.holds``), else ``DEPENDENCY`` (``verdict``)."""
+    ``HELD`` for a job on hold (``scheduling.holds``), ``ARRAY_LIMIT`` for a task past its
+    array's bound (``throttled``, ``scheduling.arrays``; ``started``: the jobs the cycle's
+    plan starts, with their predicted ends), else ``DEPENDENCY`` (``verdict``)."""
+    throttled, started = throttled or {}, started or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
@@ -182,6 +182,10 @@ def held_verdicts(
         row = rows[job_id]
         if holds.is_held(row):
             out[job_id] = never_fits(job, shape, row) or holds.verdict(row)
+        elif job_id in throttled:
+            out[job_id] = never_fits(job, shape, row) or arrays.verdict(
+                throttled[job_id], ends, started
+            )
         else:
             out[job_id] = verdict(job, links.unmet[job_id], ends, shape, row)
     return out

@@ -159,6 +159,45 @@ class MaintenanceWindow(models.Model):
         return f"maintenance #{self.pk}"
 
 
+class JobArray(models.Model):
+    """A job array (Slurm's ``sbatch --array``): one submission of many tasks that differ only
+    by their index, each task a ``Job`` (``tasks``, ``Job.array_index``) queued, run,
+    preempted and finished on its own.
+
+    ``spec`` is the indices as asked (``0-99%10``, Slurm's syntax, ``scheduling.arrays``);
+    ``max_running`` (Slurm's ``%N`` throttle, ``ArrayTaskThrottle``) bounds how many tasks
+    hold GPUs at once: the loop gives the engine only the lowest-index waiting tasks that fit
+    under it and writes the others' verdict itself (``ARRAY_LIMIT``). None: no bound. Its
+    owner, their team lead or an admin may change it (``scheduling.array_services``, the only
+    writer). ``owner`` and ``queue`` are every task's.
+    """
+
+    name = models.CharField(max_length=100)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    queue = models.ForeignKey(Queue, on_delete=models.PROTECT, related_name="job_arrays")
+    spec = models.CharField(max_length=200, help_text="the indices as asked: 0-99%10")
+    size = models.PositiveIntegerField(help_text="tasks")
+    max_running = models.PositiveIntegerField(
+        null=True, blank=True, help_text="tasks holding GPUs at once; none: no bound"
+    )
+    created_at = clock.ClusterTimeField(auto_now_add=True, help_text="cluster time")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(size__gte=1), name="jobarray_size_positive"),
+            models.CheckConstraint(
+                condition=Q(max_running__isnull=True) | Q(max_running__gte=1),
+                name="jobarray_max_running_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"array {self.name} (#{self.pk})"
+
+
 class Job(models.Model):
     """A training job: its submitted spec, where it stands, and why.
 
@@ -177,7 +216,8 @@ class Job(models.Model):
     ``held_*``/``hold_*`` (Slurm's ``scontrol hold``/``release``, ``scheduling.holds``): a
     held job stays pending with the loop's ``HELD`` reason and is not given to the engine; a
     running job held is suspended (checkpointed and stopped by the loop, back pending and
-    held). ``released_at``: its wait counts from its last release.
+    held). ``released_at``: its wait counts from its last release. ``array``/``array_index``:
+    a task of a job array (``JobArray``), which may bound how many of its tasks run at once.
     """
 
     class State(models.TextChoices):
@@ -274,6 +314,11 @@ class Job(models.Model):
     released_at = models.DateTimeField(
         null=True, blank=True, help_text="cluster time its last hold was released"
     )
+    # A task of a job array (``JobArray``): its array and index, both or neither, never changed.
+    array = models.ForeignKey(
+        JobArray, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
 
     submitted_at = clock.ClusterTimeField(
         auto_now_add=True, db_index=True, help_text="cluster time"
@@ -333,6 +378,12 @@ class Job(models.Model):
                 | (Q(held_at__isnull=False) & Q(hold_kind__in=["user", "admin"])),
                 name="job_hold_has_time_and_kind",
             ),
+            models.CheckConstraint(
+                condition=Q(array__isnull=True, array_index__isnull=True)
+                | Q(array__isnull=False, array_index__isnull=False),
+                name="job_array_task_has_index",
+            ),
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_array_index_unique"),
         ]
 
     def __str__(self) -> str:

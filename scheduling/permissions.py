@@ -15,7 +15,7 @@ from core.api import RolePermission
 from core.roles import is_admin, is_oncall_or_admin, led_line_ids, role_of
 
 if TYPE_CHECKING:
-    from scheduling.models import Job
+    from scheduling.models import Job, JobArray
 
 OPERATORS_ONLY = "on-call engineers and admins only"
 ADMINS_ONLY = "cluster admins only"
@@ -36,8 +36,9 @@ def submits_to_any_queue(user: Any) -> bool:
     return is_admin(user)
 
 
-def may_cancel(user: Any, job: Job) -> bool:
-    """The job's owner, a team lead of the job's line, or an admin."""
+def may_cancel(user: Any, job: Job | JobArray) -> bool:
+    """The job's owner, a team lead of the job's line, or an admin; the same for a job
+    array (``JobArray``: its owner and queue are its tasks')."""
     if job.owner_id == getattr(user, "pk", None) or is_admin(user):
         return True
     return job.queue.business_line_id in led_line_ids(user)

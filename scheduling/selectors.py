@@ -12,9 +12,10 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
+from scheduling.arrays import ARRAY_LIMIT_CODE
 from scheduling.dependencies import DEPENDENCY_CODE
 from scheduling.engine.accounting import borrowed_gpus
-from scheduling.models import Allocation, Job, JobMail, JobMailPreference, Node
+from scheduling.models import Allocation, Job, JobArray, JobMail, JobMailPreference, Node
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
 
 
@@ -29,6 +30,48 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
     # list's COUNT(*) is an index-only scan (docs/benchmarks.md, "A year of history")
     their_queues = Queue.objects.filter(business_line_id__in=line_ids_query(user)).values("id")
     return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
+
+
+def list_arrays_for_user(user) -> QuerySet[JobArray]:
+    """The job arrays whose tasks ``user`` sees (``list_jobs_for_user``'s rule): admins and
+    on-call every array, others the arrays of their lines' queues and their own."""
+    qs = JobArray.objects.select_related("queue", "queue__business_line", "owner")
+    if sees_all_jobs(user):
+        return qs
+    if role_of(user) is None:
+        return qs.none()
+    their_queues = Queue.objects.filter(business_line_id__in=line_ids_query(user)).values("id")
+    return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
+
+
+@dataclass(frozen=True)
+class ArrayProgress:
+    """Where an array's tasks stand: how many in each state (every state, zeros included),
+    how many are held back by its bound (``ARRAY_LIMIT``) and the GPUs its tasks hold."""
+
+    by_state: dict[str, int]
+    held_back: int
+    gpus_held: int
+
+    @property
+    def active(self) -> int:
+        return sum(self.by_state[s] for s in Job.ACTIVE_STATES)
+
+
+def array_progress(array: JobArray) -> ArrayProgress:
+    """One query: the array's tasks counted by state, by ``ARRAY_LIMIT`` and their GPUs held
+    (running or checkpointing to stop)."""
+    holding = Q(state__in=(Job.State.RUNNING, Job.State.PREEMPTING))
+    counts = Job.objects.filter(array=array).aggregate(
+        **{s: Count("pk", filter=Q(state=s)) for s in Job.State.values},
+        held_back=Count("pk", filter=Q(state=Job.State.PENDING, pending_code=ARRAY_LIMIT_CODE)),
+        gpus=Sum("gpus", filter=holding, default=0),
+    )
+    return ArrayProgress(
+        by_state={s: counts[s] for s in Job.State.values},
+        held_back=counts["held_back"],
+        gpus_held=counts["gpus"],
+    )
 
 
 def held_filter(held: bool) -> Q:
@@ -127,8 +170,9 @@ class QueueUsage:
     (``scheduling.engine.accounting.borrowed_gpus``: ``max(0, used - quota)``, 0 without a
     quota of its own); ``within_quota_gpus``: ``used - borrowed``; ``pending_gpus`` /
     ``pending_jobs``: what its pending jobs ask for, but those waiting for other jobs to
-    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``) and those on hold
-    (``scheduling.holds``).
+    succeed (``DEPENDENCY``: not demand yet, ``scheduling.dependencies``), those on hold
+    (``scheduling.holds``) and an array's tasks past its bound (``ARRAY_LIMIT``,
+    ``scheduling.arrays``).
     """
 
     used_gpus: int = 0
@@ -157,7 +201,11 @@ def _use_by(*group: str, **where: Any) -> QuerySet:
     """The active jobs' use (``QueueUsage``'s counted fields) grouped by ``group``: one
     aggregate, the one rule for what holds GPUs and what is demand."""
     running = Q(state__in=[Job.State.RUNNING, Job.State.PREEMPTING])
-    queued = Q(state=Job.State.PENDING) & ~Q(pending_code=DEPENDENCY_CODE) & Q(held_at__isnull=True)
+    queued = (
+        Q(state=Job.State.PENDING)
+        & ~Q(pending_code__in=(DEPENDENCY_CODE, ARRAY_LIMIT_CODE))
+        & Q(held_at__isnull=True)
+    )
     return (
         Job.objects.filter(state__in=Job.ACTIVE_STATES, **where)
         .values(*group)

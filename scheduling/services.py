@@ -83,7 +83,7 @@ def _queue_lookup(any_queue: bool, by_number: bool) -> Prepared:
     return Prepared(build, *types)
 
 
-def _resolve_queue(user: Any, ref: str | int) -> Queue:
+def resolve_queue(user: Any, ref: str | int) -> Queue:
     """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
     ref = str(ref)
     number = int(ref) if is_ascii_number(ref) and len(ref) < 19 else None  # fits a bigint
@@ -138,12 +138,12 @@ def resolve_job_request(
     A request the cluster's shape could never run, even empty and all healthy (NEVER_FITS:
     more GPUs per node, GPU memory, RDMA nodes or nodes in one block than it has), is
     refused naming the field and the rule, as a request larger than the cluster is.
-    ``queue`` (already resolved for ``user`` by ``_resolve_queue``) and ``shape`` (the
+    ``queue`` (already resolved for ``user`` by ``resolve_queue``) and ``shape`` (the
     ``feasibility.read_cluster_shape()`` just read) save a bulk caller (``submit_jobs``) two
     queries a job; any other ``shape`` (the old ``(largest node, GPUs)`` pair) is read anew.
     """
     errors: dict[str, list[str]] = {}
-    queue = queue or _resolve_queue(user, req.queue)
+    queue = queue or resolve_queue(user, req.queue)
     tier = req.tier or queue.tier
     if tier not in Tier.values:
         errors["tier"] = [f"unknown tier {tier!r}; one of {', '.join(Tier.values)}"]
@@ -290,7 +290,7 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     fields = resolve_job_request(user, req)
     after = check_after(user, req.after) if req.after else []
     job = Job(owner=user, state=Job.State.PENDING, **fields)
-    message = _submitted_message(user, job, after)
+    message = submitted_message(user, job, after)
     # one time for the job and its event, in a request or not; with ``after``, the job and
     # its links commit together (the loop never sees the job without them)
     with clock.one_instant(), transaction.atomic() if after else nullcontext():
@@ -360,7 +360,8 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 # -- many at once ---------------------------------------------------------------------------
 
 
-def _submitted_message(user: Any, job: Job, after: Sequence[int] = ()) -> str:
+def submitted_message(user: Any, job: Job, after: Sequence[int] = ()) -> str:
+    """The first line of a new job's timeline: who submitted what where, and what it waits for."""
     gpus = explain.count(job.gpus, "GPU")
     message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
     if after:
@@ -404,7 +405,7 @@ def submit_jobs(
             errors[f"jobs[{i}].after"] = ["not in a batch: submit a job that waits on its own"]
             continue
         try:
-            queue = queues.get(str(req.queue)) or _resolve_queue(user, req.queue)
+            queue = queues.get(str(req.queue)) or resolve_queue(user, req.queue)
             queues[str(req.queue)] = queue
             fields = resolve_job_request(user, req, queue=queue, shape=shape)
         except ValidationError as exc:
@@ -422,7 +423,7 @@ def submit_jobs(
             [
                 JobEvent(
                     job=job, at=job.submitted_at, kind="submitted",
-                    message=_submitted_message(user, job),
+                    message=submitted_message(user, job),
                 )
                 for job in created
             ],

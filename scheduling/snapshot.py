@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
-from scheduling import borrow_inputs, dependencies, holds
+from scheduling import arrays, borrow_inputs, dependencies, holds
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
@@ -32,10 +32,12 @@ class SnapshotContext:
     snapshot: et.Snapshot
     jobs: dict[int, dict]  # active job rows by id (values() dicts of ``JOB_FIELDS``)
     nodes: dict[str, dict]  # registered nodes by name (``NODE_FIELDS``)
-    # pending jobs left out of ``snapshot.pending``: they are on hold (``scheduling.holds``)
-    # or wait for other jobs to succeed (``scheduling.dependencies``, with those links)
+    # pending jobs left out of ``snapshot.pending``: they are on hold (``scheduling.holds``),
+    # wait for other jobs to succeed (``scheduling.dependencies``, with those links) or are
+    # tasks past their array's bound (``scheduling.arrays``, ``throttled``)
     held: dict[int, et.PendingJob] = field(default_factory=dict)
     links: dependencies.PendingLinks = field(default_factory=dependencies.PendingLinks)
+    throttled: dict[int, arrays.Throttle] = field(default_factory=dict)
     # pending jobs that queue from later than their submission (epoch seconds): the last of
     # their dependencies ended, or their hold was released, then
     released_at: dict[int, float] = field(default_factory=dict)
@@ -49,7 +51,7 @@ JOB_FIELDS = (
     "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
     "queue_position", "estimated_start", "progress_seconds", "run_start_progress_seconds",
-    "checkpoint_path", "stop_reason", "move_to_node", *holds.HOLD_FIELDS,
+    "checkpoint_path", "stop_reason", "move_to_node", *holds.HOLD_FIELDS, *arrays.ARRAY_FIELDS,
 )  # fmt: skip
 # The times the engine reads, as epoch seconds computed by PostgreSQL (``<field>_ts``): a
 # float is cheap to send and read, where a timestamp is formatted by the server and parsed
@@ -338,9 +340,14 @@ def build_snapshot(
             )  # fmt: skip
         )
     _previous.pending = built
+    # an array's tasks past its bound wait as held jobs do (``scheduling.arrays``)
+    throttled = arrays.throttled(rows.values(), (job.id for job in pending))
+    if throttled:
+        held.update((job.id, job) for job in pending if job.id in throttled)
+        pending = [job for job in pending if job.id not in throttled]
     snapshot = et.Snapshot(
         nodes=tuple(nodes), lines=lines, queues=queues, running=tuple(running),
         pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links,
-                           released_at=released)  # fmt: skip
+                           throttled=throttled, released_at=released)  # fmt: skip

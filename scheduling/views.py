@@ -53,6 +53,7 @@ CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
     "HELD": "On hold",
     "DEPENDENCY": "Waiting for other jobs to succeed",
+    "ARRAY_LIMIT": "Its array runs at most so many tasks at once",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
     "PRIORITY": "Higher-priority work goes first",

@@ -36,7 +36,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
-from scheduling import dependencies, engine, holds
+from scheduling import arrays, dependencies, engine, holds
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
 from scheduling.clock import cluster_now_ts, to_datetime
@@ -304,6 +304,7 @@ def candidate_row(fields: dict[str, Any], owner: str, job_id: int, now: float) -
         "estimated_runtime_minutes": fields["estimated_runtime_minutes"],
         "owner__username": owner, "submitted_at": submitted, "move_to_node": "",
         **dict.fromkeys(holds.HOLD_FIELDS, ""),  # not on hold
+        **dict.fromkeys(arrays.ARRAY_FIELDS),  # not an array's task
     }  # fmt: skip
 
 

@@ -122,6 +122,19 @@ class LaunchRequest:
     checkpoint_path: str
     exclusive_node: bool = False
     sim_duration_s: float | None = None  # simulator only: the hidden true run time
+    array_id: int | None = None  # a job array's task (``scheduling.arrays``): its array
+    array_index: int | None = None  # and its index in it
+
+    def array_environment(self) -> dict[str, str]:
+        """What a job array's task is told of its place (``PORTAL_ARRAY_ID``,
+        ``PORTAL_ARRAY_TASK_ID``: Slurm's ``SLURM_ARRAY_JOB_ID``/``SLURM_ARRAY_TASK_ID``),
+        empty for any other job. Every backend puts it in the run's environment."""
+        if self.array_id is None or self.array_index is None:
+            return {}
+        return {
+            "PORTAL_ARRAY_ID": str(self.array_id),
+            "PORTAL_ARRAY_TASK_ID": str(self.array_index),
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -680,6 +680,7 @@ class SlurmBackend(ClusterBackend):
             "PORTAL_CHECKPOINT_INTERVAL_S": _num(request.checkpoint_interval_s),
             "PORTAL_GRACE_S": _num(self.grace_s),
             "PORTAL_REMAINING_S": remaining,
+            **request.array_environment(),
         }
         extra = list(self.sbatch_args)
         if request.exclusive_node:

@@ -282,6 +282,7 @@ def build_job(
             {"name": "PORTAL_NUM_NODES", "value": str(nodes)},
             {"name": "PORTAL_GPUS", "value": str(gpus)},
             {"name": "PORTAL_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            *({"name": k, "value": v} for k, v in request.array_environment().items()),
         ]
         if multi:  # the svc plugin gives every pod the DNS name <pod>.<job>
             env.append({"name": "PORTAL_MASTER_ADDR", "value": f"{pod_name(name, 0)}.{name}"})

@@ -172,6 +172,7 @@ def launch(cycle: Cycle, job: Job, start: et.Start) -> str:
         checkpoint_interval_s=job.checkpoint_interval_minutes * 60.0,
         checkpoint_path=job.checkpoint_path, exclusive_node=job.exclusive_node,
         sim_duration_s=(job.sim_duration_minutes or 0) * 60.0 or None,
+        array_id=job.array_id, array_index=job.array_index,
     )  # fmt: skip
     cycle.report.touched_backend = True
     try:

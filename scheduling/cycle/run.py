@@ -25,6 +25,7 @@ from core import clock, events
 from core.realtime import publish_on_commit
 from scheduling import alerts, engine
 from scheduling.alerts import raise_alert
+from scheduling.arrays import started_ends
 from scheduling.backend_factory import get_backend
 from scheduling.clock import to_datetime
 from scheduling.cluster_lock import try_cluster_lock, wait_cluster_lock
@@ -74,10 +75,16 @@ def plan_and_apply(
                              cycle.recent_models)  # fmt: skip
     if trace is not None:
         trace.snapshot, trace.now = ctx.snapshot, cycle.obs.now
-    cycle.dependency_verdicts = held_verdicts(ctx.held, ctx.links, ctx.snapshot, ctx.jobs)
     cycle.released_at = ctx.released_at
     with timer.phase("plan"):
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
+    # after the plan: an array's bound counts the tasks it starts now (``scheduling.arrays``)
+    started = (
+        started_ends(plan.starts, ctx.snapshot.pending, cycle.obs.now) if ctx.throttled else {}
+    )
+    cycle.dependency_verdicts = held_verdicts(
+        ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started
+    )
     with timer.phase("check"):
         violations = engine.check_plan(ctx.snapshot, plan)
     if violations:

@@ -12,6 +12,7 @@ from datetime import datetime
 
 from core import events
 from core.realtime import publish_on_commit
+from scheduling.arrays import ARRAY_LIMIT_CODE
 from scheduling.clock import to_datetime
 from scheduling.cycle.backoff import LAUNCH_RETRY_CODE
 from scheduling.cycle.context import Cycle
@@ -22,10 +23,11 @@ from scheduling.models import Job
 from scheduling.sql import bulk_set
 
 # Every code a waiting job's verdict can have, in API.md's order: the engine's (``PRECEDENCE``)
-# with the loop's own, ``HELD`` then ``DEPENDENCY`` right after ``NEVER_FITS`` (a job on hold
-# or held for other jobs is never the engine's) and ``LAUNCH_RETRY`` last.
+# with the loop's own, ``HELD``, ``DEPENDENCY`` then ``ARRAY_LIMIT`` right after ``NEVER_FITS``
+# (a job on hold, held for other jobs or past its array's bound is never the engine's) and
+# ``LAUNCH_RETRY`` last.
 PENDING_CODES: tuple[str, ...] = (
-    et.Code.NEVER_FITS, HELD_CODE, DEPENDENCY_CODE,
+    et.Code.NEVER_FITS, HELD_CODE, DEPENDENCY_CODE, ARRAY_LIMIT_CODE,
     *(code for code in et.PRECEDENCE if code != et.Code.NEVER_FITS), LAUNCH_RETRY_CODE,
 )  # fmt: skip
 
@@ -38,7 +40,8 @@ def counts_by_code(cycle: Cycle, plan: et.Plan) -> dict[str, int]:
     retries, starts skipped because their node left service, jobs on hold or held for
     their dependencies)."""
     counts = plan.counts_by_code()
-    counts[LAUNCH_RETRY_CODE] = counts[DEPENDENCY_CODE] = counts[HELD_CODE] = 0
+    for code in (LAUNCH_RETRY_CODE, DEPENDENCY_CODE, HELD_CODE, ARRAY_LIMIT_CODE):
+        counts[code] = 0
     for v in (*cycle.launch_verdicts.values(), *cycle.dependency_verdicts.values()):
         counts[v.code] = counts.get(v.code, 0) + 1
     return counts
@@ -50,8 +53,8 @@ def write_verdicts(cycle: Cycle, plan: et.Plan, rows: dict[int, dict]) -> None:
     The engine's verdicts, plus the loop's own for planned starts that were not launched
     (``LAUNCH_RETRY_CODE``, or ``NODES_UNAVAILABLE`` when the node left service after the
     snapshot): such a job has no engine verdict, it was planned to start. And those of the
-    jobs on hold (``HELD_CODE``) or held for their dependencies (``DEPENDENCY_CODE``), which
-    the engine never saw.
+    jobs on hold (``HELD_CODE``), held for their dependencies (``DEPENDENCY_CODE``) or past
+    their array's bound (``ARRAY_LIMIT_CODE``), which the engine never saw.
     ``rows`` are the snapshot's job rows: what each job said before this cycle.
     """
     changed = []

@@ -12,6 +12,7 @@ estimated start (or the deadline it is derived from), formatted the same way eve
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +35,12 @@ def when(t: float | None) -> str:
 def iso(t: float) -> str:
     """Cluster time for machines: ISO 8601 in UTC, to the second (``2026-12-01T00:30:57Z``)."""
     return datetime.fromtimestamp(int(t), tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def minute_up(t: float) -> float:
+    """Up to the whole minute: a predicted end said as a verdict says times, stable from
+    one cycle to the next."""
+    return math.ceil(t / 60) * 60
 
 
 def num(n: int) -> str:

@@ -115,6 +115,8 @@ def test_a_start_skipped_for_its_node_is_counted_under_its_own_code(backend, mak
 
 def test_the_counts_list_every_reason_code_even_at_zero(backend):
     counts = verdicts.counts_by_code(make_cycle(backend), plan())
-    assert set(et.VERDICT_CODES) | {"LAUNCH_RETRY", "DEPENDENCY", "HELD"} == set(counts)
+    assert set(et.VERDICT_CODES) | {"LAUNCH_RETRY", "DEPENDENCY", "HELD", "ARRAY_LIMIT"} == set(
+        counts
+    )
     assert set(verdicts.PENDING_CODES) == set(counts)
     assert set(counts.values()) == {0}

@@ -1,0 +1,182 @@
+"""Writers of job arrays (``scheduling.arrays``): submission, cancelling every task, and the
+bound on tasks that run at once (Slurm's ``sbatch --array``, ``scancel <array>``,
+``scontrol update ArrayTaskThrottle``).
+
+Each checks who may act on the server (``may_cancel``: the owner, their team lead or an
+admin, for an array as for a job), writes in one transaction, leaves each task's timeline
+a line, an audit record when acting on someone else's array, and tells the pages after
+commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from core import audit, clock, events
+from core.realtime import publish_coalesced, publish_on_commit
+from scheduling import arrays
+from scheduling.models import Job, JobArray, JobEvent
+from scheduling.permissions import may_cancel, may_submit
+from scheduling.selectors import list_arrays_for_user
+from scheduling.services import (
+    JobRequest,
+    check_after,
+    resolve_job_request,
+    resolve_queue,
+    submitted_message,
+)
+from scheduling.transitions import set_state
+
+
+def parse_spec(spec: Any) -> arrays.ArraySpec:
+    """The spec's indices and bound, or a ValidationError on ``array``."""
+    try:
+        return arrays.parse(spec)
+    except arrays.ArraySpecError as exc:
+        raise ValidationError({"array": [str(exc)]}) from exc
+
+
+def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
+    """Create a job array: one pending task per index of ``spec`` (``scheduling.arrays``),
+    each the job ``req`` asks for, checked once by the rules ``submit_job`` applies.
+
+    All or none. Every task waits for ``req.after`` when given. The tasks, their
+    ``submitted`` events and their dependencies are written in bulk, at one cluster
+    instant; the array comes back with ``task_ids`` set (ascending index)."""
+    if not may_submit(user):
+        raise PermissionDenied("log in to submit jobs")
+    errors: dict[str, list[str]] = {}
+    parsed = None
+    try:
+        parsed = parse_spec(spec)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    fields: dict[str, Any] = {}
+    after: list[int] = []
+    try:
+        fields = resolve_job_request(user, req, queue=resolve_queue(user, req.queue))
+        after = check_after(user, req.after) if req.after else []
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors or parsed is None:
+        raise ValidationError(errors)
+    with clock.one_instant(), transaction.atomic():
+        array = JobArray.objects.create(
+            name=fields["name"], owner=user, queue=fields["queue"], spec=parsed.text,
+            size=len(parsed.indices), max_running=parsed.max_running,
+        )  # fmt: skip
+        tasks = Job.objects.bulk_create(
+            [
+                Job(owner=user, state=Job.State.PENDING, array=array, array_index=i, **fields)
+                for i in parsed.indices
+            ],
+            batch_size=500,
+        )
+        note = f"; task {{}} of array {array.pk} ({parsed.text})"
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(
+                    job=task, at=task.submitted_at, kind="submitted",
+                    message=submitted_message(user, task, after) + note.format(task.array_index),
+                )
+                for task in tasks
+            ],
+            batch_size=500,
+        )  # fmt: skip
+        if after:
+            Job.after.through.objects.bulk_create(
+                [
+                    Job.after.through(from_job_id=task.pk, to_job_id=job_id)
+                    for task in tasks
+                    for job_id in after
+                ],
+                batch_size=1000,
+            )
+    array.task_ids = [task.pk for task in tasks]  # type: ignore[attr-defined]
+    publish_coalesced(*events.queues_updated(queue=array.queue.name))
+    return array
+
+
+def _locked_array(user: Any, array_id: int, verb: str) -> JobArray:
+    """The array, its row locked until the caller's transaction ends, after checking that
+    ``user`` may see it (else "not found", as for a job) and may act on it."""
+    array = (
+        list_arrays_for_user(user)
+        .select_for_update(of=("self",), no_key=True)
+        .filter(pk=array_id)
+        .first()
+    )
+    if array is None:
+        raise JobArray.DoesNotExist(f"no array {array_id}")
+    if not may_cancel(user, array):
+        raise PermissionDenied(f"only the owner, their team lead or an admin may {verb}")
+    return array
+
+
+def cancel_array(user: Any, array_id: int, *, source_ip: str | None = None) -> list[int]:
+    """Cancel every active task of an array (as ``cancel_job`` cancels one: a waiting task
+    ends now, a running one once the loop has freed its GPUs); returns the ids cancelled,
+    none when every task had already ended. One transaction; the tasks' rows are locked in
+    id order, so it waits for a cycle that holds them and never deadlocks with another
+    cancel."""
+    with transaction.atomic():
+        array = _locked_array(user, array_id, "cancel its tasks")
+        tasks = list(
+            Job.objects.select_for_update(of=("self",), no_key=True)
+            .filter(array=array, state__in=Job.ACTIVE_STATES)
+            .order_by("pk")
+        )
+        now = clock.now()
+        by_state: dict[str, int] = {}
+        for task in tasks:
+            was = set_state(task, Job.State.CANCELLED)
+            by_state[was] = by_state.get(was, 0) + 1
+            task.updated_at = now  # a bulk update stamps no ``auto_now`` field
+            if was == Job.State.PENDING:  # holds no GPUs: it ends now
+                task.finished_at = now
+        Job.objects.bulk_update(tasks, ["state", "finished_at", "updated_at"], batch_size=500)
+        message = f"cancelled by {user.username} with its array {array.pk}"
+        JobEvent.objects.bulk_create(
+            [JobEvent(job=task, at=now, kind="cancelled", message=message) for task in tasks],
+            batch_size=500,
+        )
+        for task in tasks:
+            publish_on_commit(
+                *events.job_updated(task.pk, task.state, event=("cancelled", message))
+            )
+        if tasks and array.owner_id != user.pk:
+            audit.record(user, "array.cancel", array, before={"active_tasks": by_state},
+                         after={"cancelled": len(tasks)}, source_ip=source_ip)  # fmt: skip
+        publish_on_commit(*events.queues_updated(queue=array.queue.name))
+    return [task.pk for task in tasks]
+
+
+def set_max_running(
+    user: Any, array_id: int, max_running: Any, *, source_ip: str | None = None
+) -> JobArray:
+    """Change how many of an array's tasks may hold GPUs at once (None: no bound); the next
+    cycle starts or holds back tasks by it (a lower bound stops no running task, as in
+    Slurm). A whole number from 1 to the array's size, or None."""
+    if max_running is not None and (
+        isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+    ):
+        raise ValidationError({"max_running": ["a whole number of tasks, at least 1, or none"]})
+    with transaction.atomic():
+        array = _locked_array(user, array_id, "change its bound")
+        if max_running is not None and max_running > array.size:
+            raise ValidationError(
+                {"max_running": [f"the array has {array.size:,} tasks; at most {array.size:,}"]}
+            )
+        before = array.max_running
+        if before == max_running:
+            return array
+        array.max_running = max_running
+        array.save(update_fields=["max_running"])
+        if array.owner_id != user.pk:
+            audit.record(user, "array.max_running", array, before={"max_running": before},
+                         after={"max_running": max_running}, source_ip=source_ip)  # fmt: skip
+        publish_on_commit(*events.queues_updated(queue=array.queue.name))
+    return array

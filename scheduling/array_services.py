@@ -18,6 +18,7 @@ from django.db import transaction
 from core import audit, clock, events
 from core.realtime import publish_coalesced, publish_on_commit
 from scheduling import arrays
+from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.models import Job, JobArray, JobEvent
 from scheduling.permissions import may_cancel, may_submit
 from scheduling.selectors import list_arrays_for_user
@@ -29,6 +30,10 @@ from scheduling.services import (
     submitted_message,
 )
 from scheduling.transitions import set_state
+
+# How long cancelling an array waits for the loop to let go of the cluster (else
+# ``ClusterBusy``: the API's 503 with Retry-After).
+LOCK_WAIT_S = 20.0
 
 
 def parse_spec(spec: Any) -> arrays.ArraySpec:
@@ -119,10 +124,14 @@ def _locked_array(user: Any, array_id: int, verb: str) -> JobArray:
 def cancel_array(user: Any, array_id: int, *, source_ip: str | None = None) -> list[int]:
     """Cancel every active task of an array (as ``cancel_job`` cancels one: a waiting task
     ends now, a running one once the loop has freed its GPUs); returns the ids cancelled,
-    none when every task had already ended. One transaction; the tasks' rows are locked in
-    id order, so it waits for a cycle that holds them and never deadlocks with another
-    cancel."""
+    none when every task had already ended. One transaction, which first takes the
+    cluster lock (up to ``LOCK_WAIT_S``, else ``ClusterBusy``): a cycle locks the rows of the
+    jobs it reconciles and then of those it launches, in no order of ours, so holding some
+    tasks' rows while waiting for others could deadlock with it; under the cluster lock no
+    cycle runs, and the tasks' rows are locked in id order (a single job's cancel waits for
+    this one, never the other way round)."""
     with transaction.atomic():
+        wait_cluster_lock(LOCK_WAIT_S)
         array = _locked_array(user, array_id, "cancel its tasks")
         tasks = list(
             Job.objects.select_for_update(of=("self",), no_key=True)

@@ -110,9 +110,12 @@ def test_the_busy_demo_s_researchers_own_jobs_once_and_a_quiet_seed_none(monkeyp
         "two-tower-retrain": "researcher2",
     }
     assert set(Job.objects.filter(name__in=owned).values_list("state", flat=True)) == {"pending"}
+    sweep = Job.objects.filter(name="bert-eval-sweep")
+    assert sweep.count() == 16, "an array of 16 tasks"
+    assert set(sweep.values_list("array__spec", "array__max_running")) == {("0-15%4", 4)}
     call_command("seed_demo", nodes=16, nodes_per_rack=8, uniform=True, own_jobs=True,
                  stdout=None)  # fmt: skip
-    assert Job.objects.filter(name__in=owned).count() == 3, "a second seed submits none again"
+    assert Job.objects.filter(name__in=owned).count() == 18, "a second seed submits none again"
 
 
 @pytest.mark.parametrize("opts", [{"no_workload": True, "own_jobs": True}, {}])

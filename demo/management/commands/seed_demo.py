@@ -14,6 +14,7 @@ from core.models import LineMembership, Profile, Role
 from demo.history import HISTORY, seed_history
 from demo.workload import WORKLOAD_USER  # the demo's generator submits as it: in every line
 from quotas.models import BusinessLine, Queue, QuotaPolicy, Tier
+from scheduling.array_services import submit_array
 from scheduling.models import Allocation, ClusterSettings, Job, Node
 from scheduling.services import JobRequest, submit_job
 from scheduling.simcore.cluster import build_demo_cluster
@@ -48,12 +49,13 @@ USERS = (
 )
 # A few jobs of the researchers' own on the busy demo, so that signing in as one shows
 # jobs of theirs (the generator submits as ``workload``): (username, queue suffix, name,
-# model, GPUs, true run time in minutes). Sizes above the line's quota are left out.
+# model, GPUs, true run time in minutes, job array spec or ""). Sizes above the line's
+# quota are left out.
 OWN_JOBS = (
-    ("researcher", "finetune", "llama-7b-sft", "llama-7b", 8, 240),
-    ("researcher", "experiment", "bert-eval-sweep", "bert-large", 1, 40),
-    ("researcher", "core", "llama-70b-pretrain", "llama-70b", 64, 24 * 60),
-    ("researcher2", "experiment", "two-tower-retrain", "two-tower", 4, 90),
+    ("researcher", "finetune", "llama-7b-sft", "llama-7b", 8, 240, ""),
+    ("researcher", "experiment", "bert-eval-sweep", "bert-large", 1, 40, "0-15%4"),
+    ("researcher", "core", "llama-70b-pretrain", "llama-70b", 64, 24 * 60, ""),
+    ("researcher2", "experiment", "two-tower-retrain", "two-tower", 4, 90, ""),
 )
 
 
@@ -136,19 +138,23 @@ class Command(BaseCommand):
         )
 
     def _seed_own_jobs(self) -> None:
-        """Submit ``OWN_JOBS`` through ``submit_job`` (the rules of every submission); a job
-        its owner already has by that name is not submitted again."""
+        """Submit ``OWN_JOBS`` through ``submit_job`` or ``submit_array`` (the rules of every
+        submission); a job its owner already has by that name is not submitted again."""
         user_model = get_user_model()
-        for username, suffix, name, model, gpus, minutes in OWN_JOBS:
+        for username, suffix, name, model, gpus, minutes, array in OWN_JOBS:
             user = user_model.objects.get(username=username)
             line = user.memberships.get().business_line
             if gpus > line.quota_gpus or Job.objects.filter(owner=user, name=name).exists():
                 continue
-            submit_job(user, JobRequest(
+            request = JobRequest(
                 name=name, queue=f"{line.name}-{suffix}", gpus=gpus, model_name=model,
                 checkpoint_path=f"nfs://checkpoints/{username}/{name}",
                 sim_duration_minutes=minutes,
-            ))  # fmt: skip
+            )  # fmt: skip
+            if array:
+                submit_array(user, request, array)
+            else:
+                submit_job(user, request)
 
     def _seed_nodes(self, opts: dict) -> int:
         layout = build_demo_cluster(

@@ -174,6 +174,7 @@ def offer(now_ts: float | None = None) -> Offer:
             created = submit_jobs(
                 owner, [job_request(g) for g, _ in jobs],
                 submitted_at=[to_datetime(at) for _, at in jobs],
+                per_person_bound=False,  # one account for a population, bounded by MAX_PENDING
             )  # fmt: skip
     return Offer(
         submitted=len(created), submitted_gpu_s=_gpu_s([g for g, _ in jobs]),

@@ -56,6 +56,9 @@ WEB_THREADS = env_int("WEB_THREADS", 4, minimum=1, maximum=64)
 # Django's own form-parsing limit is the same, so the test client and the server agree.
 REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 1024 * 1024, minimum=64 * 1024, maximum=1 << 30)
 DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BYTES
+# The most active (pending or running) jobs one person may have: a submission past it is
+# refused (Slurm's MaxSubmitJobs per user; a job array counts each task). 0: no bound.
+ACTIVE_JOBS_PER_PERSON = env_int("ACTIVE_JOBS_PER_PERSON", 5_000, minimum=0, maximum=10_000_000)
 PREEMPTION_GRACE_SECONDS = env_float("PREEMPTION_GRACE_SECONDS", 300.0, minimum=0, maximum=86400)
 # The TLS-terminating proxy in front (docker-compose.yml's `proxy`): its addresses or networks.
 # The web server (portal/web.py) takes X-Forwarded-For and X-Forwarded-Proto from these

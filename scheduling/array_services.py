@@ -24,6 +24,7 @@ from scheduling.permissions import may_cancel, may_submit
 from scheduling.selectors import list_arrays_for_user
 from scheduling.services import (
     JobRequest,
+    check_active_jobs,
     check_after,
     resolve_job_request,
     resolve_queue,
@@ -68,6 +69,7 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
         errors.update(exc.message_dict)
     if errors or parsed is None:
         raise ValidationError(errors)
+    check_active_jobs(user, len(parsed.indices))
     with clock.one_instant(), transaction.atomic():
         array = JobArray.objects.create(
             name=fields["name"], owner=user, queue=fields["queue"], spec=parsed.text,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 
 from core.query_forms import PageNumberField, QueryForm
 from core.security import is_ascii_number
@@ -225,7 +225,12 @@ class JobSubmitForm(forms.Form):
         for field, messages in errors.items():
             target = field if field in self.fields else None
             for message in messages:
-                self.add_error(target, message if target else f"{field}: {message}")
+                said = (
+                    message
+                    if target or field in (None, NON_FIELD_ERRORS)
+                    else f"{field}: {message}"
+                )
+                self.add_error(target, said)
 
 
 class EstimatorForm(forms.Form):

@@ -348,6 +348,13 @@ class Job(models.Model):
             models.Index(
                 fields=["held_at"], condition=Q(held_at__isnull=False), name="job_held_idx"
             ),
+            # a person's active jobs (the bound on them, ``services.check_active_jobs``, every
+            # submission): the few active rows, not a year of their finished ones
+            models.Index(
+                fields=["owner"],
+                condition=Q(state__in=["pending", "running", "preempting"]),
+                name="job_active_owner_idx",
+            ),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),

@@ -16,6 +16,7 @@ from functools import cache
 from typing import Any
 from urllib.parse import urlparse
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
@@ -233,6 +234,23 @@ def check_after(user: Any, after: Sequence[int]) -> list[int]:
     return ids
 
 
+def check_active_jobs(user: Any, adding: int) -> None:
+    """Refuse (a ValidationError, no field) a submission of ``adding`` jobs that would give
+    ``user`` more active (pending or running) jobs than ``settings.ACTIVE_JOBS_PER_PERSON``
+    (0: no bound). One count on the owner's index. Checked, not locked: two submissions of
+    one person at the same instant may together pass the bound by their own sizes."""
+    bound = settings.ACTIVE_JOBS_PER_PERSON
+    if not bound:
+        return
+    active = Job.objects.filter(owner=user, state__in=Job.ACTIVE_STATES).count()
+    if active + adding > bound:
+        raise ValidationError(
+            f"you have {explain.count(active, 'active job')} (pending or running) and may "
+            f"have at most {bound:,} at once; this submission adds {adding:,}: wait for some "
+            "to end, or cancel some"
+        )
+
+
 def add_event(job: Job, kind: str, message: str) -> JobEvent:
     """Append to a job's timeline and tell its watchers (after commit)."""
     event = JobEvent.objects.create(job=job, kind=kind, message=message)
@@ -289,6 +307,7 @@ def submit_job(user: Any, req: JobRequest) -> Job:
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
     after = check_after(user, req.after) if req.after else []
+    check_active_jobs(user, 1)
     job = Job(owner=user, state=Job.State.PENDING, **fields)
     message = submitted_message(user, job, after)
     # one time for the job and its event, in a request or not; with ``after``, the job and
@@ -378,7 +397,11 @@ def _jobs_named(ids: Sequence[int]) -> str:
 
 
 def submit_jobs(
-    user: Any, requests: Sequence[JobRequest], *, submitted_at: Sequence[datetime] | None = None
+    user: Any,
+    requests: Sequence[JobRequest],
+    *,
+    submitted_at: Sequence[datetime] | None = None,
+    per_person_bound: bool = True,
 ) -> list[Job]:
     """Create many pending jobs at once, each checked exactly as ``submit_job`` checks one.
 
@@ -390,7 +413,9 @@ def submit_jobs(
     in bulk). ``submitted_at`` (one per request, cluster time) stamps arrivals that a
     generator submits after the fact (the simulator demo), events included. After
     commit, ``queues.updated`` for each queue written to, coalesced. Inside a caller's
-    transaction the jobs commit (or roll back) with it.
+    transaction the jobs commit (or roll back) with it. ``per_person_bound``: the
+    ``check_active_jobs`` bound applies (off only for the demo's generator, which submits
+    for a simulated population under one account and bounds its backlog itself).
     """
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
@@ -417,6 +442,8 @@ def submit_jobs(
         jobs.append(job)
     if errors:
         raise ValidationError(errors)
+    if per_person_bound:
+        check_active_jobs(user, len(jobs))
     with transaction.atomic():
         created = Job.objects.bulk_create(jobs, batch_size=500)
         JobEvent.objects.bulk_create(

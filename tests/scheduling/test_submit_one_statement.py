@@ -1,6 +1,6 @@
 """A submission writes its job and the job's ``submitted`` event in one statement (#16): no
 BEGIN/COMMIT of its own, one round trip for both rows, all or nothing; and through the API
-with a token it costs five queries in all."""
+with a token it costs six queries in all."""
 
 from __future__ import annotations
 
@@ -58,8 +58,9 @@ def test_inside_a_callers_transaction_it_rolls_back_with_it(demo):
     assert Job.objects.count() == before
 
 
-def test_a_token_submission_takes_five_queries(demo):
-    """Token with user and role, queue, cluster shape, cluster clock, job + event."""
+def test_a_token_submission_takes_six_queries(demo):
+    """Token with user and role, queue, cluster shape, the person's active jobs (their
+    bound, ``check_active_jobs``), cluster clock, job + event."""
     client = APIClient()
     key = Token.objects.get_or_create(user=demo["researcher"])[0].key
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
@@ -68,5 +69,5 @@ def test_a_token_submission_takes_five_queries(demo):
     with CaptureQueriesContext(connection) as ctx:
         response = client.post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
-    assert len(ctx.captured_queries) == 5, [q["sql"][:60] for q in ctx.captured_queries]
+    assert len(ctx.captured_queries) == 6, [q["sql"][:60] for q in ctx.captured_queries]
     assert response.json()["events"][0]["kind"] == "submitted"

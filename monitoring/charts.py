@@ -808,6 +808,14 @@ class NodeRow(NamedTuple):
     residual_gpus: int
     gpus_used: int
     inference_gpus: int = 0  # serving online inference on a shared node: in use too
+    # its next scheduled (not yet started) maintenance, as a person reads it: "2026-12-07
+    # 10:27 JST: PDU swap" (empty: none); the cell gets the ``MAINTENANCE_MARK``
+    maintenance: str = ""
+
+
+# A cell's mark for a node with maintenance scheduled: a dashed outline (a shape, not a
+# colour), whatever its status.
+MAINTENANCE_MARK = "m-soon"
 
 
 class Cell(NamedTuple):
@@ -815,6 +823,7 @@ class Cell(NamedTuple):
     status: str
     glyph: str
     label: str
+    mark: str = ""  # ``MAINTENANCE_MARK`` or empty
 
 
 def node_status(
@@ -851,7 +860,9 @@ def node_cell(row: NodeRow) -> Cell:
         label += f", {row.inference_gpus} serving inference"
     if row.residual_gpus:
         label += f", {row.residual_gpus} held by residual processes"
-    return Cell(row.name, status, glyph, label)
+    if row.maintenance:
+        label += f"; maintenance from {row.maintenance}"
+    return Cell(row.name, status, glyph, label, MAINTENANCE_MARK if row.maintenance else "")
 
 
 class Rack(NamedTuple):
@@ -885,7 +896,8 @@ def cells_html(cells: Iterable[Cell], href_prefix: str) -> str:
     (colour and pattern), its glyph as text and its sentence as title and aria-label.
     """
     return "".join(
-        f'<a class="n k-{escape(c.status)}" href="{escape(href_prefix + c.name)}/" '
+        f'<a class="n k-{escape(c.status)}{" " + escape(c.mark) if c.mark else ""}" '
+        f'href="{escape(href_prefix + c.name)}/" '
         f'data-n="{escape(c.name)}" title="{escape(c.label)}" aria-label="{escape(c.label)}">'
         f"{escape(c.glyph)}</a>"
         for c in cells

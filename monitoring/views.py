@@ -65,6 +65,7 @@ from scheduling.nodes.selectors import (
     list_node_rows,
     maintenance_windows,
     node_exists,
+    upcoming_maintenance,
 )
 from scheduling.nodes.services import cordon_node, drain_node, inject_fault, uncordon_node
 from scheduling.selectors import QueueUsage, build_cluster_summary, build_usage
@@ -324,9 +325,18 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
 # -- rack map ---------------------------------------------------------------------------
 
 
-def build_node_rows(name: str | None = None) -> list[charts.NodeRow]:
-    """Every node (or the one named) with its GPUs in use, in rack order: one grouped query."""
-    return [charts.NodeRow(*row) for row in list_node_rows(name)]
+def build_node_rows(name: str | None = None, zone: tzinfo = UTC) -> list[charts.NodeRow]:
+    """Every node (or the one named) with its GPUs in use, in rack order (one grouped
+    query), and its next scheduled maintenance as read in ``zone`` (one more)."""
+    soon = upcoming_maintenance()
+    rows = []
+    for row in list_node_rows(name):
+        node = charts.NodeRow(*row)
+        if node.name in soon:
+            at, reason = soon[node.name]
+            node = node._replace(maintenance=f"{timezones.written(at, zone)}: {reason}")
+        rows.append(node)
+    return rows
 
 
 def _rack_totals(rows: list[charts.NodeRow], counts: dict[str, int]) -> dict[str, int]:
@@ -336,11 +346,12 @@ def _rack_totals(rows: list[charts.NodeRow], counts: dict[str, int]) -> dict[str
         "gpus_used": sum(r.gpus_used for r in rows),
         "gpus_inference": sum(r.inference_gpus for r in rows),
         "gpus_residual": sum(r.residual_gpus for r in rows),
+        "maintenance_soon": sum(bool(r.maintenance) for r in rows),
     }
 
 
-def _rack_context() -> dict[str, Any]:
-    rows = build_node_rows()
+def _rack_context(zone: tzinfo) -> dict[str, Any]:
+    rows = build_node_rows(zone=zone)
     racks, counts = charts.build_rack_map(rows)
     prefix = reverse("monitoring:oncall-node", args=["x"])[:-2]
     # cells_html escapes every value it writes (see monitoring.charts.cells_html)
@@ -356,6 +367,7 @@ def _rack_context() -> dict[str, Any]:
         "racks": racks_html,
         "counts": counts,
         "legend": [(key, glyph, words, counts[key]) for key, glyph, words in charts.LEGEND],
+        "maintenance_mark": charts.MAINTENANCE_MARK,
         "nodes_total": len(rows),
         "gpus_total": sum(r.gpus_total for r in rows),
         **_rack_totals(rows, counts),
@@ -368,7 +380,9 @@ def _rack_context() -> dict[str, Any]:
 @takes_query()
 def rack_map(request: HttpRequest) -> HttpResponse:
     """The rack map alone, for a wall screen."""
-    return render(request, "monitoring/rack_map.html", _rack_context())
+    return render(
+        request, "monitoring/rack_map.html", _rack_context(timezones.viewer_zone(request))
+    )
 
 
 @oncall_access
@@ -382,7 +396,7 @@ def rack_cells(request: HttpRequest) -> JsonResponse:
     no cells (or of every cell).
     """
     name = request.GET.get("node")
-    rows = build_node_rows(name)
+    rows = build_node_rows(name, timezones.viewer_zone(request))
     if name is not None and not rows:
         return JsonResponse(
             {"errors": {"node": [f"there is no node named “{name[:80]}”"]}}, status=400
@@ -440,7 +454,7 @@ def _alerts_context() -> dict[str, Any]:
 def _console(
     request: HttpRequest, status: int = 200, maintenance_form: MaintenanceForm | None = None
 ) -> HttpResponse:
-    context = {**_alerts_context(), **_rack_context(), "guides": GUIDES,
+    context = {**_alerts_context(), **_rack_context(timezones.viewer_zone(request)), "guides": GUIDES,
                **_maintenance_context(None, maintenance_form)}  # fmt: skip
     return render(request, "monitoring/oncall.html", context, status=status)
 

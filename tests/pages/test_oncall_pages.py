@@ -220,7 +220,8 @@ def test_the_console_lists_every_guide(client, demo):
 
 def cell(body: str, name: str) -> re.Match:
     match = re.search(
-        rf'<a class="n k-(?P<status>[a-z]+)" href="/oncall/nodes/{name}/" data-n="{name}" '
+        rf'<a class="n k-(?P<status>[a-z]+)(?: (?P<mark>m-soon))?" href="/oncall/nodes/{name}/" '
+        rf'data-n="{name}" '
         rf'title="(?P<title>[^"]*)" aria-label="(?P<label>[^"]*)">(?P<glyph>[^<]*)</a>', body
     )  # fmt: skip
     assert match, f"no cell for {name}"
@@ -233,7 +234,7 @@ def test_the_rack_map_shows_every_node_with_a_glyph_and_a_sentence(client, demo,
     cycle(api("admin"))
     Node.objects.filter(name="r000-n03").update(state="cordoned", state_reason="maintenance")
     body = as_user(client, demo, "oncall").get("/oncall/").content.decode()
-    assert body.count('class="n k-') - 8 == Node.objects.count(), "one cell per node (+ legend)"
+    assert body.count('class="n k-') - 9 == Node.objects.count(), "one cell per node (+ legend)"
     cordoned = cell(body, "r000-n03")
     assert cordoned["status"] == "cordoned" and cordoned["glyph"] == "C"
     assert cordoned["label"] == "r000-n03: cordoned, 0/8 GPUs used" == cordoned["title"]
@@ -249,11 +250,36 @@ def test_the_rack_map_alone_and_its_live_cells(client, demo):
     as_user(client, demo, "admin")
     assert cell(client.get("/oncall/rack-map/").content.decode(), NODE)["glyph"] == "D"
     data = client.get("/oncall/rack-map/cells/").json()
-    assert [NODE, "draining", "D", f"{NODE}: draining, 0/8 GPUs used"] in data["cells"]
+    assert [NODE, "draining", "D", f"{NODE}: draining, 0/8 GPUs used", ""] in data["cells"]
     assert data["counts"]["draining"] == 1 and data["counts"]["idle"] == 3
     assert data["racks"] == {"r000": "4 nodes, 1 out of the pool"}
     one = client.get(f"/oncall/rack-map/cells/?node={NODE}").json()
     assert [c[0] for c in one["cells"]] == [NODE]
+
+
+def test_a_node_with_maintenance_scheduled_is_marked_with_its_time_and_reason(client, demo):
+    """The on-call engineer sees on the map which nodes leave soon, not only those already
+    out: a dashed outline (whatever the node's status) and, in its sentence, when (in the
+    viewer's zone, the cluster clock's instant) and why."""
+    start = clock.now().replace(microsecond=0) + timedelta(hours=2)
+    create_window(demo["oncall"], nodes=[NODE], starts_at=start.isoformat(), reason="PDU swap")
+    user = demo["oncall"]
+    user.profile.time_zone = "Asia/Tokyo"
+    user.profile.save()
+    as_user(client, demo, "oncall")
+    when = timezones.written(start, timezones.zone_named("Asia/Tokyo"))
+    assert when.endswith(" JST")
+    body = client.get("/oncall/").content.decode()
+    marked = cell(body, NODE)
+    assert (marked["status"], marked["mark"]) == ("idle", "m-soon")
+    assert (
+        marked["label"] == f"{NODE}: ready, idle, 0/8 GPUs used; maintenance from {when}: PDU swap"
+    )
+    assert cell(body, "r000-n00")["mark"] is None
+    assert '<span id="rm-maintenance-soon">1</span>' in body, "the legend counts them"
+    data = client.get("/oncall/rack-map/cells/").json()
+    assert [NODE, "idle", "0", marked["label"], "m-soon"] in data["cells"]
+    assert data["maintenance_soon"] == 1
 
 
 @pytest.mark.parametrize("name", ["r999-n99", "", " " + NODE])
@@ -613,8 +639,9 @@ def test_the_pages_query_count_does_not_grow_with_the_cluster(client, demo, api,
 
     as_user(client, demo, "oncall")
     # the console and the node page: one more for scheduled maintenance, one more again for
-    # the windows' nodes when there are some
-    pages = {"/oncall/": 9, "/oncall/rack-map/": 5, "/oncall/rack-map/cells/": 5,
+    # the windows' nodes when there are some; the rack map (on the console too): one for the
+    # nodes' next maintenance (its marks)
+    pages = {"/oncall/": 10, "/oncall/rack-map/": 6, "/oncall/rack-map/cells/": 6,
              "/oncall/alerts/": 6, f"/oncall/nodes/{NODE}/": 10}  # fmt: skip
     for path, bound in pages.items():
         with django_assert_max_num_queries(bound):

@@ -1,7 +1,8 @@
 /* On-call console, rack map and node page, live.
  * - nodes (node.updated) and cycles (cycle.completed that moved work): refetch every
- *   rack-map cell as [name, status, glyph, label] (computed on the server by
- *   monitoring/charts.py) and update the cells in place: class, glyph, title, aria-label.
+ *   rack-map cell as [name, status, glyph, label, mark] (computed on the server by
+ *   monitoring/charts.py; mark: "m-soon" when maintenance is scheduled, else "") and update
+ *   the cells in place: class, glyph, title, aria-label.
  * - alerts (alert.raised / alert.updated): refetch the alerts list (server-rendered HTML).
  * - after a reconnect: both.
  * - the console's scheduled maintenance and the node page: their live parts (see below). */
@@ -42,10 +43,10 @@
     const refreshMap = debounce(async () => {
       const snap = await getJSON(map.dataset.cellsUrl);
       const changed = [];
-      for (const [name, status, glyph, label] of snap.cells) {
+      for (const [name, status, glyph, label, mark] of snap.cells) {
         const el = cells.get(name);
         if (!el) continue;
-        const cls = `n k-${status}`;
+        const cls = mark ? `n k-${status} ${mark}` : `n k-${status}`;
         if (el.getAttribute("aria-label") === label && el.className.startsWith(cls)) continue;
         el.className = `${cls} changed`;
         el.textContent = glyph;
@@ -65,6 +66,7 @@
       setText("rm-gpus-used", snap.gpus_used);
       setText("rm-gpus-inference", snap.gpus_inference);
       setText("rm-gpus-residual", snap.gpus_residual);
+      setText("rm-maintenance-soon", snap.maintenance_soon);
       if (news && changed.length) {
         news.textContent = changed.length <= 3 ? changed.join("; ") : `${Dom.count(changed.length)} nodes changed`;
       }

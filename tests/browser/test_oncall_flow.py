@@ -8,6 +8,7 @@
 """
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -118,6 +119,35 @@ def test_cordoning_a_node_changes_the_rack_map_live_in_a_second_browser(
     assert still_same_document(page), "the rack map changed without a reload"
     screenshot(page, "rack-map")
     second.close()
+
+
+def test_maintenance_scheduled_marks_the_node_on_the_rack_map_live(cluster, page, login, demo):
+    """Scheduled on the node page of another browser (here: the service, from a worker
+    thread, as the page's form does), the window outlines the node's cell with dashes on
+    the open map, its sentence says when (the viewer's zone: UTC) and why, and the legend
+    counts it; the cell keeps its glyph and colour (the node is still in service)."""
+    from core import clock
+    from scheduling.nodes.maintenance import create_window
+
+    base = login("oncall")
+    go_live(page, f"{base}/oncall/rack-map/")
+    node = busy_node()
+    cell = page.locator(f'#rack-map a[data-n="{node.name}"]')
+    glyph = cell.inner_text()
+    expect(page.locator("#rm-maintenance-soon")).to_have_text("0")
+    start = clock.now().replace(second=0, microsecond=0) + timedelta(hours=3)
+    in_thread(lambda: create_window(demo["oncall"], nodes=[node.name],
+                                    starts_at=start.isoformat(), reason="PDU swap"))  # fmt: skip
+    expect(cell).to_have_class(re.compile(r"\bm-soon\b"), timeout=LIVE_S)
+    label = cell.get_attribute("aria-label")
+    assert label.endswith(f"; maintenance from {start:%Y-%m-%d %H:%M} UTC: PDU swap"), label
+    assert cell.inner_text() == glyph, "still in service: the same glyph"
+    # outlined solid for a few seconds as changed, then dashed for as long as it stands
+    expect(cell).not_to_have_class(re.compile(r"\bchanged\b"), timeout=LIVE_S + 4_000)
+    style = cell.evaluate("el => getComputedStyle(el).outlineStyle")
+    assert style == "dashed"
+    expect(page.locator("#rm-maintenance-soon")).to_have_text("1")
+    assert still_same_document(page)
 
 
 def test_a_fault_and_a_cycle_raise_an_alert_live_and_it_is_acknowledged(

@@ -34,7 +34,8 @@ ARRAY_LIMIT_CODE = "ARRAY_LIMIT"
 SIZE_MAX = 1_000  # tasks in one array (Slurm's default MaxArraySize is 1,001 indices)
 INDEX_MAX = 99_999
 SPEC_MAX = 200  # characters
-# The columns of a task the snapshot reads (``snapshot.JOB_FIELDS``).
+# The columns of a task the snapshot reads (``snapshot.JOB_FIELDS``; ``throttled`` reads
+# ``progress_seconds`` and ``move_to_node`` too).
 ARRAY_FIELDS = ("array_id", "array_index", "array__max_running")
 
 _PART = re.compile(r"(?P<first>[0-9]+)(?:-(?P<last>[0-9]+)(?::(?P<step>[0-9]+))?)?")
@@ -139,10 +140,12 @@ def throttled(rows: Iterable[Mapping], eligible: Iterable[int]) -> dict[int, Thr
     ``rows``: the active jobs' snapshot rows (``state``, ``id`` and ``ARRAY_FIELDS``);
     ``eligible``: the ids of the waiting jobs the engine would plan (not held, dependencies
     met). Per array with a bound: its tasks holding GPUs take places first, then its
-    eligible waiting tasks by index; those past the bound are left out."""
+    eligible waiting tasks: first one moving to the room kept for it (consolidation), then
+    those with progress kept (preempted, suspended: work under way goes on before new work
+    begins), each by index; those past the bound are left out."""
     ready = set(eligible)
     holding: dict[int, list[int]] = {}
-    waiting: dict[int, list[tuple[int, int]]] = {}
+    waiting: dict[int, list[tuple[bool, bool, int, int]]] = {}
     bound: dict[int, int] = {}
     for r in rows:
         array, limit = r["array_id"], r["array__max_running"]
@@ -152,14 +155,15 @@ def throttled(rows: Iterable[Mapping], eligible: Iterable[int]) -> dict[int, Thr
         if r["state"] != "pending":
             holding.setdefault(array, []).append(r["id"])
         elif r["id"] in ready:
-            waiting.setdefault(array, []).append((r["array_index"], r["id"]))
+            first = (not r["move_to_node"], not r["progress_seconds"])
+            waiting.setdefault(array, []).append((*first, r["array_index"], r["id"]))
     out: dict[int, Throttle] = {}
     for array, tasks in waiting.items():
         running = tuple(sorted(holding.get(array, ())))
         free = max(0, bound[array] - len(running))
         tasks.sort()
-        placed = tuple(job_id for _, job_id in tasks[:free])
-        for before, (index, job_id) in enumerate(tasks[free:]):
+        placed = tuple(job_id for *_, job_id in tasks[:free])
+        for before, (*_, index, job_id) in enumerate(tasks[free:]):
             out[job_id] = Throttle(array, index, bound[array], running, placed, before)
     return out
 

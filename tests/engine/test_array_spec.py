@@ -66,9 +66,10 @@ def test_any_set_of_indices_survives_its_own_text(indices, bound):
     assert parse(spec.text) == spec
 
 
-def row(job_id, index, state="pending", array=1, bound=2):
+def row(job_id, index, state="pending", array=1, bound=2, progress=0.0, move_to=""):
     return {"id": job_id, "state": state, "array_id": array, "array_index": index,
-            "array__max_running": bound}  # fmt: skip
+            "array__max_running": bound, "progress_seconds": progress,
+            "move_to_node": move_to}  # fmt: skip
 
 
 def test_the_lowest_waiting_indices_fill_the_places_the_running_tasks_leave():
@@ -77,6 +78,13 @@ def test_the_lowest_waiting_indices_fill_the_places_the_running_tasks_leave():
     assert set(out) == {3, 4}, "one place left under %2: index 1 takes it"
     assert out[3] == Throttle(1, 2, 2, running=(1,), placed=(2,), before=0)
     assert out[4] == Throttle(1, 3, 2, running=(1,), placed=(2,), before=1)
+
+
+def test_a_moving_task_then_work_under_way_go_before_new_work():
+    rows = [row(1, 0), row(2, 1, progress=600.0), row(3, 2, move_to="r000-n01"), row(4, 3)]
+    out = throttled(rows, eligible={1, 2, 3, 4})
+    assert set(out) == {1, 4}, "the moved task restarts in its kept room, the preempted one next"
+    assert (out[1].placed, out[1].before, out[4].before) == ((3, 2), 0, 1)
 
 
 def test_held_and_dependent_tasks_take_no_place():

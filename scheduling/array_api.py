@@ -58,7 +58,7 @@ class ArraySpecField(serializers.CharField):
     parser refuses spaces, which trimming would hide."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
+        super().__init__(trim_whitespace=False, **kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -77,10 +77,22 @@ class ArraySubmitSerializer(JobSubmitSerializer):
     array = ArraySpecField()
 
 
-class ArrayLimitSerializer(StrictSerializer):
-    """The body of ``PATCH arrays/{id}/``: the new bound, or null for none."""
+class BoundField(StrictIntegerField):
+    """The bound in ``PATCH arrays/{id}/``. A form has no null: there, as the portal reads
+    its forms' other nullable fields, an empty or absent value is null (no bound); a JSON
+    body must name it."""
 
-    max_running = StrictIntegerField(
+    default_empty_html = None
+
+
+class ArrayLimitSerializer(StrictSerializer):
+    """The body of ``PATCH arrays/{id}/``: the new bound, or null for none. Required: the
+    one thing a PATCH changes. Never partial, so drf-spectacular, which documents every PATCH
+    body as partial (all optional), documents it as the view reads it."""
+
+    partial = property(lambda self: False, lambda self, value: None)
+
+    max_running = BoundField(
         min_value=1, max_value=arrays.SIZE_MAX, allow_null=True,
         help_text="the most tasks holding GPUs at once, 1 to the array's size; null: no bound",
     )  # fmt: skip

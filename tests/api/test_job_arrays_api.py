@@ -63,7 +63,7 @@ def test_submit_answers_the_array_with_its_tasks_in_index_order(api):
 @pytest.mark.parametrize(
     ("spec", "words"),
     [
-        ("", "give the task indices"),
+        ("", "may not be blank"),
         ("0-5%0", "%0 would run no task"),
         ("0-1000", "at most 1,000 tasks in one array"),
         ("0-99999999999999999999", "is above 99,999"),
@@ -343,3 +343,15 @@ def test_a_held_back_task_explains_itself_as_array_limit(api):
     assert reason["code"] == "ARRAY_LIMIT"
     assert reason["details"]["array"] == array["id"] and reason["details"]["tasks_before"] == 1
     assert "gpuctl array-limit" in reason["remedy"]
+
+
+def test_in_a_form_an_empty_or_absent_bound_is_null(api):
+    """A form has no null (as for the portal's other nullable fields); JSON must name it."""
+    me = api("researcher")
+    array = made(me, "0-3%1")
+    url = f"/api/v1/arrays/{array['id']}/"
+    assert me.patch(url, {"max_running": "2"}, format="multipart").data["max_running"] == 2
+    assert me.patch(url, {"max_running": ""}, format="multipart").data["max_running"] is None
+    assert me.patch(url, {"max_running": "2"}, format="multipart").status_code == 200
+    assert me.patch(url, {}, format="multipart").data["max_running"] is None
+    assert me.patch(url, {}, format="json").status_code == 400

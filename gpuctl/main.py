@@ -272,9 +272,11 @@ def nothing(words: str) -> int:
 
 def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     limit = None if args.all else args.limit
-    params = {"state": args.state, "queue": args.queue, "owner": args.owner, "array": args.array}
+    params = {"state": args.state, "queue": args.queue, "owner": args.owner}
     if args.mine:
         params["mine"] = 1
+    if args.array is not None:
+        params["array"] = args.array
     rows, total = portal.fetch_list("jobs/", limit=limit, **params)
     if args.json:
         print_json(rows)

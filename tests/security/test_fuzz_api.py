@@ -1,6 +1,7 @@
-"""Bad input, generated: every POST endpoint of the OpenAPI schema (``/api/schema/``) (and its PATCH, ``PATCHES``) and
-the query parameters of the list endpoints and the HTML pages, as admin and researcher
-(and the team lead where only a lead gets past the permission check).
+"""Bad input, generated: every POST endpoint of the OpenAPI schema (``/api/schema/``), the
+PATCH ones (``PATCHES``) and the query parameters of the list endpoints and the HTML
+pages, as admin and researcher (and the team lead where only a lead gets past the
+permission check).
 
 Hypothesis builds the bodies from the schema: values valid for each field mixed with
 wrong types, 10^12 and 10^100, negatives, floats, NUL bytes, unicode and very long

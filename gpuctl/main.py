@@ -349,6 +349,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         ("queue", f"{job['queue']} (line {job['business_line']}, tier {job['tier']})"),
         ("asks", f"{shape}; " + ", ".join(needs)),
     ]
+    if job.get("array") is not None:
+        rows.append(("array", f"task {job['array_index']} of array {job['array']} "
+                              f"(gpuctl array {job['array']})"))  # fmt: skip
     state = job["state"]
     if job.get("preemption_count"):
         state += f" (preempted {count(job['preemption_count'], 'time')})"

@@ -78,6 +78,11 @@ def test_array_shows_the_bound_and_the_tasks_by_state(gpuctl, roomy, api):
     assert lines["bound"] == "at most 2 at once"
     assert lines["tasks"] == "4 pending (4 held back by the bound), 2 running"
     assert lines["GPUs"] == "held  8"
+    explain = gpuctl("researcher", "explain", str(array["tasks"][3]))
+    assert f"array            task 3 of array {array['id']} (gpuctl array {array['id']})" in (
+        explain.out.splitlines()
+    )
+    assert "ARRAY_LIMIT: Its array" in explain.out and "Waiting tasks before it: 1" in explain.out
     assert lines["jobs"] == f"{array['tasks'][0]}-{array['tasks'][-1]}"
     shown = json.loads(gpuctl("researcher", "array", str(array["id"]), "--json").out)
     assert shown["progress"]["held_back"] == 4 and shown["tasks"] == array["tasks"]

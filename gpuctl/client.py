@@ -236,6 +236,9 @@ class Portal:
     def post(self, path: str, body: dict | None = None) -> Any:
         return self.request("post", path, json=body or {})
 
+    def patch(self, path: str, body: dict) -> Any:
+        return self.request("patch", path, json=body)
+
     def fetch_list(
         self, path: str, limit: int | None = None, **params: Any
     ) -> tuple[list[dict], int]:

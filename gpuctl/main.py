@@ -1,4 +1,4 @@
-"""gpuctl: submit, list, explain, cancel, hold and release jobs; watch queues, nodes and alerts; request quota.
+"""gpuctl: submit, list, explain, cancel, hold and release jobs and job arrays; watch queues, nodes and alerts; request quota.
 
 Every command is one or a few REST calls (API.md); nothing here knows the
 portal's internals. ``main(argv)`` returns the exit code, so tests and scripts
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gpuctl import __version__, completion, login, logs
+from gpuctl import __version__, arrays, completion, login, logs
 from gpuctl.client import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -65,6 +65,7 @@ examples:
   gpuctl jobs --mine --state pending        # what am I waiting for?
   gpuctl explain 42                         # why job 42 waits, and what would start it
   gpuctl cancel 42
+  gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # a job array, 10 at once
   gpuctl logs 42 -f                         # the end of its output, followed until it ends
   gpuctl queues                             # quota, guarantee, used, pending, eviction
   gpuctl nodes --state cordoned
@@ -90,6 +91,7 @@ examples:
       --checkpoint-interval-minutes 30 --estimated-runtime-minutes 720 --model-name llama-70b
   gpuctl submit -f job.yaml --gpus 16       # the file, with 16 GPUs instead
   gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
+  gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
   cat job.yaml | gpuctl submit -f -
 
   job.yaml:
@@ -203,7 +205,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
                 EXIT_USAGE,
             ) from exc
         body.update(loaded)
-    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, "after"):
+    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, "after", "array"):
         value = getattr(args, name, None)
         if value is not None:
             body[name] = value
@@ -215,7 +217,15 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_submit(portal: Portal, args: argparse.Namespace) -> int:
-    job = portal.post("jobs/", _job_body(args))
+    body = _job_body(args)
+    if "array" in body:  # --array, or array: in the job file
+        array = portal.post("arrays/", body)
+        if args.json:
+            print_json(array)
+        else:
+            print(arrays.submitted_text(array))
+        return EXIT_OK
+    job = portal.post("jobs/", body)
     if args.json:
         print_json(job)
     else:
@@ -235,7 +245,7 @@ def _reason_code(job: dict) -> str:
 
 
 JOB_COLUMNS = columns(
-    ("ID", "id"), ("NAME", "name"), ("OWNER", "owner"), ("QUEUE", "queue"), ("TIER", "tier"),
+    ("ID", "id"), ("NAME", arrays.task_name), ("OWNER", "owner"), ("QUEUE", "queue"), ("TIER", "tier"),
     ("GPUS", "gpus"), ("STATE", "state"), ("REASON", _reason_code),
     ("SUBMITTED(UTC)", lambda j: fmt_time(j.get("submitted_at"))),
     ("EST.START(UTC)", lambda j: fmt_time(j.get("estimated_start")) if j["state"] == "pending" else ""),
@@ -265,6 +275,8 @@ def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     params = {"state": args.state, "queue": args.queue, "owner": args.owner}
     if args.mine:
         params["mine"] = 1
+    if args.array is not None:
+        params["array"] = args.array
     rows, total = portal.fetch_list("jobs/", limit=limit, **params)
     if args.json:
         print_json(rows)
@@ -337,6 +349,9 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         ("queue", f"{job['queue']} (line {job['business_line']}, tier {job['tier']})"),
         ("asks", f"{shape}; " + ", ".join(needs)),
     ]
+    if job.get("array") is not None:
+        rows.append(("array", f"task {job['array_index']} of array {job['array']} "
+                              f"(gpuctl array {job['array']})"))  # fmt: skip
     state = job["state"]
     if job.get("preemption_count"):
         state += f" (preempted {count(job['preemption_count'], 'time')})"
@@ -412,6 +427,10 @@ def choice_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with how a command chooses its jobs (``chosen_jobs``), for the usage
     error: ids and filters together, or neither (never "every job")."""
     narrowed = args.queue or args.owner or args.mine or args.state
+    if getattr(args, "array", None) is not None:
+        if args.jobs or narrowed:
+            return "give --array alone: not with job ids or other filters (--me, -u, -q, --state)"
+        return None
     if args.jobs and narrowed:
         return "give job ids or filters (--me, -u, -q, --state), not both"
     if not args.jobs and not narrowed:
@@ -449,7 +468,8 @@ def act_on_chosen(
         return EXIT_OK
     if args.dry_run:
         for job in jobs:
-            print(f"would {verb} job {job['id']} ({job['name']}): {job['state']}, {job['owner']}")
+            print(f"would {verb} job {job['id']} ({arrays.task_name(job)}): {job['state']}, "
+                  f"{job['owner']}")  # fmt: skip
         return EXIT_OK
     return _each([job["id"] for job in jobs], act, args, describe)
 
@@ -466,6 +486,11 @@ def add_job_choice(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def cmd_cancel(portal: Portal, args: argparse.Namespace) -> int:
+    if args.array is not None:
+        if not args.dry_run:
+            return arrays.cancel_array(portal, args)
+        portal.get(f"arrays/{args.array}/")  # one the caller may not see: "not found"
+        return act_on_chosen(portal, args, "cancel", None, None, array=args.array)
     return act_on_chosen(
         portal, args, "cancel", lambda j: portal.post(f"jobs/{j}/cancel/"),
         lambda job: f"job {job['id']} ({job['name']}): {job['state']}",
@@ -809,7 +834,7 @@ def _common(json_default: Any = argparse.SUPPRESS) -> argparse.ArgumentParser:
 
 
 # Commands that read (not act): ``-w`` re-runs them, as ``kubectl get -w`` / ``watch squeue``.
-WATCHABLE = frozenset({"jobs", "explain", "queues", "lines", "nodes", "alerts", "summary"})
+WATCHABLE = frozenset({"jobs", "explain", "array", "queues", "lines", "nodes", "alerts", "summary"})
 
 
 def watch(portal: Portal, args: argparse.Namespace) -> int:
@@ -901,6 +926,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--after", type=job_ids, metavar="ID,ID",
                    help="start only once these jobs have all succeeded (at most 20)")  # fmt: skip
+    p.add_argument("--array", metavar="SPEC",
+                   help="a job array: one task per index, Slurm's spec (0-99, 1,3,5-11:2; "
+                   "%%N: at most N at once; at most 1,000 tasks)")  # fmt: skip
 
     p = add(
         "jobs",
@@ -910,13 +938,16 @@ def build_parser() -> argparse.ArgumentParser:
 examples:
   gpuctl jobs --mine
   gpuctl jobs --state pending --queue llm-core
-  gpuctl jobs --owner alice --all --json""",
+  gpuctl jobs --owner alice --all --json
+  gpuctl jobs --array 42                    # the tasks of array 42: NAME[INDEX]""",
     )
     p.add_argument("--state", choices=["pending", "running", "preempting", "succeeded",
                                         "failed", "cancelled"])  # fmt: skip
     p.add_argument("-q", "--queue", help="queue name or id")
     p.add_argument("-u", "--owner", "--user", dest="owner", help="username (as squeue -u)")
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("--array", type=whole_number, metavar="ARRAY",
+                   help="only the tasks of this job array (NAME[INDEX])")  # fmt: skip
     p.add_argument("--limit", type=whole_number, default=100, help="at most N jobs (100)")
     p.add_argument("--all", action="store_true", help="every matching job")
 
@@ -934,9 +965,13 @@ examples:
   gpuctl cancel 42
   gpuctl cancel 42 43 44
   gpuctl cancel --me --state pending --dry-run   # what it would cancel
-  gpuctl cancel --me -q llm-experiment           # scancel -u $USER -p llm-experiment""",
+  gpuctl cancel --me -q llm-experiment           # scancel -u $USER -p llm-experiment
+  gpuctl cancel --array 42                       # every active task of array 42
+  gpuctl cancel --array 42 --dry-run             # the tasks it would cancel""",
     )
     add_job_choice(p, "cancel")
+    p.add_argument("--array", type=whole_number, metavar="ARRAY",
+                   help="every active task of this job array (alone: no ids or filters)")  # fmt: skip
 
     p = add(
         "hold",
@@ -967,6 +1002,8 @@ examples:
   gpuctl release --me                            # every held job of mine""",
     )
     add_job_choice(p, "release")
+
+    arrays.add_parsers(add)
 
     p = add("logs", logs.cmd_logs, logs.HELP, logs.LOGS_HELP)
     logs.add_arguments(p, _seconds)

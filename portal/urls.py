@@ -20,12 +20,14 @@ from quotas.usage_api import UsageReportCSVView, UsageReportView
 from quotas.usage_views import usage as usage_page
 from quotas.views import queue_list
 from scheduling.api import JobViewSet, SchedulerCycleView, SimulatorAdvanceView, SimulatorFaultView
+from scheduling.array_api import JobArrayViewSet
 from scheduling.nodes.api import MaintenanceViewSet, NodeViewSet
 
 router = DefaultRouter()
 router.register("business-lines", BusinessLineViewSet, basename="business-line")
 router.register("queues", QueueViewSet, basename="queue")
 router.register("jobs", JobViewSet, basename="job")
+router.register("arrays", JobArrayViewSet, basename="job-array")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("maintenance", MaintenanceViewSet, basename="maintenance")
 router.register("alerts", AlertViewSet, basename="alert")

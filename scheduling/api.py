@@ -105,6 +105,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         return attrs
 
 
+def job_request(data: dict) -> JobRequest:
+    """The ``JobRequest`` of a body ``JobSubmitSerializer`` validated (a job's, an array's)."""
+    return JobRequest(**data)
+
+
 class JobSerializer(SharedFieldsModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     queue = serializers.CharField(source="queue.name", read_only=True)
@@ -121,8 +126,12 @@ class JobSerializer(SharedFieldsModelSerializer):
             "estimated_runtime_minutes", "model_name", "state", "pending_reason",
             "queue_position", "estimated_start", "preemption_count", "retry_count",
             "progress_seconds", "last_checkpoint_at", "borrowed", "submitted_at", "started_at",
-            "finished_at", "failure_reason",
+            "finished_at", "failure_reason", "array", "array_index",
         ]  # fmt: skip
+        extra_kwargs = {
+            "array": {"help_text": "the job array it is a task of (its id), or null"},
+            "array_index": {"help_text": "its index in that array, or null"},
+        }
 
     @extend_schema_field(OpenApiTypes.DOUBLE)
     def get_progress_seconds(self, obj: Job) -> float:
@@ -221,6 +230,12 @@ class JobDetailSerializer(JobSerializer):
         return sorted((job.pk, job.state) for job in obj.after.all())
 
 
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": limits.JOB_ID_MAX})
+class IdFilter(django_filters.CharFilter):
+    """An object's id in a query: documented as the whole number it must be; read as text
+    and checked by the filter's method (digits 0-9, in range: else a 400, never a 500)."""
+
+
 class JobFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Job.State.choices)
     queue = django_filters.CharFilter(method="filter_queue")
@@ -231,9 +246,16 @@ class JobFilter(django_filters.FilterSet):
         label="1/true: only jobs on hold; 0/false: the others",
     )  # fmt: skip
 
+    array = IdFilter(method="filter_array", label="only the tasks of this job array (its id)")
+
     class Meta:
         model = Job
-        fields = ["state", "queue", "owner", "mine", "held"]
+        fields = ["state", "queue", "owner", "mine", "held", "array"]
+
+    def filter_array(self, qs, name, value: str):
+        if not is_ascii_number(value) or not 1 <= int(value) <= limits.JOB_ID_MAX:
+            raise serializers.ValidationError({name: ["an array id: a whole number, at least 1"]})
+        return qs.filter(array_id=int(value))
 
     def filter_held(self, qs, name, value: str):
         return qs.filter(held_filter(value in YES))
@@ -282,9 +304,7 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     def create(self, request: Request, *args, **kwargs) -> Response:
-        incoming = JobSubmitSerializer(data=request.data)
-        incoming.is_valid(raise_exception=True)
-        job = submit_job(request.user, JobRequest(**incoming.validated_data))
+        job = submit_job(request.user, job_request(valid_body(JobSubmitSerializer, request)))
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobDetailSerializer})
@@ -301,7 +321,7 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
         (checkpointed and stopped by the next cycle, then pending and held). The owner, their
         team lead or an admin; an admin's hold of someone else's job needs a reason."""
         job = self.get_object()
-        body = _valid(HoldRequestSerializer, request)
+        body = valid_body(HoldRequestSerializer, request)
         job = hold_job(request.user, job.pk, body.get("reason", ""), source_ip=client_ip(request))
         return Response(JobDetailSerializer(job).data)
 
@@ -351,7 +371,8 @@ def _unless_busy(call: Callable[[], Any]) -> Response:
         return busy(exc)
 
 
-def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict:
+def valid_body(serializer_class: type[serializers.Serializer], request: Request) -> dict:
+    """The request's body validated by ``serializer_class`` (a 400 naming each bad field)."""
     body = serializer_class(data=request.data)
     body.is_valid(raise_exception=True)
     return body.validated_data
@@ -365,7 +386,7 @@ class SimulatorFaultView(GenericAPIView):
 
     @extend_schema(request=FaultSerializer, responses={200: FaultSerializer})
     def post(self, request: Request) -> Response:
-        data = _valid(FaultSerializer, request)
+        data = valid_body(FaultSerializer, request)
         return _unless_busy(
             lambda: inject_fault(request.user, data["kind"], data["node"], client_ip(request))
         )
@@ -381,7 +402,7 @@ class SimulatorAdvanceView(GenericAPIView):
     def post(self, request: Request) -> Response:
         from scheduling.sim_services import advance_clock
 
-        data = _valid(AdvanceSerializer, request)
+        data = valid_body(AdvanceSerializer, request)
         return _unless_busy(
             lambda: advance_clock(request.user, data["seconds"], client_ip(request))
         )

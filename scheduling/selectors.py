@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
@@ -58,20 +59,50 @@ class ArrayProgress:
         return sum(self.by_state[s] for s in Job.ACTIVE_STATES)
 
 
+def _progress_aggregates(path: str = "") -> dict[str, Any]:
+    """The aggregates of ``ArrayProgress`` over an array's tasks, reached by ``path`` (``""``
+    from the tasks themselves, ``"tasks__"`` from the arrays): one count per state, the
+    tasks held back by the bound (``ARRAY_LIMIT``) and the GPUs held (running or
+    checkpointing to stop)."""
+    state, pk = f"{path}state", f"{path}pk"
+    holding = Q(**{f"{state}__in": (Job.State.RUNNING, Job.State.PREEMPTING)})
+    held_back = Q(**{state: Job.State.PENDING, f"{path}pending_code": ARRAY_LIMIT_CODE})
+    return {
+        **{f"progress_{s}": Count(pk, filter=Q(**{state: s})) for s in Job.State.values},
+        "progress_held_back": Count(pk, filter=held_back),
+        "progress_gpus": Sum(f"{path}gpus", filter=holding, default=0),
+    }
+
+
+def _progress_of(counts: Any) -> ArrayProgress:
+    """``ArrayProgress`` out of ``_progress_aggregates``' values (a dict or an annotated row)."""
+    get = counts.get if isinstance(counts, dict) else lambda name: getattr(counts, name)
+    return ArrayProgress(
+        by_state={s: get(f"progress_{s}") for s in Job.State.values},
+        held_back=get("progress_held_back"),
+        gpus_held=get("progress_gpus"),
+    )
+
+
 def array_progress(array: JobArray) -> ArrayProgress:
     """One query: the array's tasks counted by state, by ``ARRAY_LIMIT`` and their GPUs held
     (running or checkpointing to stop)."""
-    holding = Q(state__in=(Job.State.RUNNING, Job.State.PREEMPTING))
-    counts = Job.objects.filter(array=array).aggregate(
-        **{s: Count("pk", filter=Q(state=s)) for s in Job.State.values},
-        held_back=Count("pk", filter=Q(state=Job.State.PENDING, pending_code=ARRAY_LIMIT_CODE)),
-        gpus=Sum("gpus", filter=holding, default=0),
-    )
-    return ArrayProgress(
-        by_state={s: counts[s] for s in Job.State.values},
-        held_back=counts["held_back"],
-        gpus_held=counts["gpus"],
-    )
+    return _progress_of(Job.objects.filter(array=array).aggregate(**_progress_aggregates()))
+
+
+def arrays_with_progress(qs: QuerySet[JobArray]) -> QuerySet[JobArray]:
+    """``qs`` with each array's progress (``annotated_progress``) and ``task_ids`` (its tasks'
+    job ids in index order) in the same query: a page of arrays is one query. Newest first
+    (a grouped query ignores ``Meta.ordering``: it is given again)."""
+    return qs.annotate(
+        **_progress_aggregates("tasks__"),
+        task_ids=ArrayAgg("tasks__pk", order_by="tasks__array_index"),
+    ).order_by(*JobArray._meta.ordering)
+
+
+def annotated_progress(array: JobArray) -> ArrayProgress:
+    """The progress ``arrays_with_progress`` annotated ``array`` with (no query)."""
+    return _progress_of(array)
 
 
 def held_filter(held: bool) -> Q:

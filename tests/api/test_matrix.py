@@ -16,7 +16,7 @@ from core.models import AuditRecord
 from monitoring.models import Alert
 from monitoring.services import raise_alert
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaRequest
-from scheduling.models import Job, JobEvent, Node, SchedulingCycle, SimulatorState
+from scheduling.models import Job, JobArray, JobEvent, Node, SchedulingCycle, SimulatorState
 
 pytestmark = pytest.mark.django_db
 
@@ -30,6 +30,7 @@ class World:
     nodes: list[str]
     alerts: list[int]
     quota_request: int
+    array: int
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Case:
     def url(self, world: World) -> str:
         return "/api/v1/" + self.path.format(
             job=world.job, node=world.nodes[0], cordoned=world.nodes[1],
-            alert=world.alerts[0], qr=world.quota_request,
+            alert=world.alerts[0], qr=world.quota_request, array=world.array,
         )  # fmt: skip
 
     def expected(self, role: str) -> set[int]:
@@ -134,6 +135,39 @@ CASES: dict[str, Case] = {
         {"researcher": 200, "lead": 200, "oncall": 200, "admin": 200},
         denied={"researcher2": 404},
     ),
+    # job arrays (docs/api.md, "Job arrays"): seen and acted on as the jobs are
+    "arrays list": Case("get", "arrays/", EVERYONE_SIGNED_IN),
+    "arrays submit": Case(
+        "post",
+        "arrays/",
+        {"researcher": 201, "lead": 201, "admin": 201},
+        denied={"researcher2": SUBMIT_DENIED, "oncall": SUBMIT_DENIED},
+        body={**SUBMIT, "name": "matrix-array", "array": "0-2%1"},
+        effect=lambda w: Job.objects.filter(array__name="matrix-array").count() == 3,
+    ),
+    "array detail": Case(
+        "get",
+        "arrays/{array}/",
+        {"researcher": 200, "lead": 200, "oncall": 200, "admin": 200},
+        denied={"researcher2": 404},
+    ),
+    "array bound": Case(
+        "patch",
+        "arrays/{array}/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        body={"max_running": 2},
+        effect=lambda w: _state(w.array, JobArray, "pk", "max_running") == 2,
+    ),
+    "array cancel": Case(
+        "post",
+        "arrays/{array}/cancel/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        effect=lambda w: (
+            set(Job.objects.filter(array=w.array).values_list("state", flat=True)) == {"cancelled"}
+        ),
+    ),
     "nodes list": Case("get", "nodes/", EVERYONE_SIGNED_IN),
     "node detail": Case("get", "nodes/{node}/", EVERYONE_SIGNED_IN),
     "node cordon": _node_action("cordon", "fan", becomes="cordoned"),
@@ -208,6 +242,7 @@ def snapshot() -> dict:
     """Everything a refused call must leave as it was."""
     return {
         "jobs": list(Job.objects.order_by("pk").values_list("pk", "state", "name", "held_at")),
+        "arrays": list(JobArray.objects.order_by("pk").values_list("pk", "max_running")),
         "events": JobEvent.objects.count(),
         "nodes": list(Node.objects.order_by("name").values_list("name", "state", "health")),
         "alerts": list(Alert.objects.order_by("pk").values_list("pk", "status")),
@@ -233,7 +268,14 @@ def world(api) -> World:
     ]
     created = api("lead").post("/api/v1/quota-requests/", QUOTA_BODY, format="json")
     assert created.status_code == 201, created.data
-    return World(job=job.data["id"], nodes=nodes, alerts=alerts, quota_request=created.data["id"])
+    array = api("researcher").post(
+        "/api/v1/arrays/", {**SUBMIT, "name": "their-array", "array": "0-1"}, format="json"
+    )
+    assert array.status_code == 201, array.data
+    return World(
+        job=job.data["id"], nodes=nodes, alerts=alerts, quota_request=created.data["id"],
+        array=array.data["id"],
+    )  # fmt: skip
 
 
 def call(api, role: str, case: Case, world: World):
@@ -281,6 +323,9 @@ def test_unknown_objects_are_404_for_those_allowed_to_act(api, world):
     assert admin.post("/api/v1/nodes/no-such-node/cordon/", {"reason": "x"}).status_code == 404
     assert admin.post("/api/v1/alerts/999999/ack/").status_code == 404
     assert admin.get("/api/v1/queues/999999/").status_code == 404
+    assert admin.get("/api/v1/arrays/999999/").status_code == 404
+    assert admin.patch("/api/v1/arrays/999999/", {"max_running": 1}).status_code == 404
+    assert admin.post("/api/v1/arrays/999999/cancel/").status_code == 404
 
 
 def test_refused_writes_with_bad_bodies_still_store_nothing(api, world):
@@ -309,7 +354,7 @@ def test_the_matrix_covers_every_api_md_path(world):
     }  # fmt: skip
     generic = {
         "{job}": "{id}", "{node}": "{name}", "{cordoned}": "{name}", "{alert}": "{id}",
-        "{qr}": "{id}",
+        "{qr}": "{id}", "{array}": "{id}",
     }  # fmt: skip
     covered = set()
     for case in [*CASES.values(), *QUOTA_CASES.values()]:

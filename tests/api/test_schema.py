@@ -14,7 +14,7 @@ from tests.api.test_matrix import CASES, QUOTA_CASES
 pytestmark = pytest.mark.django_db
 
 PLACEHOLDERS = {"{job}": "{id}", "{node}": "{name}", "{cordoned}": "{name}", "{alert}": "{id}",
-                "{qr}": "{id}"}  # fmt: skip
+                "{qr}": "{id}", "{array}": "{id}"}  # fmt: skip
 
 
 def schema_path(case_path: str) -> str:

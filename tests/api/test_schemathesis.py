@@ -91,10 +91,12 @@ WRITES = {
         "POST /api/v1/alerts/{id}/resolve/", "POST /api/v1/quota-requests/{id}/approve/",
         "POST /api/v1/quota-requests/{id}/reject/", "POST /api/v1/simulator/advance/",
         "POST /api/v1/simulator/faults/", "POST /api/v1/scheduler/cycle/",
+        "POST /api/v1/arrays/", "PATCH /api/v1/arrays/{id}/", "POST /api/v1/arrays/{id}/cancel/",
     },
     "researcher": {
         "POST /api/v1/jobs/", "POST /api/v1/jobs/{id}/cancel/", "POST /api/v1/jobs/{id}/hold/",
-        "POST /api/v1/jobs/{id}/release/",
+        "POST /api/v1/jobs/{id}/release/", "POST /api/v1/arrays/",
+        "PATCH /api/v1/arrays/{id}/", "POST /api/v1/arrays/{id}/cancel/",
     },
 }  # fmt: skip
 
@@ -121,6 +123,13 @@ def _world(api) -> None:
     from tests.security.pages import build_world
 
     world = build_world(api)
+    for spec in ("0-3%2", "0-1"):
+        made = api("researcher").post(
+            "/api/v1/arrays/",
+            {"name": f"st-array-{spec}", "queue": "llm-experiment", "gpus": 1, "array": spec},
+            format="json",
+        )  # fmt: skip
+        assert made.status_code == 201, made.content
     for gpus in (1, 2, 8, 8, 16):
         made = api("researcher").post(
             "/api/v1/jobs/", {"name": f"st-{gpus}", "queue": "llm-experiment", "gpus": gpus},
@@ -143,12 +152,12 @@ def live(api, demo, tmp_path) -> Iterator[Live]:
     """The portal's web server on the test database, with a world and API tokens."""
     from monitoring.models import Alert
     from quotas.models import BusinessLine, Queue, QuotaRequest
-    from scheduling.models import Job, Node
+    from scheduling.models import Job, JobArray, Node
 
     _world(api)
     tokens = api_tokens(demo)
     ids: set[int] = set()
-    for model in (Job, Alert, QuotaRequest, Queue, BusinessLine):
+    for model in (Job, JobArray, Alert, QuotaRequest, Queue, BusinessLine):
         ids.update(model.objects.values_list("pk", flat=True))
     with web_server(child_env(), tmp_path / "web.log") as base:
         yield Live(
@@ -213,21 +222,32 @@ def _load(live: Live, role: str) -> schemathesis.BaseSchema:
 # response; every other check still does, and any other refusal of a schema-valid body
 # still fails the test.
 FITS = r"no longer valid: |the guarantees? .*(reserve|healthy|cluster)|.* Approve with override_reserve"
+JOB_RULES = {
+    "queue": r"you may not submit to this queue$",
+    "tier": r"queue \S+ allows tiers up to '\w+', not '\w+'$",
+    "gpus": r"the cluster has [\d,]+ GPUs in all; this job asks [\d,]+$",
+    "gpus_per_node": r"nodes have at most \d+ GPUs$|[\d,]+ GPUs cannot be split evenly into ",
+    "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
+    # which jobs exist and whom they are visible to (docs/api.md, "Job dependencies")
+    "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
+    "*": r"This job could never run on this cluster, even empty: ",
+}
+ARRAY_SPEC_RULES = (
+    r"at most [\d,]+ tasks in one array$|(index|the bound|step) \d+ is above [\d,]+$|"
+    r"indices run from 0 to [\d,]+$|\S+: a range runs from low to high$|"
+    r"\S+: a step is at least 1$|index \d+ is asked for twice$|%0 would run no task"
+)
 RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     # the runs a job has had (docs/api.md, "A job's output")
     "GET /api/v1/jobs/{id}/output/": {
         "attempt": r"between 1 and \d+ \(its runs so far\)$|the job has not started a run yet$",
     },
-    "POST /api/v1/jobs/": {
-        "queue": r"you may not submit to this queue$",
-        "tier": r"queue \S+ allows tiers up to '\w+', not '\w+'$",
-        "gpus": r"the cluster has [\d,]+ GPUs in all; this job asks [\d,]+$",
-        "gpus_per_node": r"nodes have at most \d+ GPUs$|[\d,]+ GPUs cannot be split evenly into ",
-        "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
-        # which jobs exist and whom they are visible to (docs/api.md, "Job dependencies")
-        "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
-        "*": r"This job could never run on this cluster, even empty: ",
-    },
+    "POST /api/v1/jobs/": JOB_RULES,
+    # a job array's tasks are that job; its spec's rules beyond its grammar (docs/api.md,
+    # "Job arrays"): ranges low to high, at most 1,000 tasks, each index once, no %0
+    "POST /api/v1/arrays/": {**JOB_RULES, "array": ARRAY_SPEC_RULES},
+    # the bound is at most the array's size, which the schema does not know
+    "PATCH /api/v1/arrays/{id}/": {"max_running": r"the array has [\d,]+ tasks?; at most [\d,]+$"},
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
     "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {
@@ -370,7 +390,7 @@ def test_every_operation_passes_every_check(case, live: Live):
     response = case.call()
     live.answers[response.status_code] += 1
     case.validate_response(response, excluded_checks=_excluded(case, response))
-    if case.method.upper() == "POST" and (
+    if case.method.upper() in ("POST", "PATCH") and (
         200 <= response.status_code < 300 or response.status_code == 409
     ):
         live.reached[case.operation.label] += 1

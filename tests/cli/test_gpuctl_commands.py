@@ -146,6 +146,7 @@ def test_submit_names_every_missing_field_in_its_flag_form(cli, portal, argv, mi
         (["--all", "--limit", "5", "--owner", "bob"],
          {"limit": None, "state": None, "queue": None, "owner": "bob"}),
         (["--queue", "7", "--limit", "3"], {"limit": 3, "state": None, "queue": "7", "owner": None}),
+        (["--array", "42"], {"limit": 100, "state": None, "queue": None, "owner": None, "array": 42}),
     ],
 )  # fmt: skip
 def test_jobs_filters_become_query_parameters(cli, portal, argv, params):

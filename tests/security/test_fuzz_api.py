@@ -1,6 +1,7 @@
-"""Bad input, generated: every POST endpoint of the OpenAPI schema (``/api/schema/``) and
-the query parameters of the list endpoints and the HTML pages, as admin and researcher
-(and the team lead where only a lead gets past the permission check).
+"""Bad input, generated: every POST endpoint of the OpenAPI schema (``/api/schema/``), the
+PATCH ones (``PATCHES``) and the query parameters of the list endpoints and the HTML
+pages, as admin and researcher (and the team lead where only a lead gets past the
+permission check).
 
 Hypothesis builds the bodies from the schema: values valid for each field mixed with
 wrong types, 10^12 and 10^100, negatives, floats, NUL bytes, unicode and very long
@@ -37,6 +38,7 @@ from monitoring.models import Alert
 from quotas.models import BusinessLine, Queue, QuotaChange, QuotaRequest
 from scheduling.models import (
     Job,
+    JobArray,
     JobEvent,
     MaintenanceWindow,
     Node,
@@ -68,7 +70,10 @@ API_MD_POSTS = {
     "/api/v1/simulator/advance/", "/api/v1/scheduler/cycle/",
     "/api/v1/tokens/", "/api/v1/tokens/{id}/revoke/",
     "/api/v1/maintenance/", "/api/v1/maintenance/{id}/cancel/",
+    "/api/v1/arrays/", "/api/v1/arrays/{id}/cancel/",
 }  # fmt: skip
+# The other writes with a body (PATCH), fuzzed the same way.
+PATCHES = ["/api/v1/arrays/{id}/"]
 
 
 _schema: dict = {}
@@ -154,8 +159,8 @@ def valid_value(schema: dict, name: str, prop: dict, known: dict) -> st.SearchSt
     return st.one_of(options) if options else hostile
 
 
-def body_schema(schema: dict, path: str) -> dict:
-    op = schema["paths"][path]["post"]
+def body_schema(schema: dict, path: str, method: str = "post") -> dict:
+    op = schema["paths"][path][method]
     content = op.get("requestBody", {}).get("content", {})
     if "application/json" not in content:
         return {}
@@ -190,9 +195,9 @@ MALFORMED = [
 ]  # fmt: skip
 
 
-def bodies(schema: dict, path: str, known: dict) -> st.SearchStrategy:
-    """(content type, raw body) pairs for POSTs to ``path``."""
-    shape = body_schema(schema, path)
+def bodies(schema: dict, path: str, known: dict, method: str = "post") -> st.SearchStrategy:
+    """(content type, raw body) pairs for POSTs (or ``method``) to ``path``."""
+    shape = body_schema(schema, path, method)
     props = shape.get("properties", {})
     required = [n for n in shape.get("required", []) if n in props]
     valid = {name: valid_value(schema, name, prop, known) for name, prop in props.items()}
@@ -255,6 +260,7 @@ def fingerprint() -> tuple:
         list(SimulatorState.objects.values_list("virtual_now", flat=True)),
         list(BusinessLine.objects.order_by("pk").values_list("quota_gpus", "guarantee_gpus")),
         list(MaintenanceWindow.objects.order_by("pk").values_list("pk", "state")),
+        list(JobArray.objects.order_by("pk").values_list("pk", "max_running")),
     )
 
 
@@ -278,7 +284,21 @@ def url_for(path: str, world: World) -> str:
 
         admin = get_user_model().objects.get(username="admin")
         ids["tokens"] = create_token(admin, "fuzzed", 30)[0].pk  # the admin's own token
+    if resource == "arrays" and "{id}" in path:
+        ids["arrays"] = _researchers_array()
     return path.replace("{name}", world.node).replace("{id}", str(ids.get(resource)))
+
+
+def _researchers_array() -> int:
+    """A job array of the researcher (4 tasks, at most 2 at once), to act on."""
+    from django.contrib.auth import get_user_model
+
+    from scheduling.array_services import submit_array
+    from scheduling.services import JobRequest
+
+    researcher = get_user_model().objects.get(username="researcher")
+    req = JobRequest(name="fuzzed-array", queue="llm-experiment", gpus=1)
+    return submit_array(researcher, req, "0-3%2").pk
 
 
 def send(client, method: str, url: str, content_type: str, body: bytes | None = None):
@@ -308,17 +328,19 @@ def test_the_schema_lists_every_post_endpoint_of_api_md(schema):
     assert in_schema <= API_MD_POSTS, f"new POST endpoints to add here: {in_schema - API_MD_POSTS}"
 
 
-@pytest.mark.parametrize("path", post_paths())
-def test_post_bodies_never_crash_and_refusals_store_nothing(api, world, schema, path):
+def fuzz_writes(api, world: World, schema: dict, method: str, path: str) -> None:
+    """Generated bodies (valid, hostile, malformed) as every role that may reach ``path``:
+    never a 500, and a refusal stores nothing."""
     clients = {role: api(role) for role in roles_for(path)}
     url = url_for(path, world)
     statuses: dict[str, set[int]] = {role: set() for role in clients}
+    known = known_values(world)
 
     @FUZZ
-    @given(role=st.sampled_from(sorted(clients)), request=bodies(schema, path, known_values(world)))
+    @given(role=st.sampled_from(sorted(clients)), request=bodies(schema, path, known, method))
     def fuzz(role, request):
         content_type, body = request
-        response, before, after = send(clients[role], "POST", url, content_type, body)
+        response, before, after = send(clients[role], method.upper(), url, content_type, body)
         statuses[role].add(response.status_code)
         assert response.status_code < 500, (role, response.status_code, body[:300])
         if 400 <= response.status_code < 500:
@@ -327,8 +349,19 @@ def test_post_bodies_never_crash_and_refusals_store_nothing(api, world, schema, 
                 assert "errors" in response.json(), response.content[:300]
 
     fuzz()
-    print("STATUS", path, statuses)
+    print("STATUS", method.upper(), path, statuses)
     assert all(statuses.values()), statuses  # every role was tried
+
+
+@pytest.mark.parametrize("path", post_paths())
+def test_post_bodies_never_crash_and_refusals_store_nothing(api, world, schema, path):
+    fuzz_writes(api, world, schema, "post", path)
+
+
+@pytest.mark.parametrize("path", PATCHES)
+def test_patch_bodies_never_crash_and_refusals_store_nothing(api, world, schema, path):
+    assert "patch" in schema["paths"][path]
+    fuzz_writes(api, world, schema, "patch", path)
 
 
 LIST_PARAMS_EXTRA = ["format", "ordering", "search", "page", "limit", "offset", "id", "pk"]

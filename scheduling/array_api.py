@@ -28,8 +28,9 @@ from core.api import (
     client_ip,
 )
 from scheduling import arrays
-from scheduling.api import JobSubmitSerializer, job_request, valid_body
+from scheduling.api import JobSubmitSerializer, busy, job_request, valid_body
 from scheduling.array_services import cancel_array, set_max_running, submit_array
+from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job, JobArray
 from scheduling.selectors import annotated_progress, arrays_with_progress, list_arrays_for_user
 
@@ -202,8 +203,12 @@ class JobArrayViewSet(AsciiIdLookup, mixins.ListModelMixin, mixins.RetrieveModel
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """Cancel every active task (Slurm's ``scancel ARRAY``): a waiting one ends now, a
         running one once the loop has freed its GPUs. The owner, their team lead or an
-        admin."""
+        admin. It waits for a cycle under way (``cancel_array`` takes the cluster lock): a
+        409 when the loop holds the cluster longer, nothing cancelled."""
         array = self.get_object()
         with _visible():
-            cancelled = cancel_array(request.user, array.pk, source_ip=client_ip(request))
+            try:
+                cancelled = cancel_array(request.user, array.pk, source_ip=client_ip(request))
+            except ClusterBusy as exc:
+                return busy(exc)
         return Response({"cancelled": cancelled})

@@ -364,3 +364,44 @@ def test_in_a_form_an_empty_or_absent_bound_is_null(api):
     assert me.patch(url, {"max_running": "2"}, format="multipart").status_code == 200
     assert me.patch(url, {}, format="multipart").data["max_running"] is None
     assert me.patch(url, {}, format="json").status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_while_the_loop_holds_the_cluster_is_a_409_and_cancels_nothing(
+    api, demo, monkeypatch
+):
+    """The cancel waits for a cycle under way (the cluster lock); past its wait, a 409 in
+    the API's envelope, every task as it was."""
+    import threading
+
+    from django.db import transaction
+
+    from scheduling import array_services
+    from scheduling.cluster_lock import try_cluster_lock
+
+    me = api("researcher")
+    made = me.post("/api/v1/arrays/", {"name": "s", "queue": "llm-experiment", "gpus": 1,
+                                       "array": "0-2"}, format="json")  # fmt: skip
+    assert made.status_code == 201, made.data
+    monkeypatch.setattr(array_services, "LOCK_WAIT_S", 0.5)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold_the_cluster() -> None:
+        with transaction.atomic():
+            assert try_cluster_lock()
+            taken.set()
+            release.wait(20)
+        connection.close()
+
+    holder = threading.Thread(target=hold_the_cluster)
+    holder.start()
+    try:
+        assert taken.wait(10)
+        response = me.post(f"/api/v1/arrays/{made.data['id']}/cancel/")
+    finally:
+        release.set()
+        holder.join(20)
+    assert response.status_code == 409, response.data
+    assert "busy" in response.json()["errors"]["non_field_errors"][0]
+    states = set(Job.objects.filter(array_id=made.data["id"]).values_list("state", flat=True))
+    assert states == {"pending"}

@@ -16,6 +16,7 @@ from quotas.models import BusinessLine, Queue
 from scheduling.cycle import run_cycle as run_one_cycle
 from scheduling.models import Job, JobArray
 from tests.browser.conftest import in_thread, screenshot
+from tests.browser.test_accessibility import audit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -95,6 +96,7 @@ def test_a_researcher_submits_an_array_and_follows_it_on_its_page(demo, page, lo
     expect(held).to_have_count(4)
     expect(page.get_by_role("button", name="Cancel all 6 active tasks")).to_be_visible()
     screenshot(page, "array-page")
+    assert audit(page, "array page") == [], "axe-core (test_accessibility.py's rules)"
 
     # A held-back task's page: why it waits, and when it may start (its place opens when
     # the first running task ends: a time, cluster time in the viewer's zone)
@@ -115,9 +117,14 @@ def test_a_researcher_submits_an_array_and_follows_it_on_its_page(demo, page, lo
     )
     expect(page.locator("#verdict-remedy")).to_contain_text("raise the bound on the array's page")
 
-    # Back on the array page, the bound raised to 4: two more start at the next cycle
+    # Back on the array page: a bound above the size is refused there, then 4 is taken
+    # and two more start at the next cycle
     page.get_by_role("link", name=f"array {array.pk} (sweep, 0-5%2)").click()
     page.wait_for_url(f"{base}/arrays/{array.pk}/")
+    page.get_by_label("Most tasks at once").fill("9")
+    page.get_by_role("button", name="Change the bound").click()
+    expect(page.locator("#id_max_running_error")).to_have_text("the array has 6 tasks; at most 6")
+    assert audit(page, "array page, a bound refused") == []
     page.get_by_label("Most tasks at once").fill("4")
     page.get_by_role("button", name="Change the bound").click()
     page.wait_for_url(f"{base}/arrays/{array.pk}/")

@@ -33,8 +33,9 @@ from scheduling.permissions import may_cancel
 from scheduling.selectors import ArrayProgress, array_progress, list_arrays_for_user
 from scheduling.views import CODE_TITLES, JOBS_PER_PAGE
 
-TASK_FIELDS = ("id", "array_index", "state", "pending_code", "pending_message", "estimated_start",
-               "started_at", "finished_at")  # fmt: skip
+# ``array``: the related manager sets each task's array from it (deferred: a query a task)
+TASK_FIELDS = ("id", "array", "array_index", "state", "pending_code", "pending_message",
+               "estimated_start", "started_at", "finished_at")  # fmt: skip
 ONLY_ACTORS = "only the array's owner, their team lead or an admin may act on it"
 
 

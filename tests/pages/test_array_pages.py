@@ -411,3 +411,40 @@ def test_the_admin_shows_arrays_read_only(demo):
     array.refresh_from_db()
     assert (array.name, array.spec, array.max_running) == ("sweep", "0-5%2", 2)
     assert signed_in(demo, "lead").get("/admin/scheduling/jobarray/").status_code == 302
+
+
+# -- the verdict's facts and the pages' cost ----------------------------------------------------
+
+
+def test_an_array_limit_verdict_s_facts_read_in_words():
+    from scheduling.verdict_text import facts
+
+    rows = facts({"array": 12345, "array_index": 10000, "max_running": 2000,
+                  "tasks_holding_gpus": 2000, "tasks_waiting_to_start": 0, "tasks_before": 1500,
+                  "place_opens_at": "2026-12-01T10:00:00Z"})  # fmt: skip
+    assert [(row["label"], row["text"]) for row in rows] == [
+        ("Its array", "12345"),
+        ("Its index in the array", "10000"),
+        ("Most of its tasks at once", "2,000"),
+        ("Its tasks holding GPUs", "2,000"),
+        ("Its tasks about to start", "0"),
+        ("Its waiting tasks before this one", "1,500"),
+        ("A place opens at", "2026-12-01 10:00 UTC"),
+    ]
+
+
+@pytest.mark.parametrize("size", [3, 120])
+def test_the_array_pages_do_a_fixed_number_of_queries(
+    demo, api, size, django_assert_max_num_queries
+):
+    array = new_array(demo, f"0-{size - 1}%2")
+    cycle(api("admin"))
+    task = Job.objects.get(array=array, array_index=2)
+    me = signed_in(demo, "researcher")
+    me.get("/jobs/")  # warm the session
+    with django_assert_max_num_queries(9):
+        assert me.get(f"/arrays/{array.pk}/").status_code == 200
+    with django_assert_max_num_queries(9):
+        assert me.get(f"/jobs/?array={array.pk}").status_code == 200
+    with django_assert_max_num_queries(11):  # the job page's 10, and the task's array
+        assert me.get(f"/jobs/{task.pk}/").status_code == 200

@@ -19,6 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from core.api import client_ip
@@ -81,6 +82,7 @@ def render_array(
         "states": state_counts(progress),
         "page": page,
         "query": "",
+        "list_url": reverse("scheduling:array-detail", args=[array.pk]),
         "page_form": query,
         "may_act": may_act,
         "bound_form": bound_form or ArrayBoundForm(initial=initial),

@@ -448,3 +448,12 @@ def test_the_array_pages_do_a_fixed_number_of_queries(
         assert me.get(f"/jobs/?array={array.pk}").status_code == 200
     with django_assert_max_num_queries(11):  # the job page's 10, and the task's array
         assert me.get(f"/jobs/{task.pk}/").status_code == 200
+
+
+def test_a_refused_bound_s_page_links_its_task_pages_to_the_array_page(demo):
+    array = new_array(demo, "0-119")
+    response = signed_in(demo, "researcher").post(
+        f"/arrays/{array.pk}/bound/", {"max_running": "0"}
+    )
+    assert response.status_code == 400
+    assert f'href="/arrays/{array.pk}/?page=2" rel="next"' in response.content.decode()

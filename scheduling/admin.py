@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from core.admin import ReadOnlyAdmin
-from scheduling.models import Job, JobEvent, MaintenanceWindow, Node
+from scheduling.models import Job, JobArray, JobEvent, MaintenanceWindow, Node
 
 
 @admin.register(Node)
@@ -40,6 +40,18 @@ class JobAdmin(ReadOnlyAdmin):
     list_filter = ["state", "tier", "queue", "hold_kind"]
     search_fields = ["name", "owner__username"]
     inlines = [JobEventInline]
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(ReadOnlyAdmin):
+    """Job arrays are submitted, cancelled and re-bounded through
+    ``scheduling.array_services`` (the array page, the API, gpuctl), which check who may,
+    write the tasks' timelines and the audit records. A spec or size changed here would no
+    longer say what the tasks are; a bound changed here would skip its audit record."""
+
+    list_display = ["id", "name", "owner", "queue", "spec", "size", "max_running", "created_at"]
+    list_filter = ["queue"]
+    search_fields = ["name", "owner__username"]
 
 
 @admin.register(MaintenanceWindow)

@@ -144,6 +144,15 @@ def job_blast_radius(job: Job, now: datetime | None = None) -> BlastRadius:
     return _at_risk([row], {}, now)
 
 
+def array_blast_radius(array_id: int, now: datetime | None = None) -> BlastRadius:
+    """An array's tasks holding GPUs (running, or checkpointing to stop): what cancelling
+    the array now loses (one query; its waiting tasks lose no work)."""
+    now = now or cluster_now()
+    holding = (Job.State.RUNNING, Job.State.PREEMPTING)
+    rows = Job.objects.filter(array_id=array_id, state__in=holding).values(*_FIELDS)
+    return _at_risk(rows, {}, now)
+
+
 def grace_text() -> str:
     """How long a job asked to move is given to checkpoint (the loop's preemption grace),
     in words: "5 minutes", "30 seconds"."""

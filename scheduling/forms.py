@@ -11,12 +11,14 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.db.models import QuerySet
 
 from core.query_forms import PageNumberField, QueryForm
 from core.security import is_ascii_number
 from quotas.models import Queue, Tier
-from scheduling import estimator, limits
-from scheduling.models import Job
+from scheduling import arrays, estimator, limits
+from scheduling.array_services import parse_spec
+from scheduling.models import Job, JobArray
 from scheduling.services import JobRequest
 
 TRI_STATE = {"": None, "yes": True, "no": False}
@@ -144,6 +146,11 @@ class JobSubmitForm(forms.Form):
         help_text="Optional: ids of jobs that must all succeed first, e.g. 12, 13 (at most "
         f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled.",
     )  # fmt: skip
+    array = forms.CharField(
+        label="Array", required=False, max_length=arrays.SPEC_MAX, strip=True,
+        help_text="Run many copies that differ by index, as Slurm's --array: 0-99, 1,3,5-9 "
+        "or 0-99%10 (at most 10 at once). Each task gets PORTAL_ARRAY_TASK_ID.",
+    )  # fmt: skip
     sim_duration_minutes = forms.IntegerField(
         label="Simulated true runtime (minutes)", min_value=1,
         max_value=limits.RUNTIME_MAX_MINUTES, required=False,
@@ -161,6 +168,7 @@ class JobSubmitForm(forms.Form):
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
         ("Pipeline", ("after",)),
+        ("Many copies (a job array)", ("array",)),
     )  # fmt: skip
 
     # The fields that decide where, whether and when a job can run (the runtime estimate and
@@ -195,9 +203,21 @@ class JobSubmitForm(forms.Form):
                 raise ValidationError(f"not a job id: {word[:20]!r} (give ids like 12, 13)")
         return [int(word) for word in words]
 
+    def clean_array(self) -> str:
+        """The array's spec as given, or empty for a single job; a spec that names no
+        indices is refused with the service's words (``array_services.parse_spec``)."""
+        spec = self.cleaned_data["array"]
+        if spec:
+            try:
+                parse_spec(spec)
+            except ValidationError as exc:
+                raise ValidationError(exc.message_dict["array"]) from None
+        return spec
+
     def job_request(self) -> JobRequest:
-        """The service's request from a valid form."""
+        """The service's request from a valid form (the array's spec is not part of it)."""
         data = dict(self.cleaned_data)
+        data.pop("array", None)
         data["tier"] = data.get("tier") or None
         data.setdefault("sim_duration_minutes", None)
         # Left empty: the API's defaults (JobRequest's).
@@ -318,10 +338,50 @@ class JobFilterForm(QueryForm):
         choices=[("", "Held or not"), ("1", "Only held"), ("0", "Not held")],
         error_messages={"invalid_choice": "“%(value)s” is neither 1 (only held) nor 0 (not held)"},
     )  # fmt: skip
+    # The tasks of one job array (its page links here); kept by the Filter button.
+    array = forms.CharField(label="Array", required=False, widget=forms.HiddenInput)
     # Not drawn (the Filter button starts again at page 1); only checked. Beyond the last
     # page is the last page, as the list may have shrunk since the link was made.
     page = PageNumberField()
 
-    def __init__(self, *args: Any, queues: list[Queue], **kwargs: Any):
+    def __init__(self, *args: Any, queues: list[Queue], arrays: QuerySet[JobArray], **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["queue"].choices = [("", "Any queue")] + [(q.pk, q.name) for q in queues]
+        self.arrays = arrays
+
+    def clean_array(self) -> JobArray | None:
+        """The array whose tasks to list, among those the user may see (``arrays``); one
+        they may not see reads as one that does not exist."""
+        value = self.cleaned_data["array"]
+        if not value:
+            return None
+        number = is_ascii_number(value) and len(value) <= 18  # a bigint, never an overflow
+        array = self.arrays.filter(pk=int(value)).first() if number else None
+        if array is None:
+            raise ValidationError(f"no array “{value[:20]}” among those you may see")
+        return array
+
+
+class ArrayPageForm(QueryForm):
+    """The array page's query: its tasks' page number, nothing else."""
+
+    page = PageNumberField()
+
+
+class ArrayBoundForm(forms.Form):
+    """The most tasks of an array to run at once, or empty for no bound; its range (1 to
+    the array's size) is the service's rule (``array_services.set_max_running``)."""
+
+    max_running = forms.CharField(
+        label="Most tasks at once", required=False, max_length=6, strip=True,
+        help_text="A whole number of tasks, or empty for no bound. A lower bound stops no "
+        "running task; a higher one starts more at the next cycle.",
+    )  # fmt: skip
+
+    def clean_max_running(self) -> int | None:
+        value = self.cleaned_data["max_running"]
+        if not value:
+            return None
+        if not is_ascii_number(value):
+            raise ValidationError("a whole number of tasks (digits 0-9), or empty for no bound")
+        return int(value)

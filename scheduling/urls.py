@@ -1,8 +1,8 @@
-"""Researcher pages: /jobs/… (included from portal.urls)."""
+"""Researcher pages: /jobs/… and /arrays/… (included from portal.urls)."""
 
 from django.urls import path
 
-from scheduling import hold_views, output_views, views
+from scheduling import array_views, hold_views, output_views, views
 
 app_name = "scheduling"
 
@@ -16,4 +16,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/hold/", hold_views.job_hold, name="job-hold"),
     path("jobs/<int:job_id>/release/", hold_views.job_release, name="job-release"),
     path("jobs/<int:job_id>/output/", output_views.job_output, name="job-output"),
+    path("arrays/<int:array_id>/", array_views.array_detail, name="array-detail"),
+    path("arrays/<int:array_id>/bound/", array_views.array_bound, name="array-bound"),
+    path("arrays/<int:array_id>/cancel/", array_views.array_cancel, name="array-cancel"),
 ]

@@ -84,12 +84,12 @@ LABELS: dict[str, str] = {
     "waiting_for": "Waits for jobs to succeed",
     "dependencies_end_at": "They are predicted to end by",
     # ARRAY_LIMIT (``scheduling.arrays``)
-    "array": "Array",
-    "array_index": "Task index",
-    "max_running": "Most tasks running at once",
-    "tasks_holding_gpus": "Tasks holding GPUs",
-    "tasks_waiting_to_start": "Tasks given a place, waiting to start",
-    "tasks_before": "Waiting tasks before it",
+    "array": "Its array",
+    "array_index": "Its index in the array",
+    "max_running": "Most of its tasks at once",
+    "tasks_holding_gpus": "Its tasks holding GPUs",
+    "tasks_waiting_to_start": "Its tasks about to start",
+    "tasks_before": "Its waiting tasks before this one",
     "place_opens_at": "A place opens at",
     ESTIMATE_BASIS: "Estimated start from",
     OVERRUN_JOB: "Its estimate waits for job",
@@ -142,6 +142,7 @@ CONSTRAINTS: dict[str, str] = {
 
 YES_NO = {"strict_order", "demoted", "consolidation"}
 IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
+NUMBERS = {"array", "array_index"}  # an array's id, a task's index: "12345", no separators
 ID_LISTS = {"waiting_for"}  # jobs' ids: "#12, #13"
 # How a verdict's texts name a job: "job 7905" in its message and estimate, "#7905" in its
 # facts (``IDS``). The job page links the ones the viewer may see (``job_refs``), and so
@@ -184,6 +185,8 @@ def format_value(key: str, value: Any) -> str:
         return "yes" if value else "no"
     if key in IDS:
         return f"#{value}"  # as the job's page names it: "Job #27077"
+    if key in NUMBERS and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # as the array's page names it: "Array 12345", "task 7"
     if key in ID_LISTS and isinstance(value, list | tuple):
         return ", ".join(f"#{v}" for v in value) or "none"
     if isinstance(value, float):

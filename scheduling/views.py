@@ -29,6 +29,7 @@ from core.query_forms import takes_query
 from core.timezones import viewer_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, limits, verdict_text, whatif
+from scheduling.array_services import submit_array
 from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
@@ -39,6 +40,7 @@ from scheduling.selectors import (
     cluster_shape,
     get_job_for_user,
     held_filter,
+    list_arrays_for_user,
     list_jobs_for_user,
     list_linked_jobs,
     list_queues_for_submit,
@@ -212,12 +214,9 @@ def submit(request: HttpRequest) -> HttpResponse:
         form = JobSubmitForm(data, queues=queues, simulator=simulator)
         if form.is_valid():
             try:
-                job = submit_job(request.user, form.job_request())
+                return submitted(request, form)
             except ValidationError as exc:
                 form.add_service_errors(exc)
-            else:
-                messages.success(request, f"Job #{job.pk} submitted: it waits for the next cycle.")
-                return redirect("scheduling:job-detail", job_id=job.pk)
     else:
         initial = _initial(data, "") if data is not None else {}
         if request.method == "GET" and request.GET.get("like"):
@@ -262,6 +261,23 @@ def submit(request: HttpRequest) -> HttpResponse:
     return render(
         request, "scheduling/submit.html", context, status=400 if prefill_refused else 200
     )
+
+
+def submitted(request: HttpRequest, form: JobSubmitForm) -> HttpResponse:
+    """Submit the valid form's job, or its array when it gives a spec (``submit_array``):
+    the new job's or array's page, with a message. The service's refusal: ValidationError."""
+    spec = form.cleaned_data.get("array")
+    if spec:
+        array = submit_array(request.user, form.job_request(), spec)
+        messages.success(
+            request,
+            f"Array {array.pk} submitted: {count(array.size, 'task')} "
+            f"{verb(array.size, 'waits', 'wait')} for the next cycle.",
+        )
+        return redirect("scheduling:array-detail", array_id=array.pk)
+    job = submit_job(request.user, form.job_request())
+    messages.success(request, f"Job #{job.pk} submitted: it waits for the next cycle.")
+    return redirect("scheduling:job-detail", job_id=job.pk)
 
 
 def queue_asked(value: str, queues: list[Queue]) -> tuple[str, str]:
@@ -388,14 +404,17 @@ def job_list(request: HttpRequest) -> HttpResponse:
         else list_queues_for_submit(user)
     )
     params = request.GET.copy()
-    if "mine" not in params:
-        params["mine"] = "0" if sees_all_jobs(user) else "1"
-    filters = JobFilterForm(params, queues=queues)
+    if "mine" not in params:  # an array's tasks: whoever's they are
+        params["mine"] = "0" if sees_all_jobs(user) or params.get("array") else "1"
+    filters = JobFilterForm(params, queues=queues, arrays=list_arrays_for_user(user))
     jobs = list_jobs_for_user(user)
     status = 200
     if not filters.is_valid():  # the form says which filter and why; nothing is listed
         jobs, status = jobs.none(), 400
     chosen = filters.cleaned_data
+    array = chosen.get("array")
+    if array is not None:
+        jobs = jobs.filter(array=array)
     if chosen.get("state"):
         jobs = jobs.filter(state=chosen["state"])
     if chosen.get("queue"):
@@ -420,18 +439,21 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "owner__username",
         "queue__name",
         "queue__business_line__name",
-    ).order_by("-submitted_at", "-id")
+        "array_index",
+    ).order_by(*(("array_index",) if array is not None else ("-submitted_at", "-id")))
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(chosen.get("page"))
     for job in page:
         job.code_title = CODE_TITLES.get(job.pending_code, job.pending_code)
     query = params.copy()
     query.pop("page", None)
-    return render(
-        request,
-        "scheduling/job_list.html",
-        {"filters": filters, "page": page, "query": query.urlencode()},
-        status=status,
-    )
+    context = {
+        "filters": filters,
+        "page": page,
+        "query": query.urlencode(),
+        "array": array,
+        "csv_query": query.urlencode(),  # ``/api/v1/jobs.csv`` takes the same filters
+    }
+    return render(request, "scheduling/job_list.html", context, status=status)
 
 
 def visible_job(request: HttpRequest, job_id: int) -> Job:

@@ -13,7 +13,9 @@ from playwright.sync_api import expect
 
 from quotas.models import BusinessLine, Queue, QuotaRequest
 from quotas.services import QuotaRequestInput, create_quota_request
-from scheduling.models import Job, Node
+from scheduling.array_services import submit_array
+from scheduling.models import Job, JobArray, Node
+from scheduling.services import JobRequest
 from tests.browser.conftest import in_thread
 from tests.drills import cycle, submit
 
@@ -33,6 +35,9 @@ def populate(api, demo) -> None:
                gpus=8, sim_duration_minutes=600)  # fmt: skip
         submit(other, name=f"rec{i}", queue="search-rec-finetune", gpus=16,
                sim_duration_minutes=60)  # fmt: skip
+    sweep = JobRequest(name="a-rather-long-sweep-name", queue="llm-experiment", gpus=8,
+                       sim_duration_minutes=600)  # fmt: skip
+    submit_array(demo["researcher"], sweep, "0-59%4")
     cycle(api("admin"))
     create_quota_request(demo["lead"], QuotaRequestInput(
         business_line="llm", quota_gpus=260, reason="Q4 pre-training needs more"))  # fmt: skip
@@ -48,6 +53,7 @@ def main_pages() -> list[str]:
         "/jobs/new/",
         f"/jobs/{job.pk}/",
         f"/jobs/{job.pk}/output/",
+        f"/arrays/{JobArray.objects.get().pk}/",
         "/queues/",
         "/quotas/",
         "/quotas/lines/llm/",

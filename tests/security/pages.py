@@ -35,6 +35,7 @@ class World:
     quota_request: int | None
     token: int | None = None
     maintenance: int | None = None
+    array: int | None = None
 
 
 def routes() -> list[str]:
@@ -62,6 +63,7 @@ FILL = {
     ("quotas/requests/", "pk"): "quota_request",
     ("account/tokens/", "token_id"): "token",
     ("oncall/maintenance/", "window_id"): "maintenance",
+    ("arrays/", "array_id"): "array",
 }
 
 
@@ -92,7 +94,8 @@ def page_urls(world: World) -> list[str]:
 
 def build_world(api) -> World:
     """A job with a hostile name, running (placed by a cycle), plus alerts, a cordoned
-    node and a pending quota request: enough for every page to show something."""
+    node, a pending quota request and a job array with the same name: enough for every
+    page to show something."""
     from monitoring.services import raise_alert
     from quotas.models import BusinessLine
     from scheduling.models import Job, Node
@@ -135,8 +138,21 @@ def build_world(api) -> World:
     return World(
         job=job, node=node, cordoned_node=cordoned, alert=alert, line=line.name,
         quota_request=quota.data["id"], token=token.data["id"],
-        maintenance=maintenance.data["id"],
+        maintenance=maintenance.data["id"], array=_array(),
     )  # fmt: skip
+
+
+def _array() -> int:
+    """A job array of the researcher's, named as hostilely as the job (the array service:
+    no API of it is walked here)."""
+    from django.contrib.auth import get_user_model
+
+    from scheduling.array_services import submit_array
+    from scheduling.services import JobRequest
+
+    owner = get_user_model().objects.get(username="researcher")
+    request = JobRequest(name=HOSTILE_NAME, queue="llm-finetune", gpus=4)
+    return submit_array(owner, request, "0-2%1").pk
 
 
 def _hours_ahead(hours: float) -> str:

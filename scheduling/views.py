@@ -492,7 +492,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "can_hold": job.is_active and allowed and job.held_at is None,
         "can_release": job.is_active and job.held_at is not None and may_release(request.user, job),
         "may_read_output": may_read_output(request.user, job),
+        "hold_note": HOLD_NOTES["pending" if job.state == Job.State.PENDING else "running"],
         "live_config": {
+            "hold_notes": HOLD_NOTES,
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",
             "titles": CODE_TITLES,
@@ -501,6 +503,15 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         },
     }
     return render(request, "scheduling/job_detail.html", context)
+
+
+# Under the hold form of the job page, by the job's state (the page script switches them).
+HOLD_NOTES = {
+    "pending": "A held job stays pending and is not scheduled until released.",
+    "running": "A running job is suspended: the next cycle checkpoints and stops it, and it "
+    "waits, held, until released (without a checkpoint path it restarts from the "
+    "beginning). The next page asks you to confirm.",
+}
 
 
 # A cancel loses work only once the job runs: then the page asks first (#15).

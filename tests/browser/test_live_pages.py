@@ -6,6 +6,7 @@
 - A line's page follows an approval: the contract's quota and the history change.
 - The job page's flash ("submitted: it waits for the next cycle") is marked as earlier
   once the job runs, with a line saying where it stands now.
+- The job page follows a hold and a release made elsewhere (its hold section and form).
 - The home page follows the loop; a page that does not update itself says "not live".
 """
 
@@ -130,6 +131,33 @@ def test_the_job_pages_flash_is_marked_as_earlier_once_the_job_runs(demo, api, p
             rf"^Now: job #{job.pk} is running \(started \d{{4}}-\d\d-\d\d \d\d:\d\d UTC\)\.$"
         )
     )
+    assert same_document(page)
+
+
+def test_the_job_page_follows_a_hold_and_a_release_made_elsewhere(demo, api, page, login):
+    """The team lead holds the researcher's job through the API while its page is open: the
+    page says who holds it and why and hides its hold form, without a reload; released,
+    the hold is gone and the form is back (its reason field as it was typed)."""
+    in_thread(roomy)
+    job_id = in_thread(lambda: submit(api("researcher"), name="to-hold", gpus=8))
+    base = login("researcher")
+    go_live(page, f"{base}/jobs/{job_id}/")
+    expect(page.locator("#hold-form")).to_be_visible()
+    expect(page.locator("#hold")).to_have_count(0)
+    page.locator("#hold-reason").fill("typed, not sent")
+    lead = api("lead")
+    held = in_thread(lambda: lead.post(f"/api/v1/jobs/{job_id}/hold/",
+                                       {"reason": "line budget"}, format="json"))  # fmt: skip
+    assert held.status_code == 200, held.data
+    expect(page.locator("#hold-text")).to_contain_text("by lead since", timeout=LIVE_MS)
+    expect(page.locator("#hold-text")).to_contain_text(": line budget.")
+    expect(page.locator("#hold-form")).to_be_hidden()
+    expect(page.locator("#release-form")).to_be_visible()  # the owner may release a user hold
+    released = in_thread(lambda: lead.post(f"/api/v1/jobs/{job_id}/release/"))
+    assert released.status_code == 200, released.data
+    expect(page.locator("#hold")).to_have_count(0, timeout=LIVE_MS)
+    expect(page.locator("#hold-form")).to_be_visible()
+    expect(page.locator("#hold-reason")).to_have_value("typed, not sent")
     assert same_document(page)
 
 

@@ -41,7 +41,7 @@ def test_the_owner_holds_a_pending_job_in_one_step_and_releases_it(demo, api):
         "user", "new data next week", "researcher",
     )  # fmt: skip
     body = page(me, job_id)
-    assert 'id="hold-form"' not in body and 'id="release-form"' in body
+    assert 'id="hold-form" hidden' in body and 'id="release-form"' in body
     assert "Held by researcher since" in body and "new data next week" in body
     assert "held by researcher: new data next week" in body, "on the timeline"
 

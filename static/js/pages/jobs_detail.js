@@ -134,7 +134,20 @@
     if (cancel) cancel.hidden = !config.active_states.includes(job.state);
     const cancelNote = $("cancel-note");
     if (cancelNote) cancelNote.hidden = job.state === "pending";
+    renderHoldForm(job);
     renderMessages(job);
+  }
+
+  // The hold form (its reason field stays as typed): shown while the job is active and
+  // not held, its words by state, as the server writes them (templates/scheduling/
+  // job_detail.html). Who holds it and the release button are the "hold-status" live part.
+  function renderHoldForm(job) {
+    const form = $("hold-form");
+    if (!form) return;
+    form.hidden = !config.active_states.includes(job.state) || Boolean(job.hold);
+    const pending = job.state === "pending";
+    $("hold-button").textContent = pending ? "Hold this job" : "Suspend this job";
+    $("hold-note").textContent = pending ? config.hold_notes.pending : config.hold_notes.running;
   }
 
   // The flash of the action that led here ("submitted: it waits for the next cycle") is
@@ -168,6 +181,7 @@
   if (document.getElementById("pipeline")) window.LiveParts.watch("cycles");
 
   window.Live.on(`job.${config.id}`, refresh);
+  if ($("hold-status")) window.LiveParts.watch(`job.${config.id}`);
   window.Live.on("pending", () => { if (state === "pending") refresh(); });
   window.Live.onReconnect(refresh);
 })();

@@ -69,7 +69,7 @@ def progress_text(progress: dict) -> str:
         if not n:
             continue
         held = progress.get("held_back") or 0
-        parts.append(f"{n} {state}" + (f" ({held} held back by the bound)"
+        parts.append(f"{n:,} {state}" + (f" ({held:,} held back by the bound)"
                                         if state == "pending" and held else ""))  # fmt: skip
     return ", ".join(parts) or "none"
 
@@ -85,7 +85,7 @@ def cmd_array(portal: Portal, args: argparse.Namespace) -> int:
         ("spec", f"{array['spec']} ({count(array['size'], 'task')})"),
         ("bound", bound_text(array["max_running"])),
         ("tasks", progress_text(array["progress"])),
-        ("GPUs held", str(array["progress"].get("gpus_held", 0))),
+        ("GPUs held", f"{array['progress'].get('gpus_held', 0):,}"),
         ("jobs", fmt_indices(array["tasks"]) or "-"),
         ("submitted", fmt_when(array["created_at"])),
     ])  # fmt: skip

@@ -145,11 +145,13 @@ def _cancel_confirmation(
         button=f"Yes, cancel all {tasks}",
         action_url=request.path, back_url=f"/arrays/{array.pk}/",
         figures=[
-            (f"{blast.gpu_hours_at_risk:.1f} GPU-hours",
-             "of work since the running tasks' last checkpoints (or starts) are lost"),
-            (count(blast.gpus_hit, "GPU"),
-             f"{verb(blast.gpus_hit, 'is', 'are')} released: those tasks end for good"),
-            (count(waiting, "waiting task"), f"never {verb(waiting, 'starts', 'start')}"),
+            *([(f"{blast.gpu_hours_at_risk:.1f} GPU-hours",
+                "of work since the running tasks' last checkpoints (or starts) are lost"),
+               (count(blast.gpus_hit, "GPU"),
+                f"{verb(blast.gpus_hit, 'is', 'are')} released: those tasks end for good")]
+              if running else []),
+            *([(count(waiting, "waiting task"), f"never {verb(waiting, 'starts', 'start')}")]
+              if waiting else []),
         ],
         jobs=blast.jobs, jobs_caption="The running tasks cancelled",
         fingerprint=fingerprint, as_of=blast.now,
@@ -167,16 +169,22 @@ def array_cancel(request: HttpRequest, array_id: int) -> HttpResponse:
     fingerprint = f"{progress.active}:{blast.fingerprint()}"
     if progress.active and not is_confirmed(request.POST, fingerprint):
         return _cancel_confirmation(request, array, progress, blast, fingerprint)
+    running = blast.job_count  # as confirmed: the tasks holding GPUs
     try:
         cancelled = _service(request, cancel_array, array)
     except ClusterBusy as err:  # the loop held the cluster past the wait: nothing changed
         messages.error(request, f"Nothing was cancelled: {err}.")
         return render_array(request, array, status=503)
     if cancelled:
+        freed = (
+            f"; the {count(running, 'running one')}' GPUs are released at the next cycle"
+            if running > 1
+            else "; the running one's GPUs are released at the next cycle"
+            if running
+            else ""
+        )
         messages.success(
-            request,
-            f"Array {array.pk}: {count(len(cancelled), 'task')} cancelled; the running ones' "
-            "GPUs are released at the next cycle.",
+            request, f"Array {array.pk}: {count(len(cancelled), 'task')} cancelled{freed}."
         )
     else:
         messages.info(request, f"Array {array.pk} has no active task left: nothing cancelled.")

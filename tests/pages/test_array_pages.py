@@ -303,7 +303,10 @@ def test_cancelling_every_task_asks_first_then_cancels_and_audits_a_lead(demo, a
     second = lead.post(action, fields, follow=True)
     assert second.redirect_chain == [(f"/arrays/{array.pk}/", 302)]
     page = second.content.decode()
-    assert f"Array {array.pk}: 6 tasks cancelled" in page
+    assert (
+        f"Array {array.pk}: 6 tasks cancelled; the 2 running ones&#x27; GPUs are released at "
+        "the next cycle." in page
+    )
     assert "Every task has ended: nothing left to cancel." in page
     assert set(Job.objects.filter(array=array).values_list("state", flat=True)) == {"cancelled"}
     record = AuditRecord.objects.get(action="array.cancel")
@@ -311,6 +314,20 @@ def test_cancelling_every_task_asks_first_then_cancels_and_audits_a_lead(demo, a
 
     again = lead.post(action, fields, follow=True).content.decode()
     assert "has no active task left: nothing cancelled" in again
+
+
+def test_an_array_with_no_task_running_loses_no_work_and_says_only_that(demo):
+    """Nothing runs yet: the confirmation counts the waiting tasks only (no "0.0 GPU-hours
+    lost", no "0 GPUs released"), and the flash says nothing of running tasks."""
+    array = new_array(demo, "0-2")
+    me = signed_in(demo, "researcher")
+    first = me.post(f"/arrays/{array.pk}/cancel/")
+    page = first.content.decode()
+    assert "<strong>3 waiting tasks</strong> never start" in page
+    assert "GPU-hours" not in page and "released" not in page
+    action, fields = confirm_form(first)
+    done = me.post(action, fields, follow=True).content.decode()
+    assert f"Array {array.pk}: 3 tasks cancelled.</li>" in done
 
 
 def test_a_confirmation_that_saw_other_tasks_is_shown_again(demo, api):

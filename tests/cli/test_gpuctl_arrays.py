@@ -82,7 +82,10 @@ def test_array_shows_the_bound_and_the_tasks_by_state(gpuctl, roomy, api):
     assert f"array            task 3 of array {array['id']} (gpuctl array {array['id']})" in (
         explain.out.splitlines()
     )
-    assert "ARRAY_LIMIT: Its array" in explain.out and "Its waiting tasks before this one: 1" in explain.out
+    assert (
+        "ARRAY_LIMIT: Its array" in explain.out
+        and "Its waiting tasks before this one: 1" in explain.out
+    )
     assert lines["jobs"] == f"{array['tasks'][0]}-{array['tasks'][-1]}"
     shown = json.loads(gpuctl("researcher", "array", str(array["id"]), "--json").out)
     assert shown["progress"]["held_back"] == 4 and shown["tasks"] == array["tasks"]

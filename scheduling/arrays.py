@@ -23,6 +23,7 @@ place under the bound.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -174,22 +175,78 @@ ARRAY_LIMIT_REMEDY = (
 )
 
 
+@dataclass(frozen=True)
+class Holders:
+    """An array's tasks in places after the cycle's plan: those holding GPUs (running, or
+    started by the plan) and those given a place that wait for the engine (``to_start``)."""
+
+    holding: tuple[int, ...]
+    to_start: int
+
+    @classmethod
+    def of(cls, t: Throttle, started: Mapping[int, float | None]) -> Holders:
+        holding = (*t.running, *(job_id for job_id in t.placed if job_id in started))
+        return cls(holding, len(t.running) + len(t.placed) - len(holding))
+
+
+# Why a task left out has no estimated start (``explain.NO_ESTIMATE``).
+NOT_STARTED = "tasks of its array given a place before it have not started yet"
+NO_END = "a task of its array holds GPUs without a predicted end"
+NO_RUNTIME = "a task of its array before it has no predicted runtime"
+
+
+def estimated_starts(
+    throttled: Mapping[int, Throttle], runtimes: Mapping[int, float | None],
+    ends: Mapping[int, float | None], started: Mapping[int, float | None], now: float,
+) -> dict[int, tuple[float | None, str]]:  # fmt: skip
+    """When each left-out task's place opens (epoch seconds, to the minute) or why that
+    is not known, by job id. Per array, its tasks holding GPUs end at their predicted ends
+    (``ends``, ``started``: the plan's starts), and its left-out tasks, in their order,
+    each take the first place that opens (there are ``max_running`` places: a bound lowered
+    below the tasks running opens one only once enough of them have ended) and hold it for
+    their predicted runtime (``runtimes``). A lower bound, as a dependency's: the task then
+    still needs the engine to start it (quota, free GPUs)."""
+    every = {**ends, **started}
+    by_array: dict[int, list[tuple[int, int]]] = {}
+    for job_id, t in throttled.items():
+        by_array.setdefault(t.array_id, []).append((t.before, job_id))
+    out: dict[int, tuple[float | None, str]] = {}
+    for tasks in by_array.values():
+        tasks.sort()
+        first = throttled[tasks[0][1]]
+        holders = Holders.of(first, started)
+        free_at = [every.get(job_id) for job_id in holders.holding]
+        why = NOT_STARTED if holders.to_start else NO_END if None in free_at else ""
+        heap = sorted(at for at in free_at if at is not None)  # a sorted list is a heap
+        clock = now
+        for _, job_id in tasks:
+            if why:
+                out[job_id] = (None, why)
+                continue
+            while heap and len(heap) >= first.max_running:
+                clock = max(clock, heapq.heappop(heap))
+            out[job_id] = (explain.minute_up(clock), "")
+            runtime = runtimes.get(job_id)
+            if runtime is None:
+                why = NO_RUNTIME
+            else:
+                heapq.heappush(heap, clock + runtime)
+    return out
+
+
 def verdict(
-    throttle: Throttle, ends: Mapping[int, float | None], started: Mapping[int, float | None]
+    throttle: Throttle, started: Mapping[int, float | None], estimate: tuple[float | None, str]
 ) -> et.Verdict:
     """The ``ARRAY_LIMIT`` verdict of a task left out under its array's bound, after the
-    cycle's plan. ``ends``: the running jobs' predicted ends (epoch seconds); ``started``:
-    the jobs the plan starts now, with theirs. The tasks given places that start now hold
-    GPUs too. A place opens each time a task holding GPUs ends, and the left-out tasks
-    with lower indices take the first ones: the task cannot start before the
-    ``before + 1``-th of those ends, its estimate (a lower bound) when each of them has a
-    predicted end."""
+    cycle's plan (``started``: the jobs the plan starts now; the tasks given places that
+    start now hold GPUs too), with its estimated start or why there is none
+    (``estimated_starts``)."""
     t = throttle
-    holding = [*t.running, *(job_id for job_id in t.placed if job_id in started)]
-    to_start = len(t.placed) - (len(holding) - len(t.running))
+    holders = Holders.of(t, started)
+    holding, to_start = len(holders.holding), holders.to_start
     message = (
         f"Its array {t.array_id} runs at most {explain.count(t.max_running, 'task')} at once: "
-        f"{explain.count(len(holding), 'task')} {explain.verb(len(holding), 'holds', 'hold')} GPUs"
+        f"{explain.count(holding, 'task')} {explain.verb(holding, 'holds', 'hold')} GPUs"
         + (f", {to_start} more {explain.verb(to_start, 'waits', 'wait')} to start"
            if to_start else "")
         + f", and {explain.count(t.before, 'waiting task')} {explain.verb(t.before, 'goes', 'go')} "
@@ -199,23 +256,16 @@ def verdict(
         "array": t.array_id,
         "array_index": t.index,
         "max_running": t.max_running,
-        "tasks_holding_gpus": len(holding),
+        "tasks_holding_gpus": holding,
         "tasks_waiting_to_start": to_start,
         "tasks_before": t.before,
     }
-    every = {**ends, **started}
-    known = sorted(end for job_id in holding if (end := every.get(job_id)) is not None)
-    estimate = None
-    if not to_start and len(known) == len(holding) and t.before < len(holding):
-        estimate = explain.minute_up(known[t.before])
-        details["place_opens_at"] = explain.iso(estimate)
+    at, why = estimate
+    if at is not None:
+        details["place_opens_at"] = explain.iso(at)
     else:
-        details[explain.NO_ESTIMATE] = (
-            "its place opens after tasks that are not running with a predicted end"
-        )
-    return et.Verdict(
-        ARRAY_LIMIT_CODE, message, details, ARRAY_LIMIT_REMEDY, estimated_start=estimate
-    )
+        details[explain.NO_ESTIMATE] = why
+    return et.Verdict(ARRAY_LIMIT_CODE, message, details, ARRAY_LIMIT_REMEDY, estimated_start=at)
 
 
 def started_ends(

@@ -166,16 +166,20 @@ def verdict(
 def held_verdicts(
     held: Mapping[int, et.PendingJob], links: PendingLinks, snapshot: et.Snapshot,
     rows: Mapping[int, Mapping], throttled: Mapping[int, arrays.Throttle] | None = None,
-    started: Mapping[int, float | None] | None = None,
+    started: Mapping[int, float | None] | None = None, now: float = 0.0,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
     ``HELD`` for a job on hold (``scheduling.holds``), ``ARRAY_LIMIT`` for a task past its
     array's bound (``throttled``, ``scheduling.arrays``; ``started``: the jobs the cycle's
-    plan starts, with their predicted ends), else ``DEPENDENCY`` (``verdict``)."""
+    plan starts, with their predicted ends; ``now``: the cycle's time, from which the
+    tasks' places are predicted to open: ``arrays.estimated_starts``), else ``DEPENDENCY``
+    (``verdict``)."""
     throttled, started = throttled or {}, started or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
+    runtimes = {job_id: held[job_id].predicted_runtime_s for job_id in throttled}
+    places = arrays.estimated_starts(throttled, runtimes, ends, started, now)
     shape = ClusterShape.of_nodes(snapshot.nodes)
     out = {}
     for job_id, job in held.items():
@@ -184,7 +188,7 @@ def held_verdicts(
             out[job_id] = never_fits(job, shape, row) or holds.verdict(row)
         elif job_id in throttled:
             out[job_id] = never_fits(job, shape, row) or arrays.verdict(
-                throttled[job_id], ends, started
+                throttled[job_id], started, places[job_id]
             )
         else:
             out[job_id] = verdict(job, links.unmet[job_id], ends, shape, row)

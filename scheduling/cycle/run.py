@@ -83,7 +83,7 @@ def plan_and_apply(
         started_ends(plan.starts, ctx.snapshot.pending, cycle.obs.now) if ctx.throttled else {}
     )
     cycle.dependency_verdicts = held_verdicts(
-        ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started
+        ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now
     )
     with timer.phase("check"):
         violations = engine.check_plan(ctx.snapshot, plan)

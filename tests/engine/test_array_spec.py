@@ -99,24 +99,67 @@ def test_an_array_without_a_bound_and_a_full_one():
     assert throttled(rows, eligible={3}) == {3: Throttle(1, 2, 2, (1, 2), (), 0)}
 
 
+def starts(throttles, ends, started=None, runtimes=None, now=0.0):
+    by_id = {t.index: t for t in throttles}  # job id = index + 100 below
+    return arrays.estimated_starts(
+        {i + 100: t for i, t in by_id.items()}, runtimes or {}, ends, started or {}, now
+    )
+
+
 def test_the_verdict_names_the_bound_and_the_end_that_opens_its_place():
     t = Throttle(array_id=42, index=7, max_running=2, running=(10, 11), placed=(), before=1)
-    v = arrays.verdict(t, {10: 3_600.0 * 24 + 30, 11: 3_600.0 * 24 + 700}, {})
+    day = 3_600.0 * 24
+    places = starts([Throttle(42, 6, 2, (10, 11), (), 0), t], {10: day + 30, 11: day + 700},
+                    runtimes={106: 3_600.0})  # fmt: skip
+    v = arrays.verdict(t, {}, places[107])
     assert v.code == "ARRAY_LIMIT"
     assert v.message == (
         "Its array 42 runs at most 2 tasks at once: 2 tasks hold GPUs, and 1 waiting task "
         "goes before task 7."
     )
-    assert v.estimated_start == 3_600 * 24 + 720, "the second end, to the minute"
+    assert v.estimated_start == day + 720, "the second end, to the minute"
     assert v.details["place_opens_at"] == "1970-01-02T00:12:00Z"
-    v = arrays.verdict(t, {10: 3_600.0 * 24 + 30, 11: None}, {})
+    assert places[106] == (day + 60, "")
+    none = starts([t], {10: day + 30, 11: None})
+    v = arrays.verdict(t, {}, none[107])
     assert v.estimated_start is None
-    assert "not running with a predicted end" in v.details["no_estimate_reason"]
+    assert v.details["no_estimate_reason"] == arrays.NO_END
+
+
+def test_places_chain_through_the_tasks_before_with_their_predicted_runtimes():
+    """Bound 2, both places held until minutes 10 and 30; four tasks left out, 20 minutes
+    each: the first starts at 10, the second at 30, the third when the first ends (30),
+    the fourth at 50."""
+    m = 60.0
+    left = [Throttle(1, i, 2, (1, 2), (), i) for i in range(4)]
+    places = starts(left, {1: 10 * m, 2: 30 * m}, runtimes={100 + i: 20 * m for i in range(4)})
+    assert [places[100 + i][0] for i in range(4)] == [10 * m, 30 * m, 30 * m, 50 * m]
+
+
+def test_a_bound_lowered_below_the_running_tasks_opens_a_place_only_when_enough_end():
+    m = 60.0
+    left = [Throttle(1, 9, 2, (1, 2, 3, 4), (), 0)]  # 4 running, bound lowered to 2
+    places = starts(left, {1: 10 * m, 2: 20 * m, 3: 30 * m, 4: 40 * m})
+    assert places[109] == (30 * m, ""), "the third end leaves 1 running: a place opens"
+
+
+def test_no_runtime_stops_the_chain_after_that_task_and_unstarted_places_stop_all():
+    m = 60.0
+    left = [Throttle(1, i, 1, (1,), (), i) for i in range(3)]
+    places = starts(left, {1: 10 * m}, runtimes={100: 5 * m})
+    assert places[100] == (10 * m, "") and places[101] == (15 * m, "")
+    assert places[102] == (None, arrays.NO_RUNTIME), "task 1's runtime is unknown"
+    waiting = [Throttle(1, 5, 2, (1,), (7,), 0)]  # task 7 has a place, not started
+    assert starts(waiting, {1: 10 * m})[105] == (None, arrays.NOT_STARTED)
+    assert starts(waiting, {1: 10 * m}, started={7: 4 * m})[105] == (4 * m, ""), (
+        "started by this plan: it holds a place until its predicted end"
+    )
 
 
 def test_tasks_the_plan_starts_now_hold_gpus_with_their_predicted_ends():
     t = Throttle(array_id=5, index=9, max_running=3, running=(1,), placed=(2, 3), before=0)
-    v = arrays.verdict(t, {1: 6_000.0}, {2: 1_200.0, 3: 9_000.0})
+    started = {2: 1_200.0, 3: 9_000.0}
+    v = arrays.verdict(t, started, starts([t], {1: 6_000.0}, started)[109])
     assert v.message == (
         "Its array 5 runs at most 3 tasks at once: 3 tasks hold GPUs, and 0 waiting tasks "
         "go before task 9."
@@ -126,9 +169,11 @@ def test_tasks_the_plan_starts_now_hold_gpus_with_their_predicted_ends():
 
 def test_tasks_given_places_that_did_not_start_leave_no_estimate():
     t = Throttle(array_id=5, index=9, max_running=3, running=(1,), placed=(2, 3), before=0)
-    v = arrays.verdict(t, {1: 600.0}, {2: 1_200.0})
+    started = {2: 1_200.0}
+    v = arrays.verdict(t, started, starts([t], {1: 600.0}, started)[109])
     assert v.message == (
         "Its array 5 runs at most 3 tasks at once: 2 tasks hold GPUs, 1 more waits to start, "
         "and 0 waiting tasks go before task 9."
     )
     assert v.estimated_start is None, "task 3 waits for the engine: its place is taken"
+    assert v.details["no_estimate_reason"] == arrays.NOT_STARTED

@@ -20,9 +20,11 @@ from scheduling.models import Allocation, Job, JobArray, JobMail, JobMailPrefere
 from scheduling.permissions import sees_all_jobs, submits_to_any_queue
 
 
-def list_jobs_for_user(user) -> QuerySet[Job]:
-    """Admins and on-call see every job; others see the jobs of their lines' queues."""
-    qs = Job.objects.select_related("queue", "queue__business_line", "owner")
+def _seen_by(user, qs: QuerySet) -> QuerySet:
+    """``qs`` (jobs or job arrays: an ``owner`` and a ``queue`` each) narrowed to what
+    ``user`` sees: admins and on-call everything, others their own and those of their
+    lines' queues, nobody without a role nothing."""
+    qs = qs.select_related("queue", "queue__business_line", "owner")
     if sees_all_jobs(user):
         return qs
     if role_of(user) is None:
@@ -33,16 +35,14 @@ def list_jobs_for_user(user) -> QuerySet[Job]:
     return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
 
 
+def list_jobs_for_user(user) -> QuerySet[Job]:
+    """Admins and on-call see every job; others see the jobs of their lines' queues."""
+    return _seen_by(user, Job.objects.all())
+
+
 def list_arrays_for_user(user) -> QuerySet[JobArray]:
-    """The job arrays whose tasks ``user`` sees (``list_jobs_for_user``'s rule): admins and
-    on-call every array, others the arrays of their lines' queues and their own."""
-    qs = JobArray.objects.select_related("queue", "queue__business_line", "owner")
-    if sees_all_jobs(user):
-        return qs
-    if role_of(user) is None:
-        return qs.none()
-    their_queues = Queue.objects.filter(business_line_id__in=line_ids_query(user)).values("id")
-    return qs.filter(Q(owner=user) | Q(queue_id__in=their_queues))
+    """The job arrays whose tasks ``user`` sees (``list_jobs_for_user``'s rule)."""
+    return _seen_by(user, JobArray.objects.all())
 
 
 @dataclass(frozen=True)

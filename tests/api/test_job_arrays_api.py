@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from core.models import AuditRecord
 from scheduling.models import Job, JobArray, JobEvent
+from tests.concurrency.threads import cluster_held
 from tests.drills import cycle, make_quotas_roomy, submit
 
 pytestmark = pytest.mark.django_db
@@ -372,35 +373,15 @@ def test_cancelling_while_the_loop_holds_the_cluster_is_a_409_and_cancels_nothin
 ):
     """The cancel waits for a cycle under way (the cluster lock); past its wait, a 409 in
     the API's envelope, every task as it was."""
-    import threading
-
-    from django.db import transaction
-
     from scheduling import array_services
-    from scheduling.cluster_lock import try_cluster_lock
 
     me = api("researcher")
     made = me.post("/api/v1/arrays/", {"name": "s", "queue": "llm-experiment", "gpus": 1,
                                        "array": "0-2"}, format="json")  # fmt: skip
     assert made.status_code == 201, made.data
     monkeypatch.setattr(array_services, "LOCK_WAIT_S", 0.5)
-    taken, release = threading.Event(), threading.Event()
-
-    def hold_the_cluster() -> None:
-        with transaction.atomic():
-            assert try_cluster_lock()
-            taken.set()
-            release.wait(20)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_cluster)
-    holder.start()
-    try:
-        assert taken.wait(10)
+    with cluster_held():
         response = me.post(f"/api/v1/arrays/{made.data['id']}/cancel/")
-    finally:
-        release.set()
-        holder.join(20)
     assert response.status_code == 409, response.data
     assert "busy" in response.json()["errors"]["non_field_errors"][0]
     states = set(Job.objects.filter(array_id=made.data["id"]).values_list("state", flat=True))

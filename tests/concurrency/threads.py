@@ -4,9 +4,10 @@ collected for the test to assert there are none."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
 
 
 def in_thread(errors: list[str], fn: Callable[[], object]) -> threading.Thread:
@@ -23,3 +24,28 @@ def in_thread(errors: list[str], fn: Callable[[], object]) -> threading.Thread:
     thread = threading.Thread(target=run)
     thread.start()
     return thread
+
+
+@contextmanager
+def cluster_held() -> Iterator[None]:
+    """The cluster lock held by another connection (as a cycle under way holds it) for
+    the ``with`` block."""
+    from scheduling.cluster_lock import try_cluster_lock
+
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with transaction.atomic():
+            assert try_cluster_lock()
+            taken.set()
+            release.wait(20)
+        connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert taken.wait(10), "the lock was not taken"
+        yield
+    finally:
+        release.set()
+        holder.join(20)

@@ -18,6 +18,7 @@ from scheduling import arrays
 from scheduling.array_services import submit_array
 from scheduling.models import Job, JobArray
 from scheduling.services import JobRequest
+from tests.concurrency.threads import cluster_held
 from tests.drills import cycle, make_quotas_roomy
 from tests.pages.test_confirmations import confirm_form, signed_in
 
@@ -350,35 +351,15 @@ def test_a_confirmation_that_saw_other_tasks_is_shown_again(demo, api):
 def test_cancelling_while_the_loop_holds_the_cluster_says_so_and_cancels_nothing(demo, monkeypatch):
     """The cancel waits for a cycle under way (``cancel_array`` takes the cluster lock); past
     its wait, the array page again with why (503), every task as it was."""
-    import threading
-
-    from django.db import connection, transaction
-
     from scheduling import array_services
-    from scheduling.cluster_lock import try_cluster_lock
 
     make_quotas_roomy()
     array = new_array(demo)
     me = signed_in(demo, "researcher")
     action, fields = confirm_form(me.post(f"/arrays/{array.pk}/cancel/"))
     monkeypatch.setattr(array_services, "LOCK_WAIT_S", 0.5)
-    taken, release = threading.Event(), threading.Event()
-
-    def hold_the_cluster() -> None:
-        with transaction.atomic():
-            assert try_cluster_lock()
-            taken.set()
-            release.wait(20)
-        connection.close()
-
-    holder = threading.Thread(target=hold_the_cluster)
-    holder.start()
-    try:
-        assert taken.wait(10)
+    with cluster_held():
         answer = me.post(action, fields)
-    finally:
-        release.set()
-        holder.join(20)
     assert answer.status_code == 503
     assert "Nothing was cancelled: the scheduling loop is busy" in answer.content.decode()
     assert set(Job.objects.filter(array=array).values_list("state", flat=True)) == {"pending"}

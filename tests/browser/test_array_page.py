@@ -2,7 +2,8 @@
 small test cluster (4 x 8 GPUs, roomy quotas), the loop runs a cycle, and the array page's
 every figure adds up (two tasks running, four held back by the bound, their GPUs); a
 held-back task's page says why (``ARRAY_LIMIT``) and when it may start; the bound raised on
-the array page starts two more at the next cycle.
+the array page starts two more at the next cycle, which the open page shows without a
+reload (its live parts).
 """
 
 from __future__ import annotations
@@ -132,8 +133,17 @@ def test_a_researcher_submits_an_array_and_follows_it_on_its_page(demo, page, lo
         f"Array {array.pk} now runs at most 4 tasks at once"
     )
     expect(page.locator("#array-bound")).to_have_text("at most 4 at once")
+    # the page is live: the cycle's event refetches its parts, no reload
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    page.wait_for_timeout(500)  # the subscriptions are sent on open
+    page.evaluate("window.__sameDocument = true")
+    page.get_by_label("Most tasks at once").fill("typed")  # a field being typed stays
     run_cycle()
-    page.reload()
+    expect(page.locator('#array-states tr[data-state="running"] td')).to_have_text(
+        "4", timeout=8_000
+    )
+    assert page.evaluate("window.__sameDocument === true"), "no reload"
+    expect(page.get_by_label("Most tasks at once")).to_have_value("typed")
     figures = read_figures(page)
     assert figures["states"] == {"pending": 2, "running": 4}
     assert figures["held_back"] == 2 and figures["gpus"] == 4 * GPUS

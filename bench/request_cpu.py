@@ -47,7 +47,7 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("parse", "rest_framework.request", "Request._parse"),
     ("validate", "rest_framework.serializers", "BaseSerializer.is_valid"),
     ("service", "scheduling.api", "submit_job"),
-    ("queue", "scheduling.services", "resolve_queue"),
+    ("queue", "scheduling.services", "_resolve_queue"),
     ("shape", "scheduling.feasibility", "read_cluster_shape"),
     ("feasibility", "scheduling.feasibility", "refusal_for"),
     ("insert", "scheduling.services", "_insert_with_first_event"),

@@ -333,10 +333,14 @@ def build_node_rows(name: str | None = None, zone: tzinfo = UTC) -> list[charts.
     for row in list_node_rows(name):
         node = charts.NodeRow(*row)
         if node.name in soon:
-            at, reason = soon[node.name]
-            node = node._replace(maintenance=f"{timezones.written(at, zone)}: {reason}")
+            node = node._replace(maintenance=maintenance_said(*soon[node.name], zone))
         rows.append(node)
     return rows
+
+
+def maintenance_said(at: datetime, reason: str, zone: tzinfo) -> str:
+    """A node's next maintenance in its cell's sentence: ``2026-12-07 10:27 JST: PDU swap``."""
+    return f"{timezones.written(at, zone)}: {reason}"
 
 
 def _rack_totals(rows: list[charts.NodeRow], counts: dict[str, int]) -> dict[str, int]:
@@ -569,9 +573,16 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
                status: int = 200) -> HttpResponse:  # fmt: skip
     jobs = list_node_jobs(node)
     used = sum(j["gpus_here"] for j in jobs)
+    windows = _maintenance_context(node, maintenance_form)  # open ones, soonest first
+    soon = next((w for w in windows["maintenance"] if w.state == w.State.SCHEDULED), None)
+    said = (
+        maintenance_said(soon.starts_at, soon.reason, timezones.viewer_zone(request))
+        if soon
+        else ""
+    )
     cell = charts.node_cell(
         charts.NodeRow(node.name, node.rack, node.state, node.health, node.gpus_total,
-                       node.residual_gpus, used, node.inference_gpus)
+                       node.residual_gpus, used, node.inference_gpus, said)
     )  # fmt: skip
     blast = build_blast_radius(node.name)
     header_clock = cluster_reading()  # the header's reading too: one clock query a page
@@ -599,7 +610,7 @@ def _node_page(request: HttpRequest, node: Node, *, action_form: NodeActionForm 
         "forecast_spans": forecast.spans(_offset_minutes(header_clock.now)) if forecast else [],
         "forecast_zone": timezones.label(header_clock.now, timezone.get_current_timezone()),
         "shared_first": shared_nodes_first(),
-        **_maintenance_context(node, maintenance_form),
+        **windows,
     }
     return render(request, "monitoring/node_detail.html", context, status=status)
 

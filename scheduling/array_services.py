@@ -27,7 +27,6 @@ from scheduling.services import (
     check_active_jobs,
     check_after,
     resolve_job_request,
-    resolve_queue,
     submitted_message,
 )
 from scheduling.transitions import set_state
@@ -63,7 +62,7 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
     fields: dict[str, Any] = {}
     after: list[int] = []
     try:
-        fields = resolve_job_request(user, req, queue=resolve_queue(user, req.queue))
+        fields = resolve_job_request(user, req)
         after = check_after(user, req.after) if req.after else []
     except ValidationError as exc:
         errors.update(exc.message_dict)

@@ -13,12 +13,12 @@ step, and an optional ``%N`` at the end, the most tasks to run at once
 ``INDEX_MAX``, at most ``SIZE_MAX`` of them, each once.
 
 The bound (``JobArray.max_running``, Slurm's ``ArrayTaskThrottle``): the snapshot gives
-the engine only the array's lowest-index waiting tasks that fit under it, counting the
-tasks that hold GPUs (running, or checkpointing to stop); the others are left out as held
-jobs are (no reservation, no quota room, no demand) and the loop writes their verdict,
-``ARRAY_LIMIT`` (Slurm's ``JobArrayTaskLimit``), with a lower bound on their start: the
-running tasks' predicted ends. A task on hold or waiting for its dependencies takes no
-place under the bound.
+the engine only the array's waiting tasks that fit under it (``throttled``: their order),
+counting the tasks that hold GPUs (running, or checkpointing to stop); the others are left
+out as held jobs are (no reservation, no quota room, no demand) and the loop writes their
+verdict, ``ARRAY_LIMIT`` (Slurm's ``JobArrayTaskLimit``), with a lower bound on their
+start: when their places are predicted to open (``estimated_starts``). A task on hold or
+waiting for its dependencies takes no place under the bound.
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def parse(spec: str) -> ArraySpec:
 class Throttle:
     """Why one waiting task is left out under its array's bound: the array, its bound, the
     tasks holding GPUs (``running``: ids), the waiting tasks given the other places
-    (``placed``: ids, handed to the engine) and how many left-out tasks have lower indices
-    (``before``)."""
+    (``placed``: ids, handed to the engine) and how many left-out tasks go before it
+    (``before``, in ``throttled``'s order)."""
 
     array_id: int
     index: int
@@ -269,8 +269,15 @@ def verdict(
 
 
 def started_ends(
-    starts: Iterable[et.Start], pending: Iterable[et.PendingJob], now: float
-) -> dict[int, float | None]:
-    """The jobs a plan starts now, with their predicted ends (None: no prediction)."""
-    runtime = {job.id: job.predicted_runtime_s for job in pending}
-    return {s.job_id: now + r if (r := runtime.get(s.job_id)) is not None else None for s in starts}
+    throttled: Mapping[int, Throttle], starts: Iterable[et.Start],
+    pending: Iterable[et.PendingJob], now: float,
+) -> dict[int, float | None]:  # fmt: skip
+    """The tasks given places under a bound (``throttled``' ``placed``) that the plan starts
+    now, with their predicted ends (None: no prediction): what ``verdict`` and
+    ``estimated_starts`` count as holding GPUs. Only those: no other job is looked at."""
+    placed = {job_id for t in throttled.values() for job_id in t.placed}
+    starting = {s.job_id for s in starts if s.job_id in placed}
+    if not starting:
+        return {}
+    runtime = {job.id: job.predicted_runtime_s for job in pending if job.id in starting}
+    return {job_id: now + r if (r := runtime[job_id]) is not None else None for job_id in starting}

@@ -451,7 +451,6 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "query": query.urlencode(),
         "array": array,
-        "csv_query": query.urlencode(),  # ``/api/v1/jobs.csv`` takes the same filters
     }
     return render(request, "scheduling/job_list.html", context, status=status)
 

@@ -79,9 +79,7 @@ def plan_and_apply(
     with timer.phase("plan"):
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
     # after the plan: an array's bound counts the tasks it starts now (``scheduling.arrays``)
-    started = (
-        started_ends(plan.starts, ctx.snapshot.pending, cycle.obs.now) if ctx.throttled else {}
-    )
+    started = started_ends(ctx.throttled, plan.starts, ctx.snapshot.pending, cycle.obs.now)
     cycle.dependency_verdicts = held_verdicts(
         ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now
     )

@@ -177,3 +177,17 @@ def test_tasks_given_places_that_did_not_start_leave_no_estimate():
     )
     assert v.estimated_start is None, "task 3 waits for the engine: its place is taken"
     assert v.details["no_estimate_reason"] == arrays.NOT_STARTED
+
+
+def test_started_ends_are_those_of_the_tasks_given_places_that_the_plan_starts():
+    from scheduling.engine.types import PendingJob, Start, Tier
+
+    def job(i, runtime):
+        return PendingJob(id=i, queue="q", line="l", tier=Tier.EXPERIMENT, gpus=1,
+                          submitted_at=0.0, predicted_runtime_s=runtime)  # fmt: skip
+
+    t = Throttle(1, 5, 2, running=(), placed=(2, 3), before=0)
+    starts = [Start(2, ()), Start(3, ()), Start(9, ())]  # 9: not an array's task
+    pending = [job(2, 600.0), job(3, None), job(9, 60.0)]
+    assert arrays.started_ends({5: t}, starts, pending, 1_000.0) == {2: 1_600.0, 3: None}
+    assert arrays.started_ends({}, starts, pending, 1_000.0) == {}

@@ -279,6 +279,11 @@ def test_a_node_with_maintenance_scheduled_is_marked_with_its_time_and_reason(cl
     assert '<span id="rm-maintenance-soon">1</span>' in body, "the legend counts them"
     data = client.get("/oncall/rack-map/cells/").json()
     assert [NODE, "idle", "0", marked["label"], "m-soon"] in data["cells"]
+    node_page = client.get(f"/oncall/nodes/{NODE}/").content.decode()
+    assert f'<p id="node-label" aria-live="polite">{marked["label"]}</p>' in node_page, (
+        "the node page says the same sentence"
+    )
+    assert 'class="n k-idle m-soon big-cell"' in node_page
     assert data["maintenance_soon"] == 1
 
 

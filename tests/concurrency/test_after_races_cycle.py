@@ -22,7 +22,7 @@ from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import in_thread
+from tests.concurrency.threads import drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -111,12 +111,7 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
     assert all("a job after it could never start" in why for why in refused), refused
     assert len(cycles) == 30 and len(dependents) >= 20, (len(cycles), len(dependents))
 
-    for _ in range(40):  # no one submits now: the backlog drains
-        run_cycle_now(admin)
-        if not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists():
-            break
-        advance_clock(admin, 300)
-    assert not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists(), "none waits forever"
+    assert drain(admin, 40, 300) == [], "none waits forever"
 
     started = cancelled_for_dependency = 0
     for job in Job.objects.filter(pk__in=dependents).prefetch_related("after"):

@@ -24,7 +24,7 @@ from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobArray
 from scheduling.services import JobRequest, cancel_job
 from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import in_thread
+from tests.concurrency.threads import drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -133,13 +133,7 @@ def test_arrays_racing_cycles_never_deadlock_nor_pass_their_bound(demo):
     assert enough(), (len(cycles), counts)
 
     # Settle: every task ends, none stuck behind a bound, the books agree.
-    for _ in range(80):
-        run_cycle_now(admin)
-        if not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists():
-            break
-        advance_clock(admin, 120)
-    stuck = Job.objects.filter(state__in=Job.ACTIVE_STATES)
-    assert not stuck.exists(), [(j.pk, j.state, j.pending_code) for j in stuck]
+    assert drain(admin, 80, 120) == []
     assert find_inconsistencies() == []
 
 

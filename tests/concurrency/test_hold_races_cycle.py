@@ -27,7 +27,7 @@ from scheduling.hold_services import hold_job, release_job
 from scheduling.models import Eviction, Job
 from scheduling.services import JobRequest, submit_job
 from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import in_thread
+from tests.concurrency.threads import drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,13 +131,7 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
     assert still_held == set(held_attempt), "every hold noted, every release too"
     for job_id in Job.objects.filter(pk__in=still_held, state__in=Job.ACTIVE_STATES):
         release_job(admin, job_id.pk)
-    for _ in range(60):
-        run_cycle_now(admin)
-        if not Job.objects.filter(state__in=Job.ACTIVE_STATES).exists():
-            break
-        advance_clock(admin, 120)
-    stuck = Job.objects.filter(state__in=Job.ACTIVE_STATES)
-    assert not stuck.exists(), [(j.pk, j.state, j.held_at, j.pending_code) for j in stuck]
+    assert drain(admin, 60, 120) == []
     suspended = Job.objects.filter(events__kind="suspended").distinct()
     assert counts["suspended"] and suspended.exists(), counts
     for job in suspended:  # its preemptions are its evictions, none for a suspension

@@ -49,3 +49,19 @@ def cluster_held() -> Iterator[None]:
     finally:
         release.set()
         holder.join(20)
+
+
+def drain(admin: object, cycles: int, step_s: float) -> list[tuple]:
+    """Run up to ``cycles`` scheduling cycles, ``step_s`` of cluster time apart, until no job
+    is active (no one submits now: the backlog drains); returns the jobs still active
+    (id, state, held since, pending code), none when every one ended."""
+    from scheduling.models import Job
+    from scheduling.sim_services import advance_clock, run_cycle_now
+
+    active = Job.objects.filter(state__in=Job.ACTIVE_STATES)
+    for _ in range(cycles):
+        run_cycle_now(admin)
+        if not active.exists():
+            return []
+        advance_clock(admin, step_s)
+    return list(active.values_list("pk", "state", "held_at", "pending_code"))

@@ -462,9 +462,9 @@ class ControlCharacterMiddleware:
         return None
 
 
-# The API's list fields (a job submission's ``after``): a form body gives a list by giving
+# The API's list fields (a job submission's ``after``, ``after_arrays``): a form body gives a list by giving
 # the field once per item, and the serializer reads them all.
-API_LIST_FIELDS = frozenset({"after"})
+API_LIST_FIELDS = frozenset({"after", "after_arrays"})
 
 
 class ApiFieldOnceMiddleware:

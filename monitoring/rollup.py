@@ -221,7 +221,8 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
                 f"Consider a guarantee for {row['name']} (see the line's page).",
             )  # fmt: skip
     cutoff = now - PENDING_TOO_LONG
-    # a job that waited for others (``Job.after``) has waited since the last of them ended
+    # a job that waited for others (``Job.after``, ``after_arrays``) has waited since the
+    # last of them ended
     not_long_released = Job.objects.filter(
         ~Q(state=Job.State.SUCCEEDED) | Q(finished_at__gte=cutoff)
     ).values("pk")
@@ -230,6 +231,7 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
         Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=cutoff, held_at__isnull=True)
         .exclude(released_at__gte=cutoff)
         .exclude(after__in=not_long_released)
+        .exclude(after_arrays__tasks__in=not_long_released)
         .values("queue__name")
         .annotate(n=Count("id"))
     )

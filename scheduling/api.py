@@ -91,6 +91,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         max_length=limits.AFTER_MAX, required=False,
         help_text="ids of jobs that must all succeed before this one may start",
     )  # fmt: skip
+    after_arrays = serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
+        max_length=limits.AFTER_ARRAYS_MAX, required=False,
+        help_text="ids of job arrays every task of which must succeed before this one may start",
+    )  # fmt: skip
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -192,11 +197,14 @@ class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
     after = serializers.SerializerMethodField()
     waiting_for = serializers.SerializerMethodField()
+    after_arrays = serializers.SerializerMethodField()
+    waiting_for_arrays = serializers.SerializerMethodField()
     hold = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
         fields = [
-            *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for", "hold",
+            *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for",
+            "after_arrays", "waiting_for_arrays", "hold",
         ]  # fmt: skip
 
     @extend_schema_field(HoldSerializer(allow_null=True))
@@ -223,6 +231,26 @@ class JobDetailSerializer(JobSerializer):
         if obj.state != Job.State.PENDING:
             return []
         return [job_id for job_id, state in self._after(obj) if state != Job.State.SUCCEEDED]
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_after_arrays(self, obj: Job) -> list[int]:
+        """The ids of the arrays every task of which it starts after (``Job.after_arrays``)."""
+        return sorted(array.pk for array in obj.after_arrays.all())
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_waiting_for_arrays(self, obj: Job) -> list[int]:
+        """Those of ``after_arrays`` with a task that has not succeeded, while it is pending
+        (else none; one query when it waits for any)."""
+        arrays = self.get_after_arrays(obj)
+        if obj.state != Job.State.PENDING or not arrays:
+            return []
+        return list(
+            Job.objects.filter(array_id__in=arrays)
+            .exclude(state=Job.State.SUCCEEDED)
+            .order_by("array_id")
+            .values_list("array_id", flat=True)
+            .distinct()
+        )
 
     def _after(self, obj: Job) -> list[tuple[int, str]]:
         """``(id, state)`` of the jobs it starts after, in id order (``prefetch_related``,
@@ -279,7 +307,7 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
     def get_queryset(self):
         qs = list_jobs_for_user(self.request.user)
         if self.action == "retrieve":
-            qs = qs.select_related("held_by").prefetch_related("events", "after")
+            qs = qs.select_related("held_by").prefetch_related("events", "after", "after_arrays")
         return qs
 
     def get_serializer_class(self):

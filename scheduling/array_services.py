@@ -23,9 +23,11 @@ from scheduling.models import Job, JobArray, JobEvent
 from scheduling.permissions import may_cancel, may_submit
 from scheduling.selectors import list_arrays_for_user
 from scheduling.services import (
+    Dependencies,
     JobRequest,
     check_active_jobs,
-    check_after,
+    check_dependencies,
+    link_dependencies,
     resolve_job_request,
     submitted_message,
 )
@@ -48,7 +50,7 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
     """Create a job array: one pending task per index of ``spec`` (``scheduling.arrays``),
     each the job ``req`` asks for, checked once by the rules ``submit_job`` applies.
 
-    All or none. Every task waits for ``req.after`` when given. The tasks, their
+    All or none. Every task waits for ``req.after`` and ``req.after_arrays`` when given. The tasks, their
     ``submitted`` events and their dependencies are written in bulk, at one cluster
     instant; the array comes back with ``task_ids`` set (ascending index)."""
     if not may_submit(user):
@@ -60,10 +62,13 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
     except ValidationError as exc:
         errors.update(exc.message_dict)
     fields: dict[str, Any] = {}
-    after: list[int] = []
+    deps = Dependencies()
     try:
         fields = resolve_job_request(user, req)
-        after = check_after(user, req.after) if req.after else []
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    try:
+        deps = check_dependencies(user, req)
     except ValidationError as exc:
         errors.update(exc.message_dict)
     if errors or parsed is None:
@@ -86,21 +91,14 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
             [
                 JobEvent(
                     job=task, at=task.submitted_at, kind="submitted",
-                    message=submitted_message(user, task, after) + note.format(task.array_index),
+                    message=submitted_message(user, task, deps) + note.format(task.array_index),
                 )
                 for task in tasks
             ],
             batch_size=500,
         )  # fmt: skip
-        if after:
-            Job.after.through.objects.bulk_create(
-                [
-                    Job.after.through(from_job_id=task.pk, to_job_id=job_id)
-                    for task in tasks
-                    for job_id in after
-                ],
-                batch_size=1000,
-            )
+        if deps:
+            link_dependencies([task.pk for task in tasks], deps)
     array.task_ids = [task.pk for task in tasks]  # type: ignore[attr-defined]
     publish_coalesced(*events.queues_updated(queue=array.queue.name))
     return array

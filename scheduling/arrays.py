@@ -270,13 +270,14 @@ def verdict(
 
 def started_ends(
     throttled: Mapping[int, Throttle], starts: Iterable[et.Start],
-    pending: Iterable[et.PendingJob], now: float,
+    pending: Iterable[et.PendingJob], now: float, linked: Iterable[int] = (),
 ) -> dict[int, float | None]:  # fmt: skip
-    """The tasks given places under a bound (``throttled``' ``placed``) that the plan starts
-    now, with their predicted ends (None: no prediction): what ``verdict`` and
-    ``estimated_starts`` count as holding GPUs. Only those: no other job is looked at."""
-    placed = {job_id for t in throttled.values() for job_id in t.placed}
-    starting = {s.job_id for s in starts if s.job_id in placed}
+    """The tasks given places under a bound (``throttled``' ``placed``) and the jobs other
+    jobs wait for (``linked``, ``scheduling.dependencies``) that the plan starts now, with
+    their predicted ends (None: no prediction): what ``verdict``, ``estimated_starts`` and
+    the dependencies' verdicts count as holding GPUs. Only those: no other job is looked at."""
+    wanted = {job_id for t in throttled.values() for job_id in t.placed}.union(linked)
+    starting = {s.job_id for s in starts if s.job_id in wanted}
     if not starting:
         return {}
     runtime = {job.id: job.predicted_runtime_s for job in pending if job.id in starting}

@@ -213,6 +213,8 @@ class Job(models.Model):
     loop's ``DEPENDENCY`` reason and is not given to the engine; when one ends failed or
     cancelled the loop cancels it (``scheduling.cycle.dependencies``). Jobs are never
     pruned; a dependency's row deleted by hand takes its link with it and holds nothing.
+    ``after_arrays``: arrays waited for as a whole, as if every task of each were in
+    ``after`` (an array's tasks are all created with it, so "every task" never changes).
     ``held_*``/``hold_*`` (Slurm's ``scontrol hold``/``release``, ``scheduling.holds``): a
     held job stays pending with the loop's ``HELD`` reason and is not given to the engine; a
     running job held is suspended (checkpointed and stopped by the loop, back pending and
@@ -295,6 +297,11 @@ class Job(models.Model):
     after = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="dependents",
         help_text="jobs that must succeed before this one may start (Slurm's afterok)",
+    )  # fmt: skip
+    after_arrays = models.ManyToManyField(
+        JobArray, blank=True, related_name="dependents",
+        help_text="arrays every task of which must succeed before this one may start "
+        "(Slurm's afterok on an array job)",
     )  # fmt: skip
     # A hold (Slurm's ``scontrol hold``, ``scheduling.holds``): set, the job is not the
     # engine's (a running one is suspended first); ``released_at`` is when the last hold was

@@ -32,7 +32,7 @@ from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
 from scheduling.permissions import may_cancel, may_submit, submits_to_any_queue
-from scheduling.selectors import list_jobs_for_user, list_queues_for_submit
+from scheduling.selectors import list_arrays_for_user, list_jobs_for_user, list_queues_for_submit
 from scheduling.transitions import set_state
 
 
@@ -57,10 +57,12 @@ class JobRequest:
     model_name: str = ""
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
+    after_arrays: Sequence[int] = ()  # arrays every task of which must (``check_after_arrays``)
 
     def __post_init__(self) -> None:
-        # a tuple, whichever sequence an adapter gives (a form's list, the API's): one value
+        # tuples, whichever sequence an adapter gives (a form's list, the API's): one value
         object.__setattr__(self, "after", tuple(self.after))
+        object.__setattr__(self, "after_arrays", tuple(self.after_arrays))
 
 
 @cache
@@ -234,6 +236,88 @@ def check_after(user: Any, after: Sequence[int]) -> list[int]:
     return ids
 
 
+def check_after_arrays(user: Any, array_ids: Sequence[int]) -> list[int]:
+    """The ids of ``array_ids`` a job of ``user``'s may wait for as a whole, duplicates
+    collapsed (first order kept), or a ValidationError on ``after_arrays``.
+
+    At most ``limits.AFTER_ARRAYS_MAX`` arrays, each naming one ``user`` may view
+    (``list_arrays_for_user``: the rule of its tasks' pages; any other id is "unknown")
+    none of whose tasks failed or was cancelled. Two queries.
+    """
+    ids = list(dict.fromkeys(array_ids))
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise ValidationError({"after_arrays": ["array ids are whole numbers"]})
+    if len(ids) > limits.AFTER_ARRAYS_MAX:
+        raise ValidationError(
+            {"after_arrays": [f"at most {limits.AFTER_ARRAYS_MAX} arrays, not {len(ids)}"]}
+        )
+    in_range = [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
+    seen = set(list_arrays_for_user(user).filter(pk__in=in_range).values_list("pk", flat=True))
+    ended: dict[int, tuple[int, str]] = {}
+    for array_id, index, state in (
+        Job.objects.filter(array_id__in=seen, state__in=_NEVER_STARTS)
+        .order_by("array_id", "array_index")
+        .values_list("array_id", "array_index", "state")
+    ):
+        ended.setdefault(array_id, (index, state))
+    errors = []
+    for array_id in ids:
+        if array_id not in seen:
+            errors.append(f"unknown array {array_id}")
+        elif array_id in ended:
+            index, state = ended[array_id]
+            errors.append(
+                f"task {index} of array {array_id} {_NEVER_STARTS[state]}; "
+                "a job after it could never start"
+            )
+    if errors:
+        raise ValidationError({"after_arrays": errors})
+    return ids
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """What a submission waits for, checked (``check_dependencies``): the ids of the jobs
+    (``after``) and of the arrays (``after_arrays``) that must succeed first."""
+
+    jobs: Sequence[int] = ()
+    arrays: Sequence[int] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.arrays)
+
+
+def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
+    """``req``'s ``after`` and ``after_arrays`` checked (``check_after``,
+    ``check_after_arrays``), with the errors of both in one ValidationError. No query when
+    it names none."""
+    errors: dict[str, list[str]] = {}
+    checked: dict[str, list[int]] = {"jobs": [], "arrays": []}
+    for key, given, check in (
+        ("jobs", req.after, check_after),
+        ("arrays", req.after_arrays, check_after_arrays),
+    ):
+        try:
+            checked[key] = check(user, given) if given else []
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    return Dependencies(**checked)
+
+
+def link_dependencies(job_ids: Sequence[int], deps: Dependencies) -> None:
+    """Write the links of the new jobs ``job_ids`` to what they wait for (in bulk)."""
+    Job.after.through.objects.bulk_create(
+        [Job.after.through(from_job_id=j, to_job_id=d) for j in job_ids for d in deps.jobs],
+        batch_size=1000,
+    )
+    Job.after_arrays.through.objects.bulk_create(
+        [Job.after_arrays.through(job_id=j, jobarray_id=a) for j in job_ids for a in deps.arrays],
+        batch_size=1000,
+    )
+
+
 def check_active_jobs(user: Any, adding: int) -> None:
     """Refuse (a ValidationError, no field) a submission of ``adding`` jobs that would give
     ``user`` more active (pending or running) jobs than ``settings.ACTIVE_JOBS_PER_PERSON``
@@ -306,20 +390,19 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
-    after = check_after(user, req.after) if req.after else []
+    deps = check_dependencies(user, req)
     check_active_jobs(user, 1)
     job = Job(owner=user, state=Job.State.PENDING, **fields)
-    message = submitted_message(user, job, after)
-    # one time for the job and its event, in a request or not; with ``after``, the job and
-    # its links commit together (the loop never sees the job without them)
-    with clock.one_instant(), transaction.atomic() if after else nullcontext():
+    message = submitted_message(user, job, deps)
+    # one time for the job and its event, in a request or not; with dependencies, the job
+    # and its links commit together (the loop never sees the job without them)
+    with clock.one_instant(), transaction.atomic() if deps else nullcontext():
         event = _insert_with_first_event(job, "submitted", message)
-        if after:
-            Job.after.through.objects.bulk_create(
-                Job.after.through(from_job_id=job.pk, to_job_id=job_id) for job_id in after
-            )
-    # what prefetch_related("events") sets (and "after" of a job without dependencies)
-    job._prefetched_objects_cache = {"events": [event], **({} if after else {"after": []})}
+        if deps:
+            link_dependencies([job.pk], deps)
+    # what prefetch_related("events") sets (and the links of a job without dependencies)
+    none = {} if deps else {"after": [], "after_arrays": []}
+    job._prefetched_objects_cache = {"events": [event], **none}
     publish_coalesced(*events.queues_updated(queue=job.queue.name))
     return job
 
@@ -379,21 +462,24 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 # -- many at once ---------------------------------------------------------------------------
 
 
-def submitted_message(user: Any, job: Job, after: Sequence[int] = ()) -> str:
+def submitted_message(user: Any, job: Job, deps: Dependencies | None = None) -> str:
     """The first line of a new job's timeline: who submitted what where, and what it waits for."""
+    deps = deps or Dependencies()
     gpus = explain.count(job.gpus, "GPU")
     message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
-    if after:
-        message += f"; starts after {_jobs_named(after)} succeeded"
+    waits = [_named("job", deps.jobs)] if deps.jobs else []
+    waits += [f"every task of {_named('array', deps.arrays)}"] if deps.arrays else []
+    if waits:
+        message += f"; starts after {' and '.join(waits)} succeeded"
     return message
 
 
-def _jobs_named(ids: Sequence[int]) -> str:
-    """``job 12``, ``jobs 12 and 13``, ``jobs 12, 13 and 14``: how texts name jobs by id."""
+def _named(noun: str, ids: Sequence[int]) -> str:
+    """``job 12``, ``jobs 12 and 13``, ``arrays 12, 13 and 14``: how texts name things by id."""
     words = [str(i) for i in ids]
     if len(words) == 1:
-        return f"job {words[0]}"
-    return f"jobs {', '.join(words[:-1])} and {words[-1]}"
+        return f"{noun} {words[0]}"
+    return f"{noun}s {', '.join(words[:-1])} and {words[-1]}"
 
 
 def submit_jobs(
@@ -426,8 +512,10 @@ def submit_jobs(
     errors: dict[str, list[str]] = {}
     jobs: list[Job] = []
     for i, req in enumerate(requests):
-        if req.after:  # one job at a time (``submit_job``): a batch is the demo's, never waits
-            errors[f"jobs[{i}].after"] = ["not in a batch: submit a job that waits on its own"]
+        if req.after or req.after_arrays:  # one job at a time (``submit_job``): a batch is
+            # the demo's, never waits
+            field = "after" if req.after else "after_arrays"
+            errors[f"jobs[{i}].{field}"] = ["not in a batch: submit a job that waits on its own"]
             continue
         try:
             queue = queues.get(str(req.queue)) or _resolve_queue(user, req.queue)

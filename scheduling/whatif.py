@@ -45,7 +45,7 @@ from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
-from scheduling.services import JobRequest, check_after, resolve_job_request
+from scheduling.services import JobRequest, check_dependencies, resolve_job_request
 from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
 
 CACHE_SECONDS = 5.0
@@ -347,13 +347,13 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
     when? Raises ``ValidationError`` when a submission would be refused (the service's rules)
     and ``ClusterUnavailable`` when the cluster cannot be read."""
     fields = resolve_job_request(user, req)
-    after = check_after(user, req.after) if req.after else []
+    deps = check_dependencies(user, req)
     base, cached = baseline()
     now = cluster_now_ts()
     queue: Queue = fields["queue"]
     row = candidate_row(fields, user.username, base.next_job_id, now)
     candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
-    unmet = dependencies.unmet_links(after, queue.business_line_id) if after else []
+    unmet = dependencies.unmet_links(deps.jobs, queue.business_line_id, deps.arrays) if deps else []
     t0 = time.perf_counter()
     if unmet:  # held for its dependencies, as the loop holds it: the engine never sees it
         links = dependencies.PendingLinks(unmet={candidate.id: unmet})

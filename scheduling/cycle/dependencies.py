@@ -1,4 +1,5 @@
-"""Jobs that can never start: a job they wait for (``Job.after``) ended failed or cancelled.
+"""Jobs that can never start: a job they wait for (``Job.after``), or a task of an array they
+wait for (``Job.after_arrays``), ended failed or cancelled.
 
 Every iteration, after everything that may end a job (runs that ended, launches the
 cluster refused for good), the loop cancels each pending job with such a dependency,
@@ -21,17 +22,30 @@ _ENDED = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
 
 
 def cancel_unreachable(cycle: Cycle) -> None:
-    """Cancel the pending jobs waiting for a job that ended failed or cancelled, down their
-    chains (a few statements a link of the longest chain; none when no job waits so)."""
-    through = Job.after.through
+    """Cancel the pending jobs waiting for a job that ended failed or cancelled, or for an
+    array (``Job.after_arrays``) one task of which did, down their chains (a few statements
+    a link of the longest chain; none when no job waits so)."""
     while True:
-        blocked: dict[int, tuple[int, str]] = {}
+        blocked: dict[int, str] = {}  # the first such dependency says why
         for job_id, dep_id, state in (
-            through.objects.filter(from_job__state=Job.State.PENDING, to_job__state__in=_ENDED)
+            Job.after.through.objects.filter(
+                from_job__state=Job.State.PENDING, to_job__state__in=_ENDED
+            )
             .order_by("from_job_id", "to_job_id")
             .values_list("from_job_id", "to_job_id", "to_job__state")
         ):
-            blocked.setdefault(job_id, (dep_id, state))  # the first such dependency says why
+            blocked.setdefault(job_id, f"job {dep_id} it waited for {_ENDED[state]}")
+        for job_id, array_id, index, state in (
+            Job.after_arrays.through.objects.filter(
+                job__state=Job.State.PENDING, jobarray__tasks__state__in=_ENDED
+            )
+            .order_by("job_id", "jobarray_id", "jobarray__tasks__array_index")
+            .values_list(
+                "job_id", "jobarray_id", "jobarray__tasks__array_index", "jobarray__tasks__state"
+            )
+        ):
+            why = f"task {index} of array {array_id} it waited for {_ENDED[state]}"
+            blocked.setdefault(job_id, why)
         # Only the job rows, FOR NO KEY UPDATE (as ``services.cancel_job``): one cancelled
         # meanwhile by a person is no longer pending and is left alone.
         jobs = list(
@@ -42,8 +56,7 @@ def cancel_unreachable(cycle: Cycle) -> None:
         if not jobs:
             return
         for job in jobs:
-            dep_id, state = blocked[job.pk]
             set_state(job, Job.State.CANCELLED)
             job.finished_at = cycle.stamp(job)
             job.save(update_fields=["state", "finished_at", "updated_at"])
-            cycle.event(job, "cancelled", f"cancelled: job {dep_id} it waited for {_ENDED[state]}")
+            cycle.event(job, "cancelled", f"cancelled: {blocked[job.pk]}")

@@ -78,8 +78,10 @@ def plan_and_apply(
     cycle.released_at = ctx.released_at
     with timer.phase("plan"):
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
-    # after the plan: an array's bound counts the tasks it starts now (``scheduling.arrays``)
-    started = started_ends(ctx.throttled, plan.starts, ctx.snapshot.pending, cycle.obs.now)
+    # after the plan: an array's bound counts the tasks it starts now (``scheduling.arrays``),
+    # and a job waiting for others reads those it starts as running
+    linked = {link.id for links in ctx.links.unmet.values() for link in links}
+    started = started_ends(ctx.throttled, plan.starts, ctx.snapshot.pending, cycle.obs.now, linked)
     cycle.dependency_verdicts = held_verdicts(
         ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now
     )

@@ -230,6 +230,8 @@ JOB_RULES = {
     "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
     # which jobs exist and whom they are visible to (docs/api.md, "Job dependencies")
     "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
+    "after_arrays": r"unknown array \d+$|task \d+ of array \d+ (failed|was cancelled); a job "
+    r"after it could never start$",
     "*": r"This job could never run on this cluster, even empty: ",
 }
 ARRAY_SPEC_RULES = (

@@ -233,3 +233,61 @@ def test_a_batch_submission_refuses_after_arrays_and_stores_nothing(demo):
     assert caught.value.message_dict == {
         "jobs[1].after_arrays": ["not in a batch: submit a job that waits on its own"]
     }
+
+
+def test_the_verdict_counts_an_arrays_tasks_and_reads_those_the_plan_starts_as_running():
+    """Pure: ``dependencies.verdict`` on links (no database). A task the same cycle's plan
+    starts reads as running with its predicted end; once every task runs with one, the
+    latest end is the estimate; a task of another line's array is named by id alone."""
+    from scheduling import dependencies
+    from scheduling.engine import types as et
+    from scheduling.engine.feasibility import ClusterShape
+
+    nodes = [et.NodeView("n0", "r0", "b0", "H100", 80, 8, free_gpus=tuple(range(8)))]
+    shape = ClusterShape.of_nodes(nodes)
+    view = et.PendingJob(id=99, queue="q", line="l", tier=et.Tier.CORE, gpus=8, gpus_per_node=8)
+    row = {"gpus": 8, "gpus_per_node": 8, "gpu_memory_gb": None, "rdma": False,
+           "preemptible": False, "avoid_inference": False}  # fmt: skip
+
+    def task(pk: int, index: int, state: str, same_line: bool = True) -> dependencies.Link:
+        return dependencies.Link(pk, "sweep", state, None, same_line, array=7, index=index)
+
+    links = [task(10, 0, "running"), task(11, 1, "pending"), task(12, 2, "preempting")]
+    ends = {10: 1_800_000_030.0}
+    waits = dependencies.verdict(view, links, ends, shape, row)
+    assert waits.message == (
+        "Waits for array 7 (sweep) to succeed: 3 tasks have not: 1 running, predicted to end "
+        "2027-01-15 08:01 UTC; 1 checkpointing to stop, then waiting again; 1 waiting to start."
+    )
+    assert waits.details["waiting_for_arrays"] == [7] and waits.estimated_start is None
+    assert waits.details["no_estimate_reason"] == (
+        "task 1 of array 7 (sweep) it waits for is not running with a predicted end"
+    )
+    started = {11: 1_800_003_600.0}
+    links = [task(10, 0, "running"), task(11, 1, "pending")]
+    waits = dependencies.verdict(view, links, ends, shape, row, started)
+    assert waits.message == (
+        "Waits for array 7 (sweep) to succeed: 2 tasks have not: 2 running, the last predicted "
+        "to end 2027-01-15 09:00 UTC."
+    )
+    assert waits.estimated_start == 1_800_003_600.0
+    other = dependencies.verdict(view, [task(10, 0, "running", same_line=False)], ends, shape, row)
+    assert other.message.startswith("Waits for array 7 to succeed: 1 task has not: 1 running")
+
+
+def test_the_what_if_of_a_job_after_an_array_answers_as_the_loop_does(api, demo):
+    from scheduling import whatif
+
+    admin = api("admin")
+    array = sweep(demo, "0-1", sim_duration_minutes=90)
+    cycle(admin)
+    asked = request(name="aggregate", after_arrays=(array.pk,))
+    answer = whatif.what_if(demo["researcher"], asked)
+    assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
+    then = submit_job(demo["researcher"], asked)
+    cycle(admin)
+    then.refresh_from_db()
+    assert (answer.code, answer.message) == (then.pending_code, then.pending_message)
+    assert answer.estimated_start == then.estimated_start.timestamp()
+    with pytest.raises(ValidationError, match="unknown array"):
+        whatif.what_if(demo["researcher"], request(after_arrays=(array.pk + 1000,)))

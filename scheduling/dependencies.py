@@ -20,8 +20,8 @@ viewer the names of the jobs they may see).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from scheduling import arrays, holds
 from scheduling.clock import to_epoch
@@ -54,36 +54,50 @@ _TASK_ORDER = (
 
 @dataclass(frozen=True)
 class Link:
-    """One dependency of a pending job: the job waited for, as the loop reads it. ``array``
-    and ``index``: a task waited for as part of its array (``Job.after_arrays``), with the
-    array's name in ``name``; None for a job named in ``Job.after``."""
+    """One dependency of a pending job: the job waited for, as the loop reads it (a job of
+    ``Job.after``, or a task of an array waited for as a whole: ``ArrayLink.unmet``)."""
 
     id: int
     name: str
     state: str
     finished_at: float | None  # epoch seconds
     same_line: bool  # in the waiting job's business line
-    array: int | None = None
-    index: int | None = None
+    index: int | None = None  # its index, a task of an ``ArrayLink``
 
     def named(self) -> str:
-        if self.array is not None:
-            return f"task {self.index} of {self.array_named()}"
         return f"job {self.id} ({self.name})" if self.same_line else f"job {self.id}"
 
-    def array_named(self) -> str:
-        """``array 42 (sweep)``: its array, by name only in the waiting job's line."""
-        return f"array {self.array} ({self.name})" if self.same_line else f"array {self.array}"
+
+@dataclass(frozen=True)
+class ArrayLink:
+    """An array a pending job waits for as a whole (``Job.after_arrays``), as the loop reads
+    it: ``unmet``, its tasks that have not succeeded (by index); ``finished_at``, when its
+    last task ended once all succeeded; ``task_ids``, every task's (a task also named by id
+    counts once). One object for every job of a business line waiting for it: a 1,000-task
+    array waited for by 1,000 tasks is read once, not a million times."""
+
+    id: int
+    name: str
+    same_line: bool
+    unmet: tuple[Link, ...]
+    finished_at: float | None
+    task_ids: frozenset[int]
+
+    def named(self) -> str:
+        return f"array {self.id} ({self.name})" if self.same_line else f"array {self.id}"
+
+
+Dependency = Link | ArrayLink
 
 
 @dataclass(frozen=True)
 class PendingLinks:
     """The dependencies of the pending jobs that have any: ``unmet`` (those not succeeded,
-    by waiting job: the jobs of ``after`` in id order, then the tasks of ``after_arrays`` by
-    array and index) and ``released_at`` (jobs whose dependencies all succeeded: when the
-    last of them ended)."""
+    by waiting job: the jobs of ``after`` in id order, then the arrays of ``after_arrays``
+    in id order) and ``released_at`` (jobs whose dependencies all succeeded: when the last
+    of them ended)."""
 
-    unmet: dict[int, list[Link]] = field(default_factory=dict)
+    unmet: dict[int, list[Dependency]] = field(default_factory=dict)
     released_at: dict[int, float] = field(default_factory=dict)
 
 
@@ -101,71 +115,105 @@ def read_pending_links() -> PendingLinks:
             "to_job__queue__business_line_id",
         )
     )  # fmt: skip
-    links: dict[int, dict[int, Link]] = {}
+    jobs: dict[int, list[Link]] = {}
     for job_id, dep_id, name, state, finished_at, line, dep_line in rows:
-        links.setdefault(job_id, {})[dep_id] = Link(
-            dep_id, name, state, to_epoch(finished_at), line == dep_line
-        )
-    for job_id, link in _array_links(
-        Job.after_arrays.through.objects.filter(job__state=Job.State.PENDING).values_list(
-            "job_id", "jobarray_id", "job__queue__business_line_id"
-        )
-    ):
-        links.setdefault(job_id, {}).setdefault(link.id, link)  # a task also named by id: once
-    unmet: dict[int, list[Link]] = {}
-    released: dict[int, float] = {}
-    for job_id, by_id in links.items():
-        waiting = [link for link in by_id.values() if link.state != Job.State.SUCCEEDED]
-        if waiting:
-            unmet[job_id] = waiting
-        else:
-            released[job_id] = max((link.finished_at or 0.0) for link in by_id.values())
-    return PendingLinks(unmet, released)
+        link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line)
+        jobs.setdefault(job_id, []).append(link)
+    array_rows = list(
+        Job.after_arrays.through.objects.filter(job__state=Job.State.PENDING)
+        .order_by("job_id", "jobarray_id")
+        .values_list("job_id", "jobarray_id", "job__queue__business_line_id")
+    )
+    read = _array_links({(array, line) for _, array, line in array_rows})
+    arrays: dict[int, list[ArrayLink]] = {}
+    for job_id, array, line in array_rows:
+        if (array, line) in read:  # an array without tasks (deleted by hand) holds nothing
+            arrays.setdefault(job_id, []).append(read[array, line])
+    out = PendingLinks()
+    for job_id in jobs.keys() | arrays.keys():
+        _sort_out(job_id, jobs.get(job_id, []), arrays.get(job_id, []), out)
+    return out
 
 
-def _array_links(rows: Iterable[tuple[int, int, int]]) -> Iterator[tuple[int, Link]]:
-    """``(waiting job, link)`` for every task of the arrays of ``rows`` (``(waiting job,
-    array, the waiting job's line)``, in that order), by array and index: one query for the
-    tasks, none without rows."""
-    rows = sorted(rows)
-    if not rows:
-        return
+def linked_job_ids(links: PendingLinks) -> set[int]:
+    """The ids of the jobs (an array's: its unmet tasks) the pending jobs wait for."""
+    ids: set[int] = set()
+    arrays: set[tuple[int, bool]] = set()
+    for deps in links.unmet.values():
+        for dep in deps:
+            if isinstance(dep, Link):
+                ids.add(dep.id)
+            elif (dep.id, dep.same_line) not in arrays:  # each array's tasks once
+                arrays.add((dep.id, dep.same_line))
+                ids.update(task.id for task in dep.unmet)
+    return ids
+
+
+def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: PendingLinks) -> None:
+    """File one waiting job's dependencies in ``out``: its unmet ones, or when all
+    succeeded the time the last of them ended."""
+    if jobs and arrays:  # a task also named by id counts once, in its array
+        covered = frozenset().union(*(a.task_ids for a in arrays))
+        jobs = [link for link in jobs if link.id not in covered]
+    waiting: list[Dependency] = [link for link in jobs if link.state != Job.State.SUCCEEDED]
+    waiting += [array for array in arrays if array.unmet]
+    if waiting:
+        out.unmet[job_id] = waiting
+    else:
+        out.released_at[job_id] = max((d.finished_at or 0.0) for d in (*jobs, *arrays))
+
+
+def _array_links(keys: set[tuple[int, int]]) -> dict[tuple[int, int], ArrayLink]:
+    """The arrays of ``keys`` (``(array, the waiting jobs' line)``) as those jobs read them:
+    one query for their tasks, none without keys."""
+    if not keys:
+        return {}
     tasks: dict[int, list[tuple]] = {}
-    for row in (
-        Job.objects.filter(array_id__in={array for _, array, _ in rows})
+    for array, *task in (
+        Job.objects.filter(array_id__in={array for array, _ in keys})
         .order_by("array_id", "array_index")
         .values_list(
             "array_id", "pk", "array__name", "state", "finished_at",
             "queue__business_line_id", "array_index",
         )
     ):  # fmt: skip
-        tasks.setdefault(row[0], []).append(row[1:])
-    for job_id, array, line in rows:
-        for pk, name, state, finished_at, task_line, index in tasks.get(array, ()):
-            yield (
-                job_id,
-                Link(pk, name, state, to_epoch(finished_at), line == task_line, array, index),
-            )
+        tasks.setdefault(array, []).append(task)
+    out = {}
+    for array, line in keys:
+        rows = tasks.get(array, [])
+        if not rows:
+            continue  # deleted by hand: it holds nothing back
+        same_line = rows[0][4] == line
+        unmet = tuple(
+            Link(pk, name, state, to_epoch(finished_at), same_line, index)
+            for pk, name, state, finished_at, _, index in rows
+            if state != Job.State.SUCCEEDED
+        )
+        ended = None if unmet else max((to_epoch(row[3]) or 0.0) for row in rows)
+        ids = frozenset(row[0] for row in rows)
+        out[array, line] = ArrayLink(array, rows[0][1], same_line, unmet, ended, ids)
+    return out
 
 
-def unmet_links(ids: Sequence[int], line_id: int, array_ids: Sequence[int] = ()) -> list[Link]:
-    """The jobs of ``ids`` and the tasks of the arrays ``array_ids`` that have not
-    succeeded, as a job of business line ``line_id`` that waits for them reads them (the
-    what-if's candidate; a query for each kind named)."""
+def unmet_links(
+    ids: Sequence[int], line_id: int, array_ids: Sequence[int] = ()
+) -> list[Dependency]:
+    """The jobs of ``ids`` and the arrays of ``array_ids`` that have not succeeded, as a job
+    of business line ``line_id`` that waits for them reads them (the what-if's candidate; a
+    query for each kind named)."""
     rows = (
         Job.objects.filter(pk__in=ids)
-        .exclude(state=Job.State.SUCCEEDED)
         .order_by("pk")
         .values_list("pk", "name", "state", "finished_at", "queue__business_line_id")
     )
-    links = {
-        pk: Link(pk, name, state, to_epoch(finished_at), line == line_id)
+    jobs = [
+        Link(pk, name, state, to_epoch(finished_at), line == line_id)
         for pk, name, state, finished_at, line in (rows if ids else ())
-    }
-    for _, link in _array_links((0, array, line_id) for array in array_ids):
-        if link.state != Job.State.SUCCEEDED:
-            links.setdefault(link.id, link)
-    return list(links.values())
+    ]
+    read = _array_links({(array, line_id) for array in array_ids})
+    out = PendingLinks()
+    _sort_out(0, jobs, [read[key] for key in sorted(read)], out)
+    return out.unmet.get(0, [])
 
 
 def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verdict | None:
@@ -179,89 +227,117 @@ def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verd
 
 
 def verdict(
-    job: et.PendingJob, links: list[Link], ends: Mapping[int, float | None],
+    job: et.PendingJob, links: Sequence[Dependency], ends: Mapping[int, float | None],
     shape: ClusterShape, row: Mapping, started: Mapping[int, float | None] | None = None,
+    said: dict[tuple[int, bool], _ArraySaid] | None = None,
 ) -> et.Verdict:  # fmt: skip
     """The verdict of a held job: ``NEVER_FITS`` when the cluster (``shape``) could never run
     it as asked (``row``: its ``snapshot.JOB_FIELDS``), else ``DEPENDENCY``. ``ends``: the
-    running jobs' predicted ends (epoch seconds); ``started``: those of the waiting ones
-    that this cycle's plan starts, read as running (``arrays.started_ends``). The
-    estimated start is the latest
-    predicted end of its unmet dependencies when all of them run with one, else none: a
-    lower bound, as it then queues like any other job. The tasks of an array waited for as
-    a whole are said together, counted by what they are doing."""
+    predicted ends (epoch seconds) of the running jobs and of those this cycle's plan
+    starts (``started``, read as running: ``arrays.started_ends``). The estimated start is
+    the latest predicted end of its unmet dependencies when all of them (every task of an
+    array) run with one, else none: a lower bound, as it then queues like any other job. An
+    array's tasks are said together, counted by what they are doing (``said``: what was
+    said of each array, kept across the jobs of one cycle)."""
     never = never_fits(job, shape, row)
     if never is not None:
         return never
     started = started or {}
-    links = [
-        replace(link, state=Job.State.RUNNING) if link.id in started else link for link in links
+    said = {} if said is None else said
+    jobs = [link for link in links if isinstance(link, Link)]
+    groups = [link for link in links if isinstance(link, ArrayLink)]
+    until = [_until(link, ends, started) for link in jobs]
+    told = [_array_said(group, ends, started, said) for group in groups]
+    parts = [
+        (link.named(), _doing(link, end, started)) for link, end in zip(jobs, until, strict=True)
     ]
-    ends = {**ends, **started}
-    # the predicted end of each, to the minute (None: not running with one)
-    until = {
-        link.id: explain.minute_up(end)
-        if link.state == Job.State.RUNNING and (end := ends.get(link.id))
-        else None
-        for link in links
-    }
-    jobs = [link for link in links if link.array is None]
-    by_array: dict[int, list[Link]] = {}
-    for link in links:
-        if link.array is not None:
-            by_array.setdefault(link.array, []).append(link)
-    said = [(link.named(), _doing(link, until[link.id])) for link in jobs]
-    said += [(tasks[0].array_named(), _tasks_doing(tasks, until)) for tasks in by_array.values()]
-    if len(said) == 1:
-        message = f"Waits for {said[0][0]} to succeed: {said[0][1]}."
+    parts += [(group.named(), t.doing) for group, t in zip(groups, told, strict=True)]
+    if len(parts) == 1:
+        message = f"Waits for {parts[0][0]} to succeed: {parts[0][1]}."
     else:
         kinds = [explain.count(len(jobs), "job")] if jobs else []
-        kinds += [explain.count(len(by_array), "array")] if by_array else []
-        each = "; ".join(f"{what}: {doing}" for what, doing in said)
+        kinds += [explain.count(len(groups), "array")] if groups else []
+        each = "; ".join(f"{what}: {doing}" for what, doing in parts)
         message = f"Waits for {' and '.join(kinds)} to succeed: {each}."
     details: dict = {"waiting_for": [link.id for link in jobs]}
-    if by_array:
-        details["waiting_for_arrays"] = list(by_array)
-    known = [end for end in until.values() if end is not None]
-    estimate = max(known) if len(known) == len(links) else None
+    if groups:
+        details["waiting_for_arrays"] = [group.id for group in groups]
+    ends_known = [*until, *(t.last_end for t in told)]
+    estimate = None if None in ends_known else max(ends_known, default=None)  # type: ignore[type-var]
     if estimate is not None:
         details["dependencies_end_at"] = explain.iso(estimate)
     else:
-        first = next(link for link in links if until[link.id] is None)
-        what = first.named() if first.array is not None else f"job {first.id}"
-        details[explain.NO_ESTIMATE] = f"{what} it waits for is not running with a predicted end"
+        unknown = next((f"job {link.id}" for link, end in zip(jobs, until, strict=True)
+                        if end is None), None)  # fmt: skip
+        unknown = unknown or next(t.unknown for t in told if t.unknown)
+        details[explain.NO_ESTIMATE] = f"{unknown} it waits for is not running with a predicted end"
     return et.Verdict(
         DEPENDENCY_CODE, message, details, DEPENDENCY_REMEDY, estimated_start=estimate
     )
 
 
-def _doing(link: Link, end: float | None) -> str:
+def _until(link: Link, ends: Mapping[int, float | None], started: Mapping) -> float | None:
+    """A dependency's predicted end, to the minute, when it runs (or starts now) with one."""
+    running = link.state == Job.State.RUNNING or link.id in started
+    end = ends.get(link.id) if running else None
+    return explain.minute_up(end) if end else None
+
+
+def _doing(link: Link, end: float | None, started: Mapping) -> str:
     """What one dependency is doing: ``running, predicted to end 14:47 UTC``."""
-    doing = _DOING.get(link.state, link.state)
+    state = Job.State.RUNNING if link.id in started else link.state
+    doing = _DOING.get(state, state)
     return doing + (f", predicted to end {explain.when(end)}" if end is not None else "")
 
 
-def _tasks_doing(tasks: list[Link], until: Mapping[int, float | None]) -> str:
-    """What an array's unmet tasks are doing, counted by state (``_TASK_ORDER``):
-    ``3 tasks have not: 2 running, the last predicted to end 14:47 UTC; 1 waiting to
-    start``. A task that failed or was cancelled is named (the job is being cancelled)."""
+@dataclass(frozen=True)
+class _ArraySaid:
+    """What a verdict says of an array waited for: what its unmet tasks are doing, the
+    latest predicted end when all run with one (else None), and the first task without one
+    (``task 7 of array 42 (sweep)``, else "")."""
+
+    doing: str
+    last_end: float | None
+    unknown: str
+
+
+def _array_said(
+    group: ArrayLink, ends: Mapping[int, float | None], started: Mapping,
+    said: dict[tuple[int, bool], _ArraySaid],
+) -> _ArraySaid:  # fmt: skip
+    """``_ArraySaid`` of ``group``, counted by state (``_TASK_ORDER``): ``3 tasks have not:
+    2 running, the last predicted to end 14:47 UTC; 1 waiting to start``. A task that
+    failed or was cancelled is named (the job is being cancelled). Once per array and
+    line in ``said``."""
+    key = (group.id, group.same_line)
+    if key in said:
+        return said[key]
+    timed = [(task, _until(task, ends, started)) for task in group.unmet]
+    by_state: dict[str, list[tuple[Link, float | None]]] = {}
+    for task, end in timed:
+        state = Job.State.RUNNING if task.id in started else task.state
+        by_state.setdefault(state, []).append((task, end))
     parts = []
     for state in _TASK_ORDER:
-        doing = _DOING[state]
-        some = [task for task in tasks if task.state == state]
+        some = by_state.get(state)
         if not some:
             continue
         if state in (Job.State.FAILED, Job.State.CANCELLED):
-            parts.append(f"task {some[0].index} {doing}")
+            parts.append(f"task {some[0][0].index} {_DOING[state]}")
             continue
-        part = f"{len(some):,} {doing}"
-        ends = [until[task.id] for task in some]
-        if state == Job.State.RUNNING and None not in ends:
+        part = f"{len(some):,} {_DOING[state]}"
+        some_ends = [end for _, end in some]
+        if state == Job.State.RUNNING and None not in some_ends:
             last = "predicted to end" if len(some) == 1 else "the last predicted to end"
-            part += f", {last} {explain.when(max(ends))}"  # type: ignore[type-var]
+            part += f", {last} {explain.when(max(some_ends))}"  # type: ignore[type-var]
         parts.append(part)
-    has = explain.verb(len(tasks), "has", "have")
-    return f"{explain.count(len(tasks), 'task')} {has} not: {'; '.join(parts)}"
+    n = len(group.unmet)
+    doing = f"{explain.count(n, 'task')} {explain.verb(n, 'has', 'have')} not: {'; '.join(parts)}"
+    no_end = next((task for task, end in timed if end is None), None)
+    last_end = None if no_end is not None else max(end for _, end in timed)  # type: ignore[type-var]
+    unknown = f"task {no_end.index} of {group.named()}" if no_end is not None else ""
+    said[key] = _ArraySaid(doing, last_end, unknown)
+    return said[key]
 
 
 def held_verdicts(
@@ -279,6 +355,8 @@ def held_verdicts(
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
+    with_started = {**ends, **started}  # a dependency the plan starts reads as running
+    said: dict[tuple[int, bool], _ArraySaid] = {}
     runtimes = {job_id: held[job_id].predicted_runtime_s for job_id in throttled}
     places = arrays.estimated_starts(throttled, runtimes, ends, started, now)
     shape = ClusterShape.of_nodes(snapshot.nodes)
@@ -292,5 +370,5 @@ def held_verdicts(
                 throttled[job_id], started, places[job_id]
             )
         else:
-            out[job_id] = verdict(job, links.unmet[job_id], ends, shape, row, started)
+            out[job_id] = verdict(job, links.unmet[job_id], with_started, shape, row, started, said)
     return out

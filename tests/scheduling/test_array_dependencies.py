@@ -156,14 +156,17 @@ def test_a_job_after_jobs_and_arrays_names_each_and_counts_them(api, demo):
     assert first.endswith(f"; starts after job {prep} and every task of array {array.pk} succeeded")
 
 
-def test_a_task_also_named_by_id_counts_once(api, demo):
+def test_a_task_also_named_by_id_counts_once_in_its_array(api, demo):
     admin, me = api("admin"), api("researcher")
     array = sweep(demo, "0-1", sim_duration_minutes=600)
     then = submit(me, gpus=8, after=[task(array, 0)], after_arrays=[array.pk])
     cycle(admin)
     message = job(me, then)["pending_reason"]["message"]
-    assert f"array {array.pk} (sweep): 1 task has not: 1 running, predicted to end" in message
-    assert message.startswith(f"Waits for 1 job and 1 array to succeed: job {task(array, 0)} ")
+    assert message.startswith(
+        f"Waits for array {array.pk} (sweep) to succeed: 2 tasks have not: 2 running, the last "
+        "predicted to end "
+    ), message
+    assert job(me, then)["after"] == [task(array, 0)], "as asked"
 
 
 def test_an_array_of_another_line_is_unknown_as_is_one_that_does_not_exist(demo):
@@ -249,10 +252,13 @@ def test_the_verdict_counts_an_arrays_tasks_and_reads_those_the_plan_starts_as_r
     row = {"gpus": 8, "gpus_per_node": 8, "gpu_memory_gb": None, "rdma": False,
            "preemptible": False, "avoid_inference": False}  # fmt: skip
 
-    def task(pk: int, index: int, state: str, same_line: bool = True) -> dependencies.Link:
-        return dependencies.Link(pk, "sweep", state, None, same_line, array=7, index=index)
+    def array(*tasks: tuple[int, int, str], same_line: bool = True) -> dependencies.ArrayLink:
+        unmet = tuple(dependencies.Link(pk, "sweep", state, None, same_line, index)
+                      for pk, index, state in tasks)  # fmt: skip
+        ids = frozenset(pk for pk, *_ in tasks)
+        return dependencies.ArrayLink(7, "sweep", same_line, unmet, None, ids)
 
-    links = [task(10, 0, "running"), task(11, 1, "pending"), task(12, 2, "preempting")]
+    links = [array((10, 0, "running"), (11, 1, "pending"), (12, 2, "preempting"))]
     ends = {10: 1_800_000_030.0}
     waits = dependencies.verdict(view, links, ends, shape, row)
     assert waits.message == (
@@ -264,14 +270,16 @@ def test_the_verdict_counts_an_arrays_tasks_and_reads_those_the_plan_starts_as_r
         "task 1 of array 7 (sweep) it waits for is not running with a predicted end"
     )
     started = {11: 1_800_003_600.0}
-    links = [task(10, 0, "running"), task(11, 1, "pending")]
-    waits = dependencies.verdict(view, links, ends, shape, row, started)
+    links = [array((10, 0, "running"), (11, 1, "pending"))]
+    waits = dependencies.verdict(view, links, {**ends, **started}, shape, row, started)
     assert waits.message == (
         "Waits for array 7 (sweep) to succeed: 2 tasks have not: 2 running, the last predicted "
         "to end 2027-01-15 09:00 UTC."
     )
     assert waits.estimated_start == 1_800_003_600.0
-    other = dependencies.verdict(view, [task(10, 0, "running", same_line=False)], ends, shape, row)
+    other = dependencies.verdict(
+        view, [array((10, 0, "running"), same_line=False)], ends, shape, row
+    )
     assert other.message.startswith("Waits for array 7 to succeed: 1 task has not: 1 running")
 
 

@@ -50,13 +50,23 @@ def whole_number(text: str) -> int:
     return int(text)
 
 
+def _ids(text: str, noun: str) -> list[int]:
+    """Ids separated by commas or spaces (``12,13`` or ``"12 13"``), each a ``whole_number``."""
+    words = text.replace(",", " ").split()
+    if not words:
+        raise argparse.ArgumentTypeError(f"no {noun} ids (give them as 12,13)")
+    return [whole_number(word) for word in words]
+
+
 def job_ids(text: str) -> list[int]:
     """Job ids separated by commas or spaces (``12,13`` or ``"12 13"``), each a
     ``whole_number``: argparse's ``type`` for ``--after``."""
-    words = text.replace(",", " ").split()
-    if not words:
-        raise argparse.ArgumentTypeError("no job ids (give them as 12,13)")
-    return [whole_number(word) for word in words]
+    return _ids(text, "job")
+
+
+def array_ids(text: str) -> list[int]:
+    """Job-array ids as ``job_ids`` reads job ids: argparse's ``type`` for ``--after-array``."""
+    return _ids(text, "array")
 
 
 def config_path() -> Path:

@@ -28,6 +28,7 @@ from gpuctl.client import (
     CliError,
     Config,
     Portal,
+    array_ids,
     config_path,
     job_ids,
     whole_number,
@@ -91,6 +92,7 @@ examples:
       --checkpoint-interval-minutes 30 --estimated-runtime-minutes 720 --model-name llama-70b
   gpuctl submit -f job.yaml --gpus 16       # the file, with 16 GPUs instead
   gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
+  gpuctl submit merge -q llm-core -g 8 --after-array 42   # once every task of array 42 did
   gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
   cat job.yaml | gpuctl submit -f -
 
@@ -106,7 +108,8 @@ EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
 its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
-(it waits for the jobs it was submitted --after to succeed), ARRAY_LIMIT (a task of an
+(it waits for the jobs it was submitted --after, or every task of the arrays it was
+submitted --after-array, to succeed), ARRAY_LIMIT (a task of an
 array past its bound: --array 0-99%10), QUOTA_EXCEEDED,
 NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
 TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
@@ -181,6 +184,7 @@ JOB_FIELDS_INT = (
 )  # fmt: skip
 JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
 JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible")
+JOB_FIELDS_AFTER = ("after", "after_arrays")  # job ids, array ids (--after, --after-array)
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -205,7 +209,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
                 EXIT_USAGE,
             ) from exc
         body.update(loaded)
-    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, "after", "array"):
+    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, *JOB_FIELDS_AFTER, "array"):
         value = getattr(args, name, None)
         if value is not None:
             body[name] = value
@@ -362,6 +366,11 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         waiting = job.get("waiting_for") or []
         rows.append(("starts after", ", ".join(
             f"{i} (not succeeded yet)" if i in waiting else str(i) for i in job["after"]
+        )))  # fmt: skip
+    if job.get("after_arrays"):
+        waiting = job.get("waiting_for_arrays") or []
+        rows.append(("starts after arrays", ", ".join(
+            f"{i} (not succeeded yet)" if i in waiting else str(i) for i in job["after_arrays"]
         )))  # fmt: skip
     if job["state"] == "pending":
         reason = job.get("pending_reason")
@@ -926,6 +935,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--after", type=job_ids, metavar="ID,ID",
                    help="start only once these jobs have all succeeded (at most 20)")  # fmt: skip
+    p.add_argument("--after-array", type=array_ids, action="extend",
+                   dest="after_arrays", metavar="ID,ID",
+                   help="start only once every task of these job arrays has succeeded "
+                   "(repeatable; at most 20 arrays)")  # fmt: skip
     p.add_argument("--array", metavar="SPEC",
                    help="a job array: one task per index, Slurm's spec (0-99, 1,3,5-11:2; "
                    "%%N: at most N at once; at most 1,000 tasks)")  # fmt: skip

@@ -35,16 +35,7 @@ def cancel_unreachable(cycle: Cycle) -> None:
             .values_list("from_job_id", "to_job_id", "to_job__state")
         ):
             blocked.setdefault(job_id, f"job {dep_id} it waited for {_ENDED[state]}")
-        for job_id, array_id, index, state in (
-            Job.after_arrays.through.objects.filter(
-                job__state=Job.State.PENDING, jobarray__tasks__state__in=_ENDED
-            )
-            .order_by("job_id", "jobarray_id", "jobarray__tasks__array_index")
-            .values_list(
-                "job_id", "jobarray_id", "jobarray__tasks__array_index", "jobarray__tasks__state"
-            )
-        ):
-            why = f"task {index} of array {array_id} it waited for {_ENDED[state]}"
+        for job_id, why in _blocked_by_arrays():
             blocked.setdefault(job_id, why)
         # Only the job rows, FOR NO KEY UPDATE (as ``services.cancel_job``): one cancelled
         # meanwhile by a person is no longer pending and is left alone.
@@ -60,3 +51,29 @@ def cancel_unreachable(cycle: Cycle) -> None:
             job.finished_at = cycle.stamp(job)
             job.save(update_fields=["state", "finished_at", "updated_at"])
             cycle.event(job, "cancelled", f"cancelled: {blocked[job.pk]}")
+
+
+def _blocked_by_arrays() -> list[tuple[int, str]]:
+    """``(pending job, why)`` for each pending job waiting for an array with a task that
+    failed or was cancelled, by job and array (the why names the array's lowest such task).
+    Two queries, each as long as the arrays' ended tasks or their links: never the product
+    of both (a cancelled 1,000-task array with 1,000 jobs waiting for it is 2,000 rows)."""
+    through = Job.after_arrays.through
+    linked = through.objects.filter(job__state=Job.State.PENDING).values("jobarray_id")
+    ended: dict[int, str] = {}
+    for array_id, index, state in (
+        Job.objects.filter(array_id__in=linked, state__in=_ENDED)
+        .order_by("array_id", "array_index")
+        .values_list("array_id", "array_index", "state")
+    ):
+        ended.setdefault(
+            array_id, f"task {index} of array {array_id} it waited for {_ENDED[state]}"
+        )
+    if not ended:
+        return []
+    rows = (
+        through.objects.filter(job__state=Job.State.PENDING, jobarray_id__in=ended)
+        .order_by("job_id", "jobarray_id")
+        .values_list("job_id", "jobarray_id")
+    )
+    return [(job_id, ended[array_id]) for job_id, array_id in rows]

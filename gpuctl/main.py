@@ -933,8 +933,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--sim-duration-minutes", type=whole_number, help="simulator only: true run time"
     )
-    p.add_argument("--after", type=job_ids, metavar="ID,ID",
-                   help="start only once these jobs have all succeeded (at most 20)")  # fmt: skip
+    p.add_argument("--after", type=job_ids, action="extend", metavar="ID,ID",
+                   help="start only once these jobs have all succeeded (repeatable; at most "
+                   "20)")  # fmt: skip
     p.add_argument("--after-array", type=array_ids, action="extend",
                    dest="after_arrays", metavar="ID,ID",
                    help="start only once every task of these job arrays has succeeded "

@@ -36,6 +36,9 @@ def test_submit_after_waits_and_explain_and_jobs_say_dependency(gpuctl, roomy, a
     ]  # fmt: skip
     spaced = submit(gpuctl, "eval2", "--after", f"{first} {first}")
     assert list(Job.objects.get(pk=spaced).after.values_list("pk", flat=True)) == [first]
+    # the flag repeated adds to it: never the last one alone (a job started too early)
+    twice = submit(gpuctl, "eval3", "--after", str(first), "--after", str(second))
+    assert sorted(Job.objects.get(pk=twice).after.values_list("pk", flat=True)) == [first, second]
     assert gpuctl("researcher", "cancel", str(second)).code == 0
     cycle(api("admin"))  # ``then`` is cancelled (``second`` was); ``spaced`` waits
 

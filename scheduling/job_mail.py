@@ -25,19 +25,23 @@ Nothing lost, nothing mailed twice, while cycles and cancels write events concur
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 
 from core.env import portal_url
 from core.mail import mail_on_commit
 from core.timezones import written, zone_of_recipient
-from scheduling.models import JOB_MAIL_EVENTS, JobEvent, JobMail, JobMailPreference
+from scheduling.arrays import ArraySpec
+from scheduling.models import JOB_MAIL_EVENTS, Job, JobArray, JobEvent, JobMail, JobMailPreference
 
 log = logging.getLogger(__name__)
 
@@ -177,30 +181,121 @@ def _says(event: JobEvent) -> str:
     return f"{_SAYS.get(event.kind, event.kind)}: {event.message}"
 
 
-def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | None:
-    """The mail (subject, body, events listed) of ``pref``'s new events; None if none."""
-    events = _events_for(pref, horizon)
+@dataclass(frozen=True)
+class _Line:
+    """One line of a digest: when (the latest event it tells), and what; ``last``: said
+    after the other lines of that time (an array's end, after its tasks' lines)."""
+
+    at: datetime
+    text: str
+    last: bool = False
+
+
+def _job_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Line], int, set[int]]:
+    """The lines of the events of jobs that are no array's task: one an event, at most
+    ``MAX_LISTED``; with how many there are in all and the jobs they are of."""
     listed = list(events.select_related("job").order_by("pk")[:MAX_LISTED])
-    if not listed:
-        return None
     total = len(listed) if len(listed) < MAX_LISTED else events.count()
-    zone = zone_of_recipient(pref.user)
-    base = portal_url()
     jobs = {e.job_id for e in listed}
     if total > len(listed):
         jobs |= set(events.order_by().values_list("job_id", flat=True).distinct())
-    first = listed[0].job
-    subject = (
-        f"{len(jobs)} of your jobs changed"
-        if len(jobs) > 1
-        else f"Your job {first.pk} ({first.name}) changed"
-    )
     lines = [
-        f"{written(e.at, zone)}  job {e.job_id} ({e.job.name}) {_says(e)}  {base}/jobs/{e.job_id}/"
+        _Line(
+            e.at,
+            f"{written(e.at, zone)}  job {e.job_id} ({e.job.name}) {_says(e)}  "
+            f"{base}/jobs/{e.job_id}/",
+        )  # fmt: skip
         for e in listed
     ]
-    if total > len(listed):
-        lines.append(f"and {total - len(listed)} more: {base}/jobs/?mine=1")
+    return lines, total, jobs
+
+
+def _array_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Line], int, set[int]]:
+    """The lines of the events of array tasks: one an array and kind of event, its tasks'
+    indices written as a spec ("array 42 (sweep): 4 tasks succeeded (0-3)"), and for an
+    array whose last task ended in them, what all its tasks came to (Slurm mails an array
+    as a whole, not task by task). Two queries, however many tasks; with the number of
+    events they tell and the arrays."""
+    groups = list(
+        events.order_by()
+        .values("job__array_id", "job__array__name", "kind")
+        .annotate(n=Count("id"), last=Max("at"),
+                  indices=ArrayAgg("job__array_index", distinct=True, order_by="job__array_index"))
+    )  # fmt: skip
+    if not groups:
+        return [], 0, set()
+    arrays = {g["job__array_id"] for g in groups}
+    states: dict[int, dict[str, int]] = {}
+    for array_id, state, n in (
+        Job.objects.filter(array_id__in=arrays).order_by()
+        .values_list("array_id", "state").annotate(n=Count("id"))
+    ):  # fmt: skip
+        states.setdefault(array_id, {})[state] = n
+    lines, last_at = [], {}
+    for g in sorted(groups, key=lambda g: (g["last"], g["job__array_id"], g["kind"])):
+        array_id, name = g["job__array_id"], g["job__array__name"]
+        tasks = f"{g['n']:,} tasks" if g["n"] != 1 else "task"
+        indices = ArraySpec(tuple(g["indices"]), None).text
+        what = _SAYS.get(g["kind"], g["kind"])
+        if g["n"] != 1:  # "3 tasks were preempted"
+            what = re.sub(r"\bwas\b", "were", what)
+        text = f"{written(g['last'], zone)}  array {array_id} ({name}): {tasks} {what} ({indices})"
+        lines.append(_Line(g["last"], f"{text}  {base}/arrays/{array_id}/"))
+        if g["kind"] in _ENDS:
+            last_at[array_id, name] = g["last"]  # the latest: groups go in time order
+    for (array_id, name), at in last_at.items():
+        by_state = states.get(array_id, {})
+        if any(by_state.get(state) for state in Job.ACTIVE_STATES):
+            continue  # not ended
+        text = f"{written(at, zone)}  array {array_id} ({name}) has ended: {_came_to(by_state)}"
+        lines.append(_Line(at, f"{text}  {base}/arrays/{array_id}/", last=True))
+    return lines, sum(g["n"] for g in groups), arrays
+
+
+# An array has ended when an event of one of these kinds leaves it no active task.
+_ENDS = {"succeeded", "failed", "cancelled"}
+
+
+def _came_to(by_state: dict[str, int]) -> str:
+    """What an ended array's tasks came to: ``14 of its 16 tasks succeeded, 2 failed``."""
+    size, ok = sum(by_state.values()), by_state.get(Job.State.SUCCEEDED, 0)
+    rest = [f"{by_state[state]:,} {state}" for state in (Job.State.FAILED, Job.State.CANCELLED)
+            if by_state.get(state)]  # fmt: skip
+    if ok == size:
+        return f"all {size:,} tasks succeeded" if size > 1 else "its task succeeded"
+    said = (
+        f"{ok:,} of its {size:,} tasks succeeded" if ok else f"none of its {size:,} tasks succeeded"
+    )
+    return f"{said}, {', '.join(rest)}"
+
+
+def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | None:
+    """The mail (subject, body, events told) of ``pref``'s new events; None if none. A
+    job's events a line each (at most ``MAX_LISTED``, the rest counted); an array's tasks'
+    events a line per kind (``_array_lines``)."""
+    events = _events_for(pref, horizon)
+    zone = zone_of_recipient(pref.user)
+    base = portal_url()
+    job_lines, job_events, jobs = _job_lines(events.filter(job__array__isnull=True), zone, base)
+    array_lines, array_events, arrays = _array_lines(
+        events.filter(job__array__isnull=False), zone, base
+    )
+    if not job_lines and not array_lines:
+        return None
+    told = sorted(job_lines + array_lines, key=lambda line: (line.at, line.last))
+    lines = [line.text for line in told]
+    if job_events > len(job_lines):
+        lines.append(f"and {job_events - len(job_lines)} more: {base}/jobs/?mine=1")
+    if len(jobs) + len(arrays) == 1:
+        subject = (
+            _one_subject("job", jobs, Job) if jobs else _one_subject("array", arrays, JobArray)
+        )
+    elif arrays:
+        parts = [f"{len(jobs):,} of your jobs"] if jobs else []
+        parts.append(f"{len(arrays):,} of your arrays" if len(arrays) > 1 else "1 of your arrays")
+        subject = f"{' and '.join(parts)} changed"
+    else:
+        subject = f"{len(jobs):,} of your jobs changed"
     body = "\n".join(
         [
             f"Hello {pref.user.get_username()},",
@@ -210,7 +305,14 @@ def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | Non
             f"You get this mail because you asked for it on {base}/account/ (turn it off there).",
         ]
     )
-    return subject, body, len(listed)
+    return subject, body, len(job_lines) + array_events
+
+
+def _one_subject(noun: str, ids: set[int], model: type[Job] | type[JobArray]) -> str:
+    """``Your job 12 (llama-7b) changed``: the subject of a mail about one job or array."""
+    (pk,) = ids
+    name = model.objects.values_list("name", flat=True).get(pk=pk)
+    return f"Your {noun} {pk} ({name}) changed"
 
 
 def send_job_digests(horizon: int | None = None) -> DigestReport:

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
@@ -152,6 +152,45 @@ def list_linked_jobs(user, job: Job) -> tuple[list[LinkedJob], list[LinkedJob]]:
         [LinkedJob(pk, *(seen[pk] or ())) for pk in after],
         [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
     )
+
+
+@dataclass(frozen=True)
+class LinkedArray:
+    """An array a job starts after as a whole (``Job.after_arrays``), as ``user`` may see
+    it: its name and how many of its tasks succeeded only if they may view the array
+    (``name`` None: they may not; its id alone)."""
+
+    id: int
+    name: str | None = None
+    succeeded: int | None = None
+    size: int | None = None
+
+
+def list_linked_arrays(user, job: Job) -> list[LinkedArray]:
+    """The arrays ``job`` starts after as a whole, in id order, each with how many of its
+    tasks succeeded where ``user`` may see it (``list_arrays_for_user``), by id alone
+    where not. One query: the arrays, their succeeded tasks counted and whether the viewer
+    sees each, together."""
+    rows = (
+        JobArray.objects.filter(dependents=job)
+        .annotate(
+            succeeded=Count("tasks", filter=Q(tasks__state=Job.State.SUCCEEDED)),
+            visible=Exists(list_arrays_for_user(user).filter(pk=OuterRef("pk"))),
+        )
+        .order_by("pk")
+        .values_list("pk", "name", "succeeded", "size", "visible")
+    )
+    return [
+        LinkedArray(pk, name, succeeded, size) if visible else LinkedArray(pk)
+        for pk, name, succeeded, size, visible in rows
+    ]
+
+
+def list_array_dependents(user, array: JobArray) -> list[LinkedJob]:
+    """The jobs waiting for every task of ``array`` to succeed (``Job.after_arrays``) that
+    ``user`` may see, in id order (one query)."""
+    dependents = list_jobs_for_user(user).filter(after_arrays=array).order_by("pk")
+    return [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")]
 
 
 def list_queues_for_submit(user) -> QuerySet[Queue]:

@@ -42,6 +42,7 @@ from scheduling.selectors import (
     held_filter,
     list_arrays_for_user,
     list_jobs_for_user,
+    list_linked_arrays,
     list_linked_jobs,
     list_queues_for_submit,
     visible_job_ids,
@@ -484,6 +485,8 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         # the jobs it starts after and those waiting for it (``Job.after``)
         "starts_after": starts_after,
         "waited_for_by": waited_for_by,
+        # the arrays every task of which it starts after (``Job.after_arrays``)
+        "starts_after_arrays": list_linked_arrays(request.user, job),
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

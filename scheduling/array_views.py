@@ -32,7 +32,12 @@ from scheduling.engine.explain import count, verb
 from scheduling.forms import ArrayBoundForm, ArrayPageForm
 from scheduling.models import JobArray
 from scheduling.permissions import may_cancel
-from scheduling.selectors import ArrayProgress, array_progress, list_arrays_for_user
+from scheduling.selectors import (
+    ArrayProgress,
+    array_progress,
+    list_array_dependents,
+    list_arrays_for_user,
+)
 from scheduling.views import CODE_TITLES, JOBS_PER_PAGE
 
 # ``array``: the related manager sets each task's array from it (deferred: a query a task)
@@ -87,6 +92,8 @@ def render_array(
         "page_form": query,
         "may_act": may_act,
         "bound_form": bound_form or ArrayBoundForm(initial=initial),
+        # the jobs waiting for every task of it to succeed, those the viewer may see
+        "dependents": list_array_dependents(request.user, array),
     }
     return render(request, "scheduling/array_detail.html", context, status=status)
 

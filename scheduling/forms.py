@@ -146,6 +146,12 @@ class JobSubmitForm(forms.Form):
         help_text="Optional: ids of jobs that must all succeed first, e.g. 12, 13 (at most "
         f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled.",
     )  # fmt: skip
+    after_arrays = forms.CharField(
+        label="Start after arrays", required=False, max_length=400,
+        help_text="Optional: ids of job arrays every task of which must succeed first, e.g. "
+        f"42, 43 (at most {limits.AFTER_ARRAYS_MAX}). If one of their tasks fails for good or "
+        "is cancelled, this job is cancelled.",
+    )  # fmt: skip
     array = forms.CharField(
         label="Array", required=False, max_length=arrays.SPEC_MAX, strip=True,
         help_text="Run many copies that differ by index, as Slurm's --array: 0-99, 1,3,5-9 "
@@ -167,7 +173,7 @@ class JobSubmitForm(forms.Form):
                                       "checkpoint_interval_minutes")),
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
-        ("Pipeline", ("after",)),
+        ("Pipeline", ("after", "after_arrays")),
         ("Many copies (a job array)", ("array",)),
     )  # fmt: skip
 
@@ -176,6 +182,7 @@ class JobSubmitForm(forms.Form):
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
+        "after_arrays",
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
@@ -197,11 +204,12 @@ class JobSubmitForm(forms.Form):
     def clean_after(self) -> list[int]:
         """Job ids separated by commas or spaces, digits 0-9 only; which jobs they may be is
         the service's rule (``services.check_after``)."""
-        words = self.cleaned_data["after"].replace(",", " ").split()
-        for word in words:
-            if not is_ascii_number(word) or int(word) > limits.JOB_ID_MAX or int(word) < 1:
-                raise ValidationError(f"not a job id: {word[:20]!r} (give ids like 12, 13)")
-        return [int(word) for word in words]
+        return _ids(self.cleaned_data["after"], "a job id", "12, 13")
+
+    def clean_after_arrays(self) -> list[int]:
+        """Array ids, as ``after``'s job ids; which arrays they may be is the service's rule
+        (``services.check_after_arrays``)."""
+        return _ids(self.cleaned_data["after_arrays"], "an array id", "42, 43")
 
     def clean_array(self) -> str:
         """The array's spec as given, or empty for a single job; a spec that names no
@@ -237,6 +245,7 @@ class JobSubmitForm(forms.Form):
         data["avoid_inference"] = bool(data["avoid_inference"])
         data["model_name"] = data["model_name"] or ""
         data["after"] = data["after"] or ()
+        data["after_arrays"] = data["after_arrays"] or ()
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def add_service_errors(self, exc: ValidationError) -> None:
@@ -251,6 +260,17 @@ class JobSubmitForm(forms.Form):
                     else f"{field}: {message}"
                 )
                 self.add_error(target, said)
+
+
+def _ids(value: str, what: str, example: str) -> list[int]:
+    """Ids separated by commas or spaces, digits 0-9 only, each 1 to ``limits.JOB_ID_MAX``
+    (a bigint: a larger number names nothing), or a ValidationError naming the first bad one
+    as ``what`` it is not."""
+    words = value.replace(",", " ").split()
+    for word in words:
+        if not is_ascii_number(word) or int(word) > limits.JOB_ID_MAX or int(word) < 1:
+            raise ValidationError(f"not {what}: {word[:20]!r} (give ids like {example})")
+    return [int(word) for word in words]
 
 
 class EstimatorForm(forms.Form):

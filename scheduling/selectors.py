@@ -9,7 +9,7 @@ from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import connection
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, Exists, OuterRef, Q, QuerySet, Sum, Value
 
 from core.roles import line_ids_query, role_of
 from quotas.models import Queue
@@ -135,12 +135,49 @@ class LinkedJob:
     state: str | None = None
 
 
-def list_linked_jobs(user, job: Job) -> tuple[list[LinkedJob], list[LinkedJob]]:
-    """``(starts after, waiting for it)`` of ``job`` for its page, in id order: every job it
-    starts after (by id alone where ``user`` may not see it), and the jobs waiting for it
-    that ``user`` may see. Two queries (three with a dependency)."""
-    after = list(Job.after.through.objects.filter(from_job=job).order_by("to_job_id")
-                 .values_list("to_job_id", flat=True))  # fmt: skip
+@dataclass(frozen=True)
+class LinkedArray:
+    """An array a job starts after as a whole (``Job.after_arrays``), as ``user`` may see
+    it: its name and how many of its tasks succeeded only if they may view the array
+    (``name`` None: they may not; its id alone)."""
+
+    id: int
+    name: str | None = None
+    succeeded: int | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What a job's page says of its dependencies, as ``user`` may see them, each in id
+    order: the jobs it starts after (``Job.after``), the arrays every task of which it
+    starts after (``Job.after_arrays``) and the jobs waiting for it."""
+
+    starts_after: list[LinkedJob]
+    starts_after_arrays: list[LinkedArray]
+    waited_for_by: list[LinkedJob]
+
+
+def list_linked_jobs(user, job: Job) -> Pipeline:
+    """``job``'s pipeline for its page: every job and array it starts after (by id alone
+    where ``user`` may not see it) and the jobs waiting for it that ``user`` may see. Two
+    queries (its links of both kinds at once, and the jobs waiting for it), one more with
+    a job it starts after and one more with an array (``list_linked_arrays``)."""
+    links = (
+        Job.after.through.objects.filter(from_job=job)
+        .values_list("to_job_id", Value(False, output_field=BooleanField()))
+        .union(
+            Job.after_arrays.through.objects.filter(job=job).values_list(
+                "jobarray_id", Value(True, output_field=BooleanField())
+            ),
+            all=True,
+        )
+    )
+    after: list[int] = []
+    arrays: list[int] = []
+    for pk, is_array in links:
+        (arrays if is_array else after).append(pk)
+    after.sort()
     seen = dict.fromkeys(after)
     if after:
         visible = list_jobs_for_user(user).filter(pk__in=after).order_by()
@@ -148,10 +185,38 @@ def list_linked_jobs(user, job: Job) -> tuple[list[LinkedJob], list[LinkedJob]]:
             (pk, (name, state)) for pk, name, state in visible.values_list("pk", "name", "state")
         )
     dependents = list_jobs_for_user(user).filter(after=job).order_by("pk")
-    return (
-        [LinkedJob(pk, *(seen[pk] or ())) for pk in after],
-        [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
+    return Pipeline(
+        starts_after=[LinkedJob(pk, *(seen[pk] or ())) for pk in after],
+        starts_after_arrays=list_linked_arrays(user, arrays) if arrays else [],
+        waited_for_by=[LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
     )
+
+
+def list_linked_arrays(user, array_ids: Iterable[int]) -> list[LinkedArray]:
+    """The arrays of ``array_ids`` (those a job starts after as a whole), in id order, each
+    with how many of its tasks succeeded where ``user`` may see it (``list_arrays_for_user``),
+    by id alone where not. One query: the arrays, their succeeded tasks counted and whether
+    the viewer sees each, together."""
+    rows = (
+        JobArray.objects.filter(pk__in=list(array_ids))
+        .annotate(
+            succeeded=Count("tasks", filter=Q(tasks__state=Job.State.SUCCEEDED)),
+            visible=Exists(list_arrays_for_user(user).filter(pk=OuterRef("pk"))),
+        )
+        .order_by("pk")
+        .values_list("pk", "name", "succeeded", "size", "visible")
+    )
+    return [
+        LinkedArray(pk, name, succeeded, size) if visible else LinkedArray(pk)
+        for pk, name, succeeded, size, visible in rows
+    ]
+
+
+def list_array_dependents(user, array: JobArray) -> list[LinkedJob]:
+    """The jobs waiting for every task of ``array`` to succeed (``Job.after_arrays``) that
+    ``user`` may see, in id order (one query)."""
+    dependents = list_jobs_for_user(user).filter(after_arrays=array).order_by("pk")
+    return [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")]
 
 
 def list_queues_for_submit(user) -> QuerySet[Queue]:

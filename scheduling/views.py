@@ -472,7 +472,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     events = list(job.events.all())
     allowed = may_cancel(request.user, job)
     progress = job.progress_at(clock.now())  # the header's clock reads the same instant
-    starts_after, waited_for_by = list_linked_jobs(request.user, job)
+    pipeline = list_linked_jobs(request.user, job)
     context = {
         "job": job,
         "events": events,
@@ -481,9 +481,11 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "detail_rows": detail_rows(job.pending_details),
         # the jobs its verdict names that this viewer may see: linked to their pages
         "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
-        # the jobs it starts after and those waiting for it (``Job.after``)
-        "starts_after": starts_after,
-        "waited_for_by": waited_for_by,
+        # the jobs it starts after and those waiting for it (``Job.after``), and the
+        # arrays every task of which it starts after (``Job.after_arrays``)
+        "starts_after": pipeline.starts_after,
+        "starts_after_arrays": pipeline.starts_after_arrays,
+        "waited_for_by": pipeline.waited_for_by,
         "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

@@ -62,7 +62,7 @@ def test_a_researcher_submits_an_array_and_follows_it_on_its_page(demo, page, lo
     page.get_by_label("Queue").select_option(str(Queue.objects.get(name="llm-experiment").pk))
     page.get_by_label("GPUs in total").fill(str(GPUS))
     page.get_by_label("Simulated true runtime (minutes)").fill("90")
-    page.get_by_label("Array").fill("0-5%2")
+    page.get_by_label("Array", exact=True).fill("0-5%2")  # not "Start after arrays"
     # the what-if still answers for one task with an array on the form
     expect(page.locator("#feasibility-title")).to_have_text("Would start now")
     page.get_by_role("button", name="Submit job").focus()

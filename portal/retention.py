@@ -8,7 +8,7 @@ What is kept, and for how long (settings ``RETENTION_*_DAYS``; 0 keeps rows fore
 | resolved alerts | 90 days after they were resolved | ``resolved_at``, cluster time |
 | audit records | 365 days | ``at``, cluster time |
 | job events | as long as their job | (jobs are never pruned: job history is kept) |
-| job dependencies (``Job.after``) | as long as their jobs | (so a pending job never loses, nor waits for ever on, the jobs it waits for) |
+| job dependencies (``Job.after``, ``Job.after_arrays``) | as long as their jobs | (so a pending job never loses, nor waits for ever on, the jobs it waits for) |
 
 Open and acknowledged alerts are never pruned, whatever their age. Each period is
 measured on the clock its rows are stamped with: cycles carry the wall clock (they are

@@ -259,7 +259,9 @@ def verdict(
         kinds += [explain.count(len(groups), "array")] if groups else []
         each = "; ".join(f"{what}: {doing}" for what, doing in parts)
         message = f"Waits for {' and '.join(kinds)} to succeed: {each}."
-    details: dict = {"waiting_for": [link.id for link in jobs]}
+    details: dict = {}
+    if jobs or not groups:
+        details["waiting_for"] = [link.id for link in jobs]
     if groups:
         details["waiting_for_arrays"] = [group.id for group in groups]
     ends_known = [*until, *(t.last_end for t in told)]

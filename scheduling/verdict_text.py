@@ -82,6 +82,7 @@ LABELS: dict[str, str] = {
     "hold_reason": "Reason given",
     "hold_kind": "Kind of hold (admin: only an admin may release it)",
     "waiting_for": "Waits for jobs to succeed",
+    "waiting_for_arrays": "Waits for every task of arrays to succeed",
     "dependencies_end_at": "They are predicted to end by",
     # ARRAY_LIMIT (``scheduling.arrays``)
     "array": "Its array",
@@ -144,6 +145,7 @@ YES_NO = {"strict_order", "demoted", "consolidation"}
 IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
 NUMBERS = {"array", "array_index"}  # an array's id, a task's index: "12345", no separators
 ID_LISTS = {"waiting_for"}  # jobs' ids: "#12, #13"
+ARRAY_LISTS = {"waiting_for_arrays"}  # arrays' ids: "array 42, array 43"
 # How a verdict's texts name a job: "job 7905" in its message and estimate, "#7905" in its
 # facts (``IDS``). The job page links the ones the viewer may see (``job_refs``), and so
 # does its live script (static/js/pages/jobs_detail.js, the same pattern).
@@ -189,6 +191,8 @@ def format_value(key: str, value: Any) -> str:
         return str(value)  # as the array's page names it: "Array 12345", "task 7"
     if key in ID_LISTS and isinstance(value, list | tuple):
         return ", ".join(f"#{v}" for v in value) or "none"
+    if key in ARRAY_LISTS and isinstance(value, list | tuple):
+        return ", ".join(f"array {v}" for v in value) or "none"
     if isinstance(value, float):
         return num(round(value)) if value == int(value) else f"{value:,.1f}"
     if isinstance(value, int):

@@ -822,8 +822,9 @@ def test_queues_and_submit_pages_do_a_fixed_number_of_queries(
     data = form_data(action="check", gpus="8", queue=queue_id("llm-core"))
     # the what-if reads the cluster's snapshot once (with borrowing's inputs, #19: the
     # demand peaks, the recent evictions and the queues' eviction ratios; the pending jobs'
-    # dependencies and the nodes' scheduled maintenance, one query each)
-    with django_assert_max_num_queries(28):
+    # dependencies on jobs and on arrays and the nodes' scheduled maintenance, one query
+    # each)
+    with django_assert_max_num_queries(29):
         assert client.post("/jobs/new/", data).status_code == 200
     with django_assert_max_num_queries(16):  # then keeps it until the cluster changes
         assert client.post("/jobs/new/", data).status_code == 200

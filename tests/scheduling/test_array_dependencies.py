@@ -59,8 +59,11 @@ def test_a_job_after_an_array_waits_for_every_task_then_starts(api, demo):
         r"last predicted to end 20\d\d-\d\d-\d\d \d\d:\d\d UTC; 4 waiting to start\.",
         reason["message"],
     ), reason["message"]
-    assert reason["details"]["waiting_for"] == []
+    assert "waiting_for" not in reason["details"], "no job of after: no empty row of jobs"
     assert reason["details"]["waiting_for_arrays"] == [array.pk]
+    facts = {fact["key"]: fact for fact in reason["facts"]}
+    assert facts["waiting_for_arrays"]["label"] == "Waits for every task of arrays to succeed"
+    assert facts["waiting_for_arrays"]["text"] == f"array {array.pk}"
     assert reason["details"]["no_estimate_reason"] == (
         f"task 2 of array {array.pk} (sweep) it waits for is not running with a predicted end"
     )

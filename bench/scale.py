@@ -36,6 +36,7 @@ from scheduling.models import (
     ClusterSettings,
     Eviction,
     Job,
+    JobArray,
     JobEvent,
     Node,
     SchedulingCycle,
@@ -71,7 +72,7 @@ def load_scale_dataset(gpus: int, pending: int, running: int, seed: int) -> floa
     """
     snap = build_snapshot(gpus, pending, running, seed)
     now = max([j.submitted_at for j in snap.pending] + [j.started_at for j in snap.running]) + 60
-    for model in (Allocation, JobEvent, Eviction, Job, Queue, BusinessLine, Node,
+    for model in (Allocation, JobEvent, Eviction, Job, JobArray, Queue, BusinessLine, Node,
                   SimulatorState, SchedulingCycle, Alert):  # fmt: skip
         model.objects.all().delete()
     user, _ = get_user_model().objects.get_or_create(username="bench")
@@ -150,8 +151,11 @@ def _analyze() -> None:
 
 
 @contextmanager
-def scale_dataset(gpus: int, pending: int, running: int, seed: int = 0) -> Iterator[float]:
+def scale_dataset(
+    gpus: int, pending: int, running: int, seed: int = 0, dependents: int = 0
+) -> Iterator[float]:
     """The benchmark cluster loaded for the ``with`` block, then rolled back; yields load seconds.
+    ``dependents``: that many of its pending jobs wait for a whole array (``make_pipeline``).
 
     Holds the cluster lock for the whole block, so no cycle of a running portal can
     meet it: raises ``LoopRunning`` at once if the loop holds the lock. What the block
@@ -163,13 +167,45 @@ def scale_dataset(gpus: int, pending: int, running: int, seed: int = 0) -> Itera
                 raise LoopRunning("the scheduling loop is running; stop the portal first")
             t0 = time.perf_counter()
             load_scale_dataset(gpus, pending, running, seed)
+            if dependents:
+                make_pipeline(dependents)
             yield time.perf_counter() - t0
             raise _Rollback
     except _Rollback:
         pass
 
 
-def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0) -> dict:
+def make_pipeline(dependents: int) -> None:
+    """A pipeline of sweeps in the loaded cluster: the first ``dependents`` pending jobs
+    become the tasks of an array (at most ``arrays.SIZE_MAX``) and the next ``dependents``
+    the tasks of a second one, every task of which waits for the whole first
+    (``Job.after_arrays``): what an evaluation sweep after a training sweep asks of the loop."""
+    from scheduling.arrays import SIZE_MAX
+
+    size = min(dependents, SIZE_MAX)
+    pending = list(Job.objects.filter(state=Job.State.PENDING).order_by("pk")[: 2 * size])
+    if len(pending) < 2 * size:
+        raise ValueError(f"--dependents {dependents} needs {2 * size} pending jobs")
+    user = get_user_model().objects.get(username="bench")
+    made = []
+    for part in (pending[:size], pending[size:]):
+        array = JobArray.objects.create(name=f"sweep-{len(made)}", owner=user,
+                                        queue=part[0].queue, spec=f"0-{size - 1}", size=size)  # fmt: skip
+        for index, job in enumerate(part):
+            job.array, job.array_index, job.queue = array, index, array.queue
+            job.tier = part[0].tier
+        Job.objects.bulk_update(part, ["array", "array_index", "queue", "tier"], batch_size=1000)
+        made.append(array)
+    first, second = made
+    Job.after_arrays.through.objects.bulk_create(
+        [Job.after_arrays.through(job_id=job.pk, jobarray_id=first.pk) for job in pending[size:]],
+        batch_size=1000,
+    )
+
+
+def run_db_bench(
+    gpus: int, pending: int, running: int, runs: int, seed: int = 0, dependents: int = 0
+) -> dict:
     """Time ``runs`` full cycles at the given scale; everything is rolled back afterwards.
 
     Besides each cycle's wall-clock time, every phase of it (``CycleTrace``) and, for the
@@ -179,7 +215,7 @@ def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0
     first (which starts most jobs).
     """
     cycles, traces, alone, alone_check, cpu = [], [], [], [], []
-    with scale_dataset(gpus, pending, running, seed) as load_s:
+    with scale_dataset(gpus, pending, running, seed, dependents) as load_s:
         for _ in range(runs):
             trace = CycleTrace()
             c0 = time.process_time()
@@ -203,7 +239,8 @@ def run_db_bench(gpus: int, pending: int, running: int, runs: int, seed: int = 0
     median_ms, plan_alone = med(times), med(alone)
     return {
         "gpus": gpus, "pending": pending, "running": running, "runs": runs,
-        "seed": seed, "load_s": round(load_s, 2), "loadavg": _loadavg(),
+        "seed": seed, "dependents": dependents, "load_s": round(load_s, 2),
+        "loadavg": _loadavg(),
         "first_ms": round(times[0], 1),
         "median_ms": median_ms,
         "p95_ms": round(percentile(times[steady], 95), 1),

@@ -63,7 +63,7 @@ def test_no_benchmark_code_is_left_in_the_production_apps():
         ("bench_live", ("--url", "--viewers", "--cycles", "--interval", "--users", "--workload",
                         "--refetch", "--spread-ms", "--json")),
         ("bench_cycle", ("--gpus", "--pending", "--running", "--runs", "--seed", "--with-db",
-                         "--json")),
+                         "--dependents", "--json")),
         ("bench_pages", ("--gpus", "--pending", "--running", "--runs", "--json")),
         ("replay", ("--policy", "--pool-gpus", "--window", "--seed", "--json", "--out",
                     "--cycle-s", "--replan-s", "--check", "--progress")),

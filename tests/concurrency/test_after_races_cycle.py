@@ -21,8 +21,8 @@ from django.db import transaction
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
-from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import drain, in_thread
+from scheduling.sim_services import run_cycle_now
+from tests.concurrency.threads import cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,12 +74,6 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
     dependents: list[int] = []
     upstreams: list[int] = []
 
-    def cycle_loop() -> None:
-        for _ in range(30):
-            cycles.append(run_cycle_now(admin).pk)
-            advance_clock(admin, 60)
-        done.set()
-
     def submit_loop(seed: int) -> None:
         pick = random.Random(seed)
         for _ in range(30):
@@ -103,7 +97,7 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
                     cancel_job(lead, victim.pk)
             done.wait(0.05)
 
-    threads = [in_thread(errors, cycle_loop), in_thread(errors, lambda: submit_loop(1)),
+    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)), in_thread(errors, lambda: submit_loop(1)),
                in_thread(errors, lambda: submit_loop(2)), in_thread(errors, cancel_loop)]  # fmt: skip
     for thread in threads:
         thread.join(240)

@@ -26,8 +26,8 @@ from scheduling.consistency import find_inconsistencies
 from scheduling.hold_services import hold_job, release_job
 from scheduling.models import Eviction, Job
 from scheduling.services import JobRequest, submit_job
-from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import drain, in_thread
+from scheduling.sim_services import run_cycle_now
+from tests.concurrency.threads import cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,12 +52,6 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
     for i in range(8):
         jobs.append(submit_job(me, JobRequest(name=f"j{i}", queue="llm-experiment", gpus=4,
                                               sim_duration_minutes=3 + i % 4)).pk)  # fmt: skip
-
-    def cycle_loop() -> None:
-        for _ in range(40):
-            cycles.append(run_cycle_now(admin).pk)
-            advance_clock(admin, 45)
-        done.set()
 
     def submit_loop() -> None:
         pick = random.Random(3)
@@ -111,7 +105,7 @@ def test_holds_and_releases_racing_cycles_never_start_a_held_job(demo):
                 broken.append(f"job {job_id} launched while held ({before} -> {job.attempt})")
 
     threads = [
-        in_thread(errors, cycle_loop), in_thread(errors, submit_loop),
+        in_thread(errors, cycling(admin, 40, 45, cycles, done)), in_thread(errors, submit_loop),
         in_thread(errors, lambda: hold_loop(1)), in_thread(errors, lambda: hold_loop(2)),
         in_thread(errors, lambda: release_loop(5)),
     ]  # fmt: skip

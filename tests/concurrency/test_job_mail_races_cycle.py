@@ -21,7 +21,7 @@ from scheduling.job_mail import _says, send_job_digests, set_job_mail_preference
 from scheduling.models import JOB_MAIL_EVENTS, Job, JobEvent, JobMailPreference
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import advance_clock, run_cycle_now
-from tests.concurrency.threads import in_thread
+from tests.concurrency.threads import cycling, in_thread
 from tests.drills import make_quotas_roomy
 
 # the mail task runs where the digest commits (as a worker would, right after)
@@ -108,7 +108,7 @@ def test_digests_running_beside_cycles_mail_every_event_exactly_once(demo):
             report = send_job_digests()
             digests.append(report.mailed)
 
-    looper = in_thread(errors, cycle_loop)
+    looper = in_thread(errors, cycling(admin, 20, 90, cycles, done))
     mailer = in_thread(errors, digest_loop)
     looper.join(240)
     mailer.join(240)
@@ -145,18 +145,12 @@ def test_turning_mail_on_and_off_beside_cycles_never_fails_and_mails_only_what_c
     cycles: list[int] = []
     watermarks: list[int] = []
 
-    def cycle_loop() -> None:
-        for _ in range(20):
-            cycles.append(run_cycle_now(admin).pk)
-            advance_clock(admin, 90)
-        done.set()
-
     def toggle_loop() -> None:
         while not done.is_set():
             set_job_mail_preference(me, [])
             watermarks.append(set_job_mail_preference(me, ["started", "succeeded"]).last_event_id)
 
-    looper = in_thread(errors, cycle_loop)
+    looper = in_thread(errors, cycling(admin, 20, 90, cycles, done))
     toggler = in_thread(errors, toggle_loop)
     looper.join(240)
     toggler.join(240)

@@ -65,3 +65,19 @@ def drain(admin: object, cycles: int, step_s: float) -> list[tuple]:
             return []
         advance_clock(admin, step_s)
     return list(active.values_list("pk", "state", "held_at", "pending_code"))
+
+
+def cycling(
+    admin: object, count: int, step_s: float, cycles: list[int], done: threading.Event
+) -> Callable[[], None]:
+    """A thread's work for a race: ``count`` scheduling cycles, ``step_s`` of cluster time
+    apart (their ids appended to ``cycles``), then ``done`` set for the other threads."""
+    from scheduling.sim_services import advance_clock, run_cycle_now
+
+    def loop() -> None:
+        for _ in range(count):
+            cycles.append(run_cycle_now(admin).pk)
+            advance_clock(admin, step_s)
+        done.set()
+
+    return loop

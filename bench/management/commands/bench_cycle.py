@@ -31,6 +31,11 @@ class Command(BaseCommand):
         add_scale_arguments(parser)
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--with-db", action="store_true")
+        parser.add_argument(
+            "--dependents", type=int, default=0,
+            help="with --with-db: that many pending jobs are an array waiting for a whole "
+            "array of as many others (at most 1,000)",
+        )  # fmt: skip
         add_output_arguments(parser)
 
     def handle(self, *args, **o) -> None:
@@ -38,9 +43,11 @@ class Command(BaseCommand):
             if not 0 <= o[name] <= LIMIT or (name in ("gpus", "runs") and o[name] < 1):
                 raise CommandError(f"--{name} out of range")
         size = (o["gpus"], o["pending"], o["running"], o["runs"], o["seed"])
+        if not 0 <= o["dependents"] <= 1000 or (o["dependents"] and not o["with_db"]):
+            raise CommandError("--dependents is 0 to 1,000, with --with-db")
         if o["with_db"]:
             try:
-                result = run_db_bench(*size)
+                result = run_db_bench(*size, dependents=o["dependents"])
             except LoopRunning as exc:
                 raise CommandError(str(exc)) from exc
         else:

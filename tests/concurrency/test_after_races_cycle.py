@@ -97,8 +97,9 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
                     cancel_job(lead, victim.pk)
             done.wait(0.05)
 
-    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)), in_thread(errors, lambda: submit_loop(1)),
-               in_thread(errors, lambda: submit_loop(2)), in_thread(errors, cancel_loop)]  # fmt: skip
+    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
+               in_thread(errors, lambda: submit_loop(1)), in_thread(errors, lambda: submit_loop(2)),
+               in_thread(errors, cancel_loop)]  # fmt: skip
     for thread in threads:
         thread.join(240)
     assert errors == []

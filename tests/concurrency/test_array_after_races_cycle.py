@@ -102,8 +102,9 @@ def test_dependents_of_arrays_racing_cycles_and_cancels_start_or_are_cancelled(d
                 cancel_array(lead, task.array_id)
             done.wait(0.05)
 
-    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)), in_thread(errors, lambda: submit_loop(1)),
-               in_thread(errors, lambda: submit_loop(2)), in_thread(errors, cancel_loop)]  # fmt: skip
+    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
+               in_thread(errors, lambda: submit_loop(1)), in_thread(errors, lambda: submit_loop(2)),
+               in_thread(errors, cancel_loop)]  # fmt: skip
     for thread in threads:
         thread.join(240)
     assert errors == []

@@ -108,7 +108,7 @@ def test_digests_running_beside_cycles_mail_every_event_exactly_once(demo):
             report = send_job_digests()
             digests.append(report.mailed)
 
-    looper = in_thread(errors, cycling(admin, 20, 90, cycles, done))
+    looper = in_thread(errors, cycle_loop)
     mailer = in_thread(errors, digest_loop)
     looper.join(240)
     mailer.join(240)

@@ -116,6 +116,8 @@ class PlainJobDetail(serializers.ModelSerializer):
     events = JobEventSerializer(many=True, read_only=True)
     after = serializers.SerializerMethodField()
     waiting_for = serializers.SerializerMethodField()
+    after_arrays = serializers.SerializerMethodField()
+    waiting_for_arrays = serializers.SerializerMethodField()
     hold = serializers.SerializerMethodField()
 
     class Meta(JobDetailSerializer.Meta):
@@ -125,6 +127,8 @@ class PlainJobDetail(serializers.ModelSerializer):
     get_placement = JobDetailSerializer.get_placement
     get_after = JobDetailSerializer.get_after
     get_waiting_for = JobDetailSerializer.get_waiting_for
+    get_after_arrays = JobDetailSerializer.get_after_arrays
+    get_waiting_for_arrays = JobDetailSerializer.get_waiting_for_arrays
     get_hold = JobDetailSerializer.get_hold
     _after = JobDetailSerializer._after
 
@@ -144,7 +148,16 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
         {
             k: v
             for k, v in PlainJobDetail(j).data.items()
-            if k not in ("placement", "events", "after", "waiting_for", "hold")
+            if k
+            not in (
+                "placement",
+                "events",
+                "after",
+                "waiting_for",
+                "after_arrays",
+                "waiting_for_arrays",
+                "hold",
+            )
         }
         for j in jobs
     ]

@@ -226,31 +226,52 @@ def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verd
     return et.Verdict(code, message, details, remedy)
 
 
+@dataclass
+class Ends:
+    """What a cycle knows of when the jobs waited for end (epoch seconds): ``running``, the
+    predicted ends of the running jobs and of those the plan starts now (``started``, read
+    as running: ``arrays.started_ends``); ``waiting``, of waiting ones with an estimated
+    start (the plan's, or the place their array's bound opens), that start plus their
+    predicted runtime: a lower bound. ``said``: what was said of each array, kept across
+    the jobs of one cycle."""
+
+    running: Mapping[int, float | None]
+    started: Mapping[int, float | None] = field(default_factory=dict)
+    waiting: Mapping[int, float] = field(default_factory=dict)
+    said: dict[tuple[int, bool], _ArraySaid] = field(default_factory=dict)
+
+    def of(self, link: Link) -> float | None:
+        """A dependency's predicted end, to the minute, when it runs (or starts now) with
+        one, or waits with an estimated start; else None."""
+        if link.state == Job.State.RUNNING or link.id in self.started:
+            end = self.running.get(link.id)
+        else:
+            end = self.waiting.get(link.id) if link.state == Job.State.PENDING else None
+        return explain.minute_up(end) if end else None
+
+    def state(self, link: Link) -> str:
+        """What it is doing: a job the plan starts now is running."""
+        return Job.State.RUNNING if link.id in self.started else link.state
+
+
 def verdict(
-    job: et.PendingJob, links: Sequence[Dependency], ends: Mapping[int, float | None],
-    shape: ClusterShape, row: Mapping, started: Mapping[int, float | None] | None = None,
-    said: dict[tuple[int, bool], _ArraySaid] | None = None,
+    job: et.PendingJob, links: Sequence[Dependency], ends: Ends, shape: ClusterShape,
+    row: Mapping,
 ) -> et.Verdict:  # fmt: skip
     """The verdict of a held job: ``NEVER_FITS`` when the cluster (``shape``) could never run
-    it as asked (``row``: its ``snapshot.JOB_FIELDS``), else ``DEPENDENCY``. ``ends``: the
-    predicted ends (epoch seconds) of the running jobs and of those this cycle's plan
-    starts (``started``, read as running: ``arrays.started_ends``). The estimated start is
-    the latest predicted end of its unmet dependencies when all of them (every task of an
-    array) run with one, else none: a lower bound, as it then queues like any other job. An
-    array's tasks are said together, counted by what they are doing (``said``: what was
-    said of each array, kept across the jobs of one cycle)."""
+    it as asked (``row``: its ``snapshot.JOB_FIELDS``), else ``DEPENDENCY``. The estimated
+    start is the latest predicted end (``ends``) of its unmet dependencies when every one of
+    them (every task of an array) has one, else none: a lower bound, as it then queues
+    like any other job. An array's tasks are said together, counted by what they are
+    doing."""
     never = never_fits(job, shape, row)
     if never is not None:
         return never
-    started = started or {}
-    said = {} if said is None else said
     jobs = [link for link in links if isinstance(link, Link)]
     groups = [link for link in links if isinstance(link, ArrayLink)]
-    until = [_until(link, ends, started) for link in jobs]
-    told = [_array_said(group, ends, started, said) for group in groups]
-    parts = [
-        (link.named(), _doing(link, end, started)) for link, end in zip(jobs, until, strict=True)
-    ]
+    until = [ends.of(link) for link in jobs]
+    told = [_array_said(group, ends) for group in groups]
+    parts = [(link.named(), _doing(link, end, ends)) for link, end in zip(jobs, until, strict=True)]
     parts += [(group.named(), t.doing) for group, t in zip(groups, told, strict=True)]
     if len(parts) == 1:
         message = f"Waits for {parts[0][0]} to succeed: {parts[0][1]}."
@@ -272,30 +293,30 @@ def verdict(
         unknown = next((f"job {link.id}" for link, end in zip(jobs, until, strict=True)
                         if end is None), None)  # fmt: skip
         unknown = unknown or next(t.unknown for t in told if t.unknown)
-        details[explain.NO_ESTIMATE] = f"{unknown} it waits for is not running with a predicted end"
+        details[explain.NO_ESTIMATE] = f"{unknown} it waits for has no predicted end"
     return et.Verdict(
         DEPENDENCY_CODE, message, details, DEPENDENCY_REMEDY, estimated_start=estimate
     )
 
 
-def _until(link: Link, ends: Mapping[int, float | None], started: Mapping) -> float | None:
-    """A dependency's predicted end, to the minute, when it runs (or starts now) with one."""
-    running = link.state == Job.State.RUNNING or link.id in started
-    end = ends.get(link.id) if running else None
-    return explain.minute_up(end) if end else None
+# How a predicted end is said: a running job's, and a waiting one's (a lower bound).
+_ENDS_AT = {
+    Job.State.RUNNING: "predicted to end",
+    Job.State.PENDING: "predicted to end at the earliest",
+}
 
 
-def _doing(link: Link, end: float | None, started: Mapping) -> str:
+def _doing(link: Link, end: float | None, ends: Ends) -> str:
     """What one dependency is doing: ``running, predicted to end 14:47 UTC``."""
-    state = Job.State.RUNNING if link.id in started else link.state
+    state = ends.state(link)
     doing = _DOING.get(state, state)
-    return doing + (f", predicted to end {explain.when(end)}" if end is not None else "")
+    return doing + (f", {_ENDS_AT[state]} {explain.when(end)}" if end is not None else "")
 
 
 @dataclass(frozen=True)
 class _ArraySaid:
     """What a verdict says of an array waited for: what its unmet tasks are doing, the
-    latest predicted end when all run with one (else None), and the first task without one
+    latest predicted end when all have one (else None), and the first task without one
     (``task 7 of array 42 (sweep)``, else "")."""
 
     doing: str
@@ -303,22 +324,18 @@ class _ArraySaid:
     unknown: str
 
 
-def _array_said(
-    group: ArrayLink, ends: Mapping[int, float | None], started: Mapping,
-    said: dict[tuple[int, bool], _ArraySaid],
-) -> _ArraySaid:  # fmt: skip
+def _array_said(group: ArrayLink, ends: Ends) -> _ArraySaid:
     """``_ArraySaid`` of ``group``, counted by state (``_TASK_ORDER``): ``3 tasks have not:
     2 running, the last predicted to end 14:47 UTC; 1 waiting to start``. A task that
     failed or was cancelled is named (the job is being cancelled). Once per array and
-    line in ``said``."""
+    line a cycle (``ends.said``)."""
     key = (group.id, group.same_line)
-    if key in said:
-        return said[key]
-    timed = [(task, _until(task, ends, started)) for task in group.unmet]
+    if key in ends.said:
+        return ends.said[key]
+    timed = [(task, ends.of(task)) for task in group.unmet]
     by_state: dict[str, list[tuple[Link, float | None]]] = {}
     for task, end in timed:
-        state = Job.State.RUNNING if task.id in started else task.state
-        by_state.setdefault(state, []).append((task, end))
+        by_state.setdefault(ends.state(task), []).append((task, end))
     parts = []
     for state in _TASK_ORDER:
         some = by_state.get(state)
@@ -329,38 +346,41 @@ def _array_said(
             continue
         part = f"{len(some):,} {_DOING[state]}"
         some_ends = [end for _, end in some]
-        if state == Job.State.RUNNING and None not in some_ends:
-            last = "predicted to end" if len(some) == 1 else "the last predicted to end"
-            part += f", {last} {explain.when(max(some_ends))}"  # type: ignore[type-var]
+        if state in _ENDS_AT and None not in some_ends:
+            last = "" if len(some) == 1 else "the last "
+            part += f", {last}{_ENDS_AT[state]} {explain.when(max(some_ends))}"  # type: ignore[type-var]
         parts.append(part)
     n = len(group.unmet)
     doing = f"{explain.count(n, 'task')} {explain.verb(n, 'has', 'have')} not: {'; '.join(parts)}"
     no_end = next((task for task, end in timed if end is None), None)
     last_end = None if no_end is not None else max(end for _, end in timed)  # type: ignore[type-var]
     unknown = f"task {no_end.index} of {group.named()}" if no_end is not None else ""
-    said[key] = _ArraySaid(doing, last_end, unknown)
-    return said[key]
+    ends.said[key] = _ArraySaid(doing, last_end, unknown)
+    return ends.said[key]
 
 
 def held_verdicts(
     held: Mapping[int, et.PendingJob], links: PendingLinks, snapshot: et.Snapshot,
     rows: Mapping[int, Mapping], throttled: Mapping[int, arrays.Throttle] | None = None,
     started: Mapping[int, float | None] | None = None, now: float = 0.0,
+    estimates: Mapping[int, float | None] | None = None,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
     ``HELD`` for a job on hold (``scheduling.holds``), ``ARRAY_LIMIT`` for a task past its
     array's bound (``throttled``, ``scheduling.arrays``; ``started``: the jobs the cycle's
     plan starts, with their predicted ends; ``now``: the cycle's time, from which the
     tasks' places are predicted to open: ``arrays.estimated_starts``), else ``DEPENDENCY``
-    (``verdict``)."""
+    (``verdict``; ``estimates``: the plan's estimated starts of the waiting jobs others
+    wait for)."""
     throttled, started = throttled or {}, started or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
-    with_started = {**ends, **started}  # a dependency the plan starts reads as running
-    said: dict[tuple[int, bool], _ArraySaid] = {}
     runtimes = {job_id: held[job_id].predicted_runtime_s for job_id in throttled}
     places = arrays.estimated_starts(throttled, runtimes, ends, started, now)
+    known = Ends(
+        {**ends, **started}, started, _waiting_ends(links, snapshot, held, estimates or {}, places)
+    )
     shape = ClusterShape.of_nodes(snapshot.nodes)
     out = {}
     for job_id, job in held.items():
@@ -372,5 +392,28 @@ def held_verdicts(
                 throttled[job_id], started, places[job_id]
             )
         else:
-            out[job_id] = verdict(job, links.unmet[job_id], with_started, shape, row, started, said)
+            out[job_id] = verdict(job, links.unmet[job_id], known, shape, row)
     return out
+
+
+def _waiting_ends(
+    links: PendingLinks, snapshot: et.Snapshot, held: Mapping[int, et.PendingJob],
+    estimates: Mapping[int, float | None], places: Mapping[int, tuple[float | None, str]],
+) -> dict[int, float]:  # fmt: skip
+    """The predicted ends of the waiting jobs others wait for that have an estimated start
+    (the plan's ``estimates``, or the ``places`` their array's bound opens): that start
+    plus their predicted runtime, by job id. Only those jobs are looked at."""
+    linked = linked_job_ids(links)
+    starts = {job_id: at for job_id, at in estimates.items() if at is not None and job_id in linked}
+    starts.update(
+        (job_id, at) for job_id, (at, _) in places.items() if at is not None and job_id in linked
+    )
+    if not starts:
+        return {}
+    jobs = {job.id: job for job in snapshot.pending if job.id in starts}
+    jobs.update((job_id, held[job_id]) for job_id in starts if job_id in held)
+    return {
+        job_id: at + runtime
+        for job_id, at in starts.items()
+        if job_id in jobs and (runtime := jobs[job_id].predicted_runtime_s) is not None
+    }

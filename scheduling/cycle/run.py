@@ -82,9 +82,12 @@ def plan_and_apply(
     # and a job waiting for others reads those it starts as running
     linked = linked_job_ids(ctx.links)
     started = started_ends(ctx.throttled, plan.starts, ctx.snapshot.pending, cycle.obs.now, linked)
+    estimates = {job_id: plan.verdicts[job_id].estimated_start
+                 for job_id in linked if job_id in plan.verdicts}  # fmt: skip
     cycle.dependency_verdicts = held_verdicts(
-        ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now
-    )
+        ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now,
+        estimates,
+    )  # fmt: skip
     with timer.phase("check"):
         violations = engine.check_plan(ctx.snapshot, plan)
     if violations:

@@ -239,7 +239,8 @@ def test_the_job_page_says_each_array_it_starts_after_with_its_tasks_succeeded(d
     assert re.match(
         rf"Waits for 1 job and 1 array to succeed: job {lone.pk} \(convert\): running, "
         rf"predicted to end .*; array {array.pk} \(sweep\): 4 tasks have not: 2 running, the "
-        r"last predicted to end .*; 2 waiting to start\.$",
+        r"last predicted to end .*; 2 waiting to start, the last predicted to end at the "
+        r"earliest .*\.$",
         text(html, "verdict-message"),
     ), text(html, "verdict-message")
     # the array that has succeeded is no longer waited for: the verdict leaves it out

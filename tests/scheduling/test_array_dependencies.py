@@ -53,20 +53,22 @@ def test_a_job_after_an_array_waits_for_every_task_then_starts(api, demo):
     assert (detail["waiting_for"], detail["waiting_for_arrays"]) == ([], [array.pk])
     reason = detail["pending_reason"]
     assert reason["code"] == "DEPENDENCY"
-    # the two tasks this cycle starts read as running (the plan's starts, not the snapshot)
+    # the two tasks this cycle starts read as running (the plan's starts, not the snapshot);
+    # the four held back by the bound end at the earliest when their places open and they run
     assert re.fullmatch(
         rf"Waits for array {array.pk} \(sweep\) to succeed: 6 tasks have not: 2 running, the "
-        r"last predicted to end 20\d\d-\d\d-\d\d \d\d:\d\d UTC; 4 waiting to start\.",
+        r"last predicted to end 20\d\d-\d\d-\d\d \d\d:\d\d UTC; 4 waiting to start, the last "
+        r"predicted to end at the earliest 20\d\d-\d\d-\d\d \d\d:\d\d UTC\.",
         reason["message"],
     ), reason["message"]
+    last_place = when(job(me, task(array, 5))["estimated_start"])
+    end = when(reason["details"]["dependencies_end_at"])
+    assert when(detail["estimated_start"]) == end > last_place, "its place opens, then it runs"
     assert "waiting_for" not in reason["details"], "no job of after: no empty row of jobs"
     assert reason["details"]["waiting_for_arrays"] == [array.pk]
     facts = {fact["key"]: fact for fact in reason["facts"]}
     assert facts["waiting_for_arrays"]["label"] == "Waits for every task of arrays to succeed"
     assert facts["waiting_for_arrays"]["text"] == f"array {array.pk}"
-    assert reason["details"]["no_estimate_reason"] == (
-        f"task 2 of array {array.pk} (sweep) it waits for is not running with a predicted end"
-    )
     assert summary["pending_by_reason"] == {"DEPENDENCY": 1, "ARRAY_LIMIT": 4}
 
     for _ in range(2):  # two rounds succeed: two tasks left, running
@@ -263,27 +265,40 @@ def test_the_verdict_counts_an_arrays_tasks_and_reads_those_the_plan_starts_as_r
 
     links = [array((10, 0, "running"), (11, 1, "pending"), (12, 2, "preempting"))]
     ends = {10: 1_800_000_030.0}
-    waits = dependencies.verdict(view, links, ends, shape, row)
+    waits = dependencies.verdict(view, links, dependencies.Ends(ends), shape, row)
     assert waits.message == (
         "Waits for array 7 (sweep) to succeed: 3 tasks have not: 1 running, predicted to end "
         "2027-01-15 08:01 UTC; 1 checkpointing to stop, then waiting again; 1 waiting to start."
     )
     assert waits.details["waiting_for_arrays"] == [7] and waits.estimated_start is None
     assert waits.details["no_estimate_reason"] == (
-        "task 1 of array 7 (sweep) it waits for is not running with a predicted end"
+        "task 1 of array 7 (sweep) it waits for has no predicted end"
     )
     started = {11: 1_800_003_600.0}
     links = [array((10, 0, "running"), (11, 1, "pending"))]
-    waits = dependencies.verdict(view, links, {**ends, **started}, shape, row, started)
+    waits = dependencies.verdict(
+        view, links, dependencies.Ends({**ends, **started}, started), shape, row
+    )
     assert waits.message == (
         "Waits for array 7 (sweep) to succeed: 2 tasks have not: 2 running, the last predicted "
         "to end 2027-01-15 09:00 UTC."
     )
     assert waits.estimated_start == 1_800_003_600.0
     other = dependencies.verdict(
-        view, [array((10, 0, "running"), same_line=False)], ends, shape, row
+        view, [array((10, 0, "running"), same_line=False)], dependencies.Ends(ends), shape, row
     )
     assert other.message.startswith("Waits for array 7 to succeed: 1 task has not: 1 running")
+    # a task waiting with an estimated start (the plan's, or its place under the bound) has
+    # a predicted end too, a lower bound: with it every task has one, and the job an estimate
+    links = [array((10, 0, "running"), (11, 1, "pending"))]
+    waiting = {11: 1_800_007_200.0}
+    waits = dependencies.verdict(view, links, dependencies.Ends(ends, waiting=waiting), shape, row)
+    assert waits.message == (
+        "Waits for array 7 (sweep) to succeed: 2 tasks have not: 1 running, predicted to end "
+        "2027-01-15 08:01 UTC; 1 waiting to start, predicted to end at the earliest 2027-01-15 "
+        "10:00 UTC."
+    )
+    assert waits.estimated_start == 1_800_007_200.0
 
 
 def test_the_what_if_of_a_job_after_an_array_answers_as_the_loop_does(api, demo):

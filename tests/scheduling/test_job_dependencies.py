@@ -299,12 +299,12 @@ def test_a_held_job_the_cluster_could_never_run_reads_never_fits_first():
     view = et.PendingJob(id=13, queue="q", line="l", tier=et.Tier.CORE, gpus=8, gpus_per_node=8)
     row = {"gpus": 8, "gpus_per_node": 8, "gpu_memory_gb": None, "rdma": False,
            "preemptible": False, "avoid_inference": False}  # fmt: skip
-    waits = dependencies.verdict(view, [link], {12: 1_800_000_030.0}, shape, row)
+    waits = dependencies.verdict(view, [link], dependencies.Ends({12: 1_800_000_030.0}), shape, row)
     assert waits.code == "DEPENDENCY"
     assert waits.estimated_start == 1_800_000_060.0, "up to the whole minute"
     assert waits.message == (
         "Waits for job 12 (pretrain) to succeed: running, predicted to end 2027-01-15 08:01 UTC."
     )
-    never = dependencies.verdict(view, [link], {12: 1_800_000_030.0}, shape,
+    never = dependencies.verdict(view, [link], dependencies.Ends({12: 1_800_000_030.0}), shape,
                                  {**row, "gpu_memory_gb": 200})  # fmt: skip
     assert never.code == "NEVER_FITS" and never.estimated_start is None

@@ -364,6 +364,7 @@ def held_verdicts(
     rows: Mapping[int, Mapping], throttled: Mapping[int, arrays.Throttle] | None = None,
     started: Mapping[int, float | None] | None = None, now: float = 0.0,
     estimates: Mapping[int, float | None] | None = None,
+    waiting_runtimes: Mapping[int, float | None] | None = None,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
     ``HELD`` for a job on hold (``scheduling.holds``), ``ARRAY_LIMIT`` for a task past its
@@ -371,16 +372,16 @@ def held_verdicts(
     plan starts, with their predicted ends; ``now``: the cycle's time, from which the
     tasks' places are predicted to open: ``arrays.estimated_starts``), else ``DEPENDENCY``
     (``verdict``; ``estimates``: the plan's estimated starts of the waiting jobs others
-    wait for)."""
+    wait for; ``waiting_runtimes``: their predicted runtimes, read from the snapshot's
+    pending and held jobs when not given)."""
     throttled, started = throttled or {}, started or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
     runtimes = {job_id: held[job_id].predicted_runtime_s for job_id in throttled}
     places = arrays.estimated_starts(throttled, runtimes, ends, started, now)
-    known = Ends(
-        {**ends, **started}, started, _waiting_ends(links, snapshot, held, estimates or {}, places)
-    )
+    waiting = _waiting_ends(links, estimates or {}, places, waiting_runtimes, snapshot, held)
+    known = Ends({**ends, **started}, started, waiting)
     shape = ClusterShape.of_nodes(snapshot.nodes)
     out = {}
     for job_id, job in held.items():
@@ -397,12 +398,14 @@ def held_verdicts(
 
 
 def _waiting_ends(
-    links: PendingLinks, snapshot: et.Snapshot, held: Mapping[int, et.PendingJob],
-    estimates: Mapping[int, float | None], places: Mapping[int, tuple[float | None, str]],
+    links: PendingLinks, estimates: Mapping[int, float | None],
+    places: Mapping[int, tuple[float | None, str]], runtimes: Mapping[int, float | None] | None,
+    snapshot: et.Snapshot, held: Mapping[int, et.PendingJob],
 ) -> dict[int, float]:  # fmt: skip
     """The predicted ends of the waiting jobs others wait for that have an estimated start
-    (the plan's ``estimates``, or the ``places`` their array's bound opens): that start
-    plus their predicted runtime, by job id. Only those jobs are looked at."""
+    (``estimates``, or the ``places`` their array's bound opens): that start plus their
+    predicted runtime (``runtimes``, else the snapshot's pending or ``held`` job's), by job
+    id. Only those jobs are looked at."""
     linked = linked_job_ids(links)
     starts = {job_id: at for job_id, at in estimates.items() if at is not None and job_id in linked}
     starts.update(
@@ -410,10 +413,12 @@ def _waiting_ends(
     )
     if not starts:
         return {}
-    jobs = {job.id: job for job in snapshot.pending if job.id in starts}
-    jobs.update((job_id, held[job_id]) for job_id in starts if job_id in held)
+    if runtimes is None:
+        jobs = [job for job in snapshot.pending if job.id in starts]
+        jobs += [job for job_id, job in held.items() if job_id in starts]
+        runtimes = {job.id: job.predicted_runtime_s for job in jobs}
     return {
         job_id: at + runtime
         for job_id, at in starts.items()
-        if job_id in jobs and (runtime := jobs[job_id].predicted_runtime_s) is not None
+        if (runtime := runtimes.get(job_id)) is not None
     }

@@ -81,6 +81,8 @@ class Baseline:
     next_job_id: int
     built_at: float  # time.monotonic()
     build_ms: float
+    # the waiting jobs' predicted runtimes, held ones included (a dependency's end)
+    runtimes: dict[int, float | None]
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,9 @@ def build_baseline() -> Baseline:
         next_job_id=(key[2] or 0) + 1,
         built_at=time.monotonic(),
         build_ms=(time.perf_counter() - t0) * 1000,
+        runtimes={
+            job.id: job.predicted_runtime_s for job in (*ctx.snapshot.pending, *ctx.held.values())
+        },  # fmt: skip
     )
 
 
@@ -342,6 +347,14 @@ def verdict_answer(v: et.Verdict) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def waiting_estimates(ids: set[int]) -> dict[int, float]:
+    """The estimated starts the last cycle gave the waiting jobs of ``ids`` (one query):
+    with their predicted runtimes, when a candidate's dependencies would end at the
+    earliest, as the loop reckons it."""
+    rows = Job.objects.filter(pk__in=ids, state=Job.State.PENDING, estimated_start__isnull=False)
+    return {pk: at.timestamp() for pk, at in rows.values_list("pk", "estimated_start")}
+
+
 def what_if(user: Any, req: JobRequest) -> WhatIf:
     """Would ``req``, submitted by ``user`` now, start at the next cycle, and if not, why and
     when? Raises ``ValidationError`` when a submission would be refused (the service's rules)
@@ -358,8 +371,10 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
     if unmet:  # held for its dependencies, as the loop holds it: the engine never sees it
         links = dependencies.PendingLinks(unmet={candidate.id: unmet})
         verdicts = dependencies.held_verdicts(
-            {candidate.id: candidate}, links, base.snapshot, {candidate.id: row}
-        )
+            {candidate.id: candidate}, links, base.snapshot, {candidate.id: row},
+            estimates=waiting_estimates(dependencies.linked_job_ids(links)),
+            waiting_runtimes=base.runtimes,
+        )  # fmt: skip
         said = verdict_answer(verdicts[candidate.id])
     else:
         snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))

@@ -305,11 +305,13 @@ def test_the_what_if_of_a_job_after_an_array_answers_as_the_loop_does(api, demo)
     from scheduling import whatif
 
     admin = api("admin")
-    array = sweep(demo, "0-1", sim_duration_minutes=90)
+    array = sweep(demo, "0-3%2", sim_duration_minutes=90)  # two held back by the bound
     cycle(admin)
     asked = request(name="aggregate", after_arrays=(array.pk,))
     answer = whatif.what_if(demo["researcher"], asked)
     assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
+    assert "2 waiting to start, the last predicted to end at the earliest" in answer.message
+    assert answer.estimated_start is not None
     then = submit_job(demo["researcher"], asked)
     cycle(admin)
     then.refresh_from_db()

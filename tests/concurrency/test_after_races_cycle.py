@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import random
 import threading
+from collections.abc import Callable
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -108,9 +109,26 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
 
     assert drain(admin, 40, 300) == [], "none waits forever"
 
+    def blamed(message: str) -> Job:  # "cancelled: job 12 it waited for failed"
+        return Job.objects.get(pk=int(message.split()[2]))
+
+    started, cancelled_for_dependency = check_dependents(
+        dependents, lambda job: list(job.after.all()), blamed
+    )
+    assert started and cancelled_for_dependency, (started, cancelled_for_dependency)
+    assert find_inconsistencies() == []
+
+
+def check_dependents(
+    dependents: list[int], waited_for: Callable[[Job], list[Job]], blamed: Callable[[str], Job]
+) -> tuple[int, int]:
+    """Every one of ``dependents`` either started once every job it waited for
+    (``waited_for``) had succeeded, or was cancelled: by a person, or for a job it waited
+    for that ended failed or cancelled (``blamed`` reads which from its timeline line).
+    Returns how many started and how many were cancelled for a dependency."""
     started = cancelled_for_dependency = 0
-    for job in Job.objects.filter(pk__in=dependents).prefetch_related("after"):
-        deps = list(job.after.all())
+    for job in Job.objects.filter(pk__in=dependents).prefetch_related("after", "after_arrays"):
+        deps = waited_for(job)
         if job.started_at is not None:
             started += 1
             assert all(d.state == "succeeded" and d.finished_at <= job.started_at for d in deps)
@@ -121,8 +139,7 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
         if message.startswith("cancelled by "):
             continue
         cancelled_for_dependency += 1
-        dep_id = int(message.split()[2])
-        assert dep_id in {d.pk for d in deps}
-        assert Job.objects.get(pk=dep_id).state in ("failed", "cancelled")
-    assert started and cancelled_for_dependency, (started, cancelled_for_dependency)
-    assert find_inconsistencies() == []
+        dep = blamed(message)
+        assert dep.pk in {d.pk for d in deps}
+        assert dep.state in ("failed", "cancelled")
+    return started, cancelled_for_dependency

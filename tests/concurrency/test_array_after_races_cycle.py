@@ -21,9 +21,10 @@ from django.db import transaction
 
 from scheduling.array_services import cancel_array, submit_array
 from scheduling.consistency import find_inconsistencies
-from scheduling.models import Job, JobArray, JobEvent
+from scheduling.models import Job
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import run_cycle_now
+from tests.concurrency.test_after_races_cycle import check_dependents
 from tests.concurrency.threads import cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
@@ -113,25 +114,12 @@ def test_dependents_of_arrays_racing_cycles_and_cancels_start_or_are_cancelled(d
 
     assert drain(admin, 40, 300) == [], "none waits forever"
 
-    started = cancelled_for_dependency = 0
-    for job in Job.objects.filter(pk__in=dependents).prefetch_related("after_arrays"):
-        tasks = Job.objects.filter(array__in=job.after_arrays.all())
-        if job.started_at is not None:
-            started += 1
-            assert all(t.state == "succeeded" and t.finished_at <= job.started_at for t in tasks)
-            continue
-        assert job.state == "cancelled", (job.pk, job.state)
-        (message,) = JobEvent.objects.filter(job=job, kind="cancelled").values_list(
-            "message", flat=True
-        )
-        if message.startswith("cancelled by "):
-            continue
-        cancelled_for_dependency += 1
-        index, array_id = map(
-            int, re.match(r"cancelled: task (\d+) of array (\d+) ", message).groups()
-        )
-        assert array_id in {a.pk for a in job.after_arrays.all()}
-        ended = JobArray.objects.get(pk=array_id).tasks.get(array_index=index)
-        assert ended.state in ("failed", "cancelled")
+    def blamed(message: str) -> Job:  # "cancelled: task 3 of array 42 it waited for failed"
+        index, array_id = re.match(r"cancelled: task (\d+) of array (\d+) ", message).groups()
+        return Job.objects.get(array_id=int(array_id), array_index=int(index))
+
+    started, cancelled_for_dependency = check_dependents(
+        dependents, lambda job: list(Job.objects.filter(array__in=job.after_arrays.all())), blamed
+    )
     assert started and cancelled_for_dependency, (started, cancelled_for_dependency)
     assert find_inconsistencies() == []

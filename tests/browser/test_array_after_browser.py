@@ -69,7 +69,8 @@ def test_a_job_submitted_after_an_array_through_the_form_says_what_it_waits_for(
     expect(message).to_have_text(
         re.compile(
             rf"^Waits for array {array.pk} \(sweep\) to succeed: 6 tasks have not: 2 running, "
-            r"the last predicted to end \d{4}-\d\d-\d\d \d\d:\d\d UTC; 4 waiting to start\.$"
+            r"the last predicted to end \d{4}-\d\d-\d\d \d\d:\d\d UTC; 4 waiting to start, "
+            r"the last predicted to end at the earliest \d{4}-\d\d-\d\d \d\d:\d\d UTC\.$"
         )
     )
     wait_in_page(page, "window.__sameDocument === true")  # the same page, updated in place

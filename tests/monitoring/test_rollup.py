@@ -196,3 +196,30 @@ def test_a_job_waiting_for_others_has_waited_only_since_the_last_of_them_ended(a
     rollup()
     assert Alert.objects.get(kind="pending_too_long", subject="llm-core")
     assert len(blockers) == 3
+
+
+def test_a_job_waiting_for_an_array_has_waited_only_since_its_last_task_ended(api):
+    """The same for ``after_arrays``: a job after a whole array queued from when the
+    array's last task ended."""
+    make_quotas_roomy()
+    admin, me = api("admin"), api("researcher")
+    [submit(me, name=f"full-{i}", queue="llm-core", gpus=8) for i in range(3)]
+    body = {"name": "sweep", "queue": "llm-core", "gpus": 4, "sim_duration_minutes": 30,
+            "array": "0-1"}  # fmt: skip
+    made = me.post("/api/v1/arrays/", body, format="json")
+    assert made.status_code == 201, made.data
+    array_id = made.data["id"]
+    cycle(admin)
+    then = submit(me, name="eval", queue="llm-core", gpus=16, after_arrays=[array_id])
+    seven_hours_ago = cluster_now() - timedelta(hours=7)
+    Job.objects.filter(pk=then).update(submitted_at=seven_hours_ago)
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "it waits for the sweep"
+    advance(admin, 31 * 60)
+    cycle(admin)  # the sweep succeeded: eval queues behind the three blockers, from now
+    assert Job.objects.get(pk=then).state == "pending"
+    rollup()
+    assert not Alert.objects.filter(kind="pending_too_long").exists(), "released just now"
+    Job.objects.filter(array_id=array_id).update(finished_at=seven_hours_ago)
+    rollup()
+    assert Alert.objects.get(kind="pending_too_long", subject="llm-core")

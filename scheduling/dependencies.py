@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from scheduling import arrays, holds
 from scheduling.clock import to_epoch
@@ -100,6 +101,21 @@ class PendingLinks:
     unmet: dict[int, list[Dependency]] = field(default_factory=dict)
     released_at: dict[int, float] = field(default_factory=dict)
 
+    @cached_property
+    def linked(self) -> frozenset[int]:
+        """The ids of the jobs (an array's: its unmet tasks) the pending jobs wait for:
+        read once, after ``unmet`` is filled (the cycle and the verdicts both ask)."""
+        ids: set[int] = set()
+        arrays: set[tuple[int, bool]] = set()
+        for deps in self.unmet.values():
+            for dep in deps:
+                if isinstance(dep, Link):
+                    ids.add(dep.id)
+                elif (dep.id, dep.same_line) not in arrays:  # each array's tasks once
+                    arrays.add((dep.id, dep.same_line))
+                    ids.update(task.id for task in dep.unmet)
+        return frozenset(ids)
+
 
 def read_pending_links() -> PendingLinks:
     """Every dependency of every pending job: one query for the jobs of ``after``, and with
@@ -133,20 +149,6 @@ def read_pending_links() -> PendingLinks:
     for job_id in jobs.keys() | arrays.keys():
         _sort_out(job_id, jobs.get(job_id, []), arrays.get(job_id, []), out)
     return out
-
-
-def linked_job_ids(links: PendingLinks) -> set[int]:
-    """The ids of the jobs (an array's: its unmet tasks) the pending jobs wait for."""
-    ids: set[int] = set()
-    arrays: set[tuple[int, bool]] = set()
-    for deps in links.unmet.values():
-        for dep in deps:
-            if isinstance(dep, Link):
-                ids.add(dep.id)
-            elif (dep.id, dep.same_line) not in arrays:  # each array's tasks once
-                arrays.add((dep.id, dep.same_line))
-                ids.update(task.id for task in dep.unmet)
-    return ids
 
 
 def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: PendingLinks) -> None:
@@ -406,7 +408,7 @@ def _waiting_ends(
     (``estimates``, or the ``places`` their array's bound opens): that start plus their
     predicted runtime (``runtimes``, else the snapshot's pending or ``held`` job's), by job
     id. Only those jobs are looked at."""
-    linked = linked_job_ids(links)
+    linked = links.linked
     starts = {job_id: at for job_id, at in estimates.items() if at is not None and job_id in linked}
     starts.update(
         (job_id, at) for job_id, (at, _) in places.items() if at is not None and job_id in linked

@@ -347,7 +347,7 @@ def verdict_answer(v: et.Verdict) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def waiting_estimates(ids: set[int]) -> dict[int, float]:
+def waiting_estimates(ids: frozenset[int]) -> dict[int, float]:
     """The estimated starts the last cycle gave the waiting jobs of ``ids`` (one query):
     with their predicted runtimes, when a candidate's dependencies would end at the
     earliest, as the loop reckons it."""
@@ -372,7 +372,7 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
         links = dependencies.PendingLinks(unmet={candidate.id: unmet})
         verdicts = dependencies.held_verdicts(
             {candidate.id: candidate}, links, base.snapshot, {candidate.id: row},
-            estimates=waiting_estimates(dependencies.linked_job_ids(links)),
+            estimates=waiting_estimates(links.linked),
             waiting_runtimes=base.runtimes,
         )  # fmt: skip
         said = verdict_answer(verdicts[candidate.id])

@@ -39,7 +39,7 @@ from scheduling.cycle.reconcile import reconcile, release_cancelled
 from scheduling.cycle.stops import migrate, preempt, request_stops
 from scheduling.cycle.telemetry import record_cycle
 from scheduling.cycle.verdicts import counts_by_code, write_verdicts
-from scheduling.dependencies import held_verdicts, linked_job_ids
+from scheduling.dependencies import held_verdicts
 from scheduling.engine import types as et
 from scheduling.models import SchedulingCycle
 from scheduling.nodes.maintenance import advance_windows
@@ -80,7 +80,7 @@ def plan_and_apply(
         plan = engine.plan(ctx.snapshot, cycle.obs.now)
     # after the plan: an array's bound counts the tasks it starts now (``scheduling.arrays``),
     # and a job waiting for others reads those it starts as running
-    linked = linked_job_ids(ctx.links)
+    linked = ctx.links.linked
     started = started_ends(ctx.throttled, plan.starts, ctx.snapshot.pending, cycle.obs.now, linked)
     estimates = {job_id: plan.verdicts[job_id].estimated_start
                  for job_id in linked if job_id in plan.verdicts}  # fmt: skip

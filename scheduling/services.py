@@ -209,6 +209,20 @@ def resolve_job_request(
 _NEVER_STARTS = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
 
 
+def _distinct_ids(
+    given: Sequence[int], field: str, noun: str, most: int
+) -> tuple[list[int], list[int]]:
+    """``given`` with duplicates collapsed (first order kept) and those of them an id could
+    be (1 to ``limits.JOB_ID_MAX``: a bigint), or a ValidationError on ``field``: an id
+    that is not a whole number, more than ``most`` ids."""
+    ids = list(dict.fromkeys(given))
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise ValidationError({field: [f"{noun} ids are whole numbers"]})
+    if len(ids) > most:
+        raise ValidationError({field: [f"at most {most} {noun}s, not {len(ids)}"]})
+    return ids, [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
+
+
 def check_after(user: Any, after: Sequence[int]) -> list[int]:
     """The ids of ``after`` a job of ``user``'s may wait for, duplicates collapsed (first
     order kept), or a ValidationError on ``after``.
@@ -217,12 +231,7 @@ def check_after(user: Any, after: Sequence[int]) -> list[int]:
     (``list_jobs_for_user``, the job page's rule: any other id is "unknown", whether or not
     it exists) that could still succeed (one that already did satisfies it). One query.
     """
-    ids = list(dict.fromkeys(after))
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-        raise ValidationError({"after": ["job ids are whole numbers"]})
-    if len(ids) > limits.AFTER_MAX:
-        raise ValidationError({"after": [f"at most {limits.AFTER_MAX} jobs, not {len(ids)}"]})
-    in_range = [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
+    ids, in_range = _distinct_ids(after, "after", "job", limits.AFTER_MAX)
     states = dict(list_jobs_for_user(user).filter(pk__in=in_range).values_list("pk", "state"))
     errors = []
     for job_id in ids:
@@ -244,14 +253,7 @@ def check_after_arrays(user: Any, array_ids: Sequence[int]) -> list[int]:
     (``list_arrays_for_user``: the rule of its tasks' pages; any other id is "unknown")
     none of whose tasks failed or was cancelled. Two queries.
     """
-    ids = list(dict.fromkeys(array_ids))
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
-        raise ValidationError({"after_arrays": ["array ids are whole numbers"]})
-    if len(ids) > limits.AFTER_ARRAYS_MAX:
-        raise ValidationError(
-            {"after_arrays": [f"at most {limits.AFTER_ARRAYS_MAX} arrays, not {len(ids)}"]}
-        )
-    in_range = [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
+    ids, in_range = _distinct_ids(array_ids, "after_arrays", "array", limits.AFTER_ARRAYS_MAX)
     seen = set(list_arrays_for_user(user).filter(pk__in=in_range).values_list("pk", flat=True))
     ended: dict[int, tuple[int, str]] = {}
     for array_id, index, state in (

@@ -41,7 +41,7 @@ from core.env import portal_url
 from core.mail import mail_on_commit
 from core.timezones import written, zone_of_recipient
 from scheduling.arrays import ArraySpec
-from scheduling.models import JOB_MAIL_EVENTS, Job, JobArray, JobEvent, JobMail, JobMailPreference
+from scheduling.models import JOB_MAIL_EVENTS, Job, JobEvent, JobMail, JobMailPreference
 
 log = logging.getLogger(__name__)
 
@@ -191,14 +191,18 @@ class _Line:
     last: bool = False
 
 
-def _job_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Line], int, set[int]]:
+def _job_lines(
+    events: QuerySet[JobEvent], zone, base: str
+) -> tuple[list[_Line], int, dict[int, str]]:
     """The lines of the events of jobs that are no array's task: one an event, at most
-    ``MAX_LISTED``; with how many there are in all and the jobs they are of."""
+    ``MAX_LISTED``; with how many there are in all and the jobs they are of (their names:
+    those of the jobs listed, "" for the others)."""
     listed = list(events.select_related("job").order_by("pk")[:MAX_LISTED])
     total = len(listed) if len(listed) < MAX_LISTED else events.count()
-    jobs = {e.job_id for e in listed}
+    jobs: dict[int, str] = {}
     if total > len(listed):
-        jobs |= set(events.order_by().values_list("job_id", flat=True).distinct())
+        jobs = dict.fromkeys(events.order_by().values_list("job_id", flat=True).distinct(), "")
+    jobs.update((e.job_id, e.job.name) for e in listed)
     lines = [
         _Line(
             e.at,
@@ -210,12 +214,14 @@ def _job_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Line]
     return lines, total, jobs
 
 
-def _array_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Line], int, set[int]]:
+def _array_lines(
+    events: QuerySet[JobEvent], zone, base: str
+) -> tuple[list[_Line], int, dict[int, str]]:
     """The lines of the events of array tasks: one an array and kind of event, its tasks'
     indices written as a spec ("array 42 (sweep): 4 tasks succeeded (0-3)"), and for an
     array whose last task ended in them, what all its tasks came to (Slurm mails an array
     as a whole, not task by task). Two queries, however many tasks; with the number of
-    events they tell and the arrays."""
+    events they tell and the arrays (their names)."""
     groups = list(
         events.order_by()
         .values("job__array_id", "job__array__name", "kind")
@@ -223,8 +229,8 @@ def _array_lines(events: QuerySet[JobEvent], zone, base: str) -> tuple[list[_Lin
                   indices=ArrayAgg("job__array_index", distinct=True, order_by="job__array_index"))
     )  # fmt: skip
     if not groups:
-        return [], 0, set()
-    arrays = {g["job__array_id"] for g in groups}
+        return [], 0, {}
+    arrays = {g["job__array_id"]: g["job__array__name"] for g in groups}
     states: dict[int, dict[str, int]] = {}
     for array_id, state, n in (
         Job.objects.filter(array_id__in=arrays).order_by()
@@ -287,9 +293,8 @@ def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | Non
     if job_events > len(job_lines):
         lines.append(f"and {job_events - len(job_lines)} more: {base}/jobs/?mine=1")
     if len(jobs) + len(arrays) == 1:
-        subject = (
-            _one_subject("job", jobs, Job) if jobs else _one_subject("array", arrays, JobArray)
-        )
+        noun, ((pk, name),) = ("job", jobs.items()) if jobs else ("array", arrays.items())
+        subject = f"Your {noun} {pk} ({name}) changed"
     elif arrays:
         parts = [f"{len(jobs):,} of your jobs"] if jobs else []
         parts.append(f"{len(arrays):,} of your arrays" if len(arrays) > 1 else "1 of your arrays")
@@ -306,13 +311,6 @@ def _digest(pref: JobMailPreference, horizon: int) -> tuple[str, str, int] | Non
         ]
     )
     return subject, body, len(job_lines) + array_events
-
-
-def _one_subject(noun: str, ids: set[int], model: type[Job] | type[JobArray]) -> str:
-    """``Your job 12 (llama-7b) changed``: the subject of a mail about one job or array."""
-    (pk,) = ids
-    name = model.objects.values_list("name", flat=True).get(pk=pk)
-    return f"Your {noun} {pk} ({name}) changed"
 
 
 def send_job_digests(horizon: int | None = None) -> DigestReport:

@@ -233,13 +233,13 @@ class Ends:
     """What a cycle knows of when the jobs waited for end (epoch seconds): ``running``, the
     predicted ends of the running jobs and of those the plan starts now (``started``, read
     as running: ``arrays.started_ends``); ``waiting``, of waiting ones with an estimated
-    start (the plan's, or the place their array's bound opens), that start plus their
-    predicted runtime: a lower bound. ``said``: what was said of each array, kept across
+    start (the plan's, the place their array's bound opens, or for one held in turn when
+    what it waits for ends), that start plus their predicted runtime: a lower bound. ``said``: what was said of each array, kept across
     the jobs of one cycle."""
 
     running: Mapping[int, float | None]
     started: Mapping[int, float | None] = field(default_factory=dict)
-    waiting: Mapping[int, float] = field(default_factory=dict)
+    waiting: dict[int, float] = field(default_factory=dict)
     said: dict[tuple[int, bool], _ArraySaid] = field(default_factory=dict)
 
     def of(self, link: Link) -> float | None:
@@ -386,8 +386,11 @@ def held_verdicts(
     known = Ends({**ends, **started}, started, waiting)
     shape = ClusterShape.of_nodes(snapshot.nodes)
     out = {}
-    for job_id, job in held.items():
-        row = rows[job_id]
+    # In id order: a job waits only for jobs older than itself (they existed when it was
+    # submitted), so a dependency held in turn has its verdict, and with it its predicted
+    # end, before the jobs that wait for it are said: a chain of any depth has an estimate.
+    for job_id in sorted(held):
+        job, row = held[job_id], rows[job_id]
         if holds.is_held(row):
             out[job_id] = never_fits(job, shape, row) or holds.verdict(row)
         elif job_id in throttled:
@@ -396,7 +399,22 @@ def held_verdicts(
             )
         else:
             out[job_id] = verdict(job, links.unmet[job_id], known, shape, row)
+            _chain_end(job_id, out[job_id], known, links, waiting_runtimes or {}, job)
     return out
+
+
+def _chain_end(
+    job_id: int, said: et.Verdict, known: Ends, links: PendingLinks,
+    runtimes: Mapping[int, float | None], job: et.PendingJob,
+) -> None:  # fmt: skip
+    """A held job others wait for, with an estimated start (when its own dependencies end at
+    the earliest): its predicted end at the earliest, that start plus its predicted runtime,
+    added to ``known.waiting`` for the jobs after it."""
+    if job_id not in links.linked or said.estimated_start is None:
+        return
+    runtime = runtimes.get(job_id, job.predicted_runtime_s)
+    if runtime is not None:
+        known.waiting[job_id] = said.estimated_start + runtime
 
 
 def _waiting_ends(

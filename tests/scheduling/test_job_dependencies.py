@@ -9,15 +9,18 @@ moves only through ``simulator/advance``, a run fails through a drill fault.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 import pytest
 from django.db import transaction
 
+from scheduling import whatif
 from scheduling.backend_factory import get_backend
 from scheduling.cycle.context import production_policy
 from scheduling.models import Allocation, Job, JobEvent
 from scheduling.prediction import RuntimePredictor
+from scheduling.services import JobRequest, submit_job
 from scheduling.snapshot import build_snapshot
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit, when
 
@@ -107,10 +110,10 @@ def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(ap
     unrelated = submit(me, name="other", gpus=8, sim_duration_minutes=600)
     cycle(admin)
     assert job(me, second)["pending_reason"]["code"] == "DEPENDENCY"
-    assert job(me, third)["pending_reason"]["message"] == (
-        f"Waits for job {second} (finetune) to succeed: waiting to start."
+    assert job(me, third)["pending_reason"]["message"].startswith(
+        f"Waits for job {second} (finetune) to succeed: waiting to start, predicted to end at "
+        "the earliest "
     )
-    assert job(me, third)["pending_reason"]["details"]["no_estimate_reason"]
 
     fail_run(admin, first)
     cycle(admin)
@@ -123,6 +126,69 @@ def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(ap
     )  # fmt: skip
     assert job(me, second)["finished_at"] is not None
     assert job(me, unrelated)["state"] == "running"
+
+
+def held_runtimes() -> dict[int, float | None]:
+    """The predicted runtimes of the held jobs, as the loop's snapshot reads them."""
+    with transaction.atomic():
+        backend = get_backend(advance=False)
+        ctx = build_snapshot(
+            backend.observe(), production_policy(), RuntimePredictor.from_history()
+        )
+        backend.close()
+    return {job_id: view.predicted_runtime_s for job_id, view in ctx.held.items()}
+
+
+def test_a_chain_has_an_estimate_at_every_depth(api, demo):
+    """convert (running) -> finetune -> eval -> report: each job held in turn starts at the
+    earliest when the one before it is predicted to end, and ends that much later: its
+    predicted runtime. The last one's estimate is the sum down the chain."""
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="convert", gpus=8, sim_duration_minutes=30)
+    cycle(admin)
+    chain = [first]
+    for name in ("finetune", "eval", "report"):
+        chain.append(submit(me, name=name, gpus=8, after=[chain[-1]]))
+    cycle(admin)
+    runtimes = held_runtimes()
+    reasons = [job(me, j)["pending_reason"] for j in chain[1:]]
+    assert [r["code"] for r in reasons] == ["DEPENDENCY"] * 3
+    assert reasons[0]["message"].startswith(
+        f"Waits for job {first} (convert) to succeed: running, predicted to end "
+    )
+    for before, reason, name in zip(chain[1:3], reasons[1:], ("finetune", "eval"), strict=True):
+        start = when(job(me, before)["estimated_start"])
+        end = datetime.fromtimestamp(
+            math.ceil((start.timestamp() + runtimes[before]) / 60) * 60, UTC
+        )  # up to the minute, as verdicts say times
+        assert reason["message"] == (
+            f"Waits for job {before} ({name}) to succeed: waiting to start, predicted to end at "
+            f"the earliest {end:%Y-%m-%d %H:%M} UTC."
+        )
+        assert when(reason["details"]["dependencies_end_at"]) == end
+        assert "no_estimate_reason" not in reason["details"]
+    starts = [when(job(me, j)["estimated_start"]) for j in chain[1:]]
+    assert starts == sorted(starts) and len(set(starts)) == 3, "each later than the one before"
+    # the what-if of a job after the end of the chain answers as the loop then does
+    asked = JobRequest(name="summary", queue="llm-experiment", gpus=8, after=(chain[3],))
+    answer = whatif.what_if(demo["researcher"], asked)
+    assert answer.code == "DEPENDENCY" and answer.estimated_start is not None
+    then = submit_job(demo["researcher"], asked)
+    cycle(admin)
+    then.refresh_from_db()
+    assert (answer.message, answer.estimated_start) == (
+        then.pending_message,
+        then.estimated_start.timestamp(),
+    )
+    # a job on hold in the chain has no predicted start: after it, no estimate
+    me.post(f"/api/v1/jobs/{chain[2]}/hold/", {}, format="json")
+    cycle(admin)
+    last = job(me, chain[3])["pending_reason"]
+    assert last["details"]["no_estimate_reason"] == (
+        f"job {chain[2]} it waits for has no predicted end"
+    )
+    assert job(me, chain[3])["estimated_start"] is None
+    assert job(me, chain[2])["pending_reason"]["code"] == "HELD"
 
 
 def test_a_run_that_fails_with_retries_left_keeps_its_dependents_waiting(api):

@@ -229,6 +229,7 @@ def run_db_bench(
             engine.check_plan(trace.snapshot, result)
             alone.append((t1 - t0) * 1000)
             alone_check.append((time.perf_counter() - t0) * 1000)
+        cascade = _cascade() if dependents else None
     steady = slice(1, None) if runs > 1 else slice(None)
     times = [c.duration_ms for c in cycles]
 
@@ -256,7 +257,35 @@ def run_db_bench(
         "pending_by_reason_last": cycles[-1].pending_by_reason,
         "errors": sum(len(c.errors) for c in cycles),
         "violations": sum(len(c.violations) for c in cycles),
+        **({"cascade": cascade} if cascade else {}),
     }  # fmt: skip
+
+
+def _cascade() -> dict:
+    """With a pipeline (``make_pipeline``): the first array's lowest waiting or running task
+    cancelled by its owner, then one cycle timed, which cancels every task of the second
+    array (they wait for the whole first): what a cascade of that many cancels costs, beside
+    the steady cycles of the same run."""
+    from scheduling.services import cancel_job
+
+    first = JobArray.objects.order_by("pk").first()
+    assert first is not None
+    victim = first.tasks.filter(state__in=Job.ACTIVE_STATES).order_by("array_index").first()
+    assert victim is not None, "every task of the first array has ended"
+    cancel_job(first.owner, victim.pk)
+    trace = CycleTrace()
+    c0 = time.process_time()
+    record = run_cycle(trace=trace)
+    cpu = (time.process_time() - c0) * 1000
+    second = JobArray.objects.order_by("pk").last()
+    return {
+        "cancelled": second.tasks.filter(state=Job.State.CANCELLED).count(),  # type: ignore[union-attr]
+        "cycle_ms": round(record.duration_ms, 1),
+        "cpu_ms": round(cpu, 1),
+        "dependencies_ms": round(trace.phases.get("dependencies", 0.0), 1),
+        "dependencies_cpu_ms": round(trace.cpu.get("dependencies", 0.0), 1),
+        "events_ms": round(trace.phases.get("events", 0.0), 1),
+    }
 
 
 def _loadavg() -> float | None:

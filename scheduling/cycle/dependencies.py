@@ -16,15 +16,19 @@ from __future__ import annotations
 
 from scheduling.cycle.context import Cycle
 from scheduling.models import Job
+from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 _ENDED = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
+_READ = ("state", "submitted_at")  # what a cancel reads of a job (``Cycle.stamp``)
+_WRITTEN = ("state", "finished_at", "updated_at")
 
 
 def cancel_unreachable(cycle: Cycle) -> None:
     """Cancel the pending jobs waiting for a job that ended failed or cancelled, or for an
     array (``Job.after_arrays``) one task of which did, down their chains (a few statements
-    a link of the longest chain; none when no job waits so)."""
+    a link of the longest chain, however many jobs it cancels; none when no job waits
+    so)."""
     while True:
         blocked: dict[int, str] = {}  # the first such dependency says why
         for job_id, dep_id, state in (
@@ -42,15 +46,17 @@ def cancel_unreachable(cycle: Cycle) -> None:
         jobs = list(
             Job.objects.select_for_update(of=("self",), no_key=True)
             .filter(pk__in=blocked, state=Job.State.PENDING)
+            .only(*_READ)
             .order_by("pk")
         )
         if not jobs:
             return
         for job in jobs:
             set_state(job, Job.State.CANCELLED)
-            job.finished_at = cycle.stamp(job)
-            job.save(update_fields=["state", "finished_at", "updated_at"])
+            job.finished_at = job.updated_at = cycle.stamp(job)
             cycle.event(job, "cancelled", f"cancelled: {blocked[job.pk]}")
+        # one statement for them all (a cancelled 1,000-task array: 1,000 jobs after it)
+        bulk_set(Job, _WRITTEN, [(job.pk, *(getattr(job, f) for f in _WRITTEN)) for job in jobs])
 
 
 def _blocked_by_arrays() -> list[tuple[int, str]]:

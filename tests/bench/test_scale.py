@@ -75,10 +75,14 @@ def test_run_db_bench_times_each_cycle(demo):
 
 def test_dependents_are_an_array_waiting_for_a_whole_array(demo):
     """``--dependents N``: N pending jobs are an array every task of which waits for an
-    array of N others; the loop holds them (``DEPENDENCY``) while the others run."""
+    array of N others; the loop holds them (``DEPENDENCY``) while the others run, and
+    cancels them all once a task of the first is cancelled (``cascade``)."""
     result = run_db_bench(*SIZE, runs=2, seed=1, dependents=5)
     assert result["dependents"] == 5 and result["errors"] == 0 and result["violations"] == 0
     assert result["pending_by_reason_last"].get("DEPENDENCY") == 5
+    # then a task of the first is cancelled: the next cycle cancels the whole second array
+    cascade = result["cascade"]
+    assert cascade["cancelled"] == 5 and cascade["cycle_ms"] >= cascade["dependencies_ms"] > 0
     assert Job.objects.filter(array__isnull=False).count() == 0, "rolled back"
     with pytest.raises(ValueError, match="needs 40 pending jobs"):
         run_db_bench(*SIZE, runs=1, seed=1, dependents=20)

@@ -34,7 +34,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dependents", type=int, default=0,
             help="with --with-db: that many pending jobs are an array waiting for a whole "
-            "array of as many others (at most 1,000)",
+            "array of as many others (at most 1,000); then one more cycle is timed after a "
+            "task of the first is cancelled, which cancels them all (cascade)",
         )  # fmt: skip
         add_output_arguments(parser)
 

@@ -222,9 +222,10 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
             )  # fmt: skip
     cutoff = now - PENDING_TOO_LONG
     # a job that waited for others (``Job.after``, ``after_arrays``) has waited since the
-    # last of them ended
+    # last of them ended (succeeded, or for ``after_condition`` ``ended`` whatever the
+    # outcome: one waiting for a job that failed long ago was cancelled by the loop then)
     not_long_released = Job.objects.filter(
-        ~Q(state=Job.State.SUCCEEDED) | Q(finished_at__gte=cutoff)
+        ~Q(state__in=Job.TERMINAL_STATES) | Q(finished_at__gte=cutoff)
     ).values("pk")
     # a held job is not waiting for the cluster; a released one waits since its release
     stale = (

@@ -96,6 +96,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         max_length=limits.AFTER_ARRAYS_MAX, required=False,
         help_text="ids of job arrays every task of which must succeed before this one may start",
     )  # fmt: skip
+    after_condition = serializers.ChoiceField(
+        choices=Job.AfterCondition.choices, required=False,
+        help_text="what the jobs of after and the tasks of after_arrays must have done: "
+        "succeeded (the default, Slurm's afterok) or ended, whatever the outcome (afterany)",
+    )  # fmt: skip
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -204,7 +209,7 @@ class JobDetailSerializer(JobSerializer):
     class Meta(JobSerializer.Meta):
         fields = [
             *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for",
-            "after_arrays", "waiting_for_arrays", "hold",
+            "after_arrays", "waiting_for_arrays", "after_condition", "hold",
         ]  # fmt: skip
 
     @extend_schema_field(HoldSerializer(allow_null=True))
@@ -227,10 +232,12 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_waiting_for(self, obj: Job) -> list[int]:
-        """Those of ``after`` that have not succeeded, while it is pending (else none)."""
+        """Those of ``after`` that have not met its ``after_condition`` (succeeded, or
+        ended), while it is pending (else none)."""
         if obj.state != Job.State.PENDING:
             return []
-        return [job_id for job_id, state in self._after(obj) if state != Job.State.SUCCEEDED]
+        meets = Job.MEETS[obj.after_condition]
+        return [job_id for job_id, state in self._after(obj) if state not in meets]
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_after_arrays(self, obj: Job) -> list[int]:
@@ -239,14 +246,14 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_waiting_for_arrays(self, obj: Job) -> list[int]:
-        """Those of ``after_arrays`` with a task that has not succeeded, while it is pending
-        (else none; one query when it waits for any)."""
+        """Those of ``after_arrays`` with a task that has not met its ``after_condition``,
+        while it is pending (else none; one query when it waits for any)."""
         arrays = self.get_after_arrays(obj)
         if obj.state != Job.State.PENDING or not arrays:
             return []
         return list(
             Job.objects.filter(array_id__in=arrays)
-            .exclude(state=Job.State.SUCCEEDED)
+            .exclude(state__in=Job.MEETS[obj.after_condition])
             .order_by("array_id")
             .values_list("array_id", flat=True)
             .distinct()

@@ -81,7 +81,14 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
         )  # fmt: skip
         tasks = Job.objects.bulk_create(
             [
-                Job(owner=user, state=Job.State.PENDING, array=array, array_index=i, **fields)
+                Job(
+                    owner=user,
+                    state=Job.State.PENDING,
+                    array=array,
+                    array_index=i,
+                    after_condition=deps.condition,
+                    **fields,
+                )  # fmt: skip
                 for i in parsed.indices
             ],
             batch_size=500,

@@ -10,7 +10,9 @@ the last of them ended (``released_at``: its place in the fair order and its wai
 from then, not from its submission). When one of them ends failed or cancelled, the loop
 cancels it (``scheduling.cycle.dependencies``). An array waited for as a whole
 (``Job.after_arrays``, Slurm's ``afterok`` on an array job) is read as every one of its
-tasks, and its verdict counts them by what they are doing.
+tasks, and its verdict counts them by what they are doing. A job submitted with
+``after_condition`` ``ended`` (Slurm's ``afterany``) waits only for them all to end, whatever
+the outcome, and is never cancelled for theirs.
 
 Names: a verdict is one text every viewer of the job reads, so it names a dependency
 (``job 12 (pretrain-7b)``) only when it is in the job's own business line, whose members
@@ -33,10 +35,15 @@ from scheduling.feasibility import refusal_for
 from scheduling.models import Job
 
 DEPENDENCY_CODE = "DEPENDENCY"
-DEPENDENCY_REMEDY = (
-    "Nothing to do: it queues like any other job once they have all succeeded, and is "
-    "cancelled if one of them fails or is cancelled."
-)
+_SUCCEEDED, _ENDED = Job.AfterCondition.SUCCEEDED, Job.AfterCondition.ENDED
+# By ``after_condition``: what the verdict says they must do, and its remedy.
+_TO = {_SUCCEEDED: "succeed", _ENDED: "end"}
+DEPENDENCY_REMEDY = {
+    _SUCCEEDED: "Nothing to do: it queues like any other job once they have all succeeded, "
+    "and is cancelled if one of them fails or is cancelled.",
+    _ENDED: "Nothing to do: it queues like any other job once they have all ended, whatever "
+    "the outcome.",
+}
 # What a dependency that has not succeeded is doing, in a verdict's words.
 _DOING = {
     Job.State.PENDING: "waiting to start",
@@ -72,10 +79,11 @@ class Link:
 @dataclass(frozen=True)
 class ArrayLink:
     """An array a pending job waits for as a whole (``Job.after_arrays``), as the loop reads
-    it: ``unmet``, its tasks that have not succeeded (by index); ``finished_at``, when its
-    last task ended once all succeeded; ``task_ids``, every task's (a task also named by id
-    counts once). One object for every job of a business line waiting for it: a 1,000-task
-    array waited for by 1,000 tasks is read once, not a million times."""
+    it: ``unmet``, its tasks that have not done what the jobs' ``after_condition`` asks
+    (succeeded, or ended; by index); ``finished_at``, when its last task ended once all
+    have; ``task_ids``, every task's (a task also named by id counts once). One object for
+    every job of a business line (and condition) waiting for it: a 1,000-task array waited
+    for by 1,000 tasks is read once, not a million times."""
 
     id: int
     name: str
@@ -83,6 +91,7 @@ class ArrayLink:
     unmet: tuple[Link, ...]
     finished_at: float | None
     task_ids: frozenset[int]
+    condition: str = _SUCCEEDED
 
     def named(self) -> str:
         return f"array {self.id} ({self.name})" if self.same_line else f"array {self.id}"
@@ -100,6 +109,12 @@ class PendingLinks:
 
     unmet: dict[int, list[Dependency]] = field(default_factory=dict)
     released_at: dict[int, float] = field(default_factory=dict)
+    # the waiting jobs whose ``after_condition`` is ``ended`` (the others': ``succeeded``)
+    ended: set[int] = field(default_factory=set)
+
+    def condition(self, job_id: int) -> str:
+        """What the jobs ``job_id`` waits for must do: succeed, or end."""
+        return _ENDED if job_id in self.ended else _SUCCEEDED
 
     @cached_property
     def linked(self) -> frozenset[int]:
@@ -128,36 +143,43 @@ def read_pending_links() -> PendingLinks:
         .values_list(
             "from_job_id", "to_job_id", "to_job__name", "to_job__state",
             "to_job__finished_at", "from_job__queue__business_line_id",
-            "to_job__queue__business_line_id",
+            "to_job__queue__business_line_id", "from_job__after_condition",
         )
     )  # fmt: skip
+    out = PendingLinks()
     jobs: dict[int, list[Link]] = {}
-    for job_id, dep_id, name, state, finished_at, line, dep_line in rows:
+    for job_id, dep_id, name, state, finished_at, line, dep_line, condition in rows:
         link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line)
         jobs.setdefault(job_id, []).append(link)
+        if condition == _ENDED:
+            out.ended.add(job_id)
     array_rows = list(
         Job.after_arrays.through.objects.filter(job__state=Job.State.PENDING)
         .order_by("job_id", "jobarray_id")
-        .values_list("job_id", "jobarray_id", "job__queue__business_line_id")
+        .values_list(
+            "job_id", "jobarray_id", "job__queue__business_line_id", "job__after_condition"
+        )  # fmt: skip
     )
-    read = _array_links({(array, line) for _, array, line in array_rows})
+    read = _array_links({(array, line, condition) for _, array, line, condition in array_rows})
     arrays: dict[int, list[ArrayLink]] = {}
-    for job_id, array, line in array_rows:
-        if (array, line) in read:  # an array without tasks (deleted by hand) holds nothing
-            arrays.setdefault(job_id, []).append(read[array, line])
-    out = PendingLinks()
+    for job_id, *key in array_rows:
+        if key[2] == _ENDED:
+            out.ended.add(job_id)
+        if tuple(key) in read:  # an array without tasks (deleted by hand) holds nothing
+            arrays.setdefault(job_id, []).append(read[tuple(key)])  # type: ignore[index]
     for job_id in jobs.keys() | arrays.keys():
         _sort_out(job_id, jobs.get(job_id, []), arrays.get(job_id, []), out)
     return out
 
 
 def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: PendingLinks) -> None:
-    """File one waiting job's dependencies in ``out``: its unmet ones, or when all
-    succeeded the time the last of them ended."""
+    """File one waiting job's dependencies in ``out``: its unmet ones (by its condition,
+    ``out.condition``), or when all have met it the time the last of them ended."""
     if jobs and arrays:  # a task also named by id counts once, in its array
         covered = frozenset().union(*(a.task_ids for a in arrays))
         jobs = [link for link in jobs if link.id not in covered]
-    waiting: list[Dependency] = [link for link in jobs if link.state != Job.State.SUCCEEDED]
+    meets = Job.MEETS[out.condition(job_id)]
+    waiting: list[Dependency] = [link for link in jobs if link.state not in meets]
     waiting += [array for array in arrays if array.unmet]
     if waiting:
         out.unmet[job_id] = waiting
@@ -165,14 +187,14 @@ def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: Pendi
         out.released_at[job_id] = max((d.finished_at or 0.0) for d in (*jobs, *arrays))
 
 
-def _array_links(keys: set[tuple[int, int]]) -> dict[tuple[int, int], ArrayLink]:
-    """The arrays of ``keys`` (``(array, the waiting jobs' line)``) as those jobs read them:
-    one query for their tasks, none without keys."""
+def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], ArrayLink]:
+    """The arrays of ``keys`` (``(array, the waiting jobs' line, their after_condition)``)
+    as those jobs read them: one query for their tasks, none without keys."""
     if not keys:
         return {}
     tasks: dict[int, list[tuple]] = {}
     for array, *task in (
-        Job.objects.filter(array_id__in={array for array, _ in keys})
+        Job.objects.filter(array_id__in={array for array, *_ in keys})
         .order_by("array_id", "array_index")
         .values_list(
             "array_id", "pk", "array__name", "state", "finished_at",
@@ -181,28 +203,32 @@ def _array_links(keys: set[tuple[int, int]]) -> dict[tuple[int, int], ArrayLink]
     ):  # fmt: skip
         tasks.setdefault(array, []).append(task)
     out = {}
-    for array, line in keys:
+    for array, line, condition in keys:
         rows = tasks.get(array, [])
         if not rows:
             continue  # deleted by hand: it holds nothing back
-        same_line = rows[0][4] == line
+        same_line, meets = rows[0][4] == line, Job.MEETS[condition]
         unmet = tuple(
             Link(pk, name, state, to_epoch(finished_at), same_line, index)
             for pk, name, state, finished_at, _, index in rows
-            if state != Job.State.SUCCEEDED
+            if state not in meets
         )
         ended = None if unmet else max((to_epoch(row[3]) or 0.0) for row in rows)
         ids = frozenset(row[0] for row in rows)
-        out[array, line] = ArrayLink(array, rows[0][1], same_line, unmet, ended, ids)
+        out[array, line, condition] = ArrayLink(
+            array, rows[0][1], same_line, unmet, ended, ids, condition
+        )
     return out
 
 
 def unmet_links(
-    ids: Sequence[int], line_id: int, array_ids: Sequence[int] = ()
-) -> list[Dependency]:
-    """The jobs of ``ids`` and the arrays of ``array_ids`` that have not succeeded, as a job
-    of business line ``line_id`` that waits for them reads them (the what-if's candidate; a
-    query for each kind named)."""
+    job_id: int, ids: Sequence[int], line_id: int, array_ids: Sequence[int] = (),
+    condition: str = _SUCCEEDED,
+) -> PendingLinks:  # fmt: skip
+    """The links of a job ``job_id`` (the what-if's candidate) of business line ``line_id``
+    that waits, under ``condition``, for the jobs of ``ids`` and the arrays of
+    ``array_ids``: those that have not met it, as the loop reads them (a query for each
+    kind named)."""
     rows = (
         Job.objects.filter(pk__in=ids)
         .order_by("pk")
@@ -212,10 +238,10 @@ def unmet_links(
         Link(pk, name, state, to_epoch(finished_at), line == line_id)
         for pk, name, state, finished_at, line in (rows if ids else ())
     ]
-    read = _array_links({(array, line_id) for array in array_ids})
-    out = PendingLinks()
-    _sort_out(0, jobs, [read[key] for key in sorted(read)], out)
-    return out.unmet.get(0, [])
+    read = _array_links({(array, line_id, condition) for array in array_ids})
+    out = PendingLinks(ended={job_id} if condition == _ENDED else set())
+    _sort_out(job_id, jobs, [read[key] for key in sorted(read)], out)
+    return out
 
 
 def never_fits(job: et.PendingJob, shape: ClusterShape, row: Mapping) -> et.Verdict | None:
@@ -240,7 +266,7 @@ class Ends:
     running: Mapping[int, float | None]
     started: Mapping[int, float | None] = field(default_factory=dict)
     waiting: dict[int, float] = field(default_factory=dict)
-    said: dict[tuple[int, bool], _ArraySaid] = field(default_factory=dict)
+    said: dict[tuple[int, bool, str], _ArraySaid] = field(default_factory=dict)
 
     def of(self, link: Link) -> float | None:
         """A dependency's predicted end, to the minute, when it runs (or starts now) with
@@ -258,14 +284,15 @@ class Ends:
 
 def verdict(
     job: et.PendingJob, links: Sequence[Dependency], ends: Ends, shape: ClusterShape,
-    row: Mapping,
+    row: Mapping, condition: str = _SUCCEEDED,
 ) -> et.Verdict:  # fmt: skip
     """The verdict of a held job: ``NEVER_FITS`` when the cluster (``shape``) could never run
     it as asked (``row``: its ``snapshot.JOB_FIELDS``), else ``DEPENDENCY``. The estimated
     start is the latest predicted end (``ends``) of its unmet dependencies when every one of
     them (every task of an array) has one, else none: a lower bound, as it then queues
     like any other job. An array's tasks are said together, counted by what they are
-    doing."""
+    doing. ``condition``: the job's ``after_condition`` ("Waits for ... to succeed", or
+    "to end")."""
     never = never_fits(job, shape, row)
     if never is not None:
         return never
@@ -275,13 +302,14 @@ def verdict(
     told = [_array_said(group, ends) for group in groups]
     parts = [(link.named(), _doing(link, end, ends)) for link, end in zip(jobs, until, strict=True)]
     parts += [(group.named(), t.doing) for group, t in zip(groups, told, strict=True)]
+    to = _TO[condition]
     if len(parts) == 1:
-        message = f"Waits for {parts[0][0]} to succeed: {parts[0][1]}."
+        message = f"Waits for {parts[0][0]} to {to}: {parts[0][1]}."
     else:
         kinds = [explain.count(len(jobs), "job")] if jobs else []
         kinds += [explain.count(len(groups), "array")] if groups else []
         each = "; ".join(f"{what}: {doing}" for what, doing in parts)
-        message = f"Waits for {' and '.join(kinds)} to succeed: {each}."
+        message = f"Waits for {' and '.join(kinds)} to {to}: {each}."
     details: dict = {}
     if jobs or not groups:
         details["waiting_for"] = [link.id for link in jobs]
@@ -296,8 +324,10 @@ def verdict(
                         if end is None), None)  # fmt: skip
         unknown = unknown or next(t.unknown for t in told if t.unknown)
         details[explain.NO_ESTIMATE] = f"{unknown} it waits for has no predicted end"
+    if condition != _SUCCEEDED:
+        details["after_condition"] = condition
     return et.Verdict(
-        DEPENDENCY_CODE, message, details, DEPENDENCY_REMEDY, estimated_start=estimate
+        DEPENDENCY_CODE, message, details, DEPENDENCY_REMEDY[condition], estimated_start=estimate
     )
 
 
@@ -331,7 +361,7 @@ def _array_said(group: ArrayLink, ends: Ends) -> _ArraySaid:
     2 running, the last predicted to end 14:47 UTC; 1 waiting to start``. A task that
     failed or was cancelled is named (the job is being cancelled). Once per array and
     line a cycle (``ends.said``)."""
-    key = (group.id, group.same_line)
+    key = (group.id, group.same_line, group.condition)
     if key in ends.said:
         return ends.said[key]
     timed = [(task, ends.of(task)) for task in group.unmet]
@@ -398,7 +428,9 @@ def held_verdicts(
                 throttled[job_id], started, places[job_id]
             )
         else:
-            out[job_id] = verdict(job, links.unmet[job_id], known, shape, row)
+            out[job_id] = verdict(
+                job, links.unmet[job_id], known, shape, row, links.condition(job_id)
+            )
             _chain_end(job_id, out[job_id], known, links, waiting_runtimes or {}, job)
     return out
 

@@ -215,6 +215,8 @@ class Job(models.Model):
     pruned; a dependency's row deleted by hand takes its link with it and holds nothing.
     ``after_arrays``: arrays waited for as a whole, as if every task of each were in
     ``after`` (an array's tasks are all created with it, so "every task" never changes).
+    ``after_condition``: ``succeeded`` (the above) or ``ended`` (Slurm's ``afterany``: they
+    must all have ended, whatever the outcome; the job is never cancelled for theirs).
     ``held_*``/``hold_*`` (Slurm's ``scontrol hold``/``release``, ``scheduling.holds``): a
     held job stays pending with the loop's ``HELD`` reason and is not given to the engine; a
     running job held is suspended (checkpointed and stopped by the loop, back pending and
@@ -231,8 +233,19 @@ class Job(models.Model):
         FAILED = transitions.FAILED
         CANCELLED = transitions.CANCELLED
 
+    class AfterCondition(models.TextChoices):
+        """What the jobs a job waits for must have done first (``after_condition``)."""
+
+        SUCCEEDED = "succeeded", "succeeded (Slurm's afterok)"
+        ENDED = "ended", "ended, whatever the outcome (Slurm's afterany)"
+
     ACTIVE_STATES = (State.PENDING, State.RUNNING, State.PREEMPTING)
     TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    # the states of a dependency that meet each ``after_condition``
+    MEETS = {
+        AfterCondition.SUCCEEDED: frozenset({State.SUCCEEDED}),
+        AfterCondition.ENDED: frozenset(TERMINAL_STATES),
+    }
 
     name = models.CharField(max_length=100)
     owner = models.ForeignKey(
@@ -302,6 +315,11 @@ class Job(models.Model):
         JobArray, blank=True, related_name="dependents",
         help_text="arrays every task of which must succeed before this one may start "
         "(Slurm's afterok on an array job)",
+    )  # fmt: skip
+
+    after_condition = models.CharField(
+        max_length=9, choices=AfterCondition.choices, default=AfterCondition.SUCCEEDED,
+        help_text="what every job of after and task of after_arrays must have done first",
     )  # fmt: skip
     # A hold (Slurm's ``scontrol hold``, ``scheduling.holds``): set, the job is not the
     # engine's (a running one is suspended first); ``released_at`` is when the last hold was

@@ -58,6 +58,8 @@ class JobRequest:
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
     after_arrays: Sequence[int] = ()  # arrays every task of which must (``check_after_arrays``)
+    # what they must have done: succeeded (afterok), or ended whatever the outcome (afterany)
+    after_condition: str = Job.AfterCondition.SUCCEEDED
 
     def __post_init__(self) -> None:
         # tuples, whichever sequence an adapter gives (a form's list, the API's): one value
@@ -223,13 +225,14 @@ def _distinct_ids(
     return ids, [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
 
 
-def check_after(user: Any, after: Sequence[int]) -> list[int]:
+def check_after(user: Any, after: Sequence[int], ended: bool = False) -> list[int]:
     """The ids of ``after`` a job of ``user``'s may wait for, duplicates collapsed (first
     order kept), or a ValidationError on ``after``.
 
     At most ``limits.AFTER_MAX`` jobs, each a whole number naming a job ``user`` may view
     (``list_jobs_for_user``, the job page's rule: any other id is "unknown", whether or not
-    it exists) that could still succeed (one that already did satisfies it). One query.
+    it exists) that could still succeed (one that already did satisfies it); with ``ended``
+    (``after_condition`` ``ended``) in any state. One query.
     """
     ids, in_range = _distinct_ids(after, "after", "job", limits.AFTER_MAX)
     states = dict(list_jobs_for_user(user).filter(pk__in=in_range).values_list("pk", "state"))
@@ -238,36 +241,37 @@ def check_after(user: Any, after: Sequence[int]) -> list[int]:
         state = states.get(job_id)
         if state is None:
             errors.append(f"unknown job {job_id}")
-        elif state in _NEVER_STARTS:
+        elif state in _NEVER_STARTS and not ended:
             errors.append(f"job {job_id} {_NEVER_STARTS[state]}; a job after it could never start")
     if errors:
         raise ValidationError({"after": errors})
     return ids
 
 
-def check_after_arrays(user: Any, array_ids: Sequence[int]) -> list[int]:
+def check_after_arrays(user: Any, array_ids: Sequence[int], ended: bool = False) -> list[int]:
     """The ids of ``array_ids`` a job of ``user``'s may wait for as a whole, duplicates
     collapsed (first order kept), or a ValidationError on ``after_arrays``.
 
     At most ``limits.AFTER_ARRAYS_MAX`` arrays, each naming one ``user`` may view
     (``list_arrays_for_user``: the rule of its tasks' pages; any other id is "unknown")
-    none of whose tasks failed or was cancelled. Two queries.
+    none of whose tasks failed or was cancelled (with ``ended``: whatever its tasks did).
+    Two queries (one with ``ended``).
     """
     ids, in_range = _distinct_ids(array_ids, "after_arrays", "array", limits.AFTER_ARRAYS_MAX)
     seen = set(list_arrays_for_user(user).filter(pk__in=in_range).values_list("pk", flat=True))
-    ended: dict[int, tuple[int, str]] = {}
+    failed: dict[int, tuple[int, str]] = {}
     for array_id, index, state in (
-        Job.objects.filter(array_id__in=seen, state__in=_NEVER_STARTS)
+        Job.objects.filter(array_id__in=() if ended else seen, state__in=_NEVER_STARTS)
         .order_by("array_id", "array_index")
         .values_list("array_id", "array_index", "state")
     ):
-        ended.setdefault(array_id, (index, state))
+        failed.setdefault(array_id, (index, state))
     errors = []
     for array_id in ids:
         if array_id not in seen:
             errors.append(f"unknown array {array_id}")
-        elif array_id in ended:
-            index, state = ended[array_id]
+        elif array_id in failed:
+            index, state = failed[array_id]
             errors.append(
                 f"task {index} of array {array_id} {_NEVER_STARTS[state]}; "
                 "a job after it could never start"
@@ -280,10 +284,12 @@ def check_after_arrays(user: Any, array_ids: Sequence[int]) -> list[int]:
 @dataclass(frozen=True)
 class Dependencies:
     """What a submission waits for, checked (``check_dependencies``): the ids of the jobs
-    (``after``) and of the arrays (``after_arrays``) that must succeed first."""
+    (``after``) and of the arrays (``after_arrays``) that must first have done what
+    ``condition`` says (``Job.AfterCondition``: succeeded, or ended)."""
 
     jobs: Sequence[int] = ()
     arrays: Sequence[int] = ()
+    condition: str = Job.AfterCondition.SUCCEEDED
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.arrays)
@@ -291,8 +297,18 @@ class Dependencies:
 
 def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
     """``req``'s ``after`` and ``after_arrays`` checked (``check_after``,
-    ``check_after_arrays``), with the errors of both in one ValidationError. No query when
-    it names none."""
+    ``check_after_arrays``) against its ``after_condition`` (one of ``Job.AfterCondition``;
+    ``ended`` only with something to wait for), with every error in one ValidationError.
+    No query when it names none."""
+    condition = req.after_condition
+    if condition not in Job.AfterCondition.values:
+        allowed = " or ".join(Job.AfterCondition.values)
+        raise ValidationError({"after_condition": [f"after_condition is {allowed}"]})
+    if condition != Job.AfterCondition.SUCCEEDED and not (req.after or req.after_arrays):
+        raise ValidationError(
+            {"after_condition": [f"{condition} needs jobs (after) or arrays (after_arrays)"]}
+        )
+    ended = condition == Job.AfterCondition.ENDED
     errors: dict[str, list[str]] = {}
     checked: dict[str, list[int]] = {"jobs": [], "arrays": []}
     for key, given, check in (
@@ -300,12 +316,12 @@ def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
         ("arrays", req.after_arrays, check_after_arrays),
     ):
         try:
-            checked[key] = check(user, given) if given else []
+            checked[key] = check(user, given, ended) if given else []
         except ValidationError as exc:
             errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
-    return Dependencies(**checked)
+    return Dependencies(**checked, condition=condition)
 
 
 def link_dependencies(job_ids: Sequence[int], deps: Dependencies) -> None:
@@ -394,7 +410,7 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     fields = resolve_job_request(user, req)
     deps = check_dependencies(user, req)
     check_active_jobs(user, 1)
-    job = Job(owner=user, state=Job.State.PENDING, **fields)
+    job = Job(owner=user, state=Job.State.PENDING, after_condition=deps.condition, **fields)
     message = submitted_message(user, job, deps)
     # one time for the job and its event, in a request or not; with dependencies, the job
     # and its links commit together (the loop never sees the job without them)
@@ -472,8 +488,15 @@ def submitted_message(user: Any, job: Job, deps: Dependencies | None = None) -> 
     waits = [_named("job", deps.jobs)] if deps.jobs else []
     waits += [f"every task of {_named('array', deps.arrays)}"] if deps.arrays else []
     if waits:
-        message += f"; starts after {' and '.join(waits)} succeeded"
+        message += f"; starts after {' and '.join(waits)} {_DONE[deps.condition]}"
     return message
+
+
+# What a submission's timeline says its dependencies must have done, by ``after_condition``.
+_DONE = {
+    Job.AfterCondition.SUCCEEDED: "succeeded",
+    Job.AfterCondition.ENDED: "ended, whatever the outcome",
+}
 
 
 def _named(noun: str, ids: Sequence[int]) -> str:
@@ -514,9 +537,11 @@ def submit_jobs(
     errors: dict[str, list[str]] = {}
     jobs: list[Job] = []
     for i, req in enumerate(requests):
-        if req.after or req.after_arrays:  # one job at a time (``submit_job``): a batch is
-            # the demo's, never waits
-            field = "after" if req.after else "after_arrays"
+        waits = req.after or req.after_arrays or req.after_condition != Job.AfterCondition.SUCCEEDED
+        if waits:  # one job at a time (``submit_job``): a batch is the demo's, never waits
+            field = (
+                "after" if req.after else "after_arrays" if req.after_arrays else "after_condition"
+            )
             errors[f"jobs[{i}].{field}"] = ["not in a batch: submit a job that waits on its own"]
             continue
         try:

@@ -366,10 +366,12 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
     queue: Queue = fields["queue"]
     row = candidate_row(fields, user.username, base.next_job_id, now)
     candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
-    unmet = dependencies.unmet_links(deps.jobs, queue.business_line_id, deps.arrays) if deps else []
+    links = dependencies.unmet_links(
+        candidate.id, deps.jobs, queue.business_line_id, deps.arrays, deps.condition
+    ) if deps else None  # fmt: skip
     t0 = time.perf_counter()
-    if unmet:  # held for its dependencies, as the loop holds it: the engine never sees it
-        links = dependencies.PendingLinks(unmet={candidate.id: unmet})
+    if links and links.unmet:  # held for its dependencies, as the loop holds it: the engine
+        # never sees it
         verdicts = dependencies.held_verdicts(
             {candidate.id: candidate}, links, base.snapshot, {candidate.id: row},
             estimates=waiting_estimates(links.linked),

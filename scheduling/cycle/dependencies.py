@@ -10,6 +10,8 @@ a retry left, or was requeued, has not ended: its dependents keep waiting.
 It is a sweep, not a reaction to this iteration's transitions: a job submitted with
 ``after=[12]`` while another iteration failed job 12 (its check read 12 still running) is
 found by the next one, so no job waits forever for a job that can no longer succeed.
+A job whose ``after_condition`` is ``ended`` (Slurm's ``afterany``) waits for them to end
+whatever the outcome: it is never cancelled so.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 _ENDED = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
+_SUCCEEDED = Job.AfterCondition.SUCCEEDED  # a job after others' ends is never cancelled so
 _READ = ("state", "submitted_at")  # what a cancel reads of a job (``Cycle.stamp``)
 _WRITTEN = ("state", "finished_at", "updated_at")
 
@@ -33,7 +36,9 @@ def cancel_unreachable(cycle: Cycle) -> None:
         blocked: dict[int, str] = {}  # the first such dependency says why
         for job_id, dep_id, state in (
             Job.after.through.objects.filter(
-                from_job__state=Job.State.PENDING, to_job__state__in=_ENDED
+                from_job__state=Job.State.PENDING,
+                from_job__after_condition=_SUCCEEDED,
+                to_job__state__in=_ENDED,
             )
             .order_by("from_job_id", "to_job_id")
             .values_list("from_job_id", "to_job_id", "to_job__state")
@@ -65,7 +70,8 @@ def _blocked_by_arrays() -> list[tuple[int, str]]:
     Two queries, each as long as the arrays' ended tasks or their links: never the product
     of both (a cancelled 1,000-task array with 1,000 jobs waiting for it is 2,000 rows)."""
     through = Job.after_arrays.through
-    linked = through.objects.filter(job__state=Job.State.PENDING).values("jobarray_id")
+    waiting = through.objects.filter(job__state=Job.State.PENDING, job__after_condition=_SUCCEEDED)
+    linked = waiting.values("jobarray_id")
     ended: dict[int, str] = {}
     for array_id, index, state in (
         Job.objects.filter(array_id__in=linked, state__in=_ENDED)
@@ -78,7 +84,7 @@ def _blocked_by_arrays() -> list[tuple[int, str]]:
     if not ended:
         return []
     rows = (
-        through.objects.filter(job__state=Job.State.PENDING, jobarray_id__in=ended)
+        waiting.filter(jobarray_id__in=ended)
         .order_by("job_id", "jobarray_id")
         .values_list("job_id", "jobarray_id")
     )

@@ -232,6 +232,7 @@ JOB_RULES = {
     "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
     "after_arrays": r"unknown array \d+$|task \d+ of array \d+ (failed|was cancelled); a job "
     r"after it could never start$",
+    "after_condition": r"ended needs jobs \(after\) or arrays \(after_arrays\)$",
     "*": r"This job could never run on this cluster, even empty: ",
 }
 ARRAY_SPEC_RULES = (

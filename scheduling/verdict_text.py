@@ -81,8 +81,9 @@ LABELS: dict[str, str] = {
     "held_at": "Held since",
     "hold_reason": "Reason given",
     "hold_kind": "Kind of hold (admin: only an admin may release it)",
-    "waiting_for": "Waits for jobs to succeed",
-    "waiting_for_arrays": "Waits for every task of arrays to succeed",
+    "waiting_for": "Waits for jobs",
+    "waiting_for_arrays": "Waits for every task of arrays",
+    "after_condition": "Starts once they have",
     "dependencies_end_at": "They are predicted to end by",
     # ARRAY_LIMIT (``scheduling.arrays``)
     "array": "Its array",
@@ -141,6 +142,12 @@ CONSTRAINTS: dict[str, str] = {
     "block_size": "more matching nodes than any network block has",
 }
 
+# ``details.after_condition`` of DEPENDENCY (only when not the default, "succeeded"), in words.
+AFTER_CONDITIONS: dict[str, str] = {
+    "ended": "ended, whatever the outcome",
+    "succeeded": "succeeded",
+}
+
 YES_NO = {"strict_order", "demoted", "consolidation"}
 IDS = {"quota_held_for", OVERRUN_JOB}  # a job's id, not a count: "#27077", no separators
 NUMBERS = {"array", "array_index"}  # an array's id, a task's index: "12345", no separators
@@ -183,6 +190,8 @@ def format_value(key: str, value: Any) -> str:
         return BORROW_RULES.get(value, value)
     if key == ESTIMATE_BASIS and isinstance(value, str):
         return ESTIMATE_BASES.get(value, value)
+    if key == "after_condition" and isinstance(value, str):
+        return AFTER_CONDITIONS.get(value, value)
     if key in YES_NO or isinstance(value, bool):
         return "yes" if value else "no"
     if key in IDS:

@@ -50,7 +50,7 @@ def test_submit_after_waits_and_explain_and_jobs_say_dependency(gpuctl, roomy, a
     assert job.pending_code == "DEPENDENCY"
     assert f"verdict          DEPENDENCY: {job.pending_message}" in lines
     assert f"Waits for job {first} (pretrain-7b) to succeed: running" in run.out
-    assert f"Waits for jobs to succeed: #{first}" in run.out  # the numbers, labelled
+    assert f"Waits for jobs: #{first}" in run.out  # the numbers, labelled
     assert f"estimated start  {job.estimated_start:%Y-%m-%d %H:%M} UTC" in lines
 
     cancelled = gpuctl("researcher", "explain", str(then))

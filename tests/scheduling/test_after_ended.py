@@ -48,6 +48,9 @@ def test_a_job_after_a_failed_job_starts_where_one_after_its_success_is_cancelle
         f"Waits for job {first} (train) to end: running, predicted to end "
     )
     assert reason["details"]["after_condition"] == "ended"
+    facts = {fact["key"]: (fact["label"], fact["text"]) for fact in reason["facts"]}
+    assert facts["after_condition"] == ("Starts once they have", "ended, whatever the outcome")
+    assert facts["waiting_for"] == ("Waits for jobs", f"#{first}")
     assert "after_condition" not in job(me, evaluate)["pending_reason"]["details"]
     assert reason["remedy"] == (
         "Nothing to do: it queues like any other job once they have all ended, whatever the "

@@ -67,7 +67,7 @@ def test_a_job_after_an_array_waits_for_every_task_then_starts(api, demo):
     assert "waiting_for" not in reason["details"], "no job of after: no empty row of jobs"
     assert reason["details"]["waiting_for_arrays"] == [array.pk]
     facts = {fact["key"]: fact for fact in reason["facts"]}
-    assert facts["waiting_for_arrays"]["label"] == "Waits for every task of arrays to succeed"
+    assert facts["waiting_for_arrays"]["label"] == "Waits for every task of arrays"
     assert facts["waiting_for_arrays"]["text"] == f"array {array.pk}"
     assert summary["pending_by_reason"] == {"DEPENDENCY": 1, "ARRAY_LIMIT": 4}
 

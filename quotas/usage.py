@@ -28,14 +28,13 @@ from django.db.models import (
     Sum,
     Value,
 )
-from django.db.models.functions import Greatest, Least
+from django.db.models.functions import Coalesce, Greatest, Least
 
 from core.roles import line_ids_query, role_of
 from quotas.ledger import quota_gpu_seconds
 from quotas.models import BusinessLine, Queue, QuotaChange
-from scheduling.models import Allocation, Job, JobRun
+from scheduling.models import Allocation, Job, JobRun, Node
 from scheduling.permissions import sees_all_jobs
-from scheduling.selectors import cluster_shape
 
 # A run that ended this way was work lost (the job failed, or will run it again).
 WASTED = (JobRun.Outcome.FAILED, JobRun.Outcome.RETRIED)
@@ -78,8 +77,9 @@ class Usage:
     """The report of one period: totals, and rows per line, queue and person (largest
     first). ``counted_from``: the period's start, or when the cluster's known runs begin if
     later (a cluster that began inside the period: ``runs_begin``). ``capacity_gpu_hours``:
-    the cluster's GPUs today times the hours from ``counted_from`` to ``until`` (the share
-    a row's hours are of it; the quotas' hours are over the same span).
+    the cluster's GPU-hours from ``counted_from`` to ``until``, each node's from when it
+    joined (``capacity_gpu_seconds``; the share a row's hours are of it; the quotas' hours
+    are over the same span).
     ``recorded_since``: set when runs ended in the period before the portal recorded any
     (it records them since the upgrade that brought the report): the first recorded run's
     end, before which runs are missing."""
@@ -115,6 +115,21 @@ def _gpu_seconds(start: datetime, until: datetime, ended: Any) -> Any:
         output_field=DurationField(),
     )
     return Sum(F("gpus") * Seconds(inside), output_field=FloatField())
+
+
+def capacity_gpu_seconds(start: datetime, until: datetime) -> float:
+    """The cluster's GPU-seconds over ``[start, until)``: each node's GPUs from when the loop
+    discovered it (``Node.joined_at``; a node the portal was set up with, from ``start``),
+    so a cluster that grew in the month is not counted at its new size for all of it. One
+    aggregate."""
+    begin = Value(start, output_field=DateTimeField())
+    since = Greatest(Coalesce(F("joined_at"), begin), begin)
+    inside = ExpressionWrapper(Value(until, output_field=DateTimeField()) - since,
+                               output_field=DurationField())  # fmt: skip
+    total = Node.objects.filter(Q(joined_at__isnull=True) | Q(joined_at__lt=until)).aggregate(
+        s=Sum(F("gpus_total") * Seconds(inside), output_field=FloatField())
+    )["s"]
+    return max(0.0, total or 0.0)
 
 
 def _visible(user: Any, query: Any, line_path: str) -> Any:
@@ -160,8 +175,7 @@ def build_usage_report(user: Any, start: datetime, end: datetime, now: datetime)
     begin = None if usage.recorded_since is not None else runs_begin()
     usage.counted_from = counted = min(until, max(start, begin or start))
     _add_quotas(usage, counted, until)
-    gpus = cluster_shape()[1]
-    usage.capacity_gpu_hours = gpus * (until - counted).total_seconds() / 3600
+    usage.capacity_gpu_hours = capacity_gpu_seconds(counted, until) / 3600
     for row in (usage.total, *usage.lines, *usage.queues, *usage.people):
         row.percent = usage.share(row) * 100 if usage.capacity_gpu_hours else None
     return usage

@@ -43,7 +43,9 @@ class Node(models.Model):
     applied plan (``scheduling.nodes.inference``): in use, though by no job;
     ``inference_profile`` the hourly peaks of that count, today's and yesterday's
     (``scheduling.engine.inference_forecast``), from which the engine is told how much
-    more inference will want later in the day.
+    more inference will want later in the day. ``joined_at``: when the loop discovered it
+    on the backend, the cluster growing (null for the nodes it was set up with); the
+    cluster's GPUs over time, for the usage report's shares.
     """
 
     class State(models.TextChoices):
@@ -85,6 +87,11 @@ class Node(models.Model):
     )
     recent_models = models.JSONField(default=list, blank=True)
     updated_at = clock.ClusterTimeField(auto_now=True, help_text="cluster time")
+    joined_at = clock.ClusterTimeField(
+        null=True, blank=True,
+        help_text="cluster time the loop discovered it on the backend (null: part of the "
+        "cluster the portal was set up with); the usage report counts its GPUs from then",
+    )  # fmt: skip
 
     objects = clock.ClockManager()  # a bulk insert reads the cluster clock once
 

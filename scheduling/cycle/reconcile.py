@@ -85,7 +85,8 @@ def sync_nodes(cycle: Cycle) -> None:
             created.append(
                 Node(name=o.name, rack=o.rack, block=o.block, gpu_model=o.gpu_model,
                      gpu_memory_gb=o.gpu_memory_gb, gpus_total=o.gpus_total, rdma=o.rdma,
-                     inference=o.inference, health=o.health, health_detail=o.health_detail)
+                     inference=o.inference, health=o.health, health_detail=o.health_detail,
+                     joined_at=cycle.stamp())
             )  # fmt: skip
             cycle.report.drift.append(f"node {o.name} discovered on the backend")
             continue

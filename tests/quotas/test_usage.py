@@ -90,6 +90,33 @@ def test_runs_ended_before_any_was_recorded_are_said_missing_and_shares_span_the
     assert status == 200 and "Runs are recorded since" in text and "first run began" not in text
 
 
+def test_the_clusters_gpu_hours_count_a_node_from_when_it_joined(api, demo):
+    """A cluster that grew inside the period: a node the loop discovered an hour ago adds
+    its GPUs for that hour, not for the whole period; the nodes it was set up with count
+    for all of it; one that joined after the period's end, not at all."""
+    from scheduling.models import Node
+
+    admin, me = api("admin"), api("researcher")
+    finish_one_run(admin, me)
+    JobRun.objects.all().delete()  # the whole period counts (no first run inside it)
+    advance(admin, 600)
+    finish_one_run(admin, me)
+    now = clock.now()
+    start, end = day_of(now)
+    hours = (now - start).total_seconds() / 3600
+    before = build_usage_report(demo["admin"], start, end, now)
+    assert before.capacity_gpu_hours == pytest.approx(32 * hours), "4 nodes of 8 from the start"
+    grown = dict(rack="r9", block="b9", gpu_model="H100", gpu_memory_gb=80, gpus_total=8)
+    Node.objects.create(name="new-1", joined_at=now - timedelta(hours=1), **grown)
+    Node.objects.create(name="new-2", joined_at=now + timedelta(hours=1), **grown)
+    after = build_usage_report(demo["admin"], start, end, now)
+    assert after.capacity_gpu_hours == pytest.approx(32 * hours + 8 * 1)
+    assert after.share(after.total) == pytest.approx(after.total.gpu_hours / (32 * hours + 8))
+    # a period that began after it joined counts it all through
+    late = build_usage_report(demo["admin"], now - timedelta(minutes=30), end, now)
+    assert late.capacity_gpu_hours == pytest.approx(40 * 0.5)
+
+
 def test_a_run_still_going_counts_up_to_now_and_only_inside_the_period(api, demo):
     admin, me = api("admin"), api("researcher")
     submit(me, gpus=8, queue="llm-core", sim_duration_minutes=600)

@@ -51,6 +51,9 @@ def test_a_node_the_backend_reports_first_is_created_and_reported_as_drift(backe
     )  # fmt: skip
     assert cycle.report.drift == ["node n9 discovered on the backend"]
     assert sent == [], "nothing changed on a known node"
+    # the cluster grew then (the usage report counts its GPUs from then); the nodes the
+    # portal was set up with have no such time
+    assert created.joined_at == cycle.stamp() and node().joined_at is None
 
 
 def test_a_healthy_node_nothing_changed_on_is_not_written(backend, sent):

@@ -121,13 +121,13 @@ class PendingLinks:
         """The ids of the jobs (an array's: its unmet tasks) the pending jobs wait for:
         read once, after ``unmet`` is filled (the cycle and the verdicts both ask)."""
         ids: set[int] = set()
-        arrays: set[tuple[int, bool]] = set()
+        arrays: set[tuple[int, bool, str]] = set()
         for deps in self.unmet.values():
             for dep in deps:
                 if isinstance(dep, Link):
                     ids.add(dep.id)
-                elif (dep.id, dep.same_line) not in arrays:  # each array's tasks once
-                    arrays.add((dep.id, dep.same_line))
+                elif (key := (dep.id, dep.same_line, dep.condition)) not in arrays:  # once
+                    arrays.add(key)
                     ids.update(task.id for task in dep.unmet)
         return frozenset(ids)
 

@@ -8,17 +8,15 @@ Real PostgreSQL, real threads, as ``test_after_races_cycle`` (which races ``succ
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 
 import pytest
-from django.core.exceptions import ValidationError
 
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
-from scheduling.services import JobRequest, cancel_job, submit_job
-from tests.concurrency.threads import cycling, drain, in_thread
+from scheduling.services import JobRequest, submit_job
+from tests.concurrency.threads import cancelling, cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +31,6 @@ def request(name: str, after=(), minutes: int = 3) -> JobRequest:
 def test_jobs_after_ends_submitted_while_cycles_end_their_dependencies_all_start(demo):
     me, lead, admin = demo["researcher"], demo["lead"], demo["admin"]
     make_quotas_roomy()
-    rng = random.Random(11)
     errors: list[str] = []
     done = threading.Event()
     cycles: list[int] = []
@@ -51,18 +48,9 @@ def test_jobs_after_ends_submitted_while_cycles_end_their_dependencies_all_start
             dependents.append(submit_job(me, request("down", after=pick.sample(
                 recent, min(len(recent), pick.randint(1, 3))))).pk)  # fmt: skip
 
-    def cancel_loop() -> None:  # the team lead cancels some upstream jobs
-        while not done.is_set():
-            victim = (Job.objects.filter(pk__in=upstreams[-8:], state__in=["pending", "running"])
-                      .order_by("?").first())  # fmt: skip
-            if victim is not None and rng.random() < 0.5:
-                with contextlib.suppress(ValidationError):  # it ended meanwhile
-                    cancel_job(lead, victim.pk)
-            done.wait(0.05)
-
     threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
                in_thread(errors, lambda: submit_loop(3)), in_thread(errors, lambda: submit_loop(4)),
-               in_thread(errors, cancel_loop)]  # fmt: skip
+               in_thread(errors, cancelling(lead, upstreams, done, 11))]  # fmt: skip
     for thread in threads:
         thread.join(240)
     assert errors == []

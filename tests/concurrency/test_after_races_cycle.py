@@ -10,7 +10,6 @@ jobs it just ended, cancels it.
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
 from scheduling.services import JobRequest, cancel_job, submit_job
 from scheduling.sim_services import run_cycle_now
-from tests.concurrency.threads import cycling, drain, in_thread
+from tests.concurrency.threads import cancelling, cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -67,7 +66,6 @@ def test_a_dependent_committed_after_the_cycle_that_ended_its_dependency_is_canc
 def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_cancelled(demo):
     me, lead, admin = demo["researcher"], demo["lead"], demo["admin"]
     make_quotas_roomy()
-    rng = random.Random(7)
     errors: list[str] = []
     refused: list[str] = []
     done = threading.Event()
@@ -89,18 +87,9 @@ def test_dependents_submitted_while_cycles_end_their_dependencies_start_or_are_c
             except ValidationError as exc:  # a dependency ended since it was read: said so
                 refused.extend(exc.message_dict["after"])
 
-    def cancel_loop() -> None:  # the team lead cancels some jobs: they end for good
-        while not done.is_set():
-            victim = (Job.objects.filter(pk__in=upstreams[-8:], state__in=["pending", "running"])
-                      .order_by("?").first())  # fmt: skip
-            if victim is not None and rng.random() < 0.5:
-                with contextlib.suppress(ValidationError):  # it ended meanwhile
-                    cancel_job(lead, victim.pk)
-            done.wait(0.05)
-
     threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
                in_thread(errors, lambda: submit_loop(1)), in_thread(errors, lambda: submit_loop(2)),
-               in_thread(errors, cancel_loop)]  # fmt: skip
+               in_thread(errors, cancelling(lead, upstreams, done, 7))]  # fmt: skip
     for thread in threads:
         thread.join(240)
     assert errors == []

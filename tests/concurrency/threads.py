@@ -81,3 +81,31 @@ def cycling(
         done.set()
 
     return loop
+
+
+def cancelling(
+    user: object, pool: list[int], done: threading.Event, seed: int
+) -> Callable[[], None]:
+    """A thread's work for a race: until ``done``, every 50 ms, a coin toss cancels as
+    ``user`` one of the last 8 jobs of ``pool`` still pending or running (one that ended
+    meanwhile is refused, and left)."""
+    import contextlib
+    import random
+
+    from django.core.exceptions import ValidationError
+
+    from scheduling.models import Job
+    from scheduling.services import cancel_job
+
+    rng = random.Random(seed)
+
+    def loop() -> None:
+        while not done.is_set():
+            victim = (Job.objects.filter(pk__in=pool[-8:], state__in=["pending", "running"])
+                      .order_by("?").first())  # fmt: skip
+            if victim is not None and rng.random() < 0.5:
+                with contextlib.suppress(ValidationError):  # it ended meanwhile
+                    cancel_job(user, victim.pk)
+            done.wait(0.05)
+
+    return loop

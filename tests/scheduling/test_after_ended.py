@@ -14,7 +14,7 @@ from scheduling.array_services import submit_array
 from scheduling.models import Job
 from scheduling.services import JobRequest, submit_job, submit_jobs
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit
-from tests.scheduling.test_job_dependencies import fail_run, timeline
+from tests.scheduling.test_job_dependencies import fail_run, loop_agrees, timeline
 
 pytestmark = pytest.mark.django_db
 
@@ -165,10 +165,4 @@ def test_the_what_if_of_a_job_after_an_end_answers_as_the_loop_does(api, demo):
     assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
     assert answer.message.startswith(f"Waits for job {first} (train) to end: running")
     assert answer.details["after_condition"] == "ended"
-    then = submit_job(demo["researcher"], asked)
-    cycle(admin)
-    then.refresh_from_db()
-    assert (answer.message, answer.estimated_start) == (
-        then.pending_message,
-        then.estimated_start.timestamp(),
-    )
+    loop_agrees(demo["researcher"], admin, asked, answer)

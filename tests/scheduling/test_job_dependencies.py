@@ -128,6 +128,17 @@ def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(ap
     assert job(me, unrelated)["state"] == "running"
 
 
+def loop_agrees(user, admin, asked: JobRequest, answer) -> None:
+    """``asked`` submitted by ``user`` and a cycle run: its verdict is the what-if's
+    ``answer``, message and estimated start."""
+    then = submit_job(user, asked)
+    cycle(admin)
+    then.refresh_from_db()
+    assert (answer.message, answer.estimated_start) == (
+        then.pending_message, then.estimated_start.timestamp()
+    )  # fmt: skip
+
+
 def held_runtimes() -> dict[int, float | None]:
     """The predicted runtimes of the held jobs, as the loop's snapshot reads them."""
     with transaction.atomic():
@@ -173,13 +184,7 @@ def test_a_chain_has_an_estimate_at_every_depth(api, demo):
     asked = JobRequest(name="summary", queue="llm-experiment", gpus=8, after=(chain[3],))
     answer = whatif.what_if(demo["researcher"], asked)
     assert answer.code == "DEPENDENCY" and answer.estimated_start is not None
-    then = submit_job(demo["researcher"], asked)
-    cycle(admin)
-    then.refresh_from_db()
-    assert (answer.message, answer.estimated_start) == (
-        then.pending_message,
-        then.estimated_start.timestamp(),
-    )
+    loop_agrees(demo["researcher"], admin, asked, answer)
     # a job on hold in the chain has no predicted start: after it, no estimate
     me.post(f"/api/v1/jobs/{chain[2]}/hold/", {}, format="json")
     cycle(admin)

@@ -93,6 +93,7 @@ examples:
   gpuctl submit -f job.yaml --gpus 16       # the file, with 16 GPUs instead
   gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
   gpuctl submit merge -q llm-core -g 8 --after-array 42   # once every task of array 42 did
+  gpuctl submit cleanup -q llm-core -g 8 --after 12 --after-condition ended   # once job 12 ended, however
   gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
   cat job.yaml | gpuctl submit -f -
 
@@ -109,7 +110,8 @@ Show one job: its state, and when pending the verdict of the last scheduling cyc
 (the reason code, its numbers, what would make it start, the estimated start), then
 its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
 (it waits for the jobs it was submitted --after, or every task of the arrays it was
-submitted --after-array, to succeed), ARRAY_LIMIT (a task of an
+submitted --after-array, to succeed, or with --after-condition ended to end, whatever the
+outcome), ARRAY_LIMIT (a task of an
 array past its bound: --array 0-99%10), QUOTA_EXCEEDED,
 NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
 TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
@@ -185,6 +187,8 @@ JOB_FIELDS_INT = (
 JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
 JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible")
 JOB_FIELDS_AFTER = ("after", "after_arrays")  # job ids, array ids (--after, --after-array)
+# what they must have done first (--after-condition; the portal's default: succeeded)
+AFTER_CONDITIONS = ("succeeded", "ended")
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -209,7 +213,8 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
                 EXIT_USAGE,
             ) from exc
         body.update(loaded)
-    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, *JOB_FIELDS_AFTER, "array"):
+    for name in (*JOB_FIELDS_STR, *JOB_FIELDS_INT, *JOB_FIELDS_BOOL, *JOB_FIELDS_AFTER,
+                 "after_condition", "array"):  # fmt: skip
         value = getattr(args, name, None)
         if value is not None:
             body[name] = value
@@ -332,6 +337,27 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
 
+def _dependency_rows(job: dict) -> list[tuple[str, str]]:
+    """``explain``'s rows of what a job waits for: its jobs (``starts after``) and arrays
+    (``starts after arrays``), each marked while it has not done what the job's
+    ``after_condition`` asks (``(not succeeded yet)``, or ``(not ended yet)``); a job after
+    their ends has a ``starts once they have`` row too. A portal that does not say
+    ``after_condition`` (an older one) knows only ``succeeded``."""
+    ended = job.get("after_condition") == "ended"
+    mark = " (not ended yet)" if ended else " (not succeeded yet)"
+    rows = []
+    for label, ids, waiting in (
+        ("starts after", job.get("after"), job.get("waiting_for")),
+        ("starts after arrays", job.get("after_arrays"), job.get("waiting_for_arrays")),
+    ):
+        if ids:
+            waiting = waiting or []
+            rows.append((label, ", ".join(f"{i}{mark}" if i in waiting else str(i) for i in ids)))
+    if rows and ended:
+        rows.append(("starts once they have", "ended, whatever the outcome"))
+    return rows
+
+
 def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     job = portal.get(f"jobs/{args.job}/")
     if args.json:
@@ -362,16 +388,7 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
     if job.get("retry_count"):
         state += f" (retried {count(job['retry_count'], 'time')})"
     rows.append(("state", state))
-    if job.get("after"):
-        waiting = job.get("waiting_for") or []
-        rows.append(("starts after", ", ".join(
-            f"{i} (not succeeded yet)" if i in waiting else str(i) for i in job["after"]
-        )))  # fmt: skip
-    if job.get("after_arrays"):
-        waiting = job.get("waiting_for_arrays") or []
-        rows.append(("starts after arrays", ", ".join(
-            f"{i} (not succeeded yet)" if i in waiting else str(i) for i in job["after_arrays"]
-        )))  # fmt: skip
+    rows.extend(_dependency_rows(job))
     if job["state"] == "pending":
         reason = job.get("pending_reason")
         if not reason:
@@ -934,12 +951,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-duration-minutes", type=whole_number, help="simulator only: true run time"
     )
     p.add_argument("--after", type=job_ids, action="extend", metavar="ID,ID",
-                   help="start only once these jobs have all succeeded (repeatable; at most "
-                   "20)")  # fmt: skip
+                   help="start only once these jobs have all succeeded (or ended: "
+                   "--after-condition; repeatable; at most 20)")  # fmt: skip
     p.add_argument("--after-array", type=array_ids, action="extend",
                    dest="after_arrays", metavar="ID,ID",
                    help="start only once every task of these job arrays has succeeded "
-                   "(repeatable; at most 20 arrays)")  # fmt: skip
+                   "(or ended: --after-condition; repeatable; at most 20 arrays)")  # fmt: skip
+    p.add_argument("--after-condition", choices=AFTER_CONDITIONS,
+                   help="what the jobs of --after and tasks of --after-array must have done "
+                   "first: succeeded (default, Slurm's afterok) or ended, whatever the outcome "
+                   "(afterany)")  # fmt: skip
     p.add_argument("--array", metavar="SPEC",
                    help="a job array: one task per index, Slurm's spec (0-99, 1,3,5-11:2; "
                    "%%N: at most N at once; at most 1,000 tasks)")  # fmt: skip

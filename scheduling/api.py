@@ -89,12 +89,14 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     after = serializers.ListField(
         child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
         max_length=limits.AFTER_MAX, required=False,
-        help_text="ids of jobs that must all succeed before this one may start",
+        help_text="ids of jobs that must all succeed (or end: after_condition) before this "
+        "one may start",
     )  # fmt: skip
     after_arrays = serializers.ListField(
         child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
         max_length=limits.AFTER_ARRAYS_MAX, required=False,
-        help_text="ids of job arrays every task of which must succeed before this one may start",
+        help_text="ids of job arrays every task of which must succeed (or end: after_condition) "
+        "before this one may start",
     )  # fmt: skip
     after_condition = serializers.ChoiceField(
         choices=Job.AfterCondition.choices, required=False,

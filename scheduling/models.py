@@ -316,12 +316,13 @@ class Job(models.Model):
     launch_error = models.TextField(blank=True, help_text="the backend's words, last failure")
     after = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="dependents",
-        help_text="jobs that must succeed before this one may start (Slurm's afterok)",
+        help_text="jobs that must succeed (or end: after_condition) before this one may start "
+        "(Slurm's afterok, afterany)",
     )  # fmt: skip
     after_arrays = models.ManyToManyField(
         JobArray, blank=True, related_name="dependents",
-        help_text="arrays every task of which must succeed before this one may start "
-        "(Slurm's afterok on an array job)",
+        help_text="arrays every task of which must succeed (or end: after_condition) before "
+        "this one may start (Slurm's afterok, afterany on an array job)",
     )  # fmt: skip
 
     after_condition = models.CharField(

@@ -15,4 +15,14 @@ class Migration(migrations.Migration):
             name='after_condition',
             field=models.CharField(choices=[('succeeded', "succeeded (Slurm's afterok)"), ('ended', "ended, whatever the outcome (Slurm's afterany)")], default='succeeded', help_text='what every job of after and task of after_arrays must have done first', max_length=9),
         ),
+        migrations.AlterField(
+            model_name='job',
+            name='after',
+            field=models.ManyToManyField(blank=True, help_text="jobs that must succeed (or end: after_condition) before this one may start (Slurm's afterok, afterany)", related_name='dependents', to='scheduling.job'),
+        ),
+        migrations.AlterField(
+            model_name='job',
+            name='after_arrays',
+            field=models.ManyToManyField(blank=True, help_text="arrays every task of which must succeed (or end: after_condition) before this one may start (Slurm's afterok, afterany on an array job)", related_name='dependents', to='scheduling.jobarray'),
+        ),
     ]

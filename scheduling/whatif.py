@@ -27,9 +27,10 @@ unchanged and for at most ``CACHE_SECONDS``; the plan itself runs for every ques
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +38,7 @@ from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
 from scheduling import arrays, dependencies, engine, holds
+from scheduling.array_services import parse_spec
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
 from scheduling.clock import cluster_now_ts, to_datetime
@@ -106,6 +108,7 @@ class WhatIf:
     plan_ms: float = 0.0
     snapshot_ms: float = 0.0
     cached: bool = False
+    tasks: Tasks | None = None  # a job array's: its tasks, how many would start now
 
     @property
     def starts(self) -> bool:
@@ -137,6 +140,7 @@ class WhatIf:
                 "cluster_time": to_datetime(self.now).isoformat(),  # type: ignore[union-attr]
             },
             "timing_ms": {"plan": round(self.plan_ms, 1), "snapshot": round(self.snapshot_ms, 1)},
+            **({"tasks": asdict(self.tasks)} if self.tasks else {}),
         }
 
 
@@ -338,6 +342,72 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
     return verdict_answer(plan.verdicts[job_id])
 
 
+@dataclass(frozen=True)
+class Tasks:
+    """A job array's what-if in numbers: its tasks, how many would start now, and its bound
+    (``%N``; None: none)."""
+
+    total: int
+    start_now: int
+    at_once: int | None
+
+
+def tasks_answer(plan: et.Plan, tasks: list[et.PendingJob], spec: arrays.ArraySpec) -> dict:
+    """What ``plan`` says of an array's candidate ``tasks`` (those its bound lets the engine
+    see, in index order): every task starts (``fits_now``, on the union of their nodes); or
+    the count that would start and the first waiting task's verdict; or, when every task
+    the bound lets in starts, that the others wait for their places (``ARRAY_LIMIT``, the
+    first predicted to open when a started task is predicted to end)."""
+    total, bound = len(spec.indices), spec.max_running
+    starts = {s.job_id: s for s in plan.starts}
+    started = [starts[t.id] for t in tasks if t.id in starts]
+    counts = Tasks(total, len(started), bound)
+    if len(started) == total:
+        said = answer(plan, tasks[0].id)
+        nodes = tuple(dict.fromkeys(slot.node for s in started for slot in s.placement))
+        shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes):,} nodes ({shown})"
+        borrowed = any(s.borrowed for s in started)
+        message = f"All {explain.count(total, 'task')} would start now, on {where}."
+        if borrowed:
+            message += (
+                " Some would run beyond the quota on borrowed idle GPUs, and be the first to be "
+                "preempted when their owners need them back."
+            )
+        return {**said, "message": message, "nodes": nodes, "borrowed": borrowed, "tasks": counts}
+    some = f"{len(started):,} of its {total:,} tasks would start now" if started else (
+        f"None of its {total:,} tasks would start now"
+    )  # fmt: skip
+    first = next((t for t in tasks if t.id not in starts), None)
+    if first is not None:
+        said = verdict_answer(plan.verdicts[first.id])
+        names = {t.id: f"task {spec.indices[i]} of this array" for i, t in enumerate(tasks)}
+        said["message"] = f"{some}; task {spec.indices[tasks.index(first)]} would wait: " + (
+            _name_tasks(said["message"], names)
+        )
+        return {**said, "tasks": counts}
+    runtime = tasks[0].predicted_runtime_s
+    opens = plan.now + runtime if runtime else None
+    message = (
+        f"{some}, at most {bound:,} at once: the other {total - len(started):,} wait for their "
+        "places"
+        + (f", the first predicted to open {explain.when(explain.minute_up(opens))}." if opens
+           else ".")
+    )  # fmt: skip
+    return {
+        "status": "would_wait", "code": arrays.ARRAY_LIMIT_CODE, "message": message,
+        "details": {"max_running": bound}, "remedy": arrays.ARRAY_LIMIT_REMEDY,
+        "estimated_start": explain.minute_up(opens) if opens else None, "position": None,
+        "tasks": counts,
+    }  # fmt: skip
+
+
+def _name_tasks(message: str, names: dict[int, str]) -> str:
+    """A verdict's words with the array's other candidate tasks, which have no job ids yet,
+    named by index (``job 1235`` -> ``task 3 of this array``)."""
+    return re.sub(r"\bjob (\d+)\b", lambda m: names.get(int(m.group(1)), m.group(0)), message)
+
+
 def verdict_answer(v: et.Verdict) -> dict[str, Any]:
     """A waiting verdict in the what-if's terms (the engine's, or the loop's own)."""
     return {
@@ -355,17 +425,22 @@ def waiting_estimates(ids: frozenset[int]) -> dict[int, float]:
     return {pk: at.timestamp() for pk, at in rows.values_list("pk", "estimated_start")}
 
 
-def what_if(user: Any, req: JobRequest) -> WhatIf:
+def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     """Would ``req``, submitted by ``user`` now, start at the next cycle, and if not, why and
-    when? Raises ``ValidationError`` when a submission would be refused (the service's rules)
-    and ``ClusterUnavailable`` when the cluster cannot be read."""
+    when? With ``array`` (a job array's spec, Slurm's: ``0-15%4``), the same for its tasks,
+    each one more candidate up to the array's bound, as the loop would give them to the
+    engine, said together (``tasks_answer``). Raises ``ValidationError`` when a submission
+    would be refused (the service's rules) and ``ClusterUnavailable`` when the cluster
+    cannot be read."""
     fields = resolve_job_request(user, req)
     deps = check_dependencies(user, req)
+    spec = parse_spec(array) if array else None
     base, cached = baseline()
     now = cluster_now_ts()
     queue: Queue = fields["queue"]
     row = candidate_row(fields, user.username, base.next_job_id, now)
-    candidate = pending_job(row, queue, base.predictor.predict_row(row, queue.name), now)
+    predicted = base.predictor.predict_row(row, queue.name)
+    candidate = pending_job(row, queue, predicted, now)
     links = dependencies.unmet_links(
         candidate.id, deps.jobs, queue.business_line_id, deps.arrays, deps.condition
     ) if deps else None  # fmt: skip
@@ -377,10 +452,21 @@ def what_if(user: Any, req: JobRequest) -> WhatIf:
             estimates=waiting_estimates(links.linked),
             waiting_runtimes=base.runtimes,
         )  # fmt: skip
-        said = verdict_answer(verdicts[candidate.id])
-    else:
+        said = verdict_answer(verdicts[candidate.id])  # every task's: they wait alike
+        if spec is not None:
+            said["tasks"] = Tasks(len(spec.indices), 0, spec.max_running)
+    elif spec is None:
         snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, candidate))
         said = answer(engine.plan(snapshot, now), candidate.id)
+    else:
+        given = len(spec.indices) if spec.max_running is None else spec.max_running
+        tasks = [candidate] + [
+            pending_job(candidate_row(fields, user.username, candidate.id + i, now), queue,
+                        predicted, now)
+            for i in range(1, min(given, len(spec.indices)))
+        ]  # fmt: skip
+        snapshot = replace(base.snapshot, pending=(*base.snapshot.pending, *tasks))
+        said = tasks_answer(engine.plan(snapshot, now), tasks, spec)
     plan_ms = (time.perf_counter() - t0) * 1000
     return WhatIf(
         **said,

@@ -152,6 +152,14 @@ class JobSubmitForm(forms.Form):
         f"42, 43 (at most {limits.AFTER_ARRAYS_MAX}). If one of their tasks fails for good or "
         "is cancelled, this job is cancelled.",
     )  # fmt: skip
+    after_condition = forms.ChoiceField(
+        label="Start once they have", required=False, choices=Job.AfterCondition.choices,
+        initial=Job.AfterCondition.SUCCEEDED,
+        help_text="What the jobs and arrays above must have done first. Ended: succeeded, "
+        "failed or cancelled, whichever; this job then waits for them all to end and is never "
+        "cancelled for their outcome (e.g. a cleanup or report job that must run even if "
+        "training failed).",
+    )  # fmt: skip
     array = forms.CharField(
         label="Array", required=False, max_length=arrays.SPEC_MAX, strip=True,
         help_text="Run many copies that differ by index, as Slurm's --array: 0-99, 1,3,5-9 "
@@ -173,7 +181,7 @@ class JobSubmitForm(forms.Form):
                                       "checkpoint_interval_minutes")),
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
-        ("Pipeline", ("after", "after_arrays")),
+        ("Pipeline", ("after", "after_arrays", "after_condition")),
         ("Many copies (a job array)", ("array",)),
     )  # fmt: skip
 
@@ -182,7 +190,7 @@ class JobSubmitForm(forms.Form):
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
-        "after_arrays",
+        "after_arrays", "after_condition",
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
@@ -210,6 +218,12 @@ class JobSubmitForm(forms.Form):
         """Array ids, as ``after``'s job ids; which arrays they may be is the service's rule
         (``services.check_after_arrays``)."""
         return _ids(self.cleaned_data["after_arrays"], "an array id", "42, 43")
+
+    def clean_after_condition(self) -> str:
+        """One of ``Job.AfterCondition`` (the choice checks it); not given (a query without
+        it): the default, succeeded. Whether it may be ended is the service's rule
+        (``services.check_dependencies``: only with jobs or arrays to wait for)."""
+        return self.cleaned_data["after_condition"] or Job.AfterCondition.SUCCEEDED
 
     def clean_array(self) -> str:
         """The array's spec as given, or empty for a single job; a spec that names no
@@ -246,6 +260,7 @@ class JobSubmitForm(forms.Form):
         data["model_name"] = data["model_name"] or ""
         data["after"] = data["after"] or ()
         data["after_arrays"] = data["after_arrays"] or ()
+        data["after_condition"] = data["after_condition"] or Job.AfterCondition.SUCCEEDED
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def add_service_errors(self, exc: ValidationError) -> None:

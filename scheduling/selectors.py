@@ -128,23 +128,38 @@ def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
 @dataclass(frozen=True)
 class LinkedJob:
     """A job another one starts after, or waits for it, as ``user`` may see it: its name
-    and state only if they may view that job (``name`` None: they may not; its id alone)."""
+    and state only if they may view that job (``name`` None: they may not; its id alone).
+    ``after_condition``: of a job waiting for another or for an array, what it waits for
+    them to have done (``Job.AfterCondition``: succeeded, or ended); None where not read."""
 
     id: int
     name: str | None = None
     state: str | None = None
+    after_condition: str | None = None
+
+
+def by_condition(jobs: list[LinkedJob]) -> list[tuple[str, list[LinkedJob]]]:
+    """Jobs waiting for a job or an array by their ``after_condition``, those waiting for
+    its success first: ``[("succeeded", [...]), ("ended", [...])]``, a condition no job has
+    left out, each list in ``jobs``' order (no query)."""
+    return [
+        (condition, group)
+        for condition in Job.AfterCondition.values
+        if (group := [j for j in jobs if j.after_condition == condition])
+    ]
 
 
 @dataclass(frozen=True)
 class LinkedArray:
     """An array a job starts after as a whole (``Job.after_arrays``), as ``user`` may see
-    it: its name and how many of its tasks succeeded only if they may view the array
-    (``name`` None: they may not; its id alone)."""
+    it: its name and how many of its tasks succeeded (``ended``: succeeded, failed or were
+    cancelled) only if they may view the array (``name`` None: they may not; its id alone)."""
 
     id: int
     name: str | None = None
     succeeded: int | None = None
     size: int | None = None
+    ended: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,11 @@ class Pipeline:
     starts_after: list[LinkedJob]
     starts_after_arrays: list[LinkedArray]
     waited_for_by: list[LinkedJob]
+
+    @property
+    def waiting_by_condition(self) -> list[tuple[str, list[LinkedJob]]]:
+        """``waited_for_by`` by what each waits for it to do (``by_condition``)."""
+        return by_condition(self.waited_for_by)
 
 
 def list_linked_jobs(user, job: Job) -> Pipeline:
@@ -188,35 +208,41 @@ def list_linked_jobs(user, job: Job) -> Pipeline:
     return Pipeline(
         starts_after=[LinkedJob(pk, *(seen[pk] or ())) for pk in after],
         starts_after_arrays=list_linked_arrays(user, arrays) if arrays else [],
-        waited_for_by=[LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")],
+        waited_for_by=[
+            LinkedJob(*row)
+            for row in dependents.values_list("pk", "name", "state", "after_condition")
+        ],
     )
 
 
 def list_linked_arrays(user, array_ids: Iterable[int]) -> list[LinkedArray]:
     """The arrays of ``array_ids`` (those a job starts after as a whole), in id order, each
-    with how many of its tasks succeeded where ``user`` may see it (``list_arrays_for_user``),
-    by id alone where not. One query: the arrays, their succeeded tasks counted and whether
-    the viewer sees each, together."""
+    with how many of its tasks succeeded and ended where ``user`` may see it
+    (``list_arrays_for_user``), by id alone where not. One query: the arrays, their
+    succeeded and ended tasks counted and whether the viewer sees each, together."""
     rows = (
         JobArray.objects.filter(pk__in=list(array_ids))
         .annotate(
             succeeded=Count("tasks", filter=Q(tasks__state=Job.State.SUCCEEDED)),
+            ended=Count("tasks", filter=Q(tasks__state__in=Job.TERMINAL_STATES)),
             visible=Exists(list_arrays_for_user(user).filter(pk=OuterRef("pk"))),
         )
         .order_by("pk")
-        .values_list("pk", "name", "succeeded", "size", "visible")
+        .values_list("pk", "name", "succeeded", "size", "ended", "visible")
     )
     return [
-        LinkedArray(pk, name, succeeded, size) if visible else LinkedArray(pk)
-        for pk, name, succeeded, size, visible in rows
+        LinkedArray(pk, name, succeeded, size, ended) if visible else LinkedArray(pk)
+        for pk, name, succeeded, size, ended, visible in rows
     ]
 
 
-def list_array_dependents(user, array: JobArray) -> list[LinkedJob]:
-    """The jobs waiting for every task of ``array`` to succeed (``Job.after_arrays``) that
-    ``user`` may see, in id order (one query)."""
+def list_array_dependents(user, array: JobArray) -> list[tuple[str, list[LinkedJob]]]:
+    """The jobs waiting for every task of ``array`` to succeed, or to end
+    (``Job.after_arrays``, by their ``after_condition``: ``by_condition``) that ``user`` may
+    see, each group in id order (one query)."""
     dependents = list_jobs_for_user(user).filter(after_arrays=array).order_by("pk")
-    return [LinkedJob(*row) for row in dependents.values_list("pk", "name", "state")]
+    fields = ("pk", "name", "state", "after_condition")
+    return by_condition([LinkedJob(*row) for row in dependents.values_list(*fields)])
 
 
 def list_queues_for_submit(user) -> QuerySet[Queue]:

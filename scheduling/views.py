@@ -125,6 +125,19 @@ WHATIF_TITLES: dict[str, str] = {
     "DEPENDENCY": "Would wait for other jobs to succeed",
 }
 
+# The DEPENDENCY titles of a job that waits for the others to end whatever the outcome
+# (``after_condition`` ``ended``, Slurm's afterany), not to succeed.
+ENDED_TITLES: dict[str, str] = {"DEPENDENCY": "Waiting for other jobs to end"}
+ENDED_WHATIF_TITLES: dict[str, str] = {"DEPENDENCY": "Would wait for other jobs to end"}
+
+
+def code_titles(after_condition: str) -> dict[str, str]:
+    """``CODE_TITLES`` as said of a job with this ``after_condition`` (its DEPENDENCY: to
+    succeed, or to end)."""
+    if after_condition == Job.AfterCondition.ENDED:
+        return {**CODE_TITLES, **ENDED_TITLES}
+    return CODE_TITLES
+
 
 def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     """The what-if as the form shows it: the page and ``/jobs/feasibility/`` say the same."""
@@ -132,7 +145,10 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     if w.status == "fits_now":
         data["title"] = "Would start now, on borrowed GPUs" if w.borrowed else "Would start now"
     else:
-        data["title"] = WHATIF_TITLES.get(w.code, f"Would wait: {w.code}")
+        titles = WHATIF_TITLES
+        if w.details.get("after_condition") == Job.AfterCondition.ENDED:
+            titles = {**WHATIF_TITLES, **ENDED_WHATIF_TITLES}
+        data["title"] = titles.get(w.code, f"Would wait: {w.code}")
     data["detail_rows"] = detail_rows(w.details)
     # written as the verdicts write times, so the page (in_zone) and its script (zoned) show
     # it in the viewer's zone as they show the estimated start beside it
@@ -440,10 +456,11 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "queue__name",
         "queue__business_line__name",
         "array_index",
+        "after_condition",
     ).order_by(*(("array_index",) if array is not None else ("-submitted_at", "-id")))
     page = Paginator(jobs, JOBS_PER_PAGE).get_page(chosen.get("page"))
     for job in page:
-        job.code_title = CODE_TITLES.get(job.pending_code, job.pending_code)
+        job.code_title = code_titles(job.after_condition).get(job.pending_code, job.pending_code)
     query = params.copy()
     query.pop("page", None)
     context = {
@@ -473,6 +490,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     allowed = may_cancel(request.user, job)
     progress = job.progress_at(clock.now())  # the header's clock reads the same instant
     pipeline = list_linked_jobs(request.user, job)
+    titles = code_titles(job.after_condition)
     context = {
         "job": job,
         "events": events,
@@ -486,7 +504,11 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "starts_after": pipeline.starts_after,
         "starts_after_arrays": pipeline.starts_after_arrays,
         "waited_for_by": pipeline.waited_for_by,
-        "code_title": CODE_TITLES.get(job.pending_code, job.pending_code),
+        # the same, by what they wait for it to do: [(after_condition, those jobs)]
+        "waiting_for_it": pipeline.waiting_by_condition,
+        # it waits for them to end whatever the outcome (Slurm's afterany), not to succeed
+        "after_ended": job.after_condition == Job.AfterCondition.ENDED,
+        "code_title": titles.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,
         # hold (a running job: suspend) and release (``scheduling.hold_views``)
@@ -498,7 +520,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             "hold_notes": HOLD_NOTES,
             "id": job.pk,
             "api": f"/api/v1/jobs/{job.pk}/",
-            "titles": CODE_TITLES,
+            "titles": titles,
             "active_states": list(Job.ACTIVE_STATES),
             "progress_seconds": progress,  # at the cluster time the header's clock starts from
         },

@@ -38,11 +38,11 @@ from scheduling.selectors import (
     list_array_dependents,
     list_arrays_for_user,
 )
-from scheduling.views import CODE_TITLES, JOBS_PER_PAGE
+from scheduling.views import JOBS_PER_PAGE, code_titles
 
 # ``array``: the related manager sets each task's array from it (deferred: a query a task)
 TASK_FIELDS = ("id", "array", "array_index", "state", "pending_code", "pending_message",
-               "estimated_start", "started_at", "finished_at")  # fmt: skip
+               "estimated_start", "started_at", "finished_at", "after_condition")  # fmt: skip
 ONLY_ACTORS = "only the array's owner, their team lead or an admin may act on it"
 
 
@@ -78,7 +78,9 @@ def render_array(
         tasks, status = tasks.none(), 400
     page = Paginator(tasks, JOBS_PER_PAGE).get_page(query.cleaned_data.get("page"))
     for task in page:
-        task.code_title = CODE_TITLES.get(task.pending_code, task.pending_code)
+        task.code_title = code_titles(task.after_condition).get(
+            task.pending_code, task.pending_code
+        )
     progress = array_progress(array)
     may_act = may_cancel(request.user, array)
     initial = {"max_running": "" if array.max_running is None else array.max_running}

@@ -144,13 +144,14 @@ class JobSubmitForm(forms.Form):
     after = forms.CharField(
         label="Start after jobs", required=False, max_length=400,
         help_text="Optional: ids of jobs that must all succeed first, e.g. 12, 13 (at most "
-        f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled.",
+        f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled "
+        "(unless it starts once they have ended, below).",
     )  # fmt: skip
     after_arrays = forms.CharField(
         label="Start after arrays", required=False, max_length=400,
         help_text="Optional: ids of job arrays every task of which must succeed first, e.g. "
         f"42, 43 (at most {limits.AFTER_ARRAYS_MAX}). If one of their tasks fails for good or "
-        "is cancelled, this job is cancelled.",
+        "is cancelled, this job is cancelled (unless it starts once they have ended, below).",
     )  # fmt: skip
     after_condition = forms.ChoiceField(
         label="Start once they have", required=False, choices=Job.AfterCondition.choices,

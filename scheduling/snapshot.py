@@ -33,7 +33,7 @@ class SnapshotContext:
     jobs: dict[int, dict]  # active job rows by id (values() dicts of ``JOB_FIELDS``)
     nodes: dict[str, dict]  # registered nodes by name (``NODE_FIELDS``)
     # pending jobs left out of ``snapshot.pending``: they are on hold (``scheduling.holds``),
-    # wait for other jobs to succeed (``scheduling.dependencies``, with those links) or are
+    # wait for other jobs to succeed or end (``scheduling.dependencies``, with those links) or are
     # tasks past their array's bound (``scheduling.arrays``, ``throttled``)
     held: dict[int, et.PendingJob] = field(default_factory=dict)
     links: dependencies.PendingLinks = field(default_factory=dependencies.PendingLinks)

@@ -122,6 +122,21 @@ def test_an_array_submitted_after_an_array_s_end_has_every_task_wait_so(demo):
     assert collect.tasks.count() == 3
 
 
+def test_the_array_page_titles_its_tasks_waiting_for_an_end_so(demo, api):
+    me = demo["researcher"]
+    sweep = new_array(me)
+    collect = new_array(me, "0-1", name="collect", after_arrays=(sweep.pk,),
+                        after_condition=ENDED)  # fmt: skip
+    after_success = new_array(me, "0-1", name="eval", after_arrays=(sweep.pk,))
+    cycle(api("admin"))
+    client = signed_in(demo, "researcher")
+    ended = page(client, f"/arrays/{collect.pk}/")
+    assert ended.count(">Waiting for other jobs to end</span>") == 2
+    assert "Waiting for other jobs to succeed" not in ended
+    succeeded = page(client, f"/arrays/{after_success.pk}/")
+    assert succeeded.count(">Waiting for other jobs to succeed</span>") == 2
+
+
 def test_ended_with_nothing_to_wait_for_is_refused_on_the_field_and_nothing_is_stored(demo):
     response = signed_in(demo, "researcher").post("/jobs/new/", form_data(after_condition=ENDED))
     assert response.status_code == 200

@@ -80,7 +80,8 @@ def test_the_form_has_the_field_in_the_pipeline_with_its_help(demo):
     assert "every task of which must succeed first, e.g. 42, 43" in help_text
     assert f"(at most {limits.AFTER_ARRAYS_MAX})" in help_text
     assert (
-        "If one of their tasks fails for good or is cancelled, this job is cancelled." in help_text
+        "If one of their tasks fails for good or is cancelled, this job is cancelled (unless "
+        "it starts once they have ended, below)." in help_text
     )
 
 

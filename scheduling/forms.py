@@ -191,7 +191,7 @@ class JobSubmitForm(forms.Form):
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
-        "after_arrays", "after_condition",
+        "after_arrays", "after_condition", "array",
     )  # fmt: skip
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
@@ -253,6 +253,7 @@ class JobSubmitForm(forms.Form):
         if any(name in self.errors for name in self.FEASIBILITY_FIELDS):
             return None
         data = {name: self.cleaned_data.get(name) for name in self.FEASIBILITY_FIELDS}
+        data.pop("array")  # asked apart: ``feasibility_array``
         if not data["queue"] or not data["gpus"]:
             return None
         data["tier"] = data["tier"] or None
@@ -263,6 +264,10 @@ class JobSubmitForm(forms.Form):
         data["after_arrays"] = data["after_arrays"] or ()
         data["after_condition"] = data["after_condition"] or Job.AfterCondition.SUCCEEDED
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
+
+    def feasibility_array(self) -> str | None:
+        """The array's spec for the what-if (its tasks said together), None for one job."""
+        return self.cleaned_data.get("array") or None
 
     def add_service_errors(self, exc: ValidationError) -> None:
         """Put the service's field errors on their fields (others on the form)."""

@@ -142,7 +142,12 @@ def code_titles(after_condition: str) -> dict[str, str]:
 def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     """The what-if as the form shows it: the page and ``/jobs/feasibility/`` say the same."""
     data = w.as_dict()
-    if w.status == "fits_now":
+    if w.tasks is not None and w.tasks.start_now and w.tasks.total > 1:  # an array's tasks
+        n, total = w.tasks.start_now, w.tasks.total
+        data["title"] = f"Would start all {total:,} tasks now" if n == total else (
+            f"Would start {n:,} of its {total:,} tasks now"
+        )  # fmt: skip
+    elif w.status == "fits_now":
         data["title"] = "Would start now, on borrowed GPUs" if w.borrowed else "Would start now"
     else:
         titles = WHATIF_TITLES
@@ -178,11 +183,12 @@ def unavailable_answer(exc: whatif.ClusterUnavailable) -> dict[str, Any]:
     return {"status": "unknown", "code": "", "title": "No answer now", "message": f"{exc}."}
 
 
-def ask_engine(user: Any, req: JobRequest) -> dict[str, Any]:
-    """Would ``req`` start now, and when? The engine's what-if (``scheduling.whatif``), or why
-    a submission would be refused, or that the cluster cannot be read now."""
+def ask_engine(user: Any, req: JobRequest, array: str | None = None) -> dict[str, Any]:
+    """Would ``req`` (an array of it: ``array``, its spec) start now, and when? The engine's
+    what-if (``scheduling.whatif``), or why a submission would be refused, or that the
+    cluster cannot be read now."""
     try:
-        return whatif_answer(whatif.what_if(user, req))
+        return whatif_answer(whatif.what_if(user, req, array))
     except ValidationError as exc:
         return refused_answer(exc)
     except whatif.ClusterUnavailable as exc:
@@ -261,7 +267,7 @@ def submit(request: HttpRequest) -> HttpResponse:
         )
         req = probe.feasibility_request()
         if req is not None:
-            feasibility = ask_engine(request.user, req)
+            feasibility = ask_engine(request.user, req, probe.feasibility_array())
     context = {
         "form": form,
         "est_form": est_form,
@@ -395,7 +401,7 @@ def feasibility(request: HttpRequest) -> JsonResponse:
                 wanted.setdefault(name, ["This field is required."])
         return _errors_json(wanted)
     try:
-        result = whatif.what_if(request.user, req)
+        result = whatif.what_if(request.user, req, form.feasibility_array())
     except ValidationError as exc:
         errors = exc.message_dict if hasattr(exc, "error_dict") else {"request": exc.messages}
         return _errors_json(errors)

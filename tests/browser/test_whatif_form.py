@@ -159,3 +159,31 @@ def test_naming_jobs_to_start_after_changes_the_answer_as_you_type(demo, busy, p
     assert f"job {held.pk} (hold0)" in answer["message"] and "running" in answer["message"]
     expect(page.locator("#feasibility-start")).to_have_text(answer["estimated_start_text"])
     assert "(in 2 h" in answer["estimated_start_text"]  # its end, to the minute up
+
+
+def test_an_array_spec_asks_for_its_tasks_together_and_the_next_cycle_agrees(
+    demo, busy, page, login
+):
+    """The "Array" field is part of the question: with one node freed, a 0-3 sweep of
+    4-GPU tasks reads "Would start 2 of its 4 tasks now", task 2 waiting for GPUs; submitted,
+    the next cycle starts two of its tasks."""
+    in_thread(services.cancel_job, demo["lead"], busy[0].pk)
+    run_cycle()  # one node's 8 GPUs free
+    base = login("researcher")
+    page.goto(f"{base}/jobs/new/")
+    page.get_by_label("Job name").fill("sweep")
+    page.get_by_label("Queue").select_option(label="llm-core — Core training, tier core")
+    ask(page, base, "4")
+    with page.expect_response(re.compile(r"/jobs/feasibility/\?.*array=0-3\b")) as got:
+        page.get_by_label("Array", exact=True).fill("0-3")
+        page.get_by_label("Array", exact=True).blur()
+    answer = got.value.json()
+    assert answer["tasks"] == {"total": 4, "start_now": 2, "at_once": None}
+    expect(page.locator("#feasibility-title")).to_have_text("Would start 2 of its 4 tasks now")
+    expect(page.locator("#feasibility-text")).to_have_text(answer["message"])
+    assert answer["message"].startswith("2 of its 4 tasks would start now; task 2 would wait: ")
+    page.get_by_role("button", name="Submit job").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/arrays/\d+/$"))
+    run_cycle()
+    assert Job.objects.filter(name="sweep", state="running").count() == 2

@@ -102,6 +102,32 @@ def test_the_page_without_javascript_shows_the_same_answer(demo, client):
         assert text in page, text
 
 
+def test_an_arrays_tasks_are_asked_together_on_the_endpoint_and_the_page(demo, client):
+    """The form's Array field is part of the question: its tasks, up to its bound, are
+    planned together (``whatif.tasks_answer``), and the page without JavaScript says the
+    same."""
+    ask = {"queue": queue_id("llm-core"), "gpus": "4"}
+    body = client.get("/jobs/feasibility/", {**ask, "array": "0-7"}).json()
+    assert (body["status"], body["title"]) == ("fits_now", "Would start all 8 tasks now")
+    assert body["tasks"] == {"total": 8, "start_now": 8, "at_once": None}
+    assert body["message"].startswith("All 8 tasks would start now, on 4 nodes (")
+    body = client.get("/jobs/feasibility/", {**ask, "array": "0-9"}).json()
+    assert (body["status"], body["code"]) == ("would_wait", "INSUFFICIENT_GPUS")
+    assert body["title"] == "Would start 8 of its 10 tasks now"
+    assert body["message"].startswith("8 of its 10 tasks would start now; task 8 would wait: ")
+    body = client.get("/jobs/feasibility/", {**ask, "array": "0-9%3"}).json()
+    assert (body["code"], body["title"]) == ("ARRAY_LIMIT", "Would start 3 of its 10 tasks now")
+    one = client.get("/jobs/feasibility/", ask).json()
+    assert one["title"] == "Would start now" and "tasks" not in one
+    bad = client.get("/jobs/feasibility/", {**ask, "array": "9-1"})
+    assert bad.status_code == 400 and list(bad.json()["errors"]) == ["array"]
+    data = {"action": "check", "name": "x", "queue": queue_id("llm-core"), "gpus": "4",
+            "array": "0-9", "max_retries": "3", "checkpoint_interval_minutes": "60"}  # fmt: skip
+    page = html.unescape(client.post("/jobs/new/", data).content.decode())
+    assert "Would start 8 of its 10 tasks now" in page
+    assert "8 of its 10 tasks would start now; task 8 would wait: " in page
+
+
 def test_the_empty_form_asks_for_a_queue_and_gpus(client):
     page = client.get("/jobs/new/").content.decode()
     assert 'data-status="unknown"' in page and "Choose a queue and a GPU count to see." in page

@@ -46,6 +46,7 @@ from scheduling.selectors import (
     build_placement,
     held_filter,
     list_jobs_for_user,
+    visible_array_ids,
     visible_job_ids,
 )
 from scheduling.services import JobRequest, cancel_job, submit_job
@@ -327,7 +328,8 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """One job. Its ``pending_reason`` also has ``job_links``: for each job the verdict
         names (``verdict_text.job_refs``) that the caller may see, the address of that job's
-        page (the job page's live updates link them as the page does). Added here, not in
+        page (the job page's live updates link them as the page does); ``array_links`` the
+        same for the arrays it names (``verdict_text.array_refs``). Added here, not in
         the serializer: its fields are shared and know no request (``SharedFields``)."""
         response = super().retrieve(request, *args, **kwargs)
         reason = response.data.get("pending_reason")
@@ -336,6 +338,11 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
             reason["job_links"] = {
                 str(job_id): reverse("scheduling:job-detail", args=[job_id])
                 for job_id in sorted(visible_job_ids(request.user, refs))
+            }
+            arrays = verdict_text.array_refs(reason["details"])
+            reason["array_links"] = {
+                str(array_id): reverse("scheduling:array-detail", args=[array_id])
+                for array_id in sorted(visible_array_ids(request.user, arrays))
             }
         return response
 

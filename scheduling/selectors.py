@@ -125,6 +125,15 @@ def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
     return set(list_jobs_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
 
 
+def visible_array_ids(user, array_ids: Iterable[int]) -> set[int]:
+    """Those of ``array_ids`` the user may see (``list_arrays_for_user``): one query, none
+    when there is nothing to ask."""
+    asked = set(array_ids)
+    if not asked:
+        return set()
+    return set(list_arrays_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
+
+
 @dataclass(frozen=True)
 class LinkedJob:
     """A job another one starts after, or waits for it, as ``user`` may see it: its name

@@ -154,9 +154,11 @@ NUMBERS = {"array", "array_index"}  # an array's id, a task's index: "12345", no
 ID_LISTS = {"waiting_for"}  # jobs' ids: "#12, #13"
 ARRAY_LISTS = {"waiting_for_arrays"}  # arrays' ids: "array 42, array 43"
 # How a verdict's texts name a job: "job 7905" in its message and estimate, "#7905" in its
-# facts (``IDS``). The job page links the ones the viewer may see (``job_refs``), and so
-# does its live script (static/js/pages/jobs_detail.js, the same pattern).
-JOB_REFERENCE = re.compile(r"(?<![\w#])(?:job #?|#)([0-9]+)\b", re.ASCII)
+# facts (``IDS``); and an array: "array 42" (``ARRAY_LISTS``, an ``ARRAY_LIMIT`` task's own).
+# The job page links the ones the viewer may see (``job_refs``, ``array_refs``), and so does
+# its live script (static/js/pages/jobs_detail.js, the same pattern): group 1 a job's id,
+# group 2 an array's.
+REFERENCE = re.compile(r"(?<![\w#])(?:(?:job #?|#)([0-9]+)|array ([0-9]+))\b", re.ASCII)
 
 
 def _time(value: Any) -> str | None:
@@ -247,6 +249,18 @@ def job_refs(details: Any) -> list[int]:
         return []
     ids = {details.get(key) for key in IDS}
     for key in ID_LISTS:
+        listed = details.get(key)
+        ids.update(listed if isinstance(listed, list) else ())
+    return sorted(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i > 0)
+
+
+def array_refs(details: Any) -> list[int]:
+    """The ids of the arrays a verdict names in its details (``ARRAY_LISTS``: the arrays
+    it waits for; ``array``: an ``ARRAY_LIMIT`` task's own), in order."""
+    if not isinstance(details, dict):
+        return []
+    ids = {details.get("array")}
+    for key in ARRAY_LISTS:
         listed = details.get(key)
         ids.update(listed if isinstance(listed, list) else ())
     return sorted(i for i in ids if isinstance(i, int) and not isinstance(i, bool) and i > 0)

@@ -44,6 +44,7 @@ from scheduling.selectors import (
     list_jobs_for_user,
     list_linked_jobs,
     list_queues_for_submit,
+    visible_array_ids,
     visible_job_ids,
 )
 from scheduling.services import JobRequest, cancel_job, submit_job
@@ -504,7 +505,11 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "progress_text": duration_text(progress),
         "detail_rows": detail_rows(job.pending_details),
         # the jobs its verdict names that this viewer may see: linked to their pages
-        "linked_jobs": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
+        # the jobs and arrays its verdict names that the viewer may see: linked
+        "linked": {
+            "job": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),
+            "array": visible_array_ids(request.user, verdict_text.array_refs(job.pending_details)),
+        },
         # the jobs it starts after and those waiting for it (``Job.after``), and the
         # arrays every task of which it starts after (``Job.after_arrays``)
         "starts_after": pipeline.starts_after,

@@ -4,12 +4,13 @@ and the page's live updates (``scheduling.verdict_text``).
 ``{% load verdicts %}``, then ``{% verdict_facts job.pending_details as facts %}`` (rows
 ``{key, label, text}``) and ``{% verdict_estimate job %}`` (``2026-12-01 00:30 UTC`` or
 ``unknown: <why>``); ``text|job_links:linked`` links the jobs ``text`` names ("job 7905",
-"#7905") whose ids are in ``linked`` (those the viewer may see) to their pages.
+"#7905") and the arrays ("array 42") whose ids are in ``linked`` (``{"job": ids, "array":
+ids}``: those the viewer may see) to their pages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from django import template
@@ -23,15 +24,18 @@ register = template.Library()
 
 
 @register.filter
-def job_links(text: Any, linked: Collection[int] | None) -> SafeString:
-    """``text`` escaped, with each job it names that is in ``linked`` a link to that job's
-    page, as the job list links its jobs; any other job it names stays plain text."""
+def job_links(text: Any, linked: Mapping[str, Collection[int]] | None) -> SafeString:
+    """``text`` escaped, with each job (array) it names that is in ``linked["job"]``
+    (``linked["array"]``) a link to its page, as the job list links its jobs; any other
+    it names stays plain text."""
     text = "" if text is None else str(text)
+    linked = linked or {}
     out, start = [], 0
-    for match in verdict_text.JOB_REFERENCE.finditer(text):
-        if int(match[1]) not in (linked or ()):
+    for match in verdict_text.REFERENCE.finditer(text):
+        kind, ref = ("job", match[1]) if match[1] else ("array", match[2])
+        if int(ref) not in linked.get(kind, ()):
             continue
-        url = reverse("scheduling:job-detail", args=[int(match[1])])
+        url = reverse(f"scheduling:{kind}-detail", args=[int(ref)])
         out += [
             escape(text[start : match.start()]),
             format_html('<a href="{}">{}</a>', url, match[0]),

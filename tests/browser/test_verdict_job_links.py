@@ -67,3 +67,33 @@ def test_the_overrunning_job_stays_a_link_after_a_live_update(demo, page, login)
     page.locator("#verdict-details a").click()
     page.wait_for_url(f"{base}/jobs/{mine.pk}/")
     expect(page.locator("h1")).to_contain_text("long-run")
+
+
+def test_the_array_a_job_waits_for_is_a_link_on_load_and_after_a_live_update(demo, page, login):
+    """A job after a whole array: its verdict names "array 42 (sweep)", a link to the array's
+    page for a viewer who may see it, on load and as the page's script re-renders it (the
+    API's ``array_links``)."""
+    from scheduling.array_services import submit_array
+    from scheduling.cycle import run_cycle
+
+    sweep = in_thread(submit_array, demo["researcher"],
+                      JobRequest(name="sweep", queue="llm-experiment", gpus=8), "0-1")  # fmt: skip
+    then = in_thread(services.submit_job, demo["researcher"],
+                     JobRequest(name="collect", queue="llm-experiment", gpus=8,
+                                after_arrays=(sweep.pk,)))  # fmt: skip
+    in_thread(run_cycle)
+    base = login("researcher")
+    page.goto(f"{base}/jobs/{then.pk}/")
+    message = page.locator("#verdict-message")
+    expect(message.locator("a")).to_have_attribute("href", f"/arrays/{sweep.pk}/")
+    expect(message.locator("a")).to_have_text(f"array {sweep.pk}")
+    expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+    page.wait_for_timeout(500)  # the subscriptions are sent on open
+    page.evaluate("document.getElementById('verdict-message').textContent = 'stale'")
+    with page.expect_response(lambda r: f"/api/v1/jobs/{then.pk}/" in r.url):
+        job_updated(then.pk)
+    wait_in_page(page, "document.getElementById('verdict-message').textContent !== 'stale'")
+    expect(message.locator("a")).to_have_attribute("href", f"/arrays/{sweep.pk}/")
+    expect(page.locator("#verdict-details a")).to_have_text(f"array {sweep.pk}")
+    page.locator("#verdict-message a").click()
+    page.wait_for_url(f"{base}/arrays/{sweep.pk}/")

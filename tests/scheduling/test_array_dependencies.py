@@ -69,6 +69,9 @@ def test_a_job_after_an_array_waits_for_every_task_then_starts(api, demo):
     facts = {fact["key"]: fact for fact in reason["facts"]}
     assert facts["waiting_for_arrays"]["label"] == "Waits for every task of arrays"
     assert facts["waiting_for_arrays"]["text"] == f"array {array.pk}"
+    # linked to the array's page, for a viewer who may see it (the job page's script)
+    assert reason["array_links"] == {str(array.pk): f"/arrays/{array.pk}/"}
+    assert job(admin, then)["pending_reason"]["array_links"] == reason["array_links"]
     assert summary["pending_by_reason"] == {"DEPENDENCY": 1, "ARRAY_LIMIT": 4}
 
     for _ in range(2):  # two rounds succeed: two tasks left, running
@@ -217,6 +220,34 @@ def test_an_array_of_another_line_is_unknown_as_is_one_that_does_not_exist(demo)
                          f"unknown array {2**63}"]
     }  # fmt: skip
     assert not Job.objects.filter(owner=demo["researcher"]).exists()
+
+
+def test_an_array_a_viewer_may_not_see_is_named_by_id_and_not_linked(api, demo):
+    """An admin's llm job waits for an array of the search line: the llm line's members
+    see the job, its verdict names the array by id only, with no link; the admin's has one."""
+    admin, me = api("admin"), api("researcher")
+    other = submit_array(
+        demo["researcher2"], request(queue="search-rec-experiment", name="private"), "0-1"
+    )
+    then = submit(admin, name="eval", gpus=8, after_arrays=[other.pk])
+    cycle(admin)
+    reason = job(me, then)["pending_reason"]
+    assert reason["message"].startswith(f"Waits for array {other.pk} to succeed: ")
+    assert "private" not in str(reason) and reason["array_links"] == {}
+    assert job(admin, then)["pending_reason"]["array_links"] == {
+        str(other.pk): f"/arrays/{other.pk}/"
+    }
+    from django.test import Client
+
+    client = Client()
+    client.force_login(demo["researcher"])
+    page = client.get(f"/jobs/{then}/").content.decode()
+    assert f"array {other.pk}" in page and f'href="/arrays/{other.pk}/"' not in page
+    client.force_login(demo["admin"])
+    assert (
+        f'<a href="/arrays/{other.pk}/">array {other.pk}</a>'
+        in client.get(f"/jobs/{then}/").content.decode()
+    )
 
 
 def test_an_array_that_can_no_longer_succeed_is_refused_and_nothing_is_written(api, demo):

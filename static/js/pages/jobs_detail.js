@@ -18,16 +18,18 @@
     return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
   }
 
-  /* A verdict's text with the jobs it names ("job 7905", "#7905") that the viewer may see
-   * (reason.job_links: id -> the job's page) as links, as the page renders them
-   * (scheduling/verdict_text.py JOB_REFERENCE, the `job_links` filter); DOM nodes only. */
-  const JOB_REFERENCE = /(?<![\w#])(?:job #?|#)([0-9]+)\b/g;
+  /* A verdict's text with the jobs ("job 7905", "#7905") and arrays ("array 42") it names
+   * that the viewer may see (links.job: reason.job_links, links.array: reason.array_links;
+   * id -> its page) as links, as the page renders them (scheduling/verdict_text.py
+   * REFERENCE, the `job_links` filter); DOM nodes only. */
+  const REFERENCE = /(?<![\w#])(?:(?:job #?|#)([0-9]+)|array ([0-9]+))\b/g;
 
   function linkJobs(node, text, links) {
     node.replaceChildren();
     let start = 0;
-    for (const m of text.matchAll(JOB_REFERENCE)) {
-      const href = Object.hasOwn(links, m[1]) ? links[m[1]] : null;
+    for (const m of text.matchAll(REFERENCE)) {
+      const [kind, ref] = m[1] ? ["job", m[1]] : ["array", m[2]];
+      const href = Object.hasOwn(links[kind], ref) ? links[kind][ref] : null;
       if (!href) continue;
       const a = el("a", m[0]);
       a.href = href;
@@ -47,7 +49,7 @@
     if (!reason) return;
     $("verdict-title").textContent = config.titles[reason.code] || reason.code;
     $("verdict-code").textContent = reason.code;
-    const links = reason.job_links || {};
+    const links = { job: reason.job_links || {}, array: reason.array_links || {} };
     linkJobs($("verdict-message"), zoned(reason.message), links);
     const dl = $("verdict-details");
     dl.replaceChildren();

@@ -34,7 +34,13 @@ from scheduling.blast import job_blast_radius
 from scheduling.engine.explain import count, verb
 from scheduling.forms import EstimatorForm, JobFilterForm, JobSubmitForm, initial_like
 from scheduling.models import Job, Node
-from scheduling.permissions import may_cancel, may_read_output, may_release, sees_all_jobs
+from scheduling.permissions import (
+    holds_as_admin,
+    may_cancel,
+    may_read_output,
+    may_release,
+    sees_all_jobs,
+)
 from scheduling.selectors import (
     build_placement,
     cluster_shape,
@@ -525,6 +531,11 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         # hold (a running job: suspend) and release (``scheduling.hold_views``)
         "can_hold": job.is_active and allowed and job.held_at is None,
         "can_release": job.is_active and job.held_at is not None and may_release(request.user, job),
+        # an admin over a user hold of someone else's job: make it an admin hold (Slurm's)
+        "can_make_admin_hold": job.is_active
+        and job.held_at is not None
+        and job.hold_kind == "user"
+        and holds_as_admin(request.user, job),
         "may_read_output": may_read_output(request.user, job),
         "hold_note": HOLD_NOTES["pending" if job.state == Job.State.PENDING else "running"],
         "live_config": {

@@ -92,6 +92,40 @@ def test_no_buttons_for_those_who_may_not_and_the_server_refuses_them(demo, api)
     assert Job.objects.get(pk=job_id).held_at is not None
 
 
+def test_an_admin_makes_the_owners_hold_an_admin_hold_on_the_page(demo, api):
+    """Seen before: only the API and gpuctl could. The owner's hold shows the admin a form
+    (reason required) that makes it an admin hold; its owner then may not release it, and
+    the change is on the timeline and in the audit trail. Nobody else is offered it."""
+    job_id = submit(api("researcher"), name="waits", gpus=8)
+    me = signed_in(demo, "researcher")
+    assert me.post(f"/jobs/{job_id}/hold/", {"reason": "new data"}).status_code == 302
+    assert 'id="admin-hold-form"' not in page(me, job_id), "not for the owner"
+    assert 'id="admin-hold-form"' not in page(signed_in(demo, "lead"), job_id)
+    admin = signed_in(demo, "admin")
+    body = page(admin, job_id)
+    assert 'id="admin-hold-form"' in body and "Make it an admin hold" in body
+    # a reason is required: refused, nothing changes
+    refused = admin.post(f"/jobs/{job_id}/hold/", {"reason": ""}, follow=True)
+    assert "Not held:" in refused.content.decode()
+    assert Job.objects.get(pk=job_id).hold_kind == "user"
+    assert admin.post(f"/jobs/{job_id}/hold/", {"reason": "quota audit"}).status_code == 302
+    job = Job.objects.get(pk=job_id)
+    assert (job.hold_kind, job.held_by.username, job.hold_reason) == (
+        "admin",
+        "admin",
+        "quota audit",
+    )
+    assert 'id="admin-hold-form"' not in page(admin, job_id), "already an admin hold"
+    body = page(me, job_id)
+    assert "only a cluster admin may release it" in body and 'id="release-form"' not in body
+    assert (
+        JobEvent.objects.filter(job_id=job_id)
+        .last()
+        .message.startswith("admin hold by admin: quota audit, over the hold it had")
+    )
+    assert AuditRecord.objects.filter(action="job.hold", actor=demo["admin"]).count() == 1
+
+
 def test_a_bad_reason_is_refused_on_the_page_and_nothing_changes(demo, api):
     job_id = submit(api("researcher"), name="waits", gpus=8)
     me = signed_in(demo, "researcher")

@@ -250,7 +250,7 @@ class JobSubmitForm(forms.Form):
         """A request for the what-if when the fields that matter are valid (the name and
         the other fields may still be missing)."""
         self.is_valid()
-        if any(name in self.errors for name in self.FEASIBILITY_FIELDS):
+        if any(name in self.errors for name in self.FEASIBILITY_FIELDS if name != "array"):
             return None
         data = {name: self.cleaned_data.get(name) for name in self.FEASIBILITY_FIELDS}
         data.pop("array")  # asked apart: ``feasibility_array``
@@ -266,7 +266,10 @@ class JobSubmitForm(forms.Form):
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def feasibility_array(self) -> str | None:
-        """The array's spec for the what-if (its tasks said together), None for one job."""
+        """The array's spec for the what-if (its tasks said together), None for one job; one
+        the form refused as given, for the what-if to refuse in the service's words."""
+        if "array" in self.errors:
+            return str(self.data.get("array") or "") or None
         return self.cleaned_data.get("array") or None
 
     def add_service_errors(self, exc: ValidationError) -> None:

@@ -63,8 +63,8 @@ def test_a_researcher_submits_an_array_and_follows_it_on_its_page(demo, page, lo
     page.get_by_label("GPUs in total").fill(str(GPUS))
     page.get_by_label("Simulated true runtime (minutes)").fill("90")
     page.get_by_label("Array", exact=True).fill("0-5%2")  # not "Start after arrays"
-    # the what-if still answers for one task with an array on the form
-    expect(page.locator("#feasibility-title")).to_have_text("Would start now")
+    # the what-if answers for its tasks together, up to its bound
+    expect(page.locator("#feasibility-title")).to_have_text("Would start 2 of its 6 tasks now")
     page.get_by_role("button", name="Submit job").focus()
     page.keyboard.press("Enter")
 

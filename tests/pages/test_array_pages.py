@@ -131,17 +131,25 @@ def test_the_service_s_refusal_lands_on_its_field(demo):
     assert not JobArray.objects.exists() and not Job.objects.exists()
 
 
-@pytest.mark.parametrize("spec", ["0-5%2", "not a spec"])
-def test_the_what_if_still_answers_with_an_array_on_the_form(demo, spec):
+@pytest.mark.parametrize(
+    ("spec", "title", "says"),
+    [
+        ("0-5%2", "Would start 2 of its 6 tasks now", "2 of its 6 tasks would start now, at "
+         "most 2 at once: the other 4 wait for their places"),
+        ("not a spec", "Would be refused", "Not valid yet: "),
+    ],
+)  # fmt: skip
+def test_the_what_if_answers_for_the_array_on_the_form(demo, spec, title, says):
+    """The array's tasks are asked together (``whatif.tasks_answer``); a spec the form
+    refuses is the what-if's refusal too, and the spec is kept on the form."""
     me = signed_in(demo, "researcher")
     response = me.post("/jobs/new/", form_data(action="check", array=spec))
     assert response.status_code == 200
     page = response.content.decode()
-    assert text(page, "feasibility-title") == "Would start now"
+    assert text(page, "feasibility-title") == title
+    assert says in text(page, "feasibility-text")
     assert f'value="{spec}"' in page, "the spec is kept on the form"
     assert not Job.objects.exists()
-    # the page's script asks /jobs/feasibility/ without the array (not a what-if field)
-    assert "array" not in JobRequest.__dataclass_fields__
 
 
 # -- the array page ---------------------------------------------------------------------------

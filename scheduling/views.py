@@ -165,14 +165,22 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     # written as the verdicts write times, so the page (in_zone) and its script (zoned) show
     # it in the viewer's zone as they show the estimated start beside it
     when = w.cycle_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if w.cycle_at else ""
+    added = "this job" if w.tasks is None else _tasks_added(w.tasks)
     data["as_of_text"] = (
         f"The scheduler's own plan on the cluster as its cycle #{w.cycle_id} left it ({when}, "
-        "cluster time), with this job added. Its next cycle decides."
+        f"cluster time), with {added} added. Its next cycle decides."
         if w.cycle_id
         else "The scheduler's own plan on the cluster as registered (no cycle has run yet), "
-        "with this job added. Its first cycle decides."
+        f"with {added} added. Its first cycle decides."
     )
     return data
+
+
+def _tasks_added(tasks: whatif.Tasks) -> str:
+    """What an array's what-if added to the plan: its tasks, up to its bound."""
+    if tasks.at_once is not None and tasks.at_once < tasks.total:
+        return f"the first {tasks.at_once:,} of its {tasks.total:,} tasks (its bound)"
+    return "its task" if tasks.total == 1 else f"its {tasks.total:,} tasks"
 
 
 def refused_answer(exc: ValidationError) -> dict[str, Any]:

@@ -115,8 +115,10 @@ def test_an_arrays_tasks_are_asked_together_on_the_endpoint_and_the_page(demo, c
     assert (body["status"], body["code"]) == ("would_wait", "INSUFFICIENT_GPUS")
     assert body["title"] == "Would start 8 of its 10 tasks now"
     assert body["message"].startswith("8 of its 10 tasks would start now; task 8 would wait: ")
+    assert "with its 10 tasks added" in body["as_of_text"]
     body = client.get("/jobs/feasibility/", {**ask, "array": "0-9%3"}).json()
     assert (body["code"], body["title"]) == ("ARRAY_LIMIT", "Would start 3 of its 10 tasks now")
+    assert "with the first 3 of its 10 tasks (its bound) added" in body["as_of_text"]
     one = client.get("/jobs/feasibility/", ask).json()
     assert one["title"] == "Would start now" and "tasks" not in one
     bad = client.get("/jobs/feasibility/", {**ask, "array": "9-1"})

@@ -260,8 +260,8 @@ class Ends:
     predicted ends of the running jobs and of those the plan starts now (``started``, read
     as running: ``arrays.started_ends``); ``waiting``, of waiting ones with an estimated
     start (the plan's, the place their array's bound opens, or for one held in turn when
-    what it waits for ends), that start plus their predicted runtime: a lower bound. ``said``: what was said of each array, kept across
-    the jobs of one cycle."""
+    what it waits for ends), that start plus their predicted runtime: a lower bound.
+    ``said``: what was said of each array, kept across the jobs of one cycle."""
 
     running: Mapping[int, float | None]
     started: Mapping[int, float | None] = field(default_factory=dict)

@@ -31,6 +31,7 @@ from scheduling.services import (
     resolve_job_request,
     submitted_message,
 )
+from scheduling.sql import bulk_set
 from scheduling.transitions import set_state
 
 # How long cancelling an array waits for the loop to let go of the cluster (else
@@ -152,7 +153,8 @@ def cancel_array(user: Any, array_id: int, *, source_ip: str | None = None) -> l
             task.updated_at = now  # a bulk update stamps no ``auto_now`` field
             if was == Job.State.PENDING:  # holds no GPUs: it ends now
                 task.finished_at = now
-        Job.objects.bulk_update(tasks, ["state", "finished_at", "updated_at"], batch_size=500)
+        written = ("state", "finished_at", "updated_at")
+        bulk_set(Job, written, [(t.pk, *(getattr(t, f) for f in written)) for t in tasks])
         message = f"cancelled by {user.username} with its array {array.pk}"
         JobEvent.objects.bulk_create(
             [JobEvent(job=task, at=now, kind="cancelled", message=message) for task in tasks],

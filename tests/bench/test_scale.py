@@ -83,6 +83,7 @@ def test_dependents_are_an_array_waiting_for_a_whole_array(demo):
     # then a task of the first is cancelled: the next cycle cancels the whole second array
     cascade = result["cascade"]
     assert cascade["cancelled"] == 5 and cascade["cycle_ms"] >= cascade["dependencies_ms"] > 0
+    assert cascade["cancel_array_tasks"] == 4 and cascade["cancel_array_ms"] > 0, "all but one"
     assert Job.objects.filter(array__isnull=False).count() == 0, "rolled back"
     with pytest.raises(ValueError, match="needs 40 pending jobs"):
         run_db_bench(*SIZE, runs=1, seed=1, dependents=20)

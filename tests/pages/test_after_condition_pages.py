@@ -13,7 +13,6 @@ import re
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from quotas.models import Queue
@@ -21,6 +20,8 @@ from scheduling.array_services import submit_array
 from scheduling.models import Job, JobArray, JobEvent
 from scheduling.services import JobRequest, submit_job
 from tests.drills import cycle, make_quotas_roomy
+from tests.pages import test_array_after_pages as after_pages
+from tests.pages.test_array_after_pages import page, signed_in, text
 from tests.scheduling.test_job_dependencies import fail_run
 
 pytestmark = pytest.mark.django_db
@@ -34,20 +35,8 @@ def roomy(demo):
     make_quotas_roomy()
 
 
-def signed_in(demo, username: str) -> Client:
-    client = Client()
-    client.force_login(demo[username])
-    return client
-
-
 def form_data(**overrides: str) -> dict[str, str]:
-    data = {
-        "action": "submit", "name": "cleanup",
-        "queue": str(Queue.objects.get(name="llm-core").pk), "gpus": "8", "max_retries": "3",
-        "checkpoint_interval_minutes": "60", "sim_duration_minutes": "30",
-    }  # fmt: skip
-    data.update(overrides)
-    return data
+    return after_pages.form_data(**{"name": "cleanup", **overrides})
 
 
 def a_job(user, name: str = "train", **over) -> Job:
@@ -60,19 +49,6 @@ def new_array(user, spec: str = "0-2", **over) -> JobArray:
     fields = {"name": "sweep", "queue": "llm-experiment", "gpus": 4, "sim_duration_minutes": 30}
     fields.update(over)
     return submit_array(user, JobRequest(**fields), spec)
-
-
-def text(html: str, element_id: str) -> str:
-    """The text of the element with ``element_id`` (tags dropped, spaces squeezed)."""
-    match = re.search(rf'<(\w+)[^>]*\bid="{element_id}"[^>]*>(.*?)</\1>', html, re.S)
-    assert match, f"no #{element_id}"
-    return " ".join(re.sub(r"<[^>]+>", "", match[2]).split())
-
-
-def page(client: Client, url: str, status: int = 200) -> str:
-    response = client.get(url)
-    assert response.status_code == status, (url, response.status_code)
-    return response.content.decode()
 
 
 # -- the submit form --------------------------------------------------------------------------

@@ -10,29 +10,17 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ValidationError
 
-from quotas.models import BusinessLine, Queue
 from scheduling import whatif
 from scheduling.array_services import submit_array
 from scheduling.cycle import run_cycle
 from scheduling.models import Job
 from scheduling.services import JobRequest, submit_jobs
+from tests.scheduling import test_whatif
 
 pytestmark = pytest.mark.django_db
 
-
-@pytest.fixture(autouse=True)
-def fresh_cache():
-    whatif.clear_cache()
-    yield
-    whatif.clear_cache()
-
-
-@pytest.fixture
-def roomy(demo):
-    """The 4-node x 8-GPU demo cluster with quotas far above it."""
-    BusinessLine.objects.update(quota_gpus=1000, guarantee_gpus=0)
-    Queue.objects.update(quota_gpus=None, guarantee_gpus=0)
-    return demo
+# the what-if tests' fixtures: a cache cleared around each test, the demo with roomy quotas
+fresh_cache, roomy = test_whatif.fresh_cache, test_whatif.roomy
 
 
 def req(**kw) -> JobRequest:

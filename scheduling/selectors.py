@@ -117,21 +117,21 @@ def get_job_for_user(user, job_id: int) -> Job | None:
 
 
 def visible_job_ids(user, job_ids: Iterable[int]) -> set[int]:
-    """Those of ``job_ids`` the user may see (``list_jobs_for_user``): one query, none
-    when there is nothing to ask."""
-    asked = set(job_ids)
-    if not asked:
-        return set()
-    return set(list_jobs_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
+    """Those of ``job_ids`` the user may see (``list_jobs_for_user``)."""
+    return _visible_ids(list_jobs_for_user, user, job_ids)
 
 
 def visible_array_ids(user, array_ids: Iterable[int]) -> set[int]:
-    """Those of ``array_ids`` the user may see (``list_arrays_for_user``): one query, none
-    when there is nothing to ask."""
-    asked = set(array_ids)
+    """Those of ``array_ids`` the user may see (``list_arrays_for_user``)."""
+    return _visible_ids(list_arrays_for_user, user, array_ids)
+
+
+def _visible_ids(rows: Any, user: Any, ids: Iterable[int]) -> set[int]:
+    """Those of ``ids`` among ``rows(user)``: one query, none when there is nothing to ask."""
+    asked = set(ids)
     if not asked:
         return set()
-    return set(list_arrays_for_user(user).filter(pk__in=asked).values_list("pk", flat=True))
+    return set(rows(user).filter(pk__in=asked).values_list("pk", flat=True))
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,12 @@ from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Job, Node, SchedulingCycle, SimulatorState
 from scheduling.prediction import RuntimePredictor
-from scheduling.services import JobRequest, check_dependencies, resolve_job_request
+from scheduling.services import (
+    JobRequest,
+    check_active_jobs,
+    check_dependencies,
+    resolve_job_request,
+)
 from scheduling.snapshot import SnapshotContext, build_snapshot, pending_job
 
 CACHE_SECONDS = 5.0
@@ -435,6 +440,7 @@ def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     fields = resolve_job_request(user, req)
     deps = check_dependencies(user, req)
     spec = parse_spec(array) if array else None
+    check_active_jobs(user, len(spec.indices) if spec else 1)  # as the submission checks
     base, cached = baseline()
     now = cluster_now_ts()
     queue: Queue = fields["queue"]

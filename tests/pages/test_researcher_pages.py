@@ -823,8 +823,8 @@ def test_queues_and_submit_pages_do_a_fixed_number_of_queries(
     # the what-if reads the cluster's snapshot once (with borrowing's inputs, #19: the
     # demand peaks, the recent evictions and the queues' eviction ratios; the pending jobs'
     # dependencies on jobs and on arrays and the nodes' scheduled maintenance, one query
-    # each)
-    with django_assert_max_num_queries(29):
+    # each), and counts the person's active jobs as the submission would (one query)
+    with django_assert_max_num_queries(30):
         assert client.post("/jobs/new/", data).status_code == 200
     with django_assert_max_num_queries(16):  # then keeps it until the cluster changes
         assert client.post("/jobs/new/", data).status_code == 200

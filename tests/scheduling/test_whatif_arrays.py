@@ -97,3 +97,16 @@ def test_a_single_job_has_no_tasks_and_a_bad_spec_is_refused_on_its_field(roomy)
     with pytest.raises(ValidationError) as caught:
         whatif.what_if(roomy["researcher"], req(), array="5-1")
     assert list(caught.value.message_dict) == ["array"]
+
+
+def test_the_per_person_bound_refuses_the_what_if_as_it_refuses_the_submission(roomy, settings):
+    """Two active jobs of a bound of three: one more job would be accepted, an array of two
+    tasks refused, by the what-if in the submission's words."""
+    settings.ACTIVE_JOBS_PER_PERSON = 3
+    submit_jobs(roomy["researcher"], [req(name=f"mine{i}") for i in range(2)])
+    assert whatif.what_if(roomy["researcher"], req(gpus=1)).status in ("fits_now", "would_wait")
+    with pytest.raises(ValidationError, match="may have at most 3 at once") as asked:
+        whatif.what_if(roomy["researcher"], req(gpus=1), array="0-1")
+    with pytest.raises(ValidationError) as submitted:
+        submit_array(roomy["researcher"], req(gpus=1), "0-1")
+    assert asked.value.messages == submitted.value.messages

@@ -138,12 +138,15 @@ ENDED_TITLES: dict[str, str] = {"DEPENDENCY": "Waiting for other jobs to end"}
 ENDED_WHATIF_TITLES: dict[str, str] = {"DEPENDENCY": "Would wait for other jobs to end"}
 
 
-def code_titles(after_condition: str) -> dict[str, str]:
-    """``CODE_TITLES`` as said of a job with this ``after_condition`` (its DEPENDENCY: to
-    succeed, or to end)."""
+def code_titles(
+    after_condition: str, titles: dict[str, str] = CODE_TITLES,
+    ended: dict[str, str] = ENDED_TITLES,
+) -> dict[str, str]:  # fmt: skip
+    """``titles`` (``CODE_TITLES``; the what-if's: ``WHATIF_TITLES``, ``ENDED_WHATIF_TITLES``)
+    as said of a job with this ``after_condition`` (its DEPENDENCY: to succeed, or to end)."""
     if after_condition == Job.AfterCondition.ENDED:
-        return {**CODE_TITLES, **ENDED_TITLES}
-    return CODE_TITLES
+        return {**titles, **ended}
+    return titles
 
 
 def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
@@ -157,9 +160,8 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
     elif w.status == "fits_now":
         data["title"] = "Would start now, on borrowed GPUs" if w.borrowed else "Would start now"
     else:
-        titles = WHATIF_TITLES
-        if w.details.get("after_condition") == Job.AfterCondition.ENDED:
-            titles = {**WHATIF_TITLES, **ENDED_WHATIF_TITLES}
+        condition = w.details.get("after_condition", "")
+        titles = code_titles(condition, WHATIF_TITLES, ENDED_WHATIF_TITLES)
         data["title"] = titles.get(w.code, f"Would wait: {w.code}")
     data["detail_rows"] = detail_rows(w.details)
     # written as the verdicts write times, so the page (in_zone) and its script (zoned) show

@@ -37,7 +37,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
-from scheduling import arrays, dependencies, engine, holds
+from scheduling import arrays, dependencies, engine, holds, verdict_text
 from scheduling.array_services import parse_spec
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
@@ -327,9 +327,7 @@ def answer(plan: et.Plan, job_id: int) -> dict[str, Any]:
     start = next((s for s in plan.starts if s.job_id == job_id), None)
     if start is not None:
         nodes = tuple(s.node for s in start.placement)
-        shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes):,} nodes ({shown})"
-        message = f"It would start now, on {where}."
+        message = f"It would start now, on {_where(nodes)}."
         if start.borrowed:
             message += (
                 " It would run beyond its quota on borrowed idle GPUs, and be the first to be "
@@ -370,10 +368,8 @@ def tasks_answer(plan: et.Plan, tasks: list[et.PendingJob], spec: arrays.ArraySp
     if len(started) == total:
         said = answer(plan, tasks[0].id)
         nodes = tuple(dict.fromkeys(slot.node for s in started for slot in s.placement))
-        shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
-        where = f"node {shown}" if len(nodes) == 1 else f"{len(nodes):,} nodes ({shown})"
         borrowed = any(s.borrowed for s in started)
-        message = f"All {explain.count(total, 'task')} would start now, on {where}."
+        message = f"All {explain.count(total, 'task')} would start now, on {_where(nodes)}."
         if borrowed:
             message += (
                 " Some would run beyond the quota on borrowed idle GPUs, and be the first to be "
@@ -407,10 +403,22 @@ def tasks_answer(plan: et.Plan, tasks: list[et.PendingJob], spec: arrays.ArraySp
     }  # fmt: skip
 
 
+def _where(nodes: tuple[str, ...]) -> str:
+    """Where a start would land, in words: ``node r010-n01``, ``12 nodes (a, b, c, d and 8
+    more)``."""
+    shown = ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")
+    return f"node {shown}" if len(nodes) == 1 else f"{len(nodes):,} nodes ({shown})"
+
+
 def _name_tasks(message: str, names: dict[int, str]) -> str:
     """A verdict's words with the array's other candidate tasks, which have no job ids yet,
-    named by index (``job 1235`` -> ``task 3 of this array``)."""
-    return re.sub(r"\bjob (\d+)\b", lambda m: names.get(int(m.group(1)), m.group(0)), message)
+    named by index (``job 1235`` -> ``task 3 of this array``): the jobs a verdict names, as
+    the job page finds them (``verdict_text.REFERENCE``)."""
+
+    def named(m: re.Match) -> str:
+        return names.get(int(m[1]), m[0]) if m[1] else m[0]
+
+    return verdict_text.REFERENCE.sub(named, message)
 
 
 def verdict_answer(v: et.Verdict) -> dict[str, Any]:

@@ -530,8 +530,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         # arrays every task of which it starts after (``Job.after_arrays``)
         "starts_after": pipeline.starts_after,
         "starts_after_arrays": pipeline.starts_after_arrays,
-        "waited_for_by": pipeline.waited_for_by,
-        # the same, by what they wait for it to do: [(after_condition, those jobs)]
+        # the jobs waiting for it, by what they wait for it to do: [(after_condition, jobs)]
         "waiting_for_it": pipeline.waiting_by_condition,
         # it waits for them to end whatever the outcome (Slurm's afterany), not to succeed
         "after_ended": job.after_condition == Job.AfterCondition.ENDED,

@@ -94,6 +94,7 @@ examples:
   gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
   gpuctl submit merge -q llm-core -g 8 --after-array 42   # once every task of array 42 did
   gpuctl submit cleanup -q llm-core -g 8 --after 12 --after-condition ended   # once job 12 ended, however
+  gpuctl submit pretrain -q llm-core -g 64 --singleton   # after your older "pretrain" jobs end
   gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
   cat job.yaml | gpuctl submit -f -
 
@@ -185,7 +186,7 @@ JOB_FIELDS_INT = (
     "estimated_runtime_minutes", "sim_duration_minutes",
 )  # fmt: skip
 JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
-JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible")
+JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible", "singleton")
 JOB_FIELDS_AFTER = ("after", "after_arrays")  # job ids, array ids (--after, --after-array)
 # what they must have done first (--after-condition; the portal's default: succeeded)
 AFTER_CONDITIONS = ("succeeded", "ended")
@@ -342,7 +343,8 @@ def _dependency_rows(job: dict) -> list[tuple[str, str]]:
     (``starts after arrays``), each marked while it has not done what the job's
     ``after_condition`` asks (``(not succeeded yet)``, or ``(not ended yet)``); a job after
     their ends has a ``starts once they have`` row too. A portal that does not say
-    ``after_condition`` (an older one) knows only ``succeeded``."""
+    ``after_condition`` (an older one) knows only ``succeeded``. A ``singleton`` job says
+    so (the jobs of its name it waits for are among ``after``)."""
     ended = job.get("after_condition") == "ended"
     mark = " (not ended yet)" if ended else " (not succeeded yet)"
     rows = []
@@ -355,6 +357,8 @@ def _dependency_rows(job: dict) -> list[tuple[str, str]]:
             rows.append((label, ", ".join(f"{i}{mark}" if i in waiting else str(i) for i in ids)))
     if rows and ended:
         rows.append(("starts once they have", "ended, whatever the outcome"))
+    if job.get("singleton"):
+        rows.append(("one at a time by name", f"yes: after your older {job['name']!r} jobs"))
     return rows
 
 
@@ -961,6 +965,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the jobs of --after and tasks of --after-array must have done "
                    "first: succeeded (default, Slurm's afterok) or ended, whatever the outcome "
                    "(afterany)")  # fmt: skip
+    p.add_argument("--singleton", action=argparse.BooleanOptionalAction, default=None,
+                   help="one at a time by name (Slurm's --dependency=singleton): also wait "
+                   "for your older jobs of this name still waiting or running to end")  # fmt: skip
     p.add_argument("--array", metavar="SPEC",
                    help="a job array: one task per index, Slurm's spec (0-99, 1,3,5-11:2; "
                    "%%N: at most N at once; at most 1,000 tasks)")  # fmt: skip

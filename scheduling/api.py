@@ -104,6 +104,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         help_text="what the jobs of after and the tasks of after_arrays must have done: "
         "succeeded (the default, Slurm's afterok) or ended, whatever the outcome (afterany)",
     )  # fmt: skip
+    singleton = serializers.BooleanField(
+        required=False, default=False,
+        help_text="one at a time by name (Slurm's singleton): also wait for your older active "
+        "jobs of the same name to end, whatever the outcome",
+    )  # fmt: skip
 
     def validate(self, attrs: dict) -> dict:
         unknown = (
@@ -212,7 +217,7 @@ class JobDetailSerializer(JobSerializer):
     class Meta(JobSerializer.Meta):
         fields = [
             *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for",
-            "after_arrays", "waiting_for_arrays", "after_condition", "hold",
+            "after_arrays", "waiting_for_arrays", "after_condition", "singleton", "hold",
         ]  # fmt: skip
 
     @extend_schema_field(HoldSerializer(allow_null=True))

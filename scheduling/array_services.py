@@ -10,6 +10,7 @@ commit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -32,6 +33,7 @@ from scheduling.services import (
     submitted_message,
 )
 from scheduling.sql import bulk_set
+from scheduling.submission_lock import hold_submissions_of
 from scheduling.transitions import set_state
 
 # How long cancelling an array waits for the loop to let go of the cluster (else
@@ -56,26 +58,11 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
     instant; the array comes back with ``task_ids`` set (ascending index)."""
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
-    errors: dict[str, list[str]] = {}
-    parsed = None
-    try:
-        parsed = parse_spec(spec)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    fields: dict[str, Any] = {}
-    deps = Dependencies()
-    try:
-        fields = resolve_job_request(user, req)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    try:
-        deps = check_dependencies(user, req)
-    except ValidationError as exc:
-        errors.update(exc.message_dict)
-    if errors or parsed is None:
-        raise ValidationError(errors)
-    check_active_jobs(user, len(parsed.indices))
+    # its checks against the person's other jobs and its rows under their submission lock
     with clock.one_instant(), transaction.atomic():
+        hold_submissions_of(user.pk)
+        parsed, fields, deps = _checked(user, req, spec)
+        check_active_jobs(user, len(parsed.indices))
         array = JobArray.objects.create(
             name=fields["name"], owner=user, queue=fields["queue"], spec=parsed.text,
             size=len(parsed.indices), max_running=parsed.max_running,
@@ -88,6 +75,7 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
                     array=array,
                     array_index=i,
                     after_condition=deps.condition,
+                    singleton=deps.singleton,
                     **fields,
                 )  # fmt: skip
                 for i in parsed.indices
@@ -110,6 +98,28 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
     array.task_ids = [task.pk for task in tasks]  # type: ignore[attr-defined]
     publish_coalesced(*events.queues_updated(queue=array.queue.name))
     return array
+
+
+def _checked(
+    user: Any, req: JobRequest, spec: str
+) -> tuple[arrays.ArraySpec, dict[str, Any], Dependencies]:
+    """``spec`` parsed, ``req`` resolved and its dependencies checked, or one
+    ValidationError with every field's errors."""
+    errors: dict[str, list[str]] = {}
+
+    def attempt(check: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return check(*args)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
+            return None
+
+    parsed = attempt(parse_spec, spec)
+    fields = attempt(resolve_job_request, user, req)
+    deps = attempt(check_dependencies, user, req)
+    if errors:
+        raise ValidationError(errors)
+    return parsed, fields, deps
 
 
 def _locked_array(user: Any, array_id: int, verb: str) -> JobArray:

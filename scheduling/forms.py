@@ -161,6 +161,12 @@ class JobSubmitForm(forms.Form):
         "cancelled for their outcome (e.g. a cleanup or report job that must run even if "
         "training failed).",
     )  # fmt: skip
+    singleton = forms.BooleanField(
+        label="One at a time by name", required=False,
+        help_text="Waits for your older jobs of the same name that are still waiting or "
+        "running to end, whatever the outcome, as Slurm's --dependency=singleton: submit a "
+        "run's next parts under one name and they run one after another.",
+    )  # fmt: skip
     array = forms.CharField(
         label="Array", required=False, max_length=arrays.SPEC_MAX, strip=True,
         help_text="Run many copies that differ by index, as Slurm's --array: 0-99, 1,3,5-9 "
@@ -182,7 +188,7 @@ class JobSubmitForm(forms.Form):
                                       "checkpoint_interval_minutes")),
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
-        ("Pipeline", ("after", "after_arrays", "after_condition")),
+        ("Pipeline", ("after", "after_arrays", "after_condition", "singleton")),
         ("Many copies (a job array)", ("array",)),
     )  # fmt: skip
 
@@ -191,8 +197,11 @@ class JobSubmitForm(forms.Form):
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
-        "after_arrays", "after_condition", "array",
+        "after_arrays", "after_condition", "singleton", "array",
     )  # fmt: skip
+    # The what-if's query: those, and the name (a singleton waits for the jobs of its name;
+    # left empty, the what-if answers for an unnamed job)
+    FEASIBILITY_QUERY = (*FEASIBILITY_FIELDS, "name")
 
     def __init__(self, *args: Any, queues: list[Queue], simulator: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -263,6 +272,7 @@ class JobSubmitForm(forms.Form):
         data["after"] = data["after"] or ()
         data["after_arrays"] = data["after_arrays"] or ()
         data["after_condition"] = data["after_condition"] or Job.AfterCondition.SUCCEEDED
+        data["singleton"] = bool(data["singleton"])
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)
 
     def feasibility_array(self) -> str | None:

@@ -12,4 +12,5 @@ CHECKPOINT_PATH_MAX = 500
 SHARED_STORAGE_SCHEMES = ("nfs", "s3", "gs", "hdfs", "lustre", "cephfs", "abfs", "oss", "gpfs")
 AFTER_MAX = 20  # jobs one job may wait for (``after``)
 AFTER_ARRAYS_MAX = 20  # arrays one job may wait for as a whole (``after_arrays``)
+SINGLETON_MAX = 200  # older active jobs of one name a ``singleton`` job may wait for
 JOB_ID_MAX = 2**63 - 1  # a job id is a bigint: a larger number names no job

@@ -224,6 +224,10 @@ class Job(models.Model):
     ``after`` (an array's tasks are all created with it, so "every task" never changes).
     ``after_condition``: ``succeeded`` (the above) or ``ended`` (Slurm's ``afterany``: they
     must all have ended, whatever the outcome; the job is never cancelled for theirs).
+    ``singleton`` (Slurm's ``--dependency=singleton``): asked for one at a time by name, so
+    at submission it was made to wait for its owner's older active jobs of the same name to
+    end (``after``, or ``after_arrays`` for an array's tasks, with ``after_condition``
+    ``ended``; ``services.check_dependencies``); the flag records why those links exist.
     ``held_*``/``hold_*`` (Slurm's ``scontrol hold``/``release``, ``scheduling.holds``): a
     held job stays pending with the loop's ``HELD`` reason and is not given to the engine; a
     running job held is suspended (checkpointed and stopped by the loop, back pending and
@@ -329,6 +333,11 @@ class Job(models.Model):
         max_length=9, choices=AfterCondition.choices, default=AfterCondition.SUCCEEDED,
         help_text="what every job of after and task of after_arrays must have done first",
     )  # fmt: skip
+    singleton = models.BooleanField(
+        default=False,
+        help_text="one at a time by name (Slurm's singleton): made at submission to wait for "
+        "its owner's older active jobs of the same name to end",
+    )
     # A hold (Slurm's ``scontrol hold``, ``scheduling.holds``): set, the job is not the
     # engine's (a running one is suspended first); ``released_at`` is when the last hold was
     # released, and its wait counts from then. Written only by ``scheduling.hold_services``.

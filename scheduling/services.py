@@ -9,7 +9,6 @@ commit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -33,6 +32,7 @@ from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
 from scheduling.permissions import may_cancel, may_submit, submits_to_any_queue
 from scheduling.selectors import list_arrays_for_user, list_jobs_for_user, list_queues_for_submit
+from scheduling.submission_lock import hold_submissions_of
 from scheduling.transitions import set_state
 
 
@@ -60,6 +60,9 @@ class JobRequest:
     after_arrays: Sequence[int] = ()  # arrays every task of which must (``check_after_arrays``)
     # what they must have done: succeeded (afterok), or ended whatever the outcome (afterany)
     after_condition: str = Job.AfterCondition.SUCCEEDED
+    # one at a time by name (Slurm's singleton): also wait for the owner's older active jobs
+    # of this name to end (``check_dependencies``)
+    singleton: bool = False
 
     def __post_init__(self) -> None:
         # tuples, whichever sequence an adapter gives (a form's list, the API's): one value
@@ -285,11 +288,13 @@ def check_after_arrays(user: Any, array_ids: Sequence[int], ended: bool = False)
 class Dependencies:
     """What a submission waits for, checked (``check_dependencies``): the ids of the jobs
     (``after``) and of the arrays (``after_arrays``) that must first have done what
-    ``condition`` says (``Job.AfterCondition``: succeeded, or ended)."""
+    ``condition`` says (``Job.AfterCondition``: succeeded, or ended). ``singleton``: those
+    include the owner's older active jobs of the same name (``same_name_jobs``)."""
 
     jobs: Sequence[int] = ()
     arrays: Sequence[int] = ()
     condition: str = Job.AfterCondition.SUCCEEDED
+    singleton: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.arrays)
@@ -299,16 +304,30 @@ def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
     """``req``'s ``after`` and ``after_arrays`` checked (``check_after``,
     ``check_after_arrays``) against its ``after_condition`` (one of ``Job.AfterCondition``;
     ``ended`` only with something to wait for), with every error in one ValidationError.
-    No query when it names none."""
+    With ``singleton``, also the owner's older active jobs of ``req.name``
+    (``same_name_jobs``), to end: the condition is ``ended`` (given with ``after`` or
+    ``after_arrays``, it must say so). No query when it names none and is no singleton.
+    A submission calls it under the person's lock (``submission_lock``), so that two
+    singletons of one name never both find none."""
     condition = req.after_condition
     if condition not in Job.AfterCondition.values:
         allowed = " or ".join(Job.AfterCondition.values)
         raise ValidationError({"after_condition": [f"after_condition is {allowed}"]})
-    if condition != Job.AfterCondition.SUCCEEDED and not (req.after or req.after_arrays):
+    named = bool(req.after or req.after_arrays)
+    if req.singleton and named and condition != Job.AfterCondition.ENDED:
+        raise ValidationError(
+            {
+                "after_condition": [
+                    "a singleton waits for your older jobs of its name to end, whatever the "
+                    "outcome: with after or after_arrays, set after_condition to ended too"
+                ]
+            }
+        )
+    if condition != Job.AfterCondition.SUCCEEDED and not (named or req.singleton):
         raise ValidationError(
             {"after_condition": [f"{condition} needs jobs (after) or arrays (after_arrays)"]}
         )
-    ended = condition == Job.AfterCondition.ENDED
+    ended = condition == Job.AfterCondition.ENDED or req.singleton
     errors: dict[str, list[str]] = {}
     checked: dict[str, list[int]] = {"jobs": [], "arrays": []}
     for key, given, check in (
@@ -319,9 +338,49 @@ def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
             checked[key] = check(user, given, ended) if given else []
         except ValidationError as exc:
             errors.update(exc.message_dict)
+    same = ([], [])
+    if req.singleton:
+        try:
+            same = same_name_jobs(user, req.name)
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
-    return Dependencies(**checked, condition=condition)
+    if not req.singleton:
+        return Dependencies(**checked, condition=condition)
+    return Dependencies(
+        jobs=list(dict.fromkeys([*checked["jobs"], *same[0]])),
+        arrays=list(dict.fromkeys([*checked["arrays"], *same[1]])),
+        condition=Job.AfterCondition.ENDED,
+        singleton=True,
+    )
+
+
+def same_name_jobs(user: Any, name: str) -> tuple[list[int], list[int]]:
+    """What a ``singleton`` job named ``name`` of ``user``'s waits for: the ids of their
+    active (pending or running) jobs of that name, and of the arrays of those that are an
+    array's tasks (an array's tasks all bear its name: waiting for the whole array is
+    waiting for them, with one link). At most ``limits.SINGLETON_MAX`` of the two together,
+    else a ValidationError on ``singleton``. One query, on the owner's index."""
+    jobs: list[int] = []
+    arrays: dict[int, None] = {}
+    rows = Job.objects.filter(owner=user, name=name, state__in=Job.ACTIVE_STATES)
+    for job_id, array_id in rows.order_by("pk").values_list("pk", "array_id"):
+        if array_id is None:
+            jobs.append(job_id)
+        else:
+            arrays[array_id] = None
+    if len(jobs) + len(arrays) > limits.SINGLETON_MAX:
+        raise ValidationError(
+            {
+                "singleton": [
+                    f"you have {len(jobs) + len(arrays):,} active jobs and arrays named "
+                    f"{name[:80]!r}; a singleton waits for at most {limits.SINGLETON_MAX}: "
+                    "give it another name, or wait for some to end"
+                ]
+            }
+        )
+    return jobs, list(arrays)
 
 
 def link_dependencies(job_ids: Sequence[int], deps: Dependencies) -> None:
@@ -339,8 +398,9 @@ def link_dependencies(job_ids: Sequence[int], deps: Dependencies) -> None:
 def check_active_jobs(user: Any, adding: int) -> None:
     """Refuse (a ValidationError, no field) a submission of ``adding`` jobs that would give
     ``user`` more active (pending or running) jobs than ``settings.ACTIVE_JOBS_PER_PERSON``
-    (0: no bound). One count on the owner's index. Checked, not locked: two submissions of
-    one person at the same instant may together pass the bound by their own sizes."""
+    (0: no bound). One count on the owner's index. The submissions call it under the
+    person's lock (``submission_lock``): two of one person's at the same instant take turns,
+    so together they never pass the bound."""
     bound = settings.ACTIVE_JOBS_PER_PERSON
     if not bound:
         return
@@ -408,14 +468,18 @@ def submit_job(user: Any, req: JobRequest) -> Job:
     if not may_submit(user):
         raise PermissionDenied("log in to submit jobs")
     fields = resolve_job_request(user, req)
-    deps = check_dependencies(user, req)
-    check_active_jobs(user, 1)
-    job = Job(owner=user, state=Job.State.PENDING, after_condition=deps.condition, **fields)
-    message = submitted_message(user, job, deps)
-    # one time for the job and its event, in a request or not; with dependencies, the job
-    # and its links commit together (the loop never sees the job without them)
-    with clock.one_instant(), transaction.atomic() if deps else nullcontext():
-        event = _insert_with_first_event(job, "submitted", message)
+    # one time for the job and its event, in a request or not; its checks against the
+    # person's other jobs and its rows under their submission lock; with dependencies, the
+    # job and its links commit together (the loop never sees the job without them)
+    with clock.one_instant(), transaction.atomic():
+        hold_submissions_of(user.pk)
+        deps = check_dependencies(user, req)
+        check_active_jobs(user, 1)
+        job = Job(
+            owner=user, state=Job.State.PENDING, after_condition=deps.condition,
+            singleton=deps.singleton, **fields,
+        )  # fmt: skip
+        event = _insert_with_first_event(job, "submitted", submitted_message(user, job, deps))
         if deps:
             link_dependencies([job.pk], deps)
     # what prefetch_related("events") sets (and the links of a job without dependencies)
@@ -482,13 +546,15 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 
 def submitted_message(user: Any, job: Job, deps: Dependencies | None = None) -> str:
     """The first line of a new job's timeline: who submitted what where, and what it waits for."""
-    deps = deps or Dependencies()
+    deps = Dependencies() if deps is None else deps
     gpus = explain.count(job.gpus, "GPU")
     message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
     waits = [_named("job", deps.jobs)] if deps.jobs else []
     waits += [f"every task of {_named('array', deps.arrays)}"] if deps.arrays else []
     if waits:
         message += f"; starts after {' and '.join(waits)} {_DONE[deps.condition]}"
+    if deps.singleton:
+        message += "; one at a time by name (singleton)"
     return message
 
 
@@ -537,11 +603,13 @@ def submit_jobs(
     errors: dict[str, list[str]] = {}
     jobs: list[Job] = []
     for i, req in enumerate(requests):
-        waits = req.after or req.after_arrays or req.after_condition != Job.AfterCondition.SUCCEEDED
-        if waits:  # one job at a time (``submit_job``): a batch is the demo's, never waits
-            field = (
-                "after" if req.after else "after_arrays" if req.after_arrays else "after_condition"
-            )
+        waits = {
+            "after": req.after, "after_arrays": req.after_arrays,
+            "after_condition": req.after_condition != Job.AfterCondition.SUCCEEDED,
+            "singleton": req.singleton,
+        }  # fmt: skip
+        if field := next((name for name, given in waits.items() if given), None):
+            # one job at a time (``submit_job``): a batch is the demo's, never waits
             errors[f"jobs[{i}].{field}"] = ["not in a batch: submit a job that waits on its own"]
             continue
         try:
@@ -557,9 +625,10 @@ def submit_jobs(
         jobs.append(job)
     if errors:
         raise ValidationError(errors)
-    if per_person_bound:
-        check_active_jobs(user, len(jobs))
     with transaction.atomic():
+        if per_person_bound:
+            hold_submissions_of(user.pk)
+            check_active_jobs(user, len(jobs))
         created = Job.objects.bulk_create(jobs, batch_size=500)
         JobEvent.objects.bulk_create(
             [

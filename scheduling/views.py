@@ -397,7 +397,7 @@ def _messages(errors: Any) -> dict[str, list[str]]:
 
 @login_required
 @require_GET
-@takes_query(*JobSubmitForm.FEASIBILITY_FIELDS, json=True)
+@takes_query(*JobSubmitForm.FEASIBILITY_QUERY, json=True)
 def feasibility(request: HttpRequest) -> JsonResponse:
     """``GET /jobs/feasibility/?queue=…&gpus=…``: would this job start now, and when?
 
@@ -520,7 +520,6 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "placement": build_placement(job),
         "progress_text": duration_text(progress),
         "detail_rows": detail_rows(job.pending_details),
-        # the jobs its verdict names that this viewer may see: linked to their pages
         # the jobs and arrays its verdict names that the viewer may see: linked
         "linked": {
             "job": visible_job_ids(request.user, verdict_text.job_refs(job.pending_details)),

@@ -23,17 +23,22 @@ from tests.drills import make_quotas_roomy
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+def fill_a_job(page, base: str, name: str) -> None:
+    """Open the submit form and fill an 8-GPU, 30-minute job ``name`` in ``llm-core``."""
+    page.goto(f"{base}/jobs/new/")
+    page.get_by_label("Job name").fill(name)
+    page.get_by_label("Queue").select_option(str(Queue.objects.get(name="llm-core").pk))
+    page.get_by_label("GPUs in total").fill("8")
+    page.get_by_label("Simulated true runtime (minutes)").fill("30")
+
+
 def test_a_job_submitted_after_another_s_end_through_the_form_says_so(demo, page, login):
     make_quotas_roomy()
     train = JobRequest(name="train", queue="llm-core", gpus=8, sim_duration_minutes=90)
     first = in_thread(submit_job, demo["researcher"], train)
     in_thread(run_cycle)  # it runs
     base = login("researcher")
-    page.goto(f"{base}/jobs/new/")
-    page.get_by_label("Job name").fill("cleanup")
-    page.get_by_label("Queue").select_option(str(Queue.objects.get(name="llm-core").pk))
-    page.get_by_label("GPUs in total").fill("8")
-    page.get_by_label("Simulated true runtime (minutes)").fill("30")
+    fill_a_job(page, base, "cleanup")
     page.get_by_label("Start after jobs").fill(f"{first.pk}")
     title, text = page.locator("#feasibility-title"), page.locator("#feasibility-text")
     expect(title).to_have_text("Would wait for other jobs to succeed")

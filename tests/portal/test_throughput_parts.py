@@ -157,6 +157,7 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
                 "after_arrays",
                 "waiting_for_arrays",
                 "after_condition",
+                "singleton",
                 "hold",
             )
         }

@@ -126,14 +126,19 @@ def test_a_job_after_jobs_that_already_ended_queues_at_once(api, demo):
     ],
 )  # fmt: skip
 def test_a_bad_condition_is_refused_and_nothing_is_written(api, body, field, error):
-    me = api("researcher")
+    refused_writing_nothing(api("researcher"), body, {field: [error]})
+
+
+def refused_writing_nothing(client, body: dict, errors: dict) -> None:
+    """``POST jobs/`` of an 8-GPU job with ``body`` is a 400 with ``errors``, and no job is
+    written."""
     before = Job.objects.count()
-    response = me.post(
+    response = client.post(
         "/api/v1/jobs/", {"name": "x", "queue": "llm-experiment", "gpus": 8, **body},
         format="json",
     )  # fmt: skip
     assert response.status_code == 400, response.data
-    assert response.data["errors"] == {field: [error]}
+    assert response.data["errors"] == errors
     assert Job.objects.count() == before
 
 

@@ -1,6 +1,7 @@
-"""A submission writes its job and the job's ``submitted`` event in one statement (#16): no
-BEGIN/COMMIT of its own, one round trip for both rows, all or nothing; and through the API
-with a token it costs six queries in all."""
+"""A submission writes its job and the job's ``submitted`` event in one statement (#16): one
+round trip for both rows, all or nothing, in the transaction that holds the person's
+submission lock (``scheduling.submission_lock``) from before their active jobs are
+counted; and through the API with a token it costs seven queries in all."""
 
 from __future__ import annotations
 
@@ -19,13 +20,18 @@ pytestmark = pytest.mark.django_db
 REQUEST = JobRequest(name="one", queue="llm-experiment", gpus=1)
 
 
-def test_the_job_and_its_event_are_one_insert_and_no_transaction_of_their_own(demo):
+def test_the_job_and_its_event_are_one_insert_under_the_persons_lock(demo):
     with CaptureQueriesContext(connection) as ctx:
         submit_job(demo["researcher"], REQUEST)
     statements = [q["sql"] for q in ctx.captured_queries]
-    writes = [s for s in statements if not s.lstrip().upper().startswith("SELECT")]
-    assert len(writes) == 1, statements  # no SAVEPOINT/BEGIN, no second INSERT, no COMMIT
+    # (the test's own transaction makes the submission's a savepoint: left out)
+    own = [s for s in statements if "SAVEPOINT" not in s]
+    writes = [s for s in own if not s.lstrip().upper().startswith("SELECT")]
+    assert len(writes) == 1, statements  # no second INSERT
     assert "scheduling_job" in writes[0] and "scheduling_jobevent" in writes[0]
+    locked = next(i for i, s in enumerate(own) if "pg_advisory_xact_lock" in s)
+    counted = next(i for i, s in enumerate(own) if s.startswith("SELECT COUNT(*)"))
+    assert locked < counted < own.index(writes[0]), own
 
 
 def test_what_it_writes_is_what_it_returns(demo):
@@ -58,9 +64,10 @@ def test_inside_a_callers_transaction_it_rolls_back_with_it(demo):
     assert Job.objects.count() == before
 
 
-def test_a_token_submission_takes_six_queries(demo):
-    """Token with user and role, queue, cluster shape, the person's active jobs (their
-    bound, ``check_active_jobs``), cluster clock, job + event."""
+def test_a_token_submission_takes_seven_queries(demo):
+    """Token with user and role, queue, cluster shape, the person's submission lock, their
+    active jobs (their bound, ``check_active_jobs``), cluster clock, job + event (and, in
+    the test's transaction, the savepoint and its release)."""
     client = APIClient()
     key = Token.objects.get_or_create(user=demo["researcher"])[0].key
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
@@ -69,5 +76,6 @@ def test_a_token_submission_takes_six_queries(demo):
     with CaptureQueriesContext(connection) as ctx:
         response = client.post("/api/v1/jobs/", body, format="json")
     assert response.status_code == 201, response.content
-    assert len(ctx.captured_queries) == 6, [q["sql"][:60] for q in ctx.captured_queries]
+    queries = [q["sql"] for q in ctx.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(queries) == 7, [sql[:60] for sql in queries]
     assert response.json()["events"][0]["kind"] == "submitted"

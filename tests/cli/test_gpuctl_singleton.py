@@ -1,0 +1,72 @@
+"""gpuctl and one at a time by name: ``submit --singleton`` (Slurm's
+``--dependency=singleton``), sent as ``singleton`` only when given; the job waits for the
+older job of its name to end, then starts; ``explain`` says ``one at a time by name`` and
+marks the older job ``(not ended yet)``; against a live portal (as
+``test_gpuctl_after_condition.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuctl.main import build_parser
+from scheduling.models import Job
+from tests.cli.test_gpuctl_after_arrays import rows
+from tests.cli.test_gpuctl_after_condition import ROW, submit
+from tests.cli.test_gpuctl_commands import JOB, posted
+from tests.drills import cycle, make_quotas_roomy
+from tests.scheduling.test_job_dependencies import fail_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ONE = "one at a time by name"
+
+
+@pytest.fixture
+def roomy(demo):
+    make_quotas_roomy()
+
+
+def test_a_singleton_waits_for_the_older_job_of_its_name_then_starts(gpuctl, roomy, api):
+    admin = api("admin")
+    first = submit(gpuctl, "train", "--max-retries", "0", "--sim-duration-minutes", "600")
+    cycle(admin)  # it runs
+    then = submit(gpuctl, "train", "--singleton")
+    stored = Job.objects.get(pk=then)
+    assert (stored.singleton, stored.after_condition) == (True, "ended")
+    cycle(admin)
+    shown = rows(gpuctl("researcher", "explain", str(then)).out)
+    assert shown["state"] == "pending"
+    assert shown["starts after"] == f"{first} (not ended yet)"
+    assert shown[ROW] == "ended, whatever the outcome"
+    assert shown[ONE] == "yes: after your older 'train' jobs"
+    assert shown["verdict"].startswith(f"DEPENDENCY: Waits for job {first} (train) to end")
+    fail_run(admin, first)
+    cycle(admin)
+    assert rows(gpuctl("researcher", "explain", str(then)).out)["state"] == "running"
+    # not a singleton: no such row
+    assert ONE not in rows(gpuctl("researcher", "explain", str(first)).out)
+
+
+def test_the_body_carries_singleton_only_when_given(cli, portal):
+    portal.answers[("post", "jobs/")] = JOB
+    assert cli("submit", "a", "-q", "q", "-g", "8").code == 0
+    assert "singleton" not in posted(portal, "jobs/")
+    portal.calls.clear()
+    assert cli("submit", "a", "-q", "q", "-g", "8", "--singleton").code == 0
+    assert posted(portal, "jobs/")["singleton"] is True
+    parser = build_parser()
+    assert parser.parse_args(["submit", "x"]).singleton is None
+    assert parser.parse_args(["submit", "x", "--no-singleton"]).singleton is False
+
+
+def test_the_portals_refusal_is_one_line(gpuctl, roomy):
+    first = submit(gpuctl, "train")
+    run = gpuctl("researcher", "submit", "train", "-q", "llm-core", "-g", "8", "--singleton",
+                 "--after", str(first), "--json")  # fmt: skip
+    assert run.code == 1
+    assert run.err.strip().endswith(
+        "a singleton waits for your older jobs of its name to end, whatever the outcome: with "
+        "after or after_arrays, set after_condition to ended too"
+    ), run.err
+    assert len(run.err.strip().splitlines()) == 1
+    assert Job.objects.filter(name="train").count() == 1, "nothing written"

@@ -48,6 +48,9 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("validate", "rest_framework.serializers", "BaseSerializer.is_valid"),
     ("service", "scheduling.api", "submit_job"),
     ("queue", "scheduling.services", "_resolve_queue"),
+    ("lock", "scheduling.services", "hold_submissions_of"),
+    ("bound", "scheduling.services", "check_active_jobs"),
+    ("dependencies", "scheduling.services", "check_dependencies"),
     ("shape", "scheduling.feasibility", "read_cluster_shape"),
     ("feasibility", "scheduling.feasibility", "refusal_for"),
     ("insert", "scheduling.services", "_insert_with_first_event"),
@@ -68,7 +71,17 @@ TREE: dict[str, tuple[str, ...]] = {
     "request": ("view", "render"),
     "view": ("auth", "handler"),
     "handler": ("parse", "validate", "service", "answer", "insert"),
-    "service": ("queue", "shape", "feasibility", "insert", "commit", "publish"),
+    "service": (
+        "queue",
+        "shape",
+        "feasibility",
+        "lock",
+        "bound",
+        "dependencies",
+        "insert",
+        "commit",
+        "publish",
+    ),
     "insert": ("clock",),
 }
 ACROSS = ("sql", "telemetry")

@@ -98,7 +98,7 @@ class Prepared:
         return found[0] if found else None
 
     def _compile(self) -> _Compiled:
-        markers = [_MARKERS[t](i) for i, t in enumerate(self.types)]
+        markers = _markers(self.types)
         queryset = self.build(*markers)
         if queryset._iterable_class is not ModelIterable or queryset._prefetch_related_lookups:
             raise ValueError("Prepared runs querysets of model instances, without prefetches")
@@ -106,14 +106,7 @@ class Prepared:
             raise ValueError("Prepared runs querysets without known related objects")
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, params = compiler.as_sql()
-        slots = tuple(
-            (position, index)
-            for position, param in enumerate(params)
-            for index, marker in enumerate(markers)
-            if type(param) is type(marker) and param == marker
-        )
-        if {index for _, index in slots} != set(range(len(markers))):
-            raise ValueError(f"not every value reaches the SQL parameters unchanged: {sql}")
+        slots = _slots(sql, params, markers)
         klass_info, select = compiler.klass_info, compiler.select
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         compiled = _Compiled(
@@ -130,6 +123,59 @@ class Prepared:
         )
         self._local.compiled = compiled
         return compiled
+
+
+def _markers(types: tuple[type, ...]) -> list[Any]:
+    """The stand-ins for values of ``types``, in order."""
+    return [_MARKERS[t](i) for i, t in enumerate(types)]
+
+
+def _slots(sql: str, params: Any, markers: list[Any]) -> tuple[tuple[int, int], ...]:
+    """Where each marker's value goes among ``params``: ``(parameter index, value index)``;
+    a ValueError when one does not reach them unchanged."""
+    slots = tuple(
+        (position, index)
+        for position, param in enumerate(params)
+        for index, marker in enumerate(markers)
+        if type(param) is type(marker) and param == marker
+    )
+    if {index for _, index in slots} != set(range(len(markers))):
+        raise ValueError(f"not every value reaches the SQL parameters unchanged: {sql}")
+    return slots
+
+
+class PreparedCount:
+    """``build(*values).count()``, its SQL compiled once per thread (per database alias):
+    ``prepared(*values)`` runs ``SELECT COUNT(*)`` over the queryset's rows (its ordering
+    dropped, as ``count()`` drops it) in one query, without compiling. The values reach
+    the SQL as ``Prepared``'s do (``types``: ``str`` or ``int``, checked when compiled)."""
+
+    def __init__(self, build: Callable[..., QuerySet], *types: type) -> None:
+        unknown = [t for t in types if t not in _MARKERS]
+        if unknown:
+            raise TypeError(f"PreparedCount takes str and int values, not {unknown}")
+        self.build = build
+        self.types = types
+        self._local = threading.local()
+
+    def __call__(self, *values: Any) -> int:
+        if len(values) != len(self.types):
+            raise TypeError(f"{len(self.types)} values expected, {len(values)} given")
+        compiled = getattr(self._local, "compiled", None)
+        if compiled is None:
+            markers = _markers(self.types)
+            queryset = self.build(*markers).order_by()
+            inner, params = queryset.values("pk").query.sql_with_params()
+            sql = f"SELECT COUNT(*) FROM ({inner}) counted"
+            compiled = self._local.compiled = (sql, tuple(params), _slots(sql, params, markers),
+                                               queryset.db)  # fmt: skip
+        sql, params, slots, alias = compiled
+        given = list(params)
+        for position, index in slots:
+            given[position] = values[index]
+        with connections[alias].cursor() as cursor:
+            cursor.execute(sql, given)
+            return int(cursor.fetchone()[0])
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,31 @@ def test_a_prepared_insert_compiles_a_row_with_an_expression_in_full(demo):
         cursor.execute(sql, params)
         pk = cursor.fetchone()[0]
     assert Job.objects.get(pk=pk).progress_seconds == 2.5
+
+
+def test_a_prepared_count_answers_as_count_does_in_one_query(demo):
+    from scheduling.services import JobRequest, _count_active_jobs, submit_job
+
+    me, other = demo["researcher"], demo["lead"]
+    for name in ("a", "b", "c"):
+        submit_job(me, JobRequest(name=name, queue="llm-experiment", gpus=1))
+    Job.objects.filter(name="c").update(state=Job.State.SUCCEEDED)
+    for user in (me, other):
+        expected = Job.objects.filter(owner=user, state__in=Job.ACTIVE_STATES).count()
+        with CaptureQueriesContext(connection) as ctx:
+            assert _count_active_jobs(user.pk) == expected
+        assert len(ctx.captured_queries) == 1
+        assert "ORDER BY" not in ctx.captured_queries[0]["sql"]
+    assert (_count_active_jobs(me.pk), _count_active_jobs(other.pk)) == (2, 0)
+
+
+def test_a_prepared_count_refuses_what_it_could_not_run_faithfully():
+    from core.prepared import PreparedCount
+
+    with pytest.raises(TypeError, match="str and int values"):
+        PreparedCount(lambda x: Job.objects.filter(gpus=x), float)
+    transformed = PreparedCount(lambda name: Job.objects.filter(name__contains=name), str)
+    with pytest.raises(ValueError, match="not every value reaches the SQL parameters"):
+        transformed("x")
+    with pytest.raises(TypeError, match="1 values expected, 2 given"):
+        transformed("x", "y")

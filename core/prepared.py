@@ -62,16 +62,13 @@ class Prepared:
     """
 
     def __init__(self, build: Callable[..., QuerySet], *types: type) -> None:
-        unknown = [t for t in types if t not in _MARKERS]
-        if unknown:
-            raise TypeError(f"Prepared takes str and int values, not {unknown}")
+        _check_types(types)
         self.build = build
         self.types = types
         self._local = threading.local()
 
     def __call__(self, *values: Any) -> list[Any]:
-        if len(values) != len(self.types):
-            raise TypeError(f"{len(self.types)} values expected, {len(values)} given")
+        _check_values(self.types, values)
         compiled = getattr(self._local, "compiled", None) or self._compile()
         params = list(compiled.params)
         for position, index in compiled.slots:
@@ -125,6 +122,19 @@ class Prepared:
         return compiled
 
 
+def _check_types(types: tuple[type, ...]) -> None:
+    """A TypeError unless every one of ``types`` has a marker (``str``, ``int``)."""
+    unknown = [t for t in types if t not in _MARKERS]
+    if unknown:
+        raise TypeError(f"prepared queries take str and int values, not {unknown}")
+
+
+def _check_values(types: tuple[type, ...], values: tuple) -> None:
+    """A TypeError unless there is one value for each of ``types``."""
+    if len(values) != len(types):
+        raise TypeError(f"{len(types)} values expected, {len(values)} given")
+
+
 def _markers(types: tuple[type, ...]) -> list[Any]:
     """The stand-ins for values of ``types``, in order."""
     return [_MARKERS[t](i) for i, t in enumerate(types)]
@@ -151,16 +161,13 @@ class PreparedCount:
     the SQL as ``Prepared``'s do (``types``: ``str`` or ``int``, checked when compiled)."""
 
     def __init__(self, build: Callable[..., QuerySet], *types: type) -> None:
-        unknown = [t for t in types if t not in _MARKERS]
-        if unknown:
-            raise TypeError(f"PreparedCount takes str and int values, not {unknown}")
+        _check_types(types)
         self.build = build
         self.types = types
         self._local = threading.local()
 
     def __call__(self, *values: Any) -> int:
-        if len(values) != len(self.types):
-            raise TypeError(f"{len(self.types)} values expected, {len(values)} given")
+        _check_values(self.types, values)
         compiled = getattr(self._local, "compiled", None)
         if compiled is None:
             markers = _markers(self.types)

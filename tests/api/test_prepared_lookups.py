@@ -170,7 +170,7 @@ def test_a_prepared_count_answers_as_count_does_in_one_query(demo):
 def test_a_prepared_count_refuses_what_it_could_not_run_faithfully():
     from core.prepared import PreparedCount
 
-    with pytest.raises(TypeError, match="str and int values"):
+    with pytest.raises(TypeError, match="take str and int values"):
         PreparedCount(lambda x: Job.objects.filter(gpus=x), float)
     transformed = PreparedCount(lambda name: Job.objects.filter(name__contains=name), str)
     with pytest.raises(ValueError, match="not every value reaches the SQL parameters"):

@@ -282,7 +282,7 @@ def nothing(words: str) -> int:
 
 def cmd_jobs(portal: Portal, args: argparse.Namespace) -> int:
     limit = None if args.all else args.limit
-    params = {"state": args.state, "queue": args.queue, "owner": args.owner}
+    params = {"state": args.state, "queue": args.queue, "owner": args.owner, "name": args.name}
     if args.mine:
         params["mine"] = 1
     if args.array is not None:
@@ -456,26 +456,28 @@ ACTIVE_STATES = ("pending", "running", "preempting")
 def choice_problem(args: argparse.Namespace) -> str | None:
     """What is wrong with how a command chooses its jobs (``chosen_jobs``), for the usage
     error: ids and filters together, or neither (never "every job")."""
-    narrowed = args.queue or args.owner or args.mine or args.state
+    narrowed = args.queue or args.owner or args.mine or args.state or args.name
     if getattr(args, "array", None) is not None:
         if args.jobs or narrowed:
-            return "give --array alone: not with job ids or other filters (--me, -u, -q, --state)"
+            return (
+                "give --array alone: not with job ids or other filters (--me, -u, -q, -n, --state)"
+            )
         return None
     if args.jobs and narrowed:
-        return "give job ids or filters (--me, -u, -q, --state), not both"
+        return "give job ids or filters (--me, -u, -q, -n, --state), not both"
     if not args.jobs and not narrowed:
-        return "name the jobs, or choose them with --me, -u USER, -q QUEUE or --state"
+        return "name the jobs, or choose them with --me, -u USER, -q QUEUE, -n NAME or --state"
     return None
 
 
 def chosen_jobs(portal: Portal, args: argparse.Namespace, **only: Any) -> list[dict]:
     """The jobs a command acts on: those named (``{"id": N}``), or those the filters match
-    among the active ones (``scancel -u USER -p QUEUE -t STATE``; ``--me``; ``only``: the
-    command's own, e.g. ``held=1``), oldest first (``choice_problem`` has refused anything
-    else)."""
+    among the active ones (``scancel -u USER -p QUEUE -n NAME -t STATE``; ``--me``; ``only``:
+    the command's own, e.g. ``held=1``), oldest first (``choice_problem`` has refused
+    anything else)."""
     if args.jobs:
         return [{"id": job_id} for job_id in dict.fromkeys(args.jobs)]
-    filters = {"queue": args.queue, "owner": args.owner, **only}
+    filters = {"queue": args.queue, "owner": args.owner, "name": args.name, **only}
     if args.mine:
         filters["mine"] = 1
     rows: dict[int, dict] = {}
@@ -511,6 +513,7 @@ def add_job_choice(p: argparse.ArgumentParser, verb: str) -> None:
     p.add_argument("-q", "--queue", help="only jobs of this queue (name or id)")
     p.add_argument("-u", "--owner", "--user", dest="owner", help="only this user's jobs")
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
+    p.add_argument("-n", "--name", help="only jobs of exactly this name")
     p.add_argument("--dry-run", action="store_true", help=f"list the jobs chosen, {verb} none")
     p.set_defaults(check=choice_problem, parser=p)
 
@@ -987,6 +990,7 @@ examples:
                                         "failed", "cancelled"])  # fmt: skip
     p.add_argument("-q", "--queue", help="queue name or id")
     p.add_argument("-u", "--owner", "--user", dest="owner", help="username (as squeue -u)")
+    p.add_argument("-n", "--name", help="only jobs of exactly this name (as squeue -n)")
     p.add_argument("--mine", "--me", action="store_true", help="only my jobs")
     p.add_argument("--array", type=whole_number, metavar="ARRAY",
                    help="only the tasks of this job array (NAME[INDEX])")  # fmt: skip

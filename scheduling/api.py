@@ -283,6 +283,7 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.ChoiceFilter(choices=Job.State.choices)
     queue = django_filters.CharFilter(method="filter_queue")
     owner = django_filters.CharFilter(field_name="owner__username")
+    name = django_filters.CharFilter(field_name="name", label="exactly this job name")
     mine = MineFilter("owner")
     held = django_filters.ChoiceFilter(
         choices=MINE_CHOICES, method="filter_held",

@@ -392,6 +392,10 @@ class JobFilterForm(QueryForm):
         choices=[("", "Held or not"), ("1", "Only held"), ("0", "Not held")],
         error_messages={"invalid_choice": "“%(value)s” is neither 1 (only held) nor 0 (not held)"},
     )  # fmt: skip
+    name = forms.CharField(
+        label="Named", required=False, max_length=limits.NAME_MAX,
+        help_text="Exactly this job name, e.g. every part of one run.",
+    )  # fmt: skip
     # The tasks of one job array (its page links here); kept by the Filter button.
     array = forms.CharField(label="Array", required=False, widget=forms.HiddenInput)
     # Not drawn (the Filter button starts again at page 1); only checked. Beyond the last

@@ -397,6 +397,8 @@ class Job(models.Model):
                 condition=Q(state__in=["pending", "running", "preempting"]),
                 name="job_active_owner_idx",
             ),
+            # the lists' ``name`` filter (all of a run's parts, ``squeue --name``)
+            models.Index(fields=["name"], name="job_name_idx"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),

@@ -462,6 +462,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         jobs = jobs.filter(owner=user)
     if chosen.get("held"):
         jobs = jobs.filter(held_filter(chosen["held"] == "1"))
+    if chosen.get("name"):
+        jobs = jobs.filter(name=chosen["name"])
     jobs = jobs.only(
         "id",
         "name",

@@ -140,13 +140,17 @@ def test_submit_names_every_missing_field_in_its_flag_form(cli, portal, argv, mi
 @pytest.mark.parametrize(
     "argv,params",
     [
-        ([], {"limit": 100, "state": None, "queue": None, "owner": None}),
+        ([], {"limit": 100, "state": None, "queue": None, "owner": None, "name": None}),
         (["--mine", "--state", "pending"],
-         {"limit": 100, "state": "pending", "queue": None, "owner": None, "mine": 1}),
+         {"limit": 100, "state": "pending", "queue": None, "owner": None, "name": None, "mine": 1}),
         (["--all", "--limit", "5", "--owner", "bob"],
-         {"limit": None, "state": None, "queue": None, "owner": "bob"}),
-        (["--queue", "7", "--limit", "3"], {"limit": 3, "state": None, "queue": "7", "owner": None}),
-        (["--array", "42"], {"limit": 100, "state": None, "queue": None, "owner": None, "array": 42}),
+         {"limit": None, "state": None, "queue": None, "owner": "bob", "name": None}),
+        (["--queue", "7", "--limit", "3"],
+         {"limit": 3, "state": None, "queue": "7", "owner": None, "name": None}),
+        (["--array", "42"],
+         {"limit": 100, "state": None, "queue": None, "owner": None, "name": None, "array": 42}),
+        (["-n", "pretrain"],
+         {"limit": 100, "state": None, "queue": None, "owner": None, "name": "pretrain"}),
     ],
 )  # fmt: skip
 def test_jobs_filters_become_query_parameters(cli, portal, argv, params):

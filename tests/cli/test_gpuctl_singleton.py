@@ -6,6 +6,8 @@ marks the older job ``(not ended yet)``; against a live portal (as
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuctl.main import build_parser
@@ -70,3 +72,16 @@ def test_the_portals_refusal_is_one_line(gpuctl, roomy):
     ), run.err
     assert len(run.err.strip().splitlines()) == 1
     assert Job.objects.filter(name="train").count() == 1, "nothing written"
+
+
+def test_jobs_and_cancel_choose_by_name(gpuctl, roomy):
+    parts = [submit(gpuctl, "pretrain", "--singleton") for _ in range(2)]
+    other = submit(gpuctl, "pretrain-eval")
+    listed = json.loads(gpuctl("researcher", "jobs", "--mine", "-n", "pretrain", "--json").out)
+    assert sorted(job["id"] for job in listed) == parts
+    run = gpuctl("researcher", "cancel", "--me", "--name", "pretrain")
+    assert run.code == 0, run.err
+    states = dict(Job.objects.filter(pk__in=[*parts, other]).values_list("pk", "state"))
+    assert states == {parts[0]: "cancelled", parts[1]: "cancelled", other: "pending"}
+    refused = gpuctl("researcher", "cancel", "7", "-n", "pretrain")
+    assert refused.code == 2 and "not both" in refused.err

@@ -686,7 +686,7 @@ def job_rows(body: str) -> list[str]:
      ("page=zz", "page", "Page: a page number"),
      ("page=0", "page", "Page: pages start at 1"),
      ("page=%D9%A7", "page", "Page: a page number"),  # an Arabic-Indic seven read as page 7
-     ("owner=alice", None, "this page has no filter “owner”; it takes state, queue, mine, held, array, page"),
+     ("owner=alice", None, "this page has no filter “owner”; it takes state, queue, mine, held, name, array, page"),
      ("mine=0&State=running", None, "this page has no filter “State”")],
 )  # fmt: skip
 def test_a_bad_job_list_filter_is_a_400_naming_it_not_an_unfiltered_list(

@@ -105,3 +105,25 @@ def test_the_job_page_says_why_a_singleton_waits(demo, api):
     )
     # not a singleton: no such line
     assert 'id="singleton"' not in page(client, f"/jobs/{first.pk}/")
+
+
+def test_the_job_list_filters_by_name_and_the_singleton_line_links_there(demo):
+    me = demo["researcher"]
+    parts = [a_job(me, "pretrain", singleton=True) for _ in range(2)]
+    a_job(me, "pretrain-eval")
+    a_job(demo["lead"], "pretrain")  # another person's: not among "mine"
+    client = signed_in(demo, "researcher")
+    html = page(client, f"/jobs/{parts[1].pk}/")
+    link = re.search(r'<p id="singleton">.*?<a href="([^"]+)">jobs named “pretrain”</a>', html)
+    assert link and link[1] == "/jobs/?mine=1&amp;name=pretrain"
+    listed = page(client, "/jobs/?mine=1&name=pretrain")
+    shown = {int(n) for n in re.findall(r'href="/jobs/(\d+)/"', listed)}
+    assert shown == {p.pk for p in parts}, "exactly that name, only mine"
+    assert re.search(r'<input type="text" name="name" value="pretrain"[^>]*id="id_name"', listed)
+    # someone else looking at the job: the same words, no link to their own list
+    lead = page(signed_in(demo, "lead"), f"/jobs/{parts[1].pk}/")
+    assert "jobs named “pretrain”</a>" not in lead and "jobs named “pretrain”" in lead
+    # a name longer than any job's: refused on the field, nothing listed
+    refused = client.get("/jobs/?name=" + "x" * 101)
+    assert refused.status_code == 400
+    assert not re.findall(r'href="/jobs/(\d+)/"', refused.content.decode())

@@ -166,3 +166,12 @@ def test_the_what_if_of_a_singleton_answers_as_the_loop_does(api, demo):
     assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
     assert answer.message.startswith(f"Waits for job {first} (train) to end: running")
     loop_agrees(demo["researcher"], admin, asked, answer)
+
+
+def test_the_api_lists_jobs_of_exactly_a_name(api):
+    me = api("researcher")
+    parts = [submit(me, name="pretrain", gpus=1, **ONE) for _ in range(2)]
+    submit(me, name="pretrain-2", gpus=1)
+    listed = me.get("/api/v1/jobs/?mine=1&name=pretrain").json()["results"]
+    assert sorted(job["id"] for job in listed) == parts
+    assert me.get("/api/v1/jobs/?name=nothing-of-that-name").json()["results"] == []

@@ -416,12 +416,13 @@ def test_api_query_parameters_never_crash_or_change_anything(api, world, schema)
 
 # Query parameters the HTML pages read (request.GET in the views), plus junk names.
 PAGE_PARAMS = {
-    "/jobs/": ["state", "queue", "owner", "mine", "page", "q"],
+    "/jobs/": ["state", "queue", "owner", "mine", "held", "name", "array", "page", "q"],
     "/jobs/new/": ["queue", "gpus", "tier", "name"],
     "/jobs/estimate/": ["params", "precision", "optimizer", "zero_stage", "data_parallel",
                         "seq_len", "micro_batch", "gpu_model", "prefix"],
     "/jobs/feasibility/": ["name", "queue", "gpus", "gpus_per_node", "tier", "gpu_memory_gb",
-                           "rdma", "exclusive_node", "max_retries", "checkpoint_path"],
+                           "rdma", "exclusive_node", "max_retries", "checkpoint_path", "singleton",
+                           "after", "after_condition"],
     "/dashboard/": ["window"],
     "/dashboard/data/": ["window"],
     "/oncall/nodes/": ["name"],

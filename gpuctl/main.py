@@ -95,6 +95,7 @@ examples:
   gpuctl submit merge -q llm-core -g 8 --after-array 42   # once every task of array 42 did
   gpuctl submit cleanup -q llm-core -g 8 --after 12 --after-condition ended   # once job 12 ended, however
   gpuctl submit pretrain -q llm-core -g 64 --singleton   # after your older "pretrain" jobs end
+  gpuctl submit eval -q llm-core -g 1 --array 0-9 --after-corr 42   # task i after task i of 42
   gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
   cat job.yaml | gpuctl submit -f -
 
@@ -187,7 +188,8 @@ JOB_FIELDS_INT = (
 )  # fmt: skip
 JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
 JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible", "singleton")
-JOB_FIELDS_AFTER = ("after", "after_arrays")  # job ids, array ids (--after, --after-array)
+# job ids, array ids (--after, --after-array, --after-corr)
+JOB_FIELDS_AFTER = ("after", "after_arrays", "after_corresponding")
 # what they must have done first (--after-condition; the portal's default: succeeded)
 AFTER_CONDITIONS = ("succeeded", "ended")
 
@@ -223,6 +225,9 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         flags = ", ".join("NAME" if f == "name" else f"--{f}" for f in missing)
         raise CliError(f"missing {flags} (give them as flags or in -f job.yaml)", EXIT_USAGE)
+    if "after_corresponding" in body and "array" not in body:
+        raise CliError("--after-corr needs --array: each task waits for the task of the same "
+                       "index", EXIT_USAGE)  # fmt: skip
     return body
 
 
@@ -968,6 +973,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the jobs of --after and tasks of --after-array must have done "
                    "first: succeeded (default, Slurm's afterok) or ended, whatever the outcome "
                    "(afterany)")  # fmt: skip
+    p.add_argument("--after-corr", type=array_ids, action="extend",
+                   dest="after_corresponding", metavar="ID,ID",
+                   help="with --array: each task starts only once the task of the same index "
+                   "of these arrays has succeeded (or ended: --after-condition; Slurm's "
+                   "aftercorr)")  # fmt: skip
     p.add_argument("--singleton", action=argparse.BooleanOptionalAction, default=None,
                    help="one at a time by name (Slurm's --dependency=singleton): also wait "
                    "for your older jobs of this name still waiting or running to end")  # fmt: skip

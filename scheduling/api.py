@@ -52,6 +52,15 @@ from scheduling.selectors import (
 from scheduling.services import JobRequest, cancel_job, submit_job
 
 
+def id_list(most: int, help_text: str) -> serializers.ListField:
+    """An optional list of at most ``most`` ids of jobs or arrays (whole numbers that fit a
+    bigint; which ones may be named is the service's rule)."""
+    return serializers.ListField(
+        child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
+        max_length=most, required=False, help_text=help_text,
+    )  # fmt: skip
+
+
 class JobSubmitSerializer(SharedFields, serializers.Serializer):
     """The submission body of API.md; types and bounds only (rules live in the service)."""
 
@@ -87,18 +96,15 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     sim_duration_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
-    after = serializers.ListField(
-        child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
-        max_length=limits.AFTER_MAX, required=False,
-        help_text="ids of jobs that must all succeed (or end: after_condition) before this "
-        "one may start",
-    )  # fmt: skip
-    after_arrays = serializers.ListField(
-        child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
-        max_length=limits.AFTER_ARRAYS_MAX, required=False,
-        help_text="ids of job arrays every task of which must succeed (or end: after_condition) "
-        "before this one may start",
-    )  # fmt: skip
+    after = id_list(
+        limits.AFTER_MAX,
+        "ids of jobs that must all succeed (or end: after_condition) before this one may start",
+    )
+    after_arrays = id_list(
+        limits.AFTER_ARRAYS_MAX,
+        "ids of job arrays every task of which must succeed (or end: after_condition) before "
+        "this one may start",
+    )
     after_condition = serializers.ChoiceField(
         choices=Job.AfterCondition.choices, required=False,
         help_text="what the jobs of after and the tasks of after_arrays must have done: "

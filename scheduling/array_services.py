@@ -28,6 +28,7 @@ from scheduling.services import (
     JobRequest,
     check_active_jobs,
     check_dependencies,
+    link_corresponding,
     link_dependencies,
     resolve_job_request,
     submitted_message,
@@ -87,7 +88,8 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
             [
                 JobEvent(
                     job=task, at=task.submitted_at, kind="submitted",
-                    message=submitted_message(user, task, deps) + note.format(task.array_index),
+                    message=submitted_message(user, task, deps, task.array_index)
+                    + note.format(task.array_index),
                 )
                 for task in tasks
             ],
@@ -95,6 +97,7 @@ def submit_array(user: Any, req: JobRequest, spec: str) -> JobArray:
         )  # fmt: skip
         if deps:
             link_dependencies([task.pk for task in tasks], deps)
+            link_corresponding(tasks, deps)
     array.task_ids = [task.pk for task in tasks]  # type: ignore[attr-defined]
     publish_coalesced(*events.queues_updated(queue=array.queue.name))
     return array
@@ -116,7 +119,7 @@ def _checked(
 
     parsed = attempt(parse_spec, spec)
     fields = attempt(resolve_job_request, user, req)
-    deps = attempt(check_dependencies, user, req)
+    deps = attempt(check_dependencies, user, req, parsed.indices if parsed else ())
     if errors:
         raise ValidationError(errors)
     return parsed, fields, deps

@@ -172,6 +172,12 @@ class JobSubmitForm(forms.Form):
         help_text="Run many copies that differ by index, as Slurm's --array: 0-99, 1,3,5-9 "
         "or 0-99%10 (at most 10 at once). Each task gets PORTAL_ARRAY_TASK_ID.",
     )  # fmt: skip
+    after_corresponding = forms.CharField(
+        label="Each task after the same task of arrays", required=False, max_length=400,
+        help_text="Optional, with Array: ids of job arrays, e.g. 42; task 7 of this array "
+        "then starts once task 7 of each has succeeded (or ended, as chosen above), not once "
+        "the whole array has, as Slurm's aftercorr.",
+    )  # fmt: skip
     sim_duration_minutes = forms.IntegerField(
         label="Simulated true runtime (minutes)", min_value=1,
         max_value=limits.RUNTIME_MAX_MINUTES, required=False,
@@ -189,7 +195,7 @@ class JobSubmitForm(forms.Form):
         ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
                                      "sim_duration_minutes")),
         ("Pipeline", ("after", "after_arrays", "after_condition", "singleton")),
-        ("Many copies (a job array)", ("array",)),
+        ("Many copies (a job array)", ("array", "after_corresponding")),
     )  # fmt: skip
 
     # The fields that decide where, whether and when a job can run (the runtime estimate and
@@ -197,7 +203,7 @@ class JobSubmitForm(forms.Form):
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
-        "after_arrays", "after_condition", "singleton", "array",
+        "after_arrays", "after_condition", "singleton", "array", "after_corresponding",
     )  # fmt: skip
     # The what-if's query: those, and the name (a singleton waits for the jobs of its name;
     # left empty, the what-if answers for an unnamed job)
@@ -228,6 +234,11 @@ class JobSubmitForm(forms.Form):
         """Array ids, as ``after``'s job ids; which arrays they may be is the service's rule
         (``services.check_after_arrays``)."""
         return _ids(self.cleaned_data["after_arrays"], "an array id", "42, 43")
+
+    def clean_after_corresponding(self) -> list[int]:
+        """Array ids, as ``after_arrays``'; that they need an array, and which arrays they
+        may be, are the service's rules (``services.corresponding_tasks``)."""
+        return _ids(self.cleaned_data["after_corresponding"], "an array id", "42, 43")
 
     def clean_after_condition(self) -> str:
         """One of ``Job.AfterCondition`` (the choice checks it); not given (a query without
@@ -271,6 +282,7 @@ class JobSubmitForm(forms.Form):
         data["model_name"] = data["model_name"] or ""
         data["after"] = data["after"] or ()
         data["after_arrays"] = data["after_arrays"] or ()
+        data["after_corresponding"] = data["after_corresponding"] or ()
         data["after_condition"] = data["after_condition"] or Job.AfterCondition.SUCCEEDED
         data["singleton"] = bool(data["singleton"])
         return JobRequest(name=self.cleaned_data.get("name") or "(unnamed)", **data)

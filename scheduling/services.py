@@ -8,7 +8,8 @@ commit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
@@ -63,11 +64,15 @@ class JobRequest:
     # one at a time by name (Slurm's singleton): also wait for the owner's older active jobs
     # of this name to end (``check_dependencies``)
     singleton: bool = False
+    # a job array's only (Slurm's aftercorr): arrays each task of which waits for the task
+    # of the same index (``corresponding_tasks``)
+    after_corresponding: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         # tuples, whichever sequence an adapter gives (a form's list, the API's): one value
         object.__setattr__(self, "after", tuple(self.after))
         object.__setattr__(self, "after_arrays", tuple(self.after_arrays))
+        object.__setattr__(self, "after_corresponding", tuple(self.after_corresponding))
 
 
 @cache
@@ -295,31 +300,52 @@ class Dependencies:
     arrays: Sequence[int] = ()
     condition: str = Job.AfterCondition.SUCCEEDED
     singleton: bool = False
+    # an array's tasks: by index, the tasks of the same index of ``corresponding`` arrays
+    per_task: Mapping[int, Sequence[int]] = dataclasses.field(default_factory=dict)
+    corresponding: Sequence[int] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.jobs or self.arrays)
+        return bool(self.jobs or self.arrays or self.per_task)
+
+    def task_jobs(self, index: int) -> list[int]:
+        """The jobs task ``index`` of an array waits for: ``jobs``, then its own."""
+        return list(dict.fromkeys([*self.jobs, *self.per_task.get(index, ())]))
 
 
-def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
+def check_dependencies(
+    user: Any, req: JobRequest, indices: Sequence[int] | None = None
+) -> Dependencies:
     """``req``'s ``after`` and ``after_arrays`` checked (``check_after``,
     ``check_after_arrays``) against its ``after_condition`` (one of ``Job.AfterCondition``;
     ``ended`` only with something to wait for), with every error in one ValidationError.
     With ``singleton``, also the owner's older active jobs of ``req.name``
     (``same_name_jobs``), to end: the condition is ``ended`` (given with ``after`` or
-    ``after_arrays``, it must say so). No query when it names none and is no singleton.
-    A submission calls it under the person's lock (``submission_lock``), so that two
+    ``after_arrays``, it must say so). ``indices``: a job array's (None: one job), whose
+    tasks may each wait for the task of the same index of ``req.after_corresponding``
+    (``corresponding_tasks``). No query when it names none and is no singleton. A
+    submission calls it under the person's lock (``submission_lock``), so that two
     singletons of one name never both find none."""
     condition = req.after_condition
     if condition not in Job.AfterCondition.values:
         allowed = " or ".join(Job.AfterCondition.values)
         raise ValidationError({"after_condition": [f"after_condition is {allowed}"]})
-    named = bool(req.after or req.after_arrays)
+    named = bool(req.after or req.after_arrays or req.after_corresponding)
+    if req.after_corresponding and indices is None:
+        raise ValidationError(
+            {
+                "after_corresponding": [
+                    "for a job array only: each of its tasks waits for the task of the same "
+                    "index; give the array's indices (array)"
+                ]
+            }
+        )
     if req.singleton and named and condition != Job.AfterCondition.ENDED:
         raise ValidationError(
             {
                 "after_condition": [
                     "a singleton waits for your older jobs of its name to end, whatever the "
-                    "outcome: with after or after_arrays, set after_condition to ended too"
+                    "outcome: with after, after_arrays or after_corresponding, set "
+                    "after_condition to ended too"
                 ]
             }
         )
@@ -338,22 +364,69 @@ def check_dependencies(user: Any, req: JobRequest) -> Dependencies:
             checked[key] = check(user, given, ended) if given else []
         except ValidationError as exc:
             errors.update(exc.message_dict)
-    same = ([], [])
+    same: tuple[list[int], list[int]] = ([], [])
     if req.singleton:
         try:
             same = same_name_jobs(user, req.name)
         except ValidationError as exc:
             errors.update(exc.message_dict)
+    corresponding: list[int] = []
+    per_task: dict[int, list[int]] = {}
+    if req.after_corresponding and indices is not None:
+        try:
+            corresponding, per_task = corresponding_tasks(
+                user, req.after_corresponding, indices, ended
+            )
+        except ValidationError as exc:
+            errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
-    if not req.singleton:
-        return Dependencies(**checked, condition=condition)
     return Dependencies(
         jobs=list(dict.fromkeys([*checked["jobs"], *same[0]])),
         arrays=list(dict.fromkeys([*checked["arrays"], *same[1]])),
-        condition=Job.AfterCondition.ENDED,
-        singleton=True,
+        condition=Job.AfterCondition.ENDED if req.singleton else condition,
+        singleton=req.singleton,
+        per_task=per_task,
+        corresponding=corresponding,
     )
+
+
+def corresponding_tasks(
+    user: Any, array_ids: Sequence[int], indices: Sequence[int], ended: bool = False
+) -> tuple[list[int], dict[int, list[int]]]:
+    """What the tasks of a new array of ``indices`` wait for with ``after_corresponding``
+    ``array_ids`` (Slurm's ``aftercorr``): the arrays' ids, duplicates collapsed (first
+    order kept), and by index the ids of their tasks of that index (an array without one
+    adds nothing to that task), or a ValidationError on ``after_corresponding``.
+
+    At most ``limits.AFTER_ARRAYS_MAX`` arrays, each one ``user`` may view (else
+    "unknown", as ``check_after_arrays``), none of whose tasks of those indices failed or
+    was cancelled (that task could never start; with ``ended``, whatever they did). Two
+    queries.
+    """
+    ids, in_range = _distinct_ids(
+        array_ids, "after_corresponding", "array", limits.AFTER_ARRAYS_MAX
+    )
+    seen = set(list_arrays_for_user(user).filter(pk__in=in_range).values_list("pk", flat=True))
+    errors = [f"unknown array {array_id}" for array_id in ids if array_id not in seen]
+    wanted = set(indices)
+    per_task: dict[int, list[int]] = {}
+    doomed: dict[int, str] = {}
+    for array_id, index, job_id, state in (
+        Job.objects.filter(array_id__in=seen, array_index__in=wanted)
+        .order_by("array_id", "array_index")
+        .values_list("array_id", "array_index", "pk", "state")
+    ):
+        per_task.setdefault(index, []).append(job_id)
+        if not ended and state in _NEVER_STARTS and array_id not in doomed:
+            doomed[array_id] = (
+                f"task {index} of array {array_id} {_NEVER_STARTS[state]}; task {index} of "
+                "this array could never start"
+            )
+    errors += [doomed[array_id] for array_id in ids if array_id in doomed]
+    if errors:
+        raise ValidationError({"after_corresponding": errors})
+    return ids, per_task
 
 
 def same_name_jobs(user: Any, name: str) -> tuple[list[int], list[int]]:
@@ -400,6 +473,20 @@ def link_dependencies(job_ids: Sequence[int], deps: Dependencies) -> None:
 _count_active_jobs = PreparedCount(
     lambda owner_id: Job.objects.filter(owner_id=owner_id, state__in=Job.ACTIVE_STATES), int
 )
+
+
+def link_corresponding(tasks: Sequence[Job], deps: Dependencies) -> None:
+    """Write the links of a new array's ``tasks`` to the tasks of the same index of the
+    arrays they wait for that way (``Dependencies.per_task``; in bulk)."""
+    Job.after.through.objects.bulk_create(
+        [
+            Job.after.through(from_job_id=task.pk, to_job_id=d)
+            for task in tasks
+            for d in deps.per_task.get(task.array_index, ())
+            if d not in deps.jobs  # linked already, as every task's
+        ],
+        batch_size=1000,
+    )
 
 
 def check_active_jobs(user: Any, adding: int) -> None:
@@ -551,15 +638,23 @@ def cancel_job(user: Any, job_id: int, *, source_ip: str | None = None) -> Job:
 # -- many at once ---------------------------------------------------------------------------
 
 
-def submitted_message(user: Any, job: Job, deps: Dependencies | None = None) -> str:
-    """The first line of a new job's timeline: who submitted what where, and what it waits for."""
+def submitted_message(
+    user: Any, job: Job, deps: Dependencies | None = None, index: int | None = None
+) -> str:
+    """The first line of a new job's timeline: who submitted what where, and what it waits
+    for (``index``: the task of an array, with the jobs of its own index it waits for)."""
     deps = Dependencies() if deps is None else deps
     gpus = explain.count(job.gpus, "GPU")
     message = f"submitted by {user.username} to {job.queue.name}: {gpus}, tier {job.tier}"
-    waits = [_named("job", deps.jobs)] if deps.jobs else []
+    jobs = deps.jobs if index is None else deps.task_jobs(index)
+    waits = [_named("job", jobs)] if jobs else []
     waits += [f"every task of {_named('array', deps.arrays)}"] if deps.arrays else []
     if waits:
         message += f"; starts after {' and '.join(waits)} {_DONE[deps.condition]}"
+    if deps.corresponding and index is not None:
+        message += "; each task of its array after the task of the same index of " + _named(
+            "array", deps.corresponding
+        )
     if deps.singleton:
         message += "; one at a time by name (singleton)"
     return message
@@ -613,7 +708,7 @@ def submit_jobs(
         waits = {
             "after": req.after, "after_arrays": req.after_arrays,
             "after_condition": req.after_condition != Job.AfterCondition.SUCCEEDED,
-            "singleton": req.singleton,
+            "singleton": req.singleton, "after_corresponding": req.after_corresponding,
         }  # fmt: skip
         if field := next((name for name, given in waits.items() if given), None):
             # one job at a time (``submit_job``): a batch is the demo's, never waits

@@ -446,8 +446,8 @@ def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     would be refused (the service's rules) and ``ClusterUnavailable`` when the cluster
     cannot be read."""
     fields = resolve_job_request(user, req)
-    deps = check_dependencies(user, req)
     spec = parse_spec(array) if array else None
+    deps = check_dependencies(user, req, spec.indices if spec else None)
     check_active_jobs(user, len(spec.indices) if spec else 1)  # as the submission checks
     base, cached = baseline()
     now = cluster_now_ts()
@@ -455,8 +455,11 @@ def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     row = candidate_row(fields, user.username, base.next_job_id, now)
     predicted = base.predictor.predict_row(row, queue.name)
     candidate = pending_job(row, queue, predicted, now)
+    # an array's first task: what every task waits for, and the tasks of its own index
+    # (``after_corresponding``: the answer is the first task's)
+    waits_for = deps.task_jobs(spec.indices[0]) if spec else deps.jobs
     links = dependencies.unmet_links(
-        candidate.id, deps.jobs, queue.business_line_id, deps.arrays, deps.condition
+        candidate.id, waits_for, queue.business_line_id, deps.arrays, deps.condition
     ) if deps else None  # fmt: skip
     t0 = time.perf_counter()
     if links and links.unmet:  # held for its dependencies, as the loop holds it: the engine

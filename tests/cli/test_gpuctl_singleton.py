@@ -68,7 +68,7 @@ def test_the_portals_refusal_is_one_line(gpuctl, roomy):
     assert run.code == 1
     assert run.err.strip().endswith(
         "a singleton waits for your older jobs of its name to end, whatever the outcome: with "
-        "after or after_arrays, set after_condition to ended too"
+        "after, after_arrays or after_corresponding, set after_condition to ended too"
     ), run.err
     assert len(run.err.strip().splitlines()) == 1
     assert Job.objects.filter(name="train").count() == 1, "nothing written"
@@ -85,3 +85,18 @@ def test_jobs_and_cancel_choose_by_name(gpuctl, roomy):
     assert states == {parts[0]: "cancelled", parts[1]: "cancelled", other: "pending"}
     refused = gpuctl("researcher", "cancel", "7", "-n", "pretrain")
     assert refused.code == 2 and "not both" in refused.err
+
+
+def test_after_corr_links_each_task_to_its_counterpart(gpuctl, roomy):
+    first = json.loads(gpuctl("researcher", "submit", "train", "-q", "llm-core", "-g", "8",
+                              "--array", "0-1", "--json").out)  # fmt: skip
+    run = gpuctl("researcher", "submit", "eval", "-q", "llm-core", "-g", "1", "--array", "0-2",
+                 "--after-corr", str(first["id"]), "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    made = json.loads(run.out)
+    links = {t.array_index: list(t.after.values_list("pk", flat=True))
+             for t in Job.objects.filter(array_id=made["id"])}  # fmt: skip
+    assert links == {0: [first["tasks"][0]], 1: [first["tasks"][1]], 2: []}
+    alone = gpuctl("researcher", "submit", "eval", "-q", "llm-core", "-g", "1",
+                   "--after-corr", str(first["id"]))  # fmt: skip
+    assert alone.code == 2 and "--after-corr needs --array" in alone.err

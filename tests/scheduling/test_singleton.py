@@ -103,7 +103,7 @@ def test_a_singleton_waits_for_an_older_array_of_its_name_as_a_whole(api, demo):
     [
         ({"singleton": True, "after": [1]}, "after_condition",
          "a singleton waits for your older jobs of its name to end, whatever the outcome: "
-         "with after or after_arrays, set after_condition to ended too"),
+         "with after, after_arrays or after_corresponding, set after_condition to ended too"),
         ({"singleton": "sometimes"}, "singleton", "Must be a valid boolean."),
         ({"singleton": [True]}, "singleton", "Must be a valid boolean."),
     ],

@@ -462,9 +462,9 @@ class ControlCharacterMiddleware:
         return None
 
 
-# The API's list fields (a job submission's ``after``, ``after_arrays``): a form body gives a list by giving
-# the field once per item, and the serializer reads them all.
-API_LIST_FIELDS = frozenset({"after", "after_arrays"})
+# The API's list fields (a job submission's ``after``, ``after_arrays``, ``after_corresponding``):
+# a form body gives a list by giving the field once per item, and the serializer reads them all.
+API_LIST_FIELDS = frozenset({"after", "after_arrays", "after_corresponding"})
 
 
 class ApiFieldOnceMiddleware:

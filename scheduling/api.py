@@ -105,6 +105,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         "ids of job arrays every task of which must succeed (or end: after_condition) before "
         "this one may start",
     )
+    after_corresponding = id_list(
+        limits.AFTER_ARRAYS_MAX,
+        "a job array's only (POST arrays/): ids of job arrays each of its tasks waits for the "
+        "task of the same index of (to succeed, or end: after_condition; Slurm's aftercorr)",
+    )
     after_condition = serializers.ChoiceField(
         choices=Job.AfterCondition.choices, required=False,
         help_text="what the jobs of after and the tasks of after_arrays must have done: "

@@ -27,8 +27,8 @@ from core.api import (
     StrictSerializer,
     client_ip,
 )
-from scheduling import arrays, limits
-from scheduling.api import JobSubmitSerializer, busy, id_list, job_request, valid_body
+from scheduling import arrays
+from scheduling.api import JobSubmitSerializer, busy, job_request, valid_body
 from scheduling.array_services import cancel_array, set_max_running, submit_array
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job, JobArray
@@ -76,11 +76,6 @@ class ArraySubmitSerializer(JobSubmitSerializer):
     its indices."""
 
     array = ArraySpecField()
-    after_corresponding = id_list(
-        limits.AFTER_ARRAYS_MAX,
-        "ids of job arrays each task of this one waits for the task of the same index of (to "
-        "succeed, or end: after_condition; Slurm's aftercorr)",
-    )
 
 
 class BoundField(StrictIntegerField):

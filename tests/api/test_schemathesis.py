@@ -235,6 +235,9 @@ JOB_RULES = {
     "after_condition": r"ended needs jobs \(after\) or arrays \(after_arrays\)$|a singleton waits "
     r"for your older jobs of its name to end, whatever the outcome: with after, after_arrays or "
     r"after_corresponding, set after_condition to ended too$",
+    # an array's only; which arrays exist, whom they are visible to, what their tasks did
+    "after_corresponding": r"for a job array only: |unknown array \d+$|task \d+ of array \d+ "
+    r"(failed|was cancelled); task \d+ of this array could never start$",
     # how many active jobs of its name the person has (docs/api.md, "One at a time by name")
     "singleton": r"you have [\d,]+ active jobs and arrays named .*; a singleton waits for at most",
     "*": r"This job could never run on this cluster, even empty: ",
@@ -252,13 +255,7 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     "POST /api/v1/jobs/": JOB_RULES,
     # a job array's tasks are that job; its spec's rules beyond its grammar (docs/api.md,
     # "Job arrays"): ranges low to high, at most 1,000 tasks, each index once, no %0
-    "POST /api/v1/arrays/": {
-        **JOB_RULES,
-        "array": ARRAY_SPEC_RULES,
-        # which arrays exist, whom they are visible to, what their tasks did
-        "after_corresponding": r"unknown array \d+$|task \d+ of array \d+ (failed|was "
-        r"cancelled); task \d+ of this array could never start$",
-    },
+    "POST /api/v1/arrays/": {**JOB_RULES, "array": ARRAY_SPEC_RULES},
     # the bound is at most the array's size, which the schema does not know
     "PATCH /api/v1/arrays/{id}/": {"max_running": r"the array has [\d,]+ tasks?; at most [\d,]+$"},
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)

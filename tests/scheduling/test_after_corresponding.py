@@ -107,7 +107,13 @@ def test_the_api_takes_it_on_arrays_only(api, demo):
     one_job = me.post("/api/v1/jobs/", {k: v for k, v in body.items() if k != "array"},
                       format="json")  # fmt: skip
     assert one_job.status_code == 400
-    assert one_job.data["errors"] == {"after_corresponding": ["unknown field"]}
+    assert one_job.data["errors"] == {"after_corresponding": [
+        "for a job array only: each of its tasks waits for the task of the same index; give "
+        "the array's indices (array)"
+    ]}  # fmt: skip
+    # a form body gives the list once per id, as it gives after's
+    made = me.post("/api/v1/arrays/", {**body, "after_corresponding": [train.pk, train.pk]})
+    assert made.status_code == 201, made.data
 
 
 def test_the_what_if_answers_for_the_first_task_as_the_loop_does(api, demo):

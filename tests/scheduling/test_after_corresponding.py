@@ -14,7 +14,7 @@ from scheduling.array_services import submit_array
 from scheduling.models import Job
 from scheduling.services import JobRequest, submit_job, submit_jobs
 from tests.drills import cycle, job, make_quotas_roomy
-from tests.scheduling.test_job_dependencies import fail_run, timeline
+from tests.scheduling.test_job_dependencies import fail_run, loop_agrees, timeline
 
 pytestmark = pytest.mark.django_db
 
@@ -128,3 +128,4 @@ def test_the_what_if_answers_for_the_first_task_as_the_loop_does(api, demo):
     assert answer.message.startswith(f"Waits for job {tasks_of(train)[0]} (train) to succeed")
     with pytest.raises(ValidationError, match="for a job array only"):
         whatif.what_if(demo["researcher"], asked)
+    loop_agrees(demo["researcher"], admin, asked, answer, "0-1")

@@ -128,10 +128,15 @@ def test_a_dependency_that_fails_for_good_cancels_its_chain_in_the_same_cycle(ap
     assert job(me, unrelated)["state"] == "running"
 
 
-def loop_agrees(user, admin, asked: JobRequest, answer) -> None:
-    """``asked`` submitted by ``user`` and a cycle run: its verdict is the what-if's
-    ``answer``, message and estimated start."""
-    then = submit_job(user, asked)
+def loop_agrees(user, admin, asked: JobRequest, answer, array: str | None = None) -> None:
+    """``asked`` submitted by ``user`` (with ``array``, as an array: its first task) and a
+    cycle run: its verdict is the what-if's ``answer``, message and estimated start."""
+    from scheduling.array_services import submit_array
+
+    then = (
+        submit_job(user, asked) if array is None
+        else submit_array(user, asked, array).tasks.order_by("array_index").first()
+    )  # fmt: skip
     cycle(admin)
     then.refresh_from_db()
     assert (answer.message, answer.estimated_start) == (

@@ -70,9 +70,7 @@ class Prepared:
     def __call__(self, *values: Any) -> list[Any]:
         _check_values(self.types, values)
         compiled = getattr(self._local, "compiled", None) or self._compile()
-        params = list(compiled.params)
-        for position, index in compiled.slots:
-            params[position] = values[index]
+        params = _filled(compiled.params, compiled.slots, values)
         alias = compiled.compiler.using
         with connections[alias].cursor() as cursor:
             cursor.execute(compiled.sql, params)
@@ -135,6 +133,14 @@ def _check_values(types: tuple[type, ...], values: tuple) -> None:
         raise TypeError(f"{len(types)} values expected, {len(values)} given")
 
 
+def _filled(params: tuple, slots: tuple[tuple[int, int], ...], values: tuple) -> list:
+    """The compiled ``params`` with ``values`` in their ``slots`` (``_slots``)."""
+    filled = list(params)
+    for position, index in slots:
+        filled[position] = values[index]
+    return filled
+
+
 def _markers(types: tuple[type, ...]) -> list[Any]:
     """The stand-ins for values of ``types``, in order."""
     return [_MARKERS[t](i) for i, t in enumerate(types)]
@@ -177,11 +183,8 @@ class PreparedCount:
             compiled = self._local.compiled = (sql, tuple(params), _slots(sql, params, markers),
                                                queryset.db)  # fmt: skip
         sql, params, slots, alias = compiled
-        given = list(params)
-        for position, index in slots:
-            given[position] = values[index]
         with connections[alias].cursor() as cursor:
-            cursor.execute(sql, given)
+            cursor.execute(sql, _filled(params, slots, values))
             return int(cursor.fetchone()[0])
 
 

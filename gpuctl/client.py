@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,34 @@ def whole_number(text: str) -> int:
     if not (digits.isascii() and digits.isdigit()):
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (digits 0-9)")
     return int(text)
+
+
+# Slurm's --time: [days-]hours:minutes:seconds, [days-]hours[:minutes], minutes[:seconds]
+_SLURM_TIME = re.compile(
+    r"(?:(?P<d>[0-9]+)-(?P<dh>[0-9]+)(?::(?P<dm>[0-9]+)(?::(?P<ds>[0-9]+))?)?"
+    r"|(?P<h>[0-9]+):(?P<hm>[0-9]+):(?P<hs>[0-9]+)"
+    r"|(?P<m>[0-9]+)(?::(?P<ms>[0-9]+))?)"
+)
+
+
+def slurm_minutes(text: str) -> int:
+    """A time limit as Slurm's ``--time`` writes it, in whole minutes (seconds round up, as
+    Slurm rounds them): ``90``, ``90:30``, ``4:00:00``, ``2-12``, ``2-12:30``,
+    ``2-12:30:00``. Digits 0-9 only. argparse's ``type`` for ``--time``."""
+    m = _SLURM_TIME.fullmatch(text.strip()) if text.isascii() else None
+    if m is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid time limit {text!r}: minutes, or Slurm's forms 4:00:00, 2-12, "
+            "2-12:30, 2-12:30:00"
+        )
+    n = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "d" in n:
+        seconds = ((n["d"] * 24 + n["dh"]) * 60 + n.get("dm", 0)) * 60 + n.get("ds", 0)
+    elif "h" in n:
+        seconds = (n["h"] * 60 + n["hm"]) * 60 + n["hs"]
+    else:
+        seconds = n["m"] * 60 + n.get("ms", 0)
+    return -(-seconds // 60)
 
 
 def _ids(text: str, noun: str) -> list[int]:

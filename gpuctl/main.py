@@ -31,6 +31,7 @@ from gpuctl.client import (
     array_ids,
     config_path,
     job_ids,
+    slurm_minutes,
     whole_number,
 )
 from gpuctl.output import (
@@ -40,6 +41,7 @@ from gpuctl.output import (
     fields,
     fmt_cell,
     fmt_detail,
+    fmt_duration,
     fmt_indices,
     fmt_time,
     fmt_when,
@@ -184,7 +186,7 @@ examples:
 
 JOB_FIELDS_INT = (
     "gpus", "gpus_per_node", "gpu_memory_gb", "max_retries", "checkpoint_interval_minutes",
-    "estimated_runtime_minutes", "sim_duration_minutes",
+    "estimated_runtime_minutes", "time_limit_minutes", "sim_duration_minutes",
 )  # fmt: skip
 JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
 JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible", "singleton")
@@ -416,6 +418,11 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         )))  # fmt: skip
     if job.get("started_at"):
         rows.append(("started", fmt_when(job["started_at"])))
+    if job.get("time_limit_minutes"):
+        limit = f"{fmt_duration(job['time_limit_minutes'] * 60)} a run"
+        if job.get("time_limit_at"):
+            limit += f"; this run is asked to stop at {fmt_when(job['time_limit_at'])}"
+        rows.append(("time limit", limit))
     if job.get("finished_at"):
         rows.append(("finished", fmt_when(job["finished_at"])))
     if job.get("failure_reason"):
@@ -957,6 +964,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-interval-minutes", type=whole_number, help="(60)")
     p.add_argument("--estimated-runtime-minutes", "--runtime", type=whole_number,
                    dest="estimated_runtime_minutes", help="your estimate")  # fmt: skip
+    p.add_argument("--time", "-t", type=slurm_minutes, dest="time_limit_minutes",
+                   metavar="LIMIT",
+                   help="time limit, as Slurm's --time (minutes, 4:00:00, 2-12): the longest "
+                   "one run may last; a run that reaches it is stopped and the job fails "
+                   "(no retry)")  # fmt: skip
     p.add_argument("--model-name", "--model", dest="model_name",
                    help="for node affinity and runtime prediction")  # fmt: skip
     p.add_argument(

@@ -90,6 +90,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     estimated_runtime_minutes = StrictIntegerField(
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False
     )
+    time_limit_minutes = StrictIntegerField(
+        min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False,
+        help_text="the longest one run may last, as Slurm's --time: a run that reaches it is "
+        "asked to checkpoint and stop, and the job fails (time limit), with no retry",
+    )  # fmt: skip
     model_name = NameField(
         max_length=limits.MODEL_NAME_MAX, required=False, allow_blank=True, default=""
     )
@@ -152,13 +157,16 @@ class JobSerializer(SharedFieldsModelSerializer):
             "id", "name", "owner", "queue", "business_line", "tier", "gpus", "gpus_per_node",
             "gpu_memory_gb", "rdma", "exclusive_node", "avoid_inference", "preemptible",
             "max_retries", "checkpoint_path", "checkpoint_interval_minutes",
-            "estimated_runtime_minutes", "model_name", "state", "pending_reason",
-            "queue_position", "estimated_start", "preemption_count", "retry_count",
+            "estimated_runtime_minutes", "time_limit_minutes", "model_name", "state",
+            "pending_reason", "queue_position", "estimated_start", "preemption_count", "retry_count",
             "progress_seconds", "last_checkpoint_at", "borrowed", "submitted_at", "started_at",
             "finished_at", "failure_reason", "array", "array_index",
         ]  # fmt: skip
         extra_kwargs = {
             "array": {"help_text": "the job array it is a task of (its id), or null"},
+            "time_limit_minutes": {
+                "help_text": "the longest one run may last (Slurm's --time), or null: none"
+            },
             "array_index": {"help_text": "its index in that array, or null"},
         }
 
@@ -224,11 +232,17 @@ class JobDetailSerializer(JobSerializer):
     after_arrays = serializers.SerializerMethodField()
     waiting_for_arrays = serializers.SerializerMethodField()
     hold = serializers.SerializerMethodField()
+    time_limit_at = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="when its run on now reaches its time limit and is asked to stop (cluster "
+        "time), or null: no limit, or no run on",
+    )  # fmt: skip
 
     class Meta(JobSerializer.Meta):
         fields = [
             *JobSerializer.Meta.fields, "placement", "events", "after", "waiting_for",
             "after_arrays", "waiting_for_arrays", "after_condition", "singleton", "hold",
+            "time_limit_at",
         ]  # fmt: skip
 
     @extend_schema_field(HoldSerializer(allow_null=True))

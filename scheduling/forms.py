@@ -23,7 +23,7 @@ from scheduling.services import JobRequest
 
 TRI_STATE = {"": None, "yes": True, "no": False}
 NULLABLE = {"tier", "gpus_per_node", "gpu_memory_gb", "rdma", "preemptible",
-            "estimated_runtime_minutes", "sim_duration_minutes"}  # fmt: skip
+            "estimated_runtime_minutes", "time_limit_minutes", "sim_duration_minutes"}  # fmt: skip
 
 
 def _tri_state(value: str) -> bool | None:
@@ -58,6 +58,7 @@ def initial_like(job: Job, node_size: int) -> dict[str, Any]:
         "checkpoint_path": job.checkpoint_path,
         "checkpoint_interval_minutes": job.checkpoint_interval_minutes,
         "estimated_runtime_minutes": job.estimated_runtime_minutes or "",
+        "time_limit_minutes": job.time_limit_minutes or "",
         "model_name": job.model_name,
         "sim_duration_minutes": job.sim_duration_minutes or "",
     }
@@ -136,6 +137,13 @@ class JobSubmitForm(forms.Form):
         help_text="Optional. Short jobs may start early in gaps (backfill); the predictor may "
         "override it from history.",
     )  # fmt: skip
+    time_limit_minutes = forms.IntegerField(
+        label="Time limit (minutes)", min_value=1, max_value=limits.RUNTIME_MAX_MINUTES,
+        required=False,
+        help_text="Optional, as Slurm's --time: the longest one run may last. A run that "
+        "reaches it is asked to checkpoint and stop, and the job fails, with no retry. With a "
+        "limit, the scheduler never predicts a run longer, so it can start sooner in a gap.",
+    )  # fmt: skip
     model_name = forms.CharField(
         label="Model name", max_length=limits.MODEL_NAME_MAX, required=False,
         help_text="Optional, e.g. llama-7b: nodes that recently ran it are preferred and "
@@ -192,8 +200,8 @@ class JobSubmitForm(forms.Form):
                        "avoid_inference")),
         ("Failures and checkpoints", ("max_retries", "checkpoint_path",
                                       "checkpoint_interval_minutes")),
-        ("Hints for the scheduler", ("estimated_runtime_minutes", "model_name",
-                                     "sim_duration_minutes")),
+        ("Hints for the scheduler", ("estimated_runtime_minutes", "time_limit_minutes",
+                                     "model_name", "sim_duration_minutes")),
         ("Pipeline", ("after", "after_arrays", "after_condition", "singleton")),
         ("Many copies (a job array)", ("array", "after_corresponding")),
     )  # fmt: skip
@@ -202,8 +210,8 @@ class JobSubmitForm(forms.Form):
     # the model feed the runtime prediction, which decides backfill): the what-if's input.
     FEASIBILITY_FIELDS = (
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
-        "avoid_inference", "preemptible", "estimated_runtime_minutes", "model_name", "after",
-        "after_arrays", "after_condition", "singleton", "array", "after_corresponding",
+        "avoid_inference", "preemptible", "estimated_runtime_minutes", "time_limit_minutes",
+        "model_name", "after", "after_arrays", "after_condition", "singleton", "array", "after_corresponding",
     )  # fmt: skip
     # The what-if's query: those, and the name (a singleton waits for the jobs of its name;
     # left empty, the what-if answers for an unnamed job)

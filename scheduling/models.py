@@ -11,7 +11,7 @@ State changes go through the services and the loop (``scheduling.cycle``); a job
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -276,6 +276,11 @@ class Job(models.Model):
     checkpoint_path = models.CharField(max_length=500, blank=True)
     checkpoint_interval_minutes = models.PositiveIntegerField(default=60)
     estimated_runtime_minutes = models.PositiveIntegerField(null=True, blank=True)
+    time_limit_minutes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="the longest one run may last (Slurm's --time): a run that reaches it is "
+        "asked to checkpoint and stop, and the job fails (TIMEOUT), with no retry",
+    )  # fmt: skip
     model_name = models.CharField(max_length=100, blank=True)
     sim_duration_minutes = models.PositiveIntegerField(null=True, blank=True)
 
@@ -418,6 +423,10 @@ class Job(models.Model):
                 condition=Q(progress_seconds__gte=0), name="job_progress_nonnegative"
             ),
             models.CheckConstraint(
+                condition=Q(time_limit_minutes__isnull=True) | Q(time_limit_minutes__gte=1),
+                name="job_time_limit_positive",
+            ),
+            models.CheckConstraint(
                 condition=Q(launch_attempts=0)
                 | (
                     Q(launch_first_failed_at__isnull=False) & Q(launch_last_failed_at__isnull=False)
@@ -443,6 +452,15 @@ class Job(models.Model):
     @property
     def is_active(self) -> bool:
         return self.state in self.ACTIVE_STATES
+
+    @property
+    def time_limit_at(self) -> datetime | None:
+        """When its run on now reaches the time limit (``started_at`` + ``time_limit_minutes``,
+        cluster time): None without a limit or a run on."""
+        on = self.state in (self.State.RUNNING, self.State.PREEMPTING)
+        if not (on and self.started_at and self.time_limit_minutes):
+            return None
+        return self.started_at + timedelta(minutes=self.time_limit_minutes)
 
     def progress_at(self, now: datetime) -> float:
         """Seconds of work done by ``now`` (cluster time). A run that is on (running, or

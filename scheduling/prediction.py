@@ -5,7 +5,8 @@ progress they reached), rebuilt at most once a minute per process. The
 predictor answers the plan's quantile (p80) of the most specific level of
 owner + model + queue + size ... global with enough runs, the user's estimate
 ranking between their own history and everybody's (docs/engine.md, "Runtime
-prediction").
+prediction"). A run never lasts longer than its job's time limit
+(``scheduling.time_limits``), so no answer here is longer either.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 
 from scheduling.engine.predict import FinishedJob, HistoryPredictor, run_end, waiting_runtime_s
 from scheduling.models import Job
+from scheduling.time_limits import limit_s
 
 HISTORY_SIZE = 5000
 REFRESH_S = 60.0
@@ -79,25 +81,38 @@ class RuntimePredictor:
             ).seconds  # fmt: skip
         return seconds
 
+    def new_run_s(self, row: dict, queue_name: str) -> float:
+        """How long a job that has never run is predicted to run (the what-if's candidate):
+        its whole runtime, at most its time limit."""
+        return _at_most(self.predict_row(row, queue_name), limit_s(row["time_limit_minutes"]))
+
     def waiting_s(self, row: dict, queue_name: str, overrun_s: float) -> float:
         """What a waiting job still has to run (``predict.waiting_runtime_s``): its whole
         runtime, or after a checkpoint the rest of it, predicted from the runs that got as
-        far."""
-        return waiting_runtime_s(
+        far; at most its time limit (its next run lasts no longer)."""
+        rest = waiting_runtime_s(
             lambda elapsed: self.predict_row(row, queue_name, elapsed),
             row["progress_seconds"],
             overrun_s,
         )
+        return _at_most(rest, limit_s(row["time_limit_minutes"]))
 
     def run_end(self, row: dict, queue_name: str, started_at: float, now: float) -> float:
         """When a running job is predicted to end (``predict.run_end``): from the progress
         its run started from (``run_start_progress_seconds``), not the progress it has made
         since (``progress_seconds``, which moves on as it runs), and known to have run until
-        its last checkpoint."""
-        return run_end(
+        its last checkpoint; at the latest when the run reaches its time limit."""
+        end = run_end(
             lambda elapsed: self.predict_row(row, queue_name, elapsed),
             started_at,
             row["run_start_progress_seconds"],
             now,
             reached_at=row["last_checkpoint_at_ts"],
         )
+        limit = limit_s(row["time_limit_minutes"])
+        return end if limit is None else min(end, started_at + limit)
+
+
+def _at_most(seconds: float, limit: float | None) -> float:
+    """``seconds``, at most ``limit`` (None: no limit)."""
+    return seconds if limit is None else min(seconds, limit)

@@ -55,6 +55,8 @@ class JobRequest:
     checkpoint_path: str = ""
     checkpoint_interval_minutes: int = 60
     estimated_runtime_minutes: int | None = None
+    # the longest one run may last (Slurm's --time): stopped there, the job fails (TIMEOUT)
+    time_limit_minutes: int | None = None
     model_name: str = ""
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
@@ -183,6 +185,12 @@ def resolve_job_request(
         _check_checkpoint_path(req.checkpoint_path)
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    limit, estimate = req.time_limit_minutes, req.estimated_runtime_minutes
+    if limit and estimate and estimate > limit:
+        errors["estimated_runtime_minutes"] = [
+            f"your estimate ({estimate:,} min) is longer than the time limit ({limit:,} min): "
+            "the run would be stopped before it ends; raise the limit or lower the estimate"
+        ]
     for field, text in (("name", req.name), ("model_name", req.model_name)):
         if invisible := invisible_character_error(text or ""):
             errors[field] = [invisible]
@@ -207,6 +215,7 @@ def resolve_job_request(
         "checkpoint_path": req.checkpoint_path,
         "checkpoint_interval_minutes": req.checkpoint_interval_minutes,
         "estimated_runtime_minutes": req.estimated_runtime_minutes,
+        "time_limit_minutes": req.time_limit_minutes,
         "model_name": req.model_name,
         "sim_duration_minutes": req.sim_duration_minutes,
     }
@@ -657,6 +666,8 @@ def submitted_message(
         )
     if deps.singleton:
         message += "; one at a time by name (singleton)"
+    if job.time_limit_minutes:
+        message += f"; time limit {explain.duration(job.time_limit_minutes * 60)} a run"
     return message
 
 

@@ -48,7 +48,7 @@ class SnapshotContext:
 JOB_FIELDS = (
     "id", "name", "state", "queue_id", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma",
     "exclusive_node", "avoid_inference", "preemptible", "preemption_count", "model_name",
-    "estimated_runtime_minutes", "owner__username", "preempted_for_id", "borrowed",
+    "estimated_runtime_minutes", "time_limit_minutes", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
     "queue_position", "estimated_start", "progress_seconds", "run_start_progress_seconds",
     "checkpoint_path", "stop_reason", "move_to_node", *holds.HOLD_FIELDS, *arrays.ARRAY_FIELDS,

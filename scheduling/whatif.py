@@ -316,6 +316,7 @@ def candidate_row(fields: dict[str, Any], owner: str, job_id: int, now: float) -
         "avoid_inference": fields["avoid_inference"], "preemptible": fields["preemptible"],
         "preemption_count": 0, "model_name": fields["model_name"],
         "estimated_runtime_minutes": fields["estimated_runtime_minutes"],
+        "time_limit_minutes": fields["time_limit_minutes"],
         "owner__username": owner, "submitted_at": submitted, "move_to_node": "",
         **dict.fromkeys(holds.HOLD_FIELDS, ""),  # not on hold
         **dict.fromkeys(arrays.ARRAY_FIELDS),  # not an array's task
@@ -453,7 +454,7 @@ def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     now = cluster_now_ts()
     queue: Queue = fields["queue"]
     row = candidate_row(fields, user.username, base.next_job_id, now)
-    predicted = base.predictor.predict_row(row, queue.name)
+    predicted = base.predictor.new_run_s(row, queue.name)
     candidate = pending_job(row, queue, predicted, now)
     # an array's first task: what every task waits for, and the tasks of its own index
     # (``after_corresponding``: the answer is the first task's)

@@ -86,6 +86,15 @@ def span(seconds: float) -> str:
     return f"{days:,} d {hours} h" if hours else f"{days:,} d"
 
 
+@register.filter
+def minutes(value: Any) -> str:
+    """A number of minutes as a duration (``span``): 240 -> ``4 h``, 90 -> ``1 h 30 min``
+    (``Dom.span`` says the same on live pages); anything else as it is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return str(value)
+    return span(value * 60)
+
+
 def relative(value: datetime, now: datetime) -> str:
     """``value`` seen from ``now``: ``just now``, ``5 min ago`` or ``in 2 h``."""
     delta = (value - now).total_seconds()

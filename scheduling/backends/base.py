@@ -47,6 +47,9 @@ DEFAULT_BLOCK = "default"
 DEFAULT_GPU_MODEL = "unknown"
 # The checkpoint grace when PREEMPTION_GRACE_SECONDS is not configured.
 DEFAULT_GRACE_S = 300.0
+# How much longer than a run's time limit and grace a backend lets it last on its own
+# (``LaunchRequest.backstop_s``): a few loop periods, for the loop to ask it to stop first.
+BACKSTOP_MARGIN_S = 300.0
 
 
 class BackendError(Exception):
@@ -124,6 +127,17 @@ class LaunchRequest:
     sim_duration_s: float | None = None  # simulator only: the hidden true run time
     array_id: int | None = None  # a job array's task (``scheduling.arrays``): its array
     array_index: int | None = None  # and its index in it
+    # the longest the run may last (``scheduling.time_limits``): the loop asks it to stop
+    # there; a backend that can also enforce it gives the run ``backstop_s`` (a grace more)
+    time_limit_s: float | None = None
+
+    def backstop_s(self, grace_s: float) -> float | None:
+        """How long the backend itself lets the run last, as a backstop to the loop's stop at
+        its time limit (None: no limit): the limit, the checkpoint grace the loop's stop
+        gives, and ``BACKSTOP_MARGIN_S`` for the loop to see the limit and ask."""
+        if not self.time_limit_s:
+            return None
+        return self.time_limit_s + max(0.0, grace_s) + BACKSTOP_MARGIN_S
 
     def array_environment(self) -> dict[str, str]:
         """What a job array's task is told of its place (``PORTAL_ARRAY_ID``,

@@ -36,6 +36,11 @@ Design (``docs/backend-kubernetes.md`` explains it for operators):
   down with it and the Job ends ``Terminated``.
 - **Graceful stop**: ``terminationGracePeriodSeconds`` is the portal's grace; the
   trainer gets SIGTERM, writes a checkpoint to ``PORTAL_CHECKPOINT_PATH`` and exits 0.
+- **Time limit** (``scheduling.time_limits``): the loop asks a run at its limit to stop;
+  as a backstop, each pod of a run with a limit has ``activeDeadlineSeconds`` (the limit,
+  the grace and ``BACKSTOP_MARGIN_S``), so the kubelet stops one that outlives it while
+  the portal is down. The pod fails (``DeadlineExceeded``), the Job terminates, and the
+  portal fails the job as timed out.
 - Pods are marked ``volcano.sh/preemptable: "false"`` so Volcano's own preempt and
   reclaim actions leave them alone: the portal is the one that preempts.
 """
@@ -333,6 +338,9 @@ def build_job(
             pod_spec["volumes"] = volumes
         if settings.service_account:
             pod_spec["serviceAccountName"] = settings.service_account
+        backstop = request.backstop_s(settings.grace_s)
+        if backstop is not None:  # the kubelet stops a pod that outlives its time limit
+            pod_spec["activeDeadlineSeconds"] = math.ceil(backstop)
         tasks.append(
             {
                 "name": task_name(rank),

@@ -3,10 +3,12 @@
 A run that succeeded finishes its job; one stopped on request after a checkpoint puts
 its job back in the queue with its progress (an ``Eviction`` row when it made room for
 other work: R4's ratio; a suspended job comes back held, with no eviction: not a
-preemption, ``scheduling.holds``); any other end is retried while retries are left, else the job
-fails. The jobs are decided in memory and written in a few statements: GPUs freed, jobs
-updated, evictions inserted; the model that just ran is remembered for its nodes (for
-node-group affinity): on the cycle, which plans with it and writes it last.
+preemption, ``scheduling.holds``); a run stopped at its time limit, or that the backend
+ended once it had lasted it, fails its job with no retry (``scheduling.time_limits``); any
+other end is retried while retries are left, else the job fails. The jobs are decided in
+memory and written in a few statements: GPUs freed, jobs updated, evictions inserted; the
+model that just ran is remembered for its nodes (for node-group affinity): on the cycle,
+which plans with it and writes it last.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from scheduling.engine.explain import count
 from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, JobRun, Node
 from scheduling.sql import bulk_set
+from scheduling.time_limits import TIME_LIMIT, failure_reason, lasted_limit
 from scheduling.transitions import set_state
 
 RECENT_MODELS_KEPT = 3
@@ -132,6 +135,8 @@ def run_ended(
         job.finished_at = at
         cycle.event(job, "succeeded", "finished successfully", at=at)
         cycle.report.counts["finished"] += 1
+    elif job.stop_reason == TIME_LIMIT or ended_by_backend_at_limit(job, ended_at, at):
+        timed_out(cycle, job, state, reason, at)
     elif state == STOPPED and job.state == Job.State.PREEMPTING:
         requeue_after_stop(cycle, job, progress, reason, lost_s, evictions, at)
     else:  # failed, vanished, or stopped by someone else
@@ -157,6 +162,35 @@ def run_ended(
             job.failure_reason = f"{why}; no retries left ({job.max_retries} used)"
             cycle.event(job, "failed", job.failure_reason, at=at)
             cycle.report.counts["failed"] += 1
+
+
+def ended_by_backend_at_limit(job: Job, ended_at: float | None, at: datetime) -> bool:
+    """Did the backend end a run the loop had not asked to stop once it had lasted its time
+    limit (Slurm's ``--time``, Kubernetes' deadline: a backstop)? Only when the backend says
+    when the run ended: a cycle that merely saw it ended later cannot tell."""
+    return (
+        job.state == Job.State.RUNNING
+        and ended_at is not None
+        and lasted_limit(job.started_at, job.time_limit_minutes, at)
+    )
+
+
+def timed_out(cycle: Cycle, job: Job, state: str, reason: str, at: datetime) -> None:
+    """The run reached its time limit (stopped at the loop's request, or ended by the
+    backend once it had lasted it): the job fails, with no retry (Slurm's ``TIMEOUT``)."""
+    how = "after its checkpoint" if reason == "checkpoint" else f"({reason or state})"
+    if reason == "checkpoint":
+        job.last_checkpoint_at = at
+    ran = (at - job.started_at).total_seconds() if job.started_at else 0.0
+    set_state(job, Job.State.FAILED)
+    job.finished_at = at
+    job.failure_reason = failure_reason(job.time_limit_minutes or 0, ran, how)
+    job.borrowed = False
+    job.preempt_deadline = None
+    job.preempted_for = None
+    job.stop_reason = ""
+    cycle.event(job, "failed", job.failure_reason, at=at)
+    cycle.report.counts["failed"] += 1
 
 
 def requeue_after_stop(

@@ -24,6 +24,7 @@ from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
+from scheduling.time_limits import limit_s
 from scheduling.transitions import set_state
 
 STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "run_start_progress_seconds",
@@ -173,6 +174,7 @@ def launch(cycle: Cycle, job: Job, start: et.Start) -> str:
         checkpoint_path=job.checkpoint_path, exclusive_node=job.exclusive_node,
         sim_duration_s=(job.sim_duration_minutes or 0) * 60.0 or None,
         array_id=job.array_id, array_index=job.array_index,
+        time_limit_s=limit_s(job.time_limit_minutes),
     )  # fmt: skip
     cycle.report.touched_backend = True
     try:

@@ -1,6 +1,7 @@
 """Requests to stop running jobs: moves off leaving nodes, inference yields, suspensions
-(a running job put on hold, ``scheduling.holds``), preemptions, and the plan's migrations
-(consolidation: checkpoint, then restart elsewhere).
+(a running job put on hold, ``scheduling.holds``), runs at their time limit
+(``scheduling.time_limits``), preemptions, and the plan's migrations (consolidation:
+checkpoint, then restart elsewhere).
 
 Every stop is asked of the backend first; only when it accepts does the job become
 ``preempting`` (with a deadline after which ``reconcile.still_running`` kills it), so a
@@ -21,6 +22,8 @@ from scheduling.engine.policy import victim_cost_gpu_h
 from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Job, Node
 from scheduling.sql import bulk_set
+from scheduling.time_limits import TIME_LIMIT, reached
+from scheduling.time_limits import stop_words as limit_stop_words
 from scheduling.transitions import set_state
 
 # What a preemption writes (``updated_at`` as ``save`` would stamp it), and reads first.
@@ -36,9 +39,15 @@ MOVE_WORDS = {
 }
 
 
+# The cycle's count of each kind of stop ``request_stops`` asks for (else ``moved``).
+STOP_COUNTS = {SUSPEND: "suspended", TIME_LIMIT: "time_limits"}
+
+
 def jobs_to_move(cycle: Cycle) -> dict[int, str]:
-    """Running jobs that must stop, with why: drain, health or inference (they move), or
-    suspend (put on hold: they stop and wait until released; first, whatever else)."""
+    """Running jobs that must stop, with why: drain, health or inference (they move),
+    suspend (put on hold: they stop and wait until released; before moving), or
+    time_limit (their run reached its time limit: they stop and fail; first, whatever
+    else)."""
     leaving = set(
         Node.objects.filter(state__in=[Node.State.DRAINING, Node.State.UNHEALTHY])
         .values_list("name", flat=True)
@@ -53,11 +62,22 @@ def jobs_to_move(cycle: Cycle) -> dict[int, str]:
     stops.update(dict.fromkeys(suspended.values_list("pk", flat=True), SUSPEND))
     for job_id in inference_yielders(cycle, set(stops)):
         stops.setdefault(job_id, "inference")
+    stops.update(dict.fromkeys(runs_at_time_limit(cycle.now), TIME_LIMIT))
     return stops
+
+
+def runs_at_time_limit(now: float) -> list[int]:
+    """Running jobs whose run has reached its time limit by ``now`` (``time_limits``)."""
+    rows = Job.objects.filter(
+        state=Job.State.RUNNING, time_limit_minutes__isnull=False, started_at__isnull=False
+    ).values_list("pk", "started_at", "time_limit_minutes")
+    return [pk for pk, started, minutes in rows if reached(started.timestamp(), minutes, now)]
 
 
 def stop_words(job: Job, cause: str) -> str:
     """The timeline's line of a stop ``request_stops`` asked for."""
+    if cause == TIME_LIMIT:
+        return limit_stop_words(job.time_limit_minutes or 0)
     if cause != SUSPEND:
         return f"asked to checkpoint and move: {MOVE_WORDS[cause]}"
     by = job.held_by.username if job.held_by else "a former user"
@@ -107,7 +127,8 @@ def inference_yielders(cycle: Cycle, moving: set[int]) -> set[int]:
 
 
 def request_stops(cycle: Cycle) -> None:
-    """Ask running jobs to move off draining/unhealthy nodes and off inference peaks."""
+    """Ask running jobs to move off draining/unhealthy nodes and off inference peaks, to
+    stop while held (suspend), and to stop at their time limit."""
     grace = production_policy().grace_seconds
     stops = jobs_to_move(cycle)
     for job in Job.objects.select_for_update().filter(pk__in=stops, state=Job.State.RUNNING):
@@ -122,7 +143,7 @@ def request_stops(cycle: Cycle) -> None:
         job.preempt_deadline = to_datetime(cycle.now + grace)
         job.save(update_fields=["state", "stop_reason", "preempt_deadline", "updated_at"])
         cycle.event(job, "checkpointing", stop_words(job, cause))
-        cycle.report.counts["suspended" if cause == SUSPEND else "moved"] += 1
+        cycle.report.counts[STOP_COUNTS.get(cause, "moved")] += 1
 
 
 def _lock_jobs(ids: set[int]) -> dict[int, Job]:

@@ -240,6 +240,8 @@ JOB_RULES = {
     r"(failed|was cancelled); task \d+ of this array could never start$",
     # how many active jobs of its name the person has (docs/api.md, "One at a time by name")
     "singleton": r"you have [\d,]+ active jobs and arrays named .*; a singleton waits for at most",
+    # the other field's value (docs/api.md, "Time limits")
+    "estimated_runtime_minutes": r"your estimate \([\d,]+ min\) is longer than the time limit ",
     "*": r"This job could never run on this cluster, even empty: ",
 }
 ARRAY_SPEC_RULES = (

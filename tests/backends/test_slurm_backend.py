@@ -596,3 +596,40 @@ def test_work_started_outside_the_portal_is_drift_and_keeps_its_gpus(portal: Por
     assert portal.cli.get_job(foreign).state == "RUNNING", "the portal leaves it alone"
     again = portal.cycle()
     assert again.starts == 0 and not again.errors
+
+
+@pytest.mark.slurm
+def test_a_run_at_its_time_limit_checkpoints_through_usr1_and_the_job_fails(portal: Portal):
+    """A one-minute limit on the real Slurm (``scheduling.time_limits``): after a minute of
+    wall time the loop asks the run to checkpoint and stop (USR1 to the batch script, as a
+    preemption), the script checkpoints and exits 0, and the job fails on its limit, with
+    no retry, its checkpoint's progress kept."""
+    import time
+
+    from scheduling.models import JobRun
+
+    job = portal.submit(name="bounded", queue="llm-experiment", time_limit_minutes=1,
+                        checkpoint_path="nfs://ckpt/bounded", max_retries=3)  # fmt: skip
+    portal.cycle()
+    portal.ready(job)
+    job.refresh_from_db()
+    assert job.state == "running"
+    deadline = time.monotonic() + 150
+    while job.state == "running" and time.monotonic() < deadline:
+        time.sleep(3)
+        portal.cycle()
+        job.refresh_from_db()
+    assert job.state == "preempting", "asked to stop at its limit"
+    assert job.events.last().message.startswith("asked to checkpoint and stop: it reached its")
+    ended = portal.wait_run(job.backend_ref, lambda j: j.is_finished, what="the run to stop")
+    assert (ended.state, ended.exit_code) == ("COMPLETED", 0)
+    assert "checkpoint: " + job.backend_ref in portal.log(job.backend_ref)
+    portal.cycle()
+    job.refresh_from_db()
+    assert job.state == "failed" and job.retry_count == 0
+    assert job.failure_reason.startswith("time limit reached (Slurm's TIMEOUT): the run lasted 1")
+    assert "of the 1 min a run may last, and stopped after its checkpoint" in job.failure_reason
+    assert list(JobRun.objects.filter(job=job).values_list("outcome", flat=True)) == ["failed"]
+    portal.cycle()
+    job.refresh_from_db()
+    assert job.state == "failed" and job.attempt == 1, "never launched again"

@@ -10,6 +10,7 @@ those checks can fail. No API server runs here: nothing is applied to a cluster.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import io
 import os
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 from scheduling.backends import volcano
-from scheduling.backends.base import LaunchRequest
+from scheduling.backends.base import BACKSTOP_MARGIN_S, LaunchRequest
 from scheduling.engine.types import Slot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -420,3 +421,16 @@ def test_the_default_container_checkpoints_on_sigterm(tmp_path):
 
 def test_manifests_do_not_change_between_builds():
     assert gang() == gang() and copy.deepcopy(single()) == single()
+
+
+def test_a_run_with_a_time_limit_has_a_pod_deadline_as_a_backstop():
+    """The loop stops a run at its limit; a pod that outlives the limit, the grace and the
+    margin (the portal down) is stopped by the kubelet (``activeDeadlineSeconds``)."""
+    limited = dataclasses.replace(
+        request([("gpu-a", range(8)), ("gpu-b", range(8))]), time_limit_s=1800.0
+    )
+    job = volcano.build_job(limited, SETTINGS)
+    assert volcano.validate_job(job) == []
+    deadline = 1800 + SETTINGS.grace_s + BACKSTOP_MARGIN_S
+    assert [pod_spec(job, rank)["activeDeadlineSeconds"] for rank in (0, 1)] == [deadline] * 2
+    assert "activeDeadlineSeconds" not in pod_spec(single(), 0), "no limit, no deadline"

@@ -115,3 +115,24 @@ def test_history_is_capped_at_its_size(demo, monkeypatch):
                            state="succeeded", progress_seconds=10.0 + i,
                            finished_at=t0 + timedelta(minutes=i))  # fmt: skip
     assert [j.runtime_s for j in load_history()] == [13.0, 12.0]
+
+
+def test_no_run_is_predicted_longer_than_its_time_limit():
+    """A time limit counts each run (``scheduling.time_limits``): a new job runs at most the
+    limit, one restarted from a checkpoint at most the limit again (not the limit less its
+    progress), and a run on ends by its start plus the limit."""
+    p = RuntimePredictor(HistoryPredictor(history(5, 7200.0)))  # p80 about 2 h
+    fields = {"progress_seconds": 0.0, "run_start_progress_seconds": 0.0,
+              "last_checkpoint_at_ts": None}  # fmt: skip
+    bounded = row(time_limit_minutes=30, **fields)
+    free = row(time_limit_minutes=None, **fields)
+    assert p.new_run_s(bounded, "llm-core") == 1800.0
+    assert p.new_run_s(free, "llm-core") == pytest.approx(7203.2)
+    assert p.waiting_s(bounded, "llm-core", 600.0) == 1800.0
+    resumed = {**bounded, "progress_seconds": 3000.0}
+    assert p.waiting_s(resumed, "llm-core", 600.0) == 1800.0, "the whole limit again"
+    assert p.waiting_s({**free, "progress_seconds": 3000.0}, "llm-core", 600.0) == (
+        pytest.approx(4203.2)
+    )
+    assert p.run_end(bounded, "llm-core", 1000.0, 1100.0) == 1000.0 + 1800.0
+    assert p.run_end(free, "llm-core", 1000.0, 1100.0) == pytest.approx(1000.0 + 7203.2)

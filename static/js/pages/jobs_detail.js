@@ -78,6 +78,14 @@
   }
   setInterval(tickProgress, 1000);
 
+  /* as the server writes it (templates/scheduling/job_detail.html): "4 h a run: this run
+   * is asked to stop at <when> if still running" (the `minutes` filter: Dom.span) */
+  function timeLimit(job) {
+    if (!job.time_limit_minutes) return "none";
+    const limit = `${Dom.span(job.time_limit_minutes * 60)} a run`;
+    return job.time_limit_at ? `${limit}: this run is asked to stop at ${when(job.time_limit_at)} if still running` : limit;
+  }
+
   function renderStatus(job) {
     progress = { seconds: job.progress_seconds || 0, at: window.Dom.clusterNow() };
     const values = {
@@ -90,6 +98,7 @@
       last_checkpoint_at: when(job.last_checkpoint_at),
       borrowed: job.borrowed ? "yes (reclaimable)" : "no",
       failure_reason: job.failure_reason || "—",
+      time_limit: timeLimit(job),
     };
     /* a requeued job keeps its last run's start: say so while it waits again */
     $("started-label").textContent =

@@ -1,0 +1,70 @@
+"""Time limits (Slurm's ``--time``): the longest one run of a job may last.
+
+A job may give ``time_limit_minutes``. Each of its runs may last that long, counted from
+the run's start, as Slurm counts a requeued job's new run (a run restarted after a
+preemption, a move or a retry has the whole limit again). The loop asks a run that has
+reached its limit to checkpoint and stop, with the grace a preemption gets
+(``cycle.stops.request_stops``); once stopped, the job fails, with no retry
+(Slurm's ``TIMEOUT``), its progress kept as its checkpoint saved it
+(``cycle.finished.run_ended``). A backend that enforces the limit itself (Slurm's
+``--time``, Kubernetes' ``activeDeadlineSeconds``, given a grace more than ours as a
+backstop) reports a failed or stopped run; one that lasted its limit ends the job the same
+way. The runtime predictor never predicts a run longer than its limit
+(``scheduling.prediction``), so a job with a limit can start in a gap its history would
+not fit.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from scheduling.engine.explain import duration
+
+#: ``Job.stop_reason`` of a run asked to stop at its time limit.
+TIME_LIMIT = "time_limit"
+#: A run the backend ended within this much of its limit reached it (the backend's clock
+#: and the portal's may differ by a second or two: Slurm's times are whole seconds).
+SLACK_S = 5.0
+
+
+def limit_s(minutes: int | None) -> float | None:
+    """A ``time_limit_minutes`` in seconds (None: no limit)."""
+    return float(minutes) * 60.0 if minutes else None
+
+
+def reached(started: float | None, minutes: int | None, now: float, slack_s: float = 0.0) -> bool:
+    """Has a run started at ``started`` (epoch seconds) reached a limit of ``minutes`` by
+    ``now`` (within ``slack_s``)? (No run, no limit: no.)"""
+    limit = limit_s(minutes)
+    return started is not None and limit is not None and now - started >= limit - slack_s
+
+
+def lasted_limit(started_at: datetime | None, minutes: int | None, ended_at: datetime) -> bool:
+    """Did a run that started at ``started_at`` and ended at ``ended_at`` last its limit?
+    (How a run the backend ended on its own is told apart from any other failure.)"""
+    if started_at is None:
+        return False
+    return reached(started_at.timestamp(), minutes, ended_at.timestamp(), SLACK_S)
+
+
+def limit_words(minutes: int) -> str:
+    """``4 h``, ``90 min``: a limit as the pages and the timeline say it."""
+    return duration(minutes * 60)
+
+
+def stop_words(minutes: int) -> str:
+    """The timeline's line of a run asked to stop at its limit."""
+    return (
+        f"asked to checkpoint and stop: it reached its time limit of {limit_words(minutes)} "
+        "a run; the job then ends failed, with no retry"
+    )
+
+
+def failure_reason(minutes: int, ran_s: float, how: str) -> str:
+    """``Job.failure_reason`` of a job whose run reached its limit (``how``: how the run
+    stopped, e.g. ``after its checkpoint``)."""
+    return (
+        f"time limit reached (Slurm's TIMEOUT): the run lasted {duration(ran_s)} of the "
+        f"{limit_words(minutes)} a run may last, and stopped {how}; it is not retried: "
+        "submit it again with a longer time limit"
+    )

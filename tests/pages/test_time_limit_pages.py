@@ -1,0 +1,111 @@
+"""Time limits on the pages: the submit form's "Time limit (minutes)" among the hints for
+the scheduler, stored on the job and on every task of an array, refused on its field
+(nothing stored) when out of range or shorter than the runtime estimate; copied by "Submit
+a job like this one"; the job page's Status says the limit and, while a run is on, when it
+is asked to stop; the what-if plans the job no longer than its limit."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+
+from quotas.models import Queue
+from scheduling.models import Job, JobArray
+from scheduling.services import JobRequest, submit_job
+from tests.drills import cycle, make_quotas_roomy
+from tests.pages.test_array_after_pages import form_data, page, signed_in, text
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def roomy(demo):
+    make_quotas_roomy()
+
+
+def test_the_form_offers_the_field_among_the_hints(demo):
+    html = page(signed_in(demo, "researcher"), "/jobs/new/")
+    start = html.index("<legend>Hints for the scheduler</legend>")
+    hints = html[start : html.index("</fieldset>", start)]
+    assert re.search(
+        r'<label for="id_time_limit_minutes">Time limit \(minutes\)</label>\s*'
+        r'<input type="number" name="time_limit_minutes" min="1" max="129600"',
+        hints,
+    ), hints
+    assert "as Slurm&#x27;s --time" in text(html, "id_time_limit_minutes_helptext")
+
+
+def test_the_form_stores_the_limit_on_a_job_and_on_every_task(demo):
+    client = signed_in(demo, "researcher")
+    response = client.post("/jobs/new/", form_data(name="bounded", time_limit_minutes="45"))
+    job = Job.objects.get(name="bounded")
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert job.time_limit_minutes == 45
+    client.post("/jobs/new/", form_data(name="swept", time_limit_minutes="20", array="0-2"))
+    tasks = JobArray.objects.get(name="swept").tasks.values_list("time_limit_minutes", flat=True)
+    assert list(tasks) == [20, 20, 20]
+    copy = page(client, f"/jobs/new/?like={job.pk}")
+    assert re.search(r'name="time_limit_minutes" value="45"', copy), "copied"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "message"),
+    [
+        ({"time_limit_minutes": "0"}, "time_limit_minutes", "greater than or equal to 1"),
+        ({"time_limit_minutes": "4:00:00"}, "time_limit_minutes", "Enter a whole number."),
+        ({"time_limit_minutes": "129601"}, "time_limit_minutes", "less than or equal to 129600"),
+        (
+            {"time_limit_minutes": "30", "estimated_runtime_minutes": "45"},
+            "estimated_runtime_minutes",
+            "your estimate (45 min) is longer than the time limit (30 min)",
+        ),
+    ],
+)
+def test_bad_limits_are_refused_on_their_field_and_nothing_is_stored(demo, fields, field, message):
+    client = signed_in(demo, "researcher")
+    before = Job.objects.count()
+    response = client.post("/jobs/new/", form_data(name="bad", **fields))
+    assert response.status_code == 200
+    assert message in text(response.content.decode(), f"id_{field}_error"), field
+    assert Job.objects.count() == before
+
+
+def test_the_job_page_says_the_limit_and_when_the_run_is_asked_to_stop(demo, api):
+    me, admin = demo["researcher"], api("admin")
+    bounded = submit_job(me, JobRequest(name="bounded", queue="llm-core", gpus=8,
+                                        sim_duration_minutes=90, time_limit_minutes=150))  # fmt: skip
+    free = submit_job(me, JobRequest(name="free", queue="llm-core", gpus=8))
+    client = signed_in(demo, "researcher")
+    html = page(client, f"/jobs/{bounded.pk}/")
+    assert "<dt>Time limit</dt>" in html
+    assert re.search(r'data-field="time_limit">2 h 30 min a run</dd>', html), "waiting: no run"
+    cycle(admin)
+    bounded.refresh_from_db()
+    assert bounded.state == "running"
+    stop = bounded.started_at + timedelta(minutes=150)
+    html = page(client, f"/jobs/{bounded.pk}/")
+    assert (
+        f'data-field="time_limit">2 h 30 min a run: this run is asked to stop at '
+        f"{stop:%Y-%m-%d %H:%M} UTC if still running</dd>"
+    ) in html
+    assert 'data-field="time_limit">none</dd>' in page(client, f"/jobs/{free.pk}/")
+
+
+def test_the_what_if_plans_the_job_no_longer_than_its_limit(demo, api):
+    """A full cluster whose running job's limit ends it in 50 minutes: the what-if's start
+    for the next job is then, not at the 12-hour default of an unknown run."""
+    me, admin = demo["researcher"], api("admin")
+    submit_job(me, JobRequest(name="all", queue="llm-core", gpus=32, sim_duration_minutes=600,
+                              time_limit_minutes=50))  # fmt: skip
+    cycle(admin)
+    running = Job.objects.get(name="all")
+    assert running.state == "running"
+    client = signed_in(demo, "researcher")
+    queue = Queue.objects.get(name="llm-core").pk
+    response = client.get("/jobs/feasibility/", {"queue": queue, "gpus": 32, "name": "next"})
+    assert response.status_code == 200
+    answer = response.json()
+    ends = running.started_at + timedelta(minutes=50)
+    assert answer["estimated_start"].startswith(f"{ends:%Y-%m-%dT%H:%M}"), answer

@@ -56,7 +56,8 @@ class QueueSerializer(BusinessLineSerializer):
         fields = ["id", "name", "business_line", "nature", "tier", "quota_gpus", "guarantee_gpus",
                   "used_gpus", "borrowed_gpus", "within_quota_gpus", "pending_gpus",
                   "running_jobs", "pending_jobs", "eviction_ratio",
-                  "eviction_window_seconds", "eviction_sampled_at"]  # fmt: skip
+                  "eviction_window_seconds", "eviction_sampled_at", "max_time_limit_minutes",
+                  "default_time_limit_minutes"]  # fmt: skip
 
     @extend_schema_field(serializers.FloatField(allow_null=True))  # null: no data yet
     def get_eviction_ratio(self, obj: Queue) -> float | None:

@@ -17,6 +17,7 @@ from django.db.models import F, Q
 
 from core import clock
 from scheduling.engine.types import FULL_RECLAIM_PATIENCE_S, FULL_STARVATION_BOUND_S
+from scheduling.limits import RUNTIME_MAX_MINUTES
 
 
 class Tier(models.TextChoices):
@@ -63,6 +64,10 @@ class Queue(models.Model):
     ``guarantee_gpus`` is the part of the line that this queue keeps even
     under pressure (Q5). ``preempts_tiers`` lists the tiers its jobs may
     preempt; empty means the default policy (only urgent preempts).
+    ``max_time_limit_minutes`` bounds the time limit of its jobs' runs (Slurm's
+    partition ``MaxTime``) and ``default_time_limit_minutes`` is the limit of a job
+    that gives none (``DefaultTime``; none: the max), both fixed on a job when it is
+    submitted (``scheduling.time_limits``).
     """
 
     class Nature(models.TextChoices):
@@ -78,6 +83,19 @@ class Queue(models.Model):
     quota_gpus = models.PositiveIntegerField("quota (GPUs)", null=True, blank=True)
     guarantee_gpus = models.PositiveIntegerField("guarantee (GPUs)", default=0)
     preempts_tiers = models.JSONField(default=list, blank=True)
+    max_time_limit_minutes = models.PositiveIntegerField(
+        "max time limit (minutes)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(RUNTIME_MAX_MINUTES)],
+        help_text="the longest one run of this queue's jobs may last (Slurm's partition "
+        "MaxTime); a job asking more is refused. Empty: no bound. Jobs submitted before a "
+        "change keep their limit",
+    )  # fmt: skip
+    default_time_limit_minutes = models.PositiveIntegerField(
+        "default time limit (minutes)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(RUNTIME_MAX_MINUTES)],
+        help_text="the time limit of a job that gives none (Slurm's DefaultTime). Empty: the "
+        "max time limit, if any",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["business_line__name", "name"]
@@ -85,6 +103,22 @@ class Queue(models.Model):
             models.CheckConstraint(
                 condition=Q(quota_gpus__isnull=True) | Q(guarantee_gpus__lte=F("quota_gpus")),
                 name="queue_guarantee_within_quota",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(max_time_limit_minutes__isnull=True) | Q(max_time_limit_minutes__gte=1)
+                )
+                & (
+                    Q(default_time_limit_minutes__isnull=True)
+                    | Q(default_time_limit_minutes__gte=1)
+                ),
+                name="queue_time_limits_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_time_limit_minutes__isnull=True)
+                | Q(default_time_limit_minutes__isnull=True)
+                | Q(default_time_limit_minutes__lte=F("max_time_limit_minutes")),
+                name="queue_default_time_limit_within_max",
             ),
         ]
 
@@ -109,6 +143,17 @@ class Queue(models.Model):
                 raise ValidationError(
                     {"preempts_tiers": f"only tiers below {self.tier}; not {', '.join(above)}"}
                 )
+        most, default = self.max_time_limit_minutes, self.default_time_limit_minutes
+        if most and default and default > most:
+            raise ValidationError(
+                {"default_time_limit_minutes": f"at most the max time limit ({most:,} min)"}
+            )
+
+    @property
+    def time_limit_for_unlimited_jobs(self) -> int | None:
+        """The time limit (minutes) a job of this queue that gives none gets: the default,
+        else the max, else none."""
+        return self.default_time_limit_minutes or self.max_time_limit_minutes
 
 
 class QuotaChange(models.Model):

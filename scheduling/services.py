@@ -27,7 +27,7 @@ from core.prepared import Prepared, PreparedCount, PreparedInsert
 from core.realtime import publish_coalesced, publish_on_commit
 from core.security import invisible_character_error, is_ascii_number
 from quotas.models import Queue, Tier
-from scheduling import feasibility, limits
+from scheduling import feasibility, limits, time_limits
 from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
@@ -185,12 +185,10 @@ def resolve_job_request(
         _check_checkpoint_path(req.checkpoint_path)
     except ValidationError as exc:
         errors.update(exc.message_dict)
-    limit, estimate = req.time_limit_minutes, req.estimated_runtime_minutes
-    if limit and estimate and estimate > limit:
-        errors["estimated_runtime_minutes"] = [
-            f"your estimate ({estimate:,} min) is longer than the time limit ({limit:,} min): "
-            "the run would be stopped before it ends; raise the limit or lower the estimate"
-        ]
+    limit, limit_errors = time_limits.of_request(
+        req.time_limit_minutes, req.estimated_runtime_minutes, queue
+    )
+    errors.update(limit_errors)
     for field, text in (("name", req.name), ("model_name", req.model_name)):
         if invisible := invisible_character_error(text or ""):
             errors[field] = [invisible]
@@ -215,7 +213,7 @@ def resolve_job_request(
         "checkpoint_path": req.checkpoint_path,
         "checkpoint_interval_minutes": req.checkpoint_interval_minutes,
         "estimated_runtime_minutes": req.estimated_runtime_minutes,
-        "time_limit_minutes": req.time_limit_minutes,
+        "time_limit_minutes": limit,
         "model_name": req.model_name,
         "sim_duration_minutes": req.sim_duration_minutes,
     }

@@ -11,14 +11,20 @@ reached its limit to checkpoint and stop, with the grace a preemption gets
 backstop) reports a failed or stopped run; one that lasted its limit ends the job the same
 way. The runtime predictor never predicts a run longer than its limit
 (``scheduling.prediction``), so a job with a limit can start in a gap its history would
-not fit.
+not fit. A queue may bound the limits of its jobs and give one to a job that asks none
+(Slurm's partition ``MaxTime`` and ``DefaultTime``: ``of_request``), fixed on the job at
+submission.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from scheduling.engine.explain import duration
+
+if TYPE_CHECKING:
+    from quotas.models import Queue
 
 #: ``Job.stop_reason`` of a run asked to stop at its time limit.
 TIME_LIMIT = "time_limit"
@@ -45,6 +51,34 @@ def lasted_limit(started_at: datetime | None, minutes: int | None, ended_at: dat
     if started_at is None:
         return False
     return reached(started_at.timestamp(), minutes, ended_at.timestamp(), SLACK_S)
+
+
+def of_request(
+    asked: int | None, estimate: int | None, queue: Queue
+) -> tuple[int | None, dict[str, list[str]]]:
+    """The time limit a job submitted to ``queue`` gets, and the errors by field if it
+    may not: the one it asks, or the queue's for a job that asks none
+    (``Queue.time_limit_for_unlimited_jobs``: Slurm's ``DefaultTime``, else ``MaxTime``).
+    Refused: a limit above the queue's max, and an estimate longer than the limit."""
+    most = queue.max_time_limit_minutes
+    if asked and most and asked > most:
+        return None, {
+            "time_limit_minutes": [
+                f"queue {queue.name} lets a run last at most {limit_words(most)} ({most:,} "
+                "min): ask for that or less, or submit to another queue"
+            ]
+        }
+    limit = asked or queue.time_limit_for_unlimited_jobs
+    if limit and estimate and estimate > limit:
+        whose = "" if asked else f", queue {queue.name}'s for a job that gives none"
+        return limit, {
+            "estimated_runtime_minutes": [
+                f"your estimate ({estimate:,} min) is longer than the time limit ({limit:,} "
+                f"min{whose}): the run would be stopped before it ends; raise the limit or "
+                "lower the estimate"
+            ]
+        }
+    return limit, {}
 
 
 def limit_words(minutes: int) -> str:

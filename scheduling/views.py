@@ -220,6 +220,9 @@ def _queue_info(queues: list[Queue]) -> list[dict]:
             "tier": q.tier,
             "line": q.business_line.name,
             "preemptible_default": Tier.rank(q.tier) < Tier.rank(Tier.CORE),
+            # the queue's time limits (``time_limits.of_request``), for the form's hint
+            "max_time_limit": q.max_time_limit_minutes,
+            "default_time_limit": q.time_limit_for_unlimited_jobs,
         }
         for q in queues
     ]

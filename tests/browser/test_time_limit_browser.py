@@ -1,5 +1,5 @@
-"""A time limit in Chromium, read in Tokyo: the researcher submits a job with "Time limit
-(minutes)" 30 through the form; once it runs, its page says when the run is asked to stop,
+"""A time limit in Chromium, read in Tokyo: the researcher picks a queue that bounds its
+runs (the form's hint says how) and submits a job with "Time limit (minutes)" 30; once it runs, its page says when the run is asked to stop,
 in JST; the loop stops it at its limit and the page, live, says it failed on its time
 limit, with the same words a reload gives (the script renders what the server renders).
 """
@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from playwright.sync_api import expect
 
+from quotas.models import Queue
 from scheduling.cycle import run_cycle
 from scheduling.models import Job
 from scheduling.sim_services import advance_clock
@@ -28,11 +29,17 @@ def advance(admin, seconds: float) -> None:
 
 def test_a_limited_job_says_when_it_stops_and_fails_on_its_limit_live(demo, browser, login):
     make_quotas_roomy()
+    Queue.objects.filter(name="llm-core").update(
+        max_time_limit_minutes=1440, default_time_limit_minutes=480
+    )
     context = browser.new_context(timezone_id="Asia/Tokyo")
     page = context.new_page()
     try:
         base = login("researcher", page)
         fill_a_job(page, base, "bounded")
+        expect(page.locator("#queue-hint")).to_contain_text(
+            "A run may last at most 24 h here. A job that gives no time limit gets 8 h."
+        )
         page.get_by_label("Simulated true runtime (minutes)").fill("90")
         page.get_by_label("Time limit (minutes)").fill("30")
         page.get_by_role("button", name="Submit job").click()

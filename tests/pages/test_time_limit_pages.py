@@ -109,3 +109,22 @@ def test_the_what_if_plans_the_job_no_longer_than_its_limit(demo, api):
     answer = response.json()
     ends = running.started_at + timedelta(minutes=50)
     assert answer["estimated_start"].startswith(f"{ends:%Y-%m-%dT%H:%M}"), answer
+
+
+def test_the_queues_page_says_each_queue_s_limits(demo):
+    Queue.objects.filter(name="llm-experiment").update(
+        max_time_limit_minutes=1440, default_time_limit_minutes=480
+    )
+    Queue.objects.filter(name="llm-finetune").update(max_time_limit_minutes=2880)
+    Queue.objects.filter(name="llm-core").update(default_time_limit_minutes=90)
+    html = page(signed_in(demo, "researcher"), "/queues/")
+    assert '<th scope="col">Time limit of a run</th>' in html
+
+    def cell(name: str) -> str:
+        row = re.search(rf'<th scope="row">{name}</th>.*?</tr>', html, re.S)[0]
+        return re.search(r'data-field="time_limit">([^<]*)</td>', row)[1]
+
+    assert cell("llm-experiment") == "at most 24 h; 8 h if the job gives none"
+    assert cell("llm-finetune") == "at most 2 d; 2 d if the job gives none"
+    assert cell("llm-core") == "no bound; 1 h 30 min if the job gives none"
+    assert cell("llm-urgent") == "no bound"

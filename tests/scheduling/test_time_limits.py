@@ -211,3 +211,86 @@ def test_a_run_the_backend_ended_at_its_limit_fails_its_job(api, state, ran_s, w
         assert ended.retry_count == 0
     else:
         assert ended.retry_count == 1
+
+
+def limit_queue(name: str = "llm-experiment", most: int | None = None, default=None) -> None:
+    from quotas.models import Queue
+
+    Queue.objects.filter(name=name).update(
+        max_time_limit_minutes=most, default_time_limit_minutes=default
+    )
+
+
+@pytest.mark.parametrize(
+    ("most", "default", "asked", "limit"),
+    [
+        (1440, 480, None, 480),  # the queue's default (Slurm's DefaultTime)
+        (1440, None, None, 1440),  # no default: the max
+        (1440, 480, 60, 60),  # asked: its own
+        (1440, 480, 1440, 1440),  # the max itself is allowed
+        (None, 480, 2000, 2000),  # a default, no max: any limit
+        (None, None, None, None),  # nothing: no limit
+    ],
+)
+def test_a_queue_gives_its_default_and_bounds_the_limit(api, most, default, asked, limit):
+    me = api("researcher")
+    limit_queue(most=most, default=default)
+    extra = {} if asked is None else {"time_limit_minutes": asked}
+    made = submit(me, name="q", gpus=8, **extra)
+    assert job(me, made)["time_limit_minutes"] == limit
+    response = me.post("/api/v1/arrays/", {"name": "a", "queue": "llm-experiment", "gpus": 8,
+                                           "array": "0-1", **extra}, format="json")  # fmt: skip
+    assert response.status_code == 201, response.data
+    tasks = Job.objects.filter(array_id=response.data["id"])
+    assert set(tasks.values_list("time_limit_minutes", flat=True)) == {limit}
+
+
+def test_a_limit_above_the_queue_s_max_is_refused_and_writes_nothing(api):
+    me = api("researcher")
+    limit_queue(most=1440, default=480)
+    before = Job.objects.count()
+    response = me.post("/api/v1/jobs/", {"name": "long", "queue": "llm-experiment", "gpus": 8,
+                                         "time_limit_minutes": 1441}, format="json")  # fmt: skip
+    assert response.status_code == 400
+    assert response.data["errors"]["time_limit_minutes"] == [
+        "queue llm-experiment lets a run last at most 24 h (1,440 min): ask for that or less, "
+        "or submit to another queue"
+    ]
+    response = me.post("/api/v1/jobs/", {"name": "est", "queue": "llm-experiment", "gpus": 8,
+                                         "estimated_runtime_minutes": 600}, format="json")  # fmt: skip
+    assert response.status_code == 400
+    assert response.data["errors"]["estimated_runtime_minutes"] == [
+        "your estimate (600 min) is longer than the time limit (480 min, queue llm-experiment's "
+        "for a job that gives none): the run would be stopped before it ends; raise the limit "
+        "or lower the estimate"
+    ]
+    assert Job.objects.count() == before
+    other = submit(me, name="core", queue="llm-core", gpus=8, time_limit_minutes=5000)
+    assert job(me, other)["time_limit_minutes"] == 5000, "another queue, no bound"
+
+
+def test_the_queues_list_says_their_limits(api):
+    limit_queue(most=1440, default=480)
+    rows = {q["name"]: q for q in api("researcher").get("/api/v1/queues/").data["results"]}
+    experiment, core = rows["llm-experiment"], rows["llm-core"]
+    assert (experiment["max_time_limit_minutes"], experiment["default_time_limit_minutes"]) == (
+        1440, 480,
+    )  # fmt: skip
+    assert (core["max_time_limit_minutes"], core["default_time_limit_minutes"]) == (None, None)
+
+
+def test_a_default_above_the_max_is_refused_by_the_model_and_the_database():
+    from django.core.exceptions import ValidationError
+    from django.db import IntegrityError
+
+    from quotas.models import Queue
+
+    queue = Queue.objects.get(name="llm-experiment")
+    queue.max_time_limit_minutes, queue.default_time_limit_minutes = 60, 120
+    with pytest.raises(ValidationError) as refused:
+        queue.full_clean()
+    assert refused.value.message_dict["default_time_limit_minutes"] == [
+        "at most the max time limit (60 min)"
+    ]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        queue.save()

@@ -21,7 +21,7 @@ def site_admin(signed_in) -> Client:
 
 
 def queue_form(queue: Queue, **changes) -> dict:
-    form = {k: v for k, v in model_to_dict(queue).items()
+    form = {k: "" if v is None else v for k, v in model_to_dict(queue).items()
             if k not in ("id", "quota_gpus", "guarantee_gpus")}  # fmt: skip
     form["preempts_tiers"] = '["experiment"]' if queue.tier != "experiment" else "[]"
     return {**form, **changes}
@@ -50,6 +50,31 @@ def test_a_queue_s_preempted_tiers_may_be_set_to_lower_tiers(site_admin, demo):
     response = site_admin.post(url, queue_form(queue, preempts_tiers='["experiment", "finetune"]'))
     assert response.status_code == 302
     assert sorted(Queue.objects.get(pk=queue.pk).preempts_tiers) == ["experiment", "finetune"]
+    assert run_cycle_now(demo["admin"]) is not None
+
+
+def test_a_queue_s_time_limits_are_set_in_the_admin_audited_and_a_default_above_the_max_is_refused(
+    site_admin, demo
+):
+    """Slurm's partition MaxTime and DefaultTime (``scheduling.time_limits.of_request``): set
+    here, audited; a default above the max is a form error that saves nothing."""
+    queue = Queue.objects.get(name="llm-experiment")
+    url = f"/admin/quotas/queue/{queue.pk}/change/"
+    refused = site_admin.post(url, queue_form(queue, max_time_limit_minutes="60",
+                                              default_time_limit_minutes="120"))  # fmt: skip
+    assert refused.status_code == 200 and b"at most the max time limit (60 min)" in refused.content
+    assert Queue.objects.get(pk=queue.pk).max_time_limit_minutes is None
+    assert not AuditRecord.objects.filter(action="admin.change").exists()
+    saved = site_admin.post(url, queue_form(queue, max_time_limit_minutes="1440",
+                                            default_time_limit_minutes="480"))  # fmt: skip
+    assert saved.status_code == 302
+    queue.refresh_from_db()
+    assert (queue.max_time_limit_minutes, queue.default_time_limit_minutes) == (1440, 480)
+    record = AuditRecord.objects.get(action="admin.change")
+    assert (
+        record.before.get("max_time_limit_minutes"),
+        record.after.get("max_time_limit_minutes"),
+    ) == (None, 1440), (record.before, record.after)
     assert run_cycle_now(demo["admin"]) is not None
 
 

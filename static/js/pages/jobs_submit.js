@@ -66,7 +66,15 @@
     preemptSelect.options[0].textContent = `Default for tier ${tier}: ${preemptible ? "yes" : "no"}`;
     hint.textContent = `Queue ${queue.name} (line ${queue.line}) has tier ${queue.tier}: ` +
       `jobs may ask for that tier or lower; at tier ${tier} a job is ` +
-      `${preemptible ? "" : "not "}preemptible unless you choose otherwise.`;
+      `${preemptible ? "" : "not "}preemptible unless you choose otherwise.` + limitHint(queue);
+  }
+
+  /* the queue's time limits (scheduling/time_limits.py: of_request), as its hint says them */
+  function limitHint(queue) {
+    const words = (minutes) => Dom.span(minutes * 60);
+    if (!queue.max_time_limit && !queue.default_time_limit) return "";
+    const most = queue.max_time_limit ? ` A run may last at most ${words(queue.max_time_limit)} here.` : "";
+    return `${most} A job that gives no time limit gets ${words(queue.default_time_limit)}.`;
   }
 
   // -- would it start now, and when? (the engine's what-if) ----------------------------

@@ -74,6 +74,11 @@ SWAP_DISPLACED = Counter(
     "nothing stopped",
     ["queue"], registry=REGISTRY,
 )  # fmt: skip
+TIMED_OUT = Counter(
+    "gpuportal_jobs_timed_out",
+    "Jobs failed on their time limit (a run reached it: Slurm's TIMEOUT), per queue",
+    ["queue"], registry=REGISTRY,
+)  # fmt: skip
 JOB_WAIT = Histogram(
     "gpuportal_job_wait_seconds",
     "Cluster-time seconds from submission (or, for a job that waited for others, from when "
@@ -104,6 +109,7 @@ def touch(queues: list[str]) -> None:
         MIGRATIONS.labels(queue)
         QUOTA_SWAPS.labels(queue)
         SWAP_DISPLACED.labels(queue)
+        TIMED_OUT.labels(queue)
         for reason in EVICTION_REASONS:
             PREEMPTIONS.labels(queue, reason)
 
@@ -112,6 +118,6 @@ def reset() -> None:
     """Forget every recorded value of this process (tests)."""
     for metric in (
         CYCLE_DURATION, PREEMPTIONS, EVICTED_GPU_SECONDS, MIGRATIONS, QUOTA_SWAPS,
-        SWAP_DISPLACED, JOB_WAIT, JOBS_ADMITTED,
+        SWAP_DISPLACED, TIMED_OUT, JOB_WAIT, JOBS_ADMITTED,
     ):  # fmt: skip
         metric.clear()

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 #: ``Job.stop_reason`` of a run asked to stop at its time limit.
 TIME_LIMIT = "time_limit"
+#: How the ``failure_reason`` of a job failed on its time limit begins.
+TIMEOUT = "time limit reached (Slurm's TIMEOUT)"
 #: A run the backend ended within this much of its limit reached it (the backend's clock
 #: and the portal's may differ by a second or two: Slurm's times are whole seconds).
 SLACK_S = 5.0
@@ -98,7 +100,7 @@ def failure_reason(minutes: int, ran_s: float, how: str) -> str:
     """``Job.failure_reason`` of a job whose run reached its limit (``how``: how the run
     stopped, e.g. ``after its checkpoint``)."""
     return (
-        f"time limit reached (Slurm's TIMEOUT): the run lasted {duration(ran_s)} of the "
+        f"{TIMEOUT}: the run lasted {duration(ran_s)} of the "
         f"{limit_words(minutes)} a run may last, and stopped {how}; it is not retried: "
         "submit it again with a longer time limit"
     )

@@ -19,12 +19,12 @@ from scheduling.backends.base import STOPPED, SUCCEEDED
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.stops import moved_for, moved_to
-from scheduling.cycle.telemetry import record_evictions
+from scheduling.cycle.telemetry import record_evictions, record_timeouts
 from scheduling.engine.explain import count
 from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, JobRun, Node
 from scheduling.sql import bulk_set
-from scheduling.time_limits import TIME_LIMIT, failure_reason, lasted_limit
+from scheduling.time_limits import TIME_LIMIT, TIMEOUT, failure_reason, lasted_limit
 from scheduling.transitions import set_state
 
 RECENT_MODELS_KEPT = 3
@@ -65,6 +65,7 @@ def finish_runs(cycle: Cycle, ended: list[tuple[Job, str, float, str, float | No
     Eviction.objects.bulk_create(evictions)
     JobRun.objects.bulk_create(runs)
     record_evictions(evictions)
+    record_timeouts([job.queue_id for job, *_ in ended if timed_out_now(job)])
     if recent:
         note_models(cycle, recent)
 
@@ -173,6 +174,11 @@ def ended_by_backend_at_limit(job: Job, ended_at: float | None, at: datetime) ->
         and ended_at is not None
         and lasted_limit(job.started_at, job.time_limit_minutes, at)
     )
+
+
+def timed_out_now(job: Job) -> bool:
+    """Did ``job``'s run just end it on its time limit (``timed_out``)?"""
+    return job.state == Job.State.FAILED and job.failure_reason.startswith(TIMEOUT)
 
 
 def timed_out(cycle: Cycle, job: Job, state: str, reason: str, at: datetime) -> None:

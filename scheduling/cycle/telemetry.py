@@ -62,6 +62,20 @@ def record_starts(jobs: list[Job], released_at: Mapping[int, float] | None = Non
     telemetry.on_commit(record)
 
 
+def record_timeouts(queue_ids: list[int]) -> None:
+    """Jobs failed on their time limit (``scheduling.time_limits``), one per job (its queue)."""
+    if not queue_ids:
+        return
+    names = _queue_names(queue_ids)
+    queues = [names.get(q, "?") for q in queue_ids]
+
+    def record() -> None:
+        for queue in queues:
+            telemetry.TIMED_OUT.labels(queue).inc()
+
+    telemetry.on_commit(record)
+
+
 def record_swaps(swapping_queue_ids: list[int], displaced_queue_ids: list[int]) -> None:
     """Quota swaps that launched: one per swapping job (its queue), and the running jobs
     each turned into borrowed work (their queues)."""

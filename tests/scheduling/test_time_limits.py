@@ -294,3 +294,21 @@ def test_a_default_above_the_max_is_refused_by_the_model_and_the_database():
     ]
     with pytest.raises(IntegrityError), transaction.atomic():
         queue.save()
+
+
+def test_a_job_failed_on_its_limit_is_counted_on_metrics(api, django_capture_on_commit_callbacks):
+    from core import telemetry
+
+    telemetry.reset()
+    telemetry.touch(["llm-experiment", "llm-core"])
+    admin, me = api("admin"), api("researcher")
+    with django_capture_on_commit_callbacks(execute=True):
+        limited = submit(me, name="t", gpus=8, sim_duration_minutes=120, time_limit_minutes=10,
+                         checkpoint_path="nfs://ckpt/t", checkpoint_interval_minutes=5)  # fmt: skip
+        cycle(admin)
+        for _ in range(8):
+            advance(admin, 5 * 60)
+            cycle(admin)
+    assert job(me, limited)["state"] == "failed"
+    assert telemetry.TIMED_OUT.labels("llm-experiment")._value.get() == 1
+    assert telemetry.TIMED_OUT.labels("llm-core")._value.get() == 0

@@ -269,6 +269,12 @@ JOB_COLUMNS = columns(
 )  # fmt: skip
 
 
+def _time_limit_cell(job: dict) -> str:
+    """A job's time limit a run (``4 h``), or ``-`` (none, or an older portal)."""
+    minutes = job.get("time_limit_minutes")
+    return fmt_duration(minutes * 60) if minutes else "-"
+
+
 # -o wide: the table's columns and more of the job
 JOB_WIDE_COLUMNS = [
     *JOB_COLUMNS[:4],
@@ -276,7 +282,9 @@ JOB_WIDE_COLUMNS = [
     *JOB_COLUMNS[4:6],
     *columns(("PER.NODE", "gpus_per_node"), ("PREEMPTED", "preemption_count"), lenient=True),
     *JOB_COLUMNS[6:],
-    *columns(("STARTED(UTC)", lambda j: fmt_time(j.get("started_at")))),
+    *columns(
+        ("STARTED(UTC)", lambda j: fmt_time(j.get("started_at"))), ("TIME.LIMIT", _time_limit_cell)
+    ),
 ]
 
 

@@ -45,6 +45,7 @@ def test_output_modes(gpuctl, jobs):
     assert table_out[0].split()[0] == "ID" and len(table_out) == 3  # ID is right-aligned
     wide = gpuctl("researcher", "jobs", "--me", "-o", "wide").out.splitlines()
     assert "LINE" in wide[0] and "PER.NODE" in wide[0] and "STARTED(UTC)" in wide[0]
+    assert wide[0].split()[-1] == "TIME.LIMIT" and wide[1].split()[-1] == "-", "no limit"
     bare = gpuctl("researcher", "jobs", "--me", "--no-headers").out.splitlines()
     assert bare == table_out[1:]
     assert gpuctl("researcher", "queues", "-o", "name").out.split()[0] != "QUEUE"

@@ -47,6 +47,8 @@ def test_explain_says_the_limit_and_when_the_run_stops(gpuctl, demo, api):
     admin = api("admin")
     limited = submit(gpuctl, "bounded", "--time", "2:30:00", "--sim-duration-minutes", "600")
     assert Job.objects.get(pk=limited).time_limit_minutes == 150
+    wide = gpuctl("researcher", "jobs", "--me", "-o", "wide").out.splitlines()
+    assert wide[0].split()[-1] == "TIME.LIMIT" and wide[1].rstrip().endswith(" 2 h 30 min")
     assert (
         rows(gpuctl("researcher", "explain", str(limited)).out)["time limit"] == "2 h 30 min a run"
     )

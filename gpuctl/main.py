@@ -570,6 +570,21 @@ def cmd_release(portal: Portal, args: argparse.Namespace) -> int:
                          _hold_text, held=1)  # fmt: skip
 
 
+def cmd_time_limit(portal: Portal, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"time_limit_minutes": args.limit}
+    if args.reason is not None:
+        body["reason"] = args.reason
+    job = portal.post(f"jobs/{args.job}/time-limit/", body)
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    limit = f"{fmt_duration(job['time_limit_minutes'] * 60)} a run"
+    if job.get("time_limit_at"):
+        limit += f"; this run is asked to stop at {fmt_when(job['time_limit_at'])}"
+    print(f"job {job['id']} ({job['name']}): time limit {limit}")
+    return EXIT_OK
+
+
 def _eviction_cell(queue: dict) -> str:
     """A queue's eviction ratio over the portal's window; "-" before there is any data."""
     ratio = queue.get("eviction_ratio")
@@ -1078,6 +1093,24 @@ examples:
   gpuctl release --me                            # every held job of mine""",
     )
     add_job_choice(p, "release")
+
+    p = add(
+        "time-limit",
+        cmd_time_limit,
+        "change a job's time limit (lower: owner, lead, admin; raise: admin)",
+        epilog="""\
+As Slurm's scontrol update TimeLimit=. LIMIT in --time's forms (minutes, 4:00:00, 2-12).
+The owner, their team lead or an admin may lower it (or give one to a job without);
+only an admin may raise it. A run on now counts from its start: lowered below what it
+has run, it is stopped at the next cycle and the job fails.
+
+examples:
+  gpuctl time-limit 42 2:00:00
+  gpuctl time-limit 42 1-00:00:00 --reason 'the loss is still falling'   # an admin""",
+    )
+    p.add_argument("job", type=whole_number, help="job id")
+    p.add_argument("limit", type=slurm_minutes, metavar="LIMIT", help="the new time limit")
+    p.add_argument("--reason", help="why (shown on the job)")
 
     arrays.add_parsers(add)
 

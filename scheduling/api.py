@@ -1,4 +1,4 @@
-"""REST: jobs (list, detail, submit, cancel, hold, release), simulator drills and a loop iteration on demand.
+"""REST: jobs (list, detail, submit, cancel, hold, release, time limit), simulator drills and a loop iteration on demand.
 
 The node API is ``scheduling.nodes.api``.
 """
@@ -50,6 +50,7 @@ from scheduling.selectors import (
     visible_job_ids,
 )
 from scheduling.services import JobRequest, cancel_job, submit_job
+from scheduling.time_limit_services import change_time_limit
 
 
 def id_list(most: int, help_text: str) -> serializers.ListField:
@@ -206,6 +207,21 @@ class HoldRequestSerializer(StrictSerializer):
     """The body of ``hold/``: an optional reason (required for an admin's hold of someone
     else's job; the service checks it: length, control and invisible characters)."""
 
+    reason = LineTextField(
+        max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
+        help_text="why (shown on the job and in the audit log)",
+    )  # fmt: skip
+
+
+class TimeLimitRequestSerializer(StrictSerializer):
+    """The body of ``time-limit/``: the new limit and an optional reason (the service checks
+    who may: lower, the owner, their team lead or an admin; raise, an admin)."""
+
+    time_limit_minutes = StrictIntegerField(
+        min_value=1, max_value=limits.RUNTIME_MAX_MINUTES,
+        help_text="the longest one run may last from now on (its run on now counts from its "
+        "start)",
+    )  # fmt: skip
     reason = LineTextField(
         max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
         help_text="why (shown on the job and in the audit log)",
@@ -398,6 +414,17 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
         job = self.get_object()
         body = valid_body(HoldRequestSerializer, request)
         job = hold_job(request.user, job.pk, body.get("reason", ""), source_ip=client_ip(request))
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=TimeLimitRequestSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"], url_path="time-limit")
+    def time_limit(self, request: Request, pk: str | None = None) -> Response:
+        """Change the job's time limit (Slurm's ``scontrol update TimeLimit=``): the owner,
+        their team lead or an admin may lower it; only an admin may raise it."""
+        job = self.get_object()
+        body = valid_body(TimeLimitRequestSerializer, request)
+        job = change_time_limit(request.user, job.pk, body["time_limit_minutes"],
+                                body.get("reason", ""), source_ip=client_ip(request))  # fmt: skip
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(request=None, responses={200: JobDetailSerializer})

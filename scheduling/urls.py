@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduling import array_views, hold_views, output_views, views
+from scheduling import array_views, hold_views, output_views, time_limit_views, views
 
 app_name = "scheduling"
 
@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path("jobs/<int:job_id>/hold/", hold_views.job_hold, name="job-hold"),
     path("jobs/<int:job_id>/release/", hold_views.job_release, name="job-release"),
+    path("jobs/<int:job_id>/time-limit/", time_limit_views.job_time_limit, name="job-time-limit"),
     path("jobs/<int:job_id>/output/", output_views.job_output, name="job-output"),
     path("arrays/<int:array_id>/", array_views.array_detail, name="array-detail"),
     path("arrays/<int:array_id>/bound/", array_views.array_bound, name="array-bound"),

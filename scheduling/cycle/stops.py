@@ -135,6 +135,10 @@ def request_stops(cycle: Cycle) -> None:
         cause = stops[job.pk]
         if cause == SUSPEND and job.held_at is None:
             continue  # compare-and-set: released since it was read
+        if cause == TIME_LIMIT and not reached(
+            to_epoch(job.started_at), job.time_limit_minutes, cycle.now
+        ):
+            continue  # compare-and-set: its limit was raised since it was read
         if not cycle.call(f"stop {job.backend_ref}", cycle.backend.checkpoint_and_stop,
                           job.backend_ref, grace):  # fmt: skip
             continue

@@ -61,3 +61,18 @@ def test_explain_says_the_limit_and_when_the_run_stops(gpuctl, demo, api):
                      "--runtime", "45")  # fmt: skip
     assert refused.code == 1
     assert "your estimate (45 min) is longer than the time limit (30 min)" in refused.err
+
+
+def test_time_limit_lowers_for_the_owner_and_raises_for_an_admin(gpuctl, demo):
+    make_quotas_roomy()
+    limited = submit(gpuctl, "bounded", "--time", "4:00:00")
+    run = gpuctl("researcher", "time-limit", str(limited), "2:00:00", "--reason", "shorter")
+    assert run.code == 0, run.err
+    assert run.out.strip() == f"job {limited} (bounded): time limit 2 h a run"
+    refused = gpuctl("researcher", "time-limit", str(limited), "3:00:00")
+    assert refused.code == 1 and "only a cluster admin may raise a time limit" in refused.err
+    assert len(refused.err.strip().splitlines()) == 1
+    assert gpuctl("admin", "time-limit", str(limited), "1-00:00:00").code == 0
+    assert Job.objects.get(pk=limited).time_limit_minutes == 1440
+    bad = gpuctl("researcher", "time-limit", str(limited), "4h")
+    assert bad.code == 2 and "invalid time limit" in bad.err

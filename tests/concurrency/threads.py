@@ -51,6 +51,15 @@ def cluster_held() -> Iterator[None]:
         holder.join(20)
 
 
+def refused_as_expected(exc: Exception, expected: tuple[str, ...], refused: list[str]) -> None:
+    """Note a refusal whose words contain one of ``expected`` (the rules' refusals) in
+    ``refused``; anything else is raised again, for the thread's errors."""
+    words = "; ".join(exc.messages) if hasattr(exc, "messages") else str(exc)
+    if not any(word in words for word in expected):
+        raise exc
+    refused.append(words)
+
+
 def drain(admin: object, cycles: int, step_s: float) -> list[tuple]:
     """Run up to ``cycles`` scheduling cycles, ``step_s`` of cluster time apart, until no job
     is active (no one submits now: the backlog drains); returns the jobs still active

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 
@@ -128,3 +129,45 @@ def test_the_queues_page_says_each_queue_s_limits(demo):
     assert cell("llm-finetune") == "at most 2 d; 2 d if the job gives none"
     assert cell("llm-core") == "no bound; 1 h 30 min if the job gives none"
     assert cell("llm-urgent") == "no bound"
+
+
+def test_the_job_page_changes_the_limit_lower_for_the_owner_higher_for_an_admin(demo):
+    me = demo["researcher"]
+    job = submit_job(me, JobRequest(name="bounded", queue="llm-core", gpus=8,
+                                    time_limit_minutes=240))  # fmt: skip
+    client = signed_in(demo, "researcher")
+    html = page(client, f"/jobs/{job.pk}/")
+    assert 'id="time-limit-form"' in html and 'name="time_limit_minutes"' in html
+    assert "You may lower it (or give one); only an admin may raise it." in html
+    url = f"/jobs/{job.pk}/time-limit/"
+    done = client.post(url, {"time_limit_minutes": "120", "reason": "shorter eval"}, follow=True)
+    assert f"Job #{job.pk}'s time limit is now 2 h a run." in unescape(done.content.decode())
+    job.refresh_from_db()
+    assert job.time_limit_minutes == 120
+    for value, words in (("180", "only a cluster admin may raise a time limit"),
+                         ("٩٠", "a whole number of minutes"), ("", "a whole number of minutes"),
+                         ("120", "the time limit is already 2 h")):  # fmt: skip
+        refused = unescape(
+            client.post(url, {"time_limit_minutes": value}, follow=True).content.decode()
+        )
+        assert "Time limit not changed: " + words in refused, value
+    job.refresh_from_db()
+    assert job.time_limit_minutes == 120
+    admin = signed_in(demo, "admin")
+    assert "As an admin you may raise it or lower it." in page(admin, f"/jobs/{job.pk}/")
+    admin.post(url, {"time_limit_minutes": "600"})
+    job.refresh_from_db()
+    assert job.time_limit_minutes == 600
+    assert client.post(url, {"time_limit_minutes": "60"}).status_code == 302
+    other = signed_in(demo, "researcher2")
+    assert other.post(url, {"time_limit_minutes": "60"}).status_code == 404, "not theirs"
+
+
+def test_an_ended_job_shows_no_time_limit_form(demo):
+    me = demo["researcher"]
+    job = submit_job(me, JobRequest(name="gone", queue="llm-core", gpus=8))
+    from scheduling.services import cancel_job
+
+    cancel_job(me, job.pk)
+    html = page(signed_in(demo, "researcher"), f"/jobs/{job.pk}/")
+    assert re.search(r'id="time-limit-form" hidden', html)

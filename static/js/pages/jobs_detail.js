@@ -146,6 +146,8 @@
     const cancelNote = $("cancel-note");
     if (cancelNote) cancelNote.hidden = job.state === "pending";
     renderHoldForm(job);
+    const limitForm = $("time-limit-form");
+    if (limitForm) limitForm.hidden = !config.active_states.includes(job.state);
     renderMessages(job);
   }
 

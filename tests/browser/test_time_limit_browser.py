@@ -62,6 +62,7 @@ def test_a_limited_job_says_when_it_stops_and_fails_on_its_limit_live(demo, brow
             f"30 min a run: this run is asked to stop at {stop:%Y-%m-%d %H:%M} JST if still running"
         )
         expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+        expect(page.locator("#time-limit-form")).to_be_visible()
 
         advance(demo["admin"], 31 * 60)
         in_thread(run_cycle)  # asked to stop
@@ -75,6 +76,7 @@ def test_a_limited_job_says_when_it_stops_and_fails_on_its_limit_live(demo, brow
             if Job.objects.get(pk=job.pk).state == "failed":
                 break
         expect(page.locator("#job-state")).to_have_text("failed")
+        expect(page.locator("#time-limit-form")).to_be_hidden()  # live: it ended
         expect(limit).to_have_text("30 min a run")
         failure = page.locator('#job-status [data-field="failure_reason"]')
         expect(failure).to_contain_text("time limit reached (Slurm's TIMEOUT): the run lasted")

@@ -159,6 +159,7 @@ def test_jobs_serialize_as_drf_would_build_them_each_time(api, demo):
                 "after_condition",
                 "singleton",
                 "hold",
+                "time_limit_at",
             )
         }
         for j in jobs

@@ -56,6 +56,13 @@ def may_release(user: Any, job: Job) -> bool:
     return may_cancel(user, job) and (job.hold_kind != "admin" or is_admin(user))
 
 
+def may_raise_time_limit(user: Any) -> bool:
+    """Raise a job's time limit, or give one above its queue's max (Slurm's rule: only an
+    operator may; other jobs were planned around the run ending by then): admins. Lowering
+    it is for whoever may cancel the job (``may_cancel``)."""
+    return is_admin(user)
+
+
 def may_read_output(user: Any, job: Job) -> bool:
     """Read a job's output (the people who troubleshoot it): its owner, a team lead of its
     line, on-call engineers and admins. Others who may see the job (its line's other

@@ -23,11 +23,11 @@ from typing import Any
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from core.roles import is_admin
 from scheduling import limits
 from scheduling.engine.explain import when
 from scheduling.hold_services import clean_hold_reason
 from scheduling.models import Job
+from scheduling.permissions import may_raise_time_limit
 from scheduling.services import lock_active_job, record_action
 from scheduling.time_limits import TIME_LIMIT, limit_words
 
@@ -71,7 +71,7 @@ def change_time_limit(
                 {"time_limit_minutes": [f"the time limit is already {limit_words(minutes)}"]}
             )
         most = job.queue.max_time_limit_minutes
-        if not is_admin(user):
+        if not may_raise_time_limit(user):
             if before is not None and minutes > before:
                 raise PermissionDenied(RAISE_ADMINS_ONLY)
             if most and minutes > most:

@@ -26,7 +26,6 @@ from core import clock
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
-from core.roles import is_admin
 from core.timezones import viewer_zone, written
 from quotas.models import Queue, Tier
 from scheduling import estimator, limits, verdict_text, whatif
@@ -38,6 +37,7 @@ from scheduling.models import Job, Node
 from scheduling.permissions import (
     holds_as_admin,
     may_cancel,
+    may_raise_time_limit,
     may_read_output,
     may_release,
     sees_all_jobs,
@@ -552,7 +552,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         and holds_as_admin(request.user, job),
         "may_read_output": may_read_output(request.user, job),
         # an admin may raise a time limit; others who may act on the job only lower it
-        "raises_time_limits": is_admin(request.user),
+        "raises_time_limits": may_raise_time_limit(request.user),
         "hold_note": HOLD_NOTES["pending" if job.state == Job.State.PENDING else "running"],
         "live_config": {
             "hold_notes": HOLD_NOTES,

@@ -24,7 +24,7 @@ from scheduling.engine.explain import count
 from scheduling.holds import SUSPEND
 from scheduling.models import CONSOLIDATION, Allocation, Eviction, Job, JobRun, Node
 from scheduling.sql import bulk_set
-from scheduling.time_limits import TIME_LIMIT, TIMEOUT, failure_reason, lasted_limit
+from scheduling.time_limits import TIME_LIMIT, TIMEOUT, failure_reason, lasted_limit, limit_s
 from scheduling.transitions import set_state
 
 RECENT_MODELS_KEPT = 3
@@ -188,6 +188,9 @@ def timed_out(cycle: Cycle, job: Job, state: str, reason: str, at: datetime) -> 
     if reason == "checkpoint":
         job.last_checkpoint_at = at
     ran = (at - job.started_at).total_seconds() if job.started_at else 0.0
+    if job.stop_reason == TIME_LIMIT:  # the loop saw it reach its limit before it asked; a
+        # backend's end time read in whole seconds (Slurm's) may fall a second short of it
+        ran = max(ran, limit_s(job.time_limit_minutes) or 0.0)
     set_state(job, Job.State.FAILED)
     job.finished_at = at
     job.failure_reason = failure_reason(job.time_limit_minutes or 0, ran, how)

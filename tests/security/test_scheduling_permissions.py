@@ -22,6 +22,7 @@ TABLE = {
     "submits_to_any_queue": personas.ADMINS,
     "may_operate_nodes": personas.OPERATORS,
     "may_drive_simulator": personas.ADMINS,
+    "may_raise_time_limit": personas.ADMINS,
 }
 # may_cancel(user, job): the owner, a lead of the job's line, an admin.
 CANCEL = {

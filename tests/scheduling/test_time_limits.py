@@ -16,9 +16,9 @@ from scheduling.backend_factory import get_backend
 from scheduling.backends.base import FAILED, STOPPED
 from scheduling.cycle.context import Cycle
 from scheduling.cycle.finished import run_ended
-from scheduling.models import Eviction, Job, JobEvent, JobRun
+from scheduling.models import Eviction, Job, JobRun
 from tests.drills import advance, cycle, job, make_quotas_roomy, submit, when
-from tests.scheduling.test_job_holds import snapshot
+from tests.scheduling.test_job_holds import snapshot, timeline
 
 pytestmark = pytest.mark.django_db
 
@@ -26,10 +26,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def roomy_quotas(demo):
     make_quotas_roomy()
-
-
-def timeline(job_id: int) -> list[tuple[str, str]]:
-    return list(JobEvent.objects.filter(job_id=job_id).values_list("kind", "message"))
 
 
 def test_a_run_at_its_limit_is_stopped_and_the_job_fails_with_no_retry(api):

@@ -96,6 +96,7 @@ examples:
   gpuctl submit eval -q llm-core -g 8 --after 12,13   # once jobs 12 and 13 succeeded
   gpuctl submit merge -q llm-core -g 8 --after-array 42   # once every task of array 42 did
   gpuctl submit cleanup -q llm-core -g 8 --after 12 --after-condition ended   # once job 12 ended, however
+  gpuctl submit fallback -q llm-core -g 8 --after 12 --after-condition failed   # only if job 12 failed
   gpuctl submit pretrain -q llm-core -g 64 --singleton   # after your older "pretrain" jobs end
   gpuctl submit eval -q llm-core -g 1 --array 0-9 --after-corr 42   # task i after task i of 42
   gpuctl submit sweep -q llm-experiment -g 1 --array 0-99%10   # 100 tasks, 10 at once
@@ -114,8 +115,8 @@ Show one job: its state, and when pending the verdict of the last scheduling cyc
 (the reason code, its numbers, what would make it start, the estimated start), then
 its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
 (it waits for the jobs it was submitted --after, or every task of the arrays it was
-submitted --after-array, to succeed, or with --after-condition ended to end, whatever the
-outcome), ARRAY_LIMIT (a task of an
+submitted --after-array, to succeed; with --after-condition ended to end, whatever the
+outcome; with failed to end without succeeding), ARRAY_LIMIT (a task of an
 array past its bound: --array 0-99%10), QUOTA_EXCEEDED,
 NODES_UNAVAILABLE, PRIORITY, PREEMPTING,
 TOPOLOGY, INSUFFICIENT_GPUS, DEMOTED (see API.md), and LAUNCH_RETRY: its turn came but
@@ -193,7 +194,7 @@ JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible", "
 # job ids, array ids (--after, --after-array, --after-corr)
 JOB_FIELDS_AFTER = ("after", "after_arrays", "after_corresponding")
 # what they must have done first (--after-condition; the portal's default: succeeded)
-AFTER_CONDITIONS = ("succeeded", "ended")
+AFTER_CONDITIONS = ("succeeded", "ended", "failed")
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -353,15 +354,25 @@ def _estimate_text(job: dict, reason: dict | None) -> str:
     return f"unknown: {why}" if why else "- (no estimate yet)"
 
 
+# By ``after_condition``: how ``explain`` marks a dependency that has not met it yet, and
+# its ``starts once they have`` row (none for the default, succeeded).
+_NOT_YET = {"succeeded": " (not succeeded yet)", "ended": " (not ended yet)",
+            "failed": " (not failed yet)"}  # fmt: skip
+_ONCE_THEY_HAVE = {
+    "ended": "ended, whatever the outcome",
+    "failed": "ended without succeeding (failed or cancelled)",
+}
+
+
 def _dependency_rows(job: dict) -> list[tuple[str, str]]:
     """``explain``'s rows of what a job waits for: its jobs (``starts after``) and arrays
     (``starts after arrays``), each marked while it has not done what the job's
-    ``after_condition`` asks (``(not succeeded yet)``, or ``(not ended yet)``); a job after
-    their ends has a ``starts once they have`` row too. A portal that does not say
-    ``after_condition`` (an older one) knows only ``succeeded``. A ``singleton`` job says
-    so (the jobs of its name it waits for are among ``after``)."""
-    ended = job.get("after_condition") == "ended"
-    mark = " (not ended yet)" if ended else " (not succeeded yet)"
+    ``after_condition`` asks (``(not succeeded yet)``, ``(not ended yet)`` or ``(not failed
+    yet)``); a job after their ends or failures has a ``starts once they have`` row too. A
+    portal that does not say ``after_condition`` (an older one) knows only ``succeeded``. A
+    ``singleton`` job says so (the jobs of its name it waits for are among ``after``)."""
+    condition = job.get("after_condition") or "succeeded"
+    mark = _NOT_YET.get(condition, f" (not {condition} yet)")
     rows = []
     for label, ids, waiting in (
         ("starts after", job.get("after"), job.get("waiting_for")),
@@ -370,8 +381,8 @@ def _dependency_rows(job: dict) -> list[tuple[str, str]]:
         if ids:
             waiting = waiting or []
             rows.append((label, ", ".join(f"{i}{mark}" if i in waiting else str(i) for i in ids)))
-    if rows and ended:
-        rows.append(("starts once they have", "ended, whatever the outcome"))
+    if rows and condition in _ONCE_THEY_HAVE:
+        rows.append(("starts once they have", _ONCE_THEY_HAVE[condition]))
     if job.get("singleton"):
         rows.append(("one at a time by name", f"yes: after your older {job['name']!r} jobs"))
     return rows
@@ -998,20 +1009,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--sim-duration-minutes", type=whole_number, help="simulator only: true run time"
     )
     p.add_argument("--after", type=job_ids, action="extend", metavar="ID,ID",
-                   help="start only once these jobs have all succeeded (or ended: "
+                   help="start only once these jobs have all succeeded (or ended, or failed: "
                    "--after-condition; repeatable; at most 20)")  # fmt: skip
     p.add_argument("--after-array", type=array_ids, action="extend",
                    dest="after_arrays", metavar="ID,ID",
                    help="start only once every task of these job arrays has succeeded "
-                   "(or ended: --after-condition; repeatable; at most 20 arrays)")  # fmt: skip
+                   "(or ended, or failed: --after-condition; repeatable; at most 20 "
+                   "arrays)")  # fmt: skip
     p.add_argument("--after-condition", choices=AFTER_CONDITIONS,
                    help="what the jobs of --after and tasks of --after-array must have done "
-                   "first: succeeded (default, Slurm's afterok) or ended, whatever the outcome "
-                   "(afterany)")  # fmt: skip
+                   "first: succeeded (default, Slurm's afterok), ended, whatever the outcome "
+                   "(afterany), or failed: ended without succeeding (afternotok; an array: all "
+                   "its tasks ended, not all succeeded)")  # fmt: skip
     p.add_argument("--after-corr", type=array_ids, action="extend",
                    dest="after_corresponding", metavar="ID,ID",
                    help="with --array: each task starts only once the task of the same index "
-                   "of these arrays has succeeded (or ended: --after-condition; Slurm's "
+                   "of these arrays has succeeded (or ended, or failed: --after-condition; Slurm's "
                    "aftercorr)")  # fmt: skip
     p.add_argument("--singleton", action=argparse.BooleanOptionalAction, default=None,
                    help="one at a time by name (Slurm's --dependency=singleton): also wait "

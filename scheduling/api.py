@@ -34,7 +34,7 @@ from core.api import (
 from core.filters import MINE_CHOICES, YES, MineFilter
 from core.security import is_ascii_number
 from quotas.models import Tier
-from scheduling import limits, verdict_text
+from scheduling import dependencies, limits, verdict_text
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.hold_services import REASON_MAX, hold_job, release_job
 from scheduling.models import Job
@@ -104,22 +104,26 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
     )
     after = id_list(
         limits.AFTER_MAX,
-        "ids of jobs that must all succeed (or end: after_condition) before this one may start",
+        "ids of jobs that must all succeed (or end, or end without succeeding: after_condition) "
+        "before this one may start",
     )
     after_arrays = id_list(
         limits.AFTER_ARRAYS_MAX,
-        "ids of job arrays every task of which must succeed (or end: after_condition) before "
-        "this one may start",
+        "ids of job arrays every task of which must succeed (or end; or end, not all succeeded: "
+        "after_condition) before this one may start",
     )
     after_corresponding = id_list(
         limits.AFTER_ARRAYS_MAX,
         "a job array's only (POST arrays/): ids of job arrays each of its tasks waits for the "
-        "task of the same index of (to succeed, or end: after_condition; Slurm's aftercorr)",
+        "task of the same index of (to succeed, end, or end without succeeding: "
+        "after_condition; Slurm's aftercorr)",
     )
     after_condition = serializers.ChoiceField(
         choices=Job.AfterCondition.choices, required=False,
         help_text="what the jobs of after and the tasks of after_arrays must have done: "
-        "succeeded (the default, Slurm's afterok) or ended, whatever the outcome (afterany)",
+        "succeeded (the default, Slurm's afterok), ended, whatever the outcome (afterany), or "
+        "failed or been cancelled (afternotok; an array: all its tasks ended, not all "
+        "succeeded)",
     )  # fmt: skip
     singleton = serializers.BooleanField(
         required=False, default=False,
@@ -295,18 +299,21 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
     def get_waiting_for_arrays(self, obj: Job) -> list[int]:
-        """Those of ``after_arrays`` with a task that has not met its ``after_condition``,
-        while it is pending (else none; one query when it waits for any)."""
+        """Those of ``after_arrays`` that have not met its ``after_condition`` (a task has
+        not done its part, ``Job.TASK_MEETS``; waited for to fail, all its tasks succeeded),
+        while it is pending (else none; one query when it waits for any, two to fail)."""
         arrays = self.get_after_arrays(obj)
         if obj.state != Job.State.PENDING or not arrays:
             return []
-        return list(
+        waiting = set(
             Job.objects.filter(array_id__in=arrays)
-            .exclude(state__in=Job.MEETS[obj.after_condition])
-            .order_by("array_id")
+            .exclude(state__in=Job.TASK_MEETS[obj.after_condition])
             .values_list("array_id", flat=True)
             .distinct()
         )
+        if obj.after_condition == Job.AfterCondition.FAILED:
+            waiting.update(dependencies.arrays_all_succeeded(arrays))
+        return sorted(waiting)
 
     def _after(self, obj: Job) -> list[tuple[int, str]]:
         """``(id, state)`` of the jobs it starts after, in id order (``prefetch_related``,

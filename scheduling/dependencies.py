@@ -12,7 +12,9 @@ cancels it (``scheduling.cycle.dependencies``). An array waited for as a whole
 (``Job.after_arrays``, Slurm's ``afterok`` on an array job) is read as every one of its
 tasks, and its verdict counts them by what they are doing. A job submitted with
 ``after_condition`` ``ended`` (Slurm's ``afterany``) waits only for them all to end, whatever
-the outcome, and is never cancelled for theirs.
+the outcome, and is never cancelled for theirs. One submitted with ``failed`` (Slurm's
+``afternotok``) waits for them all to end without succeeding (an array: every task to end,
+not all of them succeeded), and is cancelled when one succeeds (an array: all its tasks).
 
 Names: a verdict is one text every viewer of the job reads, so it names a dependency
 (``job 12 (pretrain-7b)``) only when it is in the job's own business line, whose members
@@ -22,9 +24,11 @@ viewer the names of the jobs they may see).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+
+from django.db.models import Count, Q, QuerySet
 
 from scheduling import arrays, holds
 from scheduling.clock import to_epoch
@@ -36,13 +40,17 @@ from scheduling.models import Job
 
 DEPENDENCY_CODE = "DEPENDENCY"
 _SUCCEEDED, _ENDED = Job.AfterCondition.SUCCEEDED, Job.AfterCondition.ENDED
+_FAILED = Job.AfterCondition.FAILED
 # By ``after_condition``: what the verdict says they must do, and its remedy.
-_TO = {_SUCCEEDED: "succeed", _ENDED: "end"}
+_TO = {_SUCCEEDED: "succeed", _ENDED: "end", _FAILED: "end without succeeding"}
 DEPENDENCY_REMEDY = {
     _SUCCEEDED: "Nothing to do: it queues like any other job once they have all succeeded, "
     "and is cancelled if one of them fails or is cancelled.",
     _ENDED: "Nothing to do: it queues like any other job once they have all ended, whatever "
     "the outcome.",
+    _FAILED: "Nothing to do: it queues like any other job once they have all failed or been "
+    "cancelled (an array: once all its tasks ended, not all of them succeeded), and is "
+    "cancelled if one of them succeeds (an array: if all its tasks do).",
 }
 # What a dependency that has not succeeded is doing, in a verdict's words.
 _DOING = {
@@ -51,6 +59,7 @@ _DOING = {
     Job.State.PREEMPTING: "checkpointing to stop, then waiting again",
     Job.State.FAILED: "failed (this job is being cancelled)",
     Job.State.CANCELLED: "cancelled (this job is being cancelled)",
+    Job.State.SUCCEEDED: "succeeded (this job is being cancelled)",  # waited for to fail
 }
 
 # The order an array's unmet tasks are counted in: what runs first.
@@ -79,9 +88,11 @@ class Link:
 @dataclass(frozen=True)
 class ArrayLink:
     """An array a pending job waits for as a whole (``Job.after_arrays``), as the loop reads
-    it: ``unmet``, its tasks that have not done what the jobs' ``after_condition`` asks
-    (succeeded, or ended; by index); ``finished_at``, when its last task ended once all
-    have; ``task_ids``, every task's (a task also named by id counts once). One object for
+    it: ``unmet``, its tasks that have not done what the jobs' ``after_condition`` asks of
+    each (``Job.TASK_MEETS``: succeeded, or ended; by index); ``defeated``, every task
+    succeeded, for jobs waiting for its failure (they are being cancelled);
+    ``finished_at``, when its last task ended once all have; ``task_ids``, every task's (a
+    task also named by id counts once). One object for
     every job of a business line (and condition) waiting for it: a 1,000-task array waited
     for by 1,000 tasks is read once, not a million times."""
 
@@ -92,6 +103,12 @@ class ArrayLink:
     finished_at: float | None
     task_ids: frozenset[int]
     condition: str = _SUCCEEDED
+    defeated: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        """It has not met the condition: a task has not done its part, or it never will."""
+        return bool(self.unmet) or self.defeated
 
     def named(self) -> str:
         return f"array {self.id} ({self.name})" if self.same_line else f"array {self.id}"
@@ -109,12 +126,13 @@ class PendingLinks:
 
     unmet: dict[int, list[Dependency]] = field(default_factory=dict)
     released_at: dict[int, float] = field(default_factory=dict)
-    # the waiting jobs whose ``after_condition`` is ``ended`` (the others': ``succeeded``)
-    ended: set[int] = field(default_factory=set)
+    # the ``after_condition`` of the waiting jobs whose is not ``succeeded``
+    conditions: dict[int, str] = field(default_factory=dict)
 
     def condition(self, job_id: int) -> str:
-        """What the jobs ``job_id`` waits for must do: succeed, or end."""
-        return _ENDED if job_id in self.ended else _SUCCEEDED
+        """What the jobs ``job_id`` waits for must do: succeed, end, or end without
+        succeeding."""
+        return self.conditions.get(job_id, _SUCCEEDED)
 
     @cached_property
     def linked(self) -> frozenset[int]:
@@ -130,6 +148,20 @@ class PendingLinks:
                     arrays.add(key)
                     ids.update(task.id for task in dep.unmet)
         return frozenset(ids)
+
+
+def arrays_all_succeeded(array_ids: Iterable[int] | QuerySet) -> QuerySet:
+    """The ids of those of ``array_ids`` (ids, or a query of them) every task of which
+    succeeded (an array without tasks is not among them): what defeats a job waiting for an
+    array's failure (``after_condition`` ``failed``). One query when read."""
+    return (
+        Job.objects.filter(array_id__in=array_ids)
+        .values("array_id")
+        .annotate(n=Count("pk"), other=Count("pk", filter=~Q(state=Job.State.SUCCEEDED)))
+        .filter(n__gt=0, other=0)
+        .order_by("array_id")
+        .values_list("array_id", flat=True)
+    )
 
 
 def read_pending_links() -> PendingLinks:
@@ -151,8 +183,8 @@ def read_pending_links() -> PendingLinks:
     for job_id, dep_id, name, state, finished_at, line, dep_line, condition in rows:
         link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line)
         jobs.setdefault(job_id, []).append(link)
-        if condition == _ENDED:
-            out.ended.add(job_id)
+        if condition != _SUCCEEDED:
+            out.conditions[job_id] = condition
     array_rows = list(
         Job.after_arrays.through.objects.filter(job__state=Job.State.PENDING)
         .order_by("job_id", "jobarray_id")
@@ -163,8 +195,8 @@ def read_pending_links() -> PendingLinks:
     read = _array_links({(array, line, condition) for _, array, line, condition in array_rows})
     arrays: dict[int, list[ArrayLink]] = {}
     for job_id, *key in array_rows:
-        if key[2] == _ENDED:
-            out.ended.add(job_id)
+        if key[2] != _SUCCEEDED:
+            out.conditions[job_id] = key[2]
         if tuple(key) in read:  # an array without tasks (deleted by hand) holds nothing
             arrays.setdefault(job_id, []).append(read[tuple(key)])  # type: ignore[index]
     for job_id in jobs.keys() | arrays.keys():
@@ -180,7 +212,7 @@ def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: Pendi
         jobs = [link for link in jobs if link.id not in covered]
     meets = Job.MEETS[out.condition(job_id)]
     waiting: list[Dependency] = [link for link in jobs if link.state not in meets]
-    waiting += [array for array in arrays if array.unmet]
+    waiting += [array for array in arrays if array.waiting]
     if waiting:
         out.unmet[job_id] = waiting
     else:
@@ -189,7 +221,8 @@ def _sort_out(job_id: int, jobs: list[Link], arrays: list[ArrayLink], out: Pendi
 
 def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], ArrayLink]:
     """The arrays of ``keys`` (``(array, the waiting jobs' line, their after_condition)``)
-    as those jobs read them: one query for their tasks, none without keys."""
+    as those jobs read them (``Job.TASK_MEETS``; under ``failed`` all its tasks succeeded:
+    ``defeated``): one query for their tasks, none without keys."""
     if not keys:
         return {}
     tasks: dict[int, list[tuple]] = {}
@@ -207,7 +240,7 @@ def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], 
         rows = tasks.get(array, [])
         if not rows:
             continue  # deleted by hand: it holds nothing back
-        same_line, meets = rows[0][4] == line, Job.MEETS[condition]
+        same_line, meets = rows[0][4] == line, Job.TASK_MEETS[condition]
         unmet = tuple(
             Link(pk, name, state, to_epoch(finished_at), same_line, index)
             for pk, name, state, finished_at, _, index in rows
@@ -215,8 +248,9 @@ def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], 
         )
         ended = None if unmet else max((to_epoch(row[3]) or 0.0) for row in rows)
         ids = frozenset(row[0] for row in rows)
+        defeated = condition == _FAILED and all(row[2] == Job.State.SUCCEEDED for row in rows)
         out[array, line, condition] = ArrayLink(
-            array, rows[0][1], same_line, unmet, ended, ids, condition
+            array, rows[0][1], same_line, unmet, ended, ids, condition, defeated
         )
     return out
 
@@ -239,7 +273,7 @@ def unmet_links(
         for pk, name, state, finished_at, line in (rows if ids else ())
     ]
     read = _array_links({(array, line_id, condition) for array in array_ids})
-    out = PendingLinks(ended={job_id} if condition == _ENDED else set())
+    out = PendingLinks(conditions={job_id: condition} if condition != _SUCCEEDED else {})
     _sort_out(job_id, jobs, [read[key] for key in sorted(read)], out)
     return out
 
@@ -359,10 +393,17 @@ class _ArraySaid:
 def _array_said(group: ArrayLink, ends: Ends) -> _ArraySaid:
     """``_ArraySaid`` of ``group``, counted by state (``_TASK_ORDER``): ``3 tasks have not:
     2 running, the last predicted to end 14:47 UTC; 1 waiting to start``. A task that
-    failed or was cancelled is named (the job is being cancelled). Once per array and
-    line a cycle (``ends.said``)."""
+    failed or was cancelled is named (the job is being cancelled), as is an array every task
+    of which succeeded, waited for to fail. Once per array and line a cycle
+    (``ends.said``)."""
     key = (group.id, group.same_line, group.condition)
     if key in ends.said:
+        return ends.said[key]
+    if not group.unmet:  # defeated: every task succeeded, and it waits for their failure
+        n = len(group.task_ids)
+        every = "its task" if n == 1 else f"all {n:,} tasks"
+        ends.said[key] = _ArraySaid(f"{every} succeeded (this job is being cancelled)", None,
+                                    group.named())  # fmt: skip
         return ends.said[key]
     timed = [(task, ends.of(task)) for task in group.unmet]
     by_state: dict[str, list[tuple[Link, float | None]]] = {}

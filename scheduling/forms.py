@@ -153,13 +153,14 @@ class JobSubmitForm(forms.Form):
         label="Start after jobs", required=False, max_length=400,
         help_text="Optional: ids of jobs that must all succeed first, e.g. 12, 13 (at most "
         f"{limits.AFTER_MAX}). If one of them fails or is cancelled, this job is cancelled "
-        "(unless it starts once they have ended, below).",
+        "(unless it starts once they have ended or failed, below).",
     )  # fmt: skip
     after_arrays = forms.CharField(
         label="Start after arrays", required=False, max_length=400,
         help_text="Optional: ids of job arrays every task of which must succeed first, e.g. "
         f"42, 43 (at most {limits.AFTER_ARRAYS_MAX}). If one of their tasks fails for good or "
-        "is cancelled, this job is cancelled (unless it starts once they have ended, below).",
+        "is cancelled, this job is cancelled (unless it starts once they have ended or failed, "
+        "below).",
     )  # fmt: skip
     after_condition = forms.ChoiceField(
         label="Start once they have", required=False, choices=Job.AfterCondition.choices,
@@ -167,7 +168,9 @@ class JobSubmitForm(forms.Form):
         help_text="What the jobs and arrays above must have done first. Ended: succeeded, "
         "failed or cancelled, whichever; this job then waits for them all to end and is never "
         "cancelled for their outcome (e.g. a cleanup or report job that must run even if "
-        "training failed).",
+        "training failed). Failed or been cancelled: it runs only if they all did (an array: "
+        "all its tasks ended, not all succeeded), and is cancelled if one succeeds (e.g. a "
+        "fallback run, or an alert).",
     )  # fmt: skip
     singleton = forms.BooleanField(
         label="One at a time by name", required=False,

@@ -249,14 +249,28 @@ class Job(models.Model):
 
         SUCCEEDED = "succeeded", "succeeded (Slurm's afterok)"
         ENDED = "ended", "ended, whatever the outcome (Slurm's afterany)"
+        FAILED = "failed", "failed or been cancelled (Slurm's afternotok)"
 
     ACTIVE_STATES = (State.PENDING, State.RUNNING, State.PREEMPTING)
     TERMINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
-    # the states of a dependency that meet each ``after_condition``
+    # the states of a dependency (a job) that meet each ``after_condition``
     MEETS = {
         AfterCondition.SUCCEEDED: frozenset({State.SUCCEEDED}),
         AfterCondition.ENDED: frozenset(TERMINAL_STATES),
+        AfterCondition.FAILED: frozenset({State.FAILED, State.CANCELLED}),
     }
+    # the states of a dependency that mean it can never meet it (its dependents are
+    # cancelled): ended the other way
+    DEFEATS = {
+        AfterCondition.SUCCEEDED: frozenset({State.FAILED, State.CANCELLED}),
+        AfterCondition.ENDED: frozenset(),
+        AfterCondition.FAILED: frozenset({State.SUCCEEDED}),
+    }
+    # An array waited for as a whole (``after_arrays``): under ``succeeded`` every task must
+    # succeed (one that did not defeats it), under ``ended`` every task end; under
+    # ``failed`` (Slurm's afternotok on an array job) every task must end, and not all of
+    # them succeed: it is defeated once all have succeeded. The states a task must reach:
+    TASK_MEETS = {**MEETS, AfterCondition.FAILED: frozenset(TERMINAL_STATES)}
 
     name = models.CharField(max_length=100)
     owner = models.ForeignKey(
@@ -325,13 +339,14 @@ class Job(models.Model):
     launch_error = models.TextField(blank=True, help_text="the backend's words, last failure")
     after = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="dependents",
-        help_text="jobs that must succeed (or end: after_condition) before this one may start "
-        "(Slurm's afterok, afterany)",
+        help_text="jobs that must succeed (or end, or end without succeeding: after_condition) "
+        "before this one may start (Slurm's afterok, afterany, afternotok)",
     )  # fmt: skip
     after_arrays = models.ManyToManyField(
         JobArray, blank=True, related_name="dependents",
-        help_text="arrays every task of which must succeed (or end: after_condition) before "
-        "this one may start (Slurm's afterok, afterany on an array job)",
+        help_text="arrays every task of which must succeed (or end, or end with one at least "
+        "not succeeded: after_condition) before this one may start (Slurm's afterok, afterany, "
+        "afternotok on an array job)",
     )  # fmt: skip
 
     after_condition = models.CharField(

@@ -27,7 +27,7 @@ from core.prepared import Prepared, PreparedCount, PreparedInsert
 from core.realtime import publish_coalesced, publish_on_commit
 from core.security import invisible_character_error, is_ascii_number
 from quotas.models import Queue, Tier
-from scheduling import feasibility, limits, time_limits
+from scheduling import dependencies, feasibility, limits, time_limits
 from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
@@ -61,7 +61,8 @@ class JobRequest:
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
     after_arrays: Sequence[int] = ()  # arrays every task of which must (``check_after_arrays``)
-    # what they must have done: succeeded (afterok), or ended whatever the outcome (afterany)
+    # what they must have done: succeeded (afterok), ended whatever the outcome (afterany),
+    # or ended without succeeding (afternotok)
     after_condition: str = Job.AfterCondition.SUCCEEDED
     # one at a time by name (Slurm's singleton): also wait for the owner's older active jobs
     # of this name to end (``check_dependencies``)
@@ -223,7 +224,15 @@ def resolve_job_request(
     return fields
 
 
-_NEVER_STARTS = {Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled"}
+# How a refusal says what a dependency did, and why that refuses it, by ``after_condition``.
+_DID = {
+    Job.State.FAILED: "failed", Job.State.CANCELLED: "was cancelled",
+    Job.State.SUCCEEDED: "succeeded",
+}  # fmt: skip
+_NEVER = {
+    Job.AfterCondition.SUCCEEDED: "a job after it could never start",
+    Job.AfterCondition.FAILED: "a job after its failure could never start",
+}
 
 
 def _distinct_ids(
@@ -240,57 +249,64 @@ def _distinct_ids(
     return ids, [i for i in ids if 1 <= i <= limits.JOB_ID_MAX]
 
 
-def check_after(user: Any, after: Sequence[int], ended: bool = False) -> list[int]:
+def check_after(
+    user: Any, after: Sequence[int], condition: str = Job.AfterCondition.SUCCEEDED
+) -> list[int]:
     """The ids of ``after`` a job of ``user``'s may wait for, duplicates collapsed (first
     order kept), or a ValidationError on ``after``.
 
     At most ``limits.AFTER_MAX`` jobs, each a whole number naming a job ``user`` may view
     (``list_jobs_for_user``, the job page's rule: any other id is "unknown", whether or not
-    it exists) that could still succeed (one that already did satisfies it); with ``ended``
-    (``after_condition`` ``ended``) in any state. One query.
+    it exists) that could still meet ``condition`` (``Job.DEFEATS``: under ``succeeded`` one
+    that failed or was cancelled could not; under ``failed`` one that succeeded; under
+    ``ended`` any will do). One that already met it satisfies it at once. One query.
     """
     ids, in_range = _distinct_ids(after, "after", "job", limits.AFTER_MAX)
     states = dict(list_jobs_for_user(user).filter(pk__in=in_range).values_list("pk", "state"))
+    defeats = Job.DEFEATS[condition]
     errors = []
     for job_id in ids:
         state = states.get(job_id)
         if state is None:
             errors.append(f"unknown job {job_id}")
-        elif state in _NEVER_STARTS and not ended:
-            errors.append(f"job {job_id} {_NEVER_STARTS[state]}; a job after it could never start")
+        elif state in defeats:
+            errors.append(f"job {job_id} {_DID[state]}; {_NEVER[condition]}")
     if errors:
         raise ValidationError({"after": errors})
     return ids
 
 
-def check_after_arrays(user: Any, array_ids: Sequence[int], ended: bool = False) -> list[int]:
+def check_after_arrays(
+    user: Any, array_ids: Sequence[int], condition: str = Job.AfterCondition.SUCCEEDED
+) -> list[int]:
     """The ids of ``array_ids`` a job of ``user``'s may wait for as a whole, duplicates
     collapsed (first order kept), or a ValidationError on ``after_arrays``.
 
     At most ``limits.AFTER_ARRAYS_MAX`` arrays, each naming one ``user`` may view
     (``list_arrays_for_user``: the rule of its tasks' pages; any other id is "unknown")
-    none of whose tasks failed or was cancelled (with ``ended``: whatever its tasks did).
-    Two queries (one with ``ended``).
+    that could still meet ``condition``: under ``succeeded`` none of its tasks failed or
+    was cancelled, under ``failed`` not every one of them succeeded (``Job.TASK_MEETS``),
+    under ``ended`` whatever its tasks did. Two queries (one under ``ended``).
     """
     ids, in_range = _distinct_ids(array_ids, "after_arrays", "array", limits.AFTER_ARRAYS_MAX)
     seen = set(list_arrays_for_user(user).filter(pk__in=in_range).values_list("pk", flat=True))
-    failed: dict[int, tuple[int, str]] = {}
-    for array_id, index, state in (
-        Job.objects.filter(array_id__in=() if ended else seen, state__in=_NEVER_STARTS)
-        .order_by("array_id", "array_index")
-        .values_list("array_id", "array_index", "state")
-    ):
-        failed.setdefault(array_id, (index, state))
-    errors = []
-    for array_id in ids:
-        if array_id not in seen:
-            errors.append(f"unknown array {array_id}")
-        elif array_id in failed:
-            index, state = failed[array_id]
-            errors.append(
-                f"task {index} of array {array_id} {_NEVER_STARTS[state]}; "
-                "a job after it could never start"
-            )
+    doomed: dict[int, str] = {}
+    if condition == Job.AfterCondition.SUCCEEDED:
+        for array_id, index, state in (
+            Job.objects.filter(array_id__in=seen, state__in=Job.DEFEATS[condition])
+            .order_by("array_id", "array_index")
+            .values_list("array_id", "array_index", "state")
+        ):
+            doomed.setdefault(array_id, f"task {index} of array {array_id} {_DID[state]}")
+    elif condition == Job.AfterCondition.FAILED:
+        for array_id in dependencies.arrays_all_succeeded(seen):
+            doomed[array_id] = f"every task of array {array_id} succeeded"
+    errors = [
+        f"{doomed[array_id]}; {_NEVER[condition]}" if array_id in doomed
+        else f"unknown array {array_id}"
+        for array_id in ids
+        if array_id in doomed or array_id not in seen
+    ]  # fmt: skip
     if errors:
         raise ValidationError({"after_arrays": errors})
     return ids
@@ -300,7 +316,7 @@ def check_after_arrays(user: Any, array_ids: Sequence[int], ended: bool = False)
 class Dependencies:
     """What a submission waits for, checked (``check_dependencies``): the ids of the jobs
     (``after``) and of the arrays (``after_arrays``) that must first have done what
-    ``condition`` says (``Job.AfterCondition``: succeeded, or ended). ``singleton``: those
+    ``condition`` says (``Job.AfterCondition``: succeeded, ended, or failed). ``singleton``: those
     include the owner's older active jobs of the same name (``same_name_jobs``)."""
 
     jobs: Sequence[int] = ()
@@ -324,17 +340,18 @@ def check_dependencies(
 ) -> Dependencies:
     """``req``'s ``after`` and ``after_arrays`` checked (``check_after``,
     ``check_after_arrays``) against its ``after_condition`` (one of ``Job.AfterCondition``;
-    ``ended`` only with something to wait for), with every error in one ValidationError.
-    With ``singleton``, also the owner's older active jobs of ``req.name``
+    ``ended`` and ``failed`` only with something to wait for), with every error in one
+    ValidationError. With ``singleton``, also the owner's older active jobs of ``req.name``
     (``same_name_jobs``), to end: the condition is ``ended`` (given with ``after`` or
-    ``after_arrays``, it must say so). ``indices``: a job array's (None: one job), whose
+    ``after_arrays``, it must say so; ``failed`` never goes with it). ``indices``: a job array's (None: one job), whose
     tasks may each wait for the task of the same index of ``req.after_corresponding``
     (``corresponding_tasks``). No query when it names none and is no singleton. A
     submission calls it under the person's lock (``submission_lock``), so that two
     singletons of one name never both find none."""
     condition = req.after_condition
     if condition not in Job.AfterCondition.values:
-        allowed = " or ".join(Job.AfterCondition.values)
+        *others, last = Job.AfterCondition.values
+        allowed = f"{', '.join(others)} or {last}"
         raise ValidationError({"after_condition": [f"after_condition is {allowed}"]})
     named = bool(req.after or req.after_arrays or req.after_corresponding)
     if req.after_corresponding and indices is None:
@@ -356,11 +373,21 @@ def check_dependencies(
                 ]
             }
         )
+    if req.singleton and condition == Job.AfterCondition.FAILED:
+        raise ValidationError(
+            {
+                "after_condition": [
+                    "a singleton waits for your older jobs of its name to end, whatever the "
+                    "outcome: it cannot wait for them to fail"
+                ]
+            }
+        )
     if condition != Job.AfterCondition.SUCCEEDED and not (named or req.singleton):
         raise ValidationError(
             {"after_condition": [f"{condition} needs jobs (after) or arrays (after_arrays)"]}
         )
-    ended = condition == Job.AfterCondition.ENDED or req.singleton
+    if req.singleton:
+        condition = Job.AfterCondition.ENDED
     errors: dict[str, list[str]] = {}
     checked: dict[str, list[int]] = {"jobs": [], "arrays": []}
     for key, given, check in (
@@ -368,7 +395,7 @@ def check_dependencies(
         ("arrays", req.after_arrays, check_after_arrays),
     ):
         try:
-            checked[key] = check(user, given, ended) if given else []
+            checked[key] = check(user, given, condition) if given else []
         except ValidationError as exc:
             errors.update(exc.message_dict)
     same: tuple[list[int], list[int]] = ([], [])
@@ -382,7 +409,7 @@ def check_dependencies(
     if req.after_corresponding and indices is not None:
         try:
             corresponding, per_task = corresponding_tasks(
-                user, req.after_corresponding, indices, ended
+                user, req.after_corresponding, indices, condition
             )
         except ValidationError as exc:
             errors.update(exc.message_dict)
@@ -391,7 +418,7 @@ def check_dependencies(
     return Dependencies(
         jobs=list(dict.fromkeys([*checked["jobs"], *same[0]])),
         arrays=list(dict.fromkeys([*checked["arrays"], *same[1]])),
-        condition=Job.AfterCondition.ENDED if req.singleton else condition,
+        condition=condition,
         singleton=req.singleton,
         per_task=per_task,
         corresponding=corresponding,
@@ -399,17 +426,19 @@ def check_dependencies(
 
 
 def corresponding_tasks(
-    user: Any, array_ids: Sequence[int], indices: Sequence[int], ended: bool = False
-) -> tuple[list[int], dict[int, list[int]]]:
+    user: Any, array_ids: Sequence[int], indices: Sequence[int],
+    condition: str = Job.AfterCondition.SUCCEEDED,
+) -> tuple[list[int], dict[int, list[int]]]:  # fmt: skip
     """What the tasks of a new array of ``indices`` wait for with ``after_corresponding``
     ``array_ids`` (Slurm's ``aftercorr``): the arrays' ids, duplicates collapsed (first
     order kept), and by index the ids of their tasks of that index (an array without one
     adds nothing to that task), or a ValidationError on ``after_corresponding``.
 
     At most ``limits.AFTER_ARRAYS_MAX`` arrays, each one ``user`` may view (else
-    "unknown", as ``check_after_arrays``), none of whose tasks of those indices failed or
-    was cancelled (that task could never start; with ``ended``, whatever they did). Two
-    queries.
+    "unknown", as ``check_after_arrays``), none of whose tasks of those indices could no
+    longer meet ``condition`` (``Job.DEFEATS``: under ``succeeded`` one that failed or was
+    cancelled, under ``failed`` one that succeeded; under ``ended`` whatever they did): that
+    task could never start. Two queries.
     """
     ids, in_range = _distinct_ids(
         array_ids, "after_corresponding", "array", limits.AFTER_ARRAYS_MAX
@@ -425,10 +454,10 @@ def corresponding_tasks(
         .values_list("array_id", "array_index", "pk", "state")
     ):
         per_task.setdefault(index, []).append(job_id)
-        if not ended and state in _NEVER_STARTS and array_id not in doomed:
+        if state in Job.DEFEATS[condition] and array_id not in doomed:
             doomed[array_id] = (
-                f"task {index} of array {array_id} {_NEVER_STARTS[state]}; task {index} of "
-                "this array could never start"
+                f"task {index} of array {array_id} {_DID[state]}; task {index} of this "
+                "array could never start"
             )
     errors += [doomed[array_id] for array_id in ids if array_id in doomed]
     if errors:
@@ -673,6 +702,7 @@ def submitted_message(
 _DONE = {
     Job.AfterCondition.SUCCEEDED: "succeeded",
     Job.AfterCondition.ENDED: "ended, whatever the outcome",
+    Job.AfterCondition.FAILED: "ended without succeeding (failed or cancelled)",
 }
 
 

@@ -145,6 +145,7 @@ CONSTRAINTS: dict[str, str] = {
 # ``details.after_condition`` of DEPENDENCY (only when not the default, "succeeded"), in words.
 AFTER_CONDITIONS: dict[str, str] = {
     "ended": "ended, whatever the outcome",
+    "failed": "ended without succeeding (failed or cancelled)",
     "succeeded": "succeeded",
 }
 

@@ -133,20 +133,23 @@ WHATIF_TITLES: dict[str, str] = {
     "DEPENDENCY": "Would wait for other jobs to succeed",
 }
 
-# The DEPENDENCY titles of a job that waits for the others to end whatever the outcome
-# (``after_condition`` ``ended``, Slurm's afterany), not to succeed.
-ENDED_TITLES: dict[str, str] = {"DEPENDENCY": "Waiting for other jobs to end"}
-ENDED_WHATIF_TITLES: dict[str, str] = {"DEPENDENCY": "Would wait for other jobs to end"}
+# The DEPENDENCY titles (the job page's, the what-if's) of a job that waits for the others to
+# do other than succeed: to end whatever the outcome (``after_condition`` ``ended``, Slurm's
+# afterany) or without succeeding (``failed``, afternotok).
+DEPENDENCY_TITLES: dict[str, tuple[str, str]] = {
+    Job.AfterCondition.ENDED: ("Waiting for other jobs to end", "Would wait for other jobs to end"),
+    Job.AfterCondition.FAILED: (
+        "Waiting for other jobs to fail", "Would wait for other jobs to fail"
+    ),
+}  # fmt: skip
 
 
-def code_titles(
-    after_condition: str, titles: dict[str, str] = CODE_TITLES,
-    ended: dict[str, str] = ENDED_TITLES,
-) -> dict[str, str]:  # fmt: skip
-    """``titles`` (``CODE_TITLES``; the what-if's: ``WHATIF_TITLES``, ``ENDED_WHATIF_TITLES``)
-    as said of a job with this ``after_condition`` (its DEPENDENCY: to succeed, or to end)."""
-    if after_condition == Job.AfterCondition.ENDED:
-        return {**titles, **ended}
+def code_titles(after_condition: str, whatif: bool = False) -> dict[str, str]:
+    """``CODE_TITLES`` (``whatif``: ``WHATIF_TITLES``) as said of a job with this
+    ``after_condition`` (its DEPENDENCY: to succeed, to end, or to fail)."""
+    titles = WHATIF_TITLES if whatif else CODE_TITLES
+    if after_condition in DEPENDENCY_TITLES:
+        return {**titles, "DEPENDENCY": DEPENDENCY_TITLES[after_condition][whatif]}
     return titles
 
 
@@ -162,7 +165,7 @@ def whatif_answer(w: whatif.WhatIf) -> dict[str, Any]:
         data["title"] = "Would start now, on borrowed GPUs" if w.borrowed else "Would start now"
     else:
         condition = w.details.get("after_condition", "")
-        titles = code_titles(condition, WHATIF_TITLES, ENDED_WHATIF_TITLES)
+        titles = code_titles(condition, whatif=True)
         data["title"] = titles.get(w.code, f"Would wait: {w.code}")
     data["detail_rows"] = detail_rows(w.details)
     # written as the verdicts write times, so the page (in_zone) and its script (zoned) show
@@ -537,8 +540,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "starts_after_arrays": pipeline.starts_after_arrays,
         # the jobs waiting for it, by what they wait for it to do: [(after_condition, jobs)]
         "waiting_for_it": pipeline.waiting_by_condition,
-        # it waits for them to end whatever the outcome (Slurm's afterany), not to succeed
-        "after_ended": job.after_condition == Job.AfterCondition.ENDED,
+        # what it waits for them to do: succeed, end whatever the outcome (Slurm's afterany),
+        # or end without succeeding (afternotok)
+        "after_condition": job.after_condition,
         "code_title": titles.get(job.pending_code, job.pending_code),
         "can_cancel": job.is_active and allowed,
         "may_cancel": allowed,

@@ -175,7 +175,7 @@ def test_help_and_completion_know_the_flag(capsys, monkeypatch, tmp_path):
     assert main(["submit", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--after 12 --after-condition ended   # once job 12 ended, however" in out
-    assert "--after-condition {succeeded,ended}" in out
+    assert "--after-condition {succeeded,ended,failed}" in out
     text = script("bash", capsys, monkeypatch, tmp_path)
     assert complete(text, "submit", "--after-c") == ["--after-condition", "--after-corr"]
     assert complete(text, "submit", "--after-con") == ["--after-condition"]

@@ -65,6 +65,7 @@ def test_the_form_offers_the_choice_in_its_pipeline_succeeded_by_default(demo):
     assert options == [
         ("succeeded", " selected", "succeeded (Slurm&#x27;s afterok)"),
         ("ended", "", "ended, whatever the outcome (Slurm&#x27;s afterany)"),
+        ("failed", "", "failed or been cancelled (Slurm&#x27;s afternotok)"),
     ]
     assert "never cancelled for their outcome" in text(html, "id_after_condition_helptext")
 

@@ -81,7 +81,7 @@ def test_the_form_has_the_field_in_the_pipeline_with_its_help(demo):
     assert f"(at most {limits.AFTER_ARRAYS_MAX})" in help_text
     assert (
         "If one of their tasks fails for good or is cancelled, this job is cancelled (unless "
-        "it starts once they have ended, below)." in help_text
+        "it starts once they have ended or failed, below)." in help_text
     )
 
 

@@ -146,9 +146,9 @@ def test_the_service_refuses_a_condition_it_does_not_know_and_a_batch_refuses_on
     me = demo["researcher"]
     with pytest.raises(ValidationError) as caught:
         submit_job(me, JobRequest(name="x", queue="llm-experiment", gpus=8, after=(1,),
-                                  after_condition="afternotok"))  # fmt: skip
+                                  after_condition="afterok"))  # fmt: skip
     assert caught.value.message_dict == {
-        "after_condition": ["after_condition is succeeded or ended"]
+        "after_condition": ["after_condition is succeeded, ended or failed"]
     }
     with pytest.raises(ValidationError) as caught:
         submit_jobs(me, [JobRequest(name="x", queue="llm-experiment", gpus=8, **ENDED)])

@@ -229,15 +229,18 @@ JOB_RULES = {
     "gpus_per_node": r"nodes have at most \d+ GPUs$|[\d,]+ GPUs cannot be split evenly into ",
     "checkpoint_path": r"checkpoints must live on shared storage|a URI like s3://bucket/run/",
     # which jobs exist and whom they are visible to (docs/api.md, "Job dependencies")
-    "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$",
+    "after": r"unknown job \d+$|job \d+ (failed|was cancelled); a job after it could never start$"
+    r"|job \d+ succeeded; a job after its failure could never start$",
     "after_arrays": r"unknown array \d+$|task \d+ of array \d+ (failed|was cancelled); a job "
-    r"after it could never start$",
-    "after_condition": r"ended needs jobs \(after\) or arrays \(after_arrays\)$|a singleton waits "
-    r"for your older jobs of its name to end, whatever the outcome: with after, after_arrays or "
-    r"after_corresponding, set after_condition to ended too$",
+    r"after it could never start$|every task of array \d+ succeeded; a job after its failure "
+    r"could never start$",
+    "after_condition": r"(ended|failed) needs jobs \(after\) or arrays \(after_arrays\)$|a "
+    r"singleton waits for your older jobs of its name to end, whatever the outcome: (with after, "
+    r"after_arrays or after_corresponding, set after_condition to ended too|it cannot wait for "
+    r"them to fail)$",
     # an array's only; which arrays exist, whom they are visible to, what their tasks did
     "after_corresponding": r"for a job array only: |unknown array \d+$|task \d+ of array \d+ "
-    r"(failed|was cancelled); task \d+ of this array could never start$",
+    r"(failed|was cancelled|succeeded); task \d+ of this array could never start$",
     # how many active jobs of its name the person has (docs/api.md, "One at a time by name")
     "singleton": r"you have [\d,]+ active jobs and arrays named .*; a singleton waits for at most",
     # the other field's value (docs/api.md, "Time limits")

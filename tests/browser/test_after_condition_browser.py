@@ -3,7 +3,8 @@ runs on the small test cluster (4 x 8 GPUs, roomy quotas); the researcher fills 
 form with "Start after jobs" and "Start once they have: ended" (the what-if under it, asked
 by the page's script with the choice, says the job would wait for it to end), submits,
 lands on the new job's page and reads its "Starts after" line: it starts once they have
-ended, whatever the outcome, and says nothing of being cancelled for theirs.
+ended, whatever the outcome, and says nothing of being cancelled for theirs. A job after
+another's failure (Slurm's afternotok) is filled and read the same way.
 """
 
 from __future__ import annotations
@@ -64,3 +65,33 @@ def test_a_job_submitted_after_another_s_end_through_the_form_says_so(demo, page
     )
     expect(starts_after).not_to_contain_text("is cancelled if one fails")
     expect(starts_after.locator("a")).to_have_attribute("href", f"/jobs/{first.pk}/")
+
+
+def test_a_job_submitted_after_another_s_failure_says_when_it_runs_and_when_it_is_cancelled(
+    demo, page, login
+):
+    make_quotas_roomy()
+    train = JobRequest(name="train", queue="llm-core", gpus=8, sim_duration_minutes=90)
+    first = in_thread(submit_job, demo["researcher"], train)
+    in_thread(run_cycle)
+    base = login("researcher")
+    fill_a_job(page, base, "fallback")
+    page.get_by_label("Start after jobs").fill(f"{first.pk}")
+    page.get_by_label("Start once they have").select_option("failed")
+    title, text = page.locator("#feasibility-title"), page.locator("#feasibility-text")
+    expect(title).to_have_text("Would wait for other jobs to fail")
+    expect(text).to_contain_text(
+        f"Waits for job {first.pk} (train) to end without succeeding: running"
+    )
+    page.get_by_role("button", name="Submit job").click()
+
+    page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+    job = Job.objects.get(name="fallback")
+    assert job.after_condition == "failed"
+    expect(page.locator("#starts-after")).to_have_text(
+        f"Starts after: job {first.pk} (train), running. It starts only once all of them have "
+        "ended without succeeding (failed or cancelled), and is cancelled if one succeeds."
+    )
+    in_thread(run_cycle)  # its verdict
+    page.reload()
+    expect(page.locator("#verdict-title")).to_have_text("Waiting for other jobs to fail")

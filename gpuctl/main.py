@@ -113,7 +113,8 @@ examples:
 EXPLAIN_HELP = """\
 Show one job: its state, and when pending the verdict of the last scheduling cycle
 (the reason code, its numbers, what would make it start, the estimated start), then
-its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release), DEPENDENCY
+its timeline. Reason codes: NEVER_FITS, HELD (on hold until gpuctl release),
+QUEUE_TIME_LIMIT (its time limit is above its queue's now: gpuctl time-limit), DEPENDENCY
 (it waits for the jobs it was submitted --after, or every task of the arrays it was
 submitted --after-array, to succeed; with --after-condition ended to end, whatever the
 outcome; with failed to end without succeeding), ARRAY_LIMIT (a task of an

@@ -30,16 +30,17 @@ GREEN = "#009E73"
 PURPLE = "#CC79A7"
 GREY = "#777777"
 
-# Pending reason codes in API.md's order (the order they are checked in: HELD, DEPENDENCY
-# and ARRAY_LIMIT, the loop's own, right after NEVER_FITS), then the loop's LAUNCH_RETRY, a
-# planned start the cluster could not launch yet.
+# Pending reason codes in API.md's order (the order they are checked in: HELD,
+# QUEUE_TIME_LIMIT, DEPENDENCY and ARRAY_LIMIT, the loop's own, right after NEVER_FITS), then
+# the loop's LAUNCH_RETRY, a planned start the cluster could not launch yet.
 REASON_ORDER = (
-    "NEVER_FITS", "HELD", "DEPENDENCY", "ARRAY_LIMIT", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
+    "NEVER_FITS", "HELD", "QUEUE_TIME_LIMIT", "DEPENDENCY", "ARRAY_LIMIT", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
     "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 )  # fmt: skip
 REASON_LABELS = {
     "NEVER_FITS": "never fits",
     "HELD": "on hold",
+    "QUEUE_TIME_LIMIT": "time limit above its queue's",
     "DEPENDENCY": "waits for other jobs",
     "ARRAY_LIMIT": "array's bound",
     "QUOTA_EXCEEDED": "quota full",
@@ -473,6 +474,7 @@ def idle_causes_figure(
 REASON_STYLE = {
     "NEVER_FITS": (BLUE, "x"),
     "HELD": (BLACK, "+"),
+    "QUEUE_TIME_LIMIT": (ORANGE, "x"),
     "DEPENDENCY": (GREEN, "/"),
     "ARRAY_LIMIT": (SKY, "."),
     "QUOTA_EXCEEDED": (VERMILION, ""),

@@ -44,6 +44,9 @@ GUIDES: tuple[Guide, ...] = (
             "than 8 GPUs per node).",
             "HELD: its owner, their team lead or an admin put it on hold (or suspended it "
             "while it ran); it waits until released, and its wait counts from the release.",
+            "QUEUE_TIME_LIMIT: its time limit is longer than its queue now lets a run last "
+            "(an admin lowered the queue's bound after it was submitted); it waits until its "
+            "limit is lowered (its page, gpuctl time-limit) or the queue's raised.",
             "DEPENDENCY: it was submitted to start after other jobs, and waits for them to "
             "succeed; it is not in the queue yet (its owner's pipeline, not the cluster).",
             "ARRAY_LIMIT: a task of a job array whose owner bounded how many tasks run at "

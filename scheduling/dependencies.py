@@ -30,7 +30,7 @@ from functools import cached_property
 
 from django.db.models import Count, Q, QuerySet
 
-from scheduling import arrays, holds
+from scheduling import arrays, holds, time_limits
 from scheduling.clock import to_epoch
 from scheduling.engine import explain
 from scheduling.engine import types as et
@@ -438,16 +438,19 @@ def held_verdicts(
     started: Mapping[int, float | None] | None = None, now: float = 0.0,
     estimates: Mapping[int, float | None] | None = None,
     waiting_runtimes: Mapping[int, float | None] | None = None,
+    bounded: Mapping[int, tuple[str, int]] | None = None,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
-    ``HELD`` for a job on hold (``scheduling.holds``), ``ARRAY_LIMIT`` for a task past its
+    ``HELD`` for a job on hold (``scheduling.holds``), ``QUEUE_TIME_LIMIT`` for one whose time
+    limit is above its queue's now (``bounded``: the queue's name and max,
+    ``scheduling.time_limits``), ``ARRAY_LIMIT`` for a task past its
     array's bound (``throttled``, ``scheduling.arrays``; ``started``: the jobs the cycle's
     plan starts, with their predicted ends; ``now``: the cycle's time, from which the
     tasks' places are predicted to open: ``arrays.estimated_starts``), else ``DEPENDENCY``
     (``verdict``; ``estimates``: the plan's estimated starts of the waiting jobs others
     wait for; ``waiting_runtimes``: their predicted runtimes, read from the snapshot's
     pending and held jobs when not given)."""
-    throttled, started = throttled or {}, started or {}
+    throttled, started, bounded = throttled or {}, started or {}, bounded or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
@@ -464,6 +467,10 @@ def held_verdicts(
         job, row = held[job_id], rows[job_id]
         if holds.is_held(row):
             out[job_id] = never_fits(job, shape, row) or holds.verdict(row)
+        elif job_id in bounded:
+            out[job_id] = never_fits(job, shape, row) or time_limits.queue_verdict(
+                row["time_limit_minutes"], *bounded[job_id]
+            )
         elif job_id in throttled:
             out[job_id] = never_fits(job, shape, row) or arrays.verdict(
                 throttled[job_id], started, places[job_id]

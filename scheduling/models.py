@@ -295,6 +295,11 @@ class Job(models.Model):
         help_text="the longest one run may last (Slurm's --time): a run that reaches it is "
         "asked to checkpoint and stop, and the job fails (TIMEOUT), with no retry",
     )  # fmt: skip
+    time_limit_past_queue_max = models.BooleanField(
+        default=False,
+        help_text="an admin gave it a time limit above its queue's max: the queue's bound does "
+        "not hold it back (QUEUE_TIME_LIMIT)",
+    )
     model_name = models.CharField(max_length=100, blank=True)
     sim_duration_minutes = models.PositiveIntegerField(null=True, blank=True)
 

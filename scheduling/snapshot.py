@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
-from scheduling import arrays, borrow_inputs, dependencies, holds
+from scheduling import arrays, borrow_inputs, dependencies, holds, time_limits
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
@@ -41,6 +41,9 @@ class SnapshotContext:
     # pending jobs that queue from later than their submission (epoch seconds): the last of
     # their dependencies ended, or their hold was released, then
     released_at: dict[int, float] = field(default_factory=dict)
+    # pending jobs held for a time limit above their queue's max now (``time_limits``): by
+    # id, the queue's name and max (minutes)
+    bounded: dict[int, tuple[str, int]] = field(default_factory=dict)
 
 
 # The columns of an active job the engine, the predictor and the verdict writer read
@@ -48,7 +51,7 @@ class SnapshotContext:
 JOB_FIELDS = (
     "id", "name", "state", "queue_id", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma",
     "exclusive_node", "avoid_inference", "preemptible", "preemption_count", "model_name",
-    "estimated_runtime_minutes", "time_limit_minutes", "owner__username", "preempted_for_id", "borrowed",
+    "estimated_runtime_minutes", "time_limit_minutes", "time_limit_past_queue_max", "owner__username", "preempted_for_id", "borrowed",
     "backend_ref", "pending_code", "pending_message", "pending_details", "pending_remedy",
     "queue_position", "estimated_start", "progress_seconds", "run_start_progress_seconds",
     "checkpoint_path", "stop_reason", "move_to_node", *holds.HOLD_FIELDS, *arrays.ARRAY_FIELDS,
@@ -252,6 +255,7 @@ def build_snapshot(
     built, reused = {}, _previous.pending
     held: dict[int, et.PendingJob] = {}
     released: dict[int, float] = {}
+    bounded: dict[int, tuple[str, int]] = {}
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         if r["state"] == Job.State.PENDING:
@@ -277,7 +281,15 @@ def build_snapshot(
             else:
                 view = _pending_job(r, queue, predicted, inputs[3], inputs[4])
             built[r["id"]] = (r, inputs, view)
-            if holds.is_held(r) or r["id"] in links.unmet:  # not the engine's to plan
+            most = queue.max_time_limit_minutes
+            if (
+                most is not None
+                and not r["time_limit_past_queue_max"]  # an admin's choice
+                and time_limits.above_queue_max(r["time_limit_minutes"], most)
+            ):
+                bounded[r["id"]] = (queue.name, most)
+            if holds.is_held(r) or r["id"] in links.unmet or r["id"] in bounded:  # not the
+                # engine's to plan
                 held[r["id"]] = view
             else:
                 pending.append(view)
@@ -350,4 +362,5 @@ def build_snapshot(
         pending=tuple(pending), policy=policy, demand_peaks=peaks,
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links,
-                           throttled=throttled, released_at=released)  # fmt: skip
+                           throttled=throttled, released_at=released,
+                           bounded=bounded)  # fmt: skip

@@ -4,7 +4,10 @@ TimeLimit=``), ``scheduling.time_limits``.
 Who: whoever may cancel the job (its owner, their team lead, an admin) may **lower** it,
 or give one to a job that has none; only an admin may **raise** it, or give one above the
 queue's max, as in Slurm (the scheduler planned other work around the run ending by
-then: a reservation behind it). A pending job's next run gets the new limit; a running
+then: a reservation behind it). An admin's limit above the queue's max is the admin's
+choice: the queue's bound does not hold the job back (``Job.time_limit_past_queue_max``;
+a pending job above it otherwise waits, ``time_limits.queue_verdict``), and lowering the
+limit within the max may be done by whoever may cancel the job: the way out of that wait. A pending job's next run gets the new limit; a running
 job's run is measured against it from its start, so a limit lowered below what the run
 has lasted stops it at the next cycle. The loop re-reads the limit under the job's lock
 before it stops a run (``cycle.stops.request_stops``), so a limit raised while a cycle
@@ -80,7 +83,10 @@ def change_time_limit(
                     "a cluster admin may give a longer limit"
                 )
         job.time_limit_minutes = minutes
-        job.save(update_fields=["time_limit_minutes", "updated_at"])
+        # an admin's limit past the queue's max: the queue's bound does not hold it back
+        # (``time_limits.queue_verdict``); within it, the bound holds again if lowered
+        job.time_limit_past_queue_max = bool(most and minutes > most)
+        job.save(update_fields=["time_limit_minutes", "time_limit_past_queue_max", "updated_at"])
         record_action(
             user, job, "time_limit", ("time_limit", _message(user, job, before, reason)),
             ({"time_limit_minutes": before}, {"time_limit_minutes": minutes}),
@@ -98,6 +104,12 @@ def _message(user: Any, job: Job, before: int | None, reason: str) -> str:
     )
     if reason:
         message += f": {reason}"
+    most = job.queue.max_time_limit_minutes
+    if job.time_limit_past_queue_max and most:
+        message += (
+            f"; above queue {job.queue.name}'s longest run ({limit_words(most)}), by an admin: "
+            "the queue's bound does not hold it back"
+        )
     if job.state == Job.State.RUNNING and job.started_at:
         stop = job.started_at + timedelta(minutes=job.time_limit_minutes or 0)
         message += f"; this run is asked to stop at {when(stop.timestamp())} if still running"

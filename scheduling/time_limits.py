@@ -13,7 +13,11 @@ way. The runtime predictor never predicts a run longer than its limit
 (``scheduling.prediction``), so a job with a limit can start in a gap its history would
 not fit. A queue may bound the limits of its jobs and give one to a job that asks none
 (Slurm's partition ``MaxTime`` and ``DefaultTime``: ``of_request``), fixed on the job at
-submission.
+submission. A pending job whose limit is above its queue's max *now* (the max was lowered,
+or set, after it was submitted; no limit is above any) does not start as it is: the loop
+holds it from the engine as a job waiting for others (``scheduling.snapshot``) and says so,
+``QUEUE_TIME_LIMIT`` (Slurm's ``PartitionTimeLimit``: ``queue_verdict``), until its limit is
+lowered (``time_limit_services``) or the queue's raised. A running job keeps its limit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from scheduling.engine import explain
+from scheduling.engine import types as et
 from scheduling.engine.explain import duration
 
 if TYPE_CHECKING:
@@ -33,6 +39,10 @@ TIMEOUT = "time limit reached (Slurm's TIMEOUT)"
 #: A run the backend ended within this much of its limit reached it (the backend's clock
 #: and the portal's may differ by a second or two: Slurm's times are whole seconds).
 SLACK_S = 5.0
+
+
+#: The pending reason of a job whose limit is above its queue's (``queue_verdict``).
+QUEUE_LIMIT_CODE = "QUEUE_TIME_LIMIT"
 
 
 def limit_s(minutes: int | None) -> float | None:
@@ -81,6 +91,33 @@ def of_request(
             ]
         }
     return limit, {}
+
+
+def above_queue_max(minutes: int | None, queue_max: int | None) -> bool:
+    """Is a job's limit (None: none) above its queue's max (None: no bound)?"""
+    return queue_max is not None and (minutes is None or minutes > queue_max)
+
+
+def queue_verdict(minutes: int | None, queue: str, queue_max: int) -> et.Verdict:
+    """``QUEUE_TIME_LIMIT``: the verdict of a pending job whose limit (``minutes``, None:
+    none) is above what its queue (``queue``) lets a run last now (``queue_max``)."""
+    most = limit_words(queue_max)
+    its = (
+        f"Its time limit ({limit_words(minutes)} a run) is" if minutes else "It has no time limit:"
+    )
+    message = (
+        f"{its} longer than queue {queue} lets a run last now ({most}): the queue's bound was "
+        "lowered after it was submitted, and it does not start as it is."
+    )
+    details: dict = {"queue": queue, "queue_max_time_limit_seconds": queue_max * 60}
+    if minutes:
+        details["time_limit_seconds"] = minutes * 60
+    details[explain.NO_ESTIMATE] = "it starts only once its time limit is within its queue's"
+    remedy = (
+        f"Lower its time limit to {most} ({queue_max:,} min) or less: Change the time limit on "
+        f"its page, or gpuctl time-limit JOB {queue_max}. Or ask an admin to raise the queue's."
+    )
+    return et.Verdict(QUEUE_LIMIT_CODE, message, details, remedy)
 
 
 def limit_words(minutes: int) -> str:

@@ -81,6 +81,9 @@ LABELS: dict[str, str] = {
     "held_at": "Held since",
     "hold_reason": "Reason given",
     "hold_kind": "Kind of hold (admin: only an admin may release it)",
+    # QUEUE_TIME_LIMIT (``scheduling.time_limits``)
+    "time_limit_seconds": "Its time limit (a run)",
+    "queue_max_time_limit_seconds": "The longest run its queue allows now",
     "waiting_for": "Waits for jobs",
     "waiting_for_arrays": "Waits for every task of arrays",
     "after_condition": "Starts once they have",

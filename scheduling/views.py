@@ -62,6 +62,7 @@ JOBS_PER_PAGE = 50
 CODE_TITLES: dict[str, str] = {
     "NEVER_FITS": "Can never run as asked",
     "HELD": "On hold",
+    "QUEUE_TIME_LIMIT": "Its time limit is longer than its queue allows now",
     "DEPENDENCY": "Waiting for other jobs to succeed",
     "ARRAY_LIMIT": "Its array runs at most so many tasks at once",
     "QUOTA_EXCEEDED": "Waiting for quota",

@@ -171,3 +171,24 @@ def test_an_ended_job_shows_no_time_limit_form(demo):
     cancel_job(me, job.pk)
     html = page(signed_in(demo, "researcher"), f"/jobs/{job.pk}/")
     assert re.search(r'id="time-limit-form" hidden', html)
+
+
+def test_a_job_above_its_queue_s_lowered_max_reads_so_on_its_page_and_in_the_list(demo, api):
+    me = demo["researcher"]
+    waiting = submit_job(
+        me, JobRequest(name="long", queue="llm-core", gpus=8, time_limit_minutes=600)
+    )
+    Queue.objects.filter(name="llm-core").update(max_time_limit_minutes=300)
+    cycle(api("admin"))
+    client = signed_in(demo, "researcher")
+    html = page(client, f"/jobs/{waiting.pk}/")
+    assert text(html, "verdict-code") == "QUEUE_TIME_LIMIT"
+    assert text(html, "verdict-title") == "Its time limit is longer than its queue allows now"
+    assert text(html, "verdict-message").startswith(
+        "Its time limit (10 h a run) is longer than queue llm-core lets a run last now (5 h)"
+    )
+    rows = dict(re.findall(r"<dt>([^<]*)</dt>\s*<dd>([^<]*)</dd>", html))
+    assert rows["Its time limit (a run)"] == "10 h"
+    assert rows["The longest run its queue allows now"] == "5 h"
+    listed = page(client, "/jobs/?mine=1")
+    assert "Its time limit is longer than its queue allows now" in listed

@@ -79,10 +79,15 @@ class Link:
     state: str
     finished_at: float | None  # epoch seconds
     same_line: bool  # in the waiting job's business line
-    index: int | None = None  # its index, a task of an ``ArrayLink``
+    index: int | None = None  # its index, a task of an array
 
     def named(self) -> str:
-        return f"job {self.id} ({self.name})" if self.same_line else f"job {self.id}"
+        """``job 57 (train)``, a task ``job 57 (train [3])`` as the job list names it; by
+        its id alone out of the waiting job's line."""
+        if not self.same_line:
+            return f"job {self.id}"
+        task = "" if self.index is None else f" [{self.index}]"
+        return f"job {self.id} ({self.name}{task})"
 
 
 @dataclass(frozen=True)
@@ -176,12 +181,13 @@ def read_pending_links() -> PendingLinks:
             "from_job_id", "to_job_id", "to_job__name", "to_job__state",
             "to_job__finished_at", "from_job__queue__business_line_id",
             "to_job__queue__business_line_id", "from_job__after_condition",
+            "to_job__array_index",
         )
     )  # fmt: skip
     out = PendingLinks()
     jobs: dict[int, list[Link]] = {}
-    for job_id, dep_id, name, state, finished_at, line, dep_line, condition in rows:
-        link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line)
+    for job_id, dep_id, name, state, finished_at, line, dep_line, condition, index in rows:
+        link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line, index)
         jobs.setdefault(job_id, []).append(link)
         if condition != _SUCCEEDED:
             out.conditions[job_id] = condition
@@ -266,11 +272,11 @@ def unmet_links(
     rows = (
         Job.objects.filter(pk__in=ids)
         .order_by("pk")
-        .values_list("pk", "name", "state", "finished_at", "queue__business_line_id")
+        .values_list("pk", "name", "state", "finished_at", "queue__business_line_id", "array_index")
     )
     jobs = [
-        Link(pk, name, state, to_epoch(finished_at), line == line_id)
-        for pk, name, state, finished_at, line in (rows if ids else ())
+        Link(pk, name, state, to_epoch(finished_at), line == line_id, index)
+        for pk, name, state, finished_at, line, index in (rows if ids else ())
     ]
     read = _array_links({(array, line_id, condition) for array in array_ids})
     out = PendingLinks(conditions={job_id: condition} if condition != _SUCCEEDED else {})

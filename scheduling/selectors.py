@@ -145,6 +145,14 @@ class LinkedJob:
     name: str | None = None
     state: str | None = None
     after_condition: str | None = None
+    index: int | None = None  # a task of an array: its index (named ``train [3]``)
+
+    @property
+    def title(self) -> str | None:
+        """Its name as the job list shows it (a task: ``train [3]``); None where not seen."""
+        if self.name is None or self.index is None:
+            return self.name
+        return f"{self.name} [{self.index}]"
 
 
 def by_condition(jobs: list[LinkedJob]) -> list[tuple[str, list[LinkedJob]]]:
@@ -211,15 +219,18 @@ def list_linked_jobs(user, job: Job) -> Pipeline:
     if after:
         visible = list_jobs_for_user(user).filter(pk__in=after).order_by()
         seen.update(
-            (pk, (name, state)) for pk, name, state in visible.values_list("pk", "name", "state")
+            (pk, {"name": name, "state": state, "index": index})
+            for pk, name, state, index in visible.values_list("pk", "name", "state", "array_index")
         )
     dependents = list_jobs_for_user(user).filter(after=job).order_by("pk")
     return Pipeline(
-        starts_after=[LinkedJob(pk, *(seen[pk] or ())) for pk in after],
+        starts_after=[LinkedJob(pk, **(seen[pk] or {})) for pk in after],
         starts_after_arrays=list_linked_arrays(user, arrays) if arrays else [],
         waited_for_by=[
             LinkedJob(*row)
-            for row in dependents.values_list("pk", "name", "state", "after_condition")
+            for row in dependents.values_list(
+                "pk", "name", "state", "after_condition", "array_index"
+            )
         ],
     )
 
@@ -250,7 +261,7 @@ def list_array_dependents(user, array: JobArray) -> list[tuple[str, list[LinkedJ
     (``Job.after_arrays``, by their ``after_condition``: ``by_condition``) that ``user`` may
     see, each group in id order (one query)."""
     dependents = list_jobs_for_user(user).filter(after_arrays=array).order_by("pk")
-    fields = ("pk", "name", "state", "after_condition")
+    fields = ("pk", "name", "state", "after_condition", "array_index")
     return by_condition([LinkedJob(*row) for row in dependents.values_list(*fields)])
 
 

@@ -63,4 +63,36 @@ def test_the_what_if_answers_for_the_first_task(demo, api):
         action="check", name="eval", array="0-1", after_corresponding=str(first.pk)
     )).content.decode()  # fmt: skip
     task0 = first.tasks.get(array_index=0).pk
-    assert text(html, "feasibility-text").startswith(f"Waits for job {task0} (train) to succeed")
+    assert text(html, "feasibility-text").startswith(
+        f"Waits for job {task0} (train [0]) to succeed"
+    )
+
+
+def test_the_pages_name_a_task_with_its_index_as_the_job_list_does(demo, api):
+    import re
+
+    me = demo["researcher"]
+    first = train(me)
+    evaluate = submit_array(
+        me, JobRequest(name="eval", queue="llm-core", gpus=8, after_corresponding=(first.pk,)),
+        "0-1",
+    )  # fmt: skip
+    cycle(api("admin"))
+    upstream = first.tasks.get(array_index=1).pk
+    task = evaluate.tasks.get(array_index=1).pk
+    client = signed_in(demo, "researcher")
+    html = page(client, f"/jobs/{task}/")
+    line = re.search(r'<p id="starts-after">(.*?)</p>', html, re.S)[1]
+    assert line.startswith(
+        f'Starts after: <a href="/jobs/{upstream}/">job {upstream} (train [1])</a>, running.'
+    )
+    assert text(html, "verdict-message").startswith(
+        f"Waits for job {upstream} (train [1]) to succeed: running, predicted to end "
+    )
+    waited = re.search(r'<p id="waited-for-by">(.*?)</p>', page(client, f"/jobs/{upstream}/"))[1]
+    assert waited == (
+        f'Jobs waiting for it to succeed: <a href="/jobs/{task}/">job {task} (eval [1])</a>, '
+        "pending."
+    )
+    listed = page(client, "/jobs/?mine=1")
+    assert f"#{upstream} train [1]</a>" in listed, "as the job list names it"

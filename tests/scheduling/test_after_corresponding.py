@@ -51,7 +51,7 @@ def test_each_task_waits_for_its_own_counterpart_only(api, demo):
     assert [job(me, ev[i])["state"] for i in range(4)] == ["pending"] * 3 + ["running"]
     reason = job(me, ev[1])["pending_reason"]
     assert reason["code"] == "DEPENDENCY"
-    assert reason["message"].startswith(f"Waits for job {train[1]} (train) to succeed")
+    assert reason["message"].startswith(f"Waits for job {train[1]} (train [1]) to succeed")
     fail_run(admin, train[1])
     Job.objects.filter(pk=train[0]).update(sim_duration_minutes=1)
     cycle(admin)
@@ -125,7 +125,7 @@ def test_the_what_if_answers_for_the_first_task_as_the_loop_does(api, demo):
     asked = JobRequest(name="eval", after_corresponding=(train.pk,), **BASE)
     answer = whatif.what_if(demo["researcher"], asked, "0-1")
     assert (answer.status, answer.code) == ("would_wait", "DEPENDENCY")
-    assert answer.message.startswith(f"Waits for job {tasks_of(train)[0]} (train) to succeed")
+    assert answer.message.startswith(f"Waits for job {tasks_of(train)[0]} (train [0]) to succeed")
     with pytest.raises(ValidationError, match="for a job array only"):
         whatif.what_if(demo["researcher"], asked)
     loop_agrees(demo["researcher"], admin, asked, answer, "0-1")

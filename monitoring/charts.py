@@ -31,10 +31,10 @@ PURPLE = "#CC79A7"
 GREY = "#777777"
 
 # Pending reason codes in API.md's order (the order they are checked in: HELD,
-# QUEUE_TIME_LIMIT, DEPENDENCY and ARRAY_LIMIT, the loop's own, right after NEVER_FITS), then
-# the loop's LAUNCH_RETRY, a planned start the cluster could not launch yet.
+# QUEUE_TIME_LIMIT, DEPENDENCY, BEGIN_TIME and ARRAY_LIMIT, the loop's own, right after
+# NEVER_FITS), then the loop's LAUNCH_RETRY, a planned start the cluster could not launch yet.
 REASON_ORDER = (
-    "NEVER_FITS", "HELD", "QUEUE_TIME_LIMIT", "DEPENDENCY", "ARRAY_LIMIT", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
+    "NEVER_FITS", "HELD", "QUEUE_TIME_LIMIT", "DEPENDENCY", "BEGIN_TIME", "ARRAY_LIMIT", "QUOTA_EXCEEDED", "NODES_UNAVAILABLE", "PRIORITY",
     "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 )  # fmt: skip
 REASON_LABELS = {
@@ -42,6 +42,7 @@ REASON_LABELS = {
     "HELD": "on hold",
     "QUEUE_TIME_LIMIT": "time limit above its queue's",
     "DEPENDENCY": "waits for other jobs",
+    "BEGIN_TIME": "asked to start later",
     "ARRAY_LIMIT": "array's bound",
     "QUOTA_EXCEEDED": "quota full",
     "NODES_UNAVAILABLE": "nodes unavailable",
@@ -476,6 +477,7 @@ REASON_STYLE = {
     "HELD": (BLACK, "+"),
     "QUEUE_TIME_LIMIT": (ORANGE, "x"),
     "DEPENDENCY": (GREEN, "/"),
+    "BEGIN_TIME": (GREEN, "."),
     "ARRAY_LIMIT": (SKY, "."),
     "QUOTA_EXCEEDED": (VERMILION, ""),
     "NODES_UNAVAILABLE": (BLACK, "\\"),

@@ -49,6 +49,8 @@ GUIDES: tuple[Guide, ...] = (
             "limit is lowered (its page, gpuctl time-limit) or the queue's raised.",
             "DEPENDENCY: it was submitted to start after other jobs, and waits for them to "
             "succeed; it is not in the queue yet (its owner's pipeline, not the cluster).",
+            "BEGIN_TIME: its owner asked it not to start before a time (Slurm's --begin); it "
+            "queues from then, and its wait counts from then.",
             "ARRAY_LIMIT: a task of a job array whose owner bounded how many tasks run at "
             "once (0-99%10); it starts as the array's running tasks end.",
             "DEMOTED: preempted more than 3 times; it was moved to the back of the line.",

@@ -231,6 +231,7 @@ def _raise_window_alerts(now, per_queue: dict, per_line: dict) -> None:
     stale = (
         Job.objects.filter(state=Job.State.PENDING, submitted_at__lt=cutoff, held_at__isnull=True)
         .exclude(released_at__gte=cutoff)
+        .exclude(begin_at__gte=cutoff)  # asked to begin later: it waits since then
         .exclude(after__in=not_long_released)
         .exclude(after_arrays__tasks__in=not_long_released)
         .values("queue__name")

@@ -33,6 +33,7 @@ from core.api import (
 )
 from core.filters import MINE_CHOICES, YES, MineFilter
 from core.security import is_ascii_number
+from core.time_text import TIME_HELP
 from quotas.models import Tier
 from scheduling import dependencies, limits, verdict_text
 from scheduling.cluster_lock import ClusterBusy
@@ -60,6 +61,16 @@ def id_list(most: int, help_text: str) -> serializers.ListField:
         child=StrictIntegerField(min_value=1, max_value=limits.JOB_ID_MAX),
         max_length=most, required=False, help_text=help_text,
     )  # fmt: skip
+
+
+@extend_schema_field(OpenApiTypes.DATETIME)
+class TimeText(serializers.CharField):
+    """A time as sent (RFC 3339, zone required), read by the service
+    (``core.time_text.parse_time``): DRF's own ``DateTimeField`` would take a time without a
+    zone in the server's zone."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=64, **kwargs)
 
 
 class JobSubmitSerializer(SharedFields, serializers.Serializer):
@@ -95,6 +106,11 @@ class JobSubmitSerializer(SharedFields, serializers.Serializer):
         min_value=1, max_value=limits.RUNTIME_MAX_MINUTES, required=False,
         help_text="the longest one run may last, as Slurm's --time: a run that reaches it is "
         "asked to checkpoint and stop, and the job fails (time limit), with no retry",
+    )  # fmt: skip
+    begin_at = TimeText(
+        required=False, allow_null=True,
+        help_text=f"not started before this (Slurm's --begin), {TIME_HELP}; a time already "
+        "past: no wait; at most 366 days ahead",
     )  # fmt: skip
     model_name = NameField(
         max_length=limits.MODEL_NAME_MAX, required=False, allow_blank=True, default=""
@@ -162,7 +178,7 @@ class JobSerializer(SharedFieldsModelSerializer):
             "id", "name", "owner", "queue", "business_line", "tier", "gpus", "gpus_per_node",
             "gpu_memory_gb", "rdma", "exclusive_node", "avoid_inference", "preemptible",
             "max_retries", "checkpoint_path", "checkpoint_interval_minutes",
-            "estimated_runtime_minutes", "time_limit_minutes", "model_name", "state",
+            "estimated_runtime_minutes", "time_limit_minutes", "begin_at", "model_name", "state",
             "pending_reason", "queue_position", "estimated_start", "preemption_count", "retry_count",
             "progress_seconds", "last_checkpoint_at", "borrowed", "submitted_at", "started_at",
             "finished_at", "failure_reason", "array", "array_index",
@@ -173,6 +189,9 @@ class JobSerializer(SharedFieldsModelSerializer):
                 "help_text": "the longest one run may last (Slurm's --time), or null: none"
             },
             "array_index": {"help_text": "its index in that array, or null"},
+            "begin_at": {
+                "help_text": "not started before this (Slurm's --begin), or null: no wait"
+            },
         }
 
     @extend_schema_field(OpenApiTypes.DOUBLE)

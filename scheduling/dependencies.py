@@ -25,12 +25,12 @@ viewer the names of the jobs they may see).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from django.db.models import Count, Q, QuerySet
 
-from scheduling import arrays, holds, time_limits
+from scheduling import arrays, begin_time, holds, time_limits
 from scheduling.clock import to_epoch
 from scheduling.engine import explain
 from scheduling.engine import types as et
@@ -445,11 +445,14 @@ def held_verdicts(
     estimates: Mapping[int, float | None] | None = None,
     waiting_runtimes: Mapping[int, float | None] | None = None,
     bounded: Mapping[int, tuple[str, int]] | None = None,
+    begins: Mapping[int, float] | None = None,
 ) -> dict[int, et.Verdict]:  # fmt: skip
     """The verdicts of the snapshot's held jobs, by job id: ``NEVER_FITS`` first, then
     ``HELD`` for a job on hold (``scheduling.holds``), ``QUEUE_TIME_LIMIT`` for one whose time
     limit is above its queue's now (``bounded``: the queue's name and max,
-    ``scheduling.time_limits``), ``ARRAY_LIMIT`` for a task past its
+    ``scheduling.time_limits``), ``BEGIN_TIME`` for one asked to start later (``begins``:
+    its earliest start, ``scheduling.begin_time``; one that also waits for others reads
+    ``DEPENDENCY``, its estimated start no earlier), ``ARRAY_LIMIT`` for a task past its
     array's bound (``throttled``, ``scheduling.arrays``; ``started``: the jobs the cycle's
     plan starts, with their predicted ends; ``now``: the cycle's time, from which the
     tasks' places are predicted to open: ``arrays.estimated_starts``), else ``DEPENDENCY``
@@ -457,6 +460,7 @@ def held_verdicts(
     wait for; ``waiting_runtimes``: their predicted runtimes, read from the snapshot's
     pending and held jobs when not given)."""
     throttled, started, bounded = throttled or {}, started or {}, bounded or {}
+    begins = begins or {}
     if not held:
         return {}
     ends = {run.id: run.predicted_end for run in snapshot.running if run.state == et.RUNNING}
@@ -481,12 +485,25 @@ def held_verdicts(
             out[job_id] = never_fits(job, shape, row) or arrays.verdict(
                 throttled[job_id], started, places[job_id]
             )
-        else:
-            out[job_id] = verdict(
-                job, links.unmet[job_id], known, shape, row, links.condition(job_id)
-            )
+        elif job_id in links.unmet:
+            said = verdict(job, links.unmet[job_id], known, shape, row, links.condition(job_id))
+            out[job_id] = _not_before(said, begins.get(job_id))
             _chain_end(job_id, out[job_id], known, links, waiting_runtimes or {}, job)
+        else:
+            out[job_id] = never_fits(job, shape, row) or begin_time.verdict(begins[job_id])
     return out
+
+
+def _not_before(said: et.Verdict, begin: float | None) -> et.Verdict:
+    """A ``DEPENDENCY`` verdict of a job also asked to start later (``begin``, epoch
+    seconds): its estimated start no earlier than that, the time in its details."""
+    if begin is None or said.code != DEPENDENCY_CODE:
+        return said
+    estimate = said.estimated_start
+    details = {**said.details, "begin_at": explain.iso(begin)}
+    if estimate is not None and estimate < begin:
+        estimate = begin
+    return replace(said, details=details, estimated_start=estimate)
 
 
 def _chain_end(

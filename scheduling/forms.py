@@ -23,7 +23,8 @@ from scheduling.services import JobRequest
 
 TRI_STATE = {"": None, "yes": True, "no": False}
 NULLABLE = {"tier", "gpus_per_node", "gpu_memory_gb", "rdma", "preemptible",
-            "estimated_runtime_minutes", "time_limit_minutes", "sim_duration_minutes"}  # fmt: skip
+            "estimated_runtime_minutes", "time_limit_minutes", "sim_duration_minutes",
+            "begin_at"}  # fmt: skip
 
 
 def _tri_state(value: str) -> bool | None:
@@ -144,6 +145,14 @@ class JobSubmitForm(forms.Form):
         "reaches it is asked to checkpoint and stop, and the job fails, with no retry. With a "
         "limit, the scheduler never predicts a run longer, so it can start sooner in a gap.",
     )  # fmt: skip
+    begin_at = forms.DateTimeField(
+        label="Not before", required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        error_messages={"invalid": "not a date and time"},
+        help_text="Optional, as Slurm's --begin: the job does not start before this time (in "
+        "your time zone), e.g. tonight, after a deadline or a maintenance. It waits without "
+        "holding a place in the queue, and its wait counts from then.",
+    )  # fmt: skip
     model_name = forms.CharField(
         label="Model name", max_length=limits.MODEL_NAME_MAX, required=False,
         help_text="Optional, e.g. llama-7b: nodes that recently ran it are preferred and "
@@ -205,7 +214,7 @@ class JobSubmitForm(forms.Form):
                                       "checkpoint_interval_minutes")),
         ("Hints for the scheduler", ("estimated_runtime_minutes", "time_limit_minutes",
                                      "model_name", "sim_duration_minutes")),
-        ("Pipeline", ("after", "after_arrays", "after_condition", "singleton")),
+        ("Pipeline", ("after", "after_arrays", "after_condition", "singleton", "begin_at")),
         ("Many copies (a job array)", ("array", "after_corresponding")),
     )  # fmt: skip
 
@@ -215,6 +224,7 @@ class JobSubmitForm(forms.Form):
         "queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma", "exclusive_node",
         "avoid_inference", "preemptible", "estimated_runtime_minutes", "time_limit_minutes",
         "model_name", "after", "after_arrays", "after_condition", "singleton", "array", "after_corresponding",
+        "begin_at",
     )  # fmt: skip
     # The what-if's query: those, and the name (a singleton waits for the jobs of its name;
     # left empty, the what-if answers for an unnamed job)

@@ -295,6 +295,11 @@ class Job(models.Model):
         help_text="the longest one run may last (Slurm's --time): a run that reaches it is "
         "asked to checkpoint and stop, and the job fails (TIMEOUT), with no retry",
     )  # fmt: skip
+    begin_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="not started before this (Slurm's --begin), cluster time; its wait counts "
+        "from then (scheduling.begin_time)",
+    )  # fmt: skip
     time_limit_past_queue_max = models.BooleanField(
         default=False,
         help_text="an admin gave it a time limit above its queue's max: the queue's bound does "

@@ -27,7 +27,7 @@ from core.prepared import Prepared, PreparedCount, PreparedInsert
 from core.realtime import publish_coalesced, publish_on_commit
 from core.security import invisible_character_error, is_ascii_number
 from quotas.models import Queue, Tier
-from scheduling import dependencies, feasibility, limits, time_limits
+from scheduling import begin_time, dependencies, feasibility, limits, time_limits
 from scheduling.engine import explain
 from scheduling.feasibility import ClusterShape
 from scheduling.models import Job, JobEvent
@@ -57,6 +57,9 @@ class JobRequest:
     estimated_runtime_minutes: int | None = None
     # the longest one run may last (Slurm's --time): stopped there, the job fails (TIMEOUT)
     time_limit_minutes: int | None = None
+    # not started before this (Slurm's --begin): an aware datetime or RFC 3339 text
+    # (``begin_time.of_request``)
+    begin_at: Any = None
     model_name: str = ""
     sim_duration_minutes: int | None = None
     after: Sequence[int] = ()  # job ids that must succeed first (``check_after``)
@@ -190,6 +193,10 @@ def resolve_job_request(
         req.time_limit_minutes, req.estimated_runtime_minutes, queue
     )
     errors.update(limit_errors)
+    try:
+        begin = begin_time.of_request(req.begin_at, clock.now())
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
     for field, text in (("name", req.name), ("model_name", req.model_name)):
         if invisible := invisible_character_error(text or ""):
             errors[field] = [invisible]
@@ -215,6 +222,7 @@ def resolve_job_request(
         "checkpoint_interval_minutes": req.checkpoint_interval_minutes,
         "estimated_runtime_minutes": req.estimated_runtime_minutes,
         "time_limit_minutes": limit,
+        "begin_at": begin,
         "model_name": req.model_name,
         "sim_duration_minutes": req.sim_duration_minutes,
     }
@@ -695,6 +703,8 @@ def submitted_message(
         message += "; one at a time by name (singleton)"
     if job.time_limit_minutes:
         message += f"; time limit {explain.duration(job.time_limit_minutes * 60)} a run"
+    if job.begin_at:
+        message += f"; not to start before {explain.when(job.begin_at.timestamp())}"
     return message
 
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import FloatField, Func
 
 from quotas.models import BusinessLine, Queue
-from scheduling import arrays, borrow_inputs, dependencies, holds, time_limits
+from scheduling import arrays, begin_time, borrow_inputs, dependencies, holds, time_limits
 from scheduling.backends.base import Observation
 from scheduling.clock import to_datetime, to_epoch
 from scheduling.engine import inference_forecast as forecast
@@ -44,6 +44,8 @@ class SnapshotContext:
     # pending jobs held for a time limit above their queue's max now (``time_limits``): by
     # id, the queue's name and max (minutes)
     bounded: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # pending jobs held until their earliest start (``begin_time``): by id, epoch seconds
+    begins: dict[int, float] = field(default_factory=dict)
 
 
 # The columns of an active job the engine, the predictor and the verdict writer read
@@ -61,7 +63,7 @@ JOB_FIELDS = (
 # in Python, thousands of times a cycle. ``date_part`` divides the stored microseconds by
 # a million as ``datetime.timestamp()`` does: the same float.
 EPOCH_FIELDS = ("submitted_at", "started_at", "last_checkpoint_at", "preempt_deadline",
-                "held_at", "released_at")  # fmt: skip
+                "held_at", "released_at", "begin_at")  # fmt: skip
 # A time in ``JOB_FIELDS`` read as a datetime (the verdict writer compares it with the new
 # one): sent as epoch seconds too and turned into a datetime here, once per distinct
 # instant (thousands of waiting jobs share a few estimated starts); ``fromtimestamp``
@@ -256,16 +258,18 @@ def build_snapshot(
     held: dict[int, et.PendingJob] = {}
     released: dict[int, float] = {}
     bounded: dict[int, tuple[str, int]] = {}
+    begins: dict[int, float] = {}
     for r in rows.values():
         queue = queue_of[r["queue_id"]]
         if r["state"] == Job.State.PENDING:
             predicted = predictor.waiting_s(r, queue.name, policy.overrun_s)
             # a job that waited for others queues from when the last of them ended, a job
-            # that was held from its release
+            # that was held from its release, one asked to begin later from then
             submitted = r["submitted_at_ts"] or now
             queued_at = max(
-                submitted, links.released_at.get(r["id"], 0.0), r["released_at_ts"] or 0.0
-            )
+                submitted, links.released_at.get(r["id"], 0.0), r["released_at_ts"] or 0.0,
+                min(r["begin_at_ts"] or 0.0, now),
+            )  # fmt: skip
             if queued_at > submitted:
                 released[r["id"]] = queued_at
             inputs = (
@@ -288,9 +292,13 @@ def build_snapshot(
                 and time_limits.above_queue_max(r["time_limit_minutes"], most)
             ):
                 bounded[r["id"]] = (queue.name, most)
-            if holds.is_held(r) or r["id"] in links.unmet or r["id"] in bounded:  # not the
-                # engine's to plan
-                held[r["id"]] = view
+            if begin_time.waits(r["begin_at_ts"], now):
+                begins[r["id"]] = r["begin_at_ts"]
+            if (
+                holds.is_held(r) or r["id"] in links.unmet or r["id"] in bounded
+                or r["id"] in begins
+            ):  # fmt: skip
+                held[r["id"]] = view  # not the engine's to plan
             else:
                 pending.append(view)
             continue
@@ -363,4 +371,4 @@ def build_snapshot(
     )  # fmt: skip
     return SnapshotContext(snapshot=snapshot, jobs=rows, nodes=db_nodes, held=held, links=links,
                            throttled=throttled, released_at=released,
-                           bounded=bounded)  # fmt: skip
+                           bounded=bounded, begins=begins)  # fmt: skip

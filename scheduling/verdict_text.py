@@ -81,6 +81,8 @@ LABELS: dict[str, str] = {
     "held_at": "Held since",
     "hold_reason": "Reason given",
     "hold_kind": "Kind of hold (admin: only an admin may release it)",
+    # BEGIN_TIME (``scheduling.begin_time``), and DEPENDENCY of a job also asked to start later
+    "begin_at": "Not before",
     # QUEUE_TIME_LIMIT (``scheduling.time_limits``)
     "time_limit_seconds": "Its time limit (a run)",
     "queue_max_time_limit_seconds": "The longest run its queue allows now",

@@ -64,6 +64,7 @@ CODE_TITLES: dict[str, str] = {
     "HELD": "On hold",
     "QUEUE_TIME_LIMIT": "Its time limit is longer than its queue allows now",
     "DEPENDENCY": "Waiting for other jobs to succeed",
+    "BEGIN_TIME": "Asked to start later",
     "ARRAY_LIMIT": "Its array runs at most so many tasks at once",
     "QUOTA_EXCEEDED": "Waiting for quota",
     "NODES_UNAVAILABLE": "Waiting for nodes to come back",
@@ -132,6 +133,7 @@ WHATIF_TITLES: dict[str, str] = {
     "INSUFFICIENT_GPUS": "Would wait: not enough free GPUs",
     "DEMOTED": "Would wait: demoted after repeated preemption",
     "DEPENDENCY": "Would wait for other jobs to succeed",
+    "BEGIN_TIME": "Would wait until the time you gave",
 }
 
 # The DEPENDENCY titles (the job page's, the what-if's) of a job that waits for the others to

@@ -37,7 +37,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from quotas.models import BusinessLine, Queue
-from scheduling import arrays, dependencies, engine, holds, verdict_text
+from scheduling import arrays, begin_time, dependencies, engine, holds, verdict_text
 from scheduling.array_services import parse_spec
 from scheduling.backend_factory import read_only_backend
 from scheduling.backends.base import ENDED, BackendError, Observation
@@ -462,12 +462,15 @@ def what_if(user: Any, req: JobRequest, array: str | None = None) -> WhatIf:
     links = dependencies.unmet_links(
         candidate.id, waits_for, queue.business_line_id, deps.arrays, deps.condition
     ) if deps else None  # fmt: skip
+    begin = fields["begin_at"].timestamp() if fields["begin_at"] else None
+    begins = {candidate.id: begin} if begin_time.waits(begin, now) else {}
     t0 = time.perf_counter()
-    if links and links.unmet:  # held for its dependencies, as the loop holds it: the engine
-        # never sees it
+    if (links and links.unmet) or begins:  # held for its dependencies, or until its earliest
+        # start, as the loop holds it: the engine never sees it
         verdicts = dependencies.held_verdicts(
-            {candidate.id: candidate}, links, base.snapshot, {candidate.id: row},
-            estimates=waiting_estimates(links.linked),
+            {candidate.id: candidate}, links or dependencies.PendingLinks(), base.snapshot,
+            {candidate.id: row}, begins=begins,
+            estimates=waiting_estimates(links.linked) if links else {},
             waiting_runtimes=base.runtimes,
         )  # fmt: skip
         said = verdict_answer(verdicts[candidate.id])  # every task's: they wait alike

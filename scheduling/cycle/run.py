@@ -86,7 +86,7 @@ def plan_and_apply(
                  for job_id in linked if job_id in plan.verdicts}  # fmt: skip
     cycle.dependency_verdicts = held_verdicts(
         ctx.held, ctx.links, ctx.snapshot, ctx.jobs, ctx.throttled, started, cycle.obs.now,
-        estimates, bounded=ctx.bounded,
+        estimates, bounded=ctx.bounded, begins=ctx.begins,
     )  # fmt: skip
     with timer.phase("check"):
         violations = engine.check_plan(ctx.snapshot, plan)

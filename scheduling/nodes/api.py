@@ -9,12 +9,10 @@ Thin: reads from ``scheduling.nodes.selectors``, writes through
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import django_filters
 from django.core.validators import RegexValidator
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
@@ -22,7 +20,7 @@ from rest_framework.response import Response
 
 from core.api import PARAMETER_TEXT, AsciiIdLookup, StrictSerializer, client_ip
 from core.security import SafeJSONParser
-from scheduling.api import busy
+from scheduling.api import TimeText, busy
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import MaintenanceWindow, Node
 from scheduling.nodes.maintenance import MAX_NODES, TIME_HELP, cancel_window, create_window
@@ -114,15 +112,6 @@ class MaintenanceSerializer(serializers.ModelSerializer):
         model = MaintenanceWindow
         fields = ["id", "nodes", "starts_at", "ends_at", "reason", "state", "note",
                   "created_by", "created_at"]  # fmt: skip
-
-
-@extend_schema_field(OpenApiTypes.DATETIME)
-class TimeText(serializers.CharField):
-    """A time as sent (RFC 3339, zone required), read by the service (``parse_time``): DRF's
-    own ``DateTimeField`` would take a time without a zone in the server's zone."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=64, **kwargs)
 
 
 class MaintenanceCreateSerializer(StrictSerializer):

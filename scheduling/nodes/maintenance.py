@@ -22,16 +22,15 @@ window, then its nodes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 
-from core import audit, clock, events
+from core import audit, clock, events, time_text
 from core.realtime import publish_on_commit
 from core.security import has_control_characters
 from scheduling.cluster_lock import wait_cluster_lock
@@ -51,35 +50,15 @@ MAX_NODES = 256
 # A start this far in the past is still taken (the form was filled in a minute ago).
 PAST_SLACK = timedelta(minutes=1)
 _TEXT_ALLOWED = frozenset("\t\r\n")
-TIME_HELP = "ISO 8601 with a zone, e.g. 2026-12-01T14:00:00Z"
-
-
-# RFC 3339 (the profile of ISO 8601 the API schema calls ``date-time``): a zone is required.
-RFC3339 = re.compile(r"\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]\d\d:\d\d)", re.ASCII)
+TIME_HELP = time_text.TIME_HELP
 # No window further ahead (a typo of the year, or a test script's placeholder).
 MAX_AHEAD = timedelta(days=2 * 366)
 
 
 def parse_time(value: Any, field: str) -> datetime:
-    """An aware datetime (the form's), or RFC 3339 text (the API's, ``2026-12-01T14:00:00Z``),
-    as UTC; else a ``ValidationError`` on ``field``."""
-    if isinstance(value, str):
-        if not RFC3339.fullmatch(value):
-            problem = "say the zone" if RFC3339.fullmatch(value + "Z") else "not a time"
-            raise ValidationError({field: [f"{problem}: {TIME_HELP}"]})
-        text = re.sub(r"(\.\d{6})\d+", r"\1", value.upper())  # Python keeps microseconds
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError as err:
-            raise ValidationError({field: [f"no such date or time: {value}"]}) from err
-    if not isinstance(value, datetime):
-        raise ValidationError({field: [f"not a time: {TIME_HELP}"]})
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError({field: [f"say the zone: {TIME_HELP}"]})
-    try:
-        return value.astimezone(UTC)
-    except OverflowError as err:
-        raise ValidationError({field: [f"at most {MAX_AHEAD.days} days ahead"]}) from err
+    """A window's time as UTC (``core.time_text.parse_time``), else a ``ValidationError`` on
+    ``field``."""
+    return time_text.parse_time(value, field, MAX_AHEAD)
 
 
 def marker(window: MaintenanceWindow) -> str:

@@ -17,7 +17,7 @@ from monitoring.views import chart_zone
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 HOUR = charts.TimeWindow(T0 - timedelta(minutes=20), T0 + timedelta(minutes=40), "last hour")
 API_CODES = {
-    "NEVER_FITS", "HELD", "QUEUE_TIME_LIMIT", "DEPENDENCY", "ARRAY_LIMIT", "QUOTA_EXCEEDED",
+    "NEVER_FITS", "HELD", "QUEUE_TIME_LIMIT", "DEPENDENCY", "BEGIN_TIME", "ARRAY_LIMIT", "QUOTA_EXCEEDED",
     "NODES_UNAVAILABLE", "PRIORITY",
     "PREEMPTING", "TOPOLOGY", "INSUFFICIENT_GPUS", "DEMOTED", "LAUNCH_RETRY",
 }  # fmt: skip

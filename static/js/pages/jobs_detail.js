@@ -90,6 +90,7 @@
     progress = { seconds: job.progress_seconds || 0, at: window.Dom.clusterNow() };
     const values = {
       submitted_at: when(job.submitted_at),
+      begin_at: `${when(job.begin_at)} (asked: Slurm's --begin)`,
       started_at: when(job.started_at),
       finished_at: when(job.finished_at),
       preemption_count: String(job.preemption_count),

@@ -10,7 +10,8 @@
   const TIERS = ["experiment", "finetune", "core", "urgent"]; // lowest first
   const FEASIBILITY_FIELDS = ["queue", "tier", "gpus", "gpus_per_node", "gpu_memory_gb", "rdma",
     "exclusive_node", "avoid_inference", "preemptible", "estimated_runtime_minutes", "time_limit_minutes", "model_name",
-    "after", "after_arrays", "after_condition", "singleton", "array", "after_corresponding", "name"];
+    "after", "after_arrays", "after_condition", "singleton", "array", "after_corresponding", "name",
+    "begin_at"];
   const EST_FIELDS = ["params", "precision", "optimizer", "zero_stage", "data_parallel", "seq_len",
     "micro_batch", "hidden_size", "num_layers", "activation_checkpointing"];
   const $ = (id) => document.getElementById(id);

@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,55 @@ def slurm_minutes(text: str) -> int:
     else:
         seconds = n["m"] * 60 + n.get("ms", 0)
     return -(-seconds // 60)
+
+
+# Slurm's ``--begin`` forms gpuctl reads (``slurm_begin``).
+_BEGIN_UNITS = {
+    "": 1, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
+    "w": 604800, "week": 604800, "weeks": 604800,
+}  # fmt: skip
+_BEGIN_NOW = re.compile(r"now(?:\+(?P<n>[0-9]{1,9})(?P<unit>[a-z]*))?")
+_BEGIN_CLOCK = re.compile(r"(?P<h>[0-9]{1,2}):(?P<m>[0-9]{2})(?::(?P<s>[0-9]{2}))?")
+_BEGIN_DATE = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2})?)?(?:Z|[+-][0-9]{2}:[0-9]{2})?"
+)
+
+
+def slurm_begin(text: str, now: datetime | None = None) -> str:
+    """An earliest start as Slurm's ``--begin`` writes it, as the API's RFC 3339 text:
+    ``now+90`` (seconds, as Slurm's default), ``now+90minutes``, ``now+2hours``,
+    ``now+1day``; ``16:00`` (today, or tomorrow once that time has passed, as Slurm);
+    ``2026-12-08``, ``2026-12-08T09:00[:00]`` (this machine's time zone unless a zone is
+    given: ``Z``, ``+09:00``). ``now``: this machine's clock (the portal keeps a time
+    already past as no wait). argparse's ``type`` for ``--begin``."""
+    clean = text.strip().lower() if text.isascii() else ""
+    now = now or datetime.now().astimezone()
+    when: datetime | None = None
+    if m := _BEGIN_NOW.fullmatch(clean):
+        unit = _BEGIN_UNITS.get(m["unit"] or "")
+        if unit is not None:
+            when = now + timedelta(seconds=int(m["n"] or 0) * unit)
+    elif m := _BEGIN_CLOCK.fullmatch(clean):
+        h, mi, s = int(m["h"]), int(m["m"]), int(m["s"] or 0)
+        if h < 24 and mi < 60 and s < 60:
+            when = now.replace(hour=h, minute=mi, second=s, microsecond=0)
+            if when <= now:
+                when += timedelta(days=1)
+    elif _BEGIN_DATE.fullmatch(text.strip()):
+        try:
+            when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            when = None
+        if when is not None and when.tzinfo is None:
+            when = when.astimezone()  # this machine's zone, as a person typed it
+    if when is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid begin time {text!r}: now+90minutes, now+2hours, 16:00, 2026-12-08, "
+            "2026-12-08T09:00, or with a zone: 2026-12-08T09:00:00Z"
+        )
+    return when.replace(microsecond=0).isoformat()
 
 
 def _ids(text: str, noun: str) -> list[int]:

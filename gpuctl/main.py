@@ -31,6 +31,7 @@ from gpuctl.client import (
     array_ids,
     config_path,
     job_ids,
+    slurm_begin,
     slurm_minutes,
     whole_number,
 )
@@ -190,7 +191,7 @@ JOB_FIELDS_INT = (
     "gpus", "gpus_per_node", "gpu_memory_gb", "max_retries", "checkpoint_interval_minutes",
     "estimated_runtime_minutes", "time_limit_minutes", "sim_duration_minutes",
 )  # fmt: skip
-JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name")
+JOB_FIELDS_STR = ("name", "queue", "tier", "checkpoint_path", "model_name", "begin_at")
 JOB_FIELDS_BOOL = ("rdma", "exclusive_node", "avoid_inference", "preemptible", "singleton")
 # job ids, array ids (--after, --after-array, --after-corr)
 JOB_FIELDS_AFTER = ("after", "after_arrays", "after_corresponding")
@@ -438,6 +439,8 @@ def cmd_explain(portal: Portal, args: argparse.Namespace) -> int:
         )))  # fmt: skip
     if job.get("started_at"):
         rows.append(("started", fmt_when(job["started_at"])))
+    if job.get("begin_at"):
+        rows.append(("not before", f"{fmt_when(job['begin_at'])} (Slurm's --begin)"))
     if job.get("time_limit_minutes"):
         limit = f"{fmt_duration(job['time_limit_minutes'] * 60)} a run"
         if job.get("time_limit_at"):
@@ -999,6 +1002,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-interval-minutes", type=whole_number, help="(60)")
     p.add_argument("--estimated-runtime-minutes", "--runtime", type=whole_number,
                    dest="estimated_runtime_minutes", help="your estimate")  # fmt: skip
+    p.add_argument("--begin", "-b", type=slurm_begin, dest="begin_at", metavar="TIME",
+                   help="do not start before this time (Slurm's --begin): now+90minutes, "
+                   "now+2hours, 16:00 (today, else tomorrow), 2026-12-08T09:00 (this "
+                   "machine's zone unless one is given)")  # fmt: skip
     p.add_argument("--time", "-t", type=slurm_minutes, dest="time_limit_minutes",
                    metavar="LIMIT",
                    help="time limit, as Slurm's --time (minutes, 4:00:00, 2-12): the longest "

@@ -1,0 +1,104 @@
+"""gpuctl and a job's earliest start: ``submit --begin`` (``-b``) in Slurm's forms
+(``now+90minutes``, ``16:00``, ``2026-12-08T09:00``), sent as ``begin_at`` in RFC 3339 with
+the zone; a form it does not read is a usage error (exit 2), naming the forms; against a
+live portal the job waits (``BEGIN_TIME``) and ``explain`` has a ``not before`` row."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from gpuctl.client import slurm_begin
+from scheduling.models import Job
+from tests.cli.test_gpuctl_after_arrays import rows
+from tests.cli.test_gpuctl_commands import JOB, explained, posted
+from tests.drills import cycle, make_quotas_roomy
+
+TOKYO = timezone(timedelta(hours=9))
+NOW = datetime(2026, 12, 7, 18, 0, 0, tzinfo=TOKYO)
+
+
+@pytest.mark.parametrize(
+    ("text", "sent"),
+    [
+        ("now", "2026-12-07T18:00:00+09:00"),
+        ("now+90", "2026-12-07T18:01:30+09:00"),  # seconds, as Slurm's default
+        ("now+90minutes", "2026-12-07T19:30:00+09:00"),
+        ("now+2hours", "2026-12-07T20:00:00+09:00"),
+        ("NOW+1day", "2026-12-08T18:00:00+09:00"),
+        ("now+1w", "2026-12-14T18:00:00+09:00"),
+        ("19:30", "2026-12-07T19:30:00+09:00"),  # later today
+        ("16:00", "2026-12-08T16:00:00+09:00"),  # passed today: tomorrow, as Slurm
+        ("2026-12-08T09:00:00Z", "2026-12-08T09:00:00+00:00"),
+        ("2026-12-08T09:00+02:00", "2026-12-08T09:00:00+02:00"),
+    ],
+)
+def test_slurm_s_forms_are_read_into_rfc_3339_with_the_zone(text, sent):
+    assert slurm_begin(text, NOW) == sent
+
+
+def test_a_time_without_a_zone_is_this_machine_s(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert slurm_begin("2026-12-08T09:00") == "2026-12-08T09:00:00+09:00"
+        assert slurm_begin("2026-12-08") == "2026-12-08T00:00:00+09:00"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.parametrize(
+    "bad", ["tomorrow", "now-5", "now+2fortnights", "25:00", "9:7", "2026-13-01", "١٦:٠٠", ""]
+)
+def test_a_form_it_does_not_read_is_refused_naming_the_forms(bad):
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        slurm_begin(bad, NOW)
+    assert str(caught.value) == (
+        f"invalid begin time {bad!r}: now+90minutes, now+2hours, 16:00, 2026-12-08, "
+        "2026-12-08T09:00, or with a zone: 2026-12-08T09:00:00Z"
+    )
+
+
+def test_submit_sends_begin_at_only_when_given(cli, portal):
+    portal.answers[("post", "jobs/")] = JOB
+    assert cli("submit", "a", "-q", "q", "-g", "8").code == 0
+    assert "begin_at" not in posted(portal, "jobs/")
+    portal.calls.clear()
+    assert cli("submit", "a", "-q", "q", "-g", "8", "-b", "2026-12-08T09:00:00Z").code == 0
+    assert posted(portal, "jobs/")["begin_at"] == "2026-12-08T09:00:00+00:00"
+
+
+def test_a_bad_begin_is_a_usage_error_and_sends_nothing(cli, portal):
+    run = cli("submit", "a", "-q", "q", "-g", "8", "--begin", "tomorrow")
+    assert run.code == 2
+    assert "argument --begin/-b: invalid begin time 'tomorrow'" in run.err
+    assert portal.calls == []
+
+
+def test_explain_says_not_before(cli, portal):
+    lines = explained(cli, portal, begin_at="2026-12-08T09:00:00Z")
+    assert [line for line in lines if line.startswith("not before")] == [
+        "not before       2026-12-08 09:00 UTC (Slurm's --begin)"
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_submitted_to_begin_later_waits_and_says_so(gpuctl, demo, api):
+    make_quotas_roomy()
+    run = gpuctl("researcher", "submit", "tonight", "-q", "llm-core", "-g", "8",
+                 "--begin", "now+2hours", "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    then = json.loads(run.out)["id"]
+    begin = Job.objects.get(pk=then).begin_at
+    assert begin is not None
+    cycle(api("admin"))
+    shown = rows(gpuctl("researcher", "explain", str(then)).out)
+    assert shown["state"] == "pending"
+    assert shown["not before"] == f"{begin.astimezone(UTC):%Y-%m-%d %H:%M} UTC (Slurm's --begin)"
+    assert shown["verdict"].startswith("BEGIN_TIME: Asked not to start before ")

@@ -43,7 +43,10 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     displaced = {sw.job_id: sw.displaced for sw in swaps}
     jobs = {
         j.pk: j
-        for j in Job.objects.select_for_update().filter(
+        # FOR NO KEY UPDATE, as every writer of a job row: a FOR UPDATE lock would conflict
+        # with the key-share lock a submission's links take on the jobs they wait for when
+        # it commits (deferred foreign keys), and two such, taken in other orders, deadlock
+        for j in Job.objects.select_for_update(no_key=True).filter(
             # not put on hold since the snapshot either (``scheduling.holds``)
             pk__in=[s.job_id for s in starts],
             state=Job.State.PENDING,

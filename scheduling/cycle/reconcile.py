@@ -239,7 +239,7 @@ def adopt(cycle: Cycle, o: ObservedJob) -> None:
     Adopted when its job still waits and its GPUs are free in the database; killed
     otherwise (the job moved on, or another job holds the GPUs).
     """
-    job = Job.objects.select_for_update().filter(pk=o.job_id).first()
+    job = Job.objects.select_for_update(no_key=True).filter(pk=o.job_id).first()
     if job is None or job.state != Job.State.PENDING:
         cycle.call(f"kill orphan {o.ref}", cycle.backend.kill, o.ref)
         cycle.report.drift.append(f"run {o.ref} had no waiting job: killed")

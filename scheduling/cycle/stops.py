@@ -146,7 +146,8 @@ def request_stops(cycle: Cycle) -> None:
     stop while held (suspend), and to stop at their time limit."""
     grace = production_policy().grace_seconds
     stops = jobs_to_move(cycle)
-    for job in Job.objects.select_for_update().filter(pk__in=stops, state=Job.State.RUNNING):
+    running = Job.objects.select_for_update(no_key=True)  # as ``launch.start_all``
+    for job in running.filter(pk__in=stops, state=Job.State.RUNNING):
         cause = stops[job.pk]
         if cause == SUSPEND and job.held_at is None:
             continue  # compare-and-set: released since it was read
@@ -167,7 +168,7 @@ def request_stops(cycle: Cycle) -> None:
 
 def _lock_jobs(ids: set[int]) -> dict[int, Job]:
     """The jobs the plan stops, read and locked in one statement (in id order)."""
-    rows = Job.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    rows = Job.objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
     return {j.pk: j for j in rows.only(*PREEMPT_READ)}
 
 

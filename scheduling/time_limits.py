@@ -13,11 +13,14 @@ way. The runtime predictor never predicts a run longer than its limit
 (``scheduling.prediction``), so a job with a limit can start in a gap its history would
 not fit. A queue may bound the limits of its jobs and give one to a job that asks none
 (Slurm's partition ``MaxTime`` and ``DefaultTime``: ``of_request``), fixed on the job at
-submission. A pending job whose limit is above its queue's max *now* (the max was lowered,
-or set, after it was submitted; no limit is above any) does not start as it is: the loop
-holds it from the engine as a job waiting for others (``scheduling.snapshot``) and says so,
-``QUEUE_TIME_LIMIT`` (Slurm's ``PartitionTimeLimit``: ``queue_verdict``), until its limit is
-lowered (``time_limit_services``) or the queue's raised. A running job keeps its limit.
+submission. A pending job whose limit is above its queue's max *now* (the max was lowered
+after it was submitted) does not start as it is: the loop holds it from the engine as a
+job waiting for others (``scheduling.snapshot``) and says so, ``QUEUE_TIME_LIMIT`` (Slurm's
+``PartitionTimeLimit``: ``queue_verdict``), until its limit is lowered
+(``time_limit_services``) or the queue's raised. A job without a limit submitted before
+its queue had one is not held: it takes the queue's limit for jobs that give none when it
+starts (``for_start``), as Slurm gives a job without ``--time`` its partition's when it
+starts. A running job keeps its limit.
 """
 
 from __future__ import annotations
@@ -94,25 +97,31 @@ def of_request(
 
 
 def above_queue_max(minutes: int | None, queue_max: int | None) -> bool:
-    """Is a job's limit (None: none) above its queue's max (None: no bound)?"""
-    return queue_max is not None and (minutes is None or minutes > queue_max)
+    """Is a job's limit (None: none, taken from the queue at its start: ``for_start``)
+    above its queue's max (None: no bound)?"""
+    return queue_max is not None and minutes is not None and minutes > queue_max
 
 
-def queue_verdict(minutes: int | None, queue: str, queue_max: int) -> et.Verdict:
-    """``QUEUE_TIME_LIMIT``: the verdict of a pending job whose limit (``minutes``, None:
-    none) is above what its queue (``queue``) lets a run last now (``queue_max``)."""
+def for_start(minutes: int | None, default: int | None, most: int | None) -> int | None:
+    """The limit a job starts with: its own, else its queue's for jobs that give none now
+    (its ``default``, else its ``most``; ``Queue.time_limit_for_unlimited_jobs``), else none."""
+    return minutes or default or most
+
+
+def queue_verdict(minutes: int, queue: str, queue_max: int) -> et.Verdict:
+    """``QUEUE_TIME_LIMIT``: the verdict of a pending job whose limit (``minutes``) is above
+    what its queue (``queue``) lets a run last now (``queue_max``)."""
     most = limit_words(queue_max)
-    its = (
-        f"Its time limit ({limit_words(minutes)} a run) is" if minutes else "It has no time limit:"
-    )
     message = (
-        f"{its} longer than queue {queue} lets a run last now ({most}): the queue's bound was "
-        "lowered after it was submitted, and it does not start as it is."
+        f"Its time limit ({limit_words(minutes)} a run) is longer than queue {queue} lets a "
+        f"run last now ({most}): the queue's bound was lowered after it was submitted, and it "
+        "does not start as it is."
     )
-    details: dict = {"queue": queue, "queue_max_time_limit_seconds": queue_max * 60}
-    if minutes:
-        details["time_limit_seconds"] = minutes * 60
-    details[explain.NO_ESTIMATE] = "it starts only once its time limit is within its queue's"
+    details: dict = {
+        "queue": queue, "queue_max_time_limit_seconds": queue_max * 60,
+        "time_limit_seconds": minutes * 60,
+        explain.NO_ESTIMATE: "it starts only once its time limit is within its queue's",
+    }  # fmt: skip
     remedy = (
         f"Lower its time limit to {most} ({queue_max:,} min) or less: Change the time limit on "
         f"its page, or gpuctl time-limit JOB {queue_max}. Or ask an admin to raise the queue's."

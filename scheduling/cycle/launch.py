@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
+from quotas.models import Queue
 from scheduling.backends.base import BackendError, LaunchRequest, run_ref
 from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
@@ -24,10 +25,11 @@ from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.models import Allocation, Job, Node
 from scheduling.sql import bulk_set
-from scheduling.time_limits import limit_s
+from scheduling.time_limits import for_start, limit_s, limit_words
 from scheduling.transitions import set_state
 
 STARTED_FIELDS = ("state", "attempt", "backend_ref", "started_at", "run_start_progress_seconds",
+                  "time_limit_minutes",
                   "borrowed", "pending_code", "queue_position", "estimated_start", "move_to_node",
                   *BACKOFF_FIELDS)  # fmt: skip
 
@@ -63,6 +65,8 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         .values_list("name", "state")
         if state != Node.State.READY
     }
+    given = queue_limits({j.queue_id for j in jobs.values() if j.time_limit_minutes is None})
+    from_queue: set[int] = set()
     launched: list[tuple[Job, et.Start]] = []
     retried: list[Job] = []
     for start in starts:
@@ -79,6 +83,11 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
             cycle.report.counts["launch_backoff"] += 1
             cycle.launch_verdicts[job.pk] = streak.verdict()
             continue
+        if job.time_limit_minutes is None and job.queue_id in given:
+            # no limit of its own, and its queue bounds runs since it was submitted: the
+            # backend is given it, and it is kept once the job runs
+            job.time_limit_minutes = given[job.queue_id]
+            from_queue.add(job.pk)
         outcome = launch(cycle, job, start)
         if outcome == LAUNCHED:
             launched.append((job, start))
@@ -106,11 +115,28 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
                         f"or line now {explain.verb(n, 'runs', 'run')} on borrowed capacity in "
                         "its place")  # fmt: skip
         cycle.event(job, "started", f"started on {fmt_placement(start.placement, sizes)}{borrowed}")
+        if job.pk in from_queue:
+            cycle.event(job, "time_limit", (
+                f"it gave no time limit: its queue's for such jobs applies, "
+                f"{limit_words(job.time_limit_minutes or 0)} a run"
+            ))  # fmt: skip
     bulk_set(Job, STARTED_FIELDS,
              [(j.pk, *(getattr(j, f) for f in STARTED_FIELDS)) for j, _ in placed])  # fmt: skip
     cycle.report.counts["starts"] += len(placed)
     record_starts([job for job, _ in placed], cycle.released_at)
     mark_displaced(cycle, [(j, displaced[j.pk]) for j, _ in placed if j.pk in displaced])
+
+
+def queue_limits(queue_ids: set[int]) -> dict[int, int]:
+    """By queue (of ``queue_ids``), the time limit a job that gives none starts with now
+    (``time_limits.for_start``), for the queues that have one: one query, none without
+    ids."""
+    if not queue_ids:
+        return {}
+    rows = Queue.objects.filter(pk__in=queue_ids).values_list(
+        "pk", "default_time_limit_minutes", "max_time_limit_minutes"
+    )
+    return {pk: limit for pk, default, most in rows if (limit := for_start(None, default, most))}
 
 
 def out_of_service(nodes: dict[str, str]) -> et.Verdict:

@@ -2,8 +2,9 @@
 after it was submitted): it does not start as it is, as Slurm keeps such a job pending
 (``PartitionTimeLimit``). The loop holds it from the engine with ``QUEUE_TIME_LIMIT`` until
 its limit is lowered within the queue's (its owner may), the queue's is raised, or an admin
-gives it a limit past the queue's (their choice); a running job keeps its limit. Through
-the API and the loop, on the small simulated cluster (4 x 8 GPUs).
+gives it a limit past the queue's (their choice); a running job keeps its limit; a job
+without one starts with the queue's (as Slurm's partition gives its own). Through the API
+and the loop, on the small simulated cluster (4 x 8 GPUs).
 """
 
 from __future__ import annotations
@@ -66,20 +67,18 @@ def test_a_job_above_its_queue_s_lowered_max_waits_until_its_owner_lowers_its_li
     assert find_inconsistencies() == []
 
 
-def test_a_job_without_a_limit_waits_once_its_queue_has_one(api):
+def test_a_job_without_a_limit_starts_with_its_queue_s_as_slurm_gives_its_partition_s(api):
     admin, me = api("admin"), api("researcher")
     waiting = submit(me, name="open-ended", gpus=8)
-    lower_the_queue_s_max(1440)
-    cycle(admin)
-    reason = job(me, waiting)["pending_reason"]
-    assert reason["code"] == "QUEUE_TIME_LIMIT"
-    assert reason["message"].startswith(
-        f"It has no time limit: longer than queue {QUEUE} lets a run last now (24 h): "
+    assert job(me, waiting)["time_limit_minutes"] is None
+    Queue.objects.filter(name=QUEUE).update(
+        max_time_limit_minutes=1440, default_time_limit_minutes=480
     )
-    assert "time_limit_seconds" not in reason["details"]
-    assert change(me, waiting, 1440).status_code == 200, "giving one within it: the owner may"
     cycle(admin)
-    assert job(me, waiting)["state"] == "running"
+    detail = job(me, waiting)
+    assert detail["state"] == "running", "not held: it had no limit above the queue's"
+    assert detail["time_limit_minutes"] == 480, "the queue's for jobs that give none"
+    assert lines(waiting) == ["it gave no time limit: its queue's for such jobs applies, 8 h a run"]
 
 
 def test_the_queue_s_max_raised_again_lets_it_start(api):

@@ -139,7 +139,7 @@ class LinkedJob:
     """A job another one starts after, or waits for it, as ``user`` may see it: its name
     and state only if they may view that job (``name`` None: they may not; its id alone).
     ``after_condition``: of a job waiting for another or for an array, what it waits for
-    them to have done (``Job.AfterCondition``: succeeded, or ended); None where not read."""
+    them to have done (``Job.AfterCondition``: succeeded, ended, or failed); None where not read."""
 
     id: int
     name: str | None = None

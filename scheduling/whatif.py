@@ -65,7 +65,7 @@ NO_ESTIMATE: dict[str, str] = {
     et.Code.NODES_UNAVAILABLE: "unknown: it waits for matching nodes to come back",
     et.Code.DEMOTED: "unknown: demoted jobs start only when nothing else wants the GPUs",
     dependencies.DEPENDENCY_CODE: "unknown: it queues once the jobs it waits for are done "
-    "(succeeded, or ended), and one of them has no predicted end",
+    "(succeeded, ended, or failed: as it asks), and one of them has no predicted end",
 }
 NO_ESTIMATE_DEFAULT = (
     "unknown: the scheduler predicts a start only for the first few jobs blocked for GPUs"

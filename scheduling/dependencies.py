@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from scheduling import arrays, begin_time, holds, time_limits
 from scheduling.clock import to_epoch
@@ -36,7 +36,7 @@ from scheduling.engine import explain
 from scheduling.engine import types as et
 from scheduling.engine.feasibility import ClusterShape
 from scheduling.feasibility import refusal_for
-from scheduling.models import Job
+from scheduling.models import Job, JobArray
 
 DEPENDENCY_CODE = "DEPENDENCY"
 _SUCCEEDED, _ENDED = Job.AfterCondition.SUCCEEDED, Job.AfterCondition.ENDED
@@ -158,14 +158,15 @@ class PendingLinks:
 def arrays_all_succeeded(array_ids: Iterable[int] | QuerySet) -> QuerySet:
     """The ids of those of ``array_ids`` (ids, or a query of them) every task of which
     succeeded (an array without tasks is not among them): what defeats a job waiting for an
-    array's failure (``after_condition`` ``failed``). One query when read."""
+    array's failure (``after_condition`` ``failed``). One query when read; an array's first
+    task not succeeded settles it (no count of its tasks)."""
+    tasks = Job.objects.filter(array_id=OuterRef("pk"))
     return (
-        Job.objects.filter(array_id__in=array_ids)
-        .values("array_id")
-        .annotate(n=Count("pk"), other=Count("pk", filter=~Q(state=Job.State.SUCCEEDED)))
-        .filter(n__gt=0, other=0)
-        .order_by("array_id")
-        .values_list("array_id", flat=True)
+        JobArray.objects.filter(pk__in=array_ids)
+        .filter(Exists(tasks))
+        .exclude(Exists(tasks.exclude(state=Job.State.SUCCEEDED)))
+        .order_by("pk")
+        .values_list("pk", flat=True)
     )
 
 

@@ -427,6 +427,13 @@ class Job(models.Model):
                 condition=Q(state__in=["pending", "running", "preempting"]),
                 name="job_active_owner_idx",
             ),
+            # the loop's sweep of the jobs waiting for others' failure (``after_condition``
+            # ``failed``, few): without it each read of them walked every active job
+            models.Index(
+                fields=["state"],
+                condition=Q(after_condition="failed"),
+                name="job_after_failure_idx",
+            ),  # fmt: skip
             # the lists' ``name`` filter (all of a run's parts, ``squeue --name``)
             models.Index(fields=["name"], name="job_name_idx"),
         ]

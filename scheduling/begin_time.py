@@ -16,6 +16,7 @@ wait at all (as Slurm takes it), and is not kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,22 +32,24 @@ MAX_AHEAD = timedelta(days=366)
 REMEDY = "Nothing to do: it queues like any other job from then."
 
 
-def of_request(value: Any, now: datetime) -> datetime | None:
-    """The ``begin_at`` a job submitted at ``now`` gets: None when none is given or it is
-    already past (no wait), else the time in UTC; a ``ValidationError`` on ``begin_at``
-    when it is not a time with a zone, or further ahead than ``MAX_AHEAD``."""
+def of_request(value: Any, now: Callable[[], datetime]) -> datetime | None:
+    """The ``begin_at`` a job submitted now (``now``: the cluster clock, read only when a
+    time is given) gets: None when none is given or it is already past (no wait), else the
+    time in UTC; a ``ValidationError`` on ``begin_at`` when it is not a time with a zone,
+    or further ahead than ``MAX_AHEAD``."""
     if value in (None, ""):
         return None
     begin = time_text.parse_time(value, "begin_at", MAX_AHEAD)
-    if begin - now > MAX_AHEAD:
+    at = now()
+    if begin - at > MAX_AHEAD:
         raise ValidationError(
             {
                 "begin_at": [
-                    f"at most {MAX_AHEAD.days} days ahead (cluster time is {now:%Y-%m-%d %H:%M UTC})"
+                    f"at most {MAX_AHEAD.days} days ahead (cluster time is {at:%Y-%m-%d %H:%M UTC})"
                 ]
             }
         )
-    return begin if begin > now else None
+    return begin if begin > at else None
 
 
 def waits(begin_ts: float | None, now: float) -> bool:

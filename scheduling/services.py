@@ -194,7 +194,7 @@ def resolve_job_request(
     )
     errors.update(limit_errors)
     try:
-        begin = begin_time.of_request(req.begin_at, clock.now())
+        begin = begin_time.of_request(req.begin_at, clock.now)
     except ValidationError as exc:
         errors.update(exc.message_dict)
     for field, text in (("name", req.name), ("model_name", req.model_name)):

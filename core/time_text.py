@@ -35,5 +35,6 @@ def parse_time(value: Any, field: str, ahead: timedelta) -> datetime:
         raise ValidationError({field: [f"say the zone: {TIME_HELP}"]})
     try:
         return value.astimezone(UTC)
-    except OverflowError as err:
-        raise ValidationError({field: [f"at most {ahead.days} days ahead"]}) from err
+    except OverflowError as err:  # past year 9999, or before year 1, once in UTC
+        problem = "too far in the past" if value.year == 1 else f"at most {ahead.days} days ahead"
+        raise ValidationError({field: [problem]}) from err

@@ -97,6 +97,15 @@ def test_a_bad_begin_time_is_refused_and_writes_nothing(api, value, error):
     refused_writing_nothing(api("researcher"), {"begin_at": value}, {"begin_at": [error]})
 
 
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("0001-01-01T00:00:00+14:00", "too far in the past"),
+     ("9999-12-31T23:59:59-14:00", "at most 366 days ahead")],
+)  # fmt: skip
+def test_a_time_python_cannot_hold_in_utc_is_refused_in_words(api, value, error):
+    refused_writing_nothing(api("researcher"), {"begin_at": value}, {"begin_at": [error]})
+
+
 def test_more_than_a_year_ahead_is_refused(api):
     far = later(367 * 24 * 60)
     now = clock.now()

@@ -422,7 +422,7 @@ PAGE_PARAMS = {
                         "seq_len", "micro_batch", "gpu_model", "prefix"],
     "/jobs/feasibility/": ["name", "queue", "gpus", "gpus_per_node", "tier", "gpu_memory_gb",
                            "rdma", "exclusive_node", "max_retries", "checkpoint_path", "singleton",
-                           "after", "after_condition"],
+                           "after", "after_condition", "begin_at"],
     "/dashboard/": ["window"],
     "/dashboard/data/": ["window"],
     "/oncall/nodes/": ["name"],

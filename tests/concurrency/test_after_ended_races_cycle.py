@@ -22,10 +22,11 @@ from tests.drills import make_quotas_roomy
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def request(name: str, after=(), minutes: int = 3) -> JobRequest:
-    condition = "ended" if after else "succeeded"
+def request(name: str, after=(), minutes: int = 3, condition: str = "ended") -> JobRequest:
+    """A 4-GPU job of ``minutes``; with ``after``, waiting under ``condition``."""
     return JobRequest(name=name, queue="llm-experiment", gpus=4, sim_duration_minutes=minutes,
-                      after=tuple(after), after_condition=condition)  # fmt: skip
+                      after=tuple(after),
+                      after_condition=condition if after else "succeeded")  # fmt: skip
 
 
 def test_jobs_after_ends_submitted_while_cycles_end_their_dependencies_all_start(demo):

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import random
 import threading
+from functools import partial
 
 import pytest
 from django.core.exceptions import ValidationError
 
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job, JobEvent
-from scheduling.services import JobRequest, submit_job
+from scheduling.services import submit_job
+from tests.concurrency.test_after_ended_races_cycle import request as ended_request
 from tests.concurrency.threads import cancelling, cycling, drain, in_thread, refused_as_expected
 from tests.drills import make_quotas_roomy
 
@@ -27,10 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 NEVER = ("a job after its failure could never start",)
 
 
-def request(name: str, after=(), minutes: int = 3) -> JobRequest:
-    condition = "failed" if after else "succeeded"
-    return JobRequest(name=name, queue="llm-experiment", gpus=4, sim_duration_minutes=minutes,
-                      after=tuple(after), after_condition=condition)  # fmt: skip
+request = partial(ended_request, condition="failed")
 
 
 def test_jobs_after_failures_submitted_while_cycles_end_their_dependencies(demo):

@@ -63,8 +63,10 @@ _DOING = {
 }
 
 # The order an array's unmet tasks are counted in: what runs first.
+_HELD = "held"  # a waiting dependency on hold: what a verdict says of it (``Ends.state``)
+_DOING[_HELD] = "on hold (it starts only once released)"
 _TASK_ORDER = (
-    Job.State.RUNNING, Job.State.PREEMPTING, Job.State.PENDING, Job.State.FAILED,
+    Job.State.RUNNING, Job.State.PREEMPTING, Job.State.PENDING, _HELD, Job.State.FAILED,
     Job.State.CANCELLED,
 )  # fmt: skip
 
@@ -80,6 +82,7 @@ class Link:
     finished_at: float | None  # epoch seconds
     same_line: bool  # in the waiting job's business line
     index: int | None = None  # its index, a task of an array
+    held: bool = False  # on hold (``scheduling.holds``): it starts only once released
 
     def named(self) -> str:
         """``job 57 (train)``, a task ``job 57 (train [3])`` as the job list names it; by
@@ -182,13 +185,15 @@ def read_pending_links() -> PendingLinks:
             "from_job_id", "to_job_id", "to_job__name", "to_job__state",
             "to_job__finished_at", "from_job__queue__business_line_id",
             "to_job__queue__business_line_id", "from_job__after_condition",
-            "to_job__array_index",
+            "to_job__array_index", "to_job__held_at",
         )
     )  # fmt: skip
     out = PendingLinks()
     jobs: dict[int, list[Link]] = {}
-    for job_id, dep_id, name, state, finished_at, line, dep_line, condition, index in rows:
-        link = Link(dep_id, name, state, to_epoch(finished_at), line == dep_line, index)
+    for job_id, dep_id, name, state, finished_at, line, dep_line, condition, index, held in rows:
+        link = Link(
+            dep_id, name, state, to_epoch(finished_at), line == dep_line, index, held is not None
+        )
         jobs.setdefault(job_id, []).append(link)
         if condition != _SUCCEEDED:
             out.conditions[job_id] = condition
@@ -238,7 +243,7 @@ def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], 
         .order_by("array_id", "array_index")
         .values_list(
             "array_id", "pk", "array__name", "state", "finished_at",
-            "queue__business_line_id", "array_index",
+            "queue__business_line_id", "array_index", "held_at",
         )
     ):  # fmt: skip
         tasks.setdefault(array, []).append(task)
@@ -249,8 +254,8 @@ def _array_links(keys: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], 
             continue  # deleted by hand: it holds nothing back
         same_line, meets = rows[0][4] == line, Job.TASK_MEETS[condition]
         unmet = tuple(
-            Link(pk, name, state, to_epoch(finished_at), same_line, index)
-            for pk, name, state, finished_at, _, index in rows
+            Link(pk, name, state, to_epoch(finished_at), same_line, index, held is not None)
+            for pk, name, state, finished_at, _, index, held in rows
             if state not in meets
         )
         ended = None if unmet else max((to_epoch(row[3]) or 0.0) for row in rows)
@@ -273,11 +278,14 @@ def unmet_links(
     rows = (
         Job.objects.filter(pk__in=ids)
         .order_by("pk")
-        .values_list("pk", "name", "state", "finished_at", "queue__business_line_id", "array_index")
-    )
+        .values_list(
+            "pk", "name", "state", "finished_at", "queue__business_line_id", "array_index",
+            "held_at",
+        )
+    )  # fmt: skip
     jobs = [
-        Link(pk, name, state, to_epoch(finished_at), line == line_id, index)
-        for pk, name, state, finished_at, line, index in (rows if ids else ())
+        Link(pk, name, state, to_epoch(finished_at), line == line_id, index, held is not None)
+        for pk, name, state, finished_at, line, index, held in (rows if ids else ())
     ]
     read = _array_links({(array, line_id, condition) for array in array_ids})
     out = PendingLinks(conditions={job_id: condition} if condition != _SUCCEEDED else {})
@@ -319,8 +327,11 @@ class Ends:
         return explain.minute_up(end) if end else None
 
     def state(self, link: Link) -> str:
-        """What it is doing: a job the plan starts now is running."""
-        return Job.State.RUNNING if link.id in self.started else link.state
+        """What it is doing: a job the plan starts now is running; a waiting one on hold,
+        held (``_HELD``)."""
+        if link.id in self.started:
+            return Job.State.RUNNING
+        return _HELD if link.held and link.state == Job.State.PENDING else link.state
 
 
 def verdict(

@@ -384,3 +384,20 @@ def test_a_held_job_the_cluster_could_never_run_reads_never_fits_first():
     never = dependencies.verdict(view, [link], dependencies.Ends({12: 1_800_000_030.0}), shape,
                                  {**row, "gpu_memory_gb": 200})  # fmt: skip
     assert never.code == "NEVER_FITS" and never.estimated_start is None
+
+
+def test_a_dependency_on_hold_is_said_to_be_on_hold(api):
+    admin, me = api("admin"), api("researcher")
+    first = submit(me, name="train", gpus=8)
+    assert me.post(f"/api/v1/jobs/{first}/hold/", {}, format="json").status_code == 200
+    then = submit(me, name="eval", gpus=8, after=[first])
+    cycle(admin)
+    assert job(me, then)["pending_reason"]["message"] == (
+        f"Waits for job {first} (train) to succeed: on hold (it starts only once released)."
+    )
+    assert me.post(f"/api/v1/jobs/{first}/release/", {}, format="json").status_code == 200
+    cycle(admin)
+    assert job(me, first)["state"] == "running"
+    assert job(me, then)["pending_reason"]["message"].startswith(
+        f"Waits for job {first} (train) to succeed: running"
+    )

@@ -53,6 +53,7 @@ DEPENDENCY_REMEDY = {
     "cancelled if one of them succeeds (an array: if all its tasks do).",
 }
 # What a dependency that has not succeeded is doing, in a verdict's words.
+_HELD = "held"  # a waiting dependency on hold: what a verdict says of it (``Ends.state``)
 _DOING = {
     Job.State.PENDING: "waiting to start",
     Job.State.RUNNING: "running",
@@ -60,11 +61,10 @@ _DOING = {
     Job.State.FAILED: "failed (this job is being cancelled)",
     Job.State.CANCELLED: "cancelled (this job is being cancelled)",
     Job.State.SUCCEEDED: "succeeded (this job is being cancelled)",  # waited for to fail
+    _HELD: "on hold (it starts only once released)",
 }
 
 # The order an array's unmet tasks are counted in: what runs first.
-_HELD = "held"  # a waiting dependency on hold: what a verdict says of it (``Ends.state``)
-_DOING[_HELD] = "on hold (it starts only once released)"
 _TASK_ORDER = (
     Job.State.RUNNING, Job.State.PREEMPTING, Job.State.PENDING, _HELD, Job.State.FAILED,
     Job.State.CANCELLED,

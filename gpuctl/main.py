@@ -600,6 +600,27 @@ def cmd_time_limit(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def begin_or_none(text: str) -> str | None:
+    """``gpuctl begin``'s TIME: ``now`` or ``none`` clears the earliest start (None), else
+    one of ``--begin``'s forms (``slurm_begin``)."""
+    return None if text.strip().lower() in ("now", "none") else slurm_begin(text)
+
+
+def cmd_begin(portal: Portal, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"begin_at": args.begin_at}
+    if args.reason is not None:
+        body["reason"] = args.reason
+    job = portal.post(f"jobs/{args.job}/begin-time/", body)
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    if job.get("begin_at"):
+        print(f"job {job['id']} ({job['name']}): not before {fmt_when(job['begin_at'])}")
+    else:
+        print(f"job {job['id']} ({job['name']}): no earliest start, it queues from now")
+    return EXIT_OK
+
+
 def _eviction_cell(queue: dict) -> str:
     """A queue's eviction ratio over the portal's window; "-" before there is any data."""
     ratio = queue.get("eviction_ratio")
@@ -1131,6 +1152,25 @@ examples:
     )
     p.add_argument("job", type=whole_number, help="job id")
     p.add_argument("limit", type=slurm_minutes, metavar="LIMIT", help="the new time limit")
+    p.add_argument("--reason", help="why (shown on the job)")
+
+    p = add(
+        "begin",
+        cmd_begin,
+        "change a waiting job's earliest start (owner, lead, admin)",
+        epilog="""\
+As Slurm's scontrol update StartTime=. TIME in --begin's forms (now+2hours, 16:00,
+2026-12-08T09:00), or now (or none) to clear it. Put later, the job leaves the queue
+until then and its wait counts from then; cleared, it queues from now. Only a job that
+has not started.
+
+examples:
+  gpuctl begin 42 now+2hours
+  gpuctl begin 42 2026-12-08T09:00 --reason 'after the maintenance'
+  gpuctl begin 42 now                       # start as soon as it may""",
+    )
+    p.add_argument("job", type=whole_number, help="job id")
+    p.add_argument("begin_at", type=begin_or_none, metavar="TIME", help="the new earliest start")
     p.add_argument("--reason", help="why (shown on the job)")
 
     arrays.add_parsers(add)

@@ -1,4 +1,4 @@
-"""REST: jobs (list, detail, submit, cancel, hold, release, time limit), simulator drills and a loop iteration on demand.
+"""REST: jobs (list, detail, submit, cancel, hold, release, time limit, earliest start), simulator drills and a loop iteration on demand.
 
 The node API is ``scheduling.nodes.api``.
 """
@@ -36,6 +36,7 @@ from core.security import is_ascii_number
 from core.time_text import TIME_HELP
 from quotas.models import Tier
 from scheduling import dependencies, limits, verdict_text
+from scheduling.begin_time_services import change_begin_time
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.hold_services import REASON_MAX, hold_job, release_job
 from scheduling.models import Job
@@ -251,6 +252,21 @@ class TimeLimitRequestSerializer(StrictSerializer):
     )  # fmt: skip
 
 
+class BeginTimeRequestSerializer(StrictSerializer):
+    """The body of ``begin-time/``: the new earliest start (null: none) and an optional
+    reason (the service checks who may: the owner, their team lead or an admin)."""
+
+    begin_at = TimeText(
+        allow_null=True, allow_blank=True,
+        help_text=f"not started before this (Slurm's --begin), {TIME_HELP}; null "
+        "or a time already past: none, it queues from now",
+    )  # fmt: skip
+    reason = LineTextField(
+        max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
+        help_text="why (shown on the job and in the audit log)",
+    )  # fmt: skip
+
+
 class JobEventSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     kind = serializers.CharField()
@@ -451,6 +467,17 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
         body = valid_body(TimeLimitRequestSerializer, request)
         job = change_time_limit(request.user, job.pk, body["time_limit_minutes"],
                                 body.get("reason", ""), source_ip=client_ip(request))  # fmt: skip
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=BeginTimeRequestSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"], url_path="begin-time")
+    def begin_time(self, request: Request, pk: str | None = None) -> Response:
+        """Change a waiting job's earliest start (Slurm's ``scontrol update StartTime=``):
+        the owner, their team lead or an admin; null clears it (it queues from now)."""
+        job = self.get_object()
+        body = valid_body(BeginTimeRequestSerializer, request)
+        job = change_begin_time(request.user, job.pk, body["begin_at"], body.get("reason", ""),
+                                source_ip=client_ip(request))  # fmt: skip
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(request=None, responses={200: JobDetailSerializer})

@@ -476,3 +476,16 @@ class ArrayBoundForm(forms.Form):
         if not is_ascii_number(value):
             raise ValidationError("a whole number of tasks (digits 0-9), or empty for no bound")
         return int(value)
+
+
+class BeginTimeForm(forms.Form):
+    """A waiting job's new earliest start (Slurm's ``scontrol update StartTime=``), in the
+    viewer's zone, or empty for none; its rules, and the reason's, are the service's
+    (``begin_time_services.change_begin_time``)."""
+
+    begin_at = forms.DateTimeField(
+        label="Not before", required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        error_messages={"invalid": "not a date and time"},
+        help_text="In your time zone; empty: none, it queues from now.",
+    )  # fmt: skip

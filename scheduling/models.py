@@ -384,8 +384,10 @@ class Job(models.Model):
         help_text="user: its owner, team lead or an admin may release it; admin: admins only",
     )  # fmt: skip
     released_at = models.DateTimeField(
-        null=True, blank=True, help_text="cluster time its last hold was released"
-    )
+        null=True, blank=True,
+        help_text="cluster time its last hold was released, or its earliest start cleared "
+        "(scheduling.begin_time_services): its wait counts from then",
+    )  # fmt: skip
     # A task of a job array (``JobArray``): its array and index, both or neither, never changed.
     array = models.ForeignKey(
         JobArray, on_delete=models.PROTECT, null=True, blank=True, related_name="tasks"

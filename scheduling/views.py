@@ -20,6 +20,7 @@ from django.core.paginator import Paginator
 from django.db.models import Max, Q, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core import clock
@@ -560,6 +561,10 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         "may_read_output": may_read_output(request.user, job),
         # an admin may raise a time limit; others who may act on the job only lower it
         "raises_time_limits": may_raise_time_limit(request.user),
+        # its earliest start as the form's datetime-local reads it, in the viewer's zone
+        "begin_at_local": (
+            timezone.localtime(job.begin_at).strftime("%Y-%m-%dT%H:%M") if job.begin_at else ""
+        ),
         "hold_note": HOLD_NOTES["pending" if job.state == Job.State.PENDING else "running"],
         "live_config": {
             "hold_notes": HOLD_NOTES,

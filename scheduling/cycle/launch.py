@@ -1,22 +1,25 @@
 """Launching the plan's starts, with backoff after transient launch errors.
 
-Compare-and-set: only jobs still pending, and not put on hold, are started. Each launch is told to the
-backend first, under the run's deterministic name (``run_ref``), so a launch whose
-commit is lost is adopted by the next cycle, never made twice; a launch is never
-retried within the cycle. The GPU allocations of all successful launches are written in
-one statement (the unique (node, GPU) constraint guards it), falling back to one job at
-a time if it is refused, so one bad row cannot block the others. A permanent launch
-error fails the job with the backend's words; a transient one leaves it pending,
-backing off (``backoff``), with a ``LAUNCH_RETRY`` pending reason. A start whose node left
-service after the snapshot is not launched; the job waits with ``NODES_UNAVAILABLE``.
+Compare-and-set: only jobs still pending, not put on hold and not asked to begin later,
+are started. Each launch is told to the backend first, under the run's deterministic name
+(``run_ref``), so a launch whose commit is lost is adopted by the next cycle, never made
+twice; a launch is never retried within the cycle. The GPU allocations of all successful
+launches are written in one statement (the unique (node, GPU) constraint guards it),
+falling back to one job at a time if it is refused, so one bad row cannot block the
+others. A permanent launch error fails the job with the backend's words; a transient one
+leaves it pending, backing off (``backoff``), with a ``LAUNCH_RETRY`` pending reason. A
+start whose node left service after the snapshot is not launched; the job waits with
+``NODES_UNAVAILABLE``.
 """
 
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from quotas.models import Queue
 from scheduling.backends.base import BackendError, LaunchRequest, run_ref
+from scheduling.clock import to_datetime
 from scheduling.cycle.backoff import BACKOFF_FIELDS, LAUNCH_RETRY, Streak, clear, record_failure
 from scheduling.cycle.context import Cycle, fmt_placement
 from scheduling.cycle.reconcile import allocate
@@ -49,7 +52,9 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
         # with the key-share lock a submission's links take on the jobs they wait for when
         # it commits (deferred foreign keys), and two such, taken in other orders, deadlock
         for j in Job.objects.select_for_update(no_key=True).filter(
-            # not put on hold since the snapshot either (``scheduling.holds``)
+            # not put on hold since the snapshot either (``scheduling.holds``), nor its
+            # start put off (``scheduling.begin_time_services``)
+            Q(begin_at__isnull=True) | Q(begin_at__lte=to_datetime(cycle.now)),
             pk__in=[s.job_id for s in starts],
             state=Job.State.PENDING,
             held_at__isnull=True,
@@ -72,7 +77,7 @@ def start_all(cycle: Cycle, starts: tuple[et.Start, ...], swaps: tuple[et.Swap, 
     for start in starts:
         job = jobs.get(start.job_id)
         if job is None:
-            continue  # cancelled, held (or adopted) since the snapshot
+            continue  # cancelled, held, put off (or adopted) since the snapshot
         if lost := {s.node: isolated[s.node] for s in start.placement if s.node in isolated}:
             # its node was isolated since the snapshot: planned again next cycle, and says so
             cycle.launch_verdicts[job.pk] = out_of_service(lost)

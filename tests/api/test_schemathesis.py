@@ -263,6 +263,12 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     "POST /api/v1/arrays/": {**JOB_RULES, "array": ARRAY_SPEC_RULES},
     # the bound is at most the array's size, which the schema does not know
     "PATCH /api/v1/arrays/{id}/": {"max_running": r"the array has [\d,]+ tasks?; at most [\d,]+$"},
+    # what the job's earliest start is now, and the cluster clock (docs/api.md, "An earliest
+    # start"): the same time again, clearing one it has not, a year ahead of cluster time
+    "POST /api/v1/jobs/{id}/begin-time/": {
+        "begin_at": r"it has no earliest start: it already queues$|its earliest start is "
+        r"already |at most 366 days ahead|too far in the past$",
+    },
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
     "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {

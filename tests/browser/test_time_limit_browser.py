@@ -88,3 +88,56 @@ def test_a_limited_job_says_when_it_stops_and_fails_on_its_limit_live(demo, brow
         assert " UTC" not in live
     finally:
         context.close()
+
+
+def test_a_waiting_job_s_earliest_start_is_changed_on_its_page_in_tokyo(demo, browser, login):
+    """Scontrol update StartTime= in the browser: the researcher in Tokyo puts a waiting job
+    off to tomorrow 09:00 (their time), reads it back in JST, the loop holds it with
+    BEGIN_TIME, then empties the field: it queues from now and starts; the form hides, live."""
+    from zoneinfo import ZoneInfo
+
+    from core import clock
+    from scheduling.services import JobRequest, submit_job
+
+    make_quotas_roomy()
+    tokyo = ZoneInfo("Asia/Tokyo")
+    job = in_thread(submit_job, demo["researcher"],
+                    JobRequest(name="eval", queue="llm-core", gpus=8, sim_duration_minutes=60))  # fmt: skip
+    day = clock.now().astimezone(tokyo).date() + timedelta(days=1)
+    nine = f"{day:%Y-%m-%d}T09:00"
+    context = browser.new_context(timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    try:
+        base = login("researcher", page)
+        page.goto(f"{base}/jobs/{job.pk}/")
+        row = page.locator('#job-status [data-field="begin_at"]')
+        expect(row).to_have_text("none")
+        page.locator("#begin-time-at").fill(nine)
+        page.locator("#begin-time-reason").fill("after the data refresh")
+        page.get_by_role("button", name="Change the earliest start").click()
+        page.wait_for_url(re.compile(rf"/jobs/{job.pk}/$"))
+        expect(page.locator("ul.messages")).to_have_text(
+            f"Job #{job.pk} does not start before {day:%Y-%m-%d} 09:00 JST."
+        )
+        expect(row).to_have_text(f"{day:%Y-%m-%d} 09:00 JST (asked: Slurm's --begin)")
+        expect(page.locator("#begin-time-at")).to_have_value(nine)
+        expect(page.locator("#timeline")).to_contain_text(
+            f"to {day:%Y-%m-%d} 09:00 JST (Slurm's --begin); it queues from then: after the "
+            "data refresh"
+        )
+        expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+        in_thread(run_cycle)
+        expect(page.locator("#verdict-code")).to_have_text("BEGIN_TIME")
+
+        page.locator("#begin-time-at").fill("")
+        page.get_by_role("button", name="Change the earliest start").click()
+        expect(page.locator("ul.messages")).to_have_text(
+            f"Job #{job.pk} has no earliest start: it queues from now."
+        )
+        expect(row).to_have_text("none")
+        expect(page.locator("#live-status")).to_have_text("live", timeout=10_000)
+        in_thread(run_cycle)
+        expect(page.locator("#job-state")).to_have_text("running")
+        expect(page.locator("#begin-time-form")).to_be_hidden()  # live: it started
+    finally:
+        context.close()

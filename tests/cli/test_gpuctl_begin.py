@@ -102,3 +102,49 @@ def test_a_job_submitted_to_begin_later_waits_and_says_so(gpuctl, demo, api):
     assert shown["state"] == "pending"
     assert shown["not before"] == f"{begin.astimezone(UTC):%Y-%m-%d %H:%M} UTC (Slurm's --begin)"
     assert shown["verdict"].startswith("BEGIN_TIME: Asked not to start before ")
+
+
+# -- gpuctl begin: a waiting job's earliest start changed (scontrol update StartTime=) -------
+
+
+@pytest.mark.parametrize(
+    ("given", "sent"),
+    [("now", None), ("NONE", None), ("2026-12-08T09:00:00Z", "2026-12-08T09:00:00+00:00")],
+)
+def test_begin_sends_the_time_or_null_for_now(cli, portal, given, sent):
+    portal.answers[("post", "jobs/42/begin-time/")] = {**JOB, "begin_at": sent}
+    assert cli("begin", "42", given, "--reason", "later").code == 0
+    assert posted(portal, "jobs/42/begin-time/") == {"begin_at": sent, "reason": "later"}
+
+
+def test_begin_with_a_form_it_does_not_read_sends_nothing(cli, portal):
+    run = cli("begin", "42", "tomorrow")
+    assert run.code == 2 and "invalid begin time 'tomorrow'" in run.err
+    assert portal.calls == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_begin_puts_a_waiting_job_off_and_now_clears_it(gpuctl, demo, api):
+    make_quotas_roomy()
+    run = gpuctl("researcher", "submit", "eval", "-q", "llm-core", "-g", "8", "--json")
+    mine = json.loads(run.out)["id"]
+    put_off = gpuctl("researcher", "begin", str(mine), "2099-01-01T00:00:00Z")
+    assert put_off.code == 1 and "at most 366 days ahead" in put_off.err
+    put_off = gpuctl("researcher", "begin", str(mine), "now+3hours", "--reason", "after lunch")
+    assert put_off.code == 0, put_off.err
+    begin = Job.objects.get(pk=mine).begin_at
+    assert begin is not None
+    assert put_off.out.strip() == (
+        f"job {mine} (eval): not before {begin.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+    )
+    cycle(api("admin"))
+    assert rows(gpuctl("researcher", "explain", str(mine)).out)["verdict"].startswith(
+        "BEGIN_TIME: "
+    )
+    cleared = gpuctl("researcher", "begin", str(mine), "now")
+    assert cleared.code == 0, cleared.err
+    assert cleared.out.strip() == f"job {mine} (eval): no earliest start, it queues from now"
+    cycle(api("admin"))
+    assert Job.objects.get(pk=mine).state == "running"
+    started = gpuctl("researcher", "begin", str(mine), "now+1hour")
+    assert started.code == 1 and "it has started" in started.err

@@ -99,8 +99,13 @@ def test_the_what_if_and_the_job_page_say_it_waits_until_then(demo, api):
     assert text(html, "verdict-message").startswith(
         f"Asked not to start before {nine:%Y-%m-%d %H:%M} JST"
     )
-    # a job without one has no such row
+    # a waiting job without one reads none (it may be given one: the form below); one that
+    # started without one has no such row
     client.post("/jobs/new/", form_data(name="plain"))
     plain = Job.objects.get(name="plain")
     assert plain.begin_at is None
+    html = page(client, f"/jobs/{plain.pk}/")
+    assert re.search(r'<dd data-field="begin_at">(.*?)</dd>', html)[1] == "none"
+    cycle(api("admin"))
+    assert Job.objects.get(pk=plain.pk).state == "running"
     assert 'data-field="begin_at"' not in page(client, f"/jobs/{plain.pk}/")

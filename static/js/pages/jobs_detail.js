@@ -90,7 +90,7 @@
     progress = { seconds: job.progress_seconds || 0, at: window.Dom.clusterNow() };
     const values = {
       submitted_at: when(job.submitted_at),
-      begin_at: `${when(job.begin_at)} (asked: Slurm's --begin)`,
+      begin_at: job.begin_at ? `${when(job.begin_at)} (asked: Slurm's --begin)` : "none",
       started_at: when(job.started_at),
       finished_at: when(job.finished_at),
       preemption_count: String(job.preemption_count),
@@ -149,6 +149,8 @@
     renderHoldForm(job);
     const limitForm = $("time-limit-form");
     if (limitForm) limitForm.hidden = !config.active_states.includes(job.state);
+    const beginForm = $("begin-time-form");
+    if (beginForm) beginForm.hidden = job.state !== "pending";
     renderMessages(job);
   }
 

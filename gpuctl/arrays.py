@@ -120,6 +120,20 @@ def cancel_array(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def begin_array(portal: Portal, args: argparse.Namespace, body: dict[str, Any]) -> int:
+    """``begin --array ID TIME``: every waiting task's earliest start, in one call."""
+    answer: dict[str, Any] = portal.post(f"arrays/{args.job}/begin-time/", body)
+    if args.json:
+        print_json(answer)
+        return EXIT_OK
+    ids = answer["changed"]
+    begin = answer["begin_at"]
+    said = f"not before {fmt_when(begin)}" if begin else "no earliest start, queued from now"
+    print(f"array {args.job}: {count(len(ids), 'waiting task')} changed: {said} "
+          f"(jobs {fmt_indices(ids)})")  # fmt: skip
+    return EXIT_OK
+
+
 def add_parsers(add: Any) -> None:
     """``array`` and ``array-limit`` (``add``: ``gpuctl.main``'s subcommand maker)."""
     p = add("array", cmd_array, "a job array: spec, bound, tasks by state, GPUs held", ARRAY_HELP)

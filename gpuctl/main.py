@@ -610,6 +610,8 @@ def cmd_begin(portal: Portal, args: argparse.Namespace) -> int:
     body: dict[str, Any] = {"begin_at": args.begin_at}
     if args.reason is not None:
         body["reason"] = args.reason
+    if args.array:
+        return arrays.begin_array(portal, args, body)
     job = portal.post(f"jobs/{args.job}/begin-time/", body)
     if args.json:
         print_json(job)
@@ -1162,14 +1164,18 @@ examples:
 As Slurm's scontrol update StartTime=. TIME in --begin's forms (now+2hours, 16:00,
 2026-12-08T09:00), or now (or none) to clear it. Put later, the job leaves the queue
 until then and its wait counts from then; cleared, it queues from now. Only a job that
-has not started.
+has not started; with --array, every waiting task of the array (those that started are
+left).
 
 examples:
   gpuctl begin 42 now+2hours
   gpuctl begin 42 2026-12-08T09:00 --reason 'after the maintenance'
-  gpuctl begin 42 now                       # start as soon as it may""",
+  gpuctl begin 42 now                       # start as soon as it may
+  gpuctl begin --array 7 22:00              # every waiting task of array 7""",
     )
-    p.add_argument("job", type=whole_number, help="job id")
+    p.add_argument("job", type=whole_number, metavar="ID", help="job id (with --array: array id)")
+    p.add_argument("--array", action="store_true",
+                   help="ID is an array's: change every waiting task")  # fmt: skip
     p.add_argument("begin_at", type=begin_or_none, metavar="TIME", help="the new earliest start")
     p.add_argument("--reason", help="why (shown on the job)")
 

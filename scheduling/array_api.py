@@ -28,8 +28,19 @@ from core.api import (
     client_ip,
 )
 from scheduling import arrays
-from scheduling.api import JobSubmitSerializer, busy, job_request, valid_body
-from scheduling.array_services import cancel_array, set_max_running, submit_array
+from scheduling.api import (
+    BeginTimeRequestSerializer,
+    JobSubmitSerializer,
+    busy,
+    job_request,
+    valid_body,
+)
+from scheduling.array_services import (
+    cancel_array,
+    change_begin_times,
+    set_max_running,
+    submit_array,
+)
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.models import Job, JobArray
 from scheduling.selectors import annotated_progress, arrays_with_progress, list_arrays_for_user
@@ -152,6 +163,16 @@ class ArrayCancelSerializer(serializers.Serializer):
     )
 
 
+class ArrayBeginTimeSerializer(serializers.Serializer):
+    changed = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="the ids of the waiting tasks whose earliest start changed",
+    )
+    begin_at = serializers.DateTimeField(
+        allow_null=True, help_text="the earliest start they now have (null: none, they queue)"
+    )
+
+
 @contextmanager
 def _visible() -> Iterator[None]:
     """An array the caller may not see (or that went away meanwhile) is a 404."""
@@ -164,7 +185,8 @@ def _visible() -> Iterator[None]:
 class JobArrayViewSet(AsciiIdLookup, mixins.ListModelMixin, mixins.RetrieveModelMixin,
                       viewsets.GenericViewSet):  # fmt: skip
     """Job arrays the caller may see (those of their lines' queues and their own; on-call
-    and admins every one), newest first. POST submits one; PATCH changes its bound."""
+    and admins every one), newest first. POST submits one; PATCH changes its bound;
+    cancel/ and begin-time/ act on its tasks."""
 
     serializer_class = JobArraySerializer
 
@@ -212,3 +234,20 @@ class JobArrayViewSet(AsciiIdLookup, mixins.ListModelMixin, mixins.RetrieveModel
             except ClusterBusy as exc:
                 return busy(exc)
         return Response({"cancelled": cancelled})
+
+    @extend_schema(request=BeginTimeRequestSerializer, responses={200: ArrayBeginTimeSerializer})
+    @action(detail=True, methods=["post"], url_path="begin-time")
+    def begin_time(self, request: Request, pk: str | None = None) -> Response:
+        """Change the earliest start of every waiting task (Slurm's ``scontrol update
+        JobId=<array> StartTime=``), as ``POST jobs/{id}/begin-time/`` changes a job's; tasks
+        that started or ended are left. The owner, their team lead or an admin. It waits for
+        a cycle under way (the cluster lock, as cancelling the array)."""
+        array = self.get_object()
+        body = valid_body(BeginTimeRequestSerializer, request)
+        with _visible():
+            try:
+                changed, begin = change_begin_times(request.user, array.pk, body["begin_at"],
+                                             body.get("reason", ""), source_ip=client_ip(request))  # fmt: skip
+            except ClusterBusy as exc:
+                return busy(exc)
+        return Response(ArrayBeginTimeSerializer({"changed": changed, "begin_at": begin}).data)

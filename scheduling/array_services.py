@@ -1,6 +1,6 @@
-"""Writers of job arrays (``scheduling.arrays``): submission, cancelling every task, and the
-bound on tasks that run at once (Slurm's ``sbatch --array``, ``scancel <array>``,
-``scontrol update ArrayTaskThrottle``).
+"""Writers of job arrays (``scheduling.arrays``): submission, cancelling every task, the
+bound on tasks that run at once and the waiting tasks' earliest start (Slurm's ``sbatch
+--array``, ``scancel <array>``, ``scontrol update ArrayTaskThrottle``, ``StartTime=``).
 
 Each checks who may act on the server (``may_cancel``: the owner, their team lead or an
 admin, for an array as for a job), writes in one transaction, leaves each task's timeline
@@ -11,6 +11,7 @@ commit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -18,8 +19,11 @@ from django.db import transaction
 
 from core import audit, clock, events
 from core.realtime import publish_coalesced, publish_on_commit
-from scheduling import arrays
+from scheduling import arrays, begin_time
+from scheduling.begin_time_services import iso, message, put_off, waiting_for
 from scheduling.cluster_lock import wait_cluster_lock
+from scheduling.engine.explain import when
+from scheduling.hold_services import clean_hold_reason
 from scheduling.models import Job, JobArray, JobEvent
 from scheduling.permissions import may_cancel, may_submit
 from scheduling.selectors import list_arrays_for_user
@@ -210,3 +214,64 @@ def set_max_running(
                          after={"max_running": max_running}, source_ip=source_ip)  # fmt: skip
         publish_on_commit(*events.queues_updated(queue=array.queue.name))
     return array
+
+
+def change_begin_times(
+    user: Any, array_id: int, value: Any, reason: Any = "", *, source_ip: str | None = None
+) -> tuple[list[int], datetime | None]:
+    """Set the earliest start of every waiting task of an array (Slurm's ``scontrol update
+    JobId=<array> StartTime=``), each as ``begin_time_services.change_begin_time`` sets a
+    job's; returns the ids of the tasks it changed and the time they now have (None: none,
+    a time already past included). Tasks that started or ended are left.
+
+    Under the cluster lock, as ``cancel_array`` (the loop writes many tasks' rows in an
+    order of its own), the waiting tasks' rows locked in id order. Refused, nothing
+    written: no task waits (``ValidationError`` on ``state``); a time that is not one, or
+    too far ahead, or what every waiting task has already (on ``begin_at``); a reason that
+    is not one clean line; anyone who may not act on the array (``PermissionDenied``).
+    """
+    reason = clean_hold_reason(reason, required=False)
+    with transaction.atomic():
+        wait_cluster_lock(LOCK_WAIT_S)
+        array = _locked_array(user, array_id, "change its tasks' earliest start")
+        tasks = list(
+            Job.objects.select_for_update(of=("self",), no_key=True)
+            .filter(array=array, state=Job.State.PENDING)
+            .order_by("pk")
+        )
+        if not tasks:
+            raise ValidationError(
+                {"state": [f"no task of array {array.pk} waits: only a waiting task's earliest "
+                           "start can change"]}
+            )  # fmt: skip
+        now = clock.now()
+        new = begin_time.of_request(value, lambda: now)
+        before = {task.pk: waiting_for(task, now) for task in tasks}
+        changed = [task for task in tasks if before[task.pk] != new]
+        if not changed:
+            said = when(new.timestamp()) if new else "none: they already queue"
+            raise ValidationError({"begin_at": [f"every waiting task's earliest start is {said}"]})
+        lines = []
+        for task in changed:
+            put_off(task, new, now)
+            task.updated_at = now  # a bulk update stamps no ``auto_now`` field
+            lines.append(message(user, before[task.pk], new, reason))
+        written = ("begin_at", "released_at", "updated_at")
+        bulk_set(Job, written, [(t.pk, *(getattr(t, f) for f in written)) for t in changed])
+        JobEvent.objects.bulk_create(
+            [
+                JobEvent(job=t, at=now, kind="begin_time", message=m)
+                for t, m in zip(changed, lines, strict=True)
+            ],
+            batch_size=500,
+        )
+        for task, line in zip(changed, lines, strict=True):
+            publish_on_commit(*events.job_updated(task.pk, task.state, event=("begin_time", line)))
+        if array.owner_id != user.pk:
+            was = sorted({iso(b) for b in before.values()}, key=lambda at: at or "")
+            audit.record(user, "array.begin_time", array, reason=reason,
+                         before={"begin_at": was}, after={"begin_at": iso(new),
+                                                          "tasks": len(changed)},
+                         source_ip=source_ip)  # fmt: skip
+        publish_on_commit(*events.queues_updated(queue=array.queue.name))
+    return [task.pk for task in changed], new

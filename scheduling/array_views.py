@@ -25,11 +25,11 @@ from django.views.decorators.http import require_GET, require_POST
 from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
-from scheduling.array_services import cancel_array, set_max_running
+from scheduling.array_services import cancel_array, change_begin_times, set_max_running
 from scheduling.blast import BlastRadius, array_blast_radius
 from scheduling.cluster_lock import ClusterBusy
-from scheduling.engine.explain import count, verb
-from scheduling.forms import ArrayBoundForm, ArrayPageForm
+from scheduling.engine.explain import count, verb, when
+from scheduling.forms import ArrayBoundForm, ArrayPageForm, BeginTimeForm
 from scheduling.models import JobArray
 from scheduling.permissions import may_cancel
 from scheduling.selectors import (
@@ -135,6 +135,35 @@ def array_bound(request: HttpRequest, array_id: int) -> HttpResponse:
     bound = array.max_running
     said = "no bound" if bound is None else f"at most {count(bound, 'task')} at once"
     messages.success(request, f"Array {array.pk} now runs {said}; the next cycle follows it.")
+    return redirect("scheduling:array-detail", array_id=array.pk)
+
+
+@login_required
+@require_POST
+def array_begin_time(request: HttpRequest, array_id: int) -> HttpResponse:
+    """Change every waiting task's earliest start (POST ``begin_at``, in the viewer's zone,
+    empty for none; ``reason``). Refused: said on the page, nothing changed."""
+    array = acting_array(request, array_id)
+    form = BeginTimeForm(request.POST)
+    refused = "Earliest start not changed: "
+    if not form.is_valid():
+        messages.error(request, refused + "; ".join(form.errors["begin_at"]))
+        return redirect("scheduling:array-detail", array_id=array.pk)
+    try:
+        changed, begin = _service(request, change_begin_times, array,
+                                  form.cleaned_data["begin_at"], request.POST.get("reason", ""))  # fmt: skip
+    except ClusterBusy as err:
+        messages.error(request, f"{refused}{err}.")
+    except ValidationError as exc:
+        messages.error(request, refused + "; ".join(exc.messages))
+    else:
+        n = len(changed)
+        said = (
+            f"{verb(n, 'does', 'do')} not start before {when(begin.timestamp())}"
+            if begin
+            else f"{verb(n, 'queues', 'queue')} from now"
+        )
+        messages.success(request, f"Array {array.pk}: {count(n, 'waiting task')} {said}.")
     return redirect("scheduling:array-detail", array_id=array.pk)
 
 

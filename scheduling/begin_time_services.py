@@ -58,23 +58,34 @@ def change_begin_time(
             raise ValidationError({"state": [STARTED]})
         now = clock.now()
         new = begin_time.of_request(value, lambda: now)
-        # a time already past is no wait: the job queues as if it had none
-        before = job.begin_at if job.begin_at and job.begin_at > now else None
+        before = waiting_for(job, now)
         if new == before:
             raise ValidationError({"begin_at": [_unchanged(before)]})
-        fields = ["begin_at", "updated_at"]
-        job.begin_at = new
-        if before is not None and new is None:
-            # held for it until now: it queues from now, not from its submission
-            job.released_at = now
-            fields.append("released_at")
-        job.save(update_fields=fields)
+        fields = put_off(job, new, now)
+        job.save(update_fields=[*fields, "updated_at"])
         record_action(
-            user, job, "begin_time", ("begin_time", _message(user, before, new, reason)),
-            ({"begin_at": _iso(before)}, {"begin_at": _iso(new)}),
+            user, job, "begin_time", ("begin_time", message(user, before, new, reason)),
+            ({"begin_at": iso(before)}, {"begin_at": iso(new)}),
             reason=reason, source_ip=source_ip,
         )  # fmt: skip
     return job
+
+
+def waiting_for(job: Job, now: datetime) -> datetime | None:
+    """The earliest start a waiting job still waits for at ``now``: None when it has none,
+    or it is past (a time already past is no wait: the job queues as if it had none)."""
+    return job.begin_at if job.begin_at and job.begin_at > now else None
+
+
+def put_off(job: Job, new: datetime | None, now: datetime) -> tuple[str, ...]:
+    """Give ``job`` (waiting, its row locked) the earliest start ``new`` (None: none); the
+    fields written. Cleared while it still waited for one, it queues from ``now``
+    (``released_at``): the time it was asked to wait is not counted as waiting."""
+    if new is None and waiting_for(job, now) is not None:
+        job.begin_at, job.released_at = None, now
+        return ("begin_at", "released_at")
+    job.begin_at = new
+    return ("begin_at",)
 
 
 def _unchanged(before: datetime | None) -> str:
@@ -83,18 +94,19 @@ def _unchanged(before: datetime | None) -> str:
     return f"its earliest start is already {when(before.timestamp())}"
 
 
-def _message(user: Any, before: datetime | None, new: datetime | None, reason: str) -> str:
+def message(user: Any, before: datetime | None, new: datetime | None, reason: str) -> str:
     """The timeline's line: from what to what, and what it means for the job's wait."""
     was = when(before.timestamp()) if before else "none"
     if new is None:
-        message = f"earliest start cleared by {user.username} (was {was}); it queues from now"
+        line = f"earliest start cleared by {user.username} (was {was}); it queues from now"
     else:
-        message = (
+        line = (
             f"earliest start changed by {user.username} from {was} to {when(new.timestamp())} "
             "(Slurm's --begin); it queues from then"
         )
-    return message + (f": {reason}" if reason else "")
+    return line + (f": {reason}" if reason else "")
 
 
-def _iso(at: datetime | None) -> str | None:
+def iso(at: datetime | None) -> str | None:
+    """An earliest start as an audit record keeps it."""
     return at.isoformat() if at else None

@@ -28,4 +28,7 @@ urlpatterns = [
     path("arrays/<int:array_id>/", array_views.array_detail, name="array-detail"),
     path("arrays/<int:array_id>/bound/", array_views.array_bound, name="array-bound"),
     path("arrays/<int:array_id>/cancel/", array_views.array_cancel, name="array-cancel"),
+    path(
+        "arrays/<int:array_id>/begin-time/", array_views.array_begin_time, name="array-begin-time"
+    ),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -86,6 +87,8 @@ def _alert_action(action: str, *, becomes: str) -> Case:
 
 
 SUBMIT = {"name": "matrix-job", "queue": "llm-finetune", "gpus": 4}
+# two days ahead of the cluster clock (the demo's runs at wall time)
+BEGIN = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
 SUBMIT_DENIED = 400  # API.md: "queue: must be a queue the user may submit to" -> field error
 
 CASES: dict[str, Case] = {
@@ -167,6 +170,23 @@ CASES: dict[str, Case] = {
         effect=lambda w: (
             set(Job.objects.filter(array=w.array).values_list("state", flat=True)) == {"cancelled"}
         ),
+    ),
+    # a waiting job's and an array's waiting tasks' earliest start (docs/api.md)
+    "job begin time": Case(
+        "post",
+        "jobs/{job}/begin-time/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        body={"begin_at": BEGIN},
+        effect=lambda w: _state(w.job, Job, "pk", "begin_at") is not None,
+    ),
+    "array begin time": Case(
+        "post",
+        "arrays/{array}/begin-time/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        body={"begin_at": BEGIN},
+        effect=lambda w: not Job.objects.filter(array=w.array, begin_at__isnull=True).exists(),
     ),
     "nodes list": Case("get", "nodes/", EVERYONE_SIGNED_IN),
     "node detail": Case("get", "nodes/{node}/", EVERYONE_SIGNED_IN),

@@ -269,6 +269,11 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "begin_at": r"it has no earliest start: it already queues$|its earliest start is "
         r"already |at most 366 days ahead|too far in the past$",
     },
+    # the same for an array's waiting tasks, and whether any task still waits
+    "POST /api/v1/arrays/{id}/begin-time/": {
+        "begin_at": r"every waiting task's earliest start is |at most 366 days ahead|too far in "
+        r"the past$",
+    },
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
     "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {

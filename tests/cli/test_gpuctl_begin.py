@@ -148,3 +148,19 @@ def test_begin_puts_a_waiting_job_off_and_now_clears_it(gpuctl, demo, api):
     assert Job.objects.get(pk=mine).state == "running"
     started = gpuctl("researcher", "begin", str(mine), "now+1hour")
     assert started.code == 1 and "it has started" in started.err
+
+
+def test_begin_array_posts_to_the_array_and_says_what_changed(cli, portal):
+    portal.answers[("post", "arrays/7/begin-time/")] = {
+        "changed": [51, 52, 53], "begin_at": "2026-12-08T09:00:00Z",
+    }  # fmt: skip
+    run = cli("begin", "--array", "7", "2026-12-08T09:00:00Z")
+    assert run.code == 0, run.err
+    assert posted(portal, "arrays/7/begin-time/") == {"begin_at": "2026-12-08T09:00:00+00:00"}
+    assert run.out.strip() == (
+        "array 7: 3 waiting tasks changed: not before 2026-12-08 09:00 UTC (jobs 51-53)"
+    )
+    portal.answers[("post", "arrays/7/begin-time/")] = {"changed": [51], "begin_at": None}
+    assert cli("begin", "--array", "7", "now").out.strip() == (
+        "array 7: 1 waiting task changed: no earliest start, queued from now (jobs 51)"
+    )

@@ -623,6 +623,16 @@ def cmd_begin(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_top(portal: Portal, args: argparse.Namespace) -> int:
+    job = portal.post(f"jobs/{args.job}/top/")
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    print(f"job {job['id']} ({job['name']}): first among {job['owner']}'s waiting jobs of "
+          f"{job['business_line']}, tier {job['tier']}; the next cycle places it")  # fmt: skip
+    return EXIT_OK
+
+
 def _eviction_cell(queue: dict) -> str:
     """A queue's eviction ratio over the portal's window; "-" before there is any data."""
     ratio = queue.get("eviction_ratio")
@@ -1155,6 +1165,20 @@ examples:
     p.add_argument("job", type=whole_number, help="job id")
     p.add_argument("limit", type=slurm_minutes, metavar="LIMIT", help="the new time limit")
     p.add_argument("--reason", help="why (shown on the job)")
+
+    p = add(
+        "top",
+        cmd_top,
+        "put a waiting job first among its owner's waiting jobs (owner, lead, admin)",
+        epilog="""\
+As Slurm's scontrol top. The job takes the first of the places its owner's waiting jobs
+of its line and tier hold in the queue (the latest put first goes first); nobody else's
+job moves. Only a job that has not started.
+
+examples:
+  gpuctl top 42""",
+    )
+    p.add_argument("job", type=whole_number, help="job id")
 
     p = add(
         "begin",

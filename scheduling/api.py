@@ -1,4 +1,4 @@
-"""REST: jobs (list, detail, submit, cancel, hold, release, time limit, earliest start), simulator drills and a loop iteration on demand.
+"""REST: jobs (list, detail, submit, cancel, hold, release, time limit, earliest start, top), simulator drills and a loop iteration on demand.
 
 The node API is ``scheduling.nodes.api``.
 """
@@ -43,6 +43,7 @@ from scheduling.models import Job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
 from scheduling.output_api import JobOutputActions
+from scheduling.own_order_services import put_first
 from scheduling.permissions import DrivesSimulator, OperatesNodes
 from scheduling.selectors import (
     build_placement,
@@ -179,8 +180,8 @@ class JobSerializer(SharedFieldsModelSerializer):
             "id", "name", "owner", "queue", "business_line", "tier", "gpus", "gpus_per_node",
             "gpu_memory_gb", "rdma", "exclusive_node", "avoid_inference", "preemptible",
             "max_retries", "checkpoint_path", "checkpoint_interval_minutes",
-            "estimated_runtime_minutes", "time_limit_minutes", "begin_at", "model_name", "state",
-            "pending_reason", "queue_position", "estimated_start", "preemption_count", "retry_count",
+            "estimated_runtime_minutes", "time_limit_minutes", "begin_at", "first_among_own_at",
+            "model_name", "state", "pending_reason", "queue_position", "estimated_start", "preemption_count", "retry_count",
             "progress_seconds", "last_checkpoint_at", "borrowed", "submitted_at", "started_at",
             "finished_at", "failure_reason", "array", "array_index",
         ]  # fmt: skip
@@ -192,6 +193,10 @@ class JobSerializer(SharedFieldsModelSerializer):
             "array_index": {"help_text": "its index in that array, or null"},
             "begin_at": {
                 "help_text": "not started before this (Slurm's --begin), or null: no wait"
+            },
+            "first_among_own_at": {
+                "help_text": "when it was put first among its owner's waiting jobs (top/, "
+                "Slurm's scontrol top), or null: never"
             },
         }
 
@@ -478,6 +483,16 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
         body = valid_body(BeginTimeRequestSerializer, request)
         job = change_begin_time(request.user, job.pk, body["begin_at"], body.get("reason", ""),
                                 source_ip=client_ip(request))  # fmt: skip
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=None, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def top(self, request: Request, pk: str | None = None) -> Response:
+        """Put a waiting job first among its owner's waiting jobs of its line and tier
+        (Slurm's ``scontrol top``): it takes the first of their places in the queue; nobody
+        else's job moves. The owner, their team lead or an admin."""
+        job = self.get_object()
+        job = put_first(request.user, job.pk, source_ip=client_ip(request))
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(request=None, responses={200: JobDetailSerializer})

@@ -300,6 +300,11 @@ class Job(models.Model):
         help_text="not started before this (Slurm's --begin), cluster time; its wait counts "
         "from then (scheduling.begin_time)",
     )  # fmt: skip
+    first_among_own_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="when it was put first among its owner's waiting jobs (Slurm's scontrol "
+        "top), cluster time: it takes the first of their places (scheduling.own_order_services)",
+    )  # fmt: skip
     time_limit_past_queue_max = models.BooleanField(
         default=False,
         help_text="an admin gave it a time limit above its queue's max: the queue's bound does "

@@ -63,7 +63,7 @@ JOB_FIELDS = (
 # in Python, thousands of times a cycle. ``date_part`` divides the stored microseconds by
 # a million as ``datetime.timestamp()`` does: the same float.
 EPOCH_FIELDS = ("submitted_at", "started_at", "last_checkpoint_at", "preempt_deadline",
-                "held_at", "released_at", "begin_at")  # fmt: skip
+                "held_at", "released_at", "begin_at", "first_among_own_at")  # fmt: skip
 # A time in ``JOB_FIELDS`` read as a datetime (the verdict writer compares it with the new
 # one): sent as epoch seconds too and turned into a datetime here, once per distinct
 # instant (thousands of waiting jobs share a few estimated starts); ``fromtimestamp``
@@ -127,6 +127,8 @@ def _pending_job(
         estimated_runtime_s=(r["estimated_runtime_minutes"] or 0) * 60 or None,
         last_evicted_at=last_evicted_at,
         move_to=r["move_to_node"] or None,  # moved: it restarts in the room kept for it
+        # put first among its owner's jobs (the what-if's row has no such time)
+        first_among_own=r.get("first_among_own_at_ts") or 0.0,
     )
 
 

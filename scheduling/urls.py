@@ -7,6 +7,7 @@ from scheduling import (
     begin_time_views,
     hold_views,
     output_views,
+    own_order_views,
     time_limit_views,
     views,
 )
@@ -24,6 +25,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/release/", hold_views.job_release, name="job-release"),
     path("jobs/<int:job_id>/time-limit/", time_limit_views.job_time_limit, name="job-time-limit"),
     path("jobs/<int:job_id>/begin-time/", begin_time_views.job_begin_time, name="job-begin-time"),
+    path("jobs/<int:job_id>/top/", own_order_views.job_top, name="job-top"),
     path("jobs/<int:job_id>/output/", output_views.job_output, name="job-output"),
     path("arrays/<int:array_id>/", array_views.array_detail, name="array-detail"),
     path("arrays/<int:array_id>/bound/", array_views.array_bound, name="array-bound"),

@@ -19,7 +19,10 @@ capacity in that order. Without ``strict_fifo`` the order is:
    ``default_runtime_s`` when unknown);
 6. submit time, then id;
 7. with ``user_turns`` (on in ``full``), the people of a line take turns in the line's
-   places of that order (``user_turns.py``): overdue jobs are not reordered.
+   places of that order (``user_turns.py``): overdue jobs are not reordered;
+8. last, a person's jobs put first among their own (Slurm's ``scontrol top``) take the
+   first of that person's places in the order (``own_order.py``): nobody else's place
+   changes.
 
 The promise (stated in docs/engine.md, checked by tests/engine/test_starvation.py): an
 overdue job is behind only jobs of a higher tier and older overdue jobs of its tier, so
@@ -39,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+from .own_order import own_first
 from .policy import effective_tier, job_runtime
 from .types import PendingJob, PolicyConfig, QueueView
 from .user_turns import take_turns
@@ -77,13 +81,15 @@ def order(
     if policy.strict_fifo:
         return sorted(pending, key=lambda j: (j.submitted_at, j.id))
     key = order_key(now, policy, queues, shares)
-    if not policy.user_turns:
-        return sorted(pending, key=key)
     keyed = sorted(((key(j), j) for j in pending), key=itemgetter(0))
     # who takes turns together: a line's jobs of one tier and demotion; overdue jobs
     # (``k[1] == 0``: first, oldest first) are not reordered
     groups = [None if k[1] == 0 else (k[0], k[2], j.line) for k, j in keyed]
-    return take_turns([j for _k, j in keyed], held or {}, groups)
+    jobs = [j for _k, j in keyed]
+    if policy.user_turns:
+        jobs = take_turns(jobs, held or {}, groups)
+    # each person's own order within their places, once every place is given
+    return own_first(jobs, groups)  # take_turns keeps each place's group
 
 
 def order_key(

@@ -244,6 +244,8 @@ class PendingJob:
     preempted (None: never, or long ago), for the borrowing cool-down (``borrowing.py``).
     ``move_to``: a job stopped by a move (``Migration``) and not restarted yet: the node
     where room was kept for it; it restarts there first (``kept_rooms.restarts``).
+    ``first_among_own``: when its owner put it first among their own waiting jobs (Slurm's
+    ``scontrol top``; 0: never); it then takes the first of their places (``own_order.py``).
     """
 
     id: int
@@ -267,6 +269,7 @@ class PendingJob:
     pool: str | None = None
     last_evicted_at: float | None = None
     move_to: str | None = None
+    first_among_own: float = 0.0
 
     def __post_init__(self) -> None:
         tier = _tier(self.tier)

@@ -180,6 +180,13 @@ CASES: dict[str, Case] = {
         body={"begin_at": BEGIN},
         effect=lambda w: _state(w.job, Job, "pk", "begin_at") is not None,
     ),
+    "job top": Case(
+        "post",
+        "jobs/{job}/top/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        effect=lambda w: _state(w.job, Job, "pk", "first_among_own_at") is not None,
+    ),
     "array begin time": Case(
         "post",
         "arrays/{array}/begin-time/",

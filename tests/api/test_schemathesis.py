@@ -274,6 +274,10 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
         "begin_at": r"every waiting task's earliest start is |at most 366 days ahead|too far in "
         r"the past$",
     },
+    # what the owner's other jobs are: one already put first the latest is refused
+    "POST /api/v1/jobs/{id}/top/": {
+        "first_among_own_at": r"it is already the one put first of those jobs$"
+    },
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
     "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {

@@ -164,3 +164,30 @@ def test_begin_array_posts_to_the_array_and_says_what_changed(cli, portal):
     assert cli("begin", "--array", "7", "now").out.strip() == (
         "array 7: 1 waiting task changed: no earliest start, queued from now (jobs 51)"
     )
+
+
+# -- gpuctl top: a waiting job first among its owner's (scontrol top) -------------------------
+
+
+def test_top_posts_and_says_where_the_job_goes(cli, portal):
+    portal.answers[("post", "jobs/42/top/")] = {**JOB, "business_line": "llm", "tier": "finetune"}
+    run = cli("top", "42")
+    assert run.code == 0, run.err
+    assert ("post", "jobs/42/top/") in [(m, p) for m, p, _ in portal.calls]
+    assert run.out.strip() == (
+        "job 42 (llama-ft): first among ann's waiting jobs of llm, tier finetune; the next cycle "
+        "places it"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_top_against_a_live_portal(gpuctl, demo):
+    make_quotas_roomy()
+    first = json.loads(gpuctl("researcher", "submit", "a", "-q", "llm-core", "-g", "8",
+                              "--json").out)["id"]  # fmt: skip
+    run = gpuctl("researcher", "top", str(first))
+    assert run.code == 0, run.err
+    assert Job.objects.get(pk=first).first_among_own_at is not None
+    again = gpuctl("researcher", "top", str(first))
+    assert again.code == 1 and "it is already the one put first" in again.err
+    assert gpuctl("researcher2", "top", str(first)).code == 1

@@ -149,8 +149,10 @@
     renderHoldForm(job);
     const limitForm = $("time-limit-form");
     if (limitForm) limitForm.hidden = !config.active_states.includes(job.state);
-    const beginForm = $("begin-time-form");
-    if (beginForm) beginForm.hidden = job.state !== "pending";
+    for (const id of ["begin-time-form", "top-form"]) {
+      const form = $(id);
+      if (form) form.hidden = job.state !== "pending";
+    }
     renderMessages(job);
   }
 

@@ -147,6 +147,8 @@
     const cancelNote = $("cancel-note");
     if (cancelNote) cancelNote.hidden = job.state === "pending";
     renderHoldForm(job);
+    const actions = $("job-actions");
+    if (actions) actions.hidden = !config.active_states.includes(job.state);
     const limitForm = $("time-limit-form");
     if (limitForm) limitForm.hidden = !config.active_states.includes(job.state);
     for (const id of ["begin-time-form", "top-form"]) {

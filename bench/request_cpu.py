@@ -47,7 +47,7 @@ STEPS: tuple[tuple[str, str, str], ...] = (
     ("parse", "rest_framework.request", "Request._parse"),
     ("validate", "rest_framework.serializers", "BaseSerializer.is_valid"),
     ("service", "scheduling.api", "submit_job"),
-    ("queue", "scheduling.services", "_resolve_queue"),
+    ("queue", "scheduling.services", "resolve_queue"),
     ("lock", "scheduling.services", "hold_submissions_of"),
     ("bound", "scheduling.services", "check_active_jobs"),
     ("dependencies", "scheduling.services", "check_dependencies"),

@@ -623,6 +623,19 @@ def cmd_begin(portal: Portal, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_move(portal: Portal, args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {"queue": args.queue}
+    if args.reason is not None:
+        body["reason"] = args.reason
+    job = portal.post(f"jobs/{args.job}/move/", body)
+    if args.json:
+        print_json(job)
+        return EXIT_OK
+    print(f"job {job['id']} ({job['name']}): now in queue {job['queue']} "
+          f"({job['business_line']}); it waits there from the next cycle")  # fmt: skip
+    return EXIT_OK
+
+
 def cmd_top(portal: Portal, args: argparse.Namespace) -> int:
     job = portal.post(f"jobs/{args.job}/top/")
     if args.json:
@@ -1164,6 +1177,24 @@ examples:
     )
     p.add_argument("job", type=whole_number, help="job id")
     p.add_argument("limit", type=slurm_minutes, metavar="LIMIT", help="the new time limit")
+    p.add_argument("--reason", help="why (shown on the job)")
+
+    p = add(
+        "move",
+        cmd_move,
+        "move a waiting job to another queue (owner, lead, admin)",
+        epilog="""\
+As Slurm's scontrol update Partition=. QUEUE: a queue the job's owner may submit to, by
+name or id. The job keeps what it asked for and its wait so far, and must meet the
+queue's rules as a submission would (its tier, its time limit). Not a task of an array,
+and only a job that has not started.
+
+examples:
+  gpuctl move 42 llm-finetune
+  gpuctl move 42 llm-finetune --reason 'experiment quota is full'""",
+    )
+    p.add_argument("job", type=whole_number, help="job id")
+    p.add_argument("queue", help="the queue to move it to (name or id)")
     p.add_argument("--reason", help="why (shown on the job)")
 
     p = add(

@@ -1,4 +1,4 @@
-"""REST: jobs (list, detail, submit, cancel, hold, release, time limit, earliest start, top), simulator drills and a loop iteration on demand.
+"""REST: jobs (list, detail, submit, cancel, hold, release, time limit, earliest start, top, move), simulator drills and a loop iteration on demand.
 
 The node API is ``scheduling.nodes.api``.
 """
@@ -40,6 +40,7 @@ from scheduling.begin_time_services import change_begin_time
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.hold_services import REASON_MAX, hold_job, release_job
 from scheduling.models import Job
+from scheduling.move_services import move_job
 from scheduling.nodes.faults import FAULT_KINDS
 from scheduling.nodes.services import inject_fault
 from scheduling.output_api import JobOutputActions
@@ -236,6 +237,18 @@ class HoldRequestSerializer(StrictSerializer):
     """The body of ``hold/``: an optional reason (required for an admin's hold of someone
     else's job; the service checks it: length, control and invisible characters)."""
 
+    reason = LineTextField(
+        max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
+        help_text="why (shown on the job and in the audit log)",
+    )  # fmt: skip
+
+
+class MoveRequestSerializer(StrictSerializer):
+    """The body of ``move/``: the queue to move to and an optional reason (the service
+    checks who may and where: a queue the job's owner may submit to, whose rules it
+    meets)."""
+
+    queue = serializers.CharField(max_length=80, help_text="queue id or name")
     reason = LineTextField(
         max_length=REASON_MAX, required=False, allow_blank=True, trim_whitespace=False,
         help_text="why (shown on the job and in the audit log)",
@@ -483,6 +496,21 @@ class JobViewSet(AsciiIdLookup, JobOutputActions,
         body = valid_body(BeginTimeRequestSerializer, request)
         job = change_begin_time(request.user, job.pk, body["begin_at"], body.get("reason", ""),
                                 source_ip=client_ip(request))  # fmt: skip
+        return Response(JobDetailSerializer(job).data)
+
+    @extend_schema(request=MoveRequestSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def move(self, request: Request, pk: str | None = None) -> Response:
+        """Move a waiting job to another queue (Slurm's ``scontrol update Partition=``), one
+        its owner may submit to and whose rules it meets. The owner, their team lead or an
+        admin. It waits for a cycle under way (the cluster lock): past that, a 409."""
+        job = self.get_object()
+        body = valid_body(MoveRequestSerializer, request)
+        try:
+            job = move_job(request.user, job.pk, body["queue"], body.get("reason", ""),
+                           source_ip=client_ip(request))  # fmt: skip
+        except ClusterBusy as exc:
+            return busy(exc)
         return Response(JobDetailSerializer(job).data)
 
     @extend_schema(request=None, responses={200: JobDetailSerializer})

@@ -102,7 +102,7 @@ def _queue_lookup(any_queue: bool, by_number: bool) -> Prepared:
     return Prepared(build, *types)
 
 
-def _resolve_queue(user: Any, ref: str | int) -> Queue:
+def resolve_queue(user: Any, ref: str | int) -> Queue:
     """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
     ref = str(ref)
     number = int(ref) if is_ascii_number(ref) and len(ref) < 19 else None  # fits a bigint
@@ -157,12 +157,12 @@ def resolve_job_request(
     A request the cluster's shape could never run, even empty and all healthy (NEVER_FITS:
     more GPUs per node, GPU memory, RDMA nodes or nodes in one block than it has), is
     refused naming the field and the rule, as a request larger than the cluster is.
-    ``queue`` (already resolved for ``user`` by ``_resolve_queue``) and ``shape`` (the
+    ``queue`` (already resolved for ``user`` by ``resolve_queue``) and ``shape`` (the
     ``feasibility.read_cluster_shape()`` just read) save a bulk caller (``submit_jobs``) two
     queries a job; any other ``shape`` (the old ``(largest node, GPUs)`` pair) is read anew.
     """
     errors: dict[str, list[str]] = {}
-    queue = queue or _resolve_queue(user, req.queue)
+    queue = queue or resolve_queue(user, req.queue)
     tier = req.tier or queue.tier
     if tier not in Tier.values:
         errors["tier"] = [f"unknown tier {tier!r}; one of {', '.join(Tier.values)}"]
@@ -634,9 +634,11 @@ def lock_active_job(user: Any, job_id: int, verb: str) -> Job:
     succeeded"). The shared first step of the actions on a job: cancel, hold, release.
     """
     # Only the job row, and FOR NO KEY UPDATE: a lock on its queue as well (select_related
-    # locks every joined row) deadlocked with the cycle, which refers to queues (#16).
-    rows = Job.objects.select_for_update(of=("self",), no_key=True)
-    job = rows.select_related("queue").get(pk=job_id)
+    # locks every joined row) deadlocked with the cycle, which refers to queues (#16). And
+    # no join in the locking read: one that waited for a move of the job to another queue
+    # (``move_services``) re-checks the join with the job's new queue and finds no row.
+    job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
+    job.queue = Queue.objects.get(pk=job.queue_id)
     if not may_cancel(user, job):
         raise PermissionDenied(f"only the owner, their team lead or an admin may {verb}")
     if not job.is_active:
@@ -764,7 +766,7 @@ def submit_jobs(
             errors[f"jobs[{i}].{field}"] = ["not in a batch: submit a job that waits on its own"]
             continue
         try:
-            queue = queues.get(str(req.queue)) or _resolve_queue(user, req.queue)
+            queue = queues.get(str(req.queue)) or resolve_queue(user, req.queue)
             queues[str(req.queue)] = queue
             fields = resolve_job_request(user, req, queue=queue, shape=shape)
         except ValidationError as exc:

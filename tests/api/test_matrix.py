@@ -187,6 +187,14 @@ CASES: dict[str, Case] = {
         denied={"researcher2": 404, "oncall": 403},
         effect=lambda w: _state(w.job, Job, "pk", "first_among_own_at") is not None,
     ),
+    "job move": Case(
+        "post",
+        "jobs/{job}/move/",
+        {"researcher": 200, "lead": 200, "admin": 200},
+        denied={"researcher2": 404, "oncall": 403},
+        body={"queue": "llm-urgent"},
+        effect=lambda w: Job.objects.get(pk=w.job).queue.name == "llm-urgent",
+    ),
     "array begin time": Case(
         "post",
         "arrays/{array}/begin-time/",

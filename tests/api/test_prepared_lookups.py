@@ -21,7 +21,7 @@ from core.prepared import Prepared, PreparedInsert
 from quotas.models import Queue
 from scheduling.models import Job
 from scheduling.selectors import list_queues_for_submit
-from scheduling.services import _resolve_queue
+from scheduling.services import resolve_queue
 
 pytestmark = pytest.mark.django_db
 
@@ -54,23 +54,23 @@ def test_the_submission_queue_is_exactly_the_selectors(demo, username):
     for queue in Queue.objects.all():
         for ref in (queue.name, str(queue.pk)):
             if queue.pk in allowed:
-                assert _resolve_queue(user, ref).pk == queue.pk
-                assert _resolve_queue(user, ref).business_line.name == queue.business_line.name
+                assert resolve_queue(user, ref).pk == queue.pk
+                assert resolve_queue(user, ref).business_line.name == queue.business_line.name
             else:
                 with pytest.raises(ValidationError, match="may not submit to this queue"):
-                    _resolve_queue(user, ref)
+                    resolve_queue(user, ref)
     with pytest.raises(ValidationError, match="unknown queue"):
-        _resolve_queue(user, "no-such-queue")
+        resolve_queue(user, "no-such-queue")
 
 
 def test_a_new_membership_counts_at_once(demo):
     user = demo["researcher"]
     outside = Queue.objects.exclude(pk__in=list_queues_for_submit(user)).first()
     with pytest.raises(ValidationError):
-        _resolve_queue(user, outside.name)
+        resolve_queue(user, outside.name)
     LineMembership.objects.create(user=user, business_line=outside.business_line)
     user = get_user_model().objects.get(pk=user.pk)  # a new request: a fresh user object
-    assert _resolve_queue(user, outside.name).pk == outside.pk
+    assert resolve_queue(user, outside.name).pk == outside.pk
 
 
 def test_compiled_once_per_thread_and_one_query_per_call(demo):

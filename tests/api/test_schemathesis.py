@@ -278,6 +278,13 @@ RULES_BEYOND_THE_SCHEMA: dict[str, dict[str, str]] = {
     "POST /api/v1/jobs/{id}/top/": {
         "first_among_own_at": r"it is already the one put first of those jobs$"
     },
+    # which queues exist and whom they are open to, the job's queue, tier, time limit
+    # and array (docs/api.md, "Moving a waiting job")
+    "POST /api/v1/jobs/{id}/move/": {
+        "queue": r"unknown queue |you may not submit to this queue$|\S+ may not submit to queue "
+        r"|it is already in queue |queue \S+ allows tiers up to |queue \S+ lets a run last at "
+        r"most |a task of array \d+ stays in its array's queue$",
+    },
     # whose job it is: an admin's hold of someone else's job needs a reason (docs/api.md)
     "POST /api/v1/jobs/{id}/hold/": {"reason": r"say why: an admin's hold of someone else's"},
     "POST /api/v1/quota-requests/": {

@@ -191,3 +191,29 @@ def test_top_against_a_live_portal(gpuctl, demo):
     again = gpuctl("researcher", "top", str(first))
     assert again.code == 1 and "it is already the one put first" in again.err
     assert gpuctl("researcher2", "top", str(first)).code == 1
+
+
+# -- gpuctl move: a waiting job to another queue (scontrol update Partition=) ---------------
+
+
+def test_move_posts_the_queue_and_says_where_it_is(cli, portal):
+    portal.answers[("post", "jobs/42/move/")] = {**JOB, "queue": "llm-finetune",
+                                                 "business_line": "llm"}  # fmt: skip
+    run = cli("move", "42", "llm-finetune", "--reason", "quota full")
+    assert run.code == 0, run.err
+    assert posted(portal, "jobs/42/move/") == {"queue": "llm-finetune", "reason": "quota full"}
+    assert run.out.strip() == (
+        "job 42 (llama-ft): now in queue llm-finetune (llm); it waits there from the next cycle"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_move_against_a_live_portal(gpuctl, demo):
+    make_quotas_roomy()
+    mine = json.loads(gpuctl("researcher", "submit", "a", "-q", "llm-experiment", "-g", "8",
+                             "--json").out)["id"]  # fmt: skip
+    run = gpuctl("researcher", "move", str(mine), "llm-finetune")
+    assert run.code == 0, run.err
+    assert Job.objects.get(pk=mine).queue.name == "llm-finetune"
+    refused = gpuctl("researcher", "move", str(mine), "search-rec-core")
+    assert refused.code == 1 and "you may not submit to this queue" in refused.err

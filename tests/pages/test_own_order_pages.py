@@ -1,12 +1,17 @@
-"""Putting a waiting job first among its owner's on its page (``own_order_views``): the
-button names whose jobs (mine, or the owner's for a lead), posting it says so and writes
-the timeline; again, the refusal is said and nothing changes; a job that started has the
-form hidden; a GET is refused, someone who may not see the job gets a 404."""
+"""Putting a waiting job first among its owner's, and moving it to another queue, on its
+page (``own_order_views``, ``move_views``): the top button names whose jobs (mine, or the
+owner's for a lead), the move form offers the queues its owner may submit to; posting
+either says what it did and writes the timeline; a refusal is said and nothing changes; a
+job that started has neither; a GET is refused, someone who may not see the job gets a
+404."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from quotas.models import Queue
 from scheduling.models import Job, JobEvent
 from tests.drills import cycle, make_quotas_roomy
 from tests.pages.test_array_after_pages import form_data, page, signed_in, text
@@ -51,3 +56,31 @@ def test_the_owner_puts_a_job_first_and_the_lead_sees_whose(demo, api):
     assert Job.objects.get(pk=job.pk).state == "running"
     form = page(client, f"/jobs/{job.pk}/")
     assert 'id="top-form" hidden' in form.replace('id="top-form"\n', 'id="top-form" ')
+
+
+def test_the_move_form_offers_the_owner_s_queues_and_says_what_it_did(demo, api):
+    client = signed_in(demo, "researcher")
+    job = submitted(client, "eval")  # form_data submits to llm-core
+    html = page(client, f"/jobs/{job.pk}/")
+    options = re.findall(r'<option value="\d+">([^<]*)</option>',
+                         html[html.index('id="move-queue"'):])  # fmt: skip
+    assert options[:3] == ["llm-experiment (llm, tier up to experiment)",
+                           "llm-finetune (llm, tier up to finetune)",
+                           "llm-urgent (llm, tier up to urgent)"]  # fmt: skip
+    finetune = Queue.objects.get(name="llm-finetune").pk
+    refused = client.post(f"/jobs/{job.pk}/move/", {"queue": finetune}, follow=True)
+    assert flash(refused.content.decode()) == [
+        "Not moved: queue llm-finetune allows tiers up to &#x27;finetune&#x27;, not &#x27;core&#x27;"
+    ]
+    urgent = Queue.objects.get(name="llm-urgent").pk
+    moved = client.post(f"/jobs/{job.pk}/move/", {"queue": urgent, "reason": "demo"}, follow=True)
+    assert flash(moved.content.decode()) == [
+        f"Job #{job.pk} is now in queue llm-urgent; it waits there from the next cycle."
+    ]
+    assert Job.objects.get(pk=job.pk).queue.name == "llm-urgent"
+    assert (
+        signed_in(demo, "researcher2").post(f"/jobs/{job.pk}/move/", {"queue": urgent}).status_code
+        == 404
+    )
+    cycle(api("admin"))
+    assert 'id="move-form"' not in page(client, f"/jobs/{job.pk}/"), "it started"

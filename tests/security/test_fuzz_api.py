@@ -72,6 +72,7 @@ API_MD_POSTS = {
     "/api/v1/maintenance/", "/api/v1/maintenance/{id}/cancel/",
     "/api/v1/arrays/", "/api/v1/arrays/{id}/cancel/", "/api/v1/jobs/{id}/time-limit/",
     "/api/v1/jobs/{id}/begin-time/", "/api/v1/arrays/{id}/begin-time/", "/api/v1/jobs/{id}/top/",
+    "/api/v1/jobs/{id}/move/",
 }  # fmt: skip
 # The other writes with a body (PATCH), fuzzed the same way.
 PATCHES = ["/api/v1/arrays/{id}/"]

@@ -162,6 +162,7 @@ def test_every_post_form_on_every_page_carries_the_csrf_token(demo, world):
     # The walk met every kind of form the portal has (so the check above is not vacuous).
     expected = {"/accounts/login/", "/accounts/logout/", "/jobs/new/", "/jobs/N/cancel/",
                 "/jobs/N/time-limit/", "/jobs/N/begin-time/", "/jobs/N/top/",
+                "/jobs/N/move/",
                 "/oncall/alerts/N/ack/", "/oncall/alerts/N/resolve/", "/quotas/requests/N/approve/",
                 "/quotas/requests/N/reject/", "/quotas/requests/N/withdraw/"}  # fmt: skip
     expected |= {f"/oncall/nodes/{world.node}/action/", f"/oncall/nodes/{world.node}/fault/"}

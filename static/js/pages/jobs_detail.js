@@ -151,7 +151,7 @@
     if (actions) actions.hidden = !config.active_states.includes(job.state);
     const limitForm = $("time-limit-form");
     if (limitForm) limitForm.hidden = !config.active_states.includes(job.state);
-    for (const id of ["begin-time-form", "top-form"]) {
+    for (const id of ["begin-time-form", "top-form", "move-form"]) {
       const form = $(id);
       if (form) form.hidden = job.state !== "pending";
     }

@@ -1,0 +1,83 @@
+"""Waiting jobs moved between two queues of a line (``move_services``, Slurm's ``scontrol
+update Partition=``) while cycles plan and start them and a lead cancels some: no move
+fails but by the rules (a job that started or ended meanwhile) or by the loop holding the
+cluster past the wait, no cancel racing a move fails (it found no job once: its locking
+read joined the job's old queue), none deadlocks, and every job not cancelled starts.
+
+Real PostgreSQL, real threads, as ``test_top_races_cycle``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from scheduling.cluster_lock import ClusterBusy
+from scheduling.consistency import find_inconsistencies
+from scheduling.models import Job
+from scheduling.move_services import move_job
+from scheduling.services import JobRequest, submit_job
+from tests.concurrency.threads import cancelling, cycling, drain, in_thread, refused_as_expected
+from tests.drills import make_quotas_roomy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EXPECTED = ("it has started", "job is already")
+
+
+def test_jobs_moved_while_cycles_run_never_fail(demo):
+    me, lead, admin = demo["researcher"], demo["lead"], demo["admin"]
+    make_quotas_roomy()
+    errors: list[str] = []
+    refused: list[str] = []
+    busy: list[str] = []
+    done = threading.Event()
+    cycles: list[int] = []
+    submitted: list[int] = []
+    moved: list[int] = []
+
+    def submit_loop() -> None:
+        pick = random.Random(4)
+        for _ in range(40):
+            if done.wait(0.08):
+                return
+            submitted.append(submit_job(me, JobRequest(
+                name="eval", queue="llm-experiment", gpus=pick.choice([4, 8, 16]),
+                sim_duration_minutes=pick.randint(1, 4),
+            )).pk)  # fmt: skip
+
+    def move_loop() -> None:
+        pick = random.Random(6)
+        while not done.is_set():
+            pending = list(Job.objects.filter(pk__in=submitted[-16:], state="pending")
+                           .values_list("pk", "queue__name"))  # fmt: skip
+            if pending:
+                job_id, queue = pick.choice(pending)
+                to = "llm-finetune" if queue == "llm-experiment" else "llm-experiment"
+                try:
+                    move_job(pick.choice([me, lead]), job_id, to)
+                except ValidationError as exc:
+                    refused_as_expected(exc, EXPECTED, refused)
+                except ClusterBusy as exc:
+                    busy.append(str(exc))
+                else:
+                    moved.append(job_id)
+            done.wait(0.02)
+
+    threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
+               in_thread(errors, submit_loop), in_thread(errors, move_loop),
+               in_thread(errors, cancelling(lead, submitted, done, 21))]  # fmt: skip
+    for thread in threads:
+        thread.join(240)
+    assert errors == []
+    assert len(cycles) == 30 and len(submitted) >= 20 and moved, (len(submitted), len(moved))
+    assert drain(admin, 40, 300) == [], "none waits forever"
+    assert (
+        not Job.objects.filter(pk__in=submitted, started_at__isnull=True)
+        .exclude(state="cancelled")
+        .exists()
+    )
+    assert find_inconsistencies() == []

@@ -562,10 +562,11 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
         # an admin may raise a time limit; others who may act on the job only lower it
         "raises_time_limits": may_raise_time_limit(request.user),
         # where it may move while it waits (``move_services``): the queues its owner may
-        # submit to, but its own; none for an array's task
+        # submit to, but its own; none for an array's task (the form shows while it waits:
+        # a running job requeued waits again)
         "move_queues": (
             list(list_queues_for_submit(job.owner).exclude(pk=job.queue_id).order_by("name"))
-            if allowed and job.state == Job.State.PENDING and job.array_id is None
+            if allowed and job.is_active and job.array_id is None
             else []
         ),
         # its earliest start as the form's datetime-local reads it, in the viewer's zone

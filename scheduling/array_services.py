@@ -20,7 +20,7 @@ from django.db import transaction
 from core import audit, clock, events
 from core.realtime import publish_coalesced, publish_on_commit
 from scheduling import arrays, begin_time
-from scheduling.begin_time_services import iso, message, put_off, waiting_for
+from scheduling.begin_time_services import iso, put_off, timeline_line, waiting_for
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.engine.explain import when
 from scheduling.hold_services import clean_hold_reason
@@ -255,7 +255,7 @@ def change_begin_times(
         for task in changed:
             put_off(task, new, now)
             task.updated_at = now  # a bulk update stamps no ``auto_now`` field
-            lines.append(message(user, before[task.pk], new, reason))
+            lines.append(timeline_line(user, before[task.pk], new, reason))
         written = ("begin_at", "released_at", "updated_at")
         bulk_set(Job, written, [(t.pk, *(getattr(t, f) for f in written)) for t in changed])
         JobEvent.objects.bulk_create(

@@ -26,6 +26,7 @@ from core.api import client_ip
 from core.confirm import Confirmation, is_confirmed, render_confirmation
 from core.query_forms import takes_query
 from scheduling.array_services import cancel_array, change_begin_times, set_max_running
+from scheduling.begin_time_views import REFUSED
 from scheduling.blast import BlastRadius, array_blast_radius
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.engine.explain import count, verb, when
@@ -38,7 +39,7 @@ from scheduling.selectors import (
     list_array_dependents,
     list_arrays_for_user,
 )
-from scheduling.views import JOBS_PER_PAGE, code_titles
+from scheduling.views import JOBS_PER_PAGE, code_titles, say_refused
 
 # ``array``: the related manager sets each task's array from it (deferred: a query a task)
 TASK_FIELDS = ("id", "array", "array_index", "state", "pending_code", "pending_message",
@@ -145,17 +146,14 @@ def array_begin_time(request: HttpRequest, array_id: int) -> HttpResponse:
     empty for none; ``reason``). Refused: said on the page, nothing changed."""
     array = acting_array(request, array_id)
     form = BeginTimeForm(request.POST)
-    refused = "Earliest start not changed: "
     if not form.is_valid():
-        messages.error(request, refused + "; ".join(form.errors["begin_at"]))
+        messages.error(request, REFUSED + "; ".join(form.errors["begin_at"]))
         return redirect("scheduling:array-detail", array_id=array.pk)
     try:
         changed, begin = _service(request, change_begin_times, array,
                                   form.cleaned_data["begin_at"], request.POST.get("reason", ""))  # fmt: skip
-    except ClusterBusy as err:
-        messages.error(request, f"{refused}{err}.")
-    except ValidationError as exc:
-        messages.error(request, refused + "; ".join(exc.messages))
+    except (ClusterBusy, ValidationError) as exc:
+        say_refused(request, REFUSED, exc)
     else:
         n = len(changed)
         said = (

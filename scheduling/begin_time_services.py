@@ -64,7 +64,7 @@ def change_begin_time(
         fields = put_off(job, new, now)
         job.save(update_fields=[*fields, "updated_at"])
         record_action(
-            user, job, "begin_time", ("begin_time", message(user, before, new, reason)),
+            user, job, "begin_time", ("begin_time", timeline_line(user, before, new, reason)),
             ({"begin_at": iso(before)}, {"begin_at": iso(new)}),
             reason=reason, source_ip=source_ip,
         )  # fmt: skip
@@ -94,7 +94,7 @@ def _unchanged(before: datetime | None) -> str:
     return f"its earliest start is already {when(before.timestamp())}"
 
 
-def message(user: Any, before: datetime | None, new: datetime | None, reason: str) -> str:
+def timeline_line(user: Any, before: datetime | None, new: datetime | None, reason: str) -> str:
     """The timeline's line: from what to what, and what it means for the job's wait."""
     was = when(before.timestamp()) if before else "none"
     if new is None:

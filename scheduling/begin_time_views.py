@@ -20,7 +20,7 @@ from core.api import client_ip
 from scheduling.begin_time_services import change_begin_time
 from scheduling.engine.explain import when
 from scheduling.forms import BeginTimeForm
-from scheduling.views import visible_job
+from scheduling.views import say_refused, visible_job
 
 REFUSED = "Earliest start not changed: "
 
@@ -38,10 +38,7 @@ def job_begin_time(request: HttpRequest, job_id: int) -> HttpResponse:
         job = change_begin_time(request.user, job.pk, form.cleaned_data["begin_at"],
                                 request.POST.get("reason", ""), source_ip=client_ip(request))  # fmt: skip
     except (ValidationError, PermissionDenied) as exc:
-        messages.error(
-            request,
-            REFUSED + ("; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)),
-        )
+        say_refused(request, REFUSED, exc)
     else:
         if job.begin_at:
             messages.success(

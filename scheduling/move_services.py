@@ -30,7 +30,7 @@ from quotas.models import Queue, Tier
 from scheduling.cluster_lock import wait_cluster_lock
 from scheduling.hold_services import clean_hold_reason
 from scheduling.models import Job
-from scheduling.services import lock_active_job, record_action, resolve_queue
+from scheduling.services import NOT_YOURS, lock_active_job, record_action, resolve_queue
 from scheduling.time_limits import limit_words
 
 # How long a move waits for the loop to let go of the cluster (else ``ClusterBusy``).
@@ -64,7 +64,8 @@ def move_job(
         try:
             target = resolve_queue(job.owner, queue_ref)
         except ValidationError as exc:
-            if user.pk != job.owner_id:  # the lead's or admin's view: whose rule it is
+            barred = exc.message_dict.get("queue") == [NOT_YOURS]
+            if barred and user.pk != job.owner_id:  # a lead's or an admin's: whose rule it is
                 raise ValidationError({"queue": [f"{job.owner.username} may not submit to "
                                                  f"queue {str(queue_ref)[:80]!r}"]}) from exc  # fmt: skip
             raise

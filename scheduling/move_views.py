@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from core.api import client_ip
 from scheduling.cluster_lock import ClusterBusy
 from scheduling.move_services import move_job
-from scheduling.views import visible_job
+from scheduling.views import say_refused, visible_job
 
 
 @login_required
@@ -30,8 +30,7 @@ def job_move(request: HttpRequest, job_id: int) -> HttpResponse:
         job = move_job(request.user, job.pk, request.POST.get("queue", "").strip(),
                        request.POST.get("reason", ""), source_ip=client_ip(request))  # fmt: skip
     except (ValidationError, PermissionDenied, ClusterBusy) as exc:
-        words = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        messages.error(request, "Not moved: " + words)
+        say_refused(request, "Not moved: ", exc)
     else:
         messages.success(request, f"Job #{job.pk} is now in queue {job.queue.name}; it waits "
                                   "there from the next cycle.")  # fmt: skip

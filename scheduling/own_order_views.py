@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from core.api import client_ip
 from scheduling.own_order_services import put_first
-from scheduling.views import visible_job
+from scheduling.views import say_refused, visible_job
 
 
 @login_required
@@ -27,8 +27,7 @@ def job_top(request: HttpRequest, job_id: int) -> HttpResponse:
     try:
         job = put_first(request.user, job.pk, source_ip=client_ip(request))
     except (ValidationError, PermissionDenied) as exc:
-        words = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        messages.error(request, "Not put first: " + words)
+        say_refused(request, "Not put first: ", exc)
     else:
         whose = "your" if job.owner_id == request.user.pk else f"{job.owner.username}'s"
         messages.success(request, f"Job #{job.pk} is now first among {whose} waiting jobs of "

@@ -102,6 +102,9 @@ def _queue_lookup(any_queue: bool, by_number: bool) -> Prepared:
     return Prepared(build, *types)
 
 
+NOT_YOURS = "you may not submit to this queue"
+
+
 def resolve_queue(user: Any, ref: str | int) -> Queue:
     """The queue named or numbered ``ref`` that ``user`` may submit to (a number: id first)."""
     ref = str(ref)
@@ -112,7 +115,7 @@ def resolve_queue(user: Any, ref: str | int) -> Queue:
     queue = next((q for q in found if q.pk == number), found[0] if found else None)
     if queue is None:
         exists = Queue.objects.filter(Q(name=ref) | Q(pk=number or 0)).exists()
-        msg = "you may not submit to this queue" if exists else f"unknown queue {ref[:80]!r}"
+        msg = NOT_YOURS if exists else f"unknown queue {ref[:80]!r}"
         raise ValidationError({"queue": [msg]})
     return queue
 

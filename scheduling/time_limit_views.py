@@ -18,7 +18,7 @@ from core.api import client_ip
 from core.security import is_ascii_number
 from scheduling.time_limit_services import change_time_limit
 from scheduling.time_limits import limit_words
-from scheduling.views import visible_job
+from scheduling.views import say_refused, visible_job
 
 
 @login_required
@@ -32,8 +32,7 @@ def job_time_limit(request: HttpRequest, job_id: int) -> HttpResponse:
         job = change_time_limit(request.user, job.pk, minutes, request.POST.get("reason", ""),
                                 source_ip=client_ip(request))  # fmt: skip
     except (ValidationError, PermissionDenied) as exc:
-        words = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
-        messages.error(request, "Time limit not changed: " + words)
+        say_refused(request, "Time limit not changed: ", exc)
     else:
         limit = limit_words(job.time_limit_minutes or 0)
         messages.success(request, f"Job #{job.pk}'s time limit is now {limit} a run.")

@@ -516,6 +516,14 @@ def visible_job(request: HttpRequest, job_id: int) -> Job:
     return job
 
 
+def say_refused(request: HttpRequest, prefix: str, exc: Exception) -> None:
+    """Say on the page why an action on a job was refused, after ``prefix`` ("Not moved:
+    "): a rule's words (a ``ValidationError``'s messages), or who may, or that the loop is
+    busy (the exception's text)."""
+    words = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+    messages.error(request, prefix + words)
+
+
 @login_required
 @require_GET
 @takes_query()

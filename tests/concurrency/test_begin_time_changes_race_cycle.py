@@ -14,14 +14,13 @@ import threading
 from datetime import datetime, timedelta
 
 import pytest
-from django.core.exceptions import ValidationError
 
 from core import clock
 from scheduling.begin_time_services import change_begin_time
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job
 from scheduling.services import JobRequest, submit_job
-from tests.concurrency.threads import cancelling, cycling, drain, in_thread, refused_as_expected
+from tests.concurrency.threads import acting_on_waiting, cancelling, cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,26 +50,14 @@ def test_earliest_starts_changed_while_cycles_run_are_kept_to(demo):
                 sim_duration_minutes=pick.randint(1, 3),
             )).pk)  # fmt: skip
 
-    def change_loop() -> None:
-        pick = random.Random(5)
-        while not done.is_set():
-            pending = list(Job.objects.filter(pk__in=submitted[-12:], state="pending")
-                           .values_list("pk", flat=True))  # fmt: skip
-            if pending:
-                job_id = pick.choice(pending)
-                begin = None
-                if last.get(job_id) is None or pick.random() < 0.6:
-                    begin = clock.now() + timedelta(seconds=pick.randint(60, 240))
-                try:
-                    job = change_begin_time(me, job_id, begin)
-                except ValidationError as exc:
-                    refused_as_expected(exc, EXPECTED, refused)
-                else:
-                    last[job_id] = job.begin_at
-            done.wait(0.03)
+    def change(job_id: int, owner_id: int, rng) -> None:
+        begin = None
+        if last.get(job_id) is None or rng.random() < 0.6:
+            begin = clock.now() + timedelta(seconds=rng.randint(60, 240))
+        last[job_id] = change_begin_time(me, job_id, begin).begin_at
 
     threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
-               in_thread(errors, submit_loop), in_thread(errors, change_loop),
+               in_thread(errors, submit_loop), in_thread(errors, acting_on_waiting(submitted, change, EXPECTED, refused, done, 5)),
                in_thread(errors, cancelling(lead, submitted, done, 11))]  # fmt: skip
     for thread in threads:
         thread.join(240)

@@ -13,19 +13,17 @@ import random
 import threading
 
 import pytest
-from django.core.exceptions import ValidationError
 
-from scheduling.cluster_lock import ClusterBusy
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job
 from scheduling.move_services import move_job
 from scheduling.services import JobRequest, submit_job
-from tests.concurrency.threads import cancelling, cycling, drain, in_thread, refused_as_expected
+from tests.concurrency.threads import acting_on_waiting, cancelling, cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-EXPECTED = ("it has started", "job is already")
+EXPECTED = ("it has started", "job is already", "the scheduling loop is busy")
 
 
 def test_jobs_moved_while_cycles_run_never_fail(demo):
@@ -33,7 +31,6 @@ def test_jobs_moved_while_cycles_run_never_fail(demo):
     make_quotas_roomy()
     errors: list[str] = []
     refused: list[str] = []
-    busy: list[str] = []
     done = threading.Event()
     cycles: list[int] = []
     submitted: list[int] = []
@@ -49,26 +46,14 @@ def test_jobs_moved_while_cycles_run_never_fail(demo):
                 sim_duration_minutes=pick.randint(1, 4),
             )).pk)  # fmt: skip
 
-    def move_loop() -> None:
-        pick = random.Random(6)
-        while not done.is_set():
-            pending = list(Job.objects.filter(pk__in=submitted[-16:], state="pending")
-                           .values_list("pk", "queue__name"))  # fmt: skip
-            if pending:
-                job_id, queue = pick.choice(pending)
-                to = "llm-finetune" if queue == "llm-experiment" else "llm-experiment"
-                try:
-                    move_job(pick.choice([me, lead]), job_id, to)
-                except ValidationError as exc:
-                    refused_as_expected(exc, EXPECTED, refused)
-                except ClusterBusy as exc:
-                    busy.append(str(exc))
-                else:
-                    moved.append(job_id)
-            done.wait(0.02)
+    def move(job_id: int, owner_id: int, rng) -> None:
+        queue = Job.objects.get(pk=job_id).queue.name
+        to = "llm-finetune" if queue == "llm-experiment" else "llm-experiment"
+        move_job(rng.choice([me, lead]), job_id, to)
+        moved.append(job_id)
 
     threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
-               in_thread(errors, submit_loop), in_thread(errors, move_loop),
+               in_thread(errors, submit_loop), in_thread(errors, acting_on_waiting(submitted, move, EXPECTED, refused, done, 6)),
                in_thread(errors, cancelling(lead, submitted, done, 21))]  # fmt: skip
     for thread in threads:
         thread.join(240)

@@ -12,13 +12,12 @@ import random
 import threading
 
 import pytest
-from django.core.exceptions import ValidationError
 
 from scheduling.consistency import find_inconsistencies
 from scheduling.models import Job
 from scheduling.own_order_services import put_first
 from scheduling.services import JobRequest, submit_job
-from tests.concurrency.threads import cancelling, cycling, drain, in_thread, refused_as_expected
+from tests.concurrency.threads import acting_on_waiting, cancelling, cycling, drain, in_thread
 from tests.drills import make_quotas_roomy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,25 +45,14 @@ def test_jobs_put_first_while_cycles_run_never_fail(demo):
                 sim_duration_minutes=pick.randint(1, 4),
             )).pk)  # fmt: skip
 
-    def top_loop() -> None:
-        pick = random.Random(9)
-        while not done.is_set():
-            pending = list(Job.objects.filter(pk__in=submitted[-16:], state="pending")
-                           .values_list("pk", "owner_id"))  # fmt: skip
-            if pending:
-                job_id, owner_id = pick.choice(pending)
-                who = me if owner_id == me.pk and pick.random() < 0.5 else lead  # the lead: any
-                try:
-                    put_first(who, job_id)
-                except ValidationError as exc:
-                    refused_as_expected(exc, EXPECTED, refused)
-                else:
-                    put.append(1)
-            done.wait(0.02)
+    def top(job_id: int, owner_id: int, rng) -> None:
+        who = me if owner_id == me.pk and rng.random() < 0.5 else lead  # the lead: any job
+        put_first(who, job_id)
+        put.append(job_id)
 
     threads = [in_thread(errors, cycling(admin, 30, 60, cycles, done)),
                in_thread(errors, lambda: submit_loop(me, 1)),
-               in_thread(errors, lambda: submit_loop(lead, 2)), in_thread(errors, top_loop),
+               in_thread(errors, lambda: submit_loop(lead, 2)), in_thread(errors, acting_on_waiting(submitted, top, EXPECTED, refused, done, 9)),
                in_thread(errors, cancelling(lead, submitted, done, 13))]  # fmt: skip
     for thread in threads:
         thread.join(240)

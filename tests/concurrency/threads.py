@@ -118,3 +118,39 @@ def cancelling(
             done.wait(0.05)
 
     return loop
+
+
+def acting_on_waiting(
+    pool: list[int],
+    act: Callable[[int, int, object], object],
+    expected: tuple[str, ...],
+    refused: list[str],
+    done: threading.Event,
+    seed: int,
+) -> Callable[[], None]:
+    """A thread's work for a race: until ``done``, every 20 ms, ``act(job_id, owner_id,
+    rng)`` on one of the last 16 jobs of ``pool`` still pending (an action on a waiting
+    job: its earliest start, its queue, its own order); a refusal by the rules (a
+    ``ValidationError`` or the loop busy past the wait, its words containing one of
+    ``expected``) is noted in ``refused``, anything else raised for the thread's errors."""
+    import random
+
+    from django.core.exceptions import ValidationError
+
+    from scheduling.cluster_lock import ClusterBusy
+    from scheduling.models import Job
+
+    rng = random.Random(seed)
+
+    def loop() -> None:
+        while not done.is_set():
+            waiting = list(Job.objects.filter(pk__in=pool[-16:], state="pending")
+                           .values_list("pk", "owner_id"))  # fmt: skip
+            if waiting:
+                try:
+                    act(*rng.choice(waiting), rng)
+                except (ValidationError, ClusterBusy) as exc:
+                    refused_as_expected(exc, expected, refused)
+            done.wait(0.02)
+
+    return loop

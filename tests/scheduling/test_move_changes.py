@@ -69,6 +69,8 @@ def test_the_lead_and_an_admin_may_audited_to_a_queue_the_owner_may_submit_to(ap
     assert refused.data["errors"]["queue"] == [
         "researcher may not submit to queue 'search-rec-experiment'"
     ]
+    unknown = move(admin, mine, "nowhere")
+    assert unknown.data["errors"]["queue"] == ["unknown queue 'nowhere'"], "not the owner's rule"
     assert queue_of(mine) == "llm-finetune"
     by_id = Queue.objects.get(name="llm-experiment").pk
     assert move(admin, mine, by_id).status_code == 200, "by id"
